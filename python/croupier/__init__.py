@@ -1,0 +1,43 @@
+"""croupier: deals the batches of one input pipeline to N distributed trainers.
+
+Each batch goes to exactly one trainer, every trainer gets the same number per epoch, and the
+order is a seeded, deterministic function of the job. See README.md and docs/.
+
+This release holds the data layer: TFRecord files, tf.train.Example parsing, record indexes,
+epoch plans and batches.
+"""
+from croupier import errors
+from croupier._croupier import (
+    Batch,
+    EpochPlan,
+    TFRecordReader,
+    build_batch,
+    index_records,
+    parse_example,
+    write_tfrecord,
+)
+
+__version__ = "0.1.0"
+
+
+def decode_batch(records, features):
+    """Decodes serialized tf.train.Examples into {feature name: array}.
+
+    `features` is a spec string such as "image:bytes,label:int64,emb:float32[16],ids:int64[*]".
+    Fixed-shape numeric features come back as arrays of shape [len(records), *shape] that are views
+    of one contiguous batch buffer (no copy); bytes features as lists of bytes; variable-length
+    features as a tuple (values, row_splits).
+    """
+    return build_batch(list(records), features).to_dict()
+
+__all__ = [
+    "Batch",
+    "EpochPlan",
+    "TFRecordReader",
+    "build_batch",
+    "decode_batch",
+    "errors",
+    "index_records",
+    "parse_example",
+    "write_tfrecord",
+]

@@ -1,0 +1,12 @@
+// croupier._croupier: the native half of the Python package. Every function here is a thin
+// adapter over the C++ library; the logic and its tests live in src/.
+#include <pybind11/pybind11.h>
+
+#include "python/src/bindings.h"
+
+PYBIND11_MODULE(_croupier, m) {
+  m.doc() = "croupier's C++ core. Use the croupier package rather than this module.";
+  croupier::py::BindIo(m);
+  croupier::py::BindPlan(m);
+  croupier::py::BindBatch(m);
+}

@@ -1,0 +1,58 @@
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include "croupier/plan.h"
+#include "python/src/bindings.h"
+#include "python/src/status.h"
+
+namespace croupier::py {
+
+namespace pyb = pybind11;
+
+void BindPlan(pyb::module_& m) {
+  pyb::class_<EpochPlan>(m, "EpochPlan", R"doc(The plan of one epoch: which records form each
+global batch, and which consumer takes it (batch g goes to consumer g % N as its step g // N).)doc")
+      .def(pyb::init([](uint64_t num_records, uint32_t batch_size, uint32_t num_consumers,
+                        uint64_t seed, uint64_t epoch, const std::string& shuffle,
+                        const std::string& remainder, uint32_t block_size,
+                        uint32_t window_blocks) {
+             PlanSpec spec;
+             spec.num_records = num_records;
+             spec.batch_size = batch_size;
+             spec.num_consumers = num_consumers;
+             spec.seed = seed;
+             spec.shuffle = Unwrap(ParseShuffleMode(shuffle));
+             spec.remainder = Unwrap(ParseRemainder(remainder));
+             spec.block_size = block_size;
+             spec.window_blocks = window_blocks;
+             return Unwrap(EpochPlan::Create(spec, epoch));
+           }),
+           pyb::arg("num_records"), pyb::arg("batch_size"), pyb::arg("num_consumers"),
+           pyb::kw_only(), pyb::arg("seed") = 0, pyb::arg("epoch") = 0,
+           pyb::arg("shuffle") = "global", pyb::arg("remainder") = "drop",
+           pyb::arg("block_size") = 1024, pyb::arg("window_blocks") = 16)
+      .def_property_readonly("num_batches", &EpochPlan::num_batches)
+      .def_property_readonly("steps_per_consumer", &EpochPlan::steps_per_consumer)
+      .def_property_readonly("num_consumers", &EpochPlan::num_consumers)
+      .def_property_readonly("batch_size", &EpochPlan::batch_size)
+      .def_property_readonly("epoch", &EpochPlan::epoch)
+      .def("record_at", &EpochPlan::RecordAt, pyb::arg("position"))
+      .def(
+          "batch",
+          [](const EpochPlan& plan, uint64_t g) {
+            if (g >= plan.num_batches()) {
+              ThrowIfError(absl::OutOfRangeError("global batch " + std::to_string(g) +
+                                                 " is past the epoch's " +
+                                                 std::to_string(plan.num_batches()) + " batches"));
+            }
+            pyb::array_t<uint64_t> out(plan.batch_size());
+            plan.BatchRecords(g, absl::MakeSpan(out.mutable_data(), plan.batch_size()));
+            return out;
+          },
+          pyb::arg("g"), "The record ids of global batch g, in order, as a uint64 array.")
+      .def("consumer_of", &EpochPlan::ConsumerOf, pyb::arg("g"))
+      .def("step_of", &EpochPlan::StepOf, pyb::arg("g"))
+      .def("global_batch", &EpochPlan::GlobalBatch, pyb::arg("consumer"), pyb::arg("step"));
+}
+
+}  // namespace croupier::py

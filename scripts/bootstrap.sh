@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs what croupier needs to build and test, and only what is missing: Debian packages for
+# the C++ side, and a virtual environment .venv with the Python packages. Safe to run again; a
+# second run with nothing missing takes about a second. Every other entry point calls it.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+say() { printf '[bootstrap] %s\n' "$*" >&2; }
+
+# --- Debian packages -------------------------------------------------------------------------
+mapfile -t wanted < <(grep -vE '^\s*(#|$)' scripts/debian-packages.txt)
+missing=()
+for pkg in "${wanted[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  sudo=""
+  if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null || { say "need root to install: ${missing[*]}"; exit 1; }
+    sudo="sudo"
+  fi
+  say "installing Debian packages: ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+fi
+
+# --- Python virtual environment -----------------------------------------------------------------
+python="${CROUPIER_PYTHON:-python3}"
+if [[ ! -x .venv/bin/python ]]; then
+  say "creating .venv with $($python --version 2>&1)"
+  "$python" -m venv .venv
+fi
+stamp=".venv/.croupier-requirements-$(sha256sum scripts/requirements-dev.txt | cut -c1-16)"
+if [[ ! -f "$stamp" ]]; then
+  say "installing Python packages into .venv"
+  .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r scripts/requirements-dev.txt
+  rm -f .venv/.croupier-requirements-*
+  touch "$stamp"
+fi

@@ -1,0 +1,191 @@
+#include "src/common/env.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "src/common/status_macros.h"
+
+namespace croupier {
+
+absl::Status ErrnoToStatus(int err, absl::string_view what, absl::string_view path) {
+  std::string msg = absl::StrCat(what, " ", path, ": ", std::strerror(err));
+  switch (err) {
+    case ENOENT:
+    case ENOTDIR:
+      return absl::NotFoundError(msg);
+    case EACCES:
+    case EPERM:
+    case EROFS:
+      return absl::PermissionDeniedError(msg);
+    case ENOSPC:
+    case EDQUOT:
+      return absl::ResourceExhaustedError(msg);
+    case EINTR:
+    case EAGAIN:
+      return absl::UnavailableError(msg);
+    case EISDIR:
+    case EINVAL:
+      return absl::InvalidArgumentError(msg);
+    default:
+      return absl::InternalError(msg);
+  }
+}
+
+namespace {
+
+class PosixRandomAccessFile final : public RandomAccessFile {
+ public:
+  PosixRandomAccessFile(std::string name, int fd) : name_(std::move(name)), fd_(fd) {}
+  ~PosixRandomAccessFile() override { ::close(fd_); }
+
+  absl::StatusOr<size_t> Read(uint64_t offset, size_t n, char* dst) const override {
+    size_t done = 0;
+    while (done < n) {
+      ssize_t r = ::pread(fd_, dst + done, n - done, static_cast<off_t>(offset + done));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoToStatus(errno, absl::StrCat("reading at byte ", offset + done, " of"), name_);
+      }
+      if (r == 0) break;  // end of file
+      done += static_cast<size_t>(r);
+    }
+    return done;
+  }
+  const std::string& name() const override { return name_; }
+
+ private:
+  const std::string name_;
+  const int fd_;
+};
+
+class PosixWritableFile final : public WritableFile {
+ public:
+  PosixWritableFile(std::string name, int fd) : name_(std::move(name)), fd_(fd) {}
+  ~PosixWritableFile() override { Close().IgnoreError(); }
+
+  absl::Status Append(absl::string_view data) override {
+    if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(name_, " is closed"));
+    while (!data.empty()) {
+      ssize_t w = ::write(fd_, data.data(), data.size());
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoToStatus(errno, "writing", name_);
+      }
+      data.remove_prefix(static_cast<size_t>(w));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Close() override {
+    if (fd_ < 0) return absl::OkStatus();
+    int r = ::close(fd_);
+    fd_ = -1;
+    if (r != 0) return ErrnoToStatus(errno, "closing", name_);
+    return absl::OkStatus();
+  }
+  const std::string& name() const override { return name_; }
+
+ private:
+  const std::string name_;
+  int fd_;
+};
+
+class PosixEnv final : public Env {
+ public:
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRead(const std::string& path) override {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ErrnoToStatus(errno, "opening", path);
+    struct stat st;
+    if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+      ::close(fd);
+      return absl::InvalidArgumentError(absl::StrCat("opening ", path, ": is a directory"));
+    }
+    return std::make_unique<PosixRandomAccessFile>(path, fd);
+  }
+
+  absl::StatusOr<std::unique_ptr<WritableFile>> OpenForWrite(const std::string& path) override {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return ErrnoToStatus(errno, "creating", path);
+    return std::make_unique<PosixWritableFile>(path, fd);
+  }
+
+  absl::StatusOr<FileStat> Stat(const std::string& path) override {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return ErrnoToStatus(errno, "stat", path);
+    FileStat out;
+    out.size = static_cast<uint64_t>(st.st_size);
+    out.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+    return out;
+  }
+
+  absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) override {
+    std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+    {
+      ASSIGN_OR_RETURN(auto file, OpenForWrite(tmp));
+      absl::Status s = file->Append(contents);
+      if (s.ok()) s = file->Close();
+      if (!s.ok()) {
+        ::unlink(tmp.c_str());
+        return s;
+      }
+    }
+    if (::rename(tmp.c_str(), path.c_str()) != 0) {
+      absl::Status s = ErrnoToStatus(errno, "renaming onto", path);
+      ::unlink(tmp.c_str());
+      return s;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CreateDirs(const std::string& path) override {
+    if (path.empty()) return absl::OkStatus();
+    for (size_t pos = 1; pos <= path.size(); ++pos) {
+      if (pos != path.size() && path[pos] != '/') continue;
+      std::string prefix = path.substr(0, pos);
+      if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
+        return ErrnoToStatus(errno, "creating directory", prefix);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<std::string>> Glob(const std::string& pattern) override {
+    glob_t g;
+    std::memset(&g, 0, sizeof(g));
+    int r = ::glob(pattern.c_str(), GLOB_ERR, nullptr, &g);
+    std::vector<std::string> out;
+    if (r == 0) {
+      for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
+    }
+    ::globfree(&g);
+    if (r != 0 && r != GLOB_NOMATCH) {
+      return absl::InternalError(absl::StrCat("glob ", pattern, " failed (code ", r, ")"));
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+};
+
+}  // namespace
+
+Env* Env::Default() {
+  static Env* env = new PosixEnv();
+  return env;
+}
+
+absl::StatusOr<std::string> ReadFileToString(Env& env, const std::string& path) {
+  ASSIGN_OR_RETURN(FileStat st, env.Stat(path));
+  ASSIGN_OR_RETURN(auto file, env.OpenForRead(path));
+  std::string out(st.size, '\0');
+  ASSIGN_OR_RETURN(size_t n, file->Read(0, out.size(), out.data()));
+  out.resize(n);
+  return out;
+}
+
+}  // namespace croupier

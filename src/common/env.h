@@ -1,0 +1,70 @@
+// Env: every file-system access of croupier goes through this interface, so that tests can inject
+// faults (short reads, I/O errors, files changing underneath) the way leveldb's Env allows.
+#ifndef CROUPIER_SRC_COMMON_ENV_H_
+#define CROUPIER_SRC_COMMON_ENV_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace croupier {
+
+// A file opened for positional reads. Thread-safe: Read may be called from several threads.
+class RandomAccessFile {
+ public:
+  virtual ~RandomAccessFile() = default;
+  // Reads up to n bytes at `offset` into dst and returns how many were read; fewer than n only at
+  // the end of the file. Errors name the file and the offset.
+  virtual absl::StatusOr<size_t> Read(uint64_t offset, size_t n, char* dst) const = 0;
+  virtual const std::string& name() const = 0;
+};
+
+// A file opened for appending. Thread-compatible.
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  virtual absl::Status Append(absl::string_view data) = 0;
+  // Flushes to the OS and closes; further calls fail. Called by the destructor if not called.
+  virtual absl::Status Close() = 0;
+  virtual const std::string& name() const = 0;
+};
+
+struct FileStat {
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+};
+
+// Thread-safe.
+class Env {
+ public:
+  virtual ~Env() = default;
+  // The process-wide POSIX implementation.
+  static Env* Default();
+
+  virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRead(const std::string& path) = 0;
+  // Creates or truncates.
+  virtual absl::StatusOr<std::unique_ptr<WritableFile>> OpenForWrite(const std::string& path) = 0;
+  virtual absl::StatusOr<FileStat> Stat(const std::string& path) = 0;
+  // Writes `contents` to a temporary file beside `path`, then renames it over `path`, so readers
+  // see the old file or the new one, never a part.
+  virtual absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) = 0;
+  // Like `mkdir -p`.
+  virtual absl::Status CreateDirs(const std::string& path) = 0;
+  // Paths matching a shell glob, sorted. No match is an empty list, not an error.
+  virtual absl::StatusOr<std::vector<std::string>> Glob(const std::string& pattern) = 0;
+};
+
+// Reads a whole file through env.
+absl::StatusOr<std::string> ReadFileToString(Env& env, const std::string& path);
+
+// Turns errno from a call on `path` into a status whose code says what the caller can do.
+absl::Status ErrnoToStatus(int err, absl::string_view what, absl::string_view path);
+
+}  // namespace croupier
+
+#endif  // CROUPIER_SRC_COMMON_ENV_H_

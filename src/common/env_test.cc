@@ -1,0 +1,69 @@
+#include "src/common/env.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/common/testing.h"
+
+namespace croupier {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+using ::croupier::testing::ScopedTempDir;
+
+TEST(EnvTest, WriteAtomicallyThenReadBack) {
+  Env& env = *Env::Default();
+  ScopedTempDir tmp;
+  std::string dir = tmp.Join("a/b");
+  ASSERT_TRUE(env.CreateDirs(dir).ok());
+  ASSERT_TRUE(env.WriteFileAtomically(dir + "/f", "hello").ok());
+  auto got = ReadFileToString(env, dir + "/f");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "hello");
+  auto st = env.Stat(dir + "/f");
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->size, 5u);
+}
+
+TEST(EnvTest, MissingFileIsNotFoundAndNamesThePath) {
+  auto f = Env::Default()->OpenForRead("/nonexistent/croupier/x.tfrecord");
+  EXPECT_TRUE(absl::IsNotFound(f.status()));
+  EXPECT_THAT(f.status().message(), HasSubstr("/nonexistent/croupier/x.tfrecord"));
+}
+
+TEST(EnvTest, DirectoryIsInvalidArgument) {
+  auto f = Env::Default()->OpenForRead("/tmp");
+  EXPECT_TRUE(absl::IsInvalidArgument(f.status())) << f.status();
+}
+
+TEST(EnvTest, GlobIsSortedAndEmptyOnNoMatch) {
+  Env& env = *Env::Default();
+  ScopedTempDir tmp;
+  const std::string& dir = tmp.path();
+  for (const char* n : {"c.rec", "a.rec", "b.rec", "z.txt"}) {
+    ASSERT_TRUE(env.WriteFileAtomically(dir + "/" + n, "x").ok());
+  }
+  auto got = env.Glob(dir + "/*.rec");
+  ASSERT_TRUE(got.ok());
+  EXPECT_THAT(*got, ElementsAre(dir + "/a.rec", dir + "/b.rec", dir + "/c.rec"));
+  auto none = env.Glob(dir + "/*.none");
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+}
+
+TEST(EnvTest, ReadPastEndIsShort) {
+  Env& env = *Env::Default();
+  ScopedTempDir tmp;
+  std::string path = tmp.Join("short");
+  ASSERT_TRUE(env.WriteFileAtomically(path, "abc").ok());
+  auto f = env.OpenForRead(path);
+  ASSERT_TRUE(f.ok());
+  char buf[8];
+  auto n = (*f)->Read(1, sizeof(buf), buf);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 2u);
+}
+
+}  // namespace
+}  // namespace croupier

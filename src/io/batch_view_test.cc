@@ -1,0 +1,208 @@
+// The batch buffer: its layout, and a reader that survives any corruption.
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "croupier/batch.h"
+#include "croupier/example.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace croupier {
+namespace {
+
+using ::testing::HasSubstr;
+
+template <typename T>
+T At(absl::string_view bytes, size_t offset) {
+  T v;
+  std::memcpy(&v, bytes.data() + offset, sizeof(v));
+  return v;
+}
+
+Batch SampleBatch() {
+  auto builder = *BatchBuilder::Create(
+      *ParseFeatureSpecs("img:bytes,label:int64,emb:float32[3],tok:int64[*],tags:bytes[*]"));
+  for (int i = 0; i < 5; ++i) {
+    Example e = {{"img", Feature::Bytes({std::string(i * 3, 'x')})},
+                 {"label", Feature::Ints({i})},
+                 {"emb", Feature::Floats({0.5f * i, 1, 2})},
+                 {"tok", Feature::Ints(std::vector<int64_t>(i, 42))},
+                 {"tags", Feature::Bytes(std::vector<std::string>(i % 3, "tag"))}};
+    EXPECT_TRUE(builder->AddRecord(EncodeExample(e)).ok());
+  }
+  return *builder->Finish();
+}
+
+// Reads every value a view exposes; ASan flags any read outside the buffer.
+uint64_t TouchEverything(const BatchView& view) {
+  uint64_t sum = view.num_records();
+  for (const ColumnView& c : view.columns()) {
+    sum += c.name.size() + c.dims.size() + c.ValuesShape(view.num_records()).size();
+    for (float f : c.floats()) sum += f > 0;
+    for (int64_t v : c.ints()) sum += static_cast<uint64_t>(v);
+    for (uint64_t s : c.row_splits) sum += s;
+    if (c.dtype == DType::kBytes) {
+      for (uint64_t i = 0; i < c.num_values; ++i) sum += c.bytes(i).size();
+    }
+    for (char ch : c.values) sum += static_cast<uint8_t>(ch);
+  }
+  return sum;
+}
+
+TEST(ExampleBatchViewTest, LayoutMatchesTheDocumentation) {
+  Batch batch = SampleBatch();
+  absl::string_view b = batch.bytes();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % kBatchAlignment, 0u);
+  EXPECT_EQ(b.substr(0, 4), "CRBT");
+  EXPECT_EQ(At<uint16_t>(b, 4), kBatchFormatVersion);
+  EXPECT_EQ(At<uint64_t>(b, 8), b.size());
+  EXPECT_EQ(At<uint64_t>(b, 16), 5u);
+  EXPECT_EQ(At<uint32_t>(b, 24), 5u);
+  uint32_t meta_end = At<uint32_t>(b, 28);
+  // Column 2 is emb: float32, fixed, rank 1, dims {3}.
+  size_t d = kBatchHeaderBytes + 2 * kBatchColumnBytes;
+  EXPECT_EQ(At<uint8_t>(b, d), 1);
+  EXPECT_EQ(At<uint8_t>(b, d + 1), 0);
+  EXPECT_EQ(At<uint32_t>(b, d + 4), 1u);
+  EXPECT_EQ(b.substr(At<uint64_t>(b, d + 8), At<uint64_t>(b, d + 16)), "emb");
+  EXPECT_EQ(At<int64_t>(b, At<uint64_t>(b, d + 24)), 3);
+  EXPECT_EQ(At<uint64_t>(b, d + 32), 15u);
+  EXPECT_EQ(At<uint64_t>(b, d + 48), 60u);
+  EXPECT_EQ(At<float>(b, At<uint64_t>(b, d + 40) + 12), 0.5f);
+  // Column 3 is tok: int64, variable length; 0+1+2+3+4 values.
+  d = kBatchHeaderBytes + 3 * kBatchColumnBytes;
+  EXPECT_EQ(At<uint8_t>(b, d + 1), 1);
+  EXPECT_EQ(At<uint64_t>(b, d + 32), 10u);
+  EXPECT_EQ(At<uint64_t>(b, d + 80), 6u * 8);
+  EXPECT_EQ(At<uint64_t>(b, At<uint64_t>(b, d + 72) + 8 * 5), 10u);
+  // Every array starts 64-byte aligned, after the metadata.
+  for (size_t c = 0; c < 5; ++c) {
+    d = kBatchHeaderBytes + c * kBatchColumnBytes;
+    for (size_t field : {40, 56, 72}) {
+      uint64_t offset = At<uint64_t>(b, d + field);
+      if (field != 40 && offset == 0) continue;
+      EXPECT_EQ(offset % kBatchAlignment, 0u);
+      EXPECT_GE(offset, meta_end);
+    }
+  }
+}
+
+TEST(ExampleBatchViewTest, FromBytesRoundTripsAndHashesEqual) {
+  Batch batch = SampleBatch();
+  auto copy = Batch::FromBytes(batch.bytes());
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  EXPECT_EQ(copy->ContentHash(), batch.ContentHash());
+  EXPECT_EQ(TouchEverything(copy->view()), TouchEverything(batch.view()));
+  EXPECT_EQ(copy->view().Find("tags")->bytes(0), "tag");
+}
+
+TEST(ExampleBatchViewTest, RejectsEveryTruncation) {
+  std::string bytes(SampleBatch().bytes());
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    auto batch = Batch::FromBytes(absl::string_view(bytes).substr(0, n));
+    ASSERT_FALSE(batch.ok()) << n;
+    EXPECT_TRUE(absl::IsDataLoss(batch.status())) << batch.status();
+    EXPECT_THAT(batch.status().message(), HasSubstr("corrupt batch: "));
+  }
+}
+
+TEST(ExampleBatchViewTest, RandomCorruptionGivesAnErrorOrAConsistentView) {
+  std::string good(SampleBatch().bytes());
+  std::mt19937_64 rng(7);
+  int accepted = 0;
+  for (int round = 0; round < 20000; ++round) {
+    std::string bytes = good;
+    int flips = 1 + static_cast<int>(rng() % 3);
+    for (int i = 0; i < flips; ++i) {
+      // Most flips go to the header and descriptors, where the offsets live.
+      size_t limit = rng() % 4 == 0 ? bytes.size() : kBatchHeaderBytes + 5 * kBatchColumnBytes;
+      bytes[rng() % limit] ^= static_cast<char>(1 << (rng() % 8));
+    }
+    auto batch = Batch::FromBytes(bytes);
+    if (batch.ok()) {
+      ++accepted;
+      TouchEverything(batch->view());
+    } else {
+      EXPECT_TRUE(absl::IsDataLoss(batch.status())) << batch.status();
+    }
+  }
+  EXPECT_GT(accepted, 0);  // flips in the values are fine
+}
+
+TEST(ExampleBatchViewTest, ErrorsNameTheColumnAndProblem) {
+  std::string bytes(SampleBatch().bytes());
+  size_t d = kBatchHeaderBytes + 2 * kBatchColumnBytes;  // emb
+  bytes[d + 48] = 59;                                    // values_size
+  auto batch = Batch::FromBytes(bytes);
+  EXPECT_TRUE(absl::IsDataLoss(batch.status()));
+  EXPECT_EQ(batch.status().message(),
+            "corrupt batch: column 2 ('emb'): values array of 59 bytes for 15 values");
+  bytes = std::string(SampleBatch().bytes());
+  bytes[4] = 9;
+  EXPECT_EQ(Batch::FromBytes(bytes).status().message(),
+            "corrupt batch: format version 9, this reader knows 1");
+}
+
+TEST(ExampleBatchViewTest, MisalignedBufferIsRejected) {
+  Batch batch = SampleBatch();
+  std::shared_ptr<uint8_t> buffer = Batch::AllocateBuffer(batch.bytes().size() + 1);
+  std::memcpy(buffer.get() + 1, batch.bytes().data(), batch.bytes().size());
+  auto view = BatchView::Parse(
+      absl::string_view(reinterpret_cast<const char*>(buffer.get()) + 1, batch.bytes().size()));
+  EXPECT_TRUE(absl::IsInvalidArgument(view.status())) << view.status();
+}
+
+TEST(ExampleBatchViewTest, FromColumnsChecksItsInput) {
+  std::vector<uint64_t> offsets = {0, 2, 1};  // decreasing
+  ColumnData bytes_col{"s", DType::kBytes, false, {}, 2, "abc", offsets, {}};
+  auto bad = Batch::FromColumns(2, {bytes_col});
+  EXPECT_TRUE(absl::IsInvalidArgument(bad.status())) << bad.status();
+  EXPECT_THAT(bad.status().message(), HasSubstr("inconsistent batch columns"));
+  offsets = {0, 1, 3};
+  EXPECT_TRUE(Batch::FromColumns(2, {bytes_col}).ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(Batch::FromColumns(3, {bytes_col}).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(Batch::FromColumns(2, {bytes_col, bytes_col}).status()));
+
+  std::vector<int64_t> values = {1, 2, 3};
+  std::vector<uint64_t> splits = {0, 3};
+  absl::string_view raw(reinterpret_cast<const char*>(values.data()), 24);
+  ColumnData ints{"i", DType::kInt64, true, {}, 3, raw, {}, splits};
+  auto ok = Batch::FromColumns(1, {ints});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->view().columns()[0].ints()[2], 3);
+  ints.num_values = 2;
+  EXPECT_TRUE(absl::IsInvalidArgument(Batch::FromColumns(1, {ints}).status()));
+}
+
+TEST(ExampleBatchViewTest, ContentHashIsStableAndSpreads) {
+  // Pinned: the algorithm is documented (with these test vectors) for other languages.
+  EXPECT_EQ(ContentHash(""), 0x67b25002c34fabdbu);
+  EXPECT_EQ(ContentHash("abc"), 0x3aba3e9994fad02eu);
+  std::string hundred;
+  for (int i = 0; i < 100; ++i) hundred.push_back(static_cast<char>(i));
+  EXPECT_EQ(ContentHash(hundred), 0x34d0de062bbe1ff9u);
+  absl::flat_hash_set<uint64_t> seen;
+  std::string data(200, '\0');
+  for (size_t n = 0; n <= data.size(); ++n)
+    seen.insert(ContentHash(absl::string_view(data).substr(0, n)));
+  for (size_t bit = 0; bit < 8 * data.size(); ++bit) {
+    std::string flipped = data;
+    flipped[bit / 8] ^= static_cast<char>(1 << (bit % 8));
+    seen.insert(ContentHash(flipped));
+  }
+  EXPECT_EQ(seen.size(), 201u + 8 * 200);
+}
+
+TEST(ExampleBatchViewTest, LayoutIsPinned) {
+  // The same records must give the same bytes on every build and machine (determinism, G3). If
+  // this changes on purpose, bump kBatchFormatVersion and update docs/formats.md.
+  Batch batch = SampleBatch();
+  EXPECT_EQ(batch.bytes().size(), 1200u);
+  EXPECT_EQ(batch.ContentHash(), 11972220796048732233u);
+}
+
+}  // namespace
+}  // namespace croupier

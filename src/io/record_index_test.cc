@@ -1,0 +1,208 @@
+#include "croupier/record_index.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "croupier/tfrecord.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/common/env.h"
+#include "src/common/testing.h"
+
+namespace croupier {
+namespace {
+
+using ::croupier::testing::ScopedTempDir;
+using ::croupier::testing::SharedDataDir;
+using ::testing::HasSubstr;
+
+std::vector<std::string> MakeRecords(int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) {
+    std::string r(rng() % 300, '\0');
+    for (char& c : r) c = static_cast<char>(rng());
+    out.push_back(r + std::to_string(i));
+  }
+  return out;
+}
+
+void WriteRecords(const std::string& path, const std::vector<std::string>& records) {
+  auto writer = *RecordWriter::Create(path);
+  for (const auto& r : records) ASSERT_TRUE(writer->Write(r).ok());
+  ASSERT_TRUE(writer->Close().ok());
+}
+
+// Gives the file a different modification time even within one clock tick.
+void BumpMtime(const std::string& path, int seconds) {
+  struct timespec times[2] = {{0, UTIME_OMIT}, {1700000000 + seconds, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+}
+
+TEST(RecordIndexTest, RandomAccessMatchesSequentialReading) {
+  ScopedTempDir tmp;
+  std::string path = tmp.Join("d.tfrecord");
+  auto records = MakeRecords(500, 3);
+  WriteRecords(path, records);
+  IndexCache cache(tmp.Join("cache"));
+  auto index = cache.Get(path);
+  ASSERT_TRUE(index.ok()) << index.status();
+  ASSERT_EQ((*index)->num_records(), records.size());
+  auto file = *IndexedRecordFile::Open(*index);
+  std::vector<uint64_t> order(records.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(5));
+  std::string buffer;
+  for (uint64_t i : order) {
+    auto got = file->Read(i, buffer);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, records[i]) << "record " << i;
+    EXPECT_EQ((*index)->data_length(i), records[i].size());
+  }
+  auto past = file->Read(records.size(), buffer);
+  EXPECT_TRUE(absl::IsOutOfRange(past.status()));
+}
+
+TEST(RecordIndexTest, CachedUntilTheFileChanges) {
+  ScopedTempDir tmp;
+  std::string path = tmp.Join("d.tfrecord");
+  WriteRecords(path, MakeRecords(10, 1));
+  BumpMtime(path, 1);
+  IndexCache cache(tmp.Join("cache"));
+  bool rebuilt = false;
+  ASSERT_TRUE(cache.Get(path, nullptr, &rebuilt).ok());
+  EXPECT_TRUE(rebuilt);
+  auto again = cache.Get(path, nullptr, &rebuilt);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(rebuilt);
+  EXPECT_EQ((*again)->num_records(), 10u);
+
+  // A new file of a different size.
+  WriteRecords(path, MakeRecords(25, 2));
+  BumpMtime(path, 2);
+  auto grown = cache.Get(path, nullptr, &rebuilt);
+  ASSERT_TRUE(grown.ok());
+  EXPECT_TRUE(rebuilt);
+  EXPECT_EQ((*grown)->num_records(), 25u);
+
+  // Same size, new modification time: rebuilt too.
+  BumpMtime(path, 3);
+  ASSERT_TRUE(cache.Get(path, nullptr, &rebuilt).ok());
+  EXPECT_TRUE(rebuilt);
+}
+
+TEST(RecordIndexTest, ACorruptCacheFileIsRebuilt) {
+  ScopedTempDir tmp;
+  std::string path = tmp.Join("d.tfrecord");
+  WriteRecords(path, MakeRecords(10, 1));
+  IndexCache cache(tmp.Join("cache"));
+  ASSERT_TRUE(cache.Get(path).ok());
+  ASSERT_TRUE(Env::Default()->WriteFileAtomically(cache.CachePath(path), "garbage").ok());
+  bool rebuilt = false;
+  auto index = cache.Get(path, nullptr, &rebuilt);
+  ASSERT_TRUE(index.ok());
+  EXPECT_TRUE(rebuilt);
+  EXPECT_EQ((*index)->num_records(), 10u);
+}
+
+TEST(RecordIndexTest, AnUnwritableCacheStillGivesTheIndex) {
+  ScopedTempDir tmp;
+  std::string path = tmp.Join("d.tfrecord");
+  WriteRecords(path, MakeRecords(4, 1));
+  // A cache "directory" below a regular file can never be created.
+  IndexCache cache(path + "/cache");
+  auto index = cache.Get(path);
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_EQ((*index)->num_records(), 4u);
+}
+
+TEST(RecordIndexTest, SerializationRoundTripsAndRejectsDamage) {
+  ScopedTempDir tmp;
+  std::string path = tmp.Join("d.tfrecord");
+  WriteRecords(path, MakeRecords(7, 9));
+  auto index = BuildRecordIndex(*Env::Default(), path);
+  ASSERT_TRUE(index.ok());
+  std::string bytes = SerializeRecordIndex(*index);
+  auto parsed = ParseRecordIndex(bytes, "x");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->offsets, index->offsets);
+  EXPECT_EQ(parsed->path, path);
+  EXPECT_EQ(parsed->file_size, index->file_size);
+  EXPECT_EQ(parsed->mtime_ns, index->mtime_ns);
+  for (size_t cut = 0; cut < bytes.size(); ++cut) {
+    auto r = ParseRecordIndex(bytes.substr(0, cut), "x");
+    EXPECT_TRUE(absl::IsDataLoss(r.status())) << "cut " << cut;
+  }
+  for (size_t at = 0; at < bytes.size(); ++at) {
+    std::string damaged = bytes;
+    damaged[at] ^= 0x01;
+    auto r = ParseRecordIndex(damaged, "x");
+    EXPECT_TRUE(absl::IsDataLoss(r.status())) << "flip " << at;
+    EXPECT_THAT(r.status().message(), HasSubstr("index file x is invalid"));
+  }
+}
+
+TEST(RecordIndexTest, CorruptDataFileNamesTheOffset) {
+  ScopedTempDir tmp;
+  std::string path = tmp.Join("d.tfrecord");
+  WriteRecords(path, {"aaaa", "bbbb"});
+  std::string bytes = *ReadFileToString(*Env::Default(), path);
+  bytes.resize(bytes.size() - 2);
+  ASSERT_TRUE(Env::Default()->WriteFileAtomically(path, bytes).ok());
+  auto index = BuildRecordIndex(*Env::Default(), path);
+  EXPECT_TRUE(absl::IsDataLoss(index.status()));
+  EXPECT_THAT(index.status().message(), HasSubstr("truncated record at byte 20 of " + path));
+}
+
+TEST(RecordIndexTest, ReadingAfterTheFileShrankIsDataLoss) {
+  ScopedTempDir tmp;
+  std::string path = tmp.Join("d.tfrecord");
+  WriteRecords(path, {"aaaa", "bbbbbbbb"});
+  IndexCache cache(tmp.Join("cache"));
+  auto index = *cache.Get(path);
+  auto file = *IndexedRecordFile::Open(index);
+  WriteRecords(path, {"aaaa", "bb"});
+  std::string buffer;
+  auto got = file->Read(1, buffer);
+  EXPECT_TRUE(absl::IsDataLoss(got.status())) << got.status();
+  EXPECT_THAT(got.status().message(), HasSubstr("at byte 20 of " + path));
+}
+
+TEST(RecordIndexTest, SharedFilesIndexAndReadBack) {
+  ScopedTempDir tmp;
+  IndexCache cache(tmp.Join("cache"));
+  std::string path = SharedDataDir() + "/tfrecord/detection-test.tfrecord";
+  auto index = cache.Get(path);
+  ASSERT_TRUE(index.ok()) << index.status();
+  ASSERT_EQ((*index)->num_records(), 1u);
+  auto file = *IndexedRecordFile::Open(*index);
+  std::string buffer;
+  auto record = file->Read(0, buffer);
+  ASSERT_TRUE(record.ok());
+  // The record holds a 708,684-byte JPEG among its features.
+  EXPECT_GT(record->size(), 708684u);
+  EXPECT_NE(record->find("\xff\xd8\xff"), absl::string_view::npos);
+}
+
+TEST(RecordIndexTest, ProgressIsReportedToTheEnd) {
+  ScopedTempDir tmp;
+  std::string path = tmp.Join("d.tfrecord");
+  WriteRecords(path, MakeRecords(50, 4));
+  uint64_t last_done = 0, last_total = 0;
+  auto index = BuildRecordIndex(*Env::Default(), path, [&](uint64_t done, uint64_t total) {
+    last_done = done;
+    last_total = total;
+  });
+  ASSERT_TRUE(index.ok());
+  EXPECT_EQ(last_done, index->file_size);
+  EXPECT_EQ(last_total, index->file_size);
+}
+
+}  // namespace
+}  // namespace croupier

@@ -1,0 +1,58 @@
+// The croupier command: one binary, one subcommand per job.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tools/commands.h"
+
+namespace {
+
+constexpr char kUsage[] = R"(croupier: deals the batches of one input pipeline to N trainers.
+
+usage: croupier COMMAND [OPTIONS]
+
+data commands:
+  inspect FILE [--limit K] [--json]   print the features of each record of a TFRecord file
+  index FILES... [--cache-dir DIR]    build the record index of TFRecord files ahead of time
+  plan  ...                           print an epoch's deal (croupier plan --help)
+  synth --out DIR ...                 write a synthetic TFRecord dataset (croupier synth --help)
+
+  croupier --version    print the version
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "help") || !std::strcmp(argv[1], "--help") ||
+      !std::strcmp(argv[1], "-h")) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (!std::strcmp(argv[1], "--version")) {
+    std::printf("croupier %s\n", CROUPIER_VERSION);
+    return 0;
+  }
+  std::string command = argv[1];
+  std::vector<std::string> args(argv + 2, argv + argc);
+  absl::Status status;
+  if (command == "inspect") {
+    status = croupier::cli::InspectCommand(args);
+  } else if (command == "index") {
+    status = croupier::cli::IndexCommand(args);
+  } else if (command == "plan") {
+    status = croupier::cli::PlanCommand(args);
+  } else if (command == "synth") {
+    status = croupier::cli::SynthCommand(args);
+  } else {
+    std::fprintf(stderr, "croupier: unknown command '%s'\n\n%s", command.c_str(), kUsage);
+    return 2;
+  }
+  if (!status.ok()) {
+    std::fprintf(stderr, "croupier %s: %s: %s\n", command.c_str(),
+                 absl::StatusCodeToString(status.code()).c_str(),
+                 std::string(status.message()).c_str());
+    return absl::IsInvalidArgument(status) ? 2 : 1;
+  }
+  return 0;
+}
