@@ -15,6 +15,11 @@ absl::Status InspectCommand(const std::vector<std::string>& args);
 absl::Status IndexCommand(const std::vector<std::string>& args);
 absl::Status PlanCommand(const std::vector<std::string>& args);
 absl::Status SynthCommand(const std::vector<std::string>& args);
+absl::Status DispatcherCommand(const std::vector<std::string>& args);
+absl::Status ProducerCommand(const std::vector<std::string>& args);
+absl::Status JobCommand(const std::vector<std::string>& args);
+absl::Status StatusCommand(const std::vector<std::string>& args);
+absl::Status ConsumeCommand(const std::vector<std::string>& args);
 
 // Expands each argument as a glob (a plain path matches itself) and returns the files, in
 // argument order, each glob's matches sorted. NOT_FOUND names a pattern that matched nothing.

@@ -12,6 +12,14 @@ constexpr char kUsage[] = R"(croupier: deals the batches of one input pipeline t
 
 usage: croupier COMMAND [OPTIONS]
 
+service commands:
+  dispatcher --work-dir DIR [--port P]      run the dispatcher (croupier dispatcher --help)
+  producer --dispatcher HOST:PORT           run a producer (croupier producer --help)
+  job create|show --dispatcher HOST:PORT    define a job, or show one (croupier job)
+  status HOST:PORT [--json]                 jobs, producers and consumers
+  consume --dispatcher HOST:PORT --job NAME --rank R --world N
+                                            take a rank's batches, one JSON line each
+
 data commands:
   inspect FILE [--limit K] [--json]   print the features of each record of a TFRecord file
   index FILES... [--cache-dir DIR]    build the record index of TFRecord files ahead of time
@@ -44,6 +52,16 @@ int main(int argc, char** argv) {
     status = croupier::cli::PlanCommand(args);
   } else if (command == "synth") {
     status = croupier::cli::SynthCommand(args);
+  } else if (command == "dispatcher") {
+    status = croupier::cli::DispatcherCommand(args);
+  } else if (command == "producer") {
+    status = croupier::cli::ProducerCommand(args);
+  } else if (command == "job") {
+    status = croupier::cli::JobCommand(args);
+  } else if (command == "status") {
+    status = croupier::cli::StatusCommand(args);
+  } else if (command == "consume") {
+    status = croupier::cli::ConsumeCommand(args);
   } else {
     std::fprintf(stderr, "croupier: unknown command '%s'\n\n%s", command.c_str(), kUsage);
     return 2;

@@ -31,7 +31,8 @@ TEST(Crc32cTest, HardwareMatchesPortableAtEveryLengthAndAlignment) {
   std::mt19937_64 rng(7);
   std::string buf(3 * 8192 * 2 + 4096, '\0');
   for (char& c : buf) c = static_cast<char>(rng());
-  for (size_t len : {0, 1, 7, 8, 9, 255, 256, 767, 768, 769, 3000, 24575, 24576, 24577, 50000}) {
+  for (size_t len : {0, 1, 7, 8, 9, 191, 192, 193, 255, 256, 383, 767, 768, 769, 1024, 1200,
+                     3000, 24575, 24576, 24577, 50000}) {
     for (size_t align = 0; align < 8; ++align) {
       if (align + len > buf.size()) continue;
       uint32_t seed = static_cast<uint32_t>(rng());

@@ -1,0 +1,93 @@
+// The consumer: the library inside each trainer (rank r of N). It fetches its own batches of a
+// job straight from the producers, in order, with a bounded prefetch window, and acknowledges its
+// position to the dispatcher.
+//
+//   auto consumer = Consumer::Connect({.dispatcher = "host:5050", .job = "train",
+//                                      .rank = r, .world = n});
+//   for (uint64_t epoch = 0; epoch < 3; ++epoch) {
+//     RETURN_IF_ERROR((*consumer)->StartEpoch(epoch));
+//     while (true) {
+//       ASSIGN_OR_RETURN(std::optional<Batch> batch, (*consumer)->Next());
+//       if (!batch) break;  // the end of the epoch, at the same step for every rank (dealt)
+//       ...
+//     }
+//   }
+#ifndef CROUPIER_INCLUDE_CROUPIER_CONSUMER_H_
+#define CROUPIER_INCLUDE_CROUPIER_CONSUMER_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "croupier/batch.h"
+
+namespace croupier {
+
+struct ConsumerOptions {
+  std::string dispatcher;  // host:port
+  std::string job;
+  uint32_t rank = 0;
+  uint32_t world = 0;      // must equal the job's number of consumers
+  std::string auth_token;  // empty: $CROUPIER_AUTH_TOKEN, else none
+  // The prefetch window: at most this many batches, and about this many bytes, fetched ahead.
+  uint32_t prefetch_batches = 4;
+  uint64_t prefetch_bytes = uint64_t{256} << 20;
+  // The longest wait for the dispatcher, or for one batch, before an error. Nothing waits longer.
+  absl::Duration timeout = absl::Seconds(60);
+};
+
+// What a consumer knows of its job.
+struct JobSummary {
+  std::string name;
+  std::string features;        // the feature spec text
+  std::string mode;            // "dealt" or "first_come"
+  uint32_t num_consumers = 0;
+  uint32_t batch_size = 0;
+  uint64_t num_records = 0;
+  uint64_t num_epochs = 0;     // 0: unbounded
+  uint64_t steps_per_epoch = 0;  // dealt: every consumer's steps in each epoch
+};
+
+// Where a consumer is: the next step it will take in `epoch`.
+struct ConsumerPosition {
+  uint64_t epoch = 0;
+  uint64_t step = 0;
+};
+
+// Thread-compatible: call StartEpoch and Next from one thread at a time. Close may be called from
+// any thread and wakes a blocked Next with CANCELLED.
+class Consumer {
+ public:
+  // Registers rank `rank` with the dispatcher. Errors: DEADLINE_EXCEEDED naming the address when
+  // the dispatcher cannot be reached within `timeout`; NOT_FOUND for an unknown job;
+  // INVALID_ARGUMENT for a world size that differs from the job's; ALREADY_EXISTS when another
+  // live consumer holds the rank; UNAUTHENTICATED; FAILED_PRECONDITION for a protocol mismatch.
+  static absl::StatusOr<std::unique_ptr<Consumer>> Connect(ConsumerOptions options);
+  virtual ~Consumer() = default;
+
+  virtual const JobSummary& job() const = 0;
+
+  // Starts epoch `epoch` at `step` (dealt mode; first_come accepts only step 0), dropping whatever
+  // was prefetched. OUT_OF_RANGE past a bounded job's last epoch or past the epoch's steps.
+  virtual absl::Status StartEpoch(uint64_t epoch, uint64_t step = 0) = 0;
+
+  // The next batch of the epoch, or nullopt at its end. Batches arrive in step order (dealt) and
+  // share no memory with each other. DEADLINE_EXCEEDED naming the job, epoch, step and producer
+  // when a batch does not come within `timeout`; other errors as the producer reported them (e.g.
+  // DATA_LOSS naming the file and offset). After an error, StartEpoch at position() retries.
+  virtual absl::StatusOr<std::optional<Batch>> Next() = 0;
+
+  // The next step Next() will return; the dispatcher is told it with every heartbeat.
+  virtual ConsumerPosition position() const = 0;
+
+  // Stops fetching and heartbeats. Idempotent.
+  virtual void Close() = 0;
+};
+
+}  // namespace croupier
+
+#endif  // CROUPIER_INCLUDE_CROUPIER_CONSUMER_H_

@@ -1,0 +1,271 @@
+// The consumer: registration and heartbeats with the dispatcher, and the epoch's batches through
+// a Prefetcher whose fetch function finds each batch's producer and fetches from it.
+#include "croupier/consumer.h"
+
+#include <atomic>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "src/common/logging.h"
+#include "src/common/retry.h"
+#include "src/common/status_macros.h"
+#include "src/consumer/peers.h"
+#include "src/consumer/prefetcher.h"
+#include "src/rpc/dispatcher_client.h"
+#include "src/rpc/grpc_util.h"
+
+namespace croupier {
+namespace {
+
+// How long one fetch attempt may wait for a producer before the consumer asks the dispatcher
+// again where the batch is.
+constexpr absl::Duration kAttemptTimeout = absl::Seconds(5);
+// first_come: how long one attempt waits on one producer before trying the others.
+constexpr absl::Duration kAnyAttemptTimeout = absl::Milliseconds(200);
+
+JobSummary Summarize(const v1::JobInfo& job) {
+  JobSummary s;
+  s.name = job.spec().name();
+  s.features = job.spec().features();
+  s.mode = job.spec().mode();
+  s.num_consumers = job.spec().num_consumers();
+  s.batch_size = job.spec().batch_size();
+  s.num_records = job.num_records();
+  s.num_epochs = job.spec().num_epochs();
+  s.steps_per_epoch = job.steps_per_epoch();
+  return s;
+}
+
+class ConsumerImpl final : public Consumer {
+ public:
+  ConsumerImpl(ConsumerOptions options, std::unique_ptr<rpc::DispatcherClient> dispatcher,
+               uint64_t id, const v1::JobInfo& job, absl::Duration heartbeat_interval)
+      : options_(std::move(options)),
+        dispatcher_(std::move(dispatcher)),
+        id_(id),
+        info_(job),
+        job_(Summarize(job)),
+        peers_(dispatcher_.get(), options_.job,
+               DataClientOptions{.auth_token = options_.auth_token}),
+        heartbeat_interval_(heartbeat_interval) {
+    heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+  }
+  ~ConsumerImpl() override { Close(); }
+
+  const JobSummary& job() const override { return job_; }
+
+  absl::Status StartEpoch(uint64_t epoch, uint64_t step) override {
+    if (closed_.HasBeenNotified()) return absl::CancelledError("the consumer is closed");
+    if (job_.num_epochs != 0 && epoch >= job_.num_epochs) {
+      return absl::OutOfRangeError(
+          absl::StrCat("job '", job_.name, "' has ", job_.num_epochs, " epochs; no epoch ", epoch));
+    }
+    const bool first_come = job_.mode == "first_come";
+    if (first_come && step != 0) {
+      return absl::InvalidArgumentError("a first_come job can only start an epoch at step 0");
+    }
+    if (!first_come && step > job_.steps_per_epoch) {
+      return absl::OutOfRangeError(absl::StrCat("job '", job_.name, "' has ", job_.steps_per_epoch,
+                                                " steps per epoch; no step ", step));
+    }
+    prefetcher_.reset();  // joins the old epoch's workers
+    epoch_ = epoch;
+    Prefetcher::Options p{.first = step,
+                          .end = first_come ? UINT64_MAX : job_.steps_per_epoch,
+                          .max_batches = options_.prefetch_batches,
+                          .max_bytes = options_.prefetch_bytes,
+                          .any_order = first_come};
+    FetchFn fetch = first_come ? FetchFn([this, epoch](uint64_t) { return FetchAny(epoch); })
+                               : FetchFn([this, epoch](uint64_t s) { return FetchStep(epoch, s); });
+    prefetcher_ = std::make_unique<Prefetcher>(p, std::move(fetch));
+    SetPosition(epoch, step);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::optional<Batch>> Next() override {
+    if (prefetcher_ == nullptr) {
+      return absl::FailedPreconditionError("call StartEpoch before Next");
+    }
+    absl::Time start = absl::Now();
+    auto batch = prefetcher_->Next();
+    wait_nanos_ += absl::ToInt64Nanoseconds(absl::Now() - start);
+    if (batch.ok() && batch->has_value()) {
+      ++batches_;
+      bytes_ += (*batch)->bytes().size();
+      SetPosition(epoch_, position().step + 1);
+    }
+    return batch;
+  }
+
+  ConsumerPosition position() const override {
+    absl::MutexLock lock(&mu_);
+    return position_;
+  }
+
+  void Close() override {
+    std::call_once(close_once_, [this] {
+      closed_.Notify();
+      peers_.CancelAll();
+      if (prefetcher_) prefetcher_->Cancel();
+      if (heartbeat_.joinable()) heartbeat_.join();
+      prefetcher_.reset();
+    });
+  }
+
+ private:
+  void SetPosition(uint64_t epoch, uint64_t step) {
+    absl::MutexLock lock(&mu_);
+    position_ = {epoch, step};
+  }
+
+  // Dealt: global batch step*N + rank, from the producer that holds its task.
+  absl::StatusOr<Batch> FetchStep(uint64_t epoch, uint64_t step) {
+    const uint64_t g = step * job_.num_consumers + options_.rank;
+    const BatchKey key{options_.job, epoch, g};
+    const absl::Time deadline = absl::Now() + options_.timeout;
+    absl::StatusOr<Batch> result = absl::UnavailableError("not fetched");
+    std::string where = "no producer";
+    absl::Status status = RetryWithBackoff(
+        absl::StrCat("job '", options_.job, "' epoch ", epoch, " step ", step, " (global batch ",
+                     g, ")"),
+        deadline,
+        [&](int attempt) -> absl::Status {
+          if (closed_.HasBeenNotified()) return absl::CancelledError("the consumer is closed");
+          auto address = peers_.Locate(epoch, g, /*refresh=*/attempt > 0);
+          if (!address.ok()) return address.status();
+          where = *address;
+          auto client = peers_.Client(*address);
+          if (!client.ok()) {
+            peers_.Forget(*address);
+            return absl::UnavailableError(client.status().message());
+          }
+          result = (*client)->Fetch(key, std::min(deadline, absl::Now() + kAttemptTimeout));
+          if (result.ok()) return absl::OkStatus();
+          // The producer no longer holds the batch, or went away: ask the dispatcher again.
+          if (absl::IsNotFound(result.status()) || absl::IsUnavailable(result.status())) {
+            peers_.Forget(*address);
+            return absl::UnavailableError(result.status().message());
+          }
+          return result.status();
+        },
+        RetryOptions{.max_backoff = absl::Milliseconds(500)});
+    if (!status.ok()) {
+      return absl::Status(status.code(), absl::StrCat(status.message(), " [last producer: ", where,
+                                                      "]"));
+    }
+    return result;
+  }
+
+  // first_come: any ready batch of the epoch from any producer holding its tasks.
+  absl::StatusOr<Batch> FetchAny(uint64_t epoch) {
+    const absl::Time deadline = absl::Now() + options_.timeout;
+    while (!closed_.HasBeenNotified()) {
+      ASSIGN_OR_RETURN(auto located, peers_.LocateEpoch(epoch, info_.batches_per_epoch()));
+      auto& [addresses, finished] = located;
+      if (finished) return absl::OutOfRangeError("the epoch is finished");
+      for (const std::string& address : addresses) {
+        auto client = peers_.Client(address);
+        if (!client.ok()) {
+          peers_.Forget(address);
+          continue;
+        }
+        auto got = (*client)->FetchAny(options_.job, epoch,
+                                       std::min(deadline, absl::Now() + kAnyAttemptTimeout));
+        if (got.ok()) return std::move(got->second);
+        if (absl::IsUnavailable(got.status())) peers_.Forget(address);
+        if (!absl::IsOutOfRange(got.status()) && !absl::IsDeadlineExceeded(got.status()) &&
+            !absl::IsUnavailable(got.status()) && !absl::IsNotFound(got.status())) {
+          return got.status();
+        }
+      }
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "job '", options_.job, "' epoch ", epoch, ": no batch from any producer within ",
+            absl::FormatDuration(options_.timeout)));
+      }
+      if (addresses.empty()) closed_.WaitForNotificationWithTimeout(absl::Milliseconds(50));
+    }
+    return absl::CancelledError("the consumer is closed");
+  }
+
+  void HeartbeatLoop() {
+    while (!closed_.WaitForNotificationWithTimeout(heartbeat_interval_)) {
+      SendHeartbeat();
+    }
+    SendHeartbeat();  // the final position
+  }
+
+  void SendHeartbeat() {
+    v1::ConsumerHeartbeatRequest request;
+    request.set_consumer_id(id_);
+    request.set_job(options_.job);
+    request.set_rank(options_.rank);
+    request.set_world(options_.world);
+    ConsumerPosition p = position();
+    request.set_epoch(p.epoch);
+    request.set_step(p.step);
+    request.set_batches_received(batches_);
+    request.set_bytes_received(bytes_);
+    request.set_wait_seconds(wait_nanos_ / 1e9);
+    auto response = dispatcher_->ConsumerHeartbeat(request);
+    if (!response.ok()) {
+      Log(LogLevel::kWarning, "consumer",
+          absl::StrCat("job '", options_.job, "' rank ", options_.rank,
+                       ": heartbeat failed: ", response.status().ToString()));
+    }
+  }
+
+  const ConsumerOptions options_;
+  std::unique_ptr<rpc::DispatcherClient> dispatcher_;
+  const uint64_t id_;
+  const v1::JobInfo info_;
+  const JobSummary job_;
+  Peers peers_;
+  const absl::Duration heartbeat_interval_;
+
+  mutable absl::Mutex mu_;
+  ConsumerPosition position_ ABSL_GUARDED_BY(mu_);
+  uint64_t epoch_ = 0;
+  std::unique_ptr<Prefetcher> prefetcher_;
+  std::atomic<uint64_t> batches_{0}, bytes_{0};
+  std::atomic<int64_t> wait_nanos_{0};
+  absl::Notification closed_;
+  std::thread heartbeat_;
+  std::once_flag close_once_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Consumer>> Consumer::Connect(ConsumerOptions options) {
+  if (options.dispatcher.empty() || options.job.empty()) {
+    return absl::InvalidArgumentError("a consumer needs a dispatcher address and a job name");
+  }
+  if (options.world == 0 || options.rank >= options.world) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank, " is not in [0, world ",
+                                                   options.world, ")"));
+  }
+  options.auth_token = rpc::ResolveAuthToken(options.auth_token);
+  auto dispatcher = rpc::DispatcherClient::Create(
+      options.dispatcher,
+      {.auth_token = options.auth_token,
+       .call_timeout = std::min(options.timeout, absl::Seconds(10)),
+       .timeout = options.timeout});
+  v1::ConsumerHeartbeatRequest request;
+  request.set_job(options.job);
+  request.set_rank(options.rank);
+  request.set_world(options.world);
+  ASSIGN_OR_RETURN(v1::ConsumerHeartbeatResponse response,
+                   dispatcher->ConsumerHeartbeat(request));
+  absl::Duration interval = absl::Milliseconds(
+      response.heartbeat_interval_ms() ? response.heartbeat_interval_ms() : 1000);
+  Log(LogLevel::kDebug, "consumer",
+      absl::StrCat("job '", options.job, "' rank ", options.rank, "/", options.world,
+                   " registered as consumer ", response.consumer_id(), " with ",
+                   options.dispatcher));
+  return std::unique_ptr<Consumer>(new ConsumerImpl(std::move(options), std::move(dispatcher),
+                                                    response.consumer_id(), response.job(),
+                                                    interval));
+}
+
+}  // namespace croupier

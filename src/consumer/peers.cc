@@ -1,0 +1,98 @@
+#include "src/consumer/peers.h"
+
+#include "absl/strings/str_cat.h"
+#include "src/common/status_macros.h"
+
+namespace croupier {
+
+Peers::~Peers() { CancelAll(); }
+
+absl::StatusOr<std::string> Peers::Locate(uint64_t epoch, uint64_t batch, bool refresh) {
+  if (!refresh) {
+    absl::MutexLock lock(&mu_);
+    auto& ranges = tasks_[epoch];
+    auto it = ranges.upper_bound(batch);
+    if (it != ranges.begin()) {
+      --it;
+      if (batch < it->second.end && !it->second.address.empty()) return it->second.address;
+    }
+  }
+  v1::LocateRequest request;
+  request.set_job(job_);
+  request.set_epoch(epoch);
+  request.set_first_batch(batch);
+  request.set_num_batches(1);
+  ASSIGN_OR_RETURN(v1::LocateResponse response, dispatcher_->Locate(request));
+  std::string address;
+  absl::MutexLock lock(&mu_);
+  auto& ranges = tasks_[epoch];
+  for (const auto& t : response.tasks()) {
+    const uint64_t first = t.task().first_batch(), end = first + t.task().num_batches();
+    ranges[first] = Range{end, t.producer_address()};
+    if (first <= batch && batch < end) address = t.producer_address();
+  }
+  if (address.empty()) {
+    return absl::UnavailableError(absl::StrCat("batch ", batch, " of job '", job_, "' epoch ",
+                                               epoch, " is not assigned to a producer yet"));
+  }
+  return address;
+}
+
+absl::StatusOr<std::pair<std::vector<std::string>, bool>> Peers::LocateEpoch(
+    uint64_t epoch, uint64_t num_batches) {
+  v1::LocateRequest request;
+  request.set_job(job_);
+  request.set_epoch(epoch);
+  request.set_first_batch(0);
+  request.set_num_batches(num_batches);
+  ASSIGN_OR_RETURN(v1::LocateResponse response, dispatcher_->Locate(request));
+  std::vector<std::string> addresses;
+  for (const auto& t : response.tasks()) {
+    const std::string& a = t.producer_address();
+    if (!a.empty() && std::find(addresses.begin(), addresses.end(), a) == addresses.end()) {
+      addresses.push_back(a);
+    }
+  }
+  return std::make_pair(std::move(addresses), response.epoch_finished());
+}
+
+absl::StatusOr<DataClient*> Peers::Client(const std::string& address) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) return absl::CancelledError("the consumer is closed");
+    auto it = clients_.find(address);
+    if (it != clients_.end()) return it->second.get();
+  }
+  // Connect outside the lock: it may take up to the connect timeout.
+  ASSIGN_OR_RETURN(std::unique_ptr<DataClient> client,
+                   Transport::Tcp()->Connect(address, client_options_));
+  absl::MutexLock lock(&mu_);
+  if (cancelled_) {
+    client->Cancel();
+    return absl::CancelledError("the consumer is closed");
+  }
+  auto [it, inserted] = clients_.emplace(address, std::move(client));
+  return it->second.get();
+}
+
+void Peers::Forget(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  auto it = clients_.find(address);
+  if (it == clients_.end()) return;
+  retired_.push_back(std::move(it->second));
+  clients_.erase(it);
+  for (auto& [epoch, ranges] : tasks_) {
+    for (auto& [first, range] : ranges) {
+      if (range.address == address) range.address.clear();
+    }
+  }
+}
+
+void Peers::CancelAll() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  for (auto& [address, client] : clients_) client->Cancel();
+  for (auto& client : retired_) client->Cancel();
+}
+
+}  // namespace croupier

@@ -1,0 +1,152 @@
+// ConsumerHeartbeat: registration, ranks, expiry and takeover, positions.
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/dispatcher/test_util.h"
+
+namespace croupier {
+namespace {
+
+using ::testing::HasSubstr;
+
+class DispatcherConsumerHeartbeatTest : public testing::DispatcherTest {
+ protected:
+  void SetUp() override {
+    DispatcherTest::SetUp();
+    // 40 records, batches of 2 for 4 consumers: 20 batches, 5 steps per epoch; 2 epochs.
+    WriteData({40});
+    ASSERT_TRUE(Create(Spec("train", 2, 4, /*num_epochs=*/2)).ok());
+  }
+
+  void ExpectError(const absl::StatusOr<v1::ConsumerHeartbeatResponse>& r, absl::StatusCode code,
+                   const std::string& substring) {
+    EXPECT_EQ(r.status().code(), code) << r.status();
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(substring));
+  }
+
+  const v1::ConsumerStatus* StatusOf(uint64_t id) {
+    status_ = *impl_->GetStatus({});
+    for (const v1::ConsumerStatus& c : status_.consumers()) {
+      if (c.consumer_id() == id) return &c;
+    }
+    return nullptr;
+  }
+
+  v1::StatusResponse status_;
+};
+
+TEST_F(DispatcherConsumerHeartbeatTest, RegistersAndReturnsTheJob) {
+  auto r = Consumer(0, "train", 2, 4);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->consumer_id(), 1u);
+  EXPECT_EQ(r->job().spec().name(), "train");
+  EXPECT_EQ(r->job().steps_per_epoch(), 5u);
+  EXPECT_EQ(r->heartbeat_interval_ms(), 1000u);
+  r = Consumer(0, "train", 0, 4, /*epoch=*/1, /*step=*/3);  // resuming from a checkpoint
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->consumer_id(), 2u);
+  const v1::ConsumerStatus* c = StatusOf(2);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->job(), "train");
+  EXPECT_EQ(c->rank(), 0u);
+  EXPECT_EQ(c->epoch(), 1u);
+  EXPECT_EQ(c->step(), 3u);
+}
+
+TEST_F(DispatcherConsumerHeartbeatTest, RegistrationErrors) {
+  ExpectError(Consumer(0, "test", 0, 4), absl::StatusCode::kNotFound,
+              "job 'test' is unknown (jobs: train)");
+  ExpectError(Consumer(0, "train", 0, 2), absl::StatusCode::kInvalidArgument,
+              "job 'train' deals to 4 consumers, but this consumer says world size 2");
+  ExpectError(Consumer(0, "train", 4, 4), absl::StatusCode::kInvalidArgument,
+              "rank 4 is out of range: job 'train' deals to 4 consumers, ranks 0 to 3");
+  ExpectError(Consumer(0, "train", 0, 4, 2, 1), absl::StatusCode::kInvalidArgument,
+              "past the end of job 'train', which has 2 epochs");
+  ExpectError(Consumer(0, "train", 0, 4, 0, 6), absl::StatusCode::kInvalidArgument,
+              "job 'train' has 5 steps per epoch");
+  EXPECT_TRUE(impl_->GetStatus({})->consumers().empty());
+}
+
+TEST_F(DispatcherConsumerHeartbeatTest, DuplicateRankOfALiveConsumer) {
+  ASSERT_TRUE(Consumer(0, "train", 1, 4).ok());
+  clock_->Advance(absl::Milliseconds(3200));
+  ExpectError(Consumer(0, "train", 1, 4), absl::StatusCode::kAlreadyExists,
+              "rank 1 of job 'train' is held by consumer 1 (last heartbeat 3.2 s ago); a rank is "
+              "freed after 60 s without a heartbeat");
+  ASSERT_TRUE(Consumer(1, "train", 1, 4).ok());
+  clock_->Advance(absl::Seconds(59));
+  ExpectError(Consumer(0, "train", 1, 4), absl::StatusCode::kAlreadyExists, "held by consumer 1");
+}
+
+TEST_F(DispatcherConsumerHeartbeatTest, SilentHolderIsReplaced) {
+  ASSERT_TRUE(Consumer(0, "train", 1, 4).ok());
+  clock_->Advance(absl::Seconds(61));
+  auto r = Consumer(0, "train", 1, 4);  // before any Tick
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->consumer_id(), 2u);
+  ExpectError(Consumer(1, "train", 1, 4), absl::StatusCode::kNotFound,
+              "consumer 1 is unknown (replaced by consumer 2 after 61 s without a heartbeat); "
+              "register again");
+}
+
+TEST_F(DispatcherConsumerHeartbeatTest, TickExpiresSilentConsumers) {
+  ASSERT_TRUE(Consumer(0, "train", 0, 4).ok());
+  ASSERT_TRUE(Consumer(0, "train", 1, 4).ok());
+  for (int i = 0; i < 4; ++i) {
+    clock_->Advance(absl::Seconds(20));
+    ASSERT_TRUE(Consumer(2, "train", 1, 4).ok());
+    impl_->Tick();
+  }
+  EXPECT_EQ(StatusOf(1), nullptr);
+  EXPECT_NE(StatusOf(2), nullptr);
+  ExpectError(Consumer(1, "train", 0, 4), absl::StatusCode::kNotFound,
+              "consumer 1 is unknown (expired after 60 s without a heartbeat); register again");
+  auto r = Consumer(0, "train", 0, 4);  // the rank is free
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->consumer_id(), 3u);
+  ExpectError(Consumer(9, "train", 0, 4), absl::StatusCode::kNotFound, "consumer 9 is unknown");
+}
+
+TEST_F(DispatcherConsumerHeartbeatTest, PositionsAndStats) {
+  ASSERT_TRUE(Consumer(0, "train", 3, 4).ok());
+  v1::ConsumerHeartbeatRequest request;
+  request.set_consumer_id(1);
+  request.set_job("train");
+  request.set_rank(3);
+  request.set_world(4);
+  request.set_epoch(0);
+  request.set_step(4);
+  request.set_batches_received(4);
+  request.set_bytes_received(1 << 20);
+  request.set_wait_seconds(0.25);
+  ASSERT_TRUE(impl_->ConsumerHeartbeat(request).ok());
+  clock_->Advance(absl::Seconds(2));
+  const v1::ConsumerStatus* c = StatusOf(1);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->step(), 4u);
+  EXPECT_EQ(c->batches_received(), 4u);
+  EXPECT_EQ(c->bytes_received(), 1u << 20);
+  EXPECT_DOUBLE_EQ(c->wait_seconds(), 0.25);
+  EXPECT_DOUBLE_EQ(c->seconds_since_heartbeat(), 2.0);
+  EXPECT_THAT(impl_->StateDebugString(), HasSubstr("consumer 1 'train' rank 3 at 0/4"));
+
+  // The end of an epoch, then the end of the job.
+  ASSERT_TRUE(Consumer(1, "train", 3, 4, 0, 5).ok());
+  ASSERT_TRUE(Consumer(1, "train", 3, 4, 2, 0).ok());
+  EXPECT_EQ(StatusOf(1)->epoch(), 2u);
+  ExpectError(Consumer(1, "train", 3, 4, 1, 6), absl::StatusCode::kInvalidArgument,
+              "5 steps per epoch");
+  EXPECT_EQ(StatusOf(1)->epoch(), 2u);  // unchanged
+  ExpectError(Consumer(1, "train", 2, 4, 1, 0), absl::StatusCode::kInvalidArgument,
+              "consumer 1 registered as rank 3 of job 'train', but this heartbeat says rank 2");
+  // A heartbeat that gives only the id and position is fine.
+  v1::ConsumerHeartbeatRequest bare;
+  bare.set_consumer_id(1);
+  bare.set_epoch(1);
+  ASSERT_TRUE(impl_->ConsumerHeartbeat(bare).ok());
+  EXPECT_EQ(StatusOf(1)->epoch(), 1u);
+}
+
+}  // namespace
+}  // namespace croupier

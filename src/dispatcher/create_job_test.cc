@@ -1,0 +1,262 @@
+// CreateJob and GetJob against real TFRecord files.
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/dispatcher/test_util.h"
+
+namespace croupier {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+class DispatcherCreateJobTest : public testing::DispatcherTest {
+ protected:
+  void ExpectRefused(const v1::JobSpec& spec, absl::StatusCode code, const std::string& substring) {
+    absl::StatusOr<v1::JobInfo> info = Create(spec);
+    EXPECT_EQ(info.status().code(), code) << info.status();
+    EXPECT_THAT(std::string(info.status().message()), StartsWith("job '" + spec.name() + "': "));
+    EXPECT_THAT(std::string(info.status().message()), HasSubstr(substring));
+    EXPECT_EQ(impl_->StateDebugString().find("job 0"), std::string::npos) << "no job was created";
+  }
+};
+
+TEST_F(DispatcherCreateJobTest, CountsWithDrop) {
+  WriteData({10, 0, 13});  // 23 records
+  absl::StatusOr<v1::JobInfo> info = Create(Spec("train", 2, 3));
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->num_records(), 23u);
+  // Rounds of 3 batches of 2: floor(23 / 6) = 3 rounds.
+  EXPECT_EQ(info->batches_per_epoch(), 9u);
+  EXPECT_EQ(info->steps_per_epoch(), 3u);
+  EXPECT_EQ(info->batches_per_task(), 12u);  // 3 consumers * 4 rounds
+  ASSERT_EQ(info->files_size(), 3);
+  EXPECT_EQ(info->files(0).path(), dir_.Join("data/part-0.tfrecord"));
+  EXPECT_EQ(info->files(0).num_records(), 10u);
+  EXPECT_EQ(info->files(1).num_records(), 0u);
+  EXPECT_EQ(info->files(2).num_records(), 13u);
+  // Defaults filled in.
+  EXPECT_EQ(info->spec().shuffle(), "global");
+  EXPECT_EQ(info->spec().remainder(), "drop");
+  EXPECT_EQ(info->spec().mode(), "dealt");
+  EXPECT_EQ(info->spec().block_size(), 1024u);
+  EXPECT_EQ(info->spec().window_blocks(), 16u);
+  EXPECT_EQ(info->spec().features(), testing::kTestFeatures);
+  EXPECT_EQ(info->spec().files(0), dir_.Join("data/*.tfrecord"));  // as given
+
+  absl::StatusOr<v1::GetJobResponse> got = impl_->GetJob([] {
+    v1::GetJobRequest r;
+    r.set_name("train");
+    return r;
+  }());
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->job().ShortDebugString(), info->ShortDebugString());
+}
+
+TEST_F(DispatcherCreateJobTest, CountsWithPad) {
+  WriteData({23});
+  v1::JobSpec spec = Spec("train", 2, 3);
+  spec.set_remainder("pad");
+  DispatcherOptions options;
+  options.rounds_per_task = 2;
+  Recreate(options);
+  absl::StatusOr<v1::JobInfo> info = Create(spec);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->batches_per_epoch(), 12u);  // ceil(23 / 6) = 4 rounds
+  EXPECT_EQ(info->steps_per_epoch(), 4u);
+  EXPECT_EQ(info->batches_per_task(), 6u);
+}
+
+TEST_F(DispatcherCreateJobTest, OptionsAreChecked) {
+  DispatcherOptions options;
+  options.producer_timeout = absl::ZeroDuration();
+  auto impl = DispatcherImpl::Create(options);
+  EXPECT_EQ(impl.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(impl.status().message()), HasSubstr("producer_timeout is 0"));
+  options = DispatcherOptions();
+  options.rounds_per_task = 0;
+  impl = DispatcherImpl::Create(options);
+  EXPECT_EQ(impl.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(impl.status().message()), HasSubstr("rounds_per_task is 0"));
+}
+
+TEST_F(DispatcherCreateJobTest, GetUnknownJob) {
+  v1::GetJobRequest request;
+  request.set_name("nope");
+  auto got = impl_->GetJob(request);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(got.status().message()),
+              HasSubstr("job 'nope' is unknown (there are no jobs)"));
+}
+
+TEST_F(DispatcherCreateJobTest, NoFileMatches) {
+  WriteData({10});
+  v1::JobSpec spec = Spec("train", 2, 1);
+  spec.add_files(dir_.Join("other/*.tfrecord"));
+  ExpectRefused(spec, absl::StatusCode::kInvalidArgument,
+                "no file matches '" + dir_.Join("other/*.tfrecord") + "' (directory " +
+                    dir_.Join("other") + " does not exist)");
+  spec = Spec("train", 2, 1);
+  spec.set_files(0, dir_.Join("data/*.tfrec"));
+  ExpectRefused(spec, absl::StatusCode::kInvalidArgument,
+                "no file matches '" + dir_.Join("data/*.tfrec") + "'");
+  spec = Spec("train", 2, 1);
+  spec.set_files(0, dir_.Join("missing.tfrecord"));  // a plain path is a pattern too
+  ExpectRefused(spec, absl::StatusCode::kInvalidArgument, "no file matches");
+}
+
+TEST_F(DispatcherCreateJobTest, FileGivenTwice) {
+  WriteData({10});
+  v1::JobSpec spec = Spec("train", 2, 1);
+  spec.add_files(dir_.Join("data/part-0.tfrecord"));
+  ExpectRefused(spec, absl::StatusCode::kInvalidArgument,
+                "file " + dir_.Join("data/part-0.tfrecord") + " is given twice");
+}
+
+TEST_F(DispatcherCreateJobTest, CorruptFileKeepsItsCode) {
+  WriteData({4, 4});
+  std::ofstream(dir_.Join("data/part-1.tfrecord"), std::ios::app) << "garbage, not a record";
+  absl::StatusOr<v1::JobInfo> info = Create(Spec("train", 2, 1));
+  EXPECT_EQ(info.status().code(), absl::StatusCode::kDataLoss) << info.status();
+  EXPECT_THAT(std::string(info.status().message()), StartsWith("job 'train': "));
+  EXPECT_THAT(std::string(info.status().message()), HasSubstr(dir_.Join("data/part-1.tfrecord")));
+}
+
+TEST_F(DispatcherCreateJobTest, RecordThatIsNotAnExample) {
+  std::filesystem::create_directories(dir_.Join("data"));
+  testing::WriteFile(dir_.Join("data/a.tfrecord"), {"\xff\xff\xff", "x"});
+  ExpectRefused(Spec("train", 1, 1), absl::StatusCode::kDataLoss,
+                "record 0 of " + dir_.Join("data/a.tfrecord") + " is not a tf.train.Example");
+}
+
+TEST_F(DispatcherCreateJobTest, FeaturesCheckedAgainstTheFirstRecord) {
+  WriteData({0, 10});  // the first file is empty: record 0 of the second is checked
+  const std::string where = "in record 0 of " + dir_.Join("data/part-1.tfrecord");
+  v1::JobSpec spec = Spec("train", 2, 1);
+  spec.set_features("idx:int64,label:int64");
+  ExpectRefused(spec, absl::StatusCode::kInvalidArgument,
+                "feature 'label' is not in record 0 of " + dir_.Join("data/part-1.tfrecord") +
+                    " (it has idx, name, x)");
+  spec.set_features("idx:float32");
+  ExpectRefused(spec, absl::StatusCode::kInvalidArgument,
+                "feature 'idx' is float32 in the spec but int64_list " + where);
+  spec.set_features("name:int64");
+  ExpectRefused(spec, absl::StatusCode::kInvalidArgument,
+                "feature 'name' is int64 in the spec but bytes_list " + where);
+  spec.set_features("x:float32[3]");
+  ExpectRefused(spec, absl::StatusCode::kInvalidArgument,
+                "feature 'x' is x:float32[3] in the spec (3 values) but has 2 values " + where);
+  spec.set_features("x:float32");
+  ExpectRefused(spec, absl::StatusCode::kInvalidArgument, "(1 value) but has 2 values");
+  // Variable length and matching fixed shapes pass.
+  spec.set_features("x:float32[*],idx:int64[1],name:bytes[*]");
+  EXPECT_TRUE(Create(spec).ok());
+}
+
+TEST_F(DispatcherCreateJobTest, BadFeatureSpecText) {
+  WriteData({10});
+  v1::JobSpec spec = Spec("train", 2, 1);
+  spec.set_features("idx:int64,idx:int64");
+  ExpectRefused(spec, absl::StatusCode::kInvalidArgument, "idx");
+}
+
+TEST_F(DispatcherCreateJobTest, TooFewRecords) {
+  WriteData({5});
+  ExpectRefused(Spec("train", 2, 3), absl::StatusCode::kInvalidArgument,
+                "num_records is 5, fewer than batch_size*num_consumers = 2*3 = 6");
+  v1::JobSpec pad = Spec("train", 2, 3);
+  pad.set_remainder("pad");
+  absl::StatusOr<v1::JobInfo> info = Create(pad);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->batches_per_epoch(), 3u);
+}
+
+TEST_F(DispatcherCreateJobTest, NoRecordsAtAll) {
+  WriteData({0, 0});
+  ExpectRefused(Spec("train", 2, 1), absl::StatusCode::kInvalidArgument,
+                "the 2 files hold no records");
+}
+
+TEST_F(DispatcherCreateJobTest, SpecRefusalsNameTheJob) {
+  WriteData({10});
+  v1::JobSpec spec = Spec("train", 2, 0);
+  ExpectRefused(spec, absl::StatusCode::kInvalidArgument, "num_consumers is 0");
+  spec = Spec("train", 2, 1);
+  spec.set_mode("round_robin");
+  ExpectRefused(spec, absl::StatusCode::kInvalidArgument, "unknown mode 'round_robin'");
+  spec = Spec("train", 0, 1);
+  ExpectRefused(spec, absl::StatusCode::kInvalidArgument, "batch_size is 0");
+  spec = Spec("train", 2, 1);
+  spec.set_shuffle("blocks");
+  spec.set_window_blocks(0);  // a default, not an error
+  EXPECT_TRUE(Create(spec).ok());
+  auto bad_name = Create(Spec("no good", 2, 1));
+  EXPECT_EQ(bad_name.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad_name.status().message()), HasSubstr("job name 'no good' is invalid"));
+}
+
+TEST_F(DispatcherCreateJobTest, ExistingName) {
+  WriteData({20});
+  absl::StatusOr<v1::JobInfo> first = Create(Spec("train", 2, 2));
+  ASSERT_TRUE(first.ok()) << first.status();
+
+  auto again = Create(Spec("train", 2, 2));
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(again.status().message()),
+              HasSubstr("job 'train' already exists (with this spec; pass exist_ok to use it)"));
+
+  // exist_ok with an identical spec, defaults spelled out or not, gives the existing job.
+  v1::JobSpec explicit_defaults = Spec("train", 2, 2);
+  explicit_defaults.set_shuffle("global");
+  explicit_defaults.set_mode("dealt");
+  explicit_defaults.set_block_size(1024);
+  auto same = Create(explicit_defaults, /*exist_ok=*/true);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(same->ShortDebugString(), first->ShortDebugString());
+
+  auto different = Create(Spec("train", 4, 2), /*exist_ok=*/true);
+  EXPECT_EQ(different.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(different.status().message()),
+              HasSubstr("job 'train' already exists with a different spec: batch_size is 2 in the "
+                        "existing job, 4 in this request"));
+}
+
+TEST_F(DispatcherCreateJobTest, ConcurrentCreatesOfOneJobAllGetIt) {
+  WriteData({50, 50});
+  constexpr int kThreads = 6;
+  std::vector<absl::StatusOr<v1::JobInfo>> results(kThreads, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] { results[i] = Create(Spec("train", 2, 2), /*exist_ok=*/true); });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->ShortDebugString(), results[0]->ShortDebugString());
+  }
+  EXPECT_EQ(results[0]->num_records(), 100u);
+}
+
+TEST_F(DispatcherCreateJobTest, ConcurrentFailingCreatesAllFail) {
+  WriteData({50});
+  constexpr int kThreads = 4;
+  v1::JobSpec spec = Spec("train", 2, 2);
+  spec.set_features("missing:int64");
+  std::vector<absl::Status> results(kThreads);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] { results[i] = Create(spec, /*exist_ok=*/true).status(); });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& s : results) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("feature 'missing' is not in record 0"));
+  }
+}
+
+}  // namespace
+}  // namespace croupier

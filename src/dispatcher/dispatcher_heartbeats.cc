@@ -1,0 +1,320 @@
+// DispatcherImpl: producer and consumer heartbeats, registration and expiry.
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "src/common/logging.h"
+#include "src/common/status_macros.h"
+#include "src/dispatcher/dispatcher_impl.h"
+#include "src/dispatcher/job_spec.h"
+#include "src/dispatcher/locate.h"
+#include "src/dispatcher/task_assignment.h"
+
+namespace croupier {
+namespace {
+
+// How many removed producers and consumers keep their reason for the NOT_FOUND they get.
+constexpr size_t kMaxRemembered = 1024;
+
+// "10 s", "3.2 s".
+std::string Secs(absl::Duration d) {
+  return absl::StrCat(std::round(absl::ToDoubleSeconds(d) * 10) / 10, " s");
+}
+
+void Remember(std::map<uint64_t, std::string>& gone, uint64_t id, std::string reason) {
+  gone[id] = std::move(reason);
+  while (gone.size() > kMaxRemembered) gone.erase(gone.begin());
+}
+
+absl::Status Unknown(absl::string_view kind, uint64_t id, uint64_t next_id,
+                     const std::map<uint64_t, std::string>& gone) {
+  auto it = gone.find(id);
+  std::string why = it != gone.end() ? it->second
+                    : id >= next_id  ? "this dispatcher never registered it; it may have restarted"
+                                     : "it was removed";
+  return absl::NotFoundError(
+      absl::StrCat(kind, " ", id, " is unknown (", why, "); register again"));
+}
+
+}  // namespace
+
+absl::Time DispatcherImpl::ProducerLastHeartbeat(uint64_t id) const {
+  auto it = producer_info_.find(id);
+  return it == producer_info_.end() ? created_ : std::max(created_, it->second.last_heartbeat);
+}
+
+absl::Time DispatcherImpl::ConsumerLastHeartbeat(uint64_t id) const {
+  auto it = consumer_info_.find(id);
+  return it == consumer_info_.end() ? created_ : std::max(created_, it->second.last_heartbeat);
+}
+
+absl::Status DispatcherImpl::UnknownProducer(uint64_t id) const {
+  return Unknown("producer", id, state_.next_producer_id(), gone_producers_);
+}
+
+absl::Status DispatcherImpl::UnknownConsumer(uint64_t id) const {
+  return Unknown("consumer", id, state_.next_consumer_id(), gone_consumers_);
+}
+
+absl::StatusOr<uint64_t> DispatcherImpl::RegisterProducerLocked(const std::string& data_address,
+                                                                absl::Time now) {
+  if (data_address.empty()) {
+    return absl::InvalidArgumentError(
+        "a producer registers with the address of its data server (host:port), but none was given");
+  }
+  const uint64_t id = state_.next_producer_id();
+  if (const DispatcherState::Producer* old = state_.ProducerAt(data_address)) {
+    // Only one process can listen at an address: the old producer has restarted.
+    RETURN_IF_ERROR(RemoveProducerLocked(
+        old->id, absl::StrCat("replaced by producer ", id, " at the same address ", data_address)));
+  }
+  journal::Update update;
+  update.mutable_producer_registered()->set_producer_id(id);
+  update.mutable_producer_registered()->set_data_address(data_address);
+  RETURN_IF_ERROR(ApplyLocked(update));
+  producer_info_[id].last_heartbeat = now;
+  Log(LogLevel::kInfo, "dispatcher",
+      absl::StrCat("producer ", id, " registered with data address ", data_address));
+  return id;
+}
+
+absl::Status DispatcherImpl::RemoveProducerLocked(uint64_t id, std::string reason) {
+  const DispatcherState::Producer& producer = *state_.FindProducer(id);
+  const std::string message =
+      absl::StrCat("producer ", id, " at ", producer.data_address, " removed (", reason, "); its ",
+                   producer.tasks.size(), " unfinished tasks will be assigned again");
+  journal::Update update;
+  update.mutable_producer_removed()->set_producer_id(id);
+  RETURN_IF_ERROR(ApplyLocked(update));
+  producer_info_.erase(id);
+  Remember(gone_producers_, id, std::move(reason));
+  Log(LogLevel::kWarning, "dispatcher", message);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::ProducerHeartbeatResponse> DispatcherImpl::ProducerHeartbeat(
+    const v1::ProducerHeartbeatRequest& request) {
+  const absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  uint64_t id = request.producer_id();
+  if (id == 0) {
+    ASSIGN_OR_RETURN(id, RegisterProducerLocked(request.data_address(), now));
+  } else {
+    const DispatcherState::Producer* producer = state_.FindProducer(id);
+    if (producer == nullptr) return UnknownProducer(id);
+    if (!request.data_address().empty() && request.data_address() != producer->data_address) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("producer ", id, " registered with data address ", producer->data_address,
+                       ", but this heartbeat gives ", request.data_address(), "; register again"));
+    }
+  }
+
+  ProducerInfo& info = producer_info_[id];
+  info.last_heartbeat = now;
+  if (request.has_stats()) {
+    const uint64_t made = request.stats().batches_made();
+    if (info.has_rate_sample && now > info.rate_time) {
+      info.batches_per_second =
+          made < info.rate_batches
+              ? 0  // the counter went back: a restarted producer
+              : (made - info.rate_batches) / absl::ToDoubleSeconds(now - info.rate_time);
+    }
+    if (!info.has_rate_sample || now > info.rate_time) {
+      info.has_rate_sample = true;
+      info.rate_time = now;
+      info.rate_batches = made;
+    }
+    info.stats = request.stats();
+  }
+
+  for (uint64_t task_id : request.finished_tasks()) {
+    if (!state_.FindProducer(id)->tasks.contains(task_id)) {
+      // Finished already (a retried heartbeat), or never this producer's.
+      Log(LogLevel::kDebug, "dispatcher",
+          absl::StrCat("producer ", id, " reports task ", task_id,
+                       " finished, but does not own it; ignored"));
+      continue;
+    }
+    journal::Update update;
+    update.mutable_task_finished()->set_task_id(task_id);
+    update.mutable_task_finished()->set_producer_id(id);
+    RETURN_IF_ERROR(ApplyLocked(update));
+  }
+
+  v1::ProducerHeartbeatResponse response;
+  response.set_producer_id(id);
+  response.set_heartbeat_interval_ms(HeartbeatIntervalMs());
+  uint32_t slots = std::min(request.free_task_slots(), kMaxTasksPerHeartbeat);
+  // Orphans go first, so with a free slot the first task is an orphan anyway.
+  if (slots == 0 && !state_.orphans().empty()) slots = 1;
+  for (uint32_t i = 0; i < slots; ++i) {
+    std::optional<v1::Task> task = NextTask(state_);
+    if (!task) break;
+    journal::Update update;
+    *update.mutable_task_assigned()->mutable_task() = *task;
+    update.mutable_task_assigned()->set_producer_id(id);
+    RETURN_IF_ERROR(ApplyLocked(update));
+    if (info.jobs_sent.insert(task->job()).second) {
+      *response.add_jobs() = state_.FindJob(task->job())->info;
+    }
+    *response.add_new_tasks() = *std::move(task);
+  }
+  for (uint64_t task_id : info.revoked) response.add_revoked_tasks(task_id);
+  info.revoked.clear();
+  return response;
+}
+
+absl::StatusOr<uint64_t> DispatcherImpl::RegisterConsumerLocked(
+    const v1::ConsumerHeartbeatRequest& request, absl::Time now) {
+  const DispatcherState::Job* job = state_.FindJob(request.job());
+  if (job == nullptr) return UnknownJobError(state_, request.job());
+  const std::string name = job->name();
+  const uint32_t n = job->info.spec().num_consumers();
+  if (request.world() != n) {
+    return absl::InvalidArgumentError(absl::StrCat("job '", name, "' deals to ", n,
+                                                   " consumers, but this consumer says world size ",
+                                                   request.world()));
+  }
+  if (request.rank() >= n) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", request.rank(),
+                                                   " is out of range: job '", name, "' deals to ",
+                                                   n, " consumers, ranks 0 to ", n - 1));
+  }
+  RETURN_IF_ERROR(DispatcherState::CheckPosition(*job, request.epoch(), request.step()));
+  const uint64_t id = state_.next_consumer_id();
+  if (const DispatcherState::Consumer* holder = state_.ConsumerAt(name, request.rank())) {
+    const uint64_t holder_id = holder->id;
+    const absl::Duration age = now - ConsumerLastHeartbeat(holder_id);
+    if (age <= options_.consumer_timeout) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("rank ", request.rank(), " of job '", name, "' is held by consumer ",
+                       holder_id, " (last heartbeat ", Secs(age), " ago); a rank is freed after ",
+                       Secs(options_.consumer_timeout), " without a heartbeat"));
+    }
+    RETURN_IF_ERROR(RemoveConsumerLocked(
+        holder_id,
+        absl::StrCat("replaced by consumer ", id, " after ", Secs(age), " without a heartbeat")));
+  }
+  journal::Update update;
+  journal::ConsumerRegistered* registered = update.mutable_consumer_registered();
+  registered->set_consumer_id(id);
+  registered->set_job(name);
+  registered->set_rank(request.rank());
+  registered->set_epoch(request.epoch());
+  registered->set_step(request.step());
+  RETURN_IF_ERROR(ApplyLocked(update));
+  consumer_info_[id].last_heartbeat = now;
+  Log(LogLevel::kInfo, "dispatcher",
+      absl::StrCat("consumer ", id, " registered as rank ", request.rank(), " of job '", name,
+                   "' at epoch ", request.epoch(), " step ", request.step()));
+  RETURN_IF_ERROR(FinishDeliveredLocked(name));
+  return id;
+}
+
+absl::Status DispatcherImpl::RemoveConsumerLocked(uint64_t id, std::string reason) {
+  const DispatcherState::Consumer& consumer = *state_.FindConsumer(id);
+  const std::string message = absl::StrCat("consumer ", id, " (rank ", consumer.rank, " of job '",
+                                           consumer.job, "') removed (", reason, ")");
+  journal::Update update;
+  update.mutable_consumer_removed()->set_consumer_id(id);
+  RETURN_IF_ERROR(ApplyLocked(update));
+  consumer_info_.erase(id);
+  Remember(gone_consumers_, id, std::move(reason));
+  Log(LogLevel::kWarning, "dispatcher", message);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::ConsumerHeartbeatResponse> DispatcherImpl::ConsumerHeartbeat(
+    const v1::ConsumerHeartbeatRequest& request) {
+  const absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  uint64_t id = request.consumer_id();
+  if (id == 0) {
+    ASSIGN_OR_RETURN(id, RegisterConsumerLocked(request, now));
+  } else {
+    const DispatcherState::Consumer* consumer = state_.FindConsumer(id);
+    if (consumer == nullptr) return UnknownConsumer(id);
+    if (!request.job().empty() &&
+        (request.job() != consumer->job || request.rank() != consumer->rank)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "consumer ", id, " registered as rank ", consumer->rank, " of job '", consumer->job,
+          "', but this heartbeat says rank ", request.rank(), " of job '", request.job(), "'"));
+    }
+    if (request.epoch() != consumer->epoch || request.step() != consumer->step) {
+      const std::string job = consumer->job;
+      RETURN_IF_ERROR(
+          DispatcherState::CheckPosition(*state_.FindJob(job), request.epoch(), request.step()));
+      journal::Update update;
+      update.mutable_consumer_acknowledged()->set_consumer_id(id);
+      update.mutable_consumer_acknowledged()->set_epoch(request.epoch());
+      update.mutable_consumer_acknowledged()->set_step(request.step());
+      RETURN_IF_ERROR(ApplyLocked(update));
+      RETURN_IF_ERROR(FinishDeliveredLocked(job));
+    }
+  }
+  ConsumerInfo& info = consumer_info_[id];
+  info.last_heartbeat = now;
+  info.batches_received = request.batches_received();
+  info.bytes_received = request.bytes_received();
+  info.wait_seconds = request.wait_seconds();
+
+  v1::ConsumerHeartbeatResponse response;
+  response.set_consumer_id(id);
+  *response.mutable_job() = state_.FindJob(state_.FindConsumer(id)->job)->info;
+  response.set_heartbeat_interval_ms(HeartbeatIntervalMs());
+  return response;
+}
+
+absl::Status DispatcherImpl::FinishDeliveredLocked(const std::string& name) {
+  const DispatcherState::Job& job = *state_.FindJob(name);
+  const std::optional<DispatcherState::TaskKey> frontier = state_.DeliveredFrontier(job);
+  if (!frontier) return absl::OkStatus();
+  const auto delivered = DispatcherState::TasksBefore(job, frontier->first, frontier->second);
+  const bool cursor_behind =
+      DispatcherState::FirstUndeliveredTask(job, frontier->first, frontier->second) >
+      DispatcherState::TaskKey(job.next_epoch, job.next_batch);
+  if (delivered.empty() && !cursor_behind) return absl::OkStatus();
+  for (const auto& [key, o] : delivered) {
+    if (o.producer_id != 0) producer_info_[o.producer_id].revoked.push_back(o.task_id);
+  }
+  journal::Update update;
+  update.mutable_tasks_delivered()->set_job(name);
+  update.mutable_tasks_delivered()->set_epoch(frontier->first);
+  update.mutable_tasks_delivered()->set_step(frontier->second);
+  return ApplyLocked(update);
+}
+
+void DispatcherImpl::Tick() {
+  const absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  std::vector<uint64_t> producers, consumers;
+  for (const auto& [id, producer] : state_.producers()) {
+    if (now - ProducerLastHeartbeat(id) > options_.producer_timeout) producers.push_back(id);
+  }
+  for (const auto& [id, consumer] : state_.consumers()) {
+    if (now - ConsumerLastHeartbeat(id) > options_.consumer_timeout) consumers.push_back(id);
+  }
+  for (uint64_t id : producers) {
+    absl::Status status = RemoveProducerLocked(
+        id,
+        absl::StrCat("expired after ", Secs(options_.producer_timeout), " without a heartbeat"));
+    if (!status.ok()) Log(LogLevel::kError, "dispatcher", status.ToString());
+  }
+  for (uint64_t id : consumers) {
+    absl::Status status = RemoveConsumerLocked(
+        id,
+        absl::StrCat("expired after ", Secs(options_.consumer_timeout), " without a heartbeat"));
+    if (!status.ok()) Log(LogLevel::kError, "dispatcher", status.ToString());
+  }
+  // Positions move only with heartbeats, but a task may be cut behind the frontier (consumers
+  // that resumed past it): finish those too.
+  for (const std::string& job : state_.job_order()) {
+    absl::Status status = FinishDeliveredLocked(job);
+    if (!status.ok()) Log(LogLevel::kError, "dispatcher", status.ToString());
+  }
+}
+
+}  // namespace croupier

@@ -1,0 +1,176 @@
+// DispatcherImpl: construction, jobs, Locate and GetStatus. The heartbeats and expiry are in
+// dispatcher_heartbeats.cc.
+#include "src/dispatcher/dispatcher_impl.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "croupier/plan.h"
+#include "src/common/env.h"
+#include "src/common/logging.h"
+#include "src/common/protocol.h"
+#include "src/common/status_macros.h"
+#include "src/dispatcher/job_builder.h"
+#include "src/dispatcher/job_spec.h"
+#include "src/dispatcher/locate.h"
+
+namespace croupier {
+
+absl::StatusOr<std::unique_ptr<DispatcherImpl>> DispatcherImpl::Create(DispatcherOptions options) {
+  auto positive = [](absl::string_view name, absl::Duration d) {
+    if (d > absl::ZeroDuration()) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dispatcher option ", name, " is ", absl::FormatDuration(d), "; it must be positive"));
+  };
+  RETURN_IF_ERROR(positive("heartbeat_interval", options.heartbeat_interval));
+  RETURN_IF_ERROR(positive("producer_timeout", options.producer_timeout));
+  RETURN_IF_ERROR(positive("consumer_timeout", options.consumer_timeout));
+  if (options.rounds_per_task == 0) {
+    return absl::InvalidArgumentError(
+        "dispatcher option rounds_per_task is 0; it must be at least 1");
+  }
+  if (options.clock == nullptr) options.clock = Clock::Real();
+  return std::unique_ptr<DispatcherImpl>(new DispatcherImpl(std::move(options)));
+}
+
+DispatcherImpl::DispatcherImpl(DispatcherOptions options)
+    : options_(std::move(options)),
+      clock_(options_.clock),
+      created_(clock_->Now()),
+      index_cache_(options_.index_cache_dir) {}
+
+absl::Status DispatcherImpl::ApplyLocked(const journal::Update& update) {
+  // The journal issue writes `update` to the journal here, before applying it.
+  absl::Status status = state_.Apply(update);
+  if (!status.ok()) {
+    return absl::InternalError(absl::StrCat("the dispatcher's state refused its own update (",
+                                            update.ShortDebugString(), "): ", status.message()));
+  }
+  return absl::OkStatus();
+}
+
+std::string DispatcherImpl::StateDebugString() const {
+  absl::MutexLock lock(&mu_);
+  return state_.DebugString();
+}
+
+uint32_t DispatcherImpl::HeartbeatIntervalMs() const {
+  return static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval));
+}
+
+absl::StatusOr<v1::CreateJobResponse> DispatcherImpl::CreateJob(
+    const v1::CreateJobRequest& request) {
+  ASSIGN_OR_RETURN(v1::JobSpec spec, NormalizeJobSpec(request.spec()));
+  const std::string name = spec.name();
+  auto pending = std::make_shared<PendingJob>();
+  pending->spec = spec;
+  {
+    absl::MutexLock lock(&mu_);
+    while (true) {
+      if (const DispatcherState::Job* job = state_.FindJob(name)) {
+        return ExistingJobLocked(*job, spec, request.exist_ok());
+      }
+      auto it = creating_.find(name);
+      if (it == creating_.end()) break;
+      // Another call is indexing this job: wait for it (Await releases the lock meanwhile).
+      std::shared_ptr<PendingJob> other = it->second;
+      mu_.Await(absl::Condition(
+          +[](PendingJob* p) { return p->done; }, other.get()));
+      if (!other->status.ok() && DescribeSpecDifference(other->spec, spec).empty()) {
+        return other->status;  // the same spec would fail the same way
+      }
+    }
+    creating_[name] = pending;
+  }
+
+  absl::StatusOr<v1::JobInfo> info =
+      BuildJobInfo(spec, index_cache_, *Env::Default(), options_.rounds_per_task);
+
+  absl::MutexLock lock(&mu_);
+  creating_.erase(name);
+  pending->done = true;
+  pending->status = info.status();
+  if (!info.ok()) return info.status();
+  journal::Update update;
+  *update.mutable_job_created()->mutable_job() = *info;
+  update.mutable_job_created()->set_plan_version(kPlanVersion);
+  RETURN_IF_ERROR(ApplyLocked(update));
+  Log(LogLevel::kInfo, "dispatcher",
+      absl::StrCat("created job '", name, "': ", info->num_records(), " records in ",
+                   info->files_size(), " files, ", info->batches_per_epoch(),
+                   " batches per epoch of ", spec.batch_size(), ", dealt to ", spec.num_consumers(),
+                   " consumers (", spec.mode(), ")"));
+  v1::CreateJobResponse response;
+  *response.mutable_job() = *std::move(info);
+  return response;
+}
+
+absl::StatusOr<v1::CreateJobResponse> DispatcherImpl::ExistingJobLocked(
+    const DispatcherState::Job& job, const v1::JobSpec& spec, bool exist_ok) {
+  const std::string difference = DescribeSpecDifference(job.info.spec(), spec);
+  if (!difference.empty()) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("job '", job.name(), "' already exists with a different spec: ", difference));
+  }
+  if (!exist_ok) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "job '", job.name(), "' already exists (with this spec; pass exist_ok to use it)"));
+  }
+  v1::CreateJobResponse response;
+  *response.mutable_job() = job.info;
+  return response;
+}
+
+absl::StatusOr<v1::GetJobResponse> DispatcherImpl::GetJob(const v1::GetJobRequest& request) {
+  absl::MutexLock lock(&mu_);
+  const DispatcherState::Job* job = state_.FindJob(request.name());
+  if (job == nullptr) return UnknownJobError(state_, request.name());
+  v1::GetJobResponse response;
+  *response.mutable_job() = job->info;
+  return response;
+}
+
+absl::StatusOr<v1::LocateResponse> DispatcherImpl::Locate(const v1::LocateRequest& request) {
+  absl::MutexLock lock(&mu_);
+  return LocateTasks(state_, request);
+}
+
+absl::StatusOr<v1::StatusResponse> DispatcherImpl::GetStatus(const v1::StatusRequest& request) {
+  const absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  v1::StatusResponse response;
+  response.set_protocol_version(kProtocolVersion);
+  for (const std::string& name : state_.job_order()) {
+    *response.add_jobs() = state_.FindJob(name)->info;
+  }
+  for (const auto& [id, producer] : state_.producers()) {
+    v1::ProducerStatus* out = response.add_producers();
+    out->set_producer_id(id);
+    out->set_data_address(producer.data_address);
+    for (uint64_t task : producer.tasks) out->add_tasks(task);
+    out->set_seconds_since_heartbeat(absl::ToDoubleSeconds(now - ProducerLastHeartbeat(id)));
+    auto info = producer_info_.find(id);
+    if (info != producer_info_.end()) {
+      *out->mutable_stats() = info->second.stats;
+      out->set_batches_per_second(info->second.batches_per_second);
+    }
+  }
+  for (const auto& [id, consumer] : state_.consumers()) {
+    v1::ConsumerStatus* out = response.add_consumers();
+    out->set_consumer_id(id);
+    out->set_job(consumer.job);
+    out->set_rank(consumer.rank);
+    out->set_epoch(consumer.epoch);
+    out->set_step(consumer.step);
+    out->set_seconds_since_heartbeat(absl::ToDoubleSeconds(now - ConsumerLastHeartbeat(id)));
+    auto info = consumer_info_.find(id);
+    if (info != consumer_info_.end()) {
+      out->set_batches_received(info->second.batches_received);
+      out->set_bytes_received(info->second.bytes_received);
+      out->set_wait_seconds(info->second.wait_seconds);
+    }
+  }
+  return response;
+}
+
+}  // namespace croupier

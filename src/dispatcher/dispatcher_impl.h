@@ -1,0 +1,179 @@
+// The dispatcher's logic, one method per RPC of the Dispatcher service (proto/croupier.proto), over
+// plain proto messages. The gRPC adapter (src/rpc/dispatcher_service.h) only converts statuses.
+//
+// Every durable change goes through DispatcherState::Apply (dispatcher_state.h); heartbeat times
+// and statistics are volatile and live here. Tick() expires producers and consumers that stopped
+// sending heartbeats: an expired producer's unfinished tasks become orphans, assigned again before
+// any new task; an expired consumer's rank becomes free.
+#ifndef CROUPIER_SRC_DISPATCHER_DISPATCHER_IMPL_H_
+#define CROUPIER_SRC_DISPATCHER_DISPATCHER_IMPL_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "croupier/record_index.h"
+#include "proto/croupier.pb.h"
+#include "proto/journal.pb.h"
+#include "src/common/clock.h"
+#include "src/dispatcher/dispatcher_state.h"
+
+namespace croupier {
+
+struct DispatcherOptions {
+  // Told to producers and consumers in every heartbeat response.
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  // A producer or consumer whose last heartbeat is older than this is removed by Tick().
+  absl::Duration producer_timeout = absl::Seconds(10);
+  absl::Duration consumer_timeout = absl::Seconds(60);
+  // A task is this many rounds of num_consumers batches (fixed per job when it is created).
+  uint32_t rounds_per_task = 4;
+  Clock* clock = nullptr;       // nullptr: Clock::Real(); not owned, must outlive the dispatcher
+  std::string index_cache_dir;  // empty: IndexCache::DefaultDir()
+};
+
+// The most tasks one ProducerHeartbeat hands out, whatever free_task_slots says.
+inline constexpr uint32_t kMaxTasksPerHeartbeat = 64;
+
+// Thread-safe. No method blocks on I/O while holding the lock: CreateJob indexes the files
+// outside it.
+class DispatcherImpl {
+ public:
+  // INVALID_ARGUMENT for a non-positive interval or timeout, or rounds_per_task 0.
+  static absl::StatusOr<std::unique_ptr<DispatcherImpl>> Create(DispatcherOptions options);
+
+  // Creates a job: checks the spec (job_spec.h), expands and indexes its files and checks its
+  // features against the first record (job_builder.h), all outside the lock; concurrent calls for
+  // the same name wait for the first one instead of indexing twice. Returns the JobInfo.
+  // Errors: INVALID_ARGUMENT (or the index's DATA_LOSS, NOT_FOUND, ...) naming the problem,
+  // prefixed with "job '<name>': "; ALREADY_EXISTS when the name is taken, unless exist_ok is set
+  // and the spec (with defaults filled in) is identical, in which case the existing job is
+  // returned; a different spec names the fields that differ.
+  absl::StatusOr<v1::CreateJobResponse> CreateJob(const v1::CreateJobRequest& request);
+
+  // NOT_FOUND for an unknown job.
+  absl::StatusOr<v1::GetJobResponse> GetJob(const v1::GetJobRequest& request);
+
+  // producer_id 0 registers (data_address required, else INVALID_ARGUMENT; a live producer at the
+  // same address is presumed restarted and removed, its tasks orphaned). Then: finished_tasks the
+  // producer owns are finished (others are ignored: a retried heartbeat reports them twice), and
+  // up to min(free_task_slots, kMaxTasksPerHeartbeat) tasks are assigned (task_assignment.h), with
+  // the JobInfo of each job this producer has not been sent yet. A producer without a free slot
+  // still gets one orphan, if there is one: consumers are blocked on it, and if every live
+  // producer's slots held later tasks, which wait for those consumers, nothing would move.
+  // revoked_tasks lists the producer's tasks that the dispatcher finished because every consumer
+  // acknowledged a position past them (see TasksDelivered in proto/journal.proto).
+  // Errors: NOT_FOUND for an unknown producer id, saying why (e.g. "producer 3 is unknown (expired
+  // after 10 s without a heartbeat); register again"); FAILED_PRECONDITION when a heartbeat gives
+  // another data address than the producer registered with.
+  absl::StatusOr<v1::ProducerHeartbeatResponse> ProducerHeartbeat(
+      const v1::ProducerHeartbeatRequest& request);
+
+  // consumer_id 0 registers rank `rank` of `job` at position (epoch, step). Errors: NOT_FOUND for
+  // an unknown job; INVALID_ARGUMENT when world differs from num_consumers, rank >= world or the
+  // position is past the job's end; ALREADY_EXISTS when a live consumer holds the rank, naming it
+  // and its last heartbeat's age (a holder silent for longer than consumer_timeout is replaced).
+  // Later calls acknowledge the position and update the statistics; once every rank of a dealt
+  // job has acknowledged past a task, the task is finished and its owner told to drop it. Errors:
+  // NOT_FOUND for an unknown (e.g. expired) consumer id; INVALID_ARGUMENT for another job or rank
+  // than registered, or a position past the job's end. Returns the JobInfo.
+  absl::StatusOr<v1::ConsumerHeartbeatResponse> ConsumerHeartbeat(
+      const v1::ConsumerHeartbeatRequest& request);
+
+  // Where batches are: see LocateTasks (locate.h).
+  absl::StatusOr<v1::LocateResponse> Locate(const v1::LocateRequest& request);
+
+  // Jobs in creation order, producers and consumers by id, with their statistics, the seconds
+  // since their last heartbeat and, for producers, batches made per second between their last two
+  // heartbeats with statistics.
+  absl::StatusOr<v1::StatusResponse> GetStatus(const v1::StatusRequest& request);
+
+  // Removes producers silent for longer than producer_timeout and consumers silent for longer
+  // than consumer_timeout. The server calls it every second.
+  void Tick();
+
+  // The durable state's dump (DispatcherState::DebugString), for tests and debugging.
+  std::string StateDebugString() const;
+
+ private:
+  // Volatile: what a restarted dispatcher does not need.
+  struct ProducerInfo {
+    absl::Time last_heartbeat = absl::InfinitePast();
+    v1::ProducerStats stats;
+    bool has_rate_sample = false;
+    absl::Time rate_time;  // when stats.batches_made() was rate_batches
+    uint64_t rate_batches = 0;
+    double batches_per_second = 0;
+    absl::flat_hash_set<std::string> jobs_sent;
+    std::vector<uint64_t> revoked;  // finished by delivery, to be told in the next response
+  };
+  struct ConsumerInfo {
+    absl::Time last_heartbeat = absl::InfinitePast();
+    uint64_t batches_received = 0;
+    uint64_t bytes_received = 0;
+    double wait_seconds = 0;
+  };
+  // A CreateJob in progress (indexing outside the lock); `done` and `status` are guarded by mu_.
+  struct PendingJob {
+    v1::JobSpec spec;
+    bool done = false;
+    absl::Status status;
+  };
+
+  explicit DispatcherImpl(DispatcherOptions options);
+
+  // The one path of every durable change. A refusal is a bug of this class: INTERNAL.
+  absl::Status ApplyLocked(const journal::Update& update) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<v1::CreateJobResponse> ExistingJobLocked(const DispatcherState::Job& job,
+                                                          const v1::JobSpec& spec, bool exist_ok)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<uint64_t> RegisterProducerLocked(const std::string& data_address, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status RemoveProducerLocked(uint64_t id, std::string reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<uint64_t> RegisterConsumerLocked(const v1::ConsumerHeartbeatRequest& request,
+                                                  absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status RemoveConsumerLocked(uint64_t id, std::string reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Finishes the outstanding tasks of `job` that every rank has acknowledged past, and moves its
+  // cursor past the tasks no rank needs any more (TasksDelivered); queues the finished tasks for
+  // their owners' revoked_tasks. Does nothing for first_come jobs.
+  absl::Status FinishDeliveredLocked(const std::string& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // When the producer or consumer was last heard from: its last heartbeat, but no earlier than
+  // when this object was created (one that came from a replayed state gets a full timeout).
+  absl::Time ProducerLastHeartbeat(uint64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Time ConsumerLastHeartbeat(uint64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // NOT_FOUND for an id that is not registered, with why, and what to do.
+  absl::Status UnknownProducer(uint64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status UnknownConsumer(uint64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint32_t HeartbeatIntervalMs() const;
+
+  // Constant after construction.
+  const DispatcherOptions options_;
+  Clock* const clock_;
+  const absl::Time created_;
+  IndexCache index_cache_;  // thread-safe
+
+  mutable absl::Mutex mu_;
+  DispatcherState state_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, ProducerInfo> producer_info_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, ConsumerInfo> consumer_info_ ABSL_GUARDED_BY(mu_);
+  // Why recently removed producers and consumers are gone, for the NOT_FOUND they get (bounded).
+  std::map<uint64_t, std::string> gone_producers_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, std::string> gone_consumers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<PendingJob>> creating_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace croupier
+
+#endif  // CROUPIER_SRC_DISPATCHER_DISPATCHER_IMPL_H_

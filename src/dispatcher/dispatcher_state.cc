@@ -1,0 +1,272 @@
+// DispatcherState::Apply: one handler per kind of journal update. Each checks everything before it
+// changes anything, so a refused update leaves the state as it was. The queries and the dump are
+// in dispatcher_state_queries.cc.
+#include "src/dispatcher/dispatcher_state.h"
+
+#include "absl/strings/str_cat.h"
+#include "croupier/plan.h"
+
+namespace croupier {
+namespace {
+
+absl::Status Malformed(absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("malformed journal update: ", what));
+}
+
+absl::Status DoesNotFit(absl::string_view what) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("journal update does not fit the state: ", what));
+}
+
+std::string Range(uint64_t epoch, uint64_t first, uint64_t num) {
+  return absl::StrCat("epoch ", epoch, " batches [", first, ", ", first + num, ")");
+}
+
+}  // namespace
+
+absl::Status DispatcherState::Apply(const journal::Update& update) {
+  switch (update.kind_case()) {
+    case journal::Update::kJobCreated:
+      return ApplyJobCreated(update.job_created());
+    case journal::Update::kProducerRegistered:
+      return ApplyProducerRegistered(update.producer_registered());
+    case journal::Update::kProducerRemoved:
+      return ApplyProducerRemoved(update.producer_removed());
+    case journal::Update::kTaskAssigned:
+      return ApplyTaskAssigned(update.task_assigned());
+    case journal::Update::kTaskFinished:
+      return ApplyTaskFinished(update.task_finished());
+    case journal::Update::kConsumerRegistered:
+      return ApplyConsumerRegistered(update.consumer_registered());
+    case journal::Update::kConsumerAcknowledged:
+      return ApplyConsumerAcknowledged(update.consumer_acknowledged());
+    case journal::Update::kConsumerRemoved:
+      return ApplyConsumerRemoved(update.consumer_removed());
+    case journal::Update::kTasksDelivered:
+      return ApplyTasksDelivered(update.tasks_delivered());
+    case journal::Update::KIND_NOT_SET:
+      break;
+  }
+  return Malformed("no kind set");
+}
+
+absl::Status DispatcherState::ApplyJobCreated(const journal::JobCreated& u) {
+  const v1::JobInfo& info = u.job();
+  const v1::JobSpec& spec = info.spec();
+  if (spec.name().empty()) return Malformed("job_created without a job name");
+  if (jobs_.contains(spec.name())) {
+    return DoesNotFit(absl::StrCat("job '", spec.name(), "' exists already"));
+  }
+  if (u.plan_version() != static_cast<uint32_t>(kPlanVersion)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", spec.name(), "' was created with plan version ", u.plan_version(),
+                     ", but this dispatcher computes plan version ", kPlanVersion,
+                     ": its batches would hold other records"));
+  }
+  std::optional<DealMode> mode = ParseDealMode(spec.mode());
+  if (!mode) return Malformed(absl::StrCat("job '", spec.name(), "' has mode '", spec.mode(), "'"));
+  const uint64_t n = spec.num_consumers();
+  if (n == 0 || info.batches_per_epoch() == 0 || info.batches_per_epoch() % n != 0 ||
+      info.steps_per_epoch() != info.batches_per_epoch() / n || info.batches_per_task() == 0 ||
+      info.batches_per_task() % n != 0) {
+    return Malformed(absl::StrCat(
+        "job '", spec.name(), "' has inconsistent counts: ", spec.num_consumers(), " consumers, ",
+        info.batches_per_epoch(), " batches and ", info.steps_per_epoch(), " steps per epoch, ",
+        info.batches_per_task(), " batches per task"));
+  }
+  Job job;
+  job.info = info;
+  job.mode = *mode;
+  job.sequence = job_order_.size();
+  job_order_.push_back(spec.name());
+  jobs_.emplace(spec.name(), std::move(job));
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherState::ApplyProducerRegistered(const journal::ProducerRegistered& u) {
+  if (u.producer_id() != next_producer_id()) {
+    return DoesNotFit(absl::StrCat("producer id ", u.producer_id(), " out of order; expected ",
+                                   next_producer_id()));
+  }
+  if (u.data_address().empty()) return Malformed("producer_registered without a data address");
+  if (const Producer* holder = ProducerAt(u.data_address())) {
+    return DoesNotFit(
+        absl::StrCat("address ", u.data_address(), " is held by producer ", holder->id));
+  }
+  Producer& p = producers_[u.producer_id()];
+  p.id = u.producer_id();
+  p.data_address = u.data_address();
+  last_producer_id_ = u.producer_id();
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherState::ApplyProducerRemoved(const journal::ProducerRemoved& u) {
+  auto it = producers_.find(u.producer_id());
+  if (it == producers_.end()) {
+    return DoesNotFit(absl::StrCat("producer ", u.producer_id(), " is unknown"));
+  }
+  for (uint64_t task_id : it->second.tasks) {
+    auto t = tasks_.find(task_id);
+    const v1::Task& task = t->second;
+    Outstanding& o = MutableJob(task.job())->outstanding[{task.epoch(), task.first_batch()}];
+    o.task_id = 0;
+    o.producer_id = 0;
+    orphans_.insert(OrphanKey{task.epoch(), task.first_batch(), task.job()});
+    tasks_.erase(t);
+  }
+  producers_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherState::ApplyTaskAssigned(const journal::TaskAssigned& u) {
+  const v1::Task& task = u.task();
+  if (task.task_id() != next_task_id()) {
+    return DoesNotFit(
+        absl::StrCat("task id ", task.task_id(), " out of order; expected ", next_task_id()));
+  }
+  auto producer = producers_.find(u.producer_id());
+  if (producer == producers_.end()) {
+    return DoesNotFit(absl::StrCat("task ", task.task_id(), " goes to producer ", u.producer_id(),
+                                   ", which is unknown"));
+  }
+  Job* job = MutableJob(task.job());
+  if (job == nullptr) {
+    return DoesNotFit(
+        absl::StrCat("task ", task.task_id(), " is of job '", task.job(), "', which is unknown"));
+  }
+  if (task.num_batches() == 0) return Malformed(absl::StrCat("task ", task.task_id(), " is empty"));
+  const TaskKey key(task.epoch(), task.first_batch());
+  auto orphan = job->outstanding.find(key);
+  const bool is_orphan = orphan != job->outstanding.end() && orphan->second.producer_id == 0 &&
+                         orphan->second.num_batches == task.num_batches();
+  const bool is_next =
+      !is_orphan && !job->exhausted() && key == TaskKey(job->next_epoch, job->next_batch) &&
+      task.first_batch() + task.num_batches() == TaskEnd(job->info, job->next_batch);
+  if (!is_orphan && !is_next) {
+    return DoesNotFit(absl::StrCat(
+        "task ", task.task_id(), " of job '", task.job(), "' covers ",
+        Range(task.epoch(), task.first_batch(), task.num_batches()),
+        ", which is neither an orphan nor the job's next task",
+        job->exhausted()
+            ? " (every epoch is cut already)"
+            : absl::StrCat(" (epoch ", job->next_epoch, " batch ", job->next_batch, ")")));
+  }
+  if (is_orphan) {
+    orphans_.erase(OrphanKey{task.epoch(), task.first_batch(), task.job()});
+    orphan->second.task_id = task.task_id();
+    orphan->second.producer_id = u.producer_id();
+  } else {
+    job->outstanding[key] = Outstanding{task.num_batches(), task.task_id(), u.producer_id()};
+    job->next_batch += task.num_batches();
+    if (job->next_batch >= job->info.batches_per_epoch()) {
+      ++job->next_epoch;
+      job->next_batch = 0;
+    }
+    last_cut_job_ = task.job();
+  }
+  tasks_[task.task_id()] = task;
+  producer->second.tasks.insert(task.task_id());
+  last_task_id_ = task.task_id();
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherState::ApplyTaskFinished(const journal::TaskFinished& u) {
+  auto it = tasks_.find(u.task_id());
+  if (it == tasks_.end()) {
+    return DoesNotFit(absl::StrCat("task ", u.task_id(), " is not outstanding"));
+  }
+  const v1::Task& task = it->second;
+  Job* job = MutableJob(task.job());
+  const TaskKey key(task.epoch(), task.first_batch());
+  const uint64_t owner = job->outstanding.at(key).producer_id;
+  if (owner != u.producer_id()) {
+    return DoesNotFit(absl::StrCat("task ", u.task_id(), " is owned by producer ", owner, ", not ",
+                                   u.producer_id()));
+  }
+  FinishTask(*job, key);
+  return absl::OkStatus();
+}
+
+void DispatcherState::FinishTask(Job& job, const TaskKey& key) {
+  auto o = job.outstanding.find(key);
+  ++job.tasks_finished;
+  job.batches_finished += o->second.num_batches;
+  if (o->second.producer_id == 0) {
+    orphans_.erase(OrphanKey{key.first, key.second, job.name()});
+  } else {
+    producers_[o->second.producer_id].tasks.erase(o->second.task_id);
+    tasks_.erase(o->second.task_id);
+  }
+  job.outstanding.erase(o);
+}
+
+absl::Status DispatcherState::ApplyTasksDelivered(const journal::TasksDelivered& u) {
+  Job* job = MutableJob(u.job());
+  if (job == nullptr) {
+    return DoesNotFit(absl::StrCat("tasks_delivered of job '", u.job(), "', which is unknown"));
+  }
+  const std::optional<TaskKey> frontier = DeliveredFrontier(*job);
+  if (!frontier || TaskKey(u.epoch(), u.step()) > *frontier) {
+    return DoesNotFit(absl::StrCat(
+        "job '", u.job(), "': epoch ", u.epoch(), " step ", u.step(),
+        " is not delivered to every rank (",
+        frontier
+            ? absl::StrCat("the frontier is epoch ", frontier->first, " step ", frontier->second)
+            : "no frontier: a first_come job, or a rank without a consumer",
+        ")"));
+  }
+  for (const auto& [key, o] : TasksBefore(*job, u.epoch(), u.step())) FinishTask(*job, key);
+  const TaskKey cursor = FirstUndeliveredTask(*job, u.epoch(), u.step());
+  if (cursor > TaskKey(job->next_epoch, job->next_batch)) {
+    job->next_epoch = cursor.first;
+    job->next_batch = cursor.second;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherState::ApplyConsumerRegistered(const journal::ConsumerRegistered& u) {
+  if (u.consumer_id() != next_consumer_id()) {
+    return DoesNotFit(absl::StrCat("consumer id ", u.consumer_id(), " out of order; expected ",
+                                   next_consumer_id()));
+  }
+  const Job* job = FindJob(u.job());
+  if (job == nullptr) {
+    return DoesNotFit(
+        absl::StrCat("consumer ", u.consumer_id(), " is of job '", u.job(), "', which is unknown"));
+  }
+  if (u.rank() >= job->info.spec().num_consumers()) {
+    return Malformed(absl::StrCat("consumer ", u.consumer_id(), " has rank ", u.rank(), " of job '",
+                                  u.job(), "', which has ", job->info.spec().num_consumers(),
+                                  " consumers"));
+  }
+  if (const Consumer* holder = ConsumerAt(u.job(), u.rank())) {
+    return DoesNotFit(absl::StrCat("rank ", u.rank(), " of job '", u.job(),
+                                   "' is held by consumer ", holder->id));
+  }
+  if (absl::Status s = CheckPosition(*job, u.epoch(), u.step()); !s.ok()) return s;
+  consumers_[u.consumer_id()] = Consumer{u.consumer_id(), u.job(), u.rank(), u.epoch(), u.step()};
+  last_consumer_id_ = u.consumer_id();
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherState::ApplyConsumerAcknowledged(const journal::ConsumerAcknowledged& u) {
+  auto it = consumers_.find(u.consumer_id());
+  if (it == consumers_.end()) {
+    return DoesNotFit(absl::StrCat("consumer ", u.consumer_id(), " is unknown"));
+  }
+  if (absl::Status s = CheckPosition(*FindJob(it->second.job), u.epoch(), u.step()); !s.ok()) {
+    return s;
+  }
+  it->second.epoch = u.epoch();
+  it->second.step = u.step();
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherState::ApplyConsumerRemoved(const journal::ConsumerRemoved& u) {
+  if (consumers_.erase(u.consumer_id()) == 0) {
+    return DoesNotFit(absl::StrCat("consumer ", u.consumer_id(), " is unknown"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace croupier

@@ -1,0 +1,187 @@
+// The dispatcher's durable state: jobs, producers, the tasks they own, orphaned tasks, consumers
+// and their acknowledged positions, the id counters and each job's task cursor. It changes only
+// through Apply(update), one journal::Update at a time (proto/journal.proto), so that replaying the
+// journal into a fresh state rebuilds it exactly. Everything volatile (heartbeat times, statistics)
+// lives in DispatcherImpl instead.
+//
+// Tasks. Epoch e of a job has B = batches_per_epoch global batches, cut into tasks of
+// T = batches_per_task consecutive batches: task k covers [k*T, min((k+1)*T, B)). A job's cursor
+// (epoch, batch) is the first task not cut yet; cutting one (TaskAssigned) moves it on. A cut task
+// is either outstanding (owned by a live producer, or an orphan of a removed producer waiting to be
+// assigned again) or finished, and finished tasks are only counted. A task is finished by its
+// producer (TaskFinished) or, in a dealt job, once every rank has acknowledged a position past it
+// (TasksDelivered), which also moves the cursor past tasks no rank needs any more. So a task
+// before the cursor that is not outstanding has been delivered.
+#ifndef CROUPIER_SRC_DISPATCHER_DISPATCHER_STATE_H_
+#define CROUPIER_SRC_DISPATCHER_DISPATCHER_STATE_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "proto/croupier.pb.h"
+#include "proto/journal.pb.h"
+
+namespace croupier {
+
+// The version of the journal's update semantics (proto/journal.proto).
+inline constexpr int kJournalVersion = 1;
+
+// How a job deals its batches (JobSpec.mode).
+enum class DealMode { kDealt, kFirstCome };
+// "dealt" or "first_come"; nullopt for anything else.
+std::optional<DealMode> ParseDealMode(absl::string_view name);
+
+// Thread-compatible: DispatcherImpl guards it with its mutex.
+class DispatcherState {
+ public:
+  // (epoch, first batch): where a task starts.
+  using TaskKey = std::pair<uint64_t, uint64_t>;
+
+  // An outstanding task of a job. producer_id and task_id are 0 for an orphan.
+  struct Outstanding {
+    uint64_t num_batches = 0;
+    uint64_t task_id = 0;
+    uint64_t producer_id = 0;
+  };
+
+  struct Job {
+    v1::JobInfo info;
+    DealMode mode = DealMode::kDealt;
+    uint64_t sequence = 0;  // creation order, from 0
+    // The cursor: the first task not cut yet. next_batch < batches_per_epoch always.
+    uint64_t next_epoch = 0;
+    uint64_t next_batch = 0;
+    uint64_t tasks_finished = 0;
+    uint64_t batches_finished = 0;
+    std::map<TaskKey, Outstanding> outstanding;
+
+    const std::string& name() const { return info.spec().name(); }
+    // True when the cursor has passed the last epoch of a bounded job: nothing is left to cut.
+    bool exhausted() const;
+    // True once (epoch, batch) has been cut.
+    bool IsCut(uint64_t epoch, uint64_t batch) const;
+  };
+
+  struct Producer {
+    uint64_t id = 0;
+    std::string data_address;
+    std::set<uint64_t> tasks;  // the task ids it owns
+  };
+
+  struct Consumer {
+    uint64_t id = 0;
+    std::string job;
+    uint32_t rank = 0;
+    uint64_t epoch = 0;  // the acknowledged position: the next step it will take
+    uint64_t step = 0;
+  };
+
+  // An orphan, in the order orphans are assigned again: lowest (epoch, batch) first, then by job
+  // name.
+  struct OrphanKey {
+    uint64_t epoch = 0;
+    uint64_t first_batch = 0;
+    std::string job;
+    auto operator<=>(const OrphanKey&) const = default;
+  };
+
+  DispatcherState() = default;
+  DispatcherState(const DispatcherState&) = default;
+  DispatcherState& operator=(const DispatcherState&) = default;
+
+  // Applies one update. OK, or an error naming what does not fit, with the state unchanged:
+  // INVALID_ARGUMENT for a malformed update (no kind, id 0, an impossible range),
+  // FAILED_PRECONDITION for one that does not fit the current state (unknown job or producer, an id
+  // out of order, a rank already held, a task range that is neither an orphan nor the job's next
+  // task, a delivered position past the frontier).
+  absl::Status Apply(const journal::Update& update);
+
+  // Read access. Pointers stay valid until the next Apply.
+  const Job* FindJob(absl::string_view name) const;
+  const Producer* FindProducer(uint64_t id) const;
+  const Consumer* FindConsumer(uint64_t id) const;
+  // The consumer holding `rank` of `job`, or nullptr.
+  const Consumer* ConsumerAt(absl::string_view job, uint32_t rank) const;
+  // The live producer registered with `data_address`, or nullptr.
+  const Producer* ProducerAt(absl::string_view data_address) const;
+  // The task with that id and its job: nullptr unless it is outstanding and owned.
+  const v1::Task* FindTask(uint64_t task_id) const;
+
+  const std::map<std::string, Job, std::less<>>& jobs() const { return jobs_; }
+  // Job names in creation order.
+  const std::vector<std::string>& job_order() const { return job_order_; }
+  const std::map<uint64_t, Producer>& producers() const { return producers_; }
+  const std::map<uint64_t, Consumer>& consumers() const { return consumers_; }
+  const std::set<OrphanKey>& orphans() const { return orphans_; }
+  // The job that was last given a new (never cut before) task; empty at first. New tasks go to the
+  // jobs in turn, starting after this one.
+  const std::string& last_cut_job() const { return last_cut_job_; }
+
+  uint64_t next_producer_id() const { return last_producer_id_ + 1; }
+  uint64_t next_consumer_id() const { return last_consumer_id_ + 1; }
+  uint64_t next_task_id() const { return last_task_id_ + 1; }
+
+  // OK if (epoch, step) is a position a consumer of `job` may acknowledge: for a bounded job,
+  // epoch < num_epochs, or (num_epochs, 0) once done; step <= steps_per_epoch (dealt) or
+  // <= batches_per_epoch (first_come). INVALID_ARGUMENT naming the bound otherwise.
+  static absl::Status CheckPosition(const Job& job, uint64_t epoch, uint64_t step);
+
+  // The delivered frontier of a dealt job: the earliest position acknowledged by the consumers of
+  // its ranks. Every batch before it has reached its consumer. nullopt for a first_come job or
+  // while a rank has no consumer.
+  std::optional<TaskKey> DeliveredFrontier(const Job& job) const;
+  // The outstanding tasks of `job` (owned or orphaned) that end at or before position
+  // (epoch, step), i.e. whose every batch is before it, in batch order, keyed by where they start.
+  static std::vector<std::pair<TaskKey, Outstanding>> TasksBefore(const Job& job, uint64_t epoch,
+                                                                  uint64_t step);
+
+  // Where the cursor of `job` must be at least once every batch before position (epoch, step) is
+  // delivered: at the task holding that position's first batch (tasks wholly before it need
+  // never be cut).
+  static TaskKey FirstUndeliveredTask(const Job& job, uint64_t epoch, uint64_t step);
+
+  // The range of the task at (epoch, batch) of a job: the batches it covers, [batch, result).
+  static uint64_t TaskEnd(const v1::JobInfo& info, uint64_t batch);
+
+  // A deterministic text dump of the whole state, for tests and debugging: two states are equal
+  // exactly when their dumps are.
+  std::string DebugString() const;
+
+ private:
+  absl::Status ApplyJobCreated(const journal::JobCreated& u);
+  absl::Status ApplyProducerRegistered(const journal::ProducerRegistered& u);
+  absl::Status ApplyProducerRemoved(const journal::ProducerRemoved& u);
+  absl::Status ApplyTaskAssigned(const journal::TaskAssigned& u);
+  absl::Status ApplyTaskFinished(const journal::TaskFinished& u);
+  absl::Status ApplyConsumerRegistered(const journal::ConsumerRegistered& u);
+  absl::Status ApplyConsumerAcknowledged(const journal::ConsumerAcknowledged& u);
+  absl::Status ApplyConsumerRemoved(const journal::ConsumerRemoved& u);
+  absl::Status ApplyTasksDelivered(const journal::TasksDelivered& u);
+  // Forgets an outstanding task, owned or orphaned, counting it as finished.
+  void FinishTask(Job& job, const TaskKey& key);
+  Job* MutableJob(absl::string_view name);
+
+  std::map<std::string, Job, std::less<>> jobs_;
+  std::vector<std::string> job_order_;
+  std::map<uint64_t, Producer> producers_;
+  std::map<uint64_t, Consumer> consumers_;
+  // Owned tasks by id; orphans have no id and live only in their job's `outstanding` and here:
+  std::map<uint64_t, v1::Task> tasks_;
+  std::set<OrphanKey> orphans_;
+  std::string last_cut_job_;
+  uint64_t last_producer_id_ = 0;
+  uint64_t last_consumer_id_ = 0;
+  uint64_t last_task_id_ = 0;
+};
+
+}  // namespace croupier
+
+#endif  // CROUPIER_SRC_DISPATCHER_DISPATCHER_STATE_H_

@@ -1,0 +1,160 @@
+// DispatcherState: everything but Apply, i.e. the read-only queries and the dump.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "src/dispatcher/dispatcher_state.h"
+
+namespace croupier {
+namespace {
+
+std::string Range(uint64_t epoch, uint64_t first, uint64_t num) {
+  return absl::StrCat("epoch ", epoch, " batches [", first, ", ", first + num, ")");
+}
+
+}  // namespace
+
+std::optional<DealMode> ParseDealMode(absl::string_view name) {
+  if (name == "dealt") return DealMode::kDealt;
+  if (name == "first_come") return DealMode::kFirstCome;
+  return std::nullopt;
+}
+
+bool DispatcherState::Job::exhausted() const {
+  return info.spec().num_epochs() > 0 && next_epoch >= info.spec().num_epochs();
+}
+
+bool DispatcherState::Job::IsCut(uint64_t epoch, uint64_t batch) const {
+  return TaskKey(epoch, batch) < TaskKey(next_epoch, next_batch);
+}
+
+uint64_t DispatcherState::TaskEnd(const v1::JobInfo& info, uint64_t batch) {
+  const uint64_t b = info.batches_per_epoch();
+  return batch >= b ? b : batch + std::min(info.batches_per_task(), b - batch);
+}
+
+DispatcherState::TaskKey DispatcherState::FirstUndeliveredTask(const Job& job, uint64_t epoch,
+                                                               uint64_t step) {
+  const v1::JobInfo& info = job.info;
+  const uint64_t batch = step * info.spec().num_consumers();
+  if (batch >= info.batches_per_epoch()) return TaskKey(epoch + 1, 0);
+  return TaskKey(epoch, batch / info.batches_per_task() * info.batches_per_task());
+}
+
+std::optional<DispatcherState::TaskKey> DispatcherState::DeliveredFrontier(const Job& job) const {
+  if (job.mode != DealMode::kDealt) return std::nullopt;
+  const uint32_t n = job.info.spec().num_consumers();
+  std::vector<std::optional<TaskKey>> positions(n);
+  for (const auto& [id, c] : consumers_) {
+    if (c.job == job.name()) positions[c.rank] = TaskKey(c.epoch, c.step);
+  }
+  std::optional<TaskKey> frontier;
+  for (const auto& p : positions) {
+    if (!p) return std::nullopt;
+    if (!frontier || *p < *frontier) frontier = p;
+  }
+  return frontier;
+}
+
+std::vector<std::pair<DispatcherState::TaskKey, DispatcherState::Outstanding>>
+DispatcherState::TasksBefore(const Job& job, uint64_t epoch, uint64_t step) {
+  // Tasks are whole rounds of N batches (batches_per_task and batches_per_epoch are multiples of
+  // N), so a task ending at batch b ends at step b / N; outstanding tasks end in key order.
+  const uint64_t n = job.info.spec().num_consumers();
+  std::vector<std::pair<TaskKey, Outstanding>> out;
+  for (const auto& [key, o] : job.outstanding) {
+    const uint64_t end_step = (key.second + o.num_batches + n - 1) / n;
+    if (TaskKey(key.first, end_step) > TaskKey(epoch, step)) break;
+    out.emplace_back(key, o);
+  }
+  return out;
+}
+
+absl::Status DispatcherState::CheckPosition(const Job& job, uint64_t epoch, uint64_t step) {
+  const v1::JobSpec& spec = job.info.spec();
+  const uint64_t epochs = spec.num_epochs();
+  if (epochs > 0 && (epoch > epochs || (epoch == epochs && step > 0))) {
+    return absl::InvalidArgumentError(absl::StrCat("position epoch ", epoch, " step ", step,
+                                                   " is past the end of job '", spec.name(),
+                                                   "', which has ", epochs, " epochs"));
+  }
+  const bool dealt = job.mode == DealMode::kDealt;
+  const uint64_t max_step = dealt ? job.info.steps_per_epoch() : job.info.batches_per_epoch();
+  if (step > max_step) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "position epoch ", epoch, " step ", step, " is past the end of the epoch: job '",
+        spec.name(), "' has ", max_step, dealt ? " steps per epoch" : " batches per epoch"));
+  }
+  return absl::OkStatus();
+}
+
+DispatcherState::Job* DispatcherState::MutableJob(absl::string_view name) {
+  auto it = jobs_.find(name);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+const DispatcherState::Job* DispatcherState::FindJob(absl::string_view name) const {
+  auto it = jobs_.find(name);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+const DispatcherState::Producer* DispatcherState::FindProducer(uint64_t id) const {
+  auto it = producers_.find(id);
+  return it == producers_.end() ? nullptr : &it->second;
+}
+
+const DispatcherState::Consumer* DispatcherState::FindConsumer(uint64_t id) const {
+  auto it = consumers_.find(id);
+  return it == consumers_.end() ? nullptr : &it->second;
+}
+
+const DispatcherState::Consumer* DispatcherState::ConsumerAt(absl::string_view job,
+                                                             uint32_t rank) const {
+  for (const auto& [id, c] : consumers_) {
+    if (c.job == job && c.rank == rank) return &c;
+  }
+  return nullptr;
+}
+
+const DispatcherState::Producer* DispatcherState::ProducerAt(absl::string_view data_address) const {
+  for (const auto& [id, p] : producers_) {
+    if (p.data_address == data_address) return &p;
+  }
+  return nullptr;
+}
+
+const v1::Task* DispatcherState::FindTask(uint64_t task_id) const {
+  auto it = tasks_.find(task_id);
+  return it == tasks_.end() ? nullptr : &it->second;
+}
+
+std::string DispatcherState::DebugString() const {
+  std::string out =
+      absl::StrCat("next ids: producer ", next_producer_id(), " consumer ", next_consumer_id(),
+                   " task ", next_task_id(), "\nlast cut job: '", last_cut_job_, "'\n");
+  for (const std::string& name : job_order_) {
+    const Job& j = jobs_.find(name)->second;
+    absl::StrAppend(&out, "job ", j.sequence, " {", j.info.ShortDebugString(), "} cursor ",
+                    j.next_epoch, "/", j.next_batch, " finished ", j.tasks_finished, "/",
+                    j.batches_finished, "\n");
+    for (const auto& [key, o] : j.outstanding) {
+      absl::StrAppend(&out, "  outstanding ", Range(key.first, key.second, o.num_batches), " task ",
+                      o.task_id, " producer ", o.producer_id, "\n");
+    }
+  }
+  for (const auto& [id, p] : producers_) {
+    absl::StrAppend(&out, "producer ", id, " ", p.data_address, " tasks [",
+                    absl::StrJoin(p.tasks, ","), "]\n");
+  }
+  for (const auto& [id, t] : tasks_) absl::StrAppend(&out, "task {", t.ShortDebugString(), "}\n");
+  for (const OrphanKey& o : orphans_) {
+    absl::StrAppend(&out, "orphan '", o.job, "' epoch ", o.epoch, " batch ", o.first_batch, "\n");
+  }
+  for (const auto& [id, c] : consumers_) {
+    absl::StrAppend(&out, "consumer ", id, " '", c.job, "' rank ", c.rank, " at ", c.epoch, "/",
+                    c.step, "\n");
+  }
+  return out;
+}
+
+}  // namespace croupier

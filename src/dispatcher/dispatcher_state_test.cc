@@ -1,0 +1,346 @@
+#include "src/dispatcher/dispatcher_state.h"
+
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/dispatcher/test_util.h"
+
+namespace croupier {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace ::croupier::testing;  // NOLINT: the update helpers
+
+// Applies `update`, expects it refused with `code` and `substring`, and the state unchanged.
+void ExpectRefused(DispatcherState& state, const journal::Update& update, absl::StatusCode code,
+                   const std::string& substring) {
+  const std::string before = state.DebugString();
+  absl::Status status = state.Apply(update);
+  EXPECT_EQ(status.code(), code) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr(substring));
+  EXPECT_EQ(state.DebugString(), before);
+}
+
+void MustApply(DispatcherState& state, const journal::Update& update) {
+  absl::Status status = state.Apply(update);
+  ASSERT_TRUE(status.ok()) << status << " applying " << update.ShortDebugString();
+}
+
+TEST(DispatcherStateTest, JobCreated) {
+  DispatcherState state;
+  MustApply(state, JobCreated(FakeJob("a", 12, 2, 4)));
+  MustApply(state, JobCreated(FakeJob("b", 6, 3, 3, 2, "first_come")));
+  const DispatcherState::Job* a = state.FindJob("a");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->sequence, 0u);
+  EXPECT_EQ(a->mode, DealMode::kDealt);
+  EXPECT_EQ(a->next_epoch, 0u);
+  EXPECT_EQ(a->next_batch, 0u);
+  EXPECT_EQ(state.FindJob("b")->mode, DealMode::kFirstCome);
+  EXPECT_EQ(state.FindJob("b")->sequence, 1u);
+  EXPECT_EQ(state.job_order(), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(state.FindJob("c"), nullptr);
+}
+
+TEST(DispatcherStateTest, BadJobCreatedRefused) {
+  DispatcherState state;
+  MustApply(state, JobCreated(FakeJob("a", 12, 2, 4)));
+  ExpectRefused(state, JobCreated(FakeJob("a", 12, 2, 4)), absl::StatusCode::kFailedPrecondition,
+                "job 'a' exists already");
+  ExpectRefused(state, JobCreated(FakeJob("", 12, 2, 4)), absl::StatusCode::kInvalidArgument,
+                "without a job name");
+  ExpectRefused(state, JobCreated(FakeJob("b", 12, 2, 4), kPlanVersion + 1),
+                absl::StatusCode::kFailedPrecondition, "plan version");
+  ExpectRefused(state, JobCreated(FakeJob("b", 12, 2, 4, 0, "random")),
+                absl::StatusCode::kInvalidArgument, "mode 'random'");
+  ExpectRefused(state, JobCreated(FakeJob("b", 12, 0, 4)), absl::StatusCode::kInvalidArgument,
+                "inconsistent counts");
+  ExpectRefused(state, JobCreated(FakeJob("b", 13, 2, 4)), absl::StatusCode::kInvalidArgument,
+                "inconsistent counts");
+  ExpectRefused(state, JobCreated(FakeJob("b", 12, 2, 0)), absl::StatusCode::kInvalidArgument,
+                "inconsistent counts");
+}
+
+TEST(DispatcherStateTest, ProducerRegisteredInIdOrder) {
+  DispatcherState state;
+  EXPECT_EQ(state.next_producer_id(), 1u);
+  MustApply(state, ProducerRegistered(1, "h:1"));
+  EXPECT_EQ(state.next_producer_id(), 2u);
+  EXPECT_EQ(state.FindProducer(1)->data_address, "h:1");
+  EXPECT_EQ(state.ProducerAt("h:1")->id, 1u);
+  ExpectRefused(state, ProducerRegistered(3, "h:3"), absl::StatusCode::kFailedPrecondition,
+                "producer id 3 out of order; expected 2");
+  ExpectRefused(state, ProducerRegistered(1, "h:3"), absl::StatusCode::kFailedPrecondition,
+                "out of order");
+  ExpectRefused(state, ProducerRegistered(2, ""), absl::StatusCode::kInvalidArgument,
+                "without a data address");
+  ExpectRefused(state, ProducerRegistered(2, "h:1"), absl::StatusCode::kFailedPrecondition,
+                "address h:1 is held by producer 1");
+}
+
+TEST(DispatcherStateTest, TaskAssignedCutsAtTheCursor) {
+  DispatcherState state;
+  MustApply(state, JobCreated(FakeJob("a", 10, 2, 4, 2)));
+  MustApply(state, ProducerRegistered(1, "h:1"));
+  MustApply(state, TaskAssigned(MakeTask(1, "a", 0, 0, 4), 1));
+  MustApply(state, TaskAssigned(MakeTask(2, "a", 0, 4, 4), 1));
+  const DispatcherState::Job& a = *state.FindJob("a");
+  EXPECT_EQ(a.next_epoch, 0u);
+  EXPECT_EQ(a.next_batch, 8u);
+  // The last task of the epoch is short: [8, 10).
+  ExpectRefused(
+      state, TaskAssigned(MakeTask(3, "a", 0, 8, 4), 1), absl::StatusCode::kFailedPrecondition,
+      "covers epoch 0 batches [8, 12), which is neither an orphan nor the job's next task "
+      "(epoch 0 batch 8)");
+  MustApply(state, TaskAssigned(MakeTask(3, "a", 0, 8, 2), 1));
+  EXPECT_EQ(a.next_epoch, 1u);
+  EXPECT_EQ(a.next_batch, 0u);
+  EXPECT_EQ(state.last_cut_job(), "a");
+  EXPECT_EQ(state.FindProducer(1)->tasks, (std::set<uint64_t>{1, 2, 3}));
+  EXPECT_EQ(state.FindTask(3)->num_batches(), 2u);
+  EXPECT_EQ(state.next_task_id(), 4u);
+}
+
+TEST(DispatcherStateTest, BadTaskAssignedRefused) {
+  DispatcherState state;
+  MustApply(state, JobCreated(FakeJob("a", 4, 2, 4, 1)));
+  MustApply(state, ProducerRegistered(1, "h:1"));
+  ExpectRefused(state, TaskAssigned(MakeTask(2, "a", 0, 0, 4), 1),
+                absl::StatusCode::kFailedPrecondition, "task id 2 out of order; expected 1");
+  ExpectRefused(state, TaskAssigned(MakeTask(1, "a", 0, 0, 4), 9),
+                absl::StatusCode::kFailedPrecondition, "producer 9, which is unknown");
+  ExpectRefused(state, TaskAssigned(MakeTask(1, "z", 0, 0, 4), 1),
+                absl::StatusCode::kFailedPrecondition, "job 'z', which is unknown");
+  ExpectRefused(state, TaskAssigned(MakeTask(1, "a", 0, 0, 0), 1),
+                absl::StatusCode::kInvalidArgument, "task 1 is empty");
+  ExpectRefused(state, TaskAssigned(MakeTask(1, "a", 0, 4, 4), 1),
+                absl::StatusCode::kFailedPrecondition, "neither an orphan nor");
+  MustApply(state, TaskAssigned(MakeTask(1, "a", 0, 0, 4), 1));
+  EXPECT_TRUE(state.FindJob("a")->exhausted());
+  // The job has one epoch: nothing more to cut.
+  ExpectRefused(state, TaskAssigned(MakeTask(2, "a", 1, 0, 4), 1),
+                absl::StatusCode::kFailedPrecondition, "every epoch is cut already");
+}
+
+TEST(DispatcherStateTest, TaskFinished) {
+  DispatcherState state;
+  MustApply(state, JobCreated(FakeJob("a", 8, 2, 4)));
+  MustApply(state, ProducerRegistered(1, "h:1"));
+  MustApply(state, ProducerRegistered(2, "h:2"));
+  MustApply(state, TaskAssigned(MakeTask(1, "a", 0, 0, 4), 1));
+  MustApply(state, TaskAssigned(MakeTask(2, "a", 0, 4, 4), 2));
+  ExpectRefused(state, TaskFinished(1, 2), absl::StatusCode::kFailedPrecondition,
+                "task 1 is owned by producer 1, not 2");
+  ExpectRefused(state, TaskFinished(7, 1), absl::StatusCode::kFailedPrecondition,
+                "task 7 is not outstanding");
+  MustApply(state, TaskFinished(1, 1));
+  EXPECT_EQ(state.FindTask(1), nullptr);
+  EXPECT_TRUE(state.FindProducer(1)->tasks.empty());
+  EXPECT_EQ(state.FindJob("a")->tasks_finished, 1u);
+  EXPECT_EQ(state.FindJob("a")->batches_finished, 4u);
+  EXPECT_EQ(state.FindJob("a")->outstanding.size(), 1u);
+  ExpectRefused(state, TaskFinished(1, 1), absl::StatusCode::kFailedPrecondition,
+                "not outstanding");
+}
+
+TEST(DispatcherStateTest, ProducerRemovedOrphansItsTasks) {
+  DispatcherState state;
+  MustApply(state, JobCreated(FakeJob("a", 12, 2, 4)));
+  MustApply(state, ProducerRegistered(1, "h:1"));
+  MustApply(state, ProducerRegistered(2, "h:2"));
+  MustApply(state, TaskAssigned(MakeTask(1, "a", 0, 0, 4), 1));
+  MustApply(state, TaskAssigned(MakeTask(2, "a", 0, 4, 4), 2));
+  MustApply(state, TaskAssigned(MakeTask(3, "a", 0, 8, 4), 1));
+  MustApply(state, ProducerRemoved(1));
+  EXPECT_EQ(state.FindProducer(1), nullptr);
+  EXPECT_EQ(state.FindTask(1), nullptr);
+  EXPECT_EQ(state.FindTask(3), nullptr);
+  ASSERT_EQ(state.orphans().size(), 2u);
+  EXPECT_EQ(state.orphans().begin()->first_batch, 0u);
+  EXPECT_EQ(state.FindJob("a")->outstanding.at({0, 8}).producer_id, 0u);
+  // The address is free again.
+  MustApply(state, ProducerRegistered(3, "h:1"));
+  ExpectRefused(state, ProducerRemoved(1), absl::StatusCode::kFailedPrecondition,
+                "producer 1 is unknown");
+  // An orphan goes again under a new id, with its exact range only.
+  ExpectRefused(state, TaskAssigned(MakeTask(4, "a", 0, 8, 2), 3),
+                absl::StatusCode::kFailedPrecondition, "neither an orphan nor");
+  MustApply(state, TaskAssigned(MakeTask(4, "a", 0, 8, 4), 3));
+  EXPECT_EQ(state.orphans().size(), 1u);
+  EXPECT_EQ(state.FindTask(4)->first_batch(), 8u);
+  EXPECT_EQ(state.FindJob("a")->outstanding.at({0, 8}).task_id, 4u);
+  // Reassigning an orphan does not move the cursor.
+  EXPECT_EQ(state.FindJob("a")->next_epoch, 1u);
+  EXPECT_EQ(state.FindJob("a")->next_batch, 0u);
+}
+
+TEST(DispatcherStateTest, Consumers) {
+  DispatcherState state;
+  MustApply(state, JobCreated(FakeJob("a", 12, 3, 3, 2)));
+  MustApply(state, ConsumerRegistered(1, "a", 0));
+  MustApply(state, ConsumerRegistered(2, "a", 2, 1, 3));
+  EXPECT_EQ(state.ConsumerAt("a", 2)->id, 2u);
+  EXPECT_EQ(state.FindConsumer(2)->epoch, 1u);
+  EXPECT_EQ(state.FindConsumer(2)->step, 3u);
+  ExpectRefused(state, ConsumerRegistered(3, "a", 0), absl::StatusCode::kFailedPrecondition,
+                "rank 0 of job 'a' is held by consumer 1");
+  ExpectRefused(state, ConsumerRegistered(3, "a", 3), absl::StatusCode::kInvalidArgument,
+                "rank 3 of job 'a', which has 3 consumers");
+  ExpectRefused(state, ConsumerRegistered(3, "b", 0), absl::StatusCode::kFailedPrecondition,
+                "job 'b', which is unknown");
+  ExpectRefused(state, ConsumerRegistered(5, "a", 1), absl::StatusCode::kFailedPrecondition,
+                "consumer id 5 out of order; expected 3");
+  ExpectRefused(state, ConsumerRegistered(3, "a", 1, 2, 1), absl::StatusCode::kInvalidArgument,
+                "job 'a', which has 2 epochs");
+  ExpectRefused(state, ConsumerRegistered(3, "a", 1, 0, 5), absl::StatusCode::kInvalidArgument,
+                "has 4 steps per epoch");
+
+  MustApply(state, ConsumerAcknowledged(1, 1, 4));
+  EXPECT_EQ(state.FindConsumer(1)->epoch, 1u);
+  EXPECT_EQ(state.FindConsumer(1)->step, 4u);
+  MustApply(state, ConsumerAcknowledged(1, 2, 0));  // done with both epochs
+  ExpectRefused(state, ConsumerAcknowledged(1, 2, 1), absl::StatusCode::kInvalidArgument,
+                "past the end of job 'a'");
+  ExpectRefused(state, ConsumerAcknowledged(9, 0, 0), absl::StatusCode::kFailedPrecondition,
+                "consumer 9 is unknown");
+
+  MustApply(state, ConsumerRemoved(1));
+  EXPECT_EQ(state.ConsumerAt("a", 0), nullptr);
+  ExpectRefused(state, ConsumerRemoved(1), absl::StatusCode::kFailedPrecondition,
+                "consumer 1 is unknown");
+  MustApply(state, ConsumerRegistered(3, "a", 0));  // the rank is free again
+}
+
+TEST(DispatcherStateTest, FirstComePositionsCountBatches) {
+  DispatcherState state;
+  MustApply(state, JobCreated(FakeJob("f", 12, 3, 3, 0, "first_come")));
+  MustApply(state, ConsumerRegistered(1, "f", 0, 5, 12));  // unbounded; up to 12 batches
+  ExpectRefused(state, ConsumerAcknowledged(1, 0, 13), absl::StatusCode::kInvalidArgument,
+                "has 12 batches per epoch");
+}
+
+TEST(DispatcherStateTest, TasksDeliveredFinishesEverythingBeforeTheFrontier) {
+  DispatcherState state;
+  // 12 batches per epoch for 2 consumers (6 steps), tasks of 4 batches (2 steps).
+  MustApply(state, JobCreated(FakeJob("a", 12, 2, 4)));
+  MustApply(state, ProducerRegistered(1, "h:1"));
+  MustApply(state, ProducerRegistered(2, "h:2"));
+  MustApply(state, TaskAssigned(MakeTask(1, "a", 0, 0, 4), 1));
+  MustApply(state, TaskAssigned(MakeTask(2, "a", 0, 4, 4), 2));
+  MustApply(state, TaskAssigned(MakeTask(3, "a", 0, 8, 4), 2));
+  MustApply(state, ProducerRemoved(2));  // [4, 8) and [8, 12) are orphans
+  MustApply(state, ConsumerRegistered(1, "a", 0, 0, 5));
+  EXPECT_FALSE(state.DeliveredFrontier(*state.FindJob("a")).has_value());  // rank 1 missing
+  ExpectRefused(state, TasksDelivered("a", 0, 1), absl::StatusCode::kFailedPrecondition,
+                "no frontier");
+  MustApply(state, ConsumerRegistered(2, "a", 1, 0, 4));
+  EXPECT_EQ(state.DeliveredFrontier(*state.FindJob("a")), DispatcherState::TaskKey(0, 4));
+  ExpectRefused(state, TasksDelivered("a", 0, 5), absl::StatusCode::kFailedPrecondition,
+                "the frontier is epoch 0 step 4");
+  ExpectRefused(state, TasksDelivered("z", 0, 0), absl::StatusCode::kFailedPrecondition,
+                "job 'z', which is unknown");
+  EXPECT_EQ(DispatcherState::TasksBefore(*state.FindJob("a"), 0, 4).size(), 2u);
+  MustApply(state, TasksDelivered("a", 0, 4));
+  // The owned task and the orphan before step 4 are finished; [8, 12) is still an orphan.
+  EXPECT_EQ(state.FindTask(1), nullptr);
+  EXPECT_TRUE(state.FindProducer(1)->tasks.empty());
+  ASSERT_EQ(state.orphans().size(), 1u);
+  EXPECT_EQ(state.orphans().begin()->first_batch, 8u);
+  EXPECT_EQ(state.FindJob("a")->tasks_finished, 2u);
+  EXPECT_EQ(state.FindJob("a")->batches_finished, 8u);
+  MustApply(state, TasksDelivered("a", 0, 4));  // nothing left before it: a no-op
+  EXPECT_EQ(state.FindJob("a")->tasks_finished, 2u);
+}
+
+TEST(DispatcherStateTest, TasksDeliveredMovesTheCursorPastUnneededTasks) {
+  DispatcherState state;
+  MustApply(state, JobCreated(FakeJob("a", 12, 2, 4, 2)));  // tasks of 2 steps
+  MustApply(state, ConsumerRegistered(1, "a", 0, 0, 3));
+  MustApply(state, ConsumerRegistered(2, "a", 1, 0, 5));
+  // Step 3 is batch 6, in the task [4, 8): the cursor skips [0, 4) only.
+  EXPECT_EQ(DispatcherState::FirstUndeliveredTask(*state.FindJob("a"), 0, 3),
+            DispatcherState::TaskKey(0, 4));
+  MustApply(state, TasksDelivered("a", 0, 3));
+  EXPECT_EQ(state.FindJob("a")->next_batch, 4u);
+  EXPECT_EQ(state.FindJob("a")->tasks_finished, 0u);  // skipped, never cut
+  MustApply(state, ConsumerAcknowledged(1, 1, 6));
+  MustApply(state, ConsumerAcknowledged(2, 2, 0));
+  MustApply(state, TasksDelivered("a", 1, 6));  // the end of epoch 1: the job is done
+  EXPECT_TRUE(state.FindJob("a")->exhausted());
+  // A frontier behind the cursor leaves it alone.
+  MustApply(state, TasksDelivered("a", 0, 0));
+  EXPECT_EQ(state.FindJob("a")->next_epoch, 2u);
+}
+
+TEST(DispatcherStateTest, FirstComeJobsHaveNoDeliveredFrontier) {
+  DispatcherState state;
+  MustApply(state, JobCreated(FakeJob("f", 4, 1, 4, 0, "first_come")));
+  MustApply(state, ConsumerRegistered(1, "f", 0, 3, 0));
+  EXPECT_FALSE(state.DeliveredFrontier(*state.FindJob("f")).has_value());
+  ExpectRefused(state, TasksDelivered("f", 0, 0), absl::StatusCode::kFailedPrecondition,
+                "first_come");
+}
+
+TEST(DispatcherStateTest, UpdateWithoutKindRefused) {
+  DispatcherState state;
+  ExpectRefused(state, journal::Update(), absl::StatusCode::kInvalidArgument, "no kind set");
+}
+
+TEST(DispatcherStateTest, ReplayRebuildsTheStateExactly) {
+  // Every kind of update, with refused ones in between (which a journal never holds).
+  std::vector<journal::Update> updates = {
+      JobCreated(FakeJob("a", 10, 2, 4, 2)),
+      JobCreated(FakeJob("b", 6, 3, 3, 0, "first_come")),
+      ProducerRegistered(1, "h:1"),
+      ProducerRegistered(2, "h:2"),
+      TaskAssigned(MakeTask(1, "a", 0, 0, 4), 1),
+      TaskAssigned(MakeTask(2, "b", 0, 0, 3), 2),
+      TaskAssigned(MakeTask(3, "a", 0, 4, 4), 2),
+      TaskAssigned(MakeTask(9, "a", 0, 8, 2), 2),  // refused: out of order
+      TaskFinished(2, 2),
+      ConsumerRegistered(1, "a", 0),
+      ConsumerRegistered(2, "a", 1),
+      ConsumerRegistered(3, "b", 2, 3, 1),
+      ConsumerAcknowledged(1, 0, 2),
+      ProducerRemoved(1),
+      ProducerRegistered(3, "h:1"),
+      TaskAssigned(MakeTask(4, "a", 0, 0, 4), 3),
+      TaskAssigned(MakeTask(5, "a", 0, 8, 2), 3),
+      TaskFinished(4, 2),  // refused: owned by 3
+      TaskFinished(4, 3),
+      ConsumerRemoved(2),
+      ConsumerRegistered(4, "a", 1, 0, 1),
+      ConsumerAcknowledged(1, 0, 4),
+      ConsumerAcknowledged(4, 0, 4),
+      TasksDelivered("a", 0, 5),  // refused: past the frontier
+      TasksDelivered("a", 0, 4),  // finishes task 3: [4, 8)
+      ProducerRemoved(3),         // task 5 becomes an orphan
+  };
+  DispatcherState live;
+  std::vector<journal::Update> journal;
+  for (const journal::Update& u : updates) {
+    if (live.Apply(u).ok()) journal.push_back(u);
+  }
+  EXPECT_EQ(journal.size(), updates.size() - 3);
+
+  DispatcherState replayed;
+  for (const journal::Update& u : journal) {
+    // Through the wire format, as a journal file would hold it.
+    journal::Update parsed;
+    ASSERT_TRUE(parsed.ParseFromString(u.SerializeAsString()));
+    MustApply(replayed, parsed);
+  }
+  EXPECT_EQ(replayed.DebugString(), live.DebugString());
+  EXPECT_THAT(live.DebugString(), HasSubstr("orphan"));
+  EXPECT_THAT(live.DebugString(), HasSubstr("consumer 4 'a' rank 1 at 0/4"));
+  EXPECT_THAT(live.DebugString(), HasSubstr("finished 2/8"));
+
+  // A prefix of the journal gives a different state.
+  DispatcherState prefix;
+  for (size_t i = 0; i + 1 < journal.size(); ++i) MustApply(prefix, journal[i]);
+  EXPECT_NE(prefix.DebugString(), live.DebugString());
+}
+
+}  // namespace
+}  // namespace croupier

@@ -1,0 +1,148 @@
+#include "src/dispatcher/job_builder.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "croupier/dataset.h"
+#include "croupier/example.h"
+#include "croupier/plan.h"
+#include "src/common/status_macros.h"
+#include "src/dispatcher/job_spec.h"
+
+namespace croupier {
+namespace {
+
+absl::string_view ListName(DType dtype) {
+  switch (dtype) {
+    case DType::kBytes:
+      return "bytes_list";
+    case DType::kFloat32:
+      return "float_list";
+    case DType::kInt64:
+      return "int64_list";
+  }
+  return "unknown list";
+}
+
+// Why a pattern's Glob failed, as far as it can be told: Env::Glob fails (rather than matching
+// nothing) when a directory on the way cannot be read, typically because it does not exist.
+std::string GlobFailure(Env& env, const std::string& pattern, const absl::Status& status) {
+  const size_t wildcard = pattern.find_first_of("*?[");
+  const size_t slash =
+      pattern.rfind('/', wildcard == std::string::npos ? pattern.size() : wildcard);
+  if (slash != std::string::npos && slash > 0) {
+    const std::string dir = pattern.substr(0, slash);
+    absl::Status stat = env.Stat(dir).status();
+    if (absl::IsNotFound(stat)) return absl::StrCat("directory ", dir, " does not exist");
+    if (!stat.ok()) return std::string(stat.message());
+  }
+  return std::string(status.message());
+}
+
+absl::StatusOr<std::vector<std::string>> ExpandPatterns(const v1::JobSpec& spec, Env& env) {
+  std::vector<std::string> files;
+  absl::flat_hash_map<std::string, std::string> matched_by;
+  for (const std::string& pattern : spec.files()) {
+    absl::StatusOr<std::vector<std::string>> globbed = env.Glob(pattern);
+    if (!globbed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "no file matches '", pattern, "' (", GlobFailure(env, pattern, globbed.status()), ")"));
+    }
+    std::vector<std::string> matches = *std::move(globbed);
+    if (matches.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("no file matches '", pattern, "'"));
+    }
+    for (std::string& file : matches) {
+      auto [it, inserted] = matched_by.emplace(file, pattern);
+      if (!inserted) {
+        return absl::InvalidArgumentError(absl::StrCat("file ", file, " is given twice (by '",
+                                                       it->second, "' and '", pattern,
+                                                       "'); its records would be dealt twice"));
+      }
+      files.push_back(std::move(file));
+    }
+  }
+  return files;
+}
+
+// Checks the spec's features against the first record of the first file that has one.
+absl::Status CheckFeatures(const std::vector<FeatureSpec>& features, const Dataset& dataset) {
+  size_t f = 0;
+  while (f < dataset.num_files() && dataset.index(f).num_records() == 0) ++f;
+  if (f == dataset.num_files()) return absl::OkStatus();  // no records: the plan check refuses
+  ASSIGN_OR_RETURN(auto file, IndexedRecordFile::Open(dataset.shared_index(f)));
+  std::string buffer;
+  ASSIGN_OR_RETURN(absl::string_view record, file->Read(0, buffer));
+  const std::string where = absl::StrCat("record 0 of ", dataset.index(f).path);
+  absl::StatusOr<Example> example = ParseExample(record);
+  if (!example.ok()) {
+    return absl::DataLossError(
+        absl::StrCat(where, " is not a tf.train.Example: ", example.status().message()));
+  }
+  for (const FeatureSpec& spec : features) {
+    const Feature* found = nullptr;
+    for (const auto& [name, feature] : *example) {
+      if (name == spec.name) found = &feature;
+    }
+    if (found == nullptr) {
+      std::vector<std::string> names;
+      for (const auto& entry : *example) names.push_back(entry.first);
+      return absl::InvalidArgumentError(
+          absl::StrCat("feature '", spec.name, "' is not in ", where, " (it has ",
+                       names.empty() ? "no features" : absl::StrJoin(names, ", "), ")"));
+    }
+    if (found->kind_set && found->dtype != spec.dtype) {
+      return absl::InvalidArgumentError(absl::StrCat("feature '", spec.name, "' is ",
+                                                     DTypeName(spec.dtype), " in the spec but ",
+                                                     ListName(found->dtype), " in ", where));
+    }
+    if (!spec.variable_length && static_cast<int64_t>(found->size()) != spec.NumElements()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "feature '", spec.name, "' is ", FormatFeatureSpecs({spec}), " in the spec (",
+          spec.NumElements(), spec.NumElements() == 1 ? " value" : " values", ") but has ",
+          found->size(), found->size() == 1 ? " value" : " values", " in ", where));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::JobInfo> Build(const v1::JobSpec& spec, IndexCache& cache, Env& env,
+                                  uint32_t rounds_per_task) {
+  ASSIGN_OR_RETURN(std::vector<std::string> files, ExpandPatterns(spec, env));
+  ASSIGN_OR_RETURN(std::unique_ptr<Dataset> dataset, Dataset::Open(files, cache));
+  ASSIGN_OR_RETURN(std::vector<FeatureSpec> features, ParseFeatureSpecs(spec.features()));
+  if (dataset->num_records() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the ", files.size(), files.size() == 1 ? " file holds" : " files hold", " no records"));
+  }
+  RETURN_IF_ERROR(CheckFeatures(features, *dataset));
+  ASSIGN_OR_RETURN(EpochPlan plan,
+                   EpochPlan::Create(MakePlanSpec(spec, dataset->num_records()), /*epoch=*/0));
+  v1::JobInfo info;
+  *info.mutable_spec() = spec;
+  for (size_t f = 0; f < dataset->num_files(); ++f) {
+    v1::FileInfo* file = info.add_files();
+    file->set_path(dataset->index(f).path);
+    file->set_num_records(dataset->index(f).num_records());
+  }
+  info.set_num_records(dataset->num_records());
+  info.set_batches_per_epoch(plan.num_batches());
+  info.set_steps_per_epoch(plan.steps_per_consumer());
+  info.set_batches_per_task(uint64_t{spec.num_consumers()} * rounds_per_task);
+  return info;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::JobInfo> BuildJobInfo(const v1::JobSpec& spec, IndexCache& cache, Env& env,
+                                         uint32_t rounds_per_task) {
+  absl::StatusOr<v1::JobInfo> info = Build(spec, cache, env, rounds_per_task);
+  if (!info.ok()) return JobError(spec.name(), info.status());
+  return info;
+}
+
+}  // namespace croupier

@@ -1,0 +1,33 @@
+// Turning a job spec into a JobInfo: the slow part of CreateJob, which reads the data (or the
+// cached record indexes). DispatcherImpl calls it without holding its lock.
+#ifndef CROUPIER_SRC_DISPATCHER_JOB_BUILDER_H_
+#define CROUPIER_SRC_DISPATCHER_JOB_BUILDER_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "croupier/record_index.h"
+#include "proto/croupier.pb.h"
+#include "src/common/env.h"
+
+namespace croupier {
+
+// The JobInfo of a spec that NormalizeJobSpec accepted. Expands every pattern of spec.files with
+// env.Glob (in order, each pattern's matches sorted), indexes the files through `cache`, checks the
+// features against the first record of the first non-empty file, and computes the counts:
+// batches_per_epoch from the epoch plan, batches_per_task = num_consumers * rounds_per_task.
+// Errors, each prefixed with "job '<name>': ":
+//   INVALID_ARGUMENT  a pattern that matches no file (or whose directory cannot be read); a file
+//                     matched twice; files that hold no records; a feature absent from the
+//                     record, of another dtype or with another number of values than its fixed
+//                     shape; too few records for the plan (ValidatePlanSpec's message);
+//   the index's own code (NOT_FOUND, PERMISSION_DENIED, DATA_LOSS with the file and byte offset,
+//                     ABORTED for a file that changed while it was indexed) for a file that cannot
+//                     be indexed, and DATA_LOSS for a first record that is not a tf.train.Example.
+// Thread-safe (as IndexCache and Env are).
+absl::StatusOr<v1::JobInfo> BuildJobInfo(const v1::JobSpec& spec, IndexCache& cache, Env& env,
+                                         uint32_t rounds_per_task);
+
+}  // namespace croupier
+
+#endif  // CROUPIER_SRC_DISPATCHER_JOB_BUILDER_H_

@@ -1,0 +1,115 @@
+#include "src/dispatcher/job_spec.h"
+
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "croupier/example.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/text_format.h"
+#include "src/common/status_macros.h"
+#include "src/dispatcher/dispatcher_state.h"
+
+namespace croupier {
+namespace {
+
+constexpr char kDefaultShuffle[] = "global";
+constexpr char kDefaultRemainder[] = "drop";
+constexpr char kDefaultMode[] = "dealt";
+
+// A field's value as text: strings quoted, repeated fields as [a, b].
+std::string FieldText(const v1::JobSpec& spec, const google::protobuf::FieldDescriptor* field) {
+  const google::protobuf::Reflection* reflection = spec.GetReflection();
+  std::string out;
+  if (!field->is_repeated()) {
+    google::protobuf::TextFormat::PrintFieldValueToString(spec, field, -1, &out);
+    return out;
+  }
+  std::vector<std::string> items;
+  for (int i = 0; i < reflection->FieldSize(spec, field); ++i) {
+    google::protobuf::TextFormat::PrintFieldValueToString(spec, field, i, &items.emplace_back());
+  }
+  return absl::StrCat("[", absl::StrJoin(items, ", "), "]");
+}
+
+}  // namespace
+
+absl::Status JobError(absl::string_view name, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat("job '", name, "': ", status.message()));
+}
+
+absl::Status ValidateJobName(absl::string_view name) {
+  bool ok = !name.empty() && name.size() <= kMaxJobNameBytes && absl::ascii_isalnum(name[0]);
+  for (char c : name) ok = ok && (absl::ascii_isalnum(c) || c == '_' || c == '-' || c == '.');
+  if (ok) return absl::OkStatus();
+  if (name.empty()) return absl::InvalidArgumentError("the job has no name");
+  return absl::InvalidArgumentError(
+      absl::StrCat("job name '", name, "' is invalid: use 1 to ", kMaxJobNameBytes,
+                   " letters, digits, '_', '-' or '.', starting with a letter or a digit"));
+}
+
+absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec) {
+  RETURN_IF_ERROR(ValidateJobName(spec.name()));
+  const std::string& name = spec.name();
+  auto invalid = [&](absl::string_view what) {
+    return JobError(name, absl::InvalidArgumentError(what));
+  };
+  v1::JobSpec out = spec;
+  if (spec.files().empty()) return invalid("no files given");
+  for (int i = 0; i < spec.files_size(); ++i) {
+    if (spec.files(i).empty()) return invalid(absl::StrCat("files[", i, "] is empty"));
+  }
+  absl::StatusOr<std::vector<FeatureSpec>> features = ParseFeatureSpecs(spec.features());
+  if (!features.ok()) return JobError(name, features.status());
+  out.set_features(FormatFeatureSpecs(*features));
+
+  if (out.mode().empty()) out.set_mode(kDefaultMode);
+  if (!ParseDealMode(out.mode())) {
+    return invalid(
+        absl::StrCat("unknown mode '", out.mode(), "'; expected one of dealt, first_come"));
+  }
+  if (out.shuffle().empty()) out.set_shuffle(kDefaultShuffle);
+  if (absl::Status s = ParseShuffleMode(out.shuffle()).status(); !s.ok()) return JobError(name, s);
+  if (out.remainder().empty()) out.set_remainder(kDefaultRemainder);
+  if (absl::Status s = ParseRemainder(out.remainder()).status(); !s.ok()) return JobError(name, s);
+  const PlanSpec defaults;
+  if (out.block_size() == 0) out.set_block_size(defaults.block_size);
+  if (out.window_blocks() == 0) out.set_window_blocks(defaults.window_blocks);
+  if (out.num_consumers() == 0) return invalid("num_consumers is 0; it must be at least 1");
+  // Every plan setting but the record count, which needs the data.
+  if (absl::Status s = ValidatePlanSpec(MakePlanSpec(out, PlanSpec::kMaxRecords)); !s.ok()) {
+    return JobError(name, s);
+  }
+  return out;
+}
+
+PlanSpec MakePlanSpec(const v1::JobSpec& spec, uint64_t num_records) {
+  PlanSpec plan;
+  plan.num_records = num_records;
+  plan.seed = spec.seed();
+  plan.batch_size = spec.batch_size();
+  plan.num_consumers = spec.num_consumers();
+  // Normalized specs hold valid names; the fallbacks only keep this total.
+  plan.shuffle = ParseShuffleMode(spec.shuffle()).value_or(ShuffleMode::kGlobal);
+  plan.remainder = ParseRemainder(spec.remainder()).value_or(Remainder::kDrop);
+  plan.block_size = spec.block_size();
+  plan.window_blocks = spec.window_blocks();
+  return plan;
+}
+
+std::string DescribeSpecDifference(const v1::JobSpec& existing, const v1::JobSpec& requested) {
+  const google::protobuf::Descriptor* descriptor = v1::JobSpec::descriptor();
+  std::vector<std::string> differences;
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* field = descriptor->field(i);
+    std::string a = FieldText(existing, field), b = FieldText(requested, field);
+    if (a != b) {
+      differences.push_back(
+          absl::StrCat(field->name(), " is ", a, " in the existing job, ", b, " in this request"));
+    }
+  }
+  return absl::StrJoin(differences, "; ");
+}
+
+}  // namespace croupier

@@ -1,0 +1,44 @@
+// Job specs as the dispatcher takes them: the checks that need no data, the defaults, and the
+// comparison that decides whether a CreateJob with exist_ok may reuse an existing job.
+#ifndef CROUPIER_SRC_DISPATCHER_JOB_SPEC_H_
+#define CROUPIER_SRC_DISPATCHER_JOB_SPEC_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "croupier/plan.h"
+#include "proto/croupier.pb.h"
+
+namespace croupier {
+
+inline constexpr size_t kMaxJobNameBytes = 128;
+
+// OK, or INVALID_ARGUMENT saying what a name may be: 1 to 128 letters, digits, '_', '-' or '.',
+// starting with a letter or a digit.
+absl::Status ValidateJobName(absl::string_view name);
+
+// Checks everything in `spec` that needs no data and returns it with the defaults filled in:
+// shuffle "global", remainder "drop", mode "dealt", block_size 1024, window_blocks 16, and the
+// features in their canonical text (FormatFeatureSpecs). INVALID_ARGUMENT, prefixed with
+// "job '<name>': ", names the first problem: the name, no files or an empty file pattern, the
+// feature spec text, the mode, shuffle or remainder name, num_consumers 0, and any plan setting out
+// of range (ValidatePlanSpec's message). Whether the files exist and hold enough records is
+// BuildJobInfo's business.
+absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec);
+
+// The plan settings of a normalized spec, for a dataset of `num_records` records.
+PlanSpec MakePlanSpec(const v1::JobSpec& spec, uint64_t num_records);
+
+// Empty when `existing` and `requested` are equal; otherwise the fields that differ, e.g.
+// "batch_size is 32 in the existing job, 64 in this request".
+std::string DescribeSpecDifference(const v1::JobSpec& existing, const v1::JobSpec& requested);
+
+// Prefixes a status's message with "job '<name>': ", keeping its code.
+absl::Status JobError(absl::string_view name, const absl::Status& status);
+
+}  // namespace croupier
+
+#endif  // CROUPIER_SRC_DISPATCHER_JOB_SPEC_H_

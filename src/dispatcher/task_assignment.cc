@@ -1,0 +1,46 @@
+#include "src/dispatcher/task_assignment.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace croupier {
+namespace {
+
+v1::Task MakeTask(const DispatcherState& state, const std::string& job, uint64_t epoch,
+                  uint64_t first, uint64_t num) {
+  v1::Task task;
+  task.set_task_id(state.next_task_id());
+  task.set_job(job);
+  task.set_epoch(epoch);
+  task.set_first_batch(first);
+  task.set_num_batches(num);
+  return task;
+}
+
+}  // namespace
+
+std::optional<v1::Task> NextTask(const DispatcherState& state) {
+  if (!state.orphans().empty()) {
+    const DispatcherState::OrphanKey& o = *state.orphans().begin();
+    const DispatcherState::Job& job = *state.FindJob(o.job);
+    const auto& outstanding = job.outstanding.at({o.epoch, o.first_batch});
+    return MakeTask(state, o.job, o.epoch, o.first_batch, outstanding.num_batches);
+  }
+  const std::vector<std::string>& order = state.job_order();
+  if (order.empty()) return std::nullopt;
+  size_t start = 0;
+  if (const DispatcherState::Job* last = state.FindJob(state.last_cut_job())) {
+    start = last->sequence + 1;
+  }
+  for (size_t i = 0; i < order.size(); ++i) {
+    const DispatcherState::Job& job = *state.FindJob(order[(start + i) % order.size()]);
+    if (job.exhausted()) continue;
+    const uint64_t end = DispatcherState::TaskEnd(job.info, job.next_batch);
+    return MakeTask(state, job.name(), job.next_epoch, job.next_batch, end - job.next_batch);
+  }
+  return std::nullopt;
+}
+
+}  // namespace croupier

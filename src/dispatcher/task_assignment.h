@@ -1,0 +1,22 @@
+// Which task a producer with a free slot gets next: a pure function of the DispatcherState, so a
+// restarted dispatcher continues where the journal left off.
+#ifndef CROUPIER_SRC_DISPATCHER_TASK_ASSIGNMENT_H_
+#define CROUPIER_SRC_DISPATCHER_TASK_ASSIGNMENT_H_
+
+#include <optional>
+
+#include "proto/croupier.pb.h"
+#include "src/dispatcher/dispatcher_state.h"
+
+namespace croupier {
+
+// The next task to assign, with task_id = state.next_task_id(), or nullopt when there is none:
+//   1. the orphan of a removed producer with the lowest (epoch, first batch), ties by job name;
+//   2. otherwise a new task at the cursor of a job that is not exhausted, taking the jobs in
+//      creation order, round-robin, starting after state.last_cut_job().
+// Applying TaskAssigned{task, producer} for the result always succeeds (for a known producer).
+std::optional<v1::Task> NextTask(const DispatcherState& state);
+
+}  // namespace croupier
+
+#endif  // CROUPIER_SRC_DISPATCHER_TASK_ASSIGNMENT_H_

@@ -1,0 +1,233 @@
+// Helpers shared by the dispatcher's tests: journal updates in one line, small TFRecord datasets,
+// and a DispatcherImpl on a FakeClock.
+#ifndef CROUPIER_SRC_DISPATCHER_TEST_UTIL_H_
+#define CROUPIER_SRC_DISPATCHER_TEST_UTIL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "croupier/example.h"
+#include "croupier/plan.h"
+#include "croupier/tfrecord.h"
+#include "gtest/gtest.h"
+#include "proto/croupier.pb.h"
+#include "proto/journal.pb.h"
+#include "src/common/clock.h"
+#include "src/common/testing.h"
+#include "src/dispatcher/dispatcher_impl.h"
+
+namespace croupier::testing {
+
+// A JobInfo without files, for state tests.
+inline v1::JobInfo FakeJob(const std::string& name, uint64_t batches_per_epoch,
+                           uint32_t num_consumers, uint64_t batches_per_task,
+                           uint64_t num_epochs = 0, const std::string& mode = "dealt") {
+  v1::JobInfo info;
+  v1::JobSpec* spec = info.mutable_spec();
+  spec->set_name(name);
+  spec->add_files("/nowhere/*.tfrecord");
+  spec->set_features("idx:int64");
+  spec->set_batch_size(2);
+  spec->set_num_consumers(num_consumers);
+  spec->set_num_epochs(num_epochs);
+  spec->set_mode(mode);
+  spec->set_shuffle("global");
+  spec->set_remainder("drop");
+  info.set_num_records(batches_per_epoch * 2);
+  info.set_batches_per_epoch(batches_per_epoch);
+  info.set_steps_per_epoch(num_consumers == 0 ? 0 : batches_per_epoch / num_consumers);
+  info.set_batches_per_task(batches_per_task);
+  return info;
+}
+
+inline journal::Update JobCreated(const v1::JobInfo& info, uint32_t plan_version = kPlanVersion) {
+  journal::Update u;
+  *u.mutable_job_created()->mutable_job() = info;
+  u.mutable_job_created()->set_plan_version(plan_version);
+  return u;
+}
+inline journal::Update ProducerRegistered(uint64_t id, const std::string& address) {
+  journal::Update u;
+  u.mutable_producer_registered()->set_producer_id(id);
+  u.mutable_producer_registered()->set_data_address(address);
+  return u;
+}
+inline journal::Update ProducerRemoved(uint64_t id) {
+  journal::Update u;
+  u.mutable_producer_removed()->set_producer_id(id);
+  return u;
+}
+inline v1::Task MakeTask(uint64_t id, const std::string& job, uint64_t epoch, uint64_t first,
+                         uint64_t num) {
+  v1::Task t;
+  t.set_task_id(id);
+  t.set_job(job);
+  t.set_epoch(epoch);
+  t.set_first_batch(first);
+  t.set_num_batches(num);
+  return t;
+}
+inline journal::Update TaskAssigned(const v1::Task& task, uint64_t producer) {
+  journal::Update u;
+  *u.mutable_task_assigned()->mutable_task() = task;
+  u.mutable_task_assigned()->set_producer_id(producer);
+  return u;
+}
+inline journal::Update TaskFinished(uint64_t task, uint64_t producer) {
+  journal::Update u;
+  u.mutable_task_finished()->set_task_id(task);
+  u.mutable_task_finished()->set_producer_id(producer);
+  return u;
+}
+inline journal::Update ConsumerRegistered(uint64_t id, const std::string& job, uint32_t rank,
+                                          uint64_t epoch = 0, uint64_t step = 0) {
+  journal::Update u;
+  auto* c = u.mutable_consumer_registered();
+  c->set_consumer_id(id);
+  c->set_job(job);
+  c->set_rank(rank);
+  c->set_epoch(epoch);
+  c->set_step(step);
+  return u;
+}
+inline journal::Update ConsumerAcknowledged(uint64_t id, uint64_t epoch, uint64_t step) {
+  journal::Update u;
+  auto* c = u.mutable_consumer_acknowledged();
+  c->set_consumer_id(id);
+  c->set_epoch(epoch);
+  c->set_step(step);
+  return u;
+}
+inline journal::Update TasksDelivered(const std::string& job, uint64_t epoch, uint64_t step) {
+  journal::Update u;
+  auto* d = u.mutable_tasks_delivered();
+  d->set_job(job);
+  d->set_epoch(epoch);
+  d->set_step(step);
+  return u;
+}
+inline journal::Update ConsumerRemoved(uint64_t id) {
+  journal::Update u;
+  u.mutable_consumer_removed()->set_consumer_id(id);
+  return u;
+}
+
+// The record every test file holds at index i: idx (int64 scalar), x (float32[2]), name (bytes).
+inline std::string TestRecord(int64_t i) {
+  Example e = {{"idx", Feature::Ints({i})},
+               {"x", Feature::Floats({0.5f * i, 1.0f})},
+               {"name", Feature::Bytes({absl::StrCat("r", i)})}};
+  return EncodeExample(e);
+}
+
+// Writes `records` (already serialized) to a TFRecord file.
+inline void WriteFile(const std::string& path, const std::vector<std::string>& records) {
+  auto writer = RecordWriter::Create(path);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  for (const std::string& r : records) ASSERT_TRUE((*writer)->Write(r).ok());
+  ASSERT_TRUE((*writer)->Close().ok());
+}
+
+// Writes `count` test records numbered from `first`.
+inline void WriteTestFile(const std::string& path, int64_t first, int64_t count) {
+  std::vector<std::string> records;
+  for (int64_t i = first; i < first + count; ++i) records.push_back(TestRecord(i));
+  WriteFile(path, records);
+}
+
+inline constexpr char kTestFeatures[] = "idx:int64,x:float32[2],name:bytes";
+
+// A DispatcherImpl on a FakeClock, with a temporary directory for data and index cache.
+class DispatcherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    clock_ = std::make_unique<FakeClock>();
+    Recreate(DispatcherOptions{});
+  }
+
+  void Recreate(DispatcherOptions options) {
+    options.clock = clock_.get();
+    options.index_cache_dir = dir_.Join("index");
+    auto impl = DispatcherImpl::Create(options);
+    ASSERT_TRUE(impl.ok()) << impl.status();
+    impl_ = std::move(*impl);
+  }
+
+  // A valid spec over `path_pattern` (default: data/*.tfrecord in the temp dir).
+  v1::JobSpec Spec(const std::string& name, uint32_t batch_size, uint32_t num_consumers,
+                   uint64_t num_epochs = 0) {
+    v1::JobSpec spec;
+    spec.set_name(name);
+    spec.add_files(dir_.Join("data/*.tfrecord"));
+    spec.set_features(kTestFeatures);
+    spec.set_batch_size(batch_size);
+    spec.set_num_consumers(num_consumers);
+    spec.set_num_epochs(num_epochs);
+    spec.set_seed(7);
+    return spec;
+  }
+
+  // Writes data/part-<k>.tfrecord files holding `sizes[k]` records each.
+  void WriteData(const std::vector<int64_t>& sizes) {
+    std::filesystem::create_directories(dir_.Join("data"));
+    int64_t next = 0;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      WriteTestFile(dir_.Join(absl::StrCat("data/part-", k, ".tfrecord")), next, sizes[k]);
+      next += sizes[k];
+    }
+  }
+
+  absl::StatusOr<v1::JobInfo> Create(const v1::JobSpec& spec, bool exist_ok = false) {
+    v1::CreateJobRequest request;
+    *request.mutable_spec() = spec;
+    request.set_exist_ok(exist_ok);
+    absl::StatusOr<v1::CreateJobResponse> response = impl_->CreateJob(request);
+    if (!response.ok()) return response.status();
+    return response->job();
+  }
+
+  absl::StatusOr<v1::ProducerHeartbeatResponse> Producer(uint64_t id, const std::string& address,
+                                                         uint32_t slots,
+                                                         std::vector<uint64_t> finished = {}) {
+    v1::ProducerHeartbeatRequest request;
+    request.set_producer_id(id);
+    request.set_data_address(address);
+    request.set_free_task_slots(slots);
+    for (uint64_t t : finished) request.add_finished_tasks(t);
+    return impl_->ProducerHeartbeat(request);
+  }
+
+  absl::StatusOr<v1::ConsumerHeartbeatResponse> Consumer(uint64_t id, const std::string& job,
+                                                         uint32_t rank, uint32_t world,
+                                                         uint64_t epoch = 0, uint64_t step = 0) {
+    v1::ConsumerHeartbeatRequest request;
+    request.set_consumer_id(id);
+    request.set_job(job);
+    request.set_rank(rank);
+    request.set_world(world);
+    request.set_epoch(epoch);
+    request.set_step(step);
+    return impl_->ConsumerHeartbeat(request);
+  }
+
+  absl::StatusOr<v1::LocateResponse> Locate(const std::string& job, uint64_t epoch, uint64_t first,
+                                            uint64_t num) {
+    v1::LocateRequest request;
+    request.set_job(job);
+    request.set_epoch(epoch);
+    request.set_first_batch(first);
+    request.set_num_batches(num);
+    return impl_->Locate(request);
+  }
+
+  ScopedTempDir dir_;
+  std::unique_ptr<FakeClock> clock_;
+  std::unique_ptr<DispatcherImpl> impl_;
+};
+
+}  // namespace croupier::testing
+
+#endif  // CROUPIER_SRC_DISPATCHER_TEST_UTIL_H_

@@ -1,0 +1,58 @@
+// A running dispatcher: DispatcherImpl behind its gRPC service, plus the thread that expires
+// silent producers and consumers. `croupier dispatcher` is this class and a signal handler.
+#ifndef CROUPIER_SRC_NODE_DISPATCHER_NODE_H_
+#define CROUPIER_SRC_NODE_DISPATCHER_NODE_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "src/dispatcher/dispatcher_impl.h"
+#include "src/rpc/dispatcher_service.h"
+
+namespace croupier {
+
+struct DispatcherNodeOptions {
+  std::string bind_address = "127.0.0.1";
+  int port = 5050;  // 0: any free port (see port())
+  // Holds the record-index cache (index/) and, later, the journal. Created if missing; must be
+  // writable.
+  std::string work_dir;
+  std::string auth_token;  // empty: no authentication
+  DispatcherOptions dispatcher;
+};
+
+// Thread-safe.
+class DispatcherNode {
+ public:
+  // UNAVAILABLE naming the address if the port cannot be bound; the work directory's error if it
+  // cannot be created or written.
+  static absl::StatusOr<std::unique_ptr<DispatcherNode>> Start(DispatcherNodeOptions options);
+  ~DispatcherNode();  // Shutdown()
+
+  int port() const { return port_; }
+  std::string address() const;
+  // Stops serving within about a second: in-flight calls get a short grace period, then are
+  // cancelled. Idempotent.
+  void Shutdown();
+
+ private:
+  DispatcherNode() = default;
+
+  DispatcherNodeOptions options_;
+  std::unique_ptr<DispatcherImpl> impl_;
+  std::unique_ptr<rpc::DispatcherService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  absl::Notification stop_;
+  std::thread ticker_;
+  std::once_flag shutdown_once_;
+};
+
+}  // namespace croupier
+
+#endif  // CROUPIER_SRC_NODE_DISPATCHER_NODE_H_

@@ -1,0 +1,207 @@
+#include "src/node/producer_node.h"
+
+#include <unistd.h>
+
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "src/common/logging.h"
+#include "src/common/status_macros.h"
+#include "src/rpc/grpc_util.h"
+
+namespace croupier {
+
+// Serves from the runner after a random delay: lets the tests make producers slow and uneven.
+class ProducerNode::DelayingSource final : public BatchSource {
+ public:
+  DelayingSource(BatchSource* inner, absl::Duration max_delay)
+      : inner_(inner), max_delay_(max_delay) {}
+  absl::StatusOr<Batch> GetBatch(const BatchKey& key, absl::Time deadline) override {
+    Delay();
+    return inner_->GetBatch(key, deadline);
+  }
+  absl::StatusOr<std::pair<uint64_t, Batch>> GetAnyBatch(absl::string_view job, uint64_t epoch,
+                                                         absl::Time deadline) override {
+    Delay();
+    return inner_->GetAnyBatch(job, epoch, deadline);
+  }
+  void OnServed(const BatchKey& key, uint64_t bytes) override { inner_->OnServed(key, bytes); }
+
+ private:
+  void Delay() {
+    thread_local std::mt19937_64 rng(std::random_device{}());
+    int64_t max_us = absl::ToInt64Microseconds(max_delay_);
+    absl::SleepFor(absl::Microseconds(std::uniform_int_distribution<int64_t>(0, max_us)(rng)));
+  }
+  BatchSource* const inner_;
+  const absl::Duration max_delay_;
+};
+
+absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOptions options) {
+  if (options.dispatcher.empty()) {
+    return absl::InvalidArgumentError("a producer needs the dispatcher's address (--dispatcher)");
+  }
+  std::unique_ptr<ProducerNode> node(new ProducerNode());
+  node->options_ = options;
+  node->dispatcher_ = rpc::DispatcherClient::Create(
+      options.dispatcher, {.auth_token = options.auth_token,
+                           .call_timeout = absl::Seconds(10),
+                           .timeout = options.connect_timeout});
+  node->index_cache_ = std::make_unique<IndexCache>(options.index_cache_dir);
+  if (options.cache_bytes > 0) {
+    ASSIGN_OR_RETURN(node->record_cache_,
+                     RecordCache::Create({.capacity_bytes = options.cache_bytes,
+                                          .dir = options.cache_dir}));
+  }
+  node->runner_ = std::make_unique<TaskRunner>(options.runner);
+  BatchSource* source = node->runner_.get();
+  if (options.test_max_delay > absl::ZeroDuration()) {
+    node->source_ = std::make_unique<DelayingSource>(source, options.test_max_delay);
+    source = node->source_.get();
+  }
+  ASSIGN_OR_RETURN(node->server_,
+                   Transport::Tcp()->StartServer({.bind_address = options.bind_address,
+                                                  .port = options.port,
+                                                  .auth_token = options.auth_token},
+                                                 source));
+  std::string host = options.advertise_host;
+  if (host.empty()) {
+    host = options.bind_address;
+    if (host == "0.0.0.0" || host == "::") {
+      char name[256] = {};
+      ::gethostname(name, sizeof(name) - 1);
+      host = name;
+    }
+  }
+  node->data_address_ = absl::StrCat(host, ":", node->server_->port());
+  // Register now, so that a dispatcher that cannot be reached or refuses us is an error of Start.
+  RETURN_IF_ERROR(node->Heartbeat());
+  ProducerNode* raw = node.get();
+  node->heartbeat_ = std::thread([raw] { raw->HeartbeatLoop(); });
+  Log(LogLevel::kInfo, "producer",
+      absl::StrCat("producer ", node->producer_id(), " serving on ", node->data_address_,
+                   " for dispatcher ", options.dispatcher));
+  return node;
+}
+
+uint64_t ProducerNode::producer_id() const {
+  absl::MutexLock lock(&mu_);
+  return producer_id_;
+}
+
+absl::StatusOr<std::shared_ptr<const BatchMaker>> ProducerNode::MakerFor(const v1::JobInfo& job) {
+  auto it = makers_.find(job.spec().name());
+  if (it != makers_.end()) return it->second;
+  ASSIGN_OR_RETURN(std::shared_ptr<const BatchMaker> maker,
+                   BatchMaker::Create(job, *index_cache_, record_cache_.get()));
+  makers_[job.spec().name()] = maker;
+  return maker;
+}
+
+absl::Status ProducerNode::Heartbeat() {
+  std::vector<uint64_t> finished = runner_->TakeFinishedTasks();
+  unreported_finished_.insert(unreported_finished_.end(), finished.begin(), finished.end());
+  v1::ProducerHeartbeatRequest request;
+  request.set_producer_id(producer_id());
+  request.set_data_address(data_address_);
+  for (uint64_t t : unreported_finished_) request.add_finished_tasks(t);
+  request.set_free_task_slots(runner_->FreeTaskSlots());
+  TaskRunner::Stats stats = runner_->stats();
+  v1::ProducerStats* s = request.mutable_stats();
+  s->set_buffered_bytes(stats.buffered_bytes);
+  s->set_buffer_capacity_bytes(stats.buffer_capacity_bytes);
+  s->set_batches_made(stats.batches_made);
+  s->set_batches_served(stats.batches_served);
+  s->set_bytes_served(stats.bytes_served);
+
+  auto response = dispatcher_->ProducerHeartbeat(request);
+  if (absl::IsNotFound(response.status()) && request.producer_id() != 0) {
+    // The dispatcher presumed us dead and gave our work to others: drop it all, serve none of it,
+    // and rejoin as a new producer.
+    Log(LogLevel::kWarning, "producer",
+        absl::StrCat("producer ", request.producer_id(), ": ", response.status().message(),
+                     "; dropping its tasks and registering again"));
+    for (uint64_t t : runner_->HeldTasks()) runner_->RevokeTask(t);
+    unreported_finished_.clear();
+    absl::MutexLock lock(&mu_);
+    producer_id_ = 0;
+    return absl::OkStatus();
+  }
+  if (!response.ok()) return response.status();
+  unreported_finished_.clear();
+  {
+    absl::MutexLock lock(&mu_);
+    producer_id_ = response->producer_id();
+  }
+  if (response->heartbeat_interval_ms() > 0) {
+    interval_ = absl::Milliseconds(response->heartbeat_interval_ms());
+  }
+  work_available_ = response->new_tasks_size() > 0;
+  for (uint64_t t : response->revoked_tasks()) runner_->RevokeTask(t);
+  for (const v1::JobInfo& job : response->jobs()) {
+    auto maker = MakerFor(job);
+    if (!maker.ok()) {
+      Log(LogLevel::kError, "producer",
+          absl::StrCat("job '", job.spec().name(), "': ", maker.status().ToString()));
+    }
+  }
+  for (const v1::Task& task : response->new_tasks()) {
+    auto it = makers_.find(task.job());
+    if (it == makers_.end()) {
+      v1::GetJobRequest get;
+      get.set_name(task.job());
+      auto job = dispatcher_->GetJob(get);
+      if (job.ok()) {
+        auto maker = MakerFor(job->job());
+        if (maker.ok()) it = makers_.find(task.job());
+      }
+    }
+    if (it == makers_.end()) {
+      Log(LogLevel::kError, "producer",
+          absl::StrCat("task ", task.task_id(), " of job '", task.job(),
+                       "' cannot be made: the job could not be opened"));
+      continue;
+    }
+    absl::Status added = runner_->AddTask(task, it->second);
+    if (!added.ok()) {
+      Log(LogLevel::kError, "producer",
+          absl::StrCat("task ", task.task_id(), ": ", added.ToString()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void ProducerNode::HeartbeatLoop() {
+  // Beat every interval, and at once when a task finished or a slot is free, so that work keeps
+  // flowing without waiting a whole interval.
+  constexpr absl::Duration kPoll = absl::Milliseconds(20);
+  constexpr absl::Duration kEagerGap = absl::Milliseconds(100);
+  absl::Time last = absl::Now();
+  while (!stop_.WaitForNotificationWithTimeout(kPoll)) {
+    absl::Duration since = absl::Now() - last;
+    bool due = since >= interval_;
+    // Eager only while the dispatcher has work to give, so an idle producer beats at the interval.
+    bool eager = since >= kEagerGap && work_available_ && runner_->FreeTaskSlots() > 0;
+    if (!due && !eager) continue;
+    absl::Status s = Heartbeat();
+    last = absl::Now();
+    if (!s.ok()) {
+      Log(LogLevel::kWarning, "producer",
+          absl::StrCat("producer ", producer_id(), ": heartbeat failed: ", s.ToString()));
+    }
+  }
+}
+
+void ProducerNode::Shutdown() {
+  std::call_once(shutdown_once_, [this] {
+    if (!stop_.HasBeenNotified()) stop_.Notify();
+    if (heartbeat_.joinable()) heartbeat_.join();
+    if (runner_) runner_->Shutdown();
+    if (server_) server_->Shutdown();
+    Log(LogLevel::kInfo, "producer", absl::StrCat("stopped (", data_address_, ")"));
+  });
+}
+
+ProducerNode::~ProducerNode() { Shutdown(); }
+
+}  // namespace croupier

@@ -1,0 +1,87 @@
+// A running producer: a TaskRunner that makes batches, a data server that serves them, and the
+// heartbeat loop that reports to the dispatcher and takes new work. `croupier producer` is this
+// class and a signal handler.
+#ifndef CROUPIER_SRC_NODE_PRODUCER_NODE_H_
+#define CROUPIER_SRC_NODE_PRODUCER_NODE_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "croupier/record_index.h"
+#include "src/producer/record_cache.h"
+#include "src/producer/task_runner.h"
+#include "src/rpc/dispatcher_client.h"
+#include "src/transport/transport.h"
+
+namespace croupier {
+
+struct ProducerNodeOptions {
+  std::string dispatcher;  // host:port
+  std::string bind_address = "127.0.0.1";
+  int port = 0;  // the data server's port; 0: any free port
+  // The host consumers reach this producer at; empty: the bind address (or the host name when
+  // binding to every interface).
+  std::string advertise_host;
+  std::string auth_token;
+  TaskRunner::Options runner;
+  // The decoded-record cache (tf.data's cache()): 0 bytes disables it; an empty dir keeps it in
+  // memory.
+  uint64_t cache_bytes = 0;
+  std::string cache_dir;
+  std::string index_cache_dir;  // empty: IndexCache::DefaultDir()
+  // For tests: a random delay of up to this much before each batch is served.
+  absl::Duration test_max_delay = absl::ZeroDuration();
+  // How long the producer keeps retrying an unreachable dispatcher at start before giving up.
+  absl::Duration connect_timeout = absl::Seconds(60);
+};
+
+// Thread-safe.
+class ProducerNode {
+ public:
+  // Starts the data server and registers with the dispatcher. DEADLINE_EXCEEDED naming the
+  // dispatcher's address if it cannot be reached within connect_timeout; UNAUTHENTICATED or
+  // FAILED_PRECONDITION as the dispatcher answers.
+  static absl::StatusOr<std::unique_ptr<ProducerNode>> Start(ProducerNodeOptions options);
+  ~ProducerNode();  // Shutdown()
+
+  const std::string& data_address() const { return data_address_; }
+  uint64_t producer_id() const;
+  // Stops the heartbeats, the workers and the server promptly. Idempotent.
+  void Shutdown();
+
+ private:
+  class DelayingSource;
+  ProducerNode() = default;
+  absl::Status Heartbeat();
+  void HeartbeatLoop();
+  absl::StatusOr<std::shared_ptr<const BatchMaker>> MakerFor(const v1::JobInfo& job);
+
+  ProducerNodeOptions options_;
+  std::unique_ptr<rpc::DispatcherClient> dispatcher_;
+  std::unique_ptr<IndexCache> index_cache_;
+  std::unique_ptr<RecordCache> record_cache_;
+  std::unique_ptr<TaskRunner> runner_;
+  std::unique_ptr<BatchSource> source_;  // runner_, or runner_ behind test delays
+  std::unique_ptr<DataServer> server_;
+  std::string data_address_;
+
+  mutable absl::Mutex mu_;
+  uint64_t producer_id_ ABSL_GUARDED_BY(mu_) = 0;
+  // Only the heartbeat thread touches these.
+  std::vector<uint64_t> unreported_finished_;
+  absl::flat_hash_map<std::string, std::shared_ptr<const BatchMaker>> makers_;
+  absl::Duration interval_ = absl::Seconds(1);
+  bool work_available_ = true;
+
+  absl::Notification stop_;
+  std::thread heartbeat_;
+  std::once_flag shutdown_once_;
+};
+
+}  // namespace croupier
+
+#endif  // CROUPIER_SRC_NODE_PRODUCER_NODE_H_

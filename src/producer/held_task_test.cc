@@ -1,0 +1,60 @@
+#include "src/producer/held_task.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace croupier {
+namespace {
+
+using State = HeldTask::State;
+
+v1::Task Task(uint64_t id, uint64_t first, uint64_t num, uint64_t epoch = 1) {
+  v1::Task task;
+  task.set_task_id(id);
+  task.set_job("train");
+  task.set_epoch(epoch);
+  task.set_first_batch(first);
+  task.set_num_batches(num);
+  return task;
+}
+
+TEST(ProducerHeldTaskTest, CoversItsBatchesOnly) {
+  const HeldTask held(Task(3, 10, 5), nullptr);
+  EXPECT_EQ(held.size(), 5u);
+  EXPECT_TRUE(held.Covers(BatchKey{"train", 1, 10}));
+  EXPECT_TRUE(held.Covers(BatchKey{"train", 1, 14}));
+  EXPECT_FALSE(held.Covers(BatchKey{"train", 1, 15}));
+  EXPECT_FALSE(held.Covers(BatchKey{"train", 1, 9}));
+  EXPECT_FALSE(held.Covers(BatchKey{"train", 2, 12}));
+  EXPECT_FALSE(held.Covers(BatchKey{"eval", 1, 12}));
+  EXPECT_EQ(held.Key(2), (BatchKey{"train", 1, 12}));
+  EXPECT_TRUE(held.Overlaps(Task(4, 14, 3)));
+  EXPECT_FALSE(held.Overlaps(Task(4, 15, 3)));
+  EXPECT_FALSE(held.Overlaps(Task(4, 10, 5, /*epoch=*/2)));
+  EXPECT_EQ(held.Describe(), "task 3 (batches [10, 15) of job 'train' epoch 1)");
+}
+
+TEST(ProducerHeldTaskTest, BatchesMoveForwardAndFinishOnce) {
+  HeldTask held(Task(3, 0, 3), nullptr);
+  EXPECT_EQ(held.NextPending(), 0u);
+  held.SetMaking(0);
+  EXPECT_EQ(held.NextPending(), 1u);
+  EXPECT_TRUE(held.Hand(1));  // a request took batch 1 before any worker
+  EXPECT_FALSE(held.Hand(1));
+  EXPECT_EQ(held.NextPending(), 2u);
+  held.SetReady(0);
+  EXPECT_TRUE(held.HasUnhanded());
+  EXPECT_TRUE(held.Hand(0));
+  EXPECT_TRUE(held.Hand(2));
+  EXPECT_FALSE(held.HasUnhanded());
+  EXPECT_EQ(held.NextPending(), std::nullopt);
+  EXPECT_FALSE(held.Serve(0));
+  EXPECT_FALSE(held.Serve(0));  // twice counts once
+  EXPECT_FALSE(held.Serve(2));
+  EXPECT_TRUE(held.Serve(1));
+  EXPECT_EQ(held.state(1), State::kServed);
+  EXPECT_FALSE(held.dropped());
+}
+
+}  // namespace
+}  // namespace croupier

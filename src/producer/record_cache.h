@@ -1,0 +1,154 @@
+// The producer's optional record cache, the equivalent of tf.data's cache() step: the records of
+// a job's files are kept after their first read, so that later epochs are served without reading
+// the files again.
+#ifndef CROUPIER_SRC_PRODUCER_RECORD_CACHE_H_
+#define CROUPIER_SRC_PRODUCER_RECORD_CACHE_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "croupier/record_index.h"
+
+namespace croupier {
+
+class Env;
+class RandomAccessFile;
+class WritableFile;
+
+// A cache of TFRecord record data (the bytes inside the framing), keyed by file and record
+// number, bounded in bytes. It holds the serialized tf.train.Example, not decoded columns: records
+// are still decoded for every batch (BatchBuilder decodes straight into the batch's columns, which
+// costs less than a copy of decoded values would save), but never read from the files again.
+//
+// Admission, like tf.data's cache: records are admitted while they fit, and once the cache is
+// full it admits nothing more and evicts nothing, so a dataset larger than the cache is served
+// partly from the cache and partly from the files, with no churn. What counts against the bound:
+//   - in memory: the storage allocated for records (in chunks, never more than the capacity), plus
+//     kEntryOverheadBytes per record for its index entry;
+//   - in a directory: the record bytes written to the cache files; the in-memory index is not
+//     counted.
+//
+// The directory mode writes one file per shard in a fresh directory it creates inside `dir`, and
+// removes that directory with its files on destruction. Records read back are checked against a
+// CRC-32C kept in memory; a record that fails the check or cannot be read is a miss (and a logged
+// warning), so the caller reads the source file instead.
+//
+// Thread-safe.
+class RecordCache {
+ public:
+  static constexpr uint64_t kEntryOverheadBytes = 32;
+
+  struct Options {
+    uint64_t capacity_bytes = uint64_t{1} << 30;
+    // Empty: in memory. Otherwise the cache files go in a new directory created inside this one.
+    std::string dir;
+    Env* env = nullptr;  // nullptr: Env::Default()
+  };
+
+  struct Stats {
+    uint64_t hits = 0;
+    uint64_t misses = 0;
+    uint64_t records = 0;  // records held
+    uint64_t bytes = 0;    // bytes counted against the capacity (see above)
+    uint64_t capacity_bytes = 0;
+    uint64_t rejected = 0;     // Insert calls refused because the cache was full
+    uint64_t read_errors = 0;  // directory mode: records that could not be read back
+  };
+
+  // INVALID_ARGUMENT for a zero capacity; errors of creating the directory.
+  static absl::StatusOr<std::unique_ptr<RecordCache>> Create(Options options);
+  ~RecordCache();
+  RecordCache(const RecordCache&) = delete;
+  RecordCache& operator=(const RecordCache&) = delete;
+
+  // A number for the file an index describes, to key its records by. The same path, size and
+  // modification time always get the same number, so several jobs over one file share its
+  // records; a file that changed gets a new number, so stale records are never returned.
+  uint32_t FileId(const RecordIndex& index);
+
+  // The cached data of record `record` of file `file`, or nullopt (a miss). In memory, the view
+  // points into the cache and stays valid as long as the cache; in a directory, it points into
+  // `buffer`, which is reused.
+  std::optional<absl::string_view> Lookup(uint32_t file, uint64_t record, std::string& buffer);
+
+  // Admits a copy of a record's data if it fits; returns whether it was admitted (or was held
+  // already). Never evicts.
+  bool Insert(uint32_t file, uint64_t record, absl::string_view data);
+
+  Stats stats() const;
+  // The directory holding the cache files; empty in memory.
+  const std::string& path() const { return path_; }
+
+ private:
+  static constexpr int kShards = 16;
+  struct Key {
+    uint32_t file;
+    uint64_t record;
+    template <typename H>
+    friend H AbslHashValue(H h, const Key& k) {
+      return H::combine(std::move(h), k.file, k.record);
+    }
+    bool operator==(const Key&) const = default;
+  };
+  // Where a record's data is: in memory, at `data`; in a directory, at byte `offset` of the
+  // shard's file, with `crc` its CRC-32C.
+  struct Slot {
+    const char* data = nullptr;
+    uint64_t offset = 0;
+    uint32_t size = 0;
+    uint32_t crc = 0;
+  };
+  struct Shard {
+    absl::Mutex mu;
+    absl::flat_hash_map<Key, Slot> slots ABSL_GUARDED_BY(mu);
+    // In memory: chunks records are copied into; the last one, of chunk_size bytes, is being
+    // filled.
+    std::vector<std::unique_ptr<char[]>> chunks ABSL_GUARDED_BY(mu);
+    uint64_t chunk_used ABSL_GUARDED_BY(mu) = 0;
+    uint64_t chunk_size ABSL_GUARDED_BY(mu) = 0;
+    // In a directory: the shard's file, appended under `write_mu` (a slow path, so not under mu),
+    // and read concurrently through `reader`.
+    absl::Mutex write_mu;
+    std::unique_ptr<WritableFile> writer ABSL_GUARDED_BY(write_mu);
+    uint64_t file_size ABSL_GUARDED_BY(write_mu) = 0;
+    std::unique_ptr<RandomAccessFile> reader;  // set at creation, then constant
+  };
+
+  RecordCache(Options options, std::string path);
+  absl::Status OpenFiles();
+  // Takes `bytes` from the budget if they fit.
+  bool Charge(uint64_t bytes);
+  bool InsertInMemory(Shard& shard, const Key& key, absl::string_view data);
+  bool InsertInFile(Shard& shard, const Key& key, absl::string_view data);
+  std::optional<absl::string_view> ReadBack(const Slot& slot, Shard& shard, std::string& buffer);
+
+  // Constant after construction.
+  const uint64_t capacity_;
+  const uint64_t chunk_bytes_;  // the usual size of a memory chunk
+  Env* const env_;
+  const std::string path_;  // empty: in memory
+
+  std::array<Shard, kShards> shards_;
+  std::atomic<uint64_t> used_{0};
+  std::atomic<uint64_t> hits_{0};
+  std::atomic<uint64_t> misses_{0};
+  std::atomic<uint64_t> records_{0};
+  std::atomic<uint64_t> rejected_{0};
+  std::atomic<uint64_t> read_errors_{0};
+
+  absl::Mutex files_mu_;
+  absl::flat_hash_map<std::string, uint32_t> file_ids_ ABSL_GUARDED_BY(files_mu_);
+};
+
+}  // namespace croupier
+
+#endif  // CROUPIER_SRC_PRODUCER_RECORD_CACHE_H_

@@ -1,0 +1,219 @@
+#include "src/producer/task_runner.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "src/common/logging.h"
+
+namespace croupier {
+namespace {
+
+// How long a worker waiting for buffer room sleeps before looking again at which batch is next
+// (room changes wake it sooner).
+constexpr absl::Duration kRoomRecheck = absl::Milliseconds(100);
+
+using State = HeldTask::State;
+
+}  // namespace
+
+TaskRunner::TaskRunner(Options options)
+    : options_(options),
+      clock_(options.clock != nullptr ? options.clock : Clock::Real()),
+      buffer_(options.buffer_bytes, clock_) {
+  int threads = options_.threads;
+  if (threads <= 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  absl::MutexLock lock(&join_mu_);
+  for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { Work(); });
+}
+
+TaskRunner::~TaskRunner() { Shutdown(); }
+
+void TaskRunner::Shutdown() {
+  absl::MutexLock join_lock(&join_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    shutdown_ = true;
+  }
+  buffer_.Cancel(absl::UnavailableError("the producer is shutting down"));
+  for (std::thread& t : workers_) t.join();
+  workers_.clear();
+}
+
+absl::Status TaskRunner::AddTask(const v1::Task& task, std::shared_ptr<const BatchMaker> maker) {
+  const std::string name = absl::StrCat("task ", task.task_id(), " of job '", task.job(), "'");
+  if (maker == nullptr) return absl::InvalidArgumentError(name + ": no batch maker");
+  if (maker->job_name() != task.job()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": the batch maker is of job '", maker->job_name(), "'"));
+  }
+  if (task.num_batches() == 0 || task.first_batch() >= maker->batches_per_epoch() ||
+      task.num_batches() > maker->batches_per_epoch() - task.first_batch()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": batches [", task.first_batch(), ", +", task.num_batches(),
+        ") are not a non-empty range inside the epoch's ", maker->batches_per_epoch(), " batches"));
+  }
+  const uint64_t num_epochs = maker->job().spec().num_epochs();
+  if (num_epochs != 0 && task.epoch() >= num_epochs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": epoch ", task.epoch(), " but the job has ", num_epochs));
+  }
+  auto held = std::make_shared<HeldTask>(task, std::move(maker));
+  absl::MutexLock lock(&mu_);
+  if (shutdown_) return absl::UnavailableError("the producer is shutting down");
+  for (const auto& other : tasks_) {
+    if (other->id() == task.task_id()) {
+      return absl::AlreadyExistsError(absl::StrCat(name, " is held already"));
+    }
+    if (other->Overlaps(task)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(held->Describe(), " overlaps ", other->Describe()));
+    }
+  }
+  // A new task supersedes a retained finished one of the same id or batches.
+  std::erase_if(retained_, [&](const std::shared_ptr<HeldTask>& old) {
+    return old->id() == task.task_id() || old->Overlaps(task);
+  });
+  tasks_.push_back(std::move(held));
+  return absl::OkStatus();
+}
+
+bool TaskRunner::RevokeTask(uint64_t task_id) {
+  absl::MutexLock lock(&mu_);
+  auto matches = [task_id](const std::shared_ptr<HeldTask>& t) { return t->id() == task_id; };
+  std::erase(finished_, task_id);
+  if (std::erase_if(retained_, matches) > 0) return true;
+  auto it = std::find_if(tasks_.begin(), tasks_.end(), matches);
+  if (it == tasks_.end()) return false;
+  std::shared_ptr<HeldTask> task = std::move(*it);
+  tasks_.erase(it);
+  task->Drop();
+  const absl::Status revoked =
+      absl::NotFoundError(absl::StrCat(task->Describe(), " was revoked from this producer"));
+  for (uint64_t i = 0; i < task->size(); ++i) {
+    if (task->state(i) == State::kMaking || task->state(i) == State::kReady) {
+      buffer_.Discard(task->Key(i), revoked);
+    }
+  }
+  MaybeEndEpochLocked(task->task().job(), task->task().epoch());
+  return true;
+}
+
+std::vector<uint64_t> TaskRunner::TakeFinishedTasks() {
+  absl::MutexLock lock(&mu_);
+  return std::exchange(finished_, {});
+}
+
+uint32_t TaskRunner::FreeTaskSlots() const {
+  absl::MutexLock lock(&mu_);
+  return tasks_.size() >= options_.max_tasks
+             ? 0
+             : options_.max_tasks - static_cast<uint32_t>(tasks_.size());
+}
+
+std::vector<uint64_t> TaskRunner::HeldTasks() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<uint64_t> ids;
+  for (const auto& t : tasks_) ids.push_back(t->id());
+  return ids;
+}
+
+TaskRunner::Stats TaskRunner::stats() const {
+  const BatchBuffer::Stats buffer = buffer_.stats();
+  absl::MutexLock lock(&mu_);
+  Stats s;
+  s.buffered_bytes = buffer.bytes;
+  s.peak_buffered_bytes = buffer.peak_bytes;
+  s.buffer_capacity_bytes = buffer.capacity_bytes;
+  s.batches_made = batches_made_;
+  s.make_failures = make_failures_;
+  s.batches_served = batches_served_;
+  s.bytes_served = bytes_served_;
+  s.tasks_held = tasks_.size();
+  return s;
+}
+
+// ---- The workers.
+
+std::optional<TaskRunner::Claim> TaskRunner::NextClaimableLocked() {
+  for (const auto& t : tasks_) {
+    const std::optional<uint64_t> next = t->NextPending();
+    if (!next) continue;
+    // The earliest batch not started. Until a batch of its job has given a size to reserve, the
+    // job's batches are made one at a time.
+    if (probing_.contains(t->task().job())) return std::nullopt;
+    Claim claim;
+    claim.task = t;
+    claim.index = *next;
+    return claim;
+  }
+  return std::nullopt;
+}
+
+bool TaskRunner::WorkOrShutdownLocked() { return shutdown_ || NextClaimableLocked().has_value(); }
+
+void TaskRunner::Work() {
+  while (true) {
+    Claim claim;
+    bool claimed = false;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(this, &TaskRunner::WorkOrShutdownLocked));
+      if (shutdown_) return;
+      claim = *NextClaimableLocked();
+      const std::string& job = claim.task->task().job();
+      auto estimate = estimates_.find(job);
+      claim.probe = estimate == estimates_.end();
+      claim.reserved = claim.probe ? 0 : estimate->second;
+      // Claiming and reserving under one lock keeps reservations in batch order.
+      claimed = buffer_.TryReserve(claim.reserved);
+      if (claimed) {
+        claim.task->SetMaking(claim.index);
+        if (claim.probe) probing_.insert(job);
+      }
+    }
+    if (!claimed) {
+      // UNAVAILABLE after shutdown: the loop then sees shutdown_.
+      buffer_.AwaitRoom(claim.reserved, clock_->Now() + kRoomRecheck).IgnoreError();
+      continue;
+    }
+    const BatchKey key = claim.task->Key(claim.index);
+    absl::StatusOr<Batch> made = claim.task->maker()->Make(key.epoch, key.batch);
+    absl::MutexLock lock(&mu_);
+    FinishClaimLocked(claim, std::move(made));
+  }
+}
+
+void TaskRunner::FinishClaimLocked(const Claim& claim, absl::StatusOr<Batch> made) {
+  HeldTask& task = *claim.task;
+  const BatchKey key = task.Key(claim.index);
+  if (claim.probe) probing_.erase(key.job);
+  if (made.ok()) {
+    uint64_t& estimate = estimates_[key.job];
+    estimate = std::max<uint64_t>(estimate, made->bytes().size());
+  }
+  RecordMadeLocked(made, /*log=*/true);
+  if (task.dropped() || task.state(claim.index) != State::kMaking) {
+    buffer_.Unreserve(claim.reserved);
+    return;
+  }
+  if (buffer_.PutReserved(key, std::move(made), claim.reserved)) {
+    MarkHandedLocked(task, claim.index);  // went straight to a waiting request
+  } else {
+    task.SetReady(claim.index);
+  }
+}
+
+void TaskRunner::RecordMadeLocked(const absl::StatusOr<Batch>& made, bool log) {
+  if (made.ok()) {
+    ++batches_made_;
+    return;
+  }
+  ++make_failures_;
+  if (log) {
+    // The status names the job, epoch and batch already.
+    Log(LogLevel::kError, "producer", made.status().ToString());
+  }
+}
+
+}  // namespace croupier

@@ -1,0 +1,179 @@
+// The producer's work loop: the tasks the dispatcher assigned, made into batches ahead of demand
+// by a pool of threads, and served to the data server.
+#ifndef CROUPIER_SRC_PRODUCER_TASK_RUNNER_H_
+#define CROUPIER_SRC_PRODUCER_TASK_RUNNER_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "croupier/batch.h"
+#include "proto/croupier.pb.h"
+#include "src/common/clock.h"
+#include "src/producer/batch_buffer.h"
+#include "src/producer/batch_maker.h"
+#include "src/producer/held_task.h"
+#include "src/transport/batch_source.h"
+
+namespace croupier {
+
+// Holds the producer's tasks and makes their batches.
+//
+// Worker threads make the batches of the held tasks in order (tasks in the order added, batches
+// ascending) into a BatchBuffer, ahead of demand, until the buffer is full. Buffer room is
+// reserved before a batch is made, always for the earliest batch not yet made, so the batch a
+// consumer waits for next is never stuck behind later ones. A reservation is the largest batch of
+// the job seen so far; until one batch of a job has been made, its batches are made one at a
+// time. So the buffer holds at most buffer_bytes, plus one batch larger than the capacity or
+// than the estimate.
+//
+// Requests never wait behind the buffer: a batch no thread has started yet (not reached), and a
+// batch handed out before (a consumer retrying after a lost connection), are made on demand in
+// the caller's thread; a batch being made is waited for; a made one is taken from the buffer.
+// Handed-out batches are remade identically, since batch contents depend only on the plan. A batch
+// made on demand is made to the end whatever the deadline (a batch is the unit of work).
+//
+// first_come (GetAnyBatch): a made batch of the epoch is handed out if there is one, else one not
+// started is made on demand, else the call waits for one a worker is making. A batch handed out
+// whose delivery then fails cannot be offered again (the consumer never learnt its index), so its
+// task does not finish; what happens to it is the dispatcher's call.
+//
+// A task is finished once every one of its batches has been served (OnServed). It then stops
+// counting against max_tasks and is reported once by TakeFinishedTasks; the last
+// retain_finished_tasks finished tasks are kept so that a late retry of one of their batches is
+// still remade rather than refused.
+//
+// A batch that fails to be made is logged once and handed to its requester as the error, and is
+// not retried by the workers; a later request remakes it on demand (and fails again if the data
+// is still bad).
+//
+// Thread-safe. The destructor calls Shutdown.
+class TaskRunner : public BatchSource {
+ public:
+  struct Options {
+    int threads = 0;  // worker threads; 0: the hardware concurrency
+    uint64_t buffer_bytes = uint64_t{256} << 20;
+    uint32_t max_tasks = 2;               // FreeTaskSlots() = max_tasks - tasks held
+    uint32_t retain_finished_tasks = 16;  // finished tasks kept for late retries
+    Clock* clock = nullptr;               // deadlines; nullptr: the real clock
+  };
+
+  struct Stats {
+    uint64_t buffered_bytes = 0;  // batches made and waiting in the buffer
+    uint64_t peak_buffered_bytes = 0;
+    uint64_t buffer_capacity_bytes = 0;
+    uint64_t batches_made = 0;  // successfully, by workers or on demand
+    uint64_t make_failures = 0;
+    uint64_t batches_served = 0;  // OnServed calls
+    uint64_t bytes_served = 0;
+    uint64_t tasks_held = 0;
+  };
+
+  // Starts the worker threads.
+  explicit TaskRunner(Options options);
+  ~TaskRunner() override;
+  TaskRunner(const TaskRunner&) = delete;
+  TaskRunner& operator=(const TaskRunner&) = delete;
+
+  // Takes on `task`, whose batches `maker` makes. ALREADY_EXISTS if a task of that id is held
+  // (a repeated assignment; the held one stays); INVALID_ARGUMENT if `maker` is null or of
+  // another job, if the task's range is empty or past the end of the epoch, or if it overlaps a
+  // held task; UNAVAILABLE after Shutdown. Tasks beyond max_tasks are accepted (the dispatcher
+  // decides), and FreeTaskSlots() is then 0.
+  absl::Status AddTask(const v1::Task& task, std::shared_ptr<const BatchMaker> maker);
+
+  // Drops task `task_id` (held or finished): its buffered batches are freed, and requests waiting
+  // for its batches fail with NOT_FOUND. Returns whether the task was known.
+  bool RevokeTask(uint64_t task_id);
+
+  // The tasks finished since the last call, each returned once, in the order they finished.
+  std::vector<uint64_t> TakeFinishedTasks();
+  // max_tasks minus the tasks held (not finished), or 0.
+  uint32_t FreeTaskSlots() const;
+  // The ids of the tasks held, in the order added.
+  std::vector<uint64_t> HeldTasks() const;
+  Stats stats() const;
+
+  // Stops the workers (each finishes the batch it is making) and fails every waiting and later
+  // request with UNAVAILABLE. Idempotent.
+  void Shutdown();
+
+  // BatchSource. GetBatch: NOT_FOUND ("producer does not hold batch 57 of job 'train' epoch 1")
+  // if no held or retained task covers `key`. GetAnyBatch: OUT_OF_RANGE once every batch of the
+  // held tasks of (job, epoch) has been handed out. Both: DEADLINE_EXCEEDED if the batch was not
+  // made in time, UNAVAILABLE after Shutdown, the make error (e.g. DATA_LOSS) if it failed.
+  absl::StatusOr<Batch> GetBatch(const BatchKey& key, absl::Time deadline) override;
+  absl::StatusOr<std::pair<uint64_t, Batch>> GetAnyBatch(absl::string_view job, uint64_t epoch,
+                                                         absl::Time deadline) override;
+  void OnServed(const BatchKey& key, uint64_t bytes) override;
+
+ private:
+  // A batch a worker has started: what it needs to make and deliver it.
+  struct Claim {
+    std::shared_ptr<HeldTask> task;
+    uint64_t index = 0;     // within the task
+    uint64_t reserved = 0;  // buffer bytes reserved for it
+    bool probe = false;     // the first batch of its job, made before any size is known
+  };
+
+  void Work();
+  // The earliest batch not yet started, if the workers may start it now (task and index set).
+  std::optional<Claim> NextClaimableLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool WorkOrShutdownLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishClaimLocked(const Claim& claim, absl::StatusOr<Batch> made)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The held task covering `key`, or else a retained finished one, or nullptr.
+  std::shared_ptr<HeldTask> FindLocked(const BatchKey& key) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks batch `index` of `task` handed out.
+  void MarkHandedLocked(HeldTask& task, uint64_t index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails the first_come waiters of (job, epoch) with OUT_OF_RANGE once no held task of it has a
+  // batch left to hand out.
+  void MaybeEndEpochLocked(const std::string& job, uint64_t epoch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes a batch in the calling thread; `first` logs a failure (the batch's first attempt).
+  absl::StatusOr<Batch> MakeNow(const BatchMaker& maker, uint64_t epoch, uint64_t batch, bool first)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Counts a made batch or a failure, and logs the failure if `log`.
+  void RecordMadeLocked(const absl::StatusOr<Batch>& made, bool log)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Constant after construction.
+  const Options options_;
+  Clock* const clock_;
+
+  BatchBuffer buffer_;  // thread-safe; locked after mu_ when both are held
+
+  mutable absl::Mutex mu_;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::shared_ptr<HeldTask>> tasks_ ABSL_GUARDED_BY(mu_);    // held, in order
+  std::deque<std::shared_ptr<HeldTask>> retained_ ABSL_GUARDED_BY(mu_);  // finished
+  std::vector<uint64_t> finished_ ABSL_GUARDED_BY(mu_);                  // not yet taken
+  // The largest batch made so far of each job: the reservation for its next batches.
+  absl::flat_hash_map<std::string, uint64_t> estimates_ ABSL_GUARDED_BY(mu_);
+  // Jobs whose first batch a worker is making.
+  absl::flat_hash_set<std::string> probing_ ABSL_GUARDED_BY(mu_);
+  uint64_t batches_made_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t make_failures_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t batches_served_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t bytes_served_ ABSL_GUARDED_BY(mu_) = 0;
+
+  absl::Mutex join_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::vector<std::thread> workers_ ABSL_GUARDED_BY(join_mu_);
+};
+
+}  // namespace croupier
+
+#endif  // CROUPIER_SRC_PRODUCER_TASK_RUNNER_H_

@@ -1,0 +1,51 @@
+// A client of the dispatcher for producers, consumers and the command line. Each call retries
+// UNAVAILABLE with backoff (RetryWithBackoff) until its timeout, so a dispatcher that restarts is
+// waited for, and an unreachable one gives DEADLINE_EXCEEDED naming its address.
+#ifndef CROUPIER_SRC_RPC_DISPATCHER_CLIENT_H_
+#define CROUPIER_SRC_RPC_DISPATCHER_CLIENT_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/croupier.grpc.pb.h"
+
+namespace croupier::rpc {
+
+struct DispatcherClientOptions {
+  std::string auth_token;  // resolved by the caller (ResolveAuthToken)
+  absl::Duration call_timeout = absl::Seconds(10);  // one attempt
+  absl::Duration timeout = absl::Seconds(60);       // all attempts of one call
+};
+
+// Thread-safe.
+class DispatcherClient {
+ public:
+  static std::unique_ptr<DispatcherClient> Create(const std::string& address,
+                                                  DispatcherClientOptions options = {});
+
+  absl::StatusOr<v1::CreateJobResponse> CreateJob(const v1::CreateJobRequest& request);
+  absl::StatusOr<v1::GetJobResponse> GetJob(const v1::GetJobRequest& request);
+  absl::StatusOr<v1::ProducerHeartbeatResponse> ProducerHeartbeat(
+      const v1::ProducerHeartbeatRequest& request);
+  absl::StatusOr<v1::ConsumerHeartbeatResponse> ConsumerHeartbeat(
+      const v1::ConsumerHeartbeatRequest& request);
+  absl::StatusOr<v1::LocateResponse> Locate(const v1::LocateRequest& request);
+  absl::StatusOr<v1::StatusResponse> GetStatus(const v1::StatusRequest& request);
+
+  const std::string& address() const { return address_; }
+
+ private:
+  DispatcherClient(std::string address, DispatcherClientOptions options);
+  template <typename Response, typename Request, typename Method>
+  absl::StatusOr<Response> Call(const char* name, const Request& request, Method method);
+
+  const std::string address_;
+  const DispatcherClientOptions options_;
+  std::unique_ptr<v1::Dispatcher::Stub> stub_;
+};
+
+}  // namespace croupier::rpc
+
+#endif  // CROUPIER_SRC_RPC_DISPATCHER_CLIENT_H_

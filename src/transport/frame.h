@@ -1,0 +1,137 @@
+// The data-plane wire format of the TCP transport: encoding and parsing only, no sockets.
+// /tmp/protocol_data.md (and docs, once published) carry the same text for reimplementers.
+//
+// Protocol version 1 (kProtocolVersion in src/common/protocol.h; bump it on any incompatible
+// change here). Every integer is little-endian; every reserved field is written 0 and must read 0.
+//
+// A connection opens with the client's HELLO: 16 bytes, then the token:
+//   0 char[4] magic "CRDP"   4 u32 protocol version   8 u32 token_length (<= 4096)
+//   12 u32 reserved          16 token_length bytes of auth token
+// The server answers with one frame, HELLO_OK or ERROR; after ERROR it closes the connection.
+// The 16-byte HELLO prefix and the HELLO_OK and ERROR frames are frozen across protocol versions,
+// so that peers of different versions can always tell each other why they cannot talk.
+//
+// Then the client sends one request frame at a time; the server answers each with one response
+// frame. Every frame is a 16-byte header followed by `length` bytes of body:
+//   0 u32 type   4 u32 reserved   8 u64 length (of the body)
+//
+// type 1 GET_BATCH (client -> server), body 32 + job_length bytes:
+//   0 u64 epoch   8 u64 batch   16 u64 timeout_ms   24 u32 job_length (<= 4096)   28 u32 reserved
+//   32 job_length bytes of job name
+// type 2 GET_ANY (client -> server): the same body; batch is 0 and ignored.
+//   timeout_ms counts from when the server has read the request; 2^64-1 means none. The server
+//   clamps it to kMaxRequestTimeout and hands the deadline to its BatchSource.
+//   The server drops the connection when length > its max_request_bytes or length != 32 +
+//   job_length.
+// type 16 HELLO_OK (server -> client), body 8 bytes:
+//   0 u32 the server's protocol version   4 u32 reserved
+// type 17 ERROR (server -> client), body 8 + message_length bytes:
+//   0 u32 code (absl::StatusCode, 1..16)   4 u32 message_length (<= 16384)   8 message (UTF-8)
+// type 18 BATCH (server -> client), body 8 + n bytes:
+//   0 u64 global batch index   8 the n bytes of one batch buffer (layout in croupier/batch.h)
+//   The client refuses n > its max_batch_bytes (before allocating) and validates the bytes with
+//   Batch::FromBuffer.
+// A peer that receives anything else (unknown type, reserved bits set, inconsistent lengths)
+// closes the connection.
+#ifndef CROUPIER_SRC_TRANSPORT_FRAME_H_
+#define CROUPIER_SRC_TRANSPORT_FRAME_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "src/common/protocol.h"
+
+namespace croupier::frame {
+
+static_assert(kProtocolVersion == 1, "frame.h documents protocol version 1: update it");
+
+inline constexpr char kHelloMagic[4] = {'C', 'R', 'D', 'P'};
+inline constexpr size_t kHelloPrefixBytes = 16;
+inline constexpr size_t kHeaderBytes = 16;
+inline constexpr size_t kRequestFixedBytes = 32;
+inline constexpr size_t kHelloOkBytes = 8;
+inline constexpr size_t kErrorFixedBytes = 8;
+inline constexpr size_t kBatchIndexBytes = 8;
+// What precedes the batch bytes of a BATCH frame: the header and the batch index.
+inline constexpr size_t kBatchPrefixBytes = kHeaderBytes + kBatchIndexBytes;
+
+inline constexpr uint32_t kMaxTokenBytes = 4096;
+inline constexpr uint32_t kMaxJobBytes = 4096;
+inline constexpr uint32_t kMaxErrorMessageBytes = 16384;
+inline constexpr uint64_t kNoTimeout = ~uint64_t{0};
+inline constexpr absl::Duration kMaxRequestTimeout = absl::Hours(24);
+
+enum class FrameType : uint32_t {
+  kGetBatch = 1,
+  kGetAny = 2,
+  kHelloOk = 16,
+  kError = 17,
+  kBatch = 18,
+};
+
+// The HELLO, token included.
+std::string EncodeHello(uint32_t version, absl::string_view token);
+struct HelloPrefix {
+  uint32_t version = 0;
+  uint32_t token_length = 0;
+};
+// Parses the first kHelloPrefixBytes of a HELLO. DATA_LOSS on a wrong magic, reserved bits or a
+// token longer than kMaxTokenBytes. The version is returned, not checked.
+absl::StatusOr<HelloPrefix> ParseHelloPrefix(absl::string_view prefix);
+
+struct FrameHeader {
+  uint32_t type = 0;  // a FrameType, unchecked: the reader decides what it accepts
+  uint64_t length = 0;
+};
+std::array<char, kHeaderBytes> EncodeHeader(FrameType type, uint64_t length);
+// Parses kHeaderBytes bytes. DATA_LOSS when the reserved field is not 0.
+absl::StatusOr<FrameHeader> ParseHeader(absl::string_view header);
+
+struct Request {
+  FrameType type = FrameType::kGetBatch;  // kGetBatch or kGetAny
+  std::string job;
+  uint64_t epoch = 0;
+  uint64_t batch = 0;
+  uint64_t timeout_ms = kNoTimeout;
+};
+// The whole frame. Requires request.job.size() <= kMaxJobBytes.
+std::string EncodeRequest(const Request& request);
+// Parses the body of a request frame whose header is `header`. DATA_LOSS naming the problem on a
+// type that is not a request or inconsistent lengths.
+absl::StatusOr<Request> ParseRequest(const FrameHeader& header, absl::string_view body);
+
+// Whole HELLO_OK frame, and its body's parser (DATA_LOSS when malformed).
+std::string EncodeHelloOk(uint32_t version);
+absl::StatusOr<uint32_t> ParseHelloOk(absl::string_view body);
+
+// The whole ERROR frame carrying `status` (not OK); a message longer than kMaxErrorMessageBytes is
+// cut, at a UTF-8 character boundary.
+std::string EncodeError(const absl::Status& status);
+// What an ERROR body carries: a code that is not OK, and a message.
+struct ErrorBody {
+  absl::StatusCode code = absl::StatusCode::kUnknown;
+  std::string message;
+};
+// DATA_LOSS when the body is malformed (code out of 1..16, lengths inconsistent).
+absl::StatusOr<ErrorBody> ParseError(absl::string_view body);
+
+// The header and batch index that precede `batch_bytes` bytes of batch in a BATCH frame.
+std::array<char, kBatchPrefixBytes> EncodeBatchPrefix(uint64_t index, uint64_t batch_bytes);
+
+// The global batch index of a BATCH body: its first kBatchIndexBytes bytes.
+uint64_t ParseBatchIndex(absl::string_view index_bytes);
+
+// `deadline` as a timeout_ms field: rounded up, 0 when past, kNoTimeout when infinite.
+uint64_t TimeoutMs(absl::Time deadline, absl::Time now);
+// The inverse on the server, clamped to now + kMaxRequestTimeout.
+absl::Time DeadlineFromTimeoutMs(uint64_t timeout_ms, absl::Time now);
+
+}  // namespace croupier::frame
+
+#endif  // CROUPIER_SRC_TRANSPORT_FRAME_H_

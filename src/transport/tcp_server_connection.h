@@ -1,0 +1,65 @@
+// The server's side of one TCP data connection: the handshake, then one request at a time until
+// the client leaves, misbehaves or the server stops (protocol in frame.h).
+#ifndef CROUPIER_SRC_TRANSPORT_TCP_SERVER_CONNECTION_H_
+#define CROUPIER_SRC_TRANSPORT_TCP_SERVER_CONNECTION_H_
+
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "croupier/batch.h"
+#include "src/transport/batch_source.h"
+#include "src/transport/frame.h"
+#include "src/transport/socket.h"
+#include "src/transport/transport.h"
+
+namespace croupier {
+
+// How long the server waits on a client (constants rather than options: no caller has needed to
+// tune them).
+//   An idle pooled connection is closed after this, freeing its slot of max_connections; the
+//   client notices before its next call (PeerHungUpOrSpoke) and opens a new one.
+inline constexpr absl::Duration kServerIdleTimeout = absl::Minutes(5);
+//   A frame, once begun, or a response being written, fails when no byte moves for this long.
+inline constexpr absl::Duration kServerStallTimeout = absl::Seconds(30);
+//   BatchSource has no way to be interrupted, so the server asks it in slices of at most this,
+//   checking between slices whether the server is stopping or the client has gone. This bounds
+//   how long Shutdown waits for a connection blocked in the source.
+inline constexpr absl::Duration kSourceSlice = absl::Milliseconds(100);
+
+// Serves one accepted connection on the calling thread. Thread-compatible: Run is called once,
+// from the connection's own thread; `source` and `stop` are shared and thread-safe.
+class ServerConnection {
+ public:
+  ServerConnection(net::Socket socket, const DataServerOptions& options, BatchSource* source,
+                   const net::WakeEvent* stop);
+
+  // Returns when the connection is closed. Logs handshake failures, malformed frames and I/O
+  // errors, naming the client's address.
+  void Run();
+
+ private:
+  absl::Status Handshake();
+  // The next request, or nullopt when the client closed the connection between requests.
+  absl::StatusOr<std::optional<frame::Request>> ReadRequest();
+  // Answers one request. An error means the connection must be closed.
+  absl::Status Serve(const frame::Request& request);
+  // Asks the source in slices (see kSourceSlice) until it answers for real or `deadline`.
+  // nullopt when the answer no longer matters: the server is stopping or the client has gone.
+  std::optional<absl::StatusOr<std::pair<uint64_t, Batch>>> AskSource(const frame::Request& request,
+                                                                      absl::Time deadline);
+  absl::Status SendError(const absl::Status& status);
+
+  net::Socket socket_;
+  const std::string peer_;  // "client <ip:port>", for messages and logs
+  const DataServerOptions& options_;
+  BatchSource* const source_;
+  const net::WakeEvent* const stop_;
+};
+
+}  // namespace croupier
+
+#endif  // CROUPIER_SRC_TRANSPORT_TCP_SERVER_CONNECTION_H_

@@ -1,0 +1,419 @@
+// Tests of the TCP transport's wire behaviour that the shared suite cannot express: raw bytes
+// sent to the server, and a scripted fake server that sends the client what a real one never
+// would.
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/common/protocol.h"
+#include "src/transport/frame.h"
+#include "src/transport/socket.h"
+#include "src/transport/transport.h"
+#include "src/transport/transport_testing.h"
+
+namespace croupier {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kToken[] = "tcp-token";
+
+absl::Time In(absl::Duration d) { return absl::Now() + d; }
+
+net::Socket RawConnect(const std::string& address) {
+  auto socket = net::Dial(address, net::IoWait{.deadline = In(absl::Seconds(5))});
+  EXPECT_TRUE(socket.ok()) << socket.status();
+  return socket.ok() ? *std::move(socket) : net::Socket();
+}
+
+// Errors are ignored: a server may rightly close before it has read everything we send.
+void SendRaw(const net::Socket& socket, absl::string_view bytes) {
+  net::SendAll(socket.fd(), bytes, net::IoWait{.deadline = In(absl::Seconds(5))}, "test peer")
+      .IgnoreError();
+}
+
+struct RawFrame {
+  frame::FrameHeader header;
+  std::string body;
+};
+
+absl::StatusOr<RawFrame> ReadFrame(const net::Socket& socket) {
+  const net::IoWait wait{.deadline = In(absl::Seconds(5))};
+  char header[frame::kHeaderBytes];
+  absl::Status got = net::RecvAll(socket.fd(), header, sizeof(header), wait, "test peer");
+  if (!got.ok()) return got;
+  absl::StatusOr<frame::FrameHeader> h = frame::ParseHeader(absl::string_view(header, 16));
+  if (!h.ok()) return h.status();
+  if (h->length > (1 << 20)) return absl::OutOfRangeError("frame too long for a test");
+  std::string body(h->length, '\0');
+  got = net::RecvAll(socket.fd(), body.data(), body.size(), wait, "test peer");
+  if (!got.ok()) return got;
+  return RawFrame{*h, std::move(body)};
+}
+
+// True when the peer closes the connection (cleanly or by reset) within `within`; what it sends
+// before is discarded.
+bool ClosedByPeer(const net::Socket& socket, absl::Duration within = absl::Seconds(5)) {
+  const absl::Time until = In(within);
+  char sink[4096];
+  while (true) {
+    auto got =
+        net::RecvSome(socket.fd(), sink, sizeof(sink), net::IoWait{.deadline = until}, "test peer");
+    if (!got.ok()) return absl::IsUnavailable(got.status());
+    if (*got == 0) return true;
+  }
+}
+
+// A completed handshake with a real server.
+net::Socket RawHandshake(const std::string& address) {
+  net::Socket socket = RawConnect(address);
+  SendRaw(socket, frame::EncodeHello(kProtocolVersion, kToken));
+  auto answer = ReadFrame(socket);
+  EXPECT_TRUE(answer.ok()) << answer.status();
+  if (answer.ok()) {
+    EXPECT_EQ(answer->header.type, static_cast<uint32_t>(frame::FrameType::kHelloOk));
+  }
+  return socket;
+}
+
+// A one-connection server that plays `script` after reading the client's hello. Thread-compatible.
+class FakeServer {
+ public:
+  explicit FakeServer(std::function<void(net::Socket&)> script) {
+    auto listener = net::Listen("127.0.0.1", 0);
+    EXPECT_TRUE(listener.ok()) << listener.status();
+    listener_ = *std::move(listener);
+    address_ = absl::StrCat("127.0.0.1:", net::LocalPort(listener_.fd()));
+    thread_ = std::thread([this, script = std::move(script)] {
+      pollfd p{listener_.fd(), POLLIN, 0};
+      if (::poll(&p, 1, 10000) != 1) return;
+      net::Socket socket(::accept4(listener_.fd(), nullptr, nullptr, SOCK_NONBLOCK));
+      char hello[frame::kHelloPrefixBytes + sizeof(kToken) - 1];
+      if (!net::RecvAll(socket.fd(), hello, sizeof(hello),
+                        net::IoWait{.deadline = In(absl::Seconds(5))}, "client")
+               .ok()) {
+        return;
+      }
+      script(socket);
+    });
+  }
+  ~FakeServer() { thread_.join(); }
+  const std::string& address() const { return address_; }
+
+ private:
+  net::Socket listener_;
+  std::string address_;
+  std::thread thread_;
+};
+
+// Answers the hello, then answers the first request with `response`, then waits for the client
+// to close.
+std::function<void(net::Socket&)> Respond(std::string response) {
+  return [response = std::move(response)](net::Socket& socket) {
+    SendRaw(socket, frame::EncodeHelloOk(kProtocolVersion));
+    if (!ReadFrame(socket).ok()) return;
+    SendRaw(socket, response);
+    ClosedByPeer(socket);
+  };
+}
+
+DataClientOptions ClientOptions() {
+  DataClientOptions options;
+  options.auth_token = kToken;
+  return options;
+}
+
+class TcpTransportTest : public ::testing::Test {
+ protected:
+  ~TcpTransportTest() override {
+    if (server_ != nullptr) server_->Shutdown();
+  }
+
+  void StartServer(DataServerOptions options = {}) {
+    options.auth_token = kToken;
+    auto server = Transport::Tcp()->StartServer(options, &source_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+
+  // A fetch through a fresh client: the server still serves.
+  void ExpectServes() {
+    const Batch batch = testing::MakeBatch(8 << 10, 77);
+    source_.Put({"check", 0, 0}, batch);
+    auto client = Transport::Tcp()->Connect(server_->address(), ClientOptions());
+    ASSERT_TRUE(client.ok()) << client.status();
+    auto got = (*client)->Fetch({"check", 0, 0}, In(absl::Seconds(10)));
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->ContentHash(), batch.ContentHash());
+  }
+
+  testing::TestGuard guard_{absl::Seconds(60)};
+  testing::FakeBatchSource source_;
+  std::unique_ptr<DataServer> server_;
+};
+
+TEST_F(TcpTransportTest, AddressNamesTheBoundPort) {
+  StartServer();
+  EXPECT_GT(server_->port(), 0);
+  EXPECT_EQ(server_->address(), absl::StrCat("127.0.0.1:", server_->port()));
+  EXPECT_EQ(Transport::Tcp()->name(), "tcp");
+}
+
+TEST_F(TcpTransportTest, PortInUseIsUnavailable) {
+  StartServer();
+  DataServerOptions options;
+  options.port = server_->port();
+  auto second = Transport::Tcp()->StartServer(options, &source_);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable) << second.status();
+  EXPECT_THAT(second.status().message(), HasSubstr("Address already in use"));
+}
+
+TEST_F(TcpTransportTest, BadAddressIsInvalidArgument) {
+  auto client = Transport::Tcp()->Connect("no-port-here", ClientOptions());
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kInvalidArgument) << client.status();
+  EXPECT_THAT(client.status().message(), HasSubstr("no-port-here"));
+}
+
+TEST_F(TcpTransportTest, OverlongJobNameIsInvalidArgument) {
+  StartServer();
+  auto client = Transport::Tcp()->Connect(server_->address(), ClientOptions());
+  ASSERT_TRUE(client.ok()) << client.status();
+  const std::string job(frame::kMaxJobBytes + 1, 'j');
+  auto got = (*client)->Fetch({job, 0, 0}, In(absl::Seconds(5)));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
+  EXPECT_THAT(got.status().message(), HasSubstr("job name of 4097 bytes exceeds 4096"));
+  auto any = (*client)->FetchAny(job, 0, In(absl::Seconds(5)));
+  EXPECT_EQ(any.status().code(), absl::StatusCode::kInvalidArgument) << any.status();
+}
+
+TEST_F(TcpTransportTest, VersionMismatchIsRefusedNamingBothVersions) {
+  StartServer();
+  ::testing::internal::CaptureStderr();
+  net::Socket socket = RawConnect(server_->address());
+  SendRaw(socket, frame::EncodeHello(kProtocolVersion + 1, kToken));
+  auto answer = ReadFrame(socket);
+  EXPECT_TRUE(ClosedByPeer(socket));
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  ASSERT_EQ(answer->header.type, static_cast<uint32_t>(frame::FrameType::kError));
+  auto error = frame::ParseError(answer->body);
+  ASSERT_TRUE(error.ok()) << error.status();
+  EXPECT_EQ(error->code, absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(error->message, HasSubstr(absl::StrCat("speaks version ", kProtocolVersion)));
+  EXPECT_THAT(error->message, HasSubstr(absl::StrCat("client version ", kProtocolVersion + 1)));
+  EXPECT_THAT(log, HasSubstr("refusing client 127.0.0.1:"));
+}
+
+TEST_F(TcpTransportTest, ClientRefusesAServerOfAnotherVersion) {
+  FakeServer fake([](net::Socket& socket) {
+    SendRaw(socket, frame::EncodeHelloOk(kProtocolVersion + 1));
+    ClosedByPeer(socket);
+  });
+  auto client = Transport::Tcp()->Connect(fake.address(), ClientOptions());
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kFailedPrecondition) << client.status();
+  EXPECT_THAT(client.status().message(),
+              HasSubstr(absl::StrCat(fake.address(), " speaks version ", kProtocolVersion + 1)));
+  EXPECT_THAT(client.status().message(),
+              HasSubstr(absl::StrCat("this client version ", kProtocolVersion)));
+}
+
+struct Garbage {
+  std::string name;
+  bool after_handshake;
+  std::string bytes;
+  std::string logged;  // what the server's warning says
+};
+
+std::vector<Garbage> GarbageCases() {
+  std::string huge_token = frame::EncodeHello(kProtocolVersion, "");
+  huge_token[8] = huge_token[9] = huge_token[10] = huge_token[11] = '\xff';
+  std::string reserved = frame::EncodeRequest({frame::FrameType::kGetBatch, "train", 0, 0, 100});
+  reserved[4] = 1;
+  std::string job_mismatch =
+      frame::EncodeRequest({frame::FrameType::kGetBatch, "train", 0, 0, 100});
+  job_mismatch[frame::kHeaderBytes + 24] = 4;
+  auto header = [](uint32_t type, uint64_t length) {
+    auto h = frame::EncodeHeader(static_cast<frame::FrameType>(type), length);
+    return std::string(h.data(), h.size());
+  };
+  std::string noise(64 << 10, '\0');
+  for (size_t i = 0; i < noise.size(); ++i) noise[i] = static_cast<char>(i * 131 + 7);
+  return {
+      {"http", false, "GET / HTTP/1.1\r\nHost: example\r\n\r\n", "bad magic"},
+      {"noise", false, noise, "malformed handshake"},
+      {"huge_token", false, huge_token, "exceeds the limit"},
+      {"unknown_type", true, header(99, 8) + "12345678", "frame type 99"},
+      {"response_type", true, header(18, 8) + "12345678", "is not a request"},
+      {"huge_length", true, header(1, uint64_t{1} << 40), "exceeds max_request_bytes"},
+      {"reserved_bits", true, reserved, "reserved"},
+      {"job_mismatch", true, job_mismatch, "does not match"},
+  };
+}
+
+TEST_F(TcpTransportTest, GarbageClosesThatConnectionOnlyAndIsLogged) {
+  StartServer();
+  for (const Garbage& garbage : GarbageCases()) {
+    SCOPED_TRACE(garbage.name);
+    ::testing::internal::CaptureStderr();
+    {
+      net::Socket socket = garbage.after_handshake ? RawHandshake(server_->address())
+                                                   : RawConnect(server_->address());
+      SendRaw(socket, garbage.bytes);
+      EXPECT_TRUE(ClosedByPeer(socket));
+    }
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    EXPECT_THAT(log, HasSubstr("closing the connection from client 127.0.0.1:"));
+    EXPECT_THAT(log, HasSubstr(garbage.logged));
+    ExpectServes();
+  }
+}
+
+TEST_F(TcpTransportTest, SilentClientIsDroppedAfterTheHandshakeTimeout) {
+  DataServerOptions options;
+  options.handshake_timeout = absl::Milliseconds(200);
+  StartServer(options);
+  for (absl::string_view partial : {"", "CRD"}) {
+    net::Socket socket = RawConnect(server_->address());
+    SendRaw(socket, partial);
+    const absl::Time start = absl::Now();
+    EXPECT_TRUE(ClosedByPeer(socket, absl::Seconds(3)));
+    EXPECT_GE(absl::Now() - start, absl::Milliseconds(150));
+  }
+  ExpectServes();
+}
+
+TEST_F(TcpTransportTest, ClientVanishingMidBatchDoesNotHurtTheServer) {
+  StartServer();
+  // Large enough to fill both socket buffers, so that the server is still writing when the
+  // client goes: without MSG_NOSIGNAL, that write raises SIGPIPE and ends this process.
+  const Batch big = testing::MakeBatch(32 << 20, 5);
+  source_.Put({"train", 0, 0}, big);
+  source_.PutAny("train", 1, 6, big);
+  ::testing::internal::CaptureStderr();
+  const frame::Request requests[] = {{frame::FrameType::kGetBatch, "train", 0, 0, 5000},
+                                     {frame::FrameType::kGetAny, "train", 1, 0, 5000}};
+  for (const frame::Request& request : requests) {
+    net::Socket socket = RawHandshake(server_->address());
+    SendRaw(socket, frame::EncodeRequest(request));
+    // Our FIN first, then the reset of the close below, makes the server's next write fail with
+    // EPIPE (a reset alone gives ECONNRESET), which is the error that raises SIGPIPE.
+    ::shutdown(socket.fd(), SHUT_WR);
+    char some[1000];
+    ASSERT_TRUE(net::RecvAll(socket.fd(), some, sizeof(some),
+                             net::IoWait{.deadline = In(absl::Seconds(5))}, "server")
+                    .ok());
+    // Unread bytes make the close a reset.
+  }
+  // Let the server notice before checking its log.
+  absl::SleepFor(absl::Milliseconds(300));
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(log, HasSubstr("batch 6 of job 'train' epoch 1 was taken for client 127.0.0.1:"));
+  ExpectServes();
+  auto client = Transport::Tcp()->Connect(server_->address(), ClientOptions());
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto got = (*client)->Fetch({"train", 0, 0}, In(absl::Seconds(20)));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->ContentHash(), big.ContentHash());
+}
+
+TEST_F(TcpTransportTest, StaleIdleConnectionIsReplaced) {
+  StartServer();
+  const int port = server_->port();
+  auto client = Transport::Tcp()->Connect(server_->address(), ClientOptions());
+  ASSERT_TRUE(client.ok()) << client.status();
+  server_->Shutdown();  // closes the client's idle pooled connection
+  DataServerOptions options;
+  options.port = port;
+  StartServer(options);
+  const Batch batch = testing::MakeBatch(4 << 10, 3);
+  source_.Put({"train", 0, 9}, batch);
+  auto got = (*client)->Fetch({"train", 0, 9}, In(absl::Seconds(10)));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->ContentHash(), batch.ContentHash());
+}
+
+TEST_F(TcpTransportTest, MalformedBatchFromTheServerIsDataLoss) {
+  const std::string garbage(100, 'g');
+  const auto prefix = frame::EncodeBatchPrefix(3, garbage.size());
+  FakeServer fake(Respond(std::string(prefix.data(), prefix.size()) + garbage));
+  auto client = Transport::Tcp()->Connect(fake.address(), ClientOptions());
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto got = (*client)->Fetch({"train", 0, 3}, In(absl::Seconds(5)));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
+  EXPECT_THAT(got.status().message(),
+              HasSubstr("malformed batch 3 from data server " + fake.address()));
+}
+
+TEST_F(TcpTransportTest, WrongBatchIndexFromTheServerIsDataLoss) {
+  const Batch batch = testing::MakeBatch(4 << 10, 1);
+  const auto prefix = frame::EncodeBatchPrefix(7, batch.bytes().size());
+  FakeServer fake(Respond(std::string(prefix.data(), prefix.size()) + std::string(batch.bytes())));
+  auto client = Transport::Tcp()->Connect(fake.address(), ClientOptions());
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto got = (*client)->Fetch({"train", 0, 3}, In(absl::Seconds(5)));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
+  EXPECT_THAT(got.status().message(), HasSubstr("answered batch 7 to a request for batch 3"));
+}
+
+TEST_F(TcpTransportTest, UnknownResponseFromTheServerIsDataLoss) {
+  const auto header = frame::EncodeHeader(static_cast<frame::FrameType>(99), 0);
+  FakeServer fake(Respond(std::string(header.data(), header.size())));
+  auto client = Transport::Tcp()->Connect(fake.address(), ClientOptions());
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto got = (*client)->FetchAny("train", 0, In(absl::Seconds(5)));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
+  EXPECT_THAT(got.status().message(), HasSubstr("frame type 99"));
+  EXPECT_THAT(got.status().message(), HasSubstr(fake.address()));
+}
+
+TEST_F(TcpTransportTest, ErrorFrameWithAnOkCodeIsDataLoss) {
+  std::string error = frame::EncodeError(absl::NotFoundError("x"));
+  error[frame::kHeaderBytes] = 0;
+  FakeServer fake(Respond(error));
+  auto client = Transport::Tcp()->Connect(fake.address(), ClientOptions());
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto got = (*client)->Fetch({"train", 0, 0}, In(absl::Seconds(5)));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
+  EXPECT_THAT(got.status().message(), HasSubstr("status code 0"));
+}
+
+TEST_F(TcpTransportTest, HugeClaimedBatchIsRefusedBeforeAllocating) {
+  const auto prefix = frame::EncodeBatchPrefix(0, uint64_t{1} << 62);
+  FakeServer fake(Respond(std::string(prefix.data(), prefix.size())));
+  auto client = Transport::Tcp()->Connect(fake.address(), ClientOptions());
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto got = (*client)->Fetch({"train", 0, 0}, In(absl::Seconds(5)));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kResourceExhausted) << got.status();
+  EXPECT_THAT(got.status().message(), HasSubstr("exceeds max_batch_bytes 4294967296"));
+}
+
+TEST_F(TcpTransportTest, ServerThatNeverAnswersTheHandshakeIsUnavailable) {
+  absl::Notification done;
+  FakeServer fake([&](net::Socket&) { done.WaitForNotificationWithTimeout(absl::Seconds(10)); });
+  DataClientOptions options = ClientOptions();
+  options.connect_timeout = absl::Milliseconds(300);
+  const absl::Time start = absl::Now();
+  auto client = Transport::Tcp()->Connect(fake.address(), options);
+  const absl::Duration took = absl::Now() - start;
+  done.Notify();
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable) << client.status();
+  EXPECT_THAT(client.status().message(), HasSubstr("handshake with data server " + fake.address()));
+  EXPECT_GE(took, absl::Milliseconds(250));
+  EXPECT_LT(took, absl::Seconds(2));
+}
+
+}  // namespace
+}  // namespace croupier

@@ -1,0 +1,112 @@
+// The data plane: producers serve batches to consumers over a Transport. The dispatcher is never
+// on this path. TCP is the one transport today; a same-host shared-memory transport (and later
+// RDMA/UCX) plugs in behind the same three classes, and one test suite
+// (transport_conformance_test.cc) runs against every transport.
+//
+// Errors every transport returns, whatever carries the bytes (each message names the peer):
+//   UNAVAILABLE          cannot connect, connection reset or closed, server shutting down or at
+//                        its connection limit: retry, perhaps elsewhere;
+//   UNAUTHENTICATED      the server refused the auth token (the server logs a warning naming the
+//                        peer);
+//   FAILED_PRECONDITION  the peers speak different protocol versions (both are named);
+//   RESOURCE_EXHAUSTED   the batch is larger than DataClientOptions::max_batch_bytes;
+//   DATA_LOSS            the server's response was malformed;
+//   DEADLINE_EXCEEDED    no answer by the deadline (plus a short grace for the transfer to start);
+//   CANCELLED            DataClient::Cancel was called;
+//   anything else        the BatchSource's own error (NOT_FOUND, DEADLINE_EXCEEDED, OUT_OF_RANGE,
+//                        DATA_LOSS...), forwarded with its code and its message.
+#ifndef CROUPIER_SRC_TRANSPORT_TRANSPORT_H_
+#define CROUPIER_SRC_TRANSPORT_TRANSPORT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "croupier/batch.h"
+#include "src/transport/batch_source.h"
+
+namespace croupier {
+
+struct DataServerOptions {
+  // Numeric address or host name to listen on; port 0 picks a free port (see DataServer::port).
+  std::string bind_address = "127.0.0.1";
+  int port = 0;
+  // Clients must present this token; empty means clients must present an empty token.
+  std::string auth_token;
+  // Connections beyond this are refused with UNAVAILABLE.
+  size_t max_connections = 256;
+  // A request frame larger than this is malformed: the server drops the connection.
+  size_t max_request_bytes = 64 << 10;
+  // A connection that has not completed its handshake by then is dropped.
+  absl::Duration handshake_timeout = absl::Seconds(5);
+};
+
+// A running server: serves the batches of one BatchSource until Shutdown. Thread-safe.
+class DataServer {
+ public:
+  virtual ~DataServer() = default;
+  // The port listened on (the one picked when DataServerOptions::port was 0).
+  virtual int port() const = 0;
+  // "host:port" of the listener, with the bind address as given ("[v6]:port" for IPv6).
+  virtual std::string address() const = 0;
+  // Stops promptly: closes the listener, wakes every connection (clients blocked in a call get
+  // UNAVAILABLE), and joins every thread. The BatchSource is not called after it returns.
+  // Idempotent; the destructor calls it.
+  virtual void Shutdown() = 0;
+};
+
+struct DataClientOptions {
+  std::string auth_token;
+  // Bounds connecting plus the handshake, for each connection of the pool.
+  absl::Duration connect_timeout = absl::Seconds(5);
+  // A larger batch fails RESOURCE_EXHAUSTED before any memory is allocated for it.
+  uint64_t max_batch_bytes = uint64_t{4} << 30;
+  // Concurrent calls beyond this wait for a free connection (until their deadline).
+  size_t max_connections = 8;
+};
+
+// A small pool of connections to one data server, one request at a time per connection;
+// concurrent calls use separate connections, up to max_connections. Thread-safe.
+class DataClient {
+ public:
+  virtual ~DataClient() = default;
+  // Global batch `key`. The server hands `deadline` to its BatchSource; the call waits for the
+  // answer until `deadline` plus a short grace for the transfer to start, then fails
+  // DEADLINE_EXCEEDED. The returned batch was validated (Batch::FromBuffer) and owns its bytes.
+  virtual absl::StatusOr<Batch> Fetch(const BatchKey& key, absl::Time deadline) = 0;
+  // first_come: any ready batch of (job, epoch) with its global batch index. OUT_OF_RANGE when
+  // the server holds no more batches of the epoch; DEADLINE_EXCEEDED when none became ready.
+  virtual absl::StatusOr<std::pair<uint64_t, Batch>> FetchAny(absl::string_view job, uint64_t epoch,
+                                                              absl::Time deadline) = 0;
+  // Wakes every blocked call with CANCELLED; every later call fails CANCELLED. Idempotent.
+  virtual void Cancel() = 0;
+};
+
+// A way of moving batches. Implementations are stateless singletons. Thread-safe.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  // "tcp", ...
+  virtual absl::string_view name() const = 0;
+  // Starts serving `source`, which must outlive the server. UNAVAILABLE when the address cannot
+  // be bound (e.g. the port is taken); INVALID_ARGUMENT for bad options.
+  virtual absl::StatusOr<std::unique_ptr<DataServer>> StartServer(const DataServerOptions& options,
+                                                                  BatchSource* source) = 0;
+  // Connects to the server at `address` ("host:port") and completes the handshake, so that a
+  // bad address, token or protocol version fails here (UNAVAILABLE, UNAUTHENTICATED,
+  // FAILED_PRECONDITION) rather than at the first fetch.
+  virtual absl::StatusOr<std::unique_ptr<DataClient>> Connect(const std::string& address,
+                                                              const DataClientOptions& options) = 0;
+
+  // The framed-TCP transport (protocol in frame.h).
+  static Transport* Tcp();
+};
+
+}  // namespace croupier
+
+#endif  // CROUPIER_SRC_TRANSPORT_TRANSPORT_H_

@@ -1,0 +1,451 @@
+// The suite every Transport must pass: add a transport to kTransports and it runs all of these.
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/transport/transport.h"
+#include "src/transport/transport_testing.h"
+
+namespace croupier {
+namespace {
+
+using ::testing::AnyOf;
+using ::testing::HasSubstr;
+
+constexpr char kToken[] = "s3cret-token";
+
+absl::Time In(absl::Duration d) { return absl::Now() + d; }
+
+class TransportTest : public ::testing::TestWithParam<Transport*> {
+ protected:
+  ~TransportTest() override {
+    source_.Unhold();  // a held source would keep the server's threads from ending
+    if (server_ != nullptr) server_->Shutdown();
+  }
+
+  void StartServer(DataServerOptions options = {}) {
+    options.auth_token = kToken;
+    auto server = GetParam()->StartServer(options, &source_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+
+  absl::StatusOr<std::unique_ptr<DataClient>> TryConnect(DataClientOptions options = {}) {
+    if (options.auth_token.empty()) options.auth_token = kToken;
+    return GetParam()->Connect(server_->address(), options);
+  }
+
+  std::unique_ptr<DataClient> Connect(DataClientOptions options = {}) {
+    auto client = TryConnect(options);
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? *std::move(client) : nullptr;
+  }
+
+  // First, so that it outlives everything below.
+  testing::TestGuard guard_{absl::Seconds(60)};
+  testing::FakeBatchSource source_;
+  std::unique_ptr<DataServer> server_;
+};
+
+void ExpectSameBatch(const Batch& got, const Batch& want) {
+  EXPECT_EQ(got.bytes().size(), want.bytes().size());
+  EXPECT_TRUE(got.bytes() == want.bytes()) << "bytes differ";
+  EXPECT_EQ(got.ContentHash(), want.ContentHash());
+  EXPECT_EQ(got.num_records(), want.num_records());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(got.bytes().data()) % kBatchAlignment, 0u);
+}
+
+TEST_P(TransportTest, RoundTripsBatchesBitForBit) {
+  StartServer();
+  std::vector<Batch> batches;
+  if (auto empty = Batch::FromColumns(0, {}); empty.ok()) batches.push_back(*empty);
+  batches.push_back(testing::MakeExampleBatch(7));
+  batches.push_back(testing::MakeBatch(4 << 10, 1));
+  batches.push_back(testing::MakeBatch(1 << 20, 2));
+  batches.push_back(testing::MakeBatch(16 << 20, 3));
+  for (size_t i = 0; i < batches.size(); ++i) source_.Put({"train", 2, i}, batches[i]);
+
+  std::unique_ptr<DataClient> client = Connect();
+  ASSERT_NE(client, nullptr);
+  for (size_t i = 0; i < batches.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("batch of ", batches[i].bytes().size(), " bytes"));
+    absl::StatusOr<Batch> got = client->Fetch({"train", 2, i}, In(absl::Seconds(10)));
+    ASSERT_TRUE(got.ok()) << got.status();
+    ExpectSameBatch(*got, batches[i]);
+  }
+  // OnServed follows the write, which the client may see complete first.
+  const absl::Time until = In(absl::Seconds(5));
+  while (source_.served().size() < batches.size() && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  auto served = source_.served();
+  ASSERT_EQ(served.size(), batches.size());
+  for (size_t i = 0; i < batches.size(); ++i) {
+    EXPECT_EQ(served[i].first, (BatchKey{"train", 2, i}));
+    EXPECT_EQ(served[i].second, batches[i].bytes().size());
+  }
+}
+
+TEST_P(TransportTest, FetchWaitsForABatchMadeWhileItWaits) {
+  StartServer();
+  std::unique_ptr<DataClient> client = Connect();
+  ASSERT_NE(client, nullptr);
+  const Batch batch = testing::MakeBatch(4 << 10, 9);
+  std::thread maker([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    source_.Put({"train", 0, 5}, batch);
+  });
+  absl::StatusOr<Batch> got = client->Fetch({"train", 0, 5}, In(absl::Seconds(10)));
+  maker.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectSameBatch(*got, batch);
+}
+
+TEST_P(TransportTest, FetchAnyHandsOutEachBatchOnceThenOutOfRange) {
+  StartServer();
+  absl::flat_hash_map<uint64_t, uint64_t> want;  // index -> content hash
+  for (uint64_t i = 10; i < 15; ++i) {
+    Batch batch = testing::MakeBatch(4 << 10, i);
+    want[i] = batch.ContentHash();
+    source_.PutAny("train", 3, i, std::move(batch));
+  }
+  source_.Finish("train", 3);
+  std::unique_ptr<DataClient> client = Connect();
+  ASSERT_NE(client, nullptr);
+  absl::flat_hash_set<uint64_t> seen;
+  for (int i = 0; i < 5; ++i) {
+    auto got = client->FetchAny("train", 3, In(absl::Seconds(10)));
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(seen.insert(got->first).second) << "batch " << got->first << " handed out twice";
+    ASSERT_TRUE(want.contains(got->first));
+    EXPECT_EQ(got->second.ContentHash(), want[got->first]);
+  }
+  auto end = client->FetchAny("train", 3, In(absl::Seconds(10)));
+  EXPECT_EQ(end.status().code(), absl::StatusCode::kOutOfRange) << end.status();
+  EXPECT_THAT(end.status().message(), HasSubstr("no more batches of job 'train' epoch 3"));
+  EXPECT_THAT(end.status().message(), HasSubstr(server_->address()));
+}
+
+TEST_P(TransportTest, FetchAnyForwardsDeadlineExceeded) {
+  StartServer();
+  std::unique_ptr<DataClient> client = Connect();
+  ASSERT_NE(client, nullptr);
+  const absl::Time start = absl::Now();
+  auto got = client->FetchAny("train", 4, start + absl::Milliseconds(400));
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded) << got.status();
+  EXPECT_THAT(got.status().message(), HasSubstr("no batch of job 'train' epoch 4 ready"));
+  EXPECT_GE(took, absl::Milliseconds(350));
+  EXPECT_LT(took, absl::Seconds(2));
+}
+
+TEST_P(TransportTest, EightThreadsShareOneClient) {
+  StartServer();
+  constexpr int kKeys = 16, kThreads = 8, kFetches = 40;
+  std::vector<Batch> batches;
+  for (int i = 0; i < kKeys; ++i) {
+    batches.push_back(testing::MakeBatch(64 << 10, i));
+    source_.Put({"train", 1, static_cast<uint64_t>(i)}, batches.back());
+  }
+  std::unique_ptr<DataClient> client = Connect();
+  ASSERT_NE(client, nullptr);
+  std::atomic<int> good{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kFetches; ++i) {
+        const uint64_t key = (t * 7 + i) % kKeys;
+        auto got = client->Fetch({"train", 1, key}, In(absl::Seconds(20)));
+        if (!got.ok()) {
+          ADD_FAILURE() << got.status();
+          return;
+        }
+        if (got->ContentHash() == batches[key].ContentHash()) ++good;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(good.load(), kThreads * kFetches);
+}
+
+TEST_P(TransportTest, CallsBeyondMaxConnectionsWaitForAConnection) {
+  StartServer();
+  const Batch batch = testing::MakeBatch(16 << 10, 1);
+  source_.Put({"train", 0, 0}, batch);
+  DataClientOptions options;
+  options.max_connections = 2;
+  std::unique_ptr<DataClient> client = Connect(options);
+  ASSERT_NE(client, nullptr);
+  std::atomic<int> good{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 10; ++i) {
+        auto got = client->Fetch({"train", 0, 0}, In(absl::Seconds(20)));
+        if (got.ok() && got->ContentHash() == batch.ContentHash()) {
+          ++good;
+        } else {
+          ADD_FAILURE() << got.status();
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(good.load(), 80);
+}
+
+TEST_P(TransportTest, SeveralClientsAtOnce) {
+  StartServer();
+  std::vector<Batch> batches;
+  for (int i = 0; i < 4; ++i) {
+    batches.push_back(testing::MakeBatch(256 << 10, 100 + i));
+    source_.Put({"train", 0, static_cast<uint64_t>(i)}, batches.back());
+  }
+  std::vector<std::unique_ptr<DataClient>> clients;
+  for (int c = 0; c < 4; ++c) {
+    clients.push_back(Connect());
+    ASSERT_NE(clients.back(), nullptr);
+  }
+  std::atomic<int> good{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      DataClient* client = clients[t % clients.size()].get();
+      for (int i = 0; i < 20; ++i) {
+        const uint64_t key = (t + i) % batches.size();
+        auto got = client->Fetch({"train", 0, key}, In(absl::Seconds(20)));
+        if (got.ok() && got->ContentHash() == batches[key].ContentHash()) {
+          ++good;
+        } else {
+          ADD_FAILURE() << got.status();
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(good.load(), 8 * 20);
+}
+
+TEST_P(TransportTest, WrongTokenIsUnauthenticatedAndLogged) {
+  StartServer();
+  ::testing::internal::CaptureStderr();
+  DataClientOptions options;
+  options.auth_token = "not-the-token";
+  auto client = TryConnect(options);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kUnauthenticated) << client.status();
+  EXPECT_THAT(client.status().message(), HasSubstr("refused the auth token"));
+  EXPECT_THAT(client.status().message(), HasSubstr(server_->address()));
+  EXPECT_THAT(log, HasSubstr("refusing client 127.0.0.1:"));
+  EXPECT_THAT(log, HasSubstr("wrong auth token"));
+}
+
+TEST_P(TransportTest, MissingTokenIsUnauthenticatedAndLogged) {
+  StartServer();
+  ::testing::internal::CaptureStderr();
+  auto client = GetParam()->Connect(server_->address(), DataClientOptions{});
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kUnauthenticated) << client.status();
+  EXPECT_THAT(client.status().message(), HasSubstr("requires an auth token and none was given"));
+  EXPECT_THAT(client.status().message(), HasSubstr(server_->address()));
+  EXPECT_THAT(log, HasSubstr("refusing client 127.0.0.1:"));
+  EXPECT_THAT(log, HasSubstr("no auth token"));
+}
+
+TEST_P(TransportTest, UnreachableServerIsUnavailableAtOnce) {
+  StartServer();
+  const std::string address = server_->address();
+  server_->Shutdown();
+  const absl::Time start = absl::Now();
+  DataClientOptions options;
+  options.auth_token = kToken;
+  auto client = GetParam()->Connect(address, options);
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable) << client.status();
+  EXPECT_THAT(client.status().message(),
+              HasSubstr(absl::StrCat("cannot connect to data server ", address)));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+}
+
+TEST_P(TransportTest, SourceErrorsKeepTheirCodeAndMessage) {
+  StartServer();
+  const std::vector<absl::Status> errors = {
+      absl::NotFoundError("batch 1 is not held by this producer"),
+      absl::DataLossError("corrupt record in /data/train-3.tfrecord at byte 1234"),
+      absl::DeadlineExceededError("batch 3 not made in time"),
+      absl::UnavailableError("producer shutting down"),
+      absl::OutOfRangeError("epoch 9 does not exist"),
+      absl::InvalidArgumentError("job 'x' has no such epoch"),
+      absl::InternalError(std::string(20000, 'm')),  // longer than one error frame carries
+  };
+  for (size_t i = 0; i < errors.size(); ++i) source_.Fail({"train", 0, i}, errors[i]);
+  std::unique_ptr<DataClient> client = Connect();
+  ASSERT_NE(client, nullptr);
+  for (size_t i = 0; i < errors.size(); ++i) {
+    auto got = client->Fetch({"train", 0, i}, In(absl::Seconds(10)));
+    EXPECT_EQ(got.status().code(), errors[i].code()) << got.status();
+    const std::string want(errors[i].message().substr(0, 1000));
+    EXPECT_THAT(got.status().message(), HasSubstr(want));
+    EXPECT_THAT(got.status().message(), HasSubstr(server_->address()));
+  }
+  // The connection survives errors: the next call works.
+  source_.Put({"train", 0, 100}, testing::MakeBatch(4 << 10, 1));
+  EXPECT_TRUE(client->Fetch({"train", 0, 100}, In(absl::Seconds(10))).ok());
+}
+
+TEST_P(TransportTest, BatchOverMaxBatchBytesIsResourceExhausted) {
+  StartServer();
+  source_.Put({"train", 0, 0}, testing::MakeBatch(1 << 20, 1));
+  const Batch small = testing::MakeBatch(4 << 10, 2);
+  source_.Put({"train", 0, 1}, small);
+  DataClientOptions options;
+  options.max_batch_bytes = 64 << 10;
+  std::unique_ptr<DataClient> client = Connect(options);
+  ASSERT_NE(client, nullptr);
+  auto got = client->Fetch({"train", 0, 0}, In(absl::Seconds(10)));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kResourceExhausted) << got.status();
+  EXPECT_THAT(got.status().message(), HasSubstr("exceeds max_batch_bytes 65536"));
+  EXPECT_THAT(got.status().message(), HasSubstr(server_->address()));
+  auto next = client->Fetch({"train", 0, 1}, In(absl::Seconds(10)));
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->ContentHash(), small.ContentHash());
+}
+
+TEST_P(TransportTest, DeadlinePassingWhileTheSourceWaitsIsForwarded) {
+  StartServer();
+  std::unique_ptr<DataClient> client = Connect();
+  ASSERT_NE(client, nullptr);
+  const absl::Time start = absl::Now();
+  auto got = client->Fetch({"train", 0, 42}, start + absl::Milliseconds(400));
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded) << got.status();
+  EXPECT_THAT(got.status().message(),
+              HasSubstr("batch 42 of job 'train' epoch 0 not made by the deadline"));
+  EXPECT_GE(took, absl::Milliseconds(350));
+  EXPECT_LT(took, absl::Seconds(2));
+}
+
+TEST_P(TransportTest, HungSourceFailsAtTheDeadlinePlusAShortGrace) {
+  StartServer();
+  std::unique_ptr<DataClient> client = Connect();
+  ASSERT_NE(client, nullptr);
+  source_.Hold();
+  const absl::Time start = absl::Now();
+  auto got = client->Fetch({"train", 0, 1}, start + absl::Milliseconds(200));
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded) << got.status();
+  EXPECT_THAT(got.status().message(), HasSubstr(server_->address()));
+  EXPECT_GE(took, absl::Milliseconds(200));
+  EXPECT_LT(took, absl::Seconds(3));
+}
+
+TEST_P(TransportTest, CancelWakesABlockedFetchAndFailsLaterCalls) {
+  StartServer();
+  std::unique_ptr<DataClient> client = Connect();
+  ASSERT_NE(client, nullptr);
+  source_.Hold();
+  absl::StatusOr<Batch> got = absl::UnknownError("not run");
+  absl::Time returned;
+  std::thread fetcher([&] {
+    got = client->Fetch({"train", 0, 1}, In(absl::Seconds(30)));
+    returned = absl::Now();
+  });
+  ASSERT_TRUE(source_.AwaitInside(1));
+  const absl::Time cancelled = absl::Now();
+  client->Cancel();
+  fetcher.join();
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kCancelled) << got.status();
+  EXPECT_THAT(got.status().message(), HasSubstr(server_->address()));
+  EXPECT_LT(returned - cancelled, absl::Seconds(1));
+  auto later = client->Fetch({"train", 0, 1}, In(absl::Seconds(5)));
+  EXPECT_EQ(later.status().code(), absl::StatusCode::kCancelled) << later.status();
+  auto any = client->FetchAny("train", 0, In(absl::Seconds(5)));
+  EXPECT_EQ(any.status().code(), absl::StatusCode::kCancelled) << any.status();
+}
+
+TEST_P(TransportTest, ShutdownWhileClientsBlockIsPrompt) {
+  StartServer();
+  std::unique_ptr<DataClient> client = Connect();
+  ASSERT_NE(client, nullptr);
+  constexpr int kBlocked = 4;
+  std::vector<absl::Status> results(kBlocked);
+  std::vector<absl::Time> returned(kBlocked);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kBlocked; ++i) {
+    threads.emplace_back([&, i] {
+      results[i] =
+          client->Fetch({"train", 0, static_cast<uint64_t>(100 + i)}, In(absl::Seconds(30)))
+              .status();
+      returned[i] = absl::Now();
+    });
+  }
+  ASSERT_TRUE(source_.AwaitInside(kBlocked));
+  const absl::Time start = absl::Now();
+  server_->Shutdown();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  for (auto& thread : threads) thread.join();
+  for (int i = 0; i < kBlocked; ++i) {
+    EXPECT_THAT(results[i].code(),
+                AnyOf(absl::StatusCode::kUnavailable, absl::StatusCode::kCancelled))
+        << results[i];
+    EXPECT_LT(returned[i] - start, absl::Seconds(1));
+  }
+  auto again = client->Fetch({"train", 0, 1}, In(absl::Seconds(5)));
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kUnavailable) << again.status();
+  server_->Shutdown();  // idempotent
+}
+
+TEST_P(TransportTest, ConcurrentShutdownsAreSafe) {
+  StartServer();
+  std::unique_ptr<DataClient> client = Connect();
+  ASSERT_NE(client, nullptr);
+  std::thread a([&] { server_->Shutdown(); });
+  std::thread b([&] { server_->Shutdown(); });
+  a.join();
+  b.join();
+  server_.reset();  // the destructor's Shutdown is a no-op now
+}
+
+TEST_P(TransportTest, ServerRefusesConnectionsBeyondItsLimit) {
+  DataServerOptions options;
+  options.max_connections = 1;
+  StartServer(options);
+  auto first = TryConnect();
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = TryConnect();
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable) << second.status();
+  EXPECT_THAT(second.status().message(), HasSubstr("limit of 1 connections"));
+  first->reset();  // frees the slot once the server sees the close
+  absl::StatusOr<std::unique_ptr<DataClient>> third = absl::UnknownError("not tried");
+  for (const absl::Time until = In(absl::Seconds(5)); absl::Now() < until;) {
+    third = TryConnect();
+    if (third.ok()) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(third.ok()) << third.status();
+}
+
+TEST_P(TransportTest, StartServerChecksItsOptions) {
+  DataServerOptions options;
+  options.max_connections = 0;
+  auto bad = GetParam()->StartServer(options, &source_);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  EXPECT_THAT(bad.status().message(), HasSubstr("max_connections"));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTransports, TransportTest, ::testing::Values(Transport::Tcp()),
+                         [](const ::testing::TestParamInfo<Transport*>& info) {
+                           return std::string(info.param->name());
+                         });
+
+}  // namespace
+}  // namespace croupier

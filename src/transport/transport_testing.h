@@ -1,0 +1,264 @@
+// Test helpers of the transport tests: a scriptable BatchSource, batches of a given size, and a
+// guard that fails a test that overruns its time or leaves a thread or descriptor behind.
+#ifndef CROUPIER_SRC_TRANSPORT_TRANSPORT_TESTING_H_
+#define CROUPIER_SRC_TRANSPORT_TRANSPORT_TESTING_H_
+
+#include <dirent.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "croupier/batch.h"
+#include "croupier/example.h"
+#include "gtest/gtest.h"
+#include "src/transport/batch_source.h"
+
+namespace croupier::testing {
+
+// A batch of about `bytes` bytes (at least a few hundred): an int64 "id" column and a float32
+// "payload" column of pseudo-random values from `seed`.
+inline Batch MakeBatch(size_t bytes, uint64_t seed) {
+  constexpr uint64_t kRecords = 4;
+  const size_t overhead = 512;
+  const int64_t per_record = std::max<int64_t>(
+      1, static_cast<int64_t>((bytes > overhead ? bytes - overhead : 0) / 4 / kRecords));
+  std::vector<float> payload(kRecords * per_record);
+  std::mt19937_64 rng(seed);
+  for (float& f : payload) f = static_cast<float>(rng() % 100000) / 7.0f;
+  std::vector<int64_t> ids(kRecords);
+  for (uint64_t i = 0; i < kRecords; ++i) ids[i] = static_cast<int64_t>(seed * 100 + i);
+  const std::vector<int64_t> dims = {per_record};
+  const ColumnData columns[] = {
+      {"id",
+       DType::kInt64,
+       false,
+       {},
+       kRecords,
+       absl::string_view(reinterpret_cast<const char*>(ids.data()), 8 * ids.size()),
+       {},
+       {}},
+      {"payload",
+       DType::kFloat32,
+       false,
+       dims,
+       payload.size(),
+       absl::string_view(reinterpret_cast<const char*>(payload.data()), 4 * payload.size()),
+       {},
+       {}},
+  };
+  absl::StatusOr<Batch> batch = Batch::FromColumns(kRecords, columns);
+  EXPECT_TRUE(batch.ok()) << batch.status();
+  return *std::move(batch);
+}
+
+// A batch decoded from tf.train.Examples by BatchBuilder, as producers make them.
+inline Batch MakeExampleBatch(int records) {
+  auto specs = ParseFeatureSpecs("image:bytes,label:int64,emb:float32[4],tokens:int64[*]");
+  EXPECT_TRUE(specs.ok()) << specs.status();
+  auto builder = BatchBuilder::Create(*specs);
+  EXPECT_TRUE(builder.ok()) << builder.status();
+  for (int i = 0; i < records; ++i) {
+    const float f = static_cast<float>(i);
+    absl::Status added = (*builder)->AddRecord(
+        EncodeExample({{"image", Feature::Bytes({std::string(100 + i, static_cast<char>(i))})},
+                       {"label", Feature::Ints({i})},
+                       {"emb", Feature::Floats({f, -f, f / 2, 1})},
+                       {"tokens", Feature::Ints(std::vector<int64_t>(i % 5, i))}}));
+    EXPECT_TRUE(added.ok()) << added;
+  }
+  absl::StatusOr<Batch> batch = (*builder)->Finish();
+  EXPECT_TRUE(batch.ok()) << batch.status();
+  return *std::move(batch);
+}
+
+// A BatchSource whose answers the test scripts. Thread-safe.
+//   GetBatch: the error set with Fail(key), else the batch Put(key), else waits for one until
+//     the deadline, then DEADLINE_EXCEEDED "batch <n> of job '<job>' epoch <e> not made by the
+//     deadline".
+//   GetAnyBatch: the next batch PutAny for (job, epoch); when none is queued, OUT_OF_RANGE "no
+//     more batches of job '<job>' epoch <e>" once Finish(job, epoch) was called, else waits until
+//     the deadline, then DEADLINE_EXCEEDED "no batch of job '<job>' epoch <e> ready".
+//   Hold(): every call blocks, ignoring its deadline, until Unhold() (a source that hangs).
+class FakeBatchSource final : public BatchSource {
+ public:
+  void Put(const BatchKey& key, Batch batch) {
+    absl::MutexLock lock(&mu_);
+    batches_.insert_or_assign(key, std::move(batch));
+  }
+  void PutAny(const std::string& job, uint64_t epoch, uint64_t index, Batch batch) {
+    absl::MutexLock lock(&mu_);
+    queues_[{job, epoch}].emplace_back(index, std::move(batch));
+  }
+  void Finish(const std::string& job, uint64_t epoch) {
+    absl::MutexLock lock(&mu_);
+    finished_.insert({job, epoch});
+  }
+  void Fail(const BatchKey& key, absl::Status status) {
+    absl::MutexLock lock(&mu_);
+    errors_.insert_or_assign(key, std::move(status));
+  }
+  void Hold() {
+    absl::MutexLock lock(&mu_);
+    held_ = true;
+  }
+  void Unhold() {
+    absl::MutexLock lock(&mu_);
+    held_ = false;
+  }
+  // Calls that have entered the source and not returned yet.
+  int inside() const {
+    absl::MutexLock lock(&mu_);
+    return inside_;
+  }
+  // Waits until `n` calls are inside the source (or 5 s pass).
+  bool AwaitInside(int n) const {
+    absl::MutexLock lock(&mu_);
+    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return inside_ >= n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(5));
+  }
+  std::vector<std::pair<BatchKey, uint64_t>> served() const {
+    absl::MutexLock lock(&mu_);
+    return served_;
+  }
+
+  absl::StatusOr<Batch> GetBatch(const BatchKey& key, absl::Time deadline) override {
+    absl::MutexLock lock(&mu_);
+    Inside inside(this);
+    if (auto it = errors_.find(key); it != errors_.end()) return it->second;
+    auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return batches_.contains(key); };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&ready), deadline)) {
+      return absl::DeadlineExceededError(absl::StrCat("batch ", key.batch, " of job '", key.job,
+                                                      "' epoch ", key.epoch,
+                                                      " not made by the deadline"));
+    }
+    return batches_.at(key);
+  }
+
+  absl::StatusOr<std::pair<uint64_t, Batch>> GetAnyBatch(absl::string_view job, uint64_t epoch,
+                                                         absl::Time deadline) override {
+    absl::MutexLock lock(&mu_);
+    Inside inside(this);
+    const std::pair<std::string, uint64_t> id(job, epoch);
+    auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      auto it = queues_.find(id);
+      return (it != queues_.end() && !it->second.empty()) || finished_.contains(id);
+    };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&ready), deadline)) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("no batch of job '", job, "' epoch ", epoch, " ready"));
+    }
+    auto& queue = queues_[id];
+    if (queue.empty()) {
+      return absl::OutOfRangeError(
+          absl::StrCat("no more batches of job '", job, "' epoch ", epoch));
+    }
+    auto next = std::move(queue.front());
+    queue.pop_front();
+    return next;
+  }
+
+  void OnServed(const BatchKey& key, uint64_t bytes) override {
+    absl::MutexLock lock(&mu_);
+    served_.emplace_back(key, bytes);
+  }
+
+ private:
+  // Counts a call while it is inside, and makes it wait while the source is held.
+  class Inside {
+   public:
+    explicit Inside(FakeBatchSource* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) : s_(s) {
+      ++s_->inside_;
+      auto released = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s_->mu_) { return !s_->held_; };
+      s_->mu_.Await(absl::Condition(&released));
+    }
+    ~Inside() { --s_->inside_; }
+
+   private:
+    FakeBatchSource* const s_;
+  };
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<BatchKey, Batch> batches_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<BatchKey, absl::Status> errors_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::pair<std::string, uint64_t>, std::deque<std::pair<uint64_t, Batch>>>
+      queues_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::pair<std::string, uint64_t>> finished_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<BatchKey, uint64_t>> served_ ABSL_GUARDED_BY(mu_);
+  bool held_ ABSL_GUARDED_BY(mu_) = false;
+  int inside_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+inline int CountOpenFds() {
+  int n = 0;
+  if (DIR* dir = ::opendir("/proc/self/fd")) {
+    while (::readdir(dir) != nullptr) ++n;
+    ::closedir(dir);
+  }
+  return n;
+}
+
+inline int CountThreads() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::atoi(line.c_str() + 8);
+  }
+  return -1;
+}
+
+// Declare it as the first member of a fixture, so that it is built before and destroyed after
+// everything the test makes: it aborts the test binary when the test runs longer than `limit`
+// (no test may hang the suite), and fails the test when threads or descriptors outlive it.
+// Thread-compatible.
+class TestGuard {
+ public:
+  explicit TestGuard(absl::Duration limit = absl::Seconds(60))
+      : fds_(CountOpenFds()), threads_(CountThreads()) {
+    watchdog_ = std::thread([this, limit] {
+      if (!done_.WaitForNotificationWithTimeout(limit)) {
+        std::fprintf(stderr, "test ran longer than %s; aborting\n",
+                     absl::FormatDuration(limit).c_str());
+        std::abort();
+      }
+    });
+  }
+  ~TestGuard() {
+    done_.Notify();
+    watchdog_.join();
+    // A joined thread can linger in /proc for a moment after pthread_join returns.
+    const absl::Time until = absl::Now() + absl::Seconds(2);
+    while ((CountThreads() != threads_ || CountOpenFds() != fds_) && absl::Now() < until) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    EXPECT_EQ(CountThreads(), threads_) << "threads left behind";
+    EXPECT_EQ(CountOpenFds(), fds_) << "descriptors left behind";
+  }
+
+ private:
+  const int fds_;
+  const int threads_;
+  absl::Notification done_;
+  std::thread watchdog_;
+};
+
+}  // namespace croupier::testing
+
+#endif  // CROUPIER_SRC_TRANSPORT_TRANSPORT_TESTING_H_

@@ -1,0 +1,140 @@
+"""Runs real croupier processes on loopback for the multi-process tests.
+
+A Cluster starts a dispatcher and producers as child processes of the `croupier` command, on free
+ports, and always stops them: every process is killed and waited for when the cluster closes,
+whatever happened. Consumers run as `croupier consume` processes that write one JSON line per
+batch (epoch, step, content hash, record ids), which the tests compare.
+"""
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+BIN = pathlib.Path(os.environ.get("CROUPIER_BIN", ROOT / "build" / "bin" / "croupier"))
+
+
+def run(*args, timeout=60, env=None, check=True):
+    """Runs a croupier command to completion and returns the CompletedProcess."""
+    proc = subprocess.run([str(BIN), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"croupier {' '.join(map(str, args))} failed ({proc.returncode}):\n"
+                             f"{proc.stderr}")
+    return proc
+
+
+def wait_for_file(path, timeout, proc=None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            return path.read_text().strip()
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"process exited with {proc.returncode} before writing {path}")
+        time.sleep(0.02)
+    raise AssertionError(f"{path} did not appear within {timeout} s")
+
+
+class Cluster:
+    """A dispatcher and producers on loopback. Use as a context manager."""
+
+    def __init__(self, work_dir, auth_token=None, producer_timeout_ms=None, env=None):
+        self.work_dir = pathlib.Path(work_dir)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.auth_token = auth_token
+        self.env = dict(os.environ, **(env or {}))
+        self.env["CROUPIER_INDEX_DIR"] = str(self.work_dir / "index")
+        self.procs = []
+        self.producers = []
+        port_file = self.work_dir / "dispatcher.port"
+        args = ["dispatcher", "--port", "0", "--port-file", port_file,
+                "--work-dir", self.work_dir / "dispatcher"]
+        if auth_token:
+            args += ["--auth-token", auth_token]
+        if producer_timeout_ms:
+            args += ["--producer-timeout-ms", producer_timeout_ms]
+        self.dispatcher = self._spawn(args, "dispatcher")
+        try:
+            self.port = int(wait_for_file(port_file, 20, self.dispatcher))
+        except BaseException:
+            self.close()
+            raise
+        self.address = f"127.0.0.1:{self.port}"
+
+    def _spawn(self, args, name):
+        log = open(self.work_dir / f"{name}.log", "w")
+        proc = subprocess.Popen([str(BIN), *map(str, args)], stdout=log, stderr=subprocess.STDOUT,
+                                env=self.env, start_new_session=True)
+        proc.log_path = self.work_dir / f"{name}.log"
+        self.procs.append(proc)
+        return proc
+
+    def token_args(self):
+        return ["--auth-token", self.auth_token] if self.auth_token else []
+
+    def add_producer(self, *extra):
+        n = len(self.producers)
+        proc = self._spawn(["producer", "--dispatcher", self.address, "--threads", "2",
+                            *self.token_args(), *extra], f"producer{n}")
+        self.producers.append(proc)
+        return proc
+
+    def create_job(self, name, files, features, batch_size, consumers, **options):
+        args = ["job", "create", "--dispatcher", self.address, "--name", name,
+                "--files", ",".join(map(str, files)), "--features", features,
+                "--batch-size", batch_size, "--consumers", consumers, "--json",
+                *self.token_args()]
+        for key, value in options.items():
+            args += [f"--{key.replace('_', '-')}", value]
+        return json.loads(run(*args, env=self.env).stdout)
+
+    def start_consumer(self, job, rank, world, output, epochs=1, *extra):
+        return self._spawn(["consume", "--dispatcher", self.address, "--job", job,
+                            "--rank", rank, "--world", world, "--epochs", epochs,
+                            "--output", output, "--timeout-ms", "30000",
+                            *self.token_args(), *extra], f"consumer-{job}-{rank}")
+
+    def wait(self, procs, timeout):
+        deadline = time.monotonic() + timeout
+        for proc in procs:
+            left = max(0.1, deadline - time.monotonic())
+            try:
+                proc.wait(timeout=left)
+            except subprocess.TimeoutExpired:
+                raise AssertionError(f"{proc.args[1]} did not finish within {timeout} s; "
+                                     f"log:\n{proc.log_path.read_text()[-3000:]}")
+            if proc.returncode != 0:
+                raise AssertionError(f"{' '.join(proc.args[1:3])} exited {proc.returncode}; "
+                                     f"log:\n{proc.log_path.read_text()[-3000:]}")
+
+    def close(self):
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def read_batches(path):
+    """The JSON lines a `croupier consume` wrote."""
+    return [json.loads(line) for line in pathlib.Path(path).read_text().splitlines() if line]
+
+
+def rss_bytes(pid):
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0

@@ -1,0 +1,198 @@
+"""Multi-process tests of the service: real dispatcher, producer and consumer processes on
+loopback. Guarantees are checked on content (record ids decoded from the batches, content hashes),
+never by counting calls. Every test bounds its time and the Cluster kills every process it started.
+"""
+import collections
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+import croupier
+from service_cluster import BIN, Cluster, read_batches, rss_bytes, run
+
+FEATURES = "id:int64,label:int64,image:bytes"
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    """3,000 records over 3 files; each record's `id` feature is its global record id."""
+    data = tmp_path / "data"
+    run("synth", "--out", data, "--files", 3, "--records", 3000, "--image-bytes", 256, "--quiet")
+    return sorted(data.glob("*.tfrecord"))
+
+
+def expected_ids(num_records, batch, consumers, seed, epoch, shuffle="global"):
+    plan = croupier.EpochPlan(num_records, batch, consumers, seed=seed, epoch=epoch,
+                              shuffle=shuffle)
+    return sorted(int(i) for g in range(plan.num_batches) for i in plan.batch(g)), plan
+
+
+def run_consumers(cluster, job, world, out_dir, epochs, extra=()):
+    outs = [out_dir / f"{job}-rank{r}.jsonl" for r in range(world)]
+    procs = [cluster.start_consumer(job, r, world, outs[r], epochs, *extra) for r in range(world)]
+    cluster.wait(procs, timeout=90)
+    return [read_batches(o) for o in outs]
+
+
+def test_exactly_once_and_equal_steps_with_three_producers(tmp_path, dataset):
+    with Cluster(tmp_path / "cluster") as cluster:
+        for _ in range(3):
+            cluster.add_producer()
+        job = cluster.create_job("train", dataset, FEATURES, 16, 4, seed=7, epochs=2)
+        assert job["numRecords"] == "3000"
+        per_rank = run_consumers(cluster, "train", 4, tmp_path, epochs=2)
+    for epoch in (0, 1):
+        want, plan = expected_ids(3000, 16, 4, seed=7, epoch=epoch)
+        got = []
+        for rank, batches in enumerate(per_rank):
+            mine = [b for b in per_rank[rank] if b["epoch"] == epoch]
+            # G2: every consumer takes the same number of steps, and sees them in order.
+            assert [b["step"] for b in mine] == list(range(plan.steps_per_consumer))
+            for b in mine:
+                # Each batch holds exactly the plan's records for this rank and step.
+                g = plan.global_batch(rank, b["step"])
+                assert b["ids"] == plan.batch(g).tolist()
+                got += b["ids"]
+        # G1: across consumers, the multiset of records equals the plan's.
+        assert sorted(got) == want
+        assert len(got) == len(set(got))
+
+
+def test_same_batches_with_one_producer_or_three_slow_ones(tmp_path, dataset):
+    hashes = {}
+    for name, producers, extra in (("one", 1, ()), ("three", 3, ("--test-delay-ms", "30"))):
+        with Cluster(tmp_path / name) as cluster:
+            for _ in range(producers):
+                cluster.add_producer(*extra)
+            cluster.create_job(name, dataset, FEATURES, 32, 3, seed=11, epochs=1)
+            per_rank = run_consumers(cluster, name, 3, tmp_path, epochs=1)
+        hashes[name] = [[(b["step"], b["hash"]) for b in batches] for batches in per_rank]
+    # G3: bit-identical batches, in the same order, for every consumer.
+    assert hashes["one"] == hashes["three"]
+    assert all(len(h) == 3000 // (32 * 3) for h in hashes["one"])
+
+
+def test_first_come_delivers_every_batch_once_to_consumers_of_different_speeds(tmp_path,
+                                                                              dataset):
+    with Cluster(tmp_path / "cluster") as cluster:
+        cluster.add_producer()
+        cluster.add_producer()
+        cluster.create_job("fc", dataset, FEATURES, 20, 3, seed=3, epochs=1, mode="first_come")
+        outs = [tmp_path / f"fc{r}.jsonl" for r in range(3)]
+        procs = [cluster.start_consumer("fc", r, 3, outs[r], 1, "--slow-ms", str(2 + 15 * r))
+                 for r in range(3)]
+        cluster.wait(procs, timeout=90)
+    per_rank = [read_batches(o) for o in outs]
+    got = sorted(i for batches in per_rank for b in batches for i in b["ids"])
+    want, _ = expected_ids(3000, 20, 3, seed=3, epoch=0)
+    assert got == want  # exactly once across consumers
+    counts = [len(b) for b in per_rank]
+    assert sum(counts) == 3000 // (20 * 3) * 3
+    assert counts[0] > counts[2]  # the fastest consumer took more
+
+
+def test_a_stalled_consumer_causes_backpressure_not_growth(tmp_path):
+    data = tmp_path / "big"
+    # 2,000 records of 32 KiB: 64 MB of batches per epoch, against a 4 MiB producer buffer.
+    run("synth", "--out", data, "--files", 2, "--records", 2000, "--image-bytes", 32768, "--quiet")
+    files = sorted(data.glob("*.tfrecord"))
+    buffer_bytes = 4 << 20
+    with Cluster(tmp_path / "cluster") as cluster:
+        producer = cluster.add_producer("--buffer-bytes", buffer_bytes)
+        cluster.create_job("bp", files, FEATURES, 16, 2, seed=1, epochs=1)
+        outs = [tmp_path / f"bp{r}.jsonl" for r in range(2)]
+        procs = [cluster.start_consumer("bp", r, 2, outs[r], 1, "--prefetch", "2",
+                                        *(("--pause-at-step", "5", "--pause-seconds", "10")
+                                          if r == 1 else ())) for r in range(2)]
+        time.sleep(2)  # both consumers running; rank 1 soon stops reading
+        baseline = rss_bytes(producer.pid)
+        peak = baseline
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
+            peak = max(peak, rss_bytes(producer.pid))
+            time.sleep(0.1)
+        status = run("status", cluster.address, "--json", env=cluster.env).stdout
+        cluster.wait(procs, timeout=60)
+    # G5: while a consumer stalls, the producer holds at most its buffer (plus one batch in
+    # flight), so its memory grows by no more than that.
+    batch_bytes = 16 * (32768 + 100)
+    assert peak - baseline <= buffer_bytes + 2 * batch_bytes + (8 << 20), (baseline, peak)
+    assert '"bufferedBytes"' in status
+    per_rank = [read_batches(o) for o in outs]
+    assert len(per_rank[0]) == len(per_rank[1]) == 2000 // 32
+
+
+def test_unreachable_dispatcher_is_a_clear_error_after_its_deadline(tmp_path):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.monotonic()
+    proc = run("consume", "--dispatcher", f"127.0.0.1:{port}", "--job", "x", "--rank", 0,
+               "--world", 1, "--timeout-ms", 1500, check=False, timeout=30)
+    took = time.monotonic() - start
+    assert proc.returncode != 0
+    assert "DEADLINE_EXCEEDED" in proc.stderr and f"127.0.0.1:{port}" in proc.stderr
+    assert took < 10
+
+
+def test_wrong_token_and_protocol_mismatch_are_refused(tmp_path, dataset):
+    with Cluster(tmp_path / "cluster", auth_token="s3cret") as cluster:
+        ok = run("status", cluster.address, "--auth-token", "s3cret", env=cluster.env)
+        assert "dispatcher" in ok.stdout
+        wrong = run("status", cluster.address, "--auth-token", "guess", check=False,
+                    env=cluster.env)
+        assert wrong.returncode != 0 and "UNAUTHENTICATED" in wrong.stderr
+        assert "wrong auth token" in wrong.stderr
+        missing = run("status", cluster.address, "--timeout-ms", 3000, check=False,
+                      env={k: v for k, v in cluster.env.items() if k != "CROUPIER_AUTH_TOKEN"})
+        assert missing.returncode != 0 and "UNAUTHENTICATED" in missing.stderr
+        old = run("status", cluster.address, "--auth-token", "s3cret", check=False,
+                  env=dict(cluster.env, CROUPIER_TEST_PROTOCOL_VERSION="99"))
+        assert old.returncode != 0 and "FAILED_PRECONDITION" in old.stderr
+        assert "protocol version mismatch" in old.stderr and "'99'" in old.stderr
+        producer = run("producer", "--dispatcher", cluster.address, "--auth-token", "guess",
+                       "--connect-timeout-ms", 3000, check=False, timeout=30, env=cluster.env)
+        assert producer.returncode != 0 and "UNAUTHENTICATED" in producer.stderr
+        dispatcher_log = cluster.dispatcher.log_path.read_text()
+    assert "wrong auth token" in dispatcher_log
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"files": "/nonexistent/*.tfrecord"}, "no file matches"),
+    ({"features": "id:int64,nope:float32"}, "nope"),
+    ({"features": "id:float32"}, "id"),
+    ({"features": "image:bytes[3]"}, "image"),
+    ({"batch_size": 0}, "batch_size"),
+    ({"shuffle": "sideways"}, "sideways"),
+    ({"mode": "random"}, "random"),
+])
+def test_bad_job_specs_are_refused_with_the_reason(tmp_path, dataset, change, message):
+    with Cluster(tmp_path / "cluster") as cluster:
+        spec = {"files": ",".join(map(str, dataset)), "features": FEATURES, "batch_size": 8,
+                "consumers": 2}
+        spec.update(change)
+        args = ["job", "create", "--dispatcher", cluster.address, "--name", "bad"]
+        for key, value in spec.items():
+            args += [f"--{key.replace('_', '-')}", value]
+        proc = run(*args, check=False, env=cluster.env)
+    assert proc.returncode != 0
+    assert "INVALID_ARGUMENT" in proc.stderr, proc.stderr
+    assert message in proc.stderr
+
+
+def test_sigterm_stops_dispatcher_and_producer_promptly_and_frees_the_port(tmp_path):
+    with Cluster(tmp_path / "cluster") as cluster:
+        producer = cluster.add_producer()
+        time.sleep(1)
+        for proc in (producer, cluster.dispatcher):
+            start = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=5) == 0
+            assert time.monotonic() - start < 3
+        with socket.socket() as s:  # the dispatcher's port can be bound again at once
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", cluster.port))

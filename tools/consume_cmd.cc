@@ -1,0 +1,102 @@
+// croupier consume: a consumer on the command line. It takes its batches of some epochs and
+// writes one JSON line per batch (epoch, step, content hash, record ids when the job has an `id`
+// feature), which is what the multi-process tests compare.
+#include <cstdio>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "croupier/consumer.h"
+#include "src/common/status_macros.h"
+#include "tools/cli_args.h"
+#include "tools/commands.h"
+
+namespace croupier::cli {
+namespace {
+
+constexpr char kConsumeUsage[] = R"(usage: croupier consume --dispatcher HOST:PORT --job NAME
+         --rank R --world N [--epochs E] [--first-epoch E] [--output FILE]
+         [--prefetch K] [--timeout-ms MS] [--slow-ms MS]
+         [--pause-at-step S --pause-seconds T] [--auth-token TOKEN]
+
+Takes this rank's batches of epochs [first-epoch, first-epoch + epochs) and writes one JSON line
+per batch to --output (default stdout): {"epoch", "step", "records", "bytes", "hash", "ids"}.
+--slow-ms sleeps after every batch; --pause-at-step stops reading for a while (to test
+backpressure).
+)";
+
+}  // namespace
+
+absl::Status ConsumeCommand(const std::vector<std::string>& argv) {
+  ASSIGN_OR_RETURN(
+      Args args,
+      Args::Parse(argv,
+                  {"dispatcher", "job", "rank", "world", "epochs", "first-epoch", "output",
+                   "prefetch", "timeout-ms", "slow-ms", "pause-at-step", "pause-seconds",
+                   "auth-token"},
+                  {"help"}));
+  if (args.Has("help")) {
+    std::fputs(kConsumeUsage, stdout);
+    return absl::OkStatus();
+  }
+  ConsumerOptions options;
+  options.dispatcher = args.Get("dispatcher");
+  options.job = args.Get("job");
+  ASSIGN_OR_RETURN(int64_t rank, args.GetInt("rank", 0, 0, UINT32_MAX));
+  ASSIGN_OR_RETURN(int64_t world, args.GetInt("world", 1, 1, UINT32_MAX));
+  ASSIGN_OR_RETURN(uint64_t epochs, args.GetUint("epochs", 1));
+  ASSIGN_OR_RETURN(uint64_t first_epoch, args.GetUint("first-epoch", 0));
+  ASSIGN_OR_RETURN(int64_t prefetch, args.GetInt("prefetch", 4, 1, 1024));
+  ASSIGN_OR_RETURN(int64_t timeout_ms, args.GetInt("timeout-ms", 60000, 1, 86400000));
+  ASSIGN_OR_RETURN(int64_t slow_ms, args.GetInt("slow-ms", 0, 0, 3600000));
+  ASSIGN_OR_RETURN(int64_t pause_at, args.GetInt("pause-at-step", -1, -1, INT64_MAX));
+  ASSIGN_OR_RETURN(int64_t pause_s, args.GetInt("pause-seconds", 0, 0, 86400));
+  options.rank = static_cast<uint32_t>(rank);
+  options.world = static_cast<uint32_t>(world);
+  options.prefetch_batches = static_cast<uint32_t>(prefetch);
+  options.timeout = absl::Milliseconds(timeout_ms);
+  options.auth_token = args.Get("auth-token");
+  FILE* out = stdout;
+  if (args.Has("output")) {
+    out = std::fopen(args.Get("output").c_str(), "w");
+    if (out == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot write ", args.Get("output")));
+    }
+  }
+  ASSIGN_OR_RETURN(auto consumer, Consumer::Connect(options));
+  uint64_t total = 0;
+  for (uint64_t epoch = first_epoch; epoch < first_epoch + epochs; ++epoch) {
+    RETURN_IF_ERROR(consumer->StartEpoch(epoch));
+    uint64_t step = 0;
+    while (true) {
+      ASSIGN_OR_RETURN(std::optional<Batch> batch, consumer->Next());
+      if (!batch.has_value()) break;
+      std::string ids;
+      if (const ColumnView* id = batch->view().Find("id");
+          id != nullptr && id->dtype == DType::kInt64) {
+        ids = absl::StrJoin(id->ints(), ",");
+      }
+      std::fprintf(out,
+                   "{\"epoch\": %llu, \"step\": %llu, \"records\": %llu, \"bytes\": %zu, "
+                   "\"hash\": \"%016llx\", \"ids\": [%s]}\n",
+                   static_cast<unsigned long long>(epoch), static_cast<unsigned long long>(step),
+                   static_cast<unsigned long long>(batch->num_records()), batch->bytes().size(),
+                   static_cast<unsigned long long>(batch->ContentHash()), ids.c_str());
+      std::fflush(out);
+      ++step;
+      ++total;
+      if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
+      if (pause_at >= 0 && step == static_cast<uint64_t>(pause_at) && pause_s > 0) {
+        std::this_thread::sleep_for(std::chrono::seconds(pause_s));
+      }
+    }
+  }
+  consumer->Close();
+  if (out != stdout) std::fclose(out);
+  std::fprintf(stderr, "consumer rank %lld/%lld of job '%s': %llu batches\n",
+               static_cast<long long>(rank), static_cast<long long>(world), options.job.c_str(),
+               static_cast<unsigned long long>(total));
+  return absl::OkStatus();
+}
+
+}  // namespace croupier::cli

@@ -1,0 +1,68 @@
+// croupier dispatcher: runs the dispatcher until SIGINT or SIGTERM.
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "src/common/env.h"
+#include "src/common/logging.h"
+#include "src/common/status_macros.h"
+#include "src/node/dispatcher_node.h"
+#include "src/rpc/grpc_util.h"
+#include "tools/cli_args.h"
+#include "tools/commands.h"
+#include "tools/signals.h"
+
+namespace croupier::cli {
+namespace {
+
+constexpr char kDispatcherUsage[] = R"(usage: croupier dispatcher --work-dir DIR [--port P]
+         [--bind ADDR] [--auth-token TOKEN] [--producer-timeout-ms MS]
+         [--consumer-timeout-ms MS] [--rounds-per-task K] [--port-file FILE]
+
+Runs the dispatcher: it keeps jobs, epoch plans, producers, consumers and their positions, and is
+never on the data path. It listens on 127.0.0.1 unless --bind says otherwise (0.0.0.0: every
+interface). --port 0 picks a free port; --port-file writes the port chosen. With --auth-token (or
+CROUPIER_AUTH_TOKEN) every call must present the token. Stops cleanly on SIGINT or SIGTERM.
+)";
+
+}  // namespace
+
+absl::Status DispatcherCommand(const std::vector<std::string>& argv) {
+  ASSIGN_OR_RETURN(Args args, Args::Parse(argv,
+                                          {"work-dir", "port", "bind", "auth-token",
+                                           "producer-timeout-ms", "consumer-timeout-ms",
+                                           "rounds-per-task", "port-file"},
+                                          {"help"}));
+  if (args.Has("help")) {
+    std::fputs(kDispatcherUsage, stdout);
+    return absl::OkStatus();
+  }
+  DispatcherNodeOptions options;
+  options.work_dir = args.Get("work-dir");
+  if (options.work_dir.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--work-dir is required\n", kDispatcherUsage));
+  }
+  ASSIGN_OR_RETURN(int64_t port, args.GetInt("port", 5050, 0, 65535));
+  ASSIGN_OR_RETURN(int64_t producer_timeout, args.GetInt("producer-timeout-ms", 10000, 100, 86400000));
+  ASSIGN_OR_RETURN(int64_t consumer_timeout, args.GetInt("consumer-timeout-ms", 60000, 100, 86400000));
+  ASSIGN_OR_RETURN(int64_t rounds, args.GetInt("rounds-per-task", 4, 1, 1 << 20));
+  options.port = static_cast<int>(port);
+  options.bind_address = args.Get("bind", "127.0.0.1");
+  options.auth_token = rpc::ResolveAuthToken(args.Get("auth-token"));
+  options.dispatcher.producer_timeout = absl::Milliseconds(producer_timeout);
+  options.dispatcher.consumer_timeout = absl::Milliseconds(consumer_timeout);
+  options.dispatcher.rounds_per_task = static_cast<uint32_t>(rounds);
+
+  BlockTerminationSignals();
+  ASSIGN_OR_RETURN(auto node, DispatcherNode::Start(options));
+  if (args.Has("port-file")) {
+    RETURN_IF_ERROR(Env::Default()->WriteFileAtomically(args.Get("port-file"),
+                                                        absl::StrCat(node->port(), "\n")));
+  }
+  int sig = WaitForTerminationSignal();
+  Log(LogLevel::kInfo, "dispatcher", absl::StrCat("signal ", sig, ": shutting down"));
+  node->Shutdown();
+  return absl::OkStatus();
+}
+
+}  // namespace croupier::cli

@@ -1,0 +1,77 @@
+// croupier producer: runs a producer until SIGINT or SIGTERM.
+#include <cstdio>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "src/common/logging.h"
+#include "src/common/status_macros.h"
+#include "src/node/producer_node.h"
+#include "src/rpc/grpc_util.h"
+#include "tools/cli_args.h"
+#include "tools/commands.h"
+#include "tools/signals.h"
+
+namespace croupier::cli {
+namespace {
+
+constexpr char kProducerUsage[] = R"(usage: croupier producer --dispatcher HOST:PORT [--port P]
+         [--bind ADDR] [--advertise-host HOST] [--threads N] [--buffer-bytes B]
+         [--max-tasks K] [--cache-bytes B] [--cache-dir DIR] [--index-cache-dir DIR]
+         [--auth-token TOKEN] [--connect-timeout-ms MS]
+
+Runs a producer: it takes work (ranges of global batches) from the dispatcher, reads and decodes
+the records on --threads threads (default: the machine's cores), keeps at most --buffer-bytes
+(default 256 MiB) of finished batches, and serves them to consumers on its data port (--port 0,
+the default, picks a free one). --cache-bytes keeps decoded records for later epochs, in memory
+or under --cache-dir. Stops cleanly on SIGINT or SIGTERM.
+)";
+
+}  // namespace
+
+absl::Status ProducerCommand(const std::vector<std::string>& argv) {
+  ASSIGN_OR_RETURN(
+      Args args,
+      Args::Parse(argv,
+                  {"dispatcher", "port", "bind", "advertise-host", "threads", "buffer-bytes",
+                   "max-tasks", "cache-bytes", "cache-dir", "index-cache-dir", "auth-token",
+                   "connect-timeout-ms", "test-delay-ms"},
+                  {"help"}));
+  if (args.Has("help")) {
+    std::fputs(kProducerUsage, stdout);
+    return absl::OkStatus();
+  }
+  ProducerNodeOptions options;
+  options.dispatcher = args.Get("dispatcher");
+  if (options.dispatcher.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--dispatcher is required\n", kProducerUsage));
+  }
+  ASSIGN_OR_RETURN(int64_t port, args.GetInt("port", 0, 0, 65535));
+  ASSIGN_OR_RETURN(int64_t threads, args.GetInt("threads", 0, 0, 1024));
+  ASSIGN_OR_RETURN(uint64_t buffer, args.GetUint("buffer-bytes", uint64_t{256} << 20));
+  ASSIGN_OR_RETURN(int64_t max_tasks, args.GetInt("max-tasks", 2, 1, 1024));
+  ASSIGN_OR_RETURN(uint64_t cache_bytes, args.GetUint("cache-bytes", 0));
+  ASSIGN_OR_RETURN(int64_t connect_ms, args.GetInt("connect-timeout-ms", 60000, 1, 86400000));
+  ASSIGN_OR_RETURN(int64_t delay_ms, args.GetInt("test-delay-ms", 0, 0, 60000));
+  if (buffer == 0) return absl::InvalidArgumentError("--buffer-bytes must be at least 1");
+  options.port = static_cast<int>(port);
+  options.bind_address = args.Get("bind", "127.0.0.1");
+  options.advertise_host = args.Get("advertise-host");
+  options.auth_token = rpc::ResolveAuthToken(args.Get("auth-token"));
+  options.runner.threads = static_cast<int>(threads);
+  options.runner.buffer_bytes = buffer;
+  options.runner.max_tasks = static_cast<uint32_t>(max_tasks);
+  options.cache_bytes = cache_bytes;
+  options.cache_dir = args.Get("cache-dir");
+  options.index_cache_dir = args.Get("index-cache-dir");
+  options.connect_timeout = absl::Milliseconds(connect_ms);
+  options.test_max_delay = absl::Milliseconds(delay_ms);
+
+  BlockTerminationSignals();
+  ASSIGN_OR_RETURN(auto node, ProducerNode::Start(options));
+  int sig = WaitForTerminationSignal();
+  Log(LogLevel::kInfo, "producer", absl::StrCat("signal ", sig, ": shutting down"));
+  node->Shutdown();
+  return absl::OkStatus();
+}
+
+}  // namespace croupier::cli
