@@ -3,8 +3,10 @@
 Each batch goes to exactly one trainer, every trainer gets the same number per epoch, and the
 order is a seeded, deterministic function of the job. See README.md and docs/.
 
-This release holds the data layer: TFRecord files, tf.train.Example parsing, record indexes,
-epoch plans and batches.
+Consumer feeds a trainer; local_cluster runs a dispatcher and producers on this machine;
+create_job defines what they deal. The data layer (TFRecord files, tf.train.Example parsing,
+record indexes, epoch plans, batches) is here too. Framework adapters: croupier.torch and
+croupier.tf.
 """
 from croupier import errors
 from croupier._croupier import (
@@ -16,6 +18,9 @@ from croupier._croupier import (
     parse_example,
     write_tfrecord,
 )
+from croupier.cluster import LocalCluster, create_job, croupier_binary, local_cluster, status
+from croupier.consumer import Consumer
+from croupier.launcher import detect_rank_world
 
 __version__ = "0.1.0"
 
@@ -32,6 +37,13 @@ def decode_batch(records, features):
 
 __all__ = [
     "Batch",
+    "Consumer",
+    "LocalCluster",
+    "create_job",
+    "croupier_binary",
+    "detect_rank_world",
+    "local_cluster",
+    "status",
     "EpochPlan",
     "TFRecordReader",
     "build_batch",

@@ -9,4 +9,5 @@ PYBIND11_MODULE(_croupier, m) {
   croupier::py::BindIo(m);
   croupier::py::BindPlan(m);
   croupier::py::BindBatch(m);
+  croupier::py::BindService(m);
 }

@@ -52,6 +52,10 @@ per feature, all in one contiguous buffer. Numeric arrays are zero-copy views of
       .def_property_readonly("content_hash", &Batch::ContentHash,
                              "A portable 64-bit hash of the batch's bytes.")
       .def_property_readonly("nbytes", [](const Batch& b) { return b.bytes().size(); })
+      .def_property_readonly(
+          "buffer_address",
+          [](const Batch& b) { return reinterpret_cast<uintptr_t>(b.bytes().data()); },
+          "The address of the batch's buffer: the numeric arrays of to_dict() lie inside it.")
       .def(
           "to_dict",
           [](const Batch& b) {

@@ -1,0 +1,235 @@
+"""Running croupier's processes from Python: local_cluster, create_job and status.
+
+local_cluster() starts a dispatcher and producers as child processes of the `croupier` command on
+free loopback ports, waits until they are ready, and always stops them: on leaving the `with`
+block, on an exception, on Ctrl-C, and (through the kernel's parent-death signal) when the Python
+process itself dies.
+"""
+import contextlib
+import ctypes
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from croupier import _croupier, errors
+
+_PR_SET_PDEATHSIG = 1
+
+
+def croupier_binary():
+    """The `croupier` command: $CROUPIER_BIN, else the source tree's build (development mode),
+    else the one installed beside this Python, else the one on PATH."""
+    candidates = []
+    if os.environ.get("CROUPIER_BIN"):
+        candidates.append(pathlib.Path(os.environ["CROUPIER_BIN"]))
+    here = pathlib.Path(__file__).resolve().parent
+    candidates.append(here.parent.parent / "build" / "bin" / "croupier")
+    candidates.append(pathlib.Path(sys.prefix) / "bin" / "croupier")
+    on_path = shutil.which("croupier")
+    if on_path:
+        candidates.append(pathlib.Path(on_path))
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return str(c)
+    raise errors.NotFoundError("the croupier command was not found (looked at "
+                               + ", ".join(map(str, candidates))
+                               + "); set CROUPIER_BIN or install the package")
+
+
+def _die_with_parent():
+    """Runs in the child before exec: the kernel kills it when the parent dies."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except Exception:
+        pass
+
+
+def _token(auth_token):
+    return auth_token if auth_token is not None else os.environ.get("CROUPIER_AUTH_TOKEN", "")
+
+
+def create_job(dispatcher, name, files, features, batch_size, *, consumers=1, seed=0, epochs=0,
+               shuffle="global", remainder="drop", mode="dealt", block_size=0, window_blocks=0,
+               exist_ok=False, auth_token=None, timeout=60.0):
+    """Creates a job on the dispatcher and returns it as the dispatcher holds it (a dict: spec,
+    files, num_records, batches_per_epoch, steps_per_epoch, ...). `files` is a glob, a path, or a
+    list of them. A bad spec raises InvalidArgumentError naming the problem. With exist_ok, an
+    identical existing job is returned instead of AlreadyExistsError."""
+    if isinstance(files, (str, os.PathLike)):
+        files = [files]
+    spec = {"name": name, "files": [str(f) for f in files], "features": features,
+            "batch_size": int(batch_size), "num_consumers": int(consumers), "seed": str(int(seed)),
+            "num_epochs": str(int(epochs)), "shuffle": shuffle, "remainder": remainder,
+            "mode": mode, "block_size": int(block_size), "window_blocks": int(window_blocks)}
+    text = _croupier.create_job(dispatcher, json.dumps(spec), bool(exist_ok),
+                                _token(auth_token), float(timeout))
+    return json.loads(text)
+
+
+def status(dispatcher, *, auth_token=None, timeout=10.0):
+    """The dispatcher's view: {"jobs": [...], "producers": [...], "consumers": [...]}."""
+    return json.loads(_croupier.dispatcher_status(dispatcher, _token(auth_token), float(timeout)))
+
+
+class LocalCluster:
+    """A dispatcher and producers on this machine, as child processes. Use local_cluster()."""
+
+    def __init__(self, producers=1, *, work_dir=None, auth_token=None, threads=None,
+                 buffer_bytes=None, producer_args=(), dispatcher_args=(), ready_timeout=30.0):
+        self._tmp = None
+        if work_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="croupier-")
+            work_dir = self._tmp.name
+        self.work_dir = pathlib.Path(work_dir)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.auth_token = auth_token
+        self.binary = croupier_binary()
+        self.processes = []
+        self._producer_args = list(producer_args)
+        if threads is not None:
+            self._producer_args += ["--threads", str(threads)]
+        if buffer_bytes is not None:
+            self._producer_args += ["--buffer-bytes", str(buffer_bytes)]
+        self._env = dict(os.environ)
+        self._env.setdefault("CROUPIER_INDEX_DIR", str(self.work_dir / "index"))
+        if auth_token:
+            self._env["CROUPIER_AUTH_TOKEN"] = auth_token
+        try:
+            port_file = self.work_dir / "dispatcher.port"
+            port_file.unlink(missing_ok=True)
+            self.dispatcher = self._spawn("dispatcher", ["dispatcher", "--port", "0",
+                                                         "--port-file", str(port_file),
+                                                         "--work-dir",
+                                                         str(self.work_dir / "dispatcher"),
+                                                         *dispatcher_args])
+            self.port = int(self._wait_for_file(port_file, ready_timeout, self.dispatcher))
+            self.address = f"127.0.0.1:{self.port}"
+            for _ in range(producers):
+                self.add_producer(wait=False)
+            self.wait_for_producers(producers, ready_timeout)
+        except BaseException:
+            self.close()
+            raise
+
+    def _spawn(self, name, args):
+        log = open(self.work_dir / f"{name}.log", "w")
+        try:
+            proc = subprocess.Popen([self.binary, *args], stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=self._env,
+                                    start_new_session=True, preexec_fn=_die_with_parent)
+        finally:
+            log.close()
+        proc.name = name
+        proc.log_path = self.work_dir / f"{name}.log"
+        self.processes.append(proc)
+        return proc
+
+    def _wait_for_file(self, path, timeout, proc):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if path.exists() and path.read_text().strip():
+                return path.read_text().strip()
+            if proc.poll() is not None:
+                raise errors.UnavailableError(
+                    f"the {proc.name} exited with {proc.returncode} before it was ready: "
+                    f"{self.log_tail(proc)}")
+            time.sleep(0.02)
+        raise errors.DeadlineExceededError(f"the {proc.name} was not ready within {timeout} s")
+
+    def log_tail(self, proc, chars=2000):
+        try:
+            return proc.log_path.read_text()[-chars:]
+        except OSError:
+            return ""
+
+    @property
+    def producers(self):
+        return [p for p in self.processes if p.name.startswith("producer")]
+
+    def add_producer(self, *extra_args, wait=True, timeout=30.0):
+        """Starts one more producer (for throughput) and returns its process."""
+        n = len(self.producers)
+        proc = self._spawn(f"producer{n}", ["producer", "--dispatcher", self.address,
+                                            *self._producer_args, *map(str, extra_args)])
+        if wait:
+            self.wait_for_producers(n + 1, timeout)
+        return proc
+
+    def wait_for_producers(self, count, timeout):
+        deadline = time.monotonic() + timeout
+        while True:
+            for p in self.producers:
+                if p.poll() is not None:
+                    raise errors.UnavailableError(
+                        f"{p.name} exited with {p.returncode}: {self.log_tail(p)}")
+            live = len(self.status()["producers"])
+            if live >= count:
+                return
+            if time.monotonic() > deadline:
+                raise errors.DeadlineExceededError(
+                    f"{live} of {count} producers registered within {timeout} s")
+            time.sleep(0.05)
+
+    def create_job(self, name, files, features, batch_size, **options):
+        """create_job() on this cluster's dispatcher."""
+        options.setdefault("auth_token", self.auth_token)
+        return create_job(self.address, name, files, features, batch_size, **options)
+
+    def status(self):
+        return status(self.address, auth_token=self.auth_token)
+
+    def consumer(self, job, rank=None, world=None, **options):
+        """A croupier.Consumer of this cluster's job."""
+        from croupier.consumer import Consumer
+        options.setdefault("auth_token", self.auth_token)
+        return Consumer(self.address, job, rank, world, **options)
+
+    def close(self, grace=5.0):
+        """Stops every process (SIGTERM, then SIGKILL after `grace` seconds) and waits for it.
+        Idempotent."""
+        for proc in self.processes:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for proc in self.processes:
+            try:
+                proc.wait(timeout=max(0.05, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        with contextlib.suppress(Exception):
+            self.close(grace=1.0)
+
+
+def local_cluster(producers=1, **options):
+    """A dispatcher and `producers` producers on this machine, on free loopback ports:
+
+        with croupier.local_cluster(producers=2) as cluster:
+            cluster.create_job("train", "data/*.tfrecord", "image:bytes,label:int64",
+                               batch_size=64, consumers=4, seed=1)
+            ...  # trainers: croupier.Consumer(cluster.address, "train", rank, 4)
+
+    Options: work_dir (default: a temporary directory, removed at the end), auth_token, threads
+    and buffer_bytes (per producer), producer_args and dispatcher_args (extra command-line flags),
+    ready_timeout (seconds)."""
+    return LocalCluster(producers, **options)

@@ -1,0 +1,164 @@
+"""croupier.Consumer: a trainer's feed of batches from a croupier job."""
+from croupier import _croupier, errors
+from croupier.launcher import detect_rank_world
+
+_STATE_FORMAT = 1
+
+
+class Consumer:
+    """The batches of one rank (or of several ranks, for in-graph replication) of a job.
+
+    Consumer(dispatcher, job, rank=None, world=None) connects rank `rank` of `world` to the job;
+    rank and world come from the launcher's environment when not given (croupier.launcher).
+    Consumer(dispatcher, job, ranks=[2, 3], world=8) holds ranks 2 and 3 in one process (one
+    per device) and yields a tuple of batches per step, one per rank, in the order given.
+
+    The prefetch window is `prefetch` batches and about `prefetch_bytes` bytes per rank. Every
+    wait (for the dispatcher, for a batch) ends after `timeout` seconds with
+    croupier.errors.DeadlineExceededError naming what was awaited.
+    """
+
+    def __init__(self, dispatcher, job, rank=None, world=None, *, ranks=None, auth_token=None,
+                 prefetch=4, prefetch_bytes=256 << 20, timeout=60.0):
+        if ranks is not None:
+            if rank is not None:
+                raise errors.InvalidArgumentError("give rank= or ranks=, not both")
+            ranks = [int(r) for r in ranks]
+            if not ranks or len(set(ranks)) != len(ranks):
+                raise errors.InvalidArgumentError(f"ranks={ranks} must be distinct and non-empty")
+            if world is None:
+                _, world = detect_rank_world(None, None)
+            for r in ranks:
+                detect_rank_world(r, world)  # checks the range
+            self._ranks = tuple(ranks)
+            self._multi = True
+        else:
+            rank, world = detect_rank_world(rank, world)
+            self._ranks = (rank,)
+            self._multi = False
+        self._world = int(world)
+        self._dispatcher = dispatcher
+        self._consumers = []
+        try:
+            for r in self._ranks:
+                self._consumers.append(_croupier._Consumer(
+                    dispatcher, job, r, self._world, auth_token or "", int(prefetch),
+                    int(prefetch_bytes), float(timeout)))
+        except BaseException:
+            self.close()
+            raise
+        self._job = self._consumers[0].job
+        self._position = (0, 0)  # the next (epoch, step) this feed will yield
+        self._resume = None      # a loaded state's (epoch, step), applied by epoch()
+
+    # --- what the job is ----------------------------------------------------------------------
+    @property
+    def job(self):
+        """The job as the dispatcher holds it: name, features, mode, num_consumers, batch_size,
+        num_records, num_epochs (0: unbounded), steps_per_epoch."""
+        return dict(self._job)
+
+    @property
+    def rank(self):
+        if self._multi:
+            raise AttributeError("this consumer holds several ranks: see .ranks")
+        return self._ranks[0]
+
+    @property
+    def ranks(self):
+        return self._ranks
+
+    @property
+    def world(self):
+        return self._world
+
+    def __len__(self):
+        """Steps per epoch: the same for every rank of a dealt job."""
+        if self._job["mode"] != "dealt":
+            raise TypeError(f"a {self._job['mode']} job has no fixed number of steps per epoch")
+        return self._job["steps_per_epoch"]
+
+    # --- iterating ----------------------------------------------------------------------------
+    def batches(self, epoch):
+        """Like epoch(), but yields croupier.Batch objects (content_hash, num_records, to_dict)."""
+        epoch = int(epoch)
+        step = 0
+        if self._resume is not None:
+            resume_epoch, resume_step = self._resume
+            if epoch < resume_epoch:
+                return  # the loaded state says this epoch is done
+            if epoch == resume_epoch:
+                step = resume_step
+            self._resume = None
+        for c in self._consumers:
+            c.start_epoch(epoch, step)
+        self._position = (epoch, step)
+        while True:
+            got = [c.next() for c in self._consumers]
+            ended = [b is None for b in got]
+            if all(ended):
+                self._position = (epoch + 1, 0)
+                return
+            if any(ended):
+                raise errors.InternalError(
+                    f"ranks {self._ranks} ended epoch {epoch} at different steps")
+            step += 1
+            self._position = (epoch, step)
+            yield tuple(got) if self._multi else got[0]
+
+    def epoch(self, epoch):
+        """Iterates this rank's batches of `epoch` in step order, each a dict {feature name:
+        numpy array}. Fixed-shape numeric arrays are views of the received buffer (no copy) and
+        stay valid for as long as they are held; bytes features are lists of bytes; variable-length
+        features are (values, row_splits). With several ranks, each step is a tuple of dicts."""
+        for got in self.batches(epoch):
+            if self._multi:
+                yield tuple(b.to_dict() for b in got)
+            else:
+                yield got.to_dict()
+
+    # --- checkpoints --------------------------------------------------------------------------
+    def state_dict(self):
+        """The position to save with the trainer's checkpoint: the next step this feed yields."""
+        epoch, step = self._position
+        return {"format": _STATE_FORMAT, "job": self._job["name"], "world": self._world,
+                "ranks": list(self._ranks), "epoch": epoch, "step": step}
+
+    def load_state_dict(self, state):
+        """Resumes at a saved position: the next epoch(e) call for the saved epoch starts at the
+        saved step, and calls for earlier epochs yield nothing (they were done)."""
+        try:
+            fmt, job, world = state["format"], state["job"], state["world"]
+            epoch, step = int(state["epoch"]), int(state["step"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise errors.InvalidArgumentError(f"not a croupier consumer state: {e!r}") from None
+        if fmt != _STATE_FORMAT:
+            raise errors.InvalidArgumentError(f"consumer state format {fmt}; this version reads "
+                                              f"{_STATE_FORMAT}")
+        if job != self._job["name"]:
+            raise errors.InvalidArgumentError(
+                f"the state is of job {job!r}, this consumer reads job {self._job['name']!r}")
+        if world != self._world:
+            raise errors.InvalidArgumentError(
+                f"the state was saved with world {world}, this consumer has world {self._world}: "
+                "resuming with another number of consumers is not supported yet")
+        self._resume = (epoch, step)
+        self._position = (epoch, step)
+
+    # --- lifetime -----------------------------------------------------------------------------
+    def close(self):
+        """Stops fetching and heartbeats. Idempotent. Arrays already handed out stay valid."""
+        for c in self._consumers:
+            c.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,76 @@
+"""PyTorch adapter: a croupier feed as a torch.utils.data.IterableDataset.
+
+    from croupier.torch import CroupierIterableDataset
+    data = CroupierIterableDataset("HOST:5050", "train")   # rank and world from torchrun's env
+    for epoch in range(epochs):
+        data.set_epoch(epoch)
+        for batch in data:          # {name: torch.Tensor} made with torch.from_numpy, no copy
+            ...
+
+The dataset yields whole batches (croupier batches them), so give it to a DataLoader with
+batch_size=None and num_workers=0, or iterate it directly: one consumer per rank lives in the
+process that iterates. Bytes features stay lists of bytes; variable-length features are
+(values, row_splits) tensors.
+"""
+import numpy as np
+import torch
+import torch.utils.data
+
+from croupier.consumer import Consumer
+
+
+def to_tensors(batch):
+    """{name: numpy array} -> {name: torch.Tensor}, sharing memory with the arrays."""
+    out = {}
+    for name, value in batch.items():
+        if isinstance(value, np.ndarray):
+            out[name] = torch.from_numpy(value)
+        elif isinstance(value, tuple):
+            out[name] = tuple(torch.from_numpy(v) for v in value)
+        else:
+            out[name] = value
+    return out
+
+
+class CroupierIterableDataset(torch.utils.data.IterableDataset):
+    """One rank's batches of a croupier job, epoch by epoch (set_epoch chooses which).
+
+    Arguments are those of croupier.Consumer; the consumer connects on the first iteration, in
+    the process that iterates, and is reused for later epochs."""
+
+    def __init__(self, dispatcher, job, rank=None, world=None, **consumer_options):
+        super().__init__()
+        self._args = (dispatcher, job, rank, world)
+        self._options = consumer_options
+        self._consumer = None
+        self._epoch = 0
+
+    @property
+    def consumer(self):
+        if self._consumer is None:
+            worker = torch.utils.data.get_worker_info()
+            if worker is not None and worker.num_workers > 1:
+                raise RuntimeError("a croupier dataset is one rank's feed: use num_workers=0 or 1")
+            self._consumer = Consumer(*self._args, **self._options)
+        return self._consumer
+
+    def set_epoch(self, epoch):
+        self._epoch = int(epoch)
+
+    def __len__(self):
+        return len(self.consumer)
+
+    def __iter__(self):
+        for batch in self.consumer.epoch(self._epoch):
+            yield to_tensors(batch)
+
+    def state_dict(self):
+        return self.consumer.state_dict()
+
+    def load_state_dict(self, state):
+        self.consumer.load_state_dict(state)
+        self._epoch = int(state["epoch"])
+
+    def close(self):
+        if self._consumer is not None:
+            self._consumer.close()

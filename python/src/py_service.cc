@@ -1,0 +1,178 @@
+// The service from Python: the consumer (croupier.Consumer wraps it), and the few dispatcher
+// calls a Python program makes (create a job, read its status). Each blocking call releases the
+// GIL; each error becomes the croupier.errors class of its code, with the C++ message.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "croupier/consumer.h"
+#include "croupier/example.h"
+#include "google/protobuf/util/json_util.h"
+#include "proto/croupier.pb.h"
+#include "python/src/bindings.h"
+#include "python/src/status.h"
+#include "src/rpc/dispatcher_client.h"
+#include "src/rpc/grpc_util.h"
+
+namespace croupier::py {
+
+namespace pyb = pybind11;
+
+namespace {
+
+// Thread-compatible, like the Consumer it owns; close() may come from any thread.
+class PyConsumer {
+ public:
+  explicit PyConsumer(std::unique_ptr<Consumer> consumer) : consumer_(std::move(consumer)) {}
+
+  void StartEpoch(uint64_t epoch, uint64_t step) {
+    absl::Status status;
+    {
+      pyb::gil_scoped_release nogil;
+      status = consumer_->StartEpoch(epoch, step);
+    }
+    ThrowIfError(status);
+  }
+
+  std::optional<Batch> Next() {
+    absl::StatusOr<std::optional<Batch>> batch;
+    {
+      pyb::gil_scoped_release nogil;
+      batch = consumer_->Next();
+    }
+    return Unwrap(std::move(batch));
+  }
+
+  pyb::tuple Position() const {
+    const ConsumerPosition p = consumer_->position();
+    return pyb::make_tuple(p.epoch, p.step);
+  }
+
+  pyb::dict Job() const {
+    const JobSummary& j = consumer_->job();
+    pyb::dict d;
+    d["name"] = j.name;
+    d["features"] = j.features;
+    d["mode"] = j.mode;
+    d["num_consumers"] = j.num_consumers;
+    d["batch_size"] = j.batch_size;
+    d["num_records"] = j.num_records;
+    d["num_epochs"] = j.num_epochs;
+    d["steps_per_epoch"] = j.steps_per_epoch;
+    return d;
+  }
+
+  void Close() {
+    pyb::gil_scoped_release nogil;
+    consumer_->Close();
+  }
+
+ private:
+  std::unique_ptr<Consumer> consumer_;
+};
+
+std::string ToJson(const google::protobuf::Message& message) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  return out;
+}
+
+std::unique_ptr<rpc::DispatcherClient> Client(const std::string& address,
+                                              const std::string& token, double timeout) {
+  const absl::Duration t = absl::Seconds(timeout);
+  return rpc::DispatcherClient::Create(
+      address, {.auth_token = rpc::ResolveAuthToken(token), .call_timeout = t, .timeout = t});
+}
+
+}  // namespace
+
+void BindService(pyb::module_& m) {
+  pyb::class_<PyConsumer>(m, "_Consumer", "One rank's consumer. Use croupier.Consumer.")
+      .def(pyb::init([](const std::string& dispatcher, const std::string& job, uint32_t rank,
+                        uint32_t world, const std::string& auth_token, uint32_t prefetch_batches,
+                        uint64_t prefetch_bytes, double timeout) {
+             ConsumerOptions o;
+             o.dispatcher = dispatcher;
+             o.job = job;
+             o.rank = rank;
+             o.world = world;
+             o.auth_token = auth_token;
+             o.prefetch_batches = prefetch_batches;
+             o.prefetch_bytes = prefetch_bytes;
+             o.timeout = absl::Seconds(timeout);
+             absl::StatusOr<std::unique_ptr<Consumer>> consumer;
+             {
+               pyb::gil_scoped_release nogil;
+               consumer = Consumer::Connect(std::move(o));
+             }
+             return std::make_unique<PyConsumer>(Unwrap(std::move(consumer)));
+           }),
+           pyb::arg("dispatcher"), pyb::arg("job"), pyb::arg("rank"), pyb::arg("world"),
+           pyb::arg("auth_token"), pyb::arg("prefetch_batches"), pyb::arg("prefetch_bytes"),
+           pyb::arg("timeout"))
+      .def("start_epoch", &PyConsumer::StartEpoch, pyb::arg("epoch"), pyb::arg("step") = 0)
+      .def("next", &PyConsumer::Next, "The next Batch of the epoch, or None at its end.")
+      .def_property_readonly("position", &PyConsumer::Position)
+      .def_property_readonly("job", &PyConsumer::Job)
+      .def("close", &PyConsumer::Close);
+
+  m.def(
+      "create_job",
+      [](const std::string& dispatcher, const std::string& spec_json, bool exist_ok,
+         const std::string& auth_token, double timeout) {
+        v1::CreateJobRequest request;
+        google::protobuf::util::JsonParseOptions parse;
+        auto parsed = google::protobuf::util::JsonStringToMessage(
+            spec_json, request.mutable_spec(), parse);
+        if (!parsed.ok()) {
+          ThrowIfError(absl::InvalidArgumentError("job spec: " + std::string(parsed.message())));
+        }
+        request.set_exist_ok(exist_ok);
+        absl::StatusOr<v1::CreateJobResponse> response;
+        {
+          pyb::gil_scoped_release nogil;
+          response = Client(dispatcher, auth_token, timeout)->CreateJob(request);
+        }
+        return ToJson(Unwrap(std::move(response)).job());
+      },
+      pyb::arg("dispatcher"), pyb::arg("spec_json"), pyb::arg("exist_ok"), pyb::arg("auth_token"),
+      pyb::arg("timeout"), "Creates a job; returns the JobInfo as JSON.");
+
+  m.def(
+      "dispatcher_status",
+      [](const std::string& dispatcher, const std::string& auth_token, double timeout) {
+        absl::StatusOr<v1::StatusResponse> response;
+        {
+          pyb::gil_scoped_release nogil;
+          response = Client(dispatcher, auth_token, timeout)->GetStatus(v1::StatusRequest());
+        }
+        return ToJson(Unwrap(std::move(response)));
+      },
+      pyb::arg("dispatcher"), pyb::arg("auth_token"), pyb::arg("timeout"),
+      "The dispatcher's status (jobs, producers, consumers) as JSON.");
+
+  m.def(
+      "parse_feature_spec",
+      [](const std::string& text) {
+        pyb::list out;
+        for (const FeatureSpec& f : Unwrap(ParseFeatureSpecs(text))) {
+          const char* dtype = f.dtype == DType::kFloat32 ? "float32"
+                              : f.dtype == DType::kInt64 ? "int64"
+                                                         : "bytes";
+          pyb::object shape = pyb::none();
+          if (!f.variable_length) shape = pyb::cast(f.shape);
+          out.append(pyb::make_tuple(f.name, dtype, shape));
+        }
+        return out;
+      },
+      pyb::arg("text"),
+      "[(name, dtype, shape)] of a feature spec; shape is None for a variable length.");
+}
+
+}  // namespace croupier::py

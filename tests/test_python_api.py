@@ -1,0 +1,263 @@
+"""The Python package over a real local_cluster: Consumer, zero-copy views, checkpoints, rank
+detection, several ranks in one process, and clean-up of child processes. Each test bounds its
+time (pytest-timeout) and the cluster stops every process it started."""
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import croupier
+from croupier import errors
+from croupier.launcher import detect_rank_world
+from service_cluster import run
+
+FEATURES = "id:int64,label:int64,image:bytes"
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """1,200 records over 3 files; each record's `id` is its global record id."""
+    data = tmp_path_factory.mktemp("data")
+    run("synth", "--out", data, "--files", 3, "--records", 1200, "--image-bytes", 128, "--quiet")
+    return str(data / "*.tfrecord")
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    # One cluster per test: a job whose consumers stop reading keeps the producers' task slots
+    # (see docs/python.md), so tests do not share producers.
+    with croupier.local_cluster(producers=2, work_dir=tmp_path / "cluster", threads=1) as c:
+        yield c
+
+
+def plan_ids(rank, world, batch, seed, epoch, num_records=1200, shuffle="global"):
+    plan = croupier.EpochPlan(num_records, batch, world, seed=seed, epoch=epoch, shuffle=shuffle)
+    return [plan.batch(plan.global_batch(rank, s)).tolist()
+            for s in range(plan.steps_per_consumer)]
+
+
+@pytest.mark.timeout(60)
+def test_each_rank_gets_the_plans_batches_as_numpy_views(cluster, dataset):
+    cluster.create_job("views", dataset, FEATURES, 20, consumers=2, seed=5, epochs=1)
+    feeds = [cluster.consumer("views", r, 2) for r in range(2)]
+    try:
+        assert len(feeds[0]) == len(feeds[1]) == 30
+        got = [[], []]
+        raw = [[], []]
+        for b0, b1 in zip(feeds[0].batches(0), feeds[1].batches(0)):
+            for r, b in enumerate((b0, b1)):
+                d = b.to_dict()
+                # No copy: the array's memory lies inside the batch buffer received from the
+                # producer, and the array keeps that buffer alive.
+                start = b.buffer_address
+                assert start <= d["id"].ctypes.data < start + b.nbytes
+                assert d["id"].base is not None and not d["id"].flags.owndata
+                got[r].append(d["id"].tolist())
+                raw[r].append(d)
+        assert got[0] == plan_ids(0, 2, 20, 5, 0)
+        assert got[1] == plan_ids(1, 2, 20, 5, 0)
+        # Buffer lifetime: the first batch's arrays are still valid after the epoch has ended.
+        assert raw[0][0]["id"].tolist() == plan_ids(0, 2, 20, 5, 0)[0]
+        assert raw[0][0]["label"].tolist() == [i % 10 for i in got[0][0]]
+    finally:
+        for f in feeds:
+            f.close()
+
+
+@pytest.mark.timeout(60)
+def test_state_dict_resumes_at_the_saved_step(cluster, dataset):
+    cluster.create_job("resume", dataset, FEATURES, 16, consumers=1, seed=9, epochs=3)
+    with cluster.consumer("resume", 0, 1) as feed:
+        seen = []
+        for e in range(3):
+            for batch in feed.epoch(e):
+                seen.append(batch["id"].tolist())
+                if len(seen) == 10:
+                    saved = json.loads(json.dumps(feed.state_dict()))  # survives serialization
+    assert saved["epoch"] == 0 and saved["step"] == 10
+    assert seen == [b for e in range(3) for b in plan_ids(0, 1, 16, 9, e)]
+    # A new consumer of the same rank (the rank is taken again once the old one is gone or
+    # silent; here a second job name avoids waiting for its heartbeat timeout).
+    cluster.create_job("resume2", dataset, FEATURES, 16, consumers=1, seed=9, epochs=3)
+    with cluster.consumer("resume2", 0, 1) as feed:
+        saved["job"] = "resume2"
+        feed.load_state_dict(saved)
+        rest = [b["id"].tolist() for e in range(3) for b in feed.epoch(e)]
+        after = feed.state_dict()
+    assert rest == seen[10:]
+    assert (after["epoch"], after["step"]) == (3, 0)
+
+
+@pytest.mark.timeout(60)
+def test_state_of_another_job_or_world_is_refused(cluster, dataset):
+    cluster.create_job("refuse", dataset, FEATURES, 16, consumers=1, seed=1, epochs=1)
+    with cluster.consumer("refuse", 0, 1) as feed:
+        with pytest.raises(errors.InvalidArgumentError, match="job 'other'"):
+            feed.load_state_dict({"format": 1, "job": "other", "world": 1, "epoch": 0, "step": 1})
+        with pytest.raises(errors.InvalidArgumentError, match="world 4"):
+            feed.load_state_dict({"format": 1, "job": "refuse", "world": 4, "epoch": 0,
+                                  "step": 1})
+        with pytest.raises(errors.InvalidArgumentError, match="not a croupier consumer state"):
+            feed.load_state_dict({"epoch": 0})
+
+
+@pytest.mark.timeout(60)
+def test_one_process_can_hold_several_ranks(cluster, dataset):
+    cluster.create_job("multi", dataset, FEATURES, 10, consumers=4, seed=2, epochs=1)
+    with cluster.consumer("multi", ranks=[1, 3], world=4) as a, \
+            cluster.consumer("multi", ranks=[0, 2], world=4) as b:
+        steps = list(zip(a.epoch(0), b.epoch(0)))
+    assert len(steps) == 30
+    for s, ((r1, r3), (r0, r2)) in enumerate(steps):
+        for rank, batch in ((0, r0), (1, r1), (2, r2), (3, r3)):
+            assert batch["id"].tolist() == plan_ids(rank, 4, 10, 2, 0)[s]
+
+
+@pytest.mark.timeout(60)
+def test_errors_are_exceptions_of_their_code(cluster, dataset):
+    with pytest.raises(errors.NotFoundError, match="nope"):
+        cluster.consumer("nope", 0, 1, timeout=5)
+    with pytest.raises(errors.InvalidArgumentError, match="no file matches"):
+        cluster.create_job("bad", "/nonexistent/*.tfrecord", FEATURES, 8)
+    with pytest.raises(errors.InvalidArgumentError, match="batch_size"):
+        cluster.create_job("bad", dataset, FEATURES, 0)
+    cluster.create_job("worlds", dataset, FEATURES, 8, consumers=2)
+    with pytest.raises(errors.InvalidArgumentError):
+        cluster.consumer("worlds", 0, 3)
+    start = time.monotonic()
+    with pytest.raises(errors.DeadlineExceededError, match="127.0.0.1:1"):
+        croupier.Consumer("127.0.0.1:1", "x", 0, 1, timeout=1.5)
+    assert time.monotonic() - start < 10
+
+
+@pytest.mark.parametrize("env,expected", [
+    ({"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4"}, (2, 4)),
+    ({"SLURM_PROCID": "5", "SLURM_NTASKS": "8"}, (5, 8)),
+    ({"RANK": "1", "WORLD_SIZE": "2"}, (1, 2)),
+    ({"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1", "b:1", "c:1"]},
+                               "task": {"type": "worker", "index": 2}})}, (2, 3)),
+    ({"TF_CONFIG": json.dumps({"cluster": {"chief": ["a:1"], "worker": ["b:1", "c:1"]},
+                               "task": {"type": "worker", "index": 0}})}, (1, 3)),
+    # Two launchers that agree are fine (torchrun under Slurm).
+    ({"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "RANK": "1", "WORLD_SIZE": "2"}, (1, 2)),
+])
+def test_rank_and_world_come_from_each_launcher(env, expected):
+    assert detect_rank_world(env=env) == expected
+
+
+def test_explicit_rank_wins_and_conflicts_or_absence_are_clear():
+    env = {"RANK": "1", "WORLD_SIZE": "2"}
+    assert detect_rank_world(0, 2, env=env) == (0, 2)
+    with pytest.raises(errors.InvalidArgumentError, match="disagree.*SLURM_PROCID"):
+        detect_rank_world(env={"RANK": "1", "WORLD_SIZE": "2", "SLURM_PROCID": "0",
+                               "SLURM_NTASKS": "2"})
+    with pytest.raises(errors.InvalidArgumentError, match="no rank and world size"):
+        detect_rank_world(env={})
+    with pytest.raises(errors.InvalidArgumentError, match="RANK='x'"):
+        detect_rank_world(env={"RANK": "x", "WORLD_SIZE": "2"})
+    with pytest.raises(errors.InvalidArgumentError, match=r"rank 4 is not in \[0, world=4\)"):
+        detect_rank_world(4, 4, env={})
+    with pytest.raises(errors.InvalidArgumentError, match="'ps'"):
+        detect_rank_world(env={"TF_CONFIG": json.dumps(
+            {"cluster": {"ps": ["a:1"]}, "task": {"type": "ps", "index": 0}})})
+
+
+_CHILD = textwrap.dedent("""
+    import os, sys, time, croupier
+    with croupier.local_cluster(producers=2, work_dir=sys.argv[1]) as c:
+        pids = [p.pid for p in c.processes]
+        open(sys.argv[2], "w").write(" ".join(map(str, pids)))
+        if sys.argv[3] == "raise":
+            sys.stdin.readline()  # the test has seen the processes alive
+            raise RuntimeError("a failure inside the with block")
+        time.sleep(60)
+""")
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purpose; its parent is gone or will reap it.
+    state = pathlib.Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    return state != "Z"
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("how", ["raise", "sigint", "sigkill"])
+def test_local_cluster_leaves_no_process_behind(tmp_path, how):
+    pid_file = tmp_path / "pids"
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(tmp_path / "c"), str(pid_file),
+                             how], stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not (pid_file.exists() and pid_file.read_text()):
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    pids = [int(p) for p in pid_file.read_text().split()]
+    assert len(pids) == 3 and all(_alive(p) for p in pids)
+    if how == "raise":
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    elif how == "sigint":
+        proc.send_signal(signal.SIGINT)  # Ctrl-C
+    elif how == "sigkill":
+        proc.kill()  # no clean-up code runs: the kernel's parent-death signal stops the children
+    proc.wait(timeout=20)
+    if how == "raise":
+        assert "a failure inside the with block" in proc.stderr.read()
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in pids if _alive(p)]
+
+
+SHARED = pathlib.Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "tfrecord"
+INTEROP = {
+    "titanic-train": "cabin_id:int64,cabin_type:int64,embarked:int64,gender:int64,label:int64,"
+                     "parch:int64,pass_id:int64,pclass:int64,sibsp:int64,ticket:int64,"
+                     "fare:float32",
+    "titanic-test": "cabin_id:int64,cabin_type:int64,embarked:int64,gender:int64,parch:int64,"
+                    "pass_id:int64,pclass:int64,sibsp:int64,ticket:int64,fare:float32",
+    "regression-train": "x:float32,y:float32",
+    "regression-eval": "x:float32,y:float32",
+    "detection-test": "image/encoded:bytes,image/filename:bytes,image/format:bytes,"
+                      "image/source_id:bytes,image/object/class/text:bytes,image/width:int64,"
+                      "image/height:int64,image/object/class/label:int64,"
+                      "image/object/bbox/xmin:float32,image/object/bbox/xmax:float32,"
+                      "image/object/bbox/ymin:float32,image/object/bbox/ymax:float32",
+}
+COUNTS = {"titanic-train": 891, "titanic-test": 418, "regression-train": 804,
+          "regression-eval": 99, "detection-test": 1}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data/tfrecord is not beside the repo")
+@pytest.mark.parametrize("name", sorted(INTEROP))
+def test_tensorflow_written_files_come_back_through_the_service(cluster, name):
+    path = SHARED / f"{name}.tfrecord"
+    job = cluster.create_job(f"interop-{name}", str(path), INTEROP[name], 1, consumers=1,
+                             shuffle="none", epochs=1)
+    assert int(job["num_records"]) == COUNTS[name]
+    expected = [croupier.parse_example(r) for r in croupier.TFRecordReader(str(path))]
+    with cluster.consumer(f"interop-{name}", 0, 1) as feed:
+        got = list(feed.epoch(0))
+    assert len(got) == COUNTS[name]
+    for want, batch in zip(expected, got):
+        assert set(batch) == set(want)
+        for feature, value in want.items():
+            if isinstance(value, list):
+                assert batch[feature] == value, feature  # bytes, byte for byte
+            else:
+                np.testing.assert_array_equal(batch[feature].reshape(-1), value, feature)
+    if name == "detection-test":
+        jpeg = got[0]["image/encoded"][0]
+        assert len(jpeg) == 708684 and jpeg[:2] == b"\xff\xd8"  # a JPEG, byte-identical above
