@@ -7,7 +7,7 @@ JOBS ?= $(shell nproc)
 PY := $(ROOT)/.venv/bin/python
 CMAKE_ARGS ?=
 
-.PHONY: all bootstrap configure build test test-cpp test-python demo bench clean format
+.PHONY: all bootstrap configure build test test-cpp test-python demo demo-mpi bench clean format
 
 all: build
 
@@ -37,6 +37,10 @@ test-python:
 
 demo: build
 	bash scripts/demo.sh
+
+# The same training under OpenMPI's mpirun with an mpi4py all-reduce: the Horovod pattern.
+demo-mpi: build
+	DEMO_LAUNCHER=mpi bash scripts/demo.sh
 
 bench: build
 	$(PY) bench/run.py

@@ -21,6 +21,7 @@ step "3/4 the deal of epoch 0: batches of 64, 4 trainers, global shuffle, seed 1
 "$bin" plan --files "$out/data/*.tfrecord" --batch-size 64 --consumers 4 --seed 1 --steps 2 \
   --show-records 6
 
-step "4/4 training: 4 torch.distributed ranks (gloo all-reduce) fed by 2 producers, 2 epochs"
+launcher=${DEMO_LAUNCHER:-torch}  # torch: torch.distributed over gloo; mpi: mpirun + mpi4py
+step "4/4 training: 4 ranks ($launcher all-reduce) fed by 2 producers, 2 epochs"
 .venv/bin/python scripts/demo_train.py "$out/data" --trainers 4 --producers 2 --epochs 2 \
-  --work-dir "$out/train"
+  --work-dir "$out/train" --launcher "$launcher"

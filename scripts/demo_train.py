@@ -1,7 +1,12 @@
 """Part of `make demo`: N torch.distributed trainers fed by one croupier pipeline.
 
+With --launcher torch (the default) the trainers are examples/pytorch_ddp.py, one process per rank
+with torch.distributed (gloo all-reduce), started the way torchrun would; with --launcher mpi they
+are examples/mpi_allreduce.py under OpenMPI's mpirun, with an mpi4py all-reduce (the Horovod
+pattern).
+
 Starts a local_cluster (a dispatcher and 2 producers), creates a dealt job over the dataset,
-launches the trainers (examples/pytorch_ddp.py, one process per rank, gloo all-reduce), then
+launches the trainers, then
 checks what croupier guarantees, on the record ids the trainers actually received:
   - every record of each epoch's plan was seen exactly once across the ranks;
   - every rank took the same number of steps;
@@ -9,13 +14,14 @@ checks what croupier guarantees, on the record ids the trainers actually receive
 Prints per epoch the loss, records/s and each rank's batch count. Exits non-zero if a check fails.
 
 usage: .venv/bin/python scripts/demo_train.py DATA_DIR [--trainers 4] [--producers 2]
-       [--epochs 2] [--batch-size 64] [--seed 1] [--work-dir DIR]
+       [--epochs 2] [--batch-size 64] [--seed 1] [--work-dir DIR] [--launcher torch|mpi]
 """
 import argparse
 import collections
 import json
 import os
 import pathlib
+import shutil
 import socket
 import subprocess
 import sys
@@ -25,6 +31,7 @@ import croupier
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TRAINER = ROOT / "examples" / "pytorch_ddp.py"
+MPI_TRAINER = ROOT / "examples" / "mpi_allreduce.py"
 
 
 def free_port():
@@ -58,6 +65,27 @@ def launch_trainers(address, job, n, epochs, work_dir, timeout):
                 proc.kill()
                 proc.wait()
     return [json.loads(r.read_text()) for r in reports]
+
+
+def launch_mpi_trainers(address, job, n, epochs, work_dir, timeout):
+    """Runs n trainers under mpirun (loopback only) and returns their reports."""
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        raise SystemExit("demo: mpirun not found (Debian's openmpi-bin)")
+    report = work_dir / "mpi-rank"
+    env = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_btl="self,tcp",
+               OMPI_MCA_btl_tcp_if_include="lo", OMPI_MCA_oob_tcp_if_include="lo")
+    try:
+        code = subprocess.run([mpirun, "-n", str(n), "--oversubscribe", sys.executable,
+                               str(MPI_TRAINER), "--dispatcher", address, "--job", job,
+                               "--epochs", str(epochs), "--report", str(report)], env=env,
+                              timeout=timeout).returncode
+    except subprocess.TimeoutExpired:
+        raise SystemExit(f"demo: mpirun did not finish within {timeout} s")
+    if code != 0:
+        raise SystemExit(f"demo: mpirun exited with {code}")
+    return [json.loads(pathlib.Path(f"{report}.{r}").read_text()) for r in range(n)]
 
 
 def check_epoch(reports, job, epoch, seed, batch_size):
@@ -103,6 +131,7 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--work-dir", default=str(ROOT / "demo-out" / "train"))
     parser.add_argument("--timeout", type=float, default=240)
+    parser.add_argument("--launcher", choices=("torch", "mpi"), default="torch")
     args = parser.parse_args()
     work_dir = pathlib.Path(args.work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -116,9 +145,14 @@ def main():
         print(f"job 'train': {job['num_records']} records, batches of {args.batch_size}, "
               f"{job['steps_per_epoch']} steps per epoch for each of {args.trainers} ranks "
               f"(dispatcher {cluster.address})", flush=True)
-        print(f"launching {args.trainers} trainers (torch.distributed, gloo)", flush=True)
-        reports = launch_trainers(cluster.address, "train", args.trainers, args.epochs, work_dir,
-                                  args.timeout)
+        if args.launcher == "mpi":
+            print(f"launching {args.trainers} trainers (mpirun, mpi4py all-reduce)", flush=True)
+            reports = launch_mpi_trainers(cluster.address, "train", args.trainers, args.epochs,
+                                          work_dir, args.timeout)
+        else:
+            print(f"launching {args.trainers} trainers (torch.distributed, gloo)", flush=True)
+            reports = launch_trainers(cluster.address, "train", args.trainers, args.epochs,
+                                      work_dir, args.timeout)
     failures = []
     for epoch in range(args.epochs):
         failures += check_epoch(reports, job, epoch, args.seed, args.batch_size)

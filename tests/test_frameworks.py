@@ -89,3 +89,18 @@ def test_tensorflow_generator_dataset_eager_in_tf_function_and_in_fit(tmp_path):
             history = model.fit(ds, epochs=1, verbose=0)
             assert feed.state_dict()["epoch"] == 1  # fit read the whole epoch: 804 // 32 steps
             assert history.history["loss"][0] < 0.5
+
+
+@pytest.mark.timeout(180)
+def test_mpi_trainers_under_mpirun_are_fed_exactly_once(tmp_path):
+    """examples/mpi_allreduce.py in 3 ranks under mpirun (rank and world from OpenMPI's
+    variables), gradients averaged with an mpi4py all-reduce."""
+    data = tmp_path / "data"
+    run("synth", "--out", data, "--files", 2, "--records", 1500, "--image-bytes", 64, "--quiet")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "demo_train.py"), str(data), "--trainers", "3",
+         "--producers", "2", "--epochs", "2", "--batch-size", "16", "--work-dir",
+         str(tmp_path / "train"), "--timeout", "150", "--launcher", "mpi"],
+        capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("every planned record seen exactly once: yes") == 2

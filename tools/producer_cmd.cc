@@ -22,7 +22,7 @@ constexpr char kProducerUsage[] = R"(usage: croupier producer --dispatcher HOST:
 Runs a producer: it takes work (ranges of global batches) from the dispatcher, reads and decodes
 the records on --threads threads (default: the machine's cores), keeps at most --buffer-bytes
 (default 256 MiB) of finished batches, and serves them to consumers on its data port (--port 0,
-the default, picks a free one). --cache-bytes keeps decoded records for later epochs, in memory
+the default, picks a free one). --cache-bytes keeps the records read for later epochs, in memory
 or under --cache-dir. Stops cleanly on SIGINT or SIGTERM.
 )";
 

@@ -28,8 +28,8 @@ struct ProducerNodeOptions {
   std::string advertise_host;
   std::string auth_token;
   TaskRunner::Options runner;
-  // The decoded-record cache (tf.data's cache()): 0 bytes disables it; an empty dir keeps it in
-  // memory.
+  // The record cache (tf.data's cache(); it keeps serialized records, which are decoded again):
+  // 0 bytes disables it; an empty dir keeps it in memory.
   uint64_t cache_bytes = 0;
   std::string cache_dir;
   std::string index_cache_dir;  // empty: IndexCache::DefaultDir()

@@ -28,7 +28,7 @@ class RecordCache;
 
 // The plan spec of a job: num_records from `job`, the rest from its spec, with the defaults of an
 // empty or zero setting filled in (shuffle global, remainder drop, block_size 1024,
-// window_blocks 16; num_consumers 0 is taken as 1, since first_come jobs need not name one).
+// window_blocks 16; num_consumers 0, which the dispatcher refuses at creation, is taken as 1).
 // INVALID_ARGUMENT naming the job and the setting for a bad shuffle or remainder name, or a spec
 // ValidatePlanSpec refuses.
 absl::StatusOr<PlanSpec> PlanSpecOfJob(const v1::JobInfo& job);

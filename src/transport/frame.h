@@ -1,5 +1,5 @@
 // The data-plane wire format of the TCP transport: encoding and parsing only, no sockets.
-// /tmp/protocol_data.md (and docs, once published) carry the same text for reimplementers.
+// docs/protocol.md describes the same format for reimplementers.
 //
 // Protocol version 1 (kProtocolVersion in src/common/protocol.h; bump it on any incompatible
 // change here). Every integer is little-endian; every reserved field is written 0 and must read 0.

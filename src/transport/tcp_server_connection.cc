@@ -93,7 +93,9 @@ absl::Status ServerConnection::Handshake() {
     SendError(mismatch).IgnoreError();
     return mismatch;
   }
-  if (!TokenMatches(token, options_.auth_token)) {
+  // A server without a token is open, as the dispatcher is: a client configured with a token for
+  // a cluster that has none still connects.
+  if (!options_.auth_token.empty() && !TokenMatches(token, options_.auth_token)) {
     const absl::Status refused = absl::UnauthenticatedError(
         token.empty() ? "the data server requires an auth token and none was given"
                       : "the data server refused the auth token");

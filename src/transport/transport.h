@@ -36,7 +36,8 @@ struct DataServerOptions {
   // Numeric address or host name to listen on; port 0 picks a free port (see DataServer::port).
   std::string bind_address = "127.0.0.1";
   int port = 0;
-  // Clients must present this token; empty means clients must present an empty token.
+  // Clients must present this token; empty means no authentication (any token is accepted, as
+  // by the dispatcher).
   std::string auth_token;
   // Connections beyond this are refused with UNAVAILABLE.
   size_t max_connections = 256;
@@ -98,8 +99,9 @@ class Transport {
   virtual absl::StatusOr<std::unique_ptr<DataServer>> StartServer(const DataServerOptions& options,
                                                                   BatchSource* source) = 0;
   // Connects to the server at `address` ("host:port") and completes the handshake, so that a
-  // bad address, token or protocol version fails here (UNAVAILABLE, UNAUTHENTICATED,
-  // FAILED_PRECONDITION) rather than at the first fetch.
+  // bad address, token or protocol version fails here (INVALID_ARGUMENT for an address that is not
+  // host:port, UNAVAILABLE for one that cannot be reached, UNAUTHENTICATED, FAILED_PRECONDITION)
+  // rather than at the first fetch.
   virtual absl::StatusOr<std::unique_ptr<DataClient>> Connect(const std::string& address,
                                                               const DataClientOptions& options) = 0;
 

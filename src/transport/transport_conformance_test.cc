@@ -33,8 +33,8 @@ class TransportTest : public ::testing::TestWithParam<Transport*> {
     if (server_ != nullptr) server_->Shutdown();
   }
 
-  void StartServer(DataServerOptions options = {}) {
-    options.auth_token = kToken;
+  void StartServer(DataServerOptions options = {}, bool open = false) {
+    options.auth_token = open ? "" : kToken;
     auto server = GetParam()->StartServer(options, &source_);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
@@ -260,6 +260,19 @@ TEST_P(TransportTest, MissingTokenIsUnauthenticatedAndLogged) {
   EXPECT_THAT(client.status().message(), HasSubstr(server_->address()));
   EXPECT_THAT(log, HasSubstr("refusing client 127.0.0.1:"));
   EXPECT_THAT(log, HasSubstr("no auth token"));
+}
+
+TEST_P(TransportTest, AServerWithoutATokenAcceptsAnyTokenLikeTheDispatcher) {
+  StartServer({}, /*open=*/true);
+  source_.Put({"job", 0, 3}, testing::MakeBatch(4 << 10, 3));
+  for (const char* token : {"", "some-token"}) {
+    DataClientOptions options;
+    options.auth_token = token;
+    auto client = GetParam()->Connect(server_->address(), options);
+    ASSERT_TRUE(client.ok()) << token << ": " << client.status();
+    auto batch = (*client)->Fetch({"job", 0, 3}, In(absl::Seconds(10)));
+    EXPECT_TRUE(batch.ok()) << batch.status();
+  }
 }
 
 TEST_P(TransportTest, UnreachableServerIsUnavailableAtOnce) {
