@@ -1,0 +1,227 @@
+#include "src/producer/sequential_source.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace croupier {
+namespace {
+
+absl::Status ShutDown() { return absl::UnavailableError("the producer is shutting down"); }
+
+std::string Describe(const BatchKey& k) {
+  return absl::StrCat("batch ", k.batch, " of job '", k.job, "' epoch ", k.epoch);
+}
+
+bool Before(const v1::Task& a, const v1::Task& b) {
+  return std::make_pair(a.epoch(), a.first_batch() + a.num_batches()) <=
+         std::make_pair(b.epoch(), b.first_batch());
+}
+
+}  // namespace
+
+SequentialSource::SequentialSource(Options options) : options_(options) {
+  stats_.buffer_capacity_bytes = options.buffer_bytes;
+}
+
+SequentialSource::~SequentialSource() { Shutdown(); }
+
+absl::Status SequentialSource::AddTask(const v1::Task& task) {
+  absl::MutexLock lock(&mu_);
+  if (shutdown_) return ShutDown();
+  if (task.num_batches() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("task ", task.task_id(), " is empty"));
+  }
+  for (const Held& h : held_) {
+    if (h.task.task_id() == task.task_id()) {
+      return absl::AlreadyExistsError(absl::StrCat("task ", task.task_id(), " is held already"));
+    }
+  }
+  if (!held_.empty() && (held_.back().task.job() != task.job() ||
+                         !Before(held_.back().task, task))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "task ", task.task_id(), " (job '", task.job(), "' epoch ", task.epoch(), " batches [",
+        task.first_batch(), ", ", task.first_batch() + task.num_batches(),
+        ")) does not follow the held tasks: a sequential source cannot go back"));
+  }
+  Held h;
+  h.task = task;
+  h.slots.resize(task.num_batches());
+  held_.push_back(std::move(h));
+  changed_.SignalAll();
+  return absl::OkStatus();
+}
+
+void SequentialSource::ReleaseLocked(Slot& slot) {
+  if (slot.made.has_value() && slot.made->ok()) {
+    stats_.buffered_bytes -= (*slot.made)->bytes().size();
+  }
+  slot.made.reset();
+}
+
+bool SequentialSource::RevokeTask(uint64_t task_id) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = held_.begin(); it != held_.end(); ++it) {
+    if (it->task.task_id() != task_id) continue;
+    for (Slot& s : it->slots) ReleaseLocked(s);
+    held_.erase(it);
+    changed_.SignalAll();
+    return true;
+  }
+  return false;
+}
+
+std::vector<uint64_t> SequentialSource::TakeFinishedTasks() {
+  absl::MutexLock lock(&mu_);
+  return std::exchange(finished_, {});
+}
+
+std::vector<uint64_t> SequentialSource::HeldTasks() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<uint64_t> ids;
+  for (const Held& h : held_) ids.push_back(h.task.task_id());
+  return ids;
+}
+
+uint32_t SequentialSource::FreeTaskSlots() const {
+  absl::MutexLock lock(&mu_);
+  return held_.size() >= options_.max_tasks ? 0
+                                            : options_.max_tasks - static_cast<uint32_t>(held_.size());
+}
+
+SequentialSource::Stats SequentialSource::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+void SequentialSource::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  shutdown_ = true;
+  changed_.SignalAll();
+}
+
+SequentialSource::Held* SequentialSource::FindLocked(const BatchKey& key) {
+  for (Held& h : held_) {
+    if (h.Covers(key)) return &h;
+  }
+  return nullptr;
+}
+
+SequentialSource::Held* SequentialSource::NextUnsuppliedLocked() {
+  for (Held& h : held_) {
+    if (h.supplied < h.slots.size()) return &h;
+  }
+  return nullptr;
+}
+
+absl::Status SequentialSource::NotHeld(const BatchKey& key) const {
+  return absl::NotFoundError(absl::StrCat(
+      "producer does not hold ", Describe(key),
+      " (a Python source makes each batch once; it was served already or is not assigned here)"));
+}
+
+absl::StatusOr<BatchKey> SequentialSource::NextSlot(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    if (shutdown_) return ShutDown();
+    Held* h = NextUnsuppliedLocked();
+    const bool room = stats_.buffered_bytes == 0 || stats_.buffered_bytes < options_.buffer_bytes;
+    if (h != nullptr && room) {
+      return BatchKey{h->task.job(), h->task.epoch(), h->task.first_batch() + h->supplied};
+    }
+    if (changed_.WaitWithDeadline(&mu_, deadline) && absl::Now() >= deadline) {
+      return absl::DeadlineExceededError("no batch to supply: no task is held, or the buffer "
+                                         "is full");
+    }
+  }
+}
+
+absl::Status SequentialSource::Put(const BatchKey& key, absl::StatusOr<Batch> batch) {
+  absl::MutexLock lock(&mu_);
+  if (shutdown_) return ShutDown();
+  Held* h = NextUnsuppliedLocked();
+  if (h == nullptr || !h->Covers(key) || key.batch != h->task.first_batch() + h->supplied) {
+    if (FindLocked(key) == nullptr) return absl::OkStatus();  // revoked meanwhile: dropped
+    return absl::FailedPreconditionError(
+        absl::StrCat(Describe(key), " is not the next batch to supply"));
+  }
+  Slot& slot = h->slots[h->supplied++];
+  if (batch.ok()) {
+    stats_.buffered_bytes += batch->bytes().size();
+    ++stats_.batches_made;
+  }
+  slot.made = std::move(batch);
+  changed_.SignalAll();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Batch> SequentialSource::GetBatch(const BatchKey& key, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    if (shutdown_) return ShutDown();
+    Held* h = FindLocked(key);
+    if (h == nullptr) return NotHeld(key);
+    Slot& slot = h->slots[key.batch - h->task.first_batch()];
+    if (slot.served) return NotHeld(key);
+    if (slot.made.has_value()) {
+      slot.handed = true;
+      return *slot.made;
+    }
+    if (changed_.WaitWithDeadline(&mu_, deadline) && absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(Describe(key), " was not supplied by the Python source in time"));
+    }
+  }
+}
+
+absl::StatusOr<std::pair<uint64_t, Batch>> SequentialSource::GetAnyBatch(absl::string_view job,
+                                                                         uint64_t epoch,
+                                                                         absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    if (shutdown_) return ShutDown();
+    bool more = false;
+    for (Held& h : held_) {
+      if (h.task.job() != job || h.task.epoch() != epoch) continue;
+      for (uint64_t i = 0; i < h.slots.size(); ++i) {
+        Slot& s = h.slots[i];
+        if (s.handed || s.served) continue;
+        if (!s.made.has_value()) {
+          more = true;
+          continue;
+        }
+        s.handed = true;
+        if (!s.made->ok()) return s.made->status();
+        return std::make_pair(h.task.first_batch() + i, **s.made);
+      }
+    }
+    if (!more) {
+      return absl::OutOfRangeError(absl::StrCat("no more batches of job '", job, "' epoch ",
+                                                epoch, " here"));
+    }
+    if (changed_.WaitWithDeadline(&mu_, deadline) && absl::Now() >= deadline) {
+      return absl::DeadlineExceededError("no batch became ready in time");
+    }
+  }
+}
+
+void SequentialSource::OnServed(const BatchKey& key, uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  ++stats_.batches_served;
+  stats_.bytes_served += bytes;
+  for (auto it = held_.begin(); it != held_.end(); ++it) {
+    if (!it->Covers(key)) continue;
+    Slot& slot = it->slots[key.batch - it->task.first_batch()];
+    if (slot.served) return;
+    slot.served = true;
+    ReleaseLocked(slot);
+    if (++it->served == it->slots.size()) {
+      finished_.push_back(it->task.task_id());
+      held_.erase(it);
+    }
+    changed_.SignalAll();
+    return;
+  }
+}
+
+}  // namespace croupier
