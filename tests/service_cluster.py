@@ -40,7 +40,8 @@ def wait_for_file(path, timeout, proc=None):
 class Cluster:
     """A dispatcher and producers on loopback. Use as a context manager."""
 
-    def __init__(self, work_dir, auth_token=None, producer_timeout_ms=None, env=None):
+    def __init__(self, work_dir, auth_token=None, producer_timeout_ms=None, env=None,
+                 dispatcher_args=()):
         self.work_dir = pathlib.Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.auth_token = auth_token
@@ -48,20 +49,52 @@ class Cluster:
         self.env["CROUPIER_INDEX_DIR"] = str(self.work_dir / "index")
         self.procs = []
         self.producers = []
-        port_file = self.work_dir / "dispatcher.port"
-        args = ["dispatcher", "--port", "0", "--port-file", port_file,
-                "--work-dir", self.work_dir / "dispatcher"]
+        self.dispatcher_args = list(dispatcher_args)
         if auth_token:
-            args += ["--auth-token", auth_token]
+            self.dispatcher_args += ["--auth-token", auth_token]
         if producer_timeout_ms:
-            args += ["--producer-timeout-ms", producer_timeout_ms]
-        self.dispatcher = self._spawn(args, "dispatcher")
+            self.dispatcher_args += ["--producer-timeout-ms", producer_timeout_ms]
+        self.dispatcher_starts = 0
+        self.port = 0
+        self._start_dispatcher()
+        self.address = f"127.0.0.1:{self.port}"
+
+    @property
+    def dispatcher_dir(self):
+        """The dispatcher's work directory: its journal and index cache."""
+        return self.work_dir / "dispatcher"
+
+    @property
+    def journal(self):
+        return self.dispatcher_dir / "journal"
+
+    def _start_dispatcher(self):
+        """Starts the dispatcher on self.port (0 the first time: any free port) and waits until
+        it listens. Its log is dispatcher.log, then dispatcher-1.log, ... for restarts."""
+        port_file = self.work_dir / "dispatcher.port"
+        port_file.unlink(missing_ok=True)
+        name = "dispatcher" if self.dispatcher_starts == 0 else \
+            f"dispatcher-{self.dispatcher_starts}"
+        self.dispatcher_starts += 1
+        args = ["dispatcher", "--port", self.port, "--port-file", port_file,
+                "--work-dir", self.dispatcher_dir, *self.dispatcher_args]
+        self.dispatcher = self._spawn(args, name)
         try:
             self.port = int(wait_for_file(port_file, 20, self.dispatcher))
         except BaseException:
             self.close()
             raise
-        self.address = f"127.0.0.1:{self.port}"
+
+    def kill_dispatcher(self, sig=signal.SIGKILL):
+        """Sends `sig` to the dispatcher and waits (10 s at most) until it is gone."""
+        kill(self.dispatcher, sig)
+
+    def restart_dispatcher(self):
+        """Starts a new dispatcher with the same work directory (so its journal) and the same
+        port, after the old one is gone (kill_dispatcher). Returns its process."""
+        assert self.dispatcher.poll() is not None, "the dispatcher is still running"
+        self._start_dispatcher()
+        return self.dispatcher
 
     def _spawn(self, args, name):
         log = open(self.work_dir / f"{name}.log", "w")
@@ -126,6 +159,13 @@ class Cluster:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def kill(proc, sig=signal.SIGKILL, timeout=10):
+    """Sends `sig` to a process started by a Cluster and waits until it has exited."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    proc.wait(timeout=timeout)
 
 
 def read_batches(path):

@@ -82,6 +82,11 @@ class PosixWritableFile final : public WritableFile {
     }
     return absl::OkStatus();
   }
+  absl::Status Sync() override {
+    if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(name_, " is closed"));
+    if (::fdatasync(fd_) != 0) return ErrnoToStatus(errno, "syncing", name_);
+    return absl::OkStatus();
+  }
   absl::Status Close() override {
     if (fd_ < 0) return absl::OkStatus();
     int r = ::close(fd_);
@@ -113,6 +118,29 @@ class PosixEnv final : public Env {
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return ErrnoToStatus(errno, "creating", path);
     return std::make_unique<PosixWritableFile>(path, fd);
+  }
+
+  absl::StatusOr<std::unique_ptr<WritableFile>> OpenForAppend(const std::string& path) override {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) return ErrnoToStatus(errno, "opening for append", path);
+    return std::make_unique<PosixWritableFile>(path, fd);
+  }
+
+  absl::Status Truncate(const std::string& path, uint64_t size) override {
+    if (::truncate(path.c_str(), static_cast<off_t>(size)) != 0) {
+      return ErrnoToStatus(errno, absl::StrCat("truncating to ", size, " bytes"), path);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status SyncDir(const std::string& path) override {
+    int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return ErrnoToStatus(errno, "opening directory", path);
+    int r = ::fsync(fd);
+    int err = errno;
+    ::close(fd);
+    if (r != 0) return ErrnoToStatus(err, "syncing directory", path);
+    return absl::OkStatus();
   }
 
   absl::StatusOr<FileStat> Stat(const std::string& path) override {

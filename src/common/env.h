@@ -29,6 +29,9 @@ class WritableFile {
  public:
   virtual ~WritableFile() = default;
   virtual absl::Status Append(absl::string_view data) = 0;
+  // Makes the data appended so far durable (fdatasync): it survives a crash of the machine, not
+  // only of the process. Append alone hands the bytes to the OS, which survives a process crash.
+  virtual absl::Status Sync() = 0;
   // Flushes to the OS and closes; further calls fail. Called by the destructor if not called.
   virtual absl::Status Close() = 0;
   virtual const std::string& name() const = 0;
@@ -49,6 +52,13 @@ class Env {
   virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRead(const std::string& path) = 0;
   // Creates or truncates.
   virtual absl::StatusOr<std::unique_ptr<WritableFile>> OpenForWrite(const std::string& path) = 0;
+  // Opens for appending at the end, creating the file if it is missing (it keeps its contents).
+  virtual absl::StatusOr<std::unique_ptr<WritableFile>> OpenForAppend(const std::string& path) = 0;
+  // Cuts the file to its first `size` bytes.
+  virtual absl::Status Truncate(const std::string& path, uint64_t size) = 0;
+  // Makes the directory's entries durable (fsync of the directory), so that a file just created
+  // in it survives a machine crash.
+  virtual absl::Status SyncDir(const std::string& path) = 0;
   virtual absl::StatusOr<FileStat> Stat(const std::string& path) = 0;
   // Writes `contents` to a temporary file beside `path`, then renames it over `path`, so readers
   // see the old file or the new one, never a part.

@@ -65,5 +65,48 @@ TEST(EnvTest, ReadPastEndIsShort) {
   EXPECT_EQ(*n, 2u);
 }
 
+TEST(EnvTest, AppendKeepsContentsAndTruncateCuts) {
+  Env& env = *Env::Default();
+  ScopedTempDir tmp;
+  const std::string path = tmp.Join("log");
+  {
+    auto f = env.OpenForAppend(path);  // created
+    ASSERT_TRUE(f.ok()) << f.status();
+    ASSERT_TRUE((*f)->Append("abc").ok());
+    ASSERT_TRUE((*f)->Sync().ok());
+    ASSERT_TRUE((*f)->Close().ok());
+    EXPECT_TRUE(absl::IsFailedPrecondition((*f)->Sync()));
+  }
+  {
+    auto f = env.OpenForAppend(path);  // kept
+    ASSERT_TRUE(f.ok()) << f.status();
+    ASSERT_TRUE((*f)->Append("def").ok());
+  }
+  EXPECT_EQ(*ReadFileToString(env, path), "abcdef");
+  ASSERT_TRUE(env.Truncate(path, 4).ok());
+  EXPECT_EQ(*ReadFileToString(env, path), "abcd");
+  {
+    // Appends go to the end as it is now, after a truncation by someone else.
+    auto f = env.OpenForAppend(path);
+    ASSERT_TRUE(f.ok());
+    ASSERT_TRUE(env.Truncate(path, 2).ok());
+    ASSERT_TRUE((*f)->Append("Z").ok());
+  }
+  EXPECT_EQ(*ReadFileToString(env, path), "abZ");
+  EXPECT_TRUE(env.SyncDir(tmp.path()).ok());
+}
+
+TEST(EnvTest, TruncateAndSyncDirNameThePath) {
+  Env& env = *Env::Default();
+  absl::Status t = env.Truncate("/nonexistent/croupier/journal", 0);
+  EXPECT_TRUE(absl::IsNotFound(t)) << t;
+  EXPECT_THAT(t.message(), HasSubstr("/nonexistent/croupier/journal"));
+  absl::Status d = env.SyncDir("/nonexistent/croupier");
+  EXPECT_TRUE(absl::IsNotFound(d)) << d;
+  EXPECT_THAT(d.message(), HasSubstr("/nonexistent/croupier"));
+  auto a = env.OpenForAppend("/nonexistent/croupier/journal");
+  EXPECT_TRUE(absl::IsNotFound(a.status())) << a.status();
+}
+
 }  // namespace
 }  // namespace croupier

@@ -148,6 +148,14 @@ absl::StatusOr<v1::ProducerHeartbeatResponse> DispatcherImpl::ProducerHeartbeat(
   response.set_producer_id(id);
   response.set_heartbeat_interval_ms(HeartbeatIntervalMs());
   uint32_t slots = std::min(request.free_task_slots(), kMaxTasksPerHeartbeat);
+  for (v1::Task& task : LostTasksLocked(id, request, info)) {
+    // Lost tasks take the slots first: the producer counted them as free.
+    slots -= std::min<uint32_t>(slots, 1);
+    if (info.jobs_sent.insert(task.job()).second) {
+      *response.add_jobs() = state_.FindJob(task.job())->info;
+    }
+    *response.add_new_tasks() = std::move(task);
+  }
   // Orphans go first, so with a free slot the first task is an orphan anyway.
   if (slots == 0 && !state_.orphans().empty()) slots = 1;
   for (uint32_t i = 0; i < slots; ++i) {
@@ -165,6 +173,33 @@ absl::StatusOr<v1::ProducerHeartbeatResponse> DispatcherImpl::ProducerHeartbeat(
   for (uint64_t task_id : info.revoked) response.add_revoked_tasks(task_id);
   info.revoked.clear();
   return response;
+}
+
+std::vector<v1::Task> DispatcherImpl::LostTasksLocked(uint64_t id,
+                                                      const v1::ProducerHeartbeatRequest& request,
+                                                      ProducerInfo& info) {
+  std::vector<v1::Task> lost;
+  if (!request.held_tasks_reported() || request.producer_id() == 0) return lost;
+  const std::set<uint64_t>& owned = state_.FindProducer(id)->tasks;
+  const absl::flat_hash_set<uint64_t> held(request.held_tasks().begin(),
+                                           request.held_tasks().end());
+  // The finished tasks it reported are no longer owned (finished above), so an owned task the
+  // producer does not hold never reached it.
+  for (uint64_t task_id : owned) {
+    if (!held.contains(task_id)) lost.push_back(*state_.FindTask(task_id));
+  }
+  for (uint64_t task_id : request.held_tasks()) {
+    if (!owned.contains(task_id) &&
+        std::find(info.revoked.begin(), info.revoked.end(), task_id) == info.revoked.end()) {
+      info.revoked.push_back(task_id);  // finished by delivery, and the revocation was lost
+    }
+  }
+  if (!lost.empty()) {
+    Log(LogLevel::kInfo, "dispatcher",
+        absl::StrCat("producer ", id, " does not hold ", lost.size(),
+                     " of its tasks (a lost response, or a dispatcher restart): sending them again"));
+  }
+  return lost;
 }
 
 absl::StatusOr<uint64_t> DispatcherImpl::RegisterConsumerLocked(
@@ -277,14 +312,16 @@ absl::Status DispatcherImpl::FinishDeliveredLocked(const std::string& name) {
       DispatcherState::FirstUndeliveredTask(job, frontier->first, frontier->second) >
       DispatcherState::TaskKey(job.next_epoch, job.next_batch);
   if (delivered.empty() && !cursor_behind) return absl::OkStatus();
-  for (const auto& [key, o] : delivered) {
-    if (o.producer_id != 0) producer_info_[o.producer_id].revoked.push_back(o.task_id);
-  }
   journal::Update update;
   update.mutable_tasks_delivered()->set_job(name);
   update.mutable_tasks_delivered()->set_epoch(frontier->first);
   update.mutable_tasks_delivered()->set_step(frontier->second);
-  return ApplyLocked(update);
+  RETURN_IF_ERROR(ApplyLocked(update));
+  // Only once applied: a producer told to drop a task it still owns would leave it unmade.
+  for (const auto& [key, o] : delivered) {
+    if (o.producer_id != 0) producer_info_[o.producer_id].revoked.push_back(o.task_id);
+  }
+  return absl::OkStatus();
 }
 
 void DispatcherImpl::Tick() {

@@ -30,7 +30,36 @@ absl::StatusOr<std::unique_ptr<DispatcherImpl>> DispatcherImpl::Create(Dispatche
         "dispatcher option rounds_per_task is 0; it must be at least 1");
   }
   if (options.clock == nullptr) options.clock = Clock::Real();
-  return std::unique_ptr<DispatcherImpl>(new DispatcherImpl(std::move(options)));
+  if (options.env == nullptr) options.env = Env::Default();
+  std::unique_ptr<DispatcherImpl> impl(new DispatcherImpl(std::move(options)));
+  if (!impl->options_.journal_path.empty()) {
+    const absl::Time start = absl::Now();
+    absl::MutexLock lock(&impl->mu_);
+    DispatcherState& state = impl->state_;
+    ASSIGN_OR_RETURN(OpenedJournal journal,
+                     OpenJournal(*impl->options_.env, impl->options_.journal_path,
+                                 [&state](const journal::Update& update, uint64_t) {
+                                   return state.Apply(update);
+                                 },
+                                 {.sync = impl->options_.journal_sync}));
+    impl->journal_ = std::move(journal.writer);
+    if (journal.replay.file_bytes > 0) {
+      uint64_t tasks = 0;
+      for (const auto& [name, job] : state.jobs()) tasks += job.outstanding.size();
+      Log(LogLevel::kInfo, "dispatcher",
+          absl::StrCat("replayed ", journal.replay.entries, " entries (",
+                       journal.replay.valid_bytes, " bytes) of journal ",
+                       impl->options_.journal_path, " in ",
+                       absl::FormatDuration(absl::Now() - start), ": ", state.jobs().size(),
+                       " jobs, ", state.producers().size(), " producers, ",
+                       state.consumers().size(), " consumers, ", tasks,
+                       " outstanding tasks; producers and consumers have a full timeout to "
+                       "send their next heartbeat"));
+    }
+    // Replayed producers and consumers are timed from now, not from before the replay.
+    impl->created_ = impl->clock_->Now();
+  }
+  return impl;
 }
 
 DispatcherImpl::DispatcherImpl(DispatcherOptions options)
@@ -40,9 +69,21 @@ DispatcherImpl::DispatcherImpl(DispatcherOptions options)
       index_cache_(options_.index_cache_dir) {}
 
 absl::Status DispatcherImpl::ApplyLocked(const journal::Update& update) {
-  // The journal issue writes `update` to the journal here, before applying it.
+  // Journaled under mu_, and before the update is applied. Under mu_ because the journal's order
+  // must be the order of application: an update depends on the state before it (ids, cursors,
+  // owners), so replaying in file order rebuilds the state only if no other update was applied
+  // between writing and applying this one. Before applying, because nothing may become visible to
+  // a caller (this RPC's response, or another RPC reading the state) that a crash could take
+  // back. The price is the write and fdatasync under the lock (journal.h gives the cost).
+  if (journal_) RETURN_IF_ERROR(journal_->Append(update));
   absl::Status status = state_.Apply(update);
   if (!status.ok()) {
+    if (journal_) {
+      // The state is unchanged; the journal must not keep what a replay would refuse.
+      if (absl::Status dropped = journal_->DropLast(); !dropped.ok()) {
+        Log(LogLevel::kError, "dispatcher", dropped.ToString());
+      }
+    }
     return absl::InternalError(absl::StrCat("the dispatcher's state refused its own update (",
                                             update.ShortDebugString(), "): ", status.message()));
   }

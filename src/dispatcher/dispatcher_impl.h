@@ -25,7 +25,9 @@
 #include "proto/croupier.pb.h"
 #include "proto/journal.pb.h"
 #include "src/common/clock.h"
+#include "src/common/env.h"
 #include "src/dispatcher/dispatcher_state.h"
+#include "src/dispatcher/journal.h"
 
 namespace croupier {
 
@@ -39,6 +41,12 @@ struct DispatcherOptions {
   uint32_t rounds_per_task = 4;
   Clock* clock = nullptr;       // nullptr: Clock::Real(); not owned, must outlive the dispatcher
   std::string index_cache_dir;  // empty: IndexCache::DefaultDir()
+  // The journal (journal.h): replayed by Create if it exists, then every durable change is
+  // written to it before it takes effect. Empty: no journal, the state lives in memory only
+  // (unit tests). DispatcherNode sets WORK_DIR/journal.
+  std::string journal_path;
+  bool journal_sync = true;  // fdatasync each entry (JournalWriter::Options::sync)
+  Env* env = nullptr;        // the journal's file access; nullptr: Env::Default(); not owned
 };
 
 // The most tasks one ProducerHeartbeat hands out, whatever free_task_slots says.
@@ -48,7 +56,16 @@ inline constexpr uint32_t kMaxTasksPerHeartbeat = 64;
 // outside it.
 class DispatcherImpl {
  public:
-  // INVALID_ARGUMENT for a non-positive interval or timeout, or rounds_per_task 0.
+  // Replays the journal at options.journal_path, if set and present, into the state: the jobs,
+  // producers, consumers, tasks and positions come back, and every replayed producer and
+  // consumer gets a full timeout from now to send its next heartbeat. Errors:
+  // INVALID_ARGUMENT for a non-positive interval or timeout, or rounds_per_task 0; the journal's
+  // errors (ReadJournal: DATA_LOSS naming the file and offset, FAILED_PRECONDITION for another
+  // version), also for an entry the state refuses.
+  //
+  // Every RPC below that changes the durable state writes the change to the journal before the
+  // change is visible to any caller. If the journal cannot be written, the call fails with
+  // UNAVAILABLE naming the file and the change is not made (see JournalWriter::Append).
   static absl::StatusOr<std::unique_ptr<DispatcherImpl>> Create(DispatcherOptions options);
 
   // Creates a job: checks the spec (job_spec.h), expands and indexes its files and checks its
@@ -67,7 +84,10 @@ class DispatcherImpl {
   // same address is presumed restarted and removed, its tasks orphaned). Then: finished_tasks the
   // producer owns are finished (others are ignored: a retried heartbeat reports them twice), and
   // up to min(free_task_slots, kMaxTasksPerHeartbeat) tasks are assigned (task_assignment.h), with
-  // the JobInfo of each job this producer has not been sent yet. A producer without a free slot
+  // the JobInfo of each job this producer has not been sent yet. With held_tasks_reported, the
+  // producer's tasks that it neither holds nor reports finished are sent again first (the
+  // response that carried them was lost: a call that timed out, or a dispatcher that crashed
+  // after journaling them), and the tasks it holds that are no longer its own are revoked. A producer without a free slot
   // still gets one orphan, if there is one: consumers are blocked on it, and if every live
   // producer's slots held later tasks, which wait for those consumers, nothing would move.
   // revoked_tasks lists the producer's tasks that the dispatcher finished because every consumer
@@ -158,10 +178,16 @@ class DispatcherImpl {
   absl::Status UnknownConsumer(uint64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t HeartbeatIntervalMs() const;
 
+  // The tasks of producer `id` that `request` shows it does not know it owns (held_tasks).
+  std::vector<v1::Task> LostTasksLocked(uint64_t id, const v1::ProducerHeartbeatRequest& request,
+                                        ProducerInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // Constant after construction.
   const DispatcherOptions options_;
   Clock* const clock_;
-  const absl::Time created_;
+  // When this dispatcher started serving, after the replay: set once by Create, before the
+  // object is shared.
+  absl::Time created_;
   IndexCache index_cache_;  // thread-safe
 
   mutable absl::Mutex mu_;
@@ -172,6 +198,8 @@ class DispatcherImpl {
   std::map<uint64_t, std::string> gone_producers_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::string> gone_consumers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<PendingJob>> creating_ ABSL_GUARDED_BY(mu_);
+  // Written under mu_ (see ApplyLocked); null without a journal.
+  std::unique_ptr<JournalWriter> journal_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace croupier

@@ -3,6 +3,7 @@
 #ifndef CROUPIER_SRC_DISPATCHER_TEST_UTIL_H_
 #define CROUPIER_SRC_DISPATCHER_TEST_UTIL_H_
 
+#include <cerrno>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -16,6 +17,8 @@
 #include "proto/croupier.pb.h"
 #include "proto/journal.pb.h"
 #include "src/common/clock.h"
+#include "src/common/env.h"
+#include "src/common/status_macros.h"
 #include "src/common/testing.h"
 #include "src/dispatcher/dispatcher_impl.h"
 
@@ -139,6 +142,60 @@ inline void WriteTestFile(const std::string& path, int64_t first, int64_t count)
 }
 
 inline constexpr char kTestFeatures[] = "idx:int64,x:float32[2],name:bytes";
+
+// An Env whose appended files fail on demand: a write that stores only part of its data (a full
+// disk), a failing sync, a failing truncate.
+class FaultyEnv : public Env {
+ public:
+  bool fail_append = false;
+  bool fail_sync = false;
+  bool fail_truncate = false;
+
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRead(const std::string& p) override {
+    return Env::Default()->OpenForRead(p);
+  }
+  absl::StatusOr<std::unique_ptr<WritableFile>> OpenForWrite(const std::string& p) override {
+    return Env::Default()->OpenForWrite(p);
+  }
+  absl::StatusOr<std::unique_ptr<WritableFile>> OpenForAppend(const std::string& p) override {
+    ASSIGN_OR_RETURN(auto file, Env::Default()->OpenForAppend(p));
+    return std::unique_ptr<WritableFile>(new File(this, std::move(file)));
+  }
+  absl::Status Truncate(const std::string& p, uint64_t size) override {
+    if (fail_truncate) return ErrnoToStatus(EIO, "truncating", p);
+    return Env::Default()->Truncate(p, size);
+  }
+  absl::Status SyncDir(const std::string& p) override { return Env::Default()->SyncDir(p); }
+  absl::StatusOr<FileStat> Stat(const std::string& p) override { return Env::Default()->Stat(p); }
+  absl::Status WriteFileAtomically(const std::string& p, absl::string_view c) override {
+    return Env::Default()->WriteFileAtomically(p, c);
+  }
+  absl::Status CreateDirs(const std::string& p) override { return Env::Default()->CreateDirs(p); }
+  absl::StatusOr<std::vector<std::string>> Glob(const std::string& p) override {
+    return Env::Default()->Glob(p);
+  }
+
+ private:
+  class File : public WritableFile {
+   public:
+    File(FaultyEnv* env, std::unique_ptr<WritableFile> file) : env_(env), file_(std::move(file)) {}
+    absl::Status Append(absl::string_view data) override {
+      if (!env_->fail_append) return file_->Append(data);
+      file_->Append(data.substr(0, data.size() / 2)).IgnoreError();
+      return ErrnoToStatus(ENOSPC, "writing", name());
+    }
+    absl::Status Sync() override {
+      if (env_->fail_sync) return ErrnoToStatus(EIO, "syncing", name());
+      return file_->Sync();
+    }
+    absl::Status Close() override { return file_->Close(); }
+    const std::string& name() const override { return file_->name(); }
+
+   private:
+    FaultyEnv* const env_;
+    std::unique_ptr<WritableFile> file_;
+  };
+};
 
 // A DispatcherImpl on a FakeClock, with a temporary directory for data and index cache.
 class DispatcherTest : public ::testing::Test {

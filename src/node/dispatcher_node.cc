@@ -22,6 +22,10 @@ absl::StatusOr<std::unique_ptr<DispatcherNode>> DispatcherNode::Start(
   if (options.dispatcher.index_cache_dir.empty()) {
     options.dispatcher.index_cache_dir = options.work_dir + "/index";
   }
+  // Replayed by DispatcherImpl::Create before the server listens, so no call sees a partial state.
+  if (options.dispatcher.journal_path.empty()) {
+    options.dispatcher.journal_path = options.work_dir + "/" + kJournalFileName;
+  }
 
   std::unique_ptr<DispatcherNode> node(new DispatcherNode());
   node->options_ = options;

@@ -19,8 +19,9 @@ namespace croupier {
 struct DispatcherNodeOptions {
   std::string bind_address = "127.0.0.1";
   int port = 5050;  // 0: any free port (see port())
-  // Holds the record-index cache (index/) and, later, the journal. Created if missing; must be
-  // writable.
+  // Holds the record-index cache (index/) and the journal (journal): a dispatcher started again
+  // with the same work directory replays it and carries on with the same jobs, producers,
+  // consumers, tasks and positions. Created if missing; must be writable.
   std::string work_dir;
   std::string auth_token;  // empty: no authentication
   DispatcherOptions dispatcher;
@@ -30,7 +31,7 @@ struct DispatcherNodeOptions {
 class DispatcherNode {
  public:
   // UNAVAILABLE naming the address if the port cannot be bound; the work directory's error if it
-  // cannot be created or written.
+  // cannot be created or written; the journal's errors (DispatcherImpl::Create).
   static absl::StatusOr<std::unique_ptr<DispatcherNode>> Start(DispatcherNodeOptions options);
   ~DispatcherNode();  // Shutdown()
 

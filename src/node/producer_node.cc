@@ -99,12 +99,17 @@ absl::StatusOr<std::shared_ptr<const BatchMaker>> ProducerNode::MakerFor(const v
 }
 
 absl::Status ProducerNode::Heartbeat() {
+  // Held before finished: a task finishing in between is then in both lists (and finished by the
+  // dispatcher), never in neither (which the dispatcher would take for a lost assignment).
+  const std::vector<uint64_t> held = runner_->HeldTasks();
   std::vector<uint64_t> finished = runner_->TakeFinishedTasks();
   unreported_finished_.insert(unreported_finished_.end(), finished.begin(), finished.end());
   v1::ProducerHeartbeatRequest request;
   request.set_producer_id(producer_id());
   request.set_data_address(data_address_);
   for (uint64_t t : unreported_finished_) request.add_finished_tasks(t);
+  for (uint64_t t : held) request.add_held_tasks(t);
+  request.set_held_tasks_reported(true);
   request.set_free_task_slots(runner_->FreeTaskSlots());
   TaskRunner::Stats stats = runner_->stats();
   v1::ProducerStats* s = request.mutable_stats();

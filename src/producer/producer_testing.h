@@ -149,6 +149,13 @@ class GatedEnv : public Env {
   absl::StatusOr<std::unique_ptr<WritableFile>> OpenForWrite(const std::string& path) override {
     return Env::Default()->OpenForWrite(path);
   }
+  absl::StatusOr<std::unique_ptr<WritableFile>> OpenForAppend(const std::string& path) override {
+    return Env::Default()->OpenForAppend(path);
+  }
+  absl::Status Truncate(const std::string& path, uint64_t size) override {
+    return Env::Default()->Truncate(path, size);
+  }
+  absl::Status SyncDir(const std::string& path) override { return Env::Default()->SyncDir(path); }
   absl::StatusOr<FileStat> Stat(const std::string& path) override {
     return Env::Default()->Stat(path);
   }

@@ -19,6 +19,9 @@ DispatcherClient::DispatcherClient(std::string address, DispatcherClientOptions 
   // Reconnect quickly after a dispatcher restart instead of gRPC's default of up to 2 minutes.
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  // And bound each connection attempt (gRPC's minimum is 20 s): an attempt made while the
+  // dispatcher was down was seen to hang for seconds after it came back.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1000);
   stub_ = v1::Dispatcher::NewStub(
       grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args));
 }

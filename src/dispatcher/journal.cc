@@ -1,0 +1,320 @@
+#include "src/dispatcher/journal.h"
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "src/common/crc32c.h"
+#include "src/common/logging.h"
+#include "src/common/status_macros.h"
+#include "src/dispatcher/dispatcher_state.h"
+#include "src/io/tfrecord_format.h"
+
+namespace croupier {
+namespace {
+
+constexpr uint64_t kLengthBytes = 12;  // uint64 length and its masked CRC
+constexpr size_t kWindowBytes = 1 << 20;
+
+// Reads a file through a window of about a megabyte, so that both replaying entry after entry
+// and scanning byte by byte for a valid entry after a bad one cost few reads.
+class Window {
+ public:
+  Window(const RandomAccessFile& file, uint64_t size) : file_(file), size_(size) {}
+
+  // Bytes [offset, offset + n), which must lie inside the file; valid until the next call.
+  absl::StatusOr<absl::string_view> Get(uint64_t offset, uint64_t n) {
+    if (offset < start_ || offset + n > start_ + buffer_.size()) {
+      const uint64_t want = std::min<uint64_t>(std::max<uint64_t>(n, kWindowBytes), size_ - offset);
+      buffer_.resize(want);
+      ASSIGN_OR_RETURN(size_t got, file_.Read(offset, want, buffer_.data()));
+      buffer_.resize(got);
+      start_ = offset;
+      if (got < n) {
+        return absl::DataLossError(absl::StrCat(file_.name(), " shrank while being read: ", got,
+                                                " bytes at byte ", offset, " instead of ", n));
+      }
+    }
+    return absl::string_view(buffer_).substr(offset - start_, n);
+  }
+
+ private:
+  const RandomAccessFile& file_;
+  const uint64_t size_;
+  uint64_t start_ = 0;
+  std::string buffer_;
+};
+
+// The entry at `offset`: its payload, or why there is no complete valid entry there.
+struct Entry {
+  std::optional<absl::string_view> payload;
+  std::string why;
+};
+
+absl::StatusOr<Entry> EntryAt(Window& window, uint64_t size, uint64_t offset) {
+  const uint64_t left = size - offset;
+  if (left < kLengthBytes) {
+    return Entry{std::nullopt, absl::StrCat("a length cut short (", left, " of 12 bytes)")};
+  }
+  ASSIGN_OR_RETURN(absl::string_view head, window.Get(offset, kLengthBytes));
+  if (!tfrecord::HeaderCrcMatches(head.data())) {
+    return Entry{std::nullopt, "a length whose checksum does not match"};
+  }
+  const uint64_t length = tfrecord::DecodeU64(head.data());
+  if (length > kMaxJournalEntryBytes) {
+    return Entry{std::nullopt, absl::StrCat("a length of ", length, " bytes, over the limit of ",
+                                            kMaxJournalEntryBytes)};
+  }
+  if (left < length + kJournalEntryOverheadBytes) {
+    return Entry{std::nullopt, absl::StrCat("an entry of ", length, " bytes cut short (",
+                                            left - kLengthBytes, " bytes of payload and checksum)")};
+  }
+  ASSIGN_OR_RETURN(absl::string_view body, window.Get(offset + kLengthBytes, length + 4));
+  const absl::string_view payload = body.substr(0, length);
+  if (crc32c::Unmask(tfrecord::DecodeU32(body.data() + length)) != crc32c::Value(payload)) {
+    return Entry{std::nullopt, absl::StrCat("an entry of ", length,
+                                            " bytes whose checksum does not match")};
+  }
+  return Entry{payload, ""};
+}
+
+// The offset of the first valid entry after `offset`, if any: what tells corruption (valid data
+// follows) from a torn tail (nothing does).
+absl::StatusOr<std::optional<uint64_t>> NextValidEntry(Window& window, uint64_t size,
+                                                       uint64_t offset) {
+  for (uint64_t p = offset + 1; p + kJournalEntryOverheadBytes <= size; ++p) {
+    ASSIGN_OR_RETURN(Entry e, EntryAt(window, size, p));
+    if (e.payload) return p;
+  }
+  return std::nullopt;
+}
+
+absl::Status CheckHeader(Window& window, uint64_t size, const std::string& path,
+                         std::string& torn) {
+  if (size < kJournalHeaderBytes) {
+    // A crash while the header was being written leaves a prefix of it.
+    ASSIGN_OR_RETURN(absl::string_view head, window.Get(0, size));
+    const size_t n = std::min<size_t>(head.size(), 8);
+    if (head.substr(0, n) != absl::string_view(kJournalMagic, n)) {
+      return absl::DataLossError(
+          absl::StrCat(path, " is not a croupier journal: no magic at byte 0"));
+    }
+    torn = absl::StrCat("a file header cut short (", size, " of ", kJournalHeaderBytes, " bytes)");
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(absl::string_view head, window.Get(0, kJournalHeaderBytes));
+  if (head.substr(0, 8) != absl::string_view(kJournalMagic, 8)) {
+    return absl::DataLossError(
+        absl::StrCat(path, " is not a croupier journal: no magic at byte 0"));
+  }
+  if (crc32c::Unmask(tfrecord::DecodeU32(head.data() + 12)) != crc32c::Value(head.data(), 12)) {
+    return absl::DataLossError(
+        absl::StrCat("corrupt journal header at byte 0 of ", path, ": checksum mismatch"));
+  }
+  const uint32_t version = tfrecord::DecodeU32(head.data() + 8);
+  if (version != static_cast<uint32_t>(kJournalVersion)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "journal ", path, " has version ", version, ", but this dispatcher reads version ",
+        kJournalVersion, "; replay it with a dispatcher of version ", version,
+        " or move it away to start empty"));
+  }
+  return absl::OkStatus();
+}
+
+std::string DirName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+}  // namespace
+
+std::string JournalHeader() {
+  char header[kJournalHeaderBytes];
+  std::memcpy(header, kJournalMagic, 8);
+  tfrecord::EncodeU32(header + 8, static_cast<uint32_t>(kJournalVersion));
+  tfrecord::EncodeU32(header + 12, crc32c::Mask(crc32c::Value(header, 12)));
+  return std::string(header, sizeof(header));
+}
+
+std::string JournalEntry(absl::string_view payload) {
+  std::string out(kLengthBytes + payload.size() + 4, '\0');
+  tfrecord::EncodeHeader(out.data(), payload.size());
+  std::memcpy(out.data() + kLengthBytes, payload.data(), payload.size());
+  tfrecord::EncodeU32(out.data() + kLengthBytes + payload.size(),
+                      crc32c::Mask(crc32c::Value(payload)));
+  return out;
+}
+
+absl::StatusOr<JournalReplay> ReadJournal(
+    Env& env, const std::string& path,
+    const std::function<absl::Status(const journal::Update&, uint64_t offset)>& apply) {
+  ASSIGN_OR_RETURN(FileStat stat, env.Stat(path));
+  ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, env.OpenForRead(path));
+  JournalReplay replay;
+  replay.file_bytes = stat.size;
+  if (stat.size == 0) return replay;
+  Window window(*file, stat.size);
+  RETURN_IF_ERROR(CheckHeader(window, stat.size, path, replay.torn));
+  if (!replay.torn.empty()) return replay;
+
+  uint64_t offset = kJournalHeaderBytes;
+  journal::Update update;
+  while (offset < stat.size) {
+    ASSIGN_OR_RETURN(Entry entry, EntryAt(window, stat.size, offset));
+    if (!entry.payload) {
+      ASSIGN_OR_RETURN(std::optional<uint64_t> next, NextValidEntry(window, stat.size, offset));
+      if (next) {
+        return absl::DataLossError(absl::StrCat("corrupt journal entry at byte ", offset, " of ",
+                                                path, " (", entry.why,
+                                                ") followed by a valid entry at byte ", *next));
+      }
+      replay.torn = std::move(entry.why);
+      break;
+    }
+    if (!update.ParseFromArray(entry.payload->data(), static_cast<int>(entry.payload->size()))) {
+      return absl::DataLossError(absl::StrCat("journal entry at byte ", offset, " of ", path,
+                                              " is not a journal update"));
+    }
+    const uint64_t length = entry.payload->size();
+    if (absl::Status s = apply(update, offset); !s.ok()) {
+      return absl::DataLossError(absl::StrCat("journal entry at byte ", offset, " of ", path,
+                                              " (", update.ShortDebugString(),
+                                              ") cannot be replayed: ", s.message()));
+    }
+    ++replay.entries;
+    offset += length + kJournalEntryOverheadBytes;
+  }
+  replay.valid_bytes = offset;
+  return replay;
+}
+
+// ---- JournalWriter.
+
+absl::StatusOr<std::unique_ptr<JournalWriter>> JournalWriter::Open(Env& env, std::string path,
+                                                                   uint64_t valid_bytes,
+                                                                   Options options) {
+  if (valid_bytes == 0) {
+    // A new journal: the header goes in with one write, then the file and its directory entry
+    // are made durable.
+    ASSIGN_OR_RETURN(auto file, env.OpenForWrite(path));
+    RETURN_IF_ERROR(file->Append(JournalHeader()));
+    if (options.sync) RETURN_IF_ERROR(file->Sync());
+    RETURN_IF_ERROR(file->Close());
+    if (options.sync) RETURN_IF_ERROR(env.SyncDir(DirName(path)));
+    valid_bytes = kJournalHeaderBytes;
+  } else {
+    ASSIGN_OR_RETURN(FileStat stat, env.Stat(path));
+    if (stat.size < valid_bytes) {
+      return absl::FailedPreconditionError(absl::StrCat("journal ", path, " has ", stat.size,
+                                                        " bytes, fewer than the ", valid_bytes,
+                                                        " replayed"));
+    }
+    if (stat.size > valid_bytes) RETURN_IF_ERROR(env.Truncate(path, valid_bytes));
+  }
+  ASSIGN_OR_RETURN(auto file, env.OpenForAppend(path));
+  if (options.sync) RETURN_IF_ERROR(file->Sync());  // the cut, if any
+  return std::unique_ptr<JournalWriter>(
+      new JournalWriter(env, std::move(path), options, std::move(file), valid_bytes));
+}
+
+JournalWriter::JournalWriter(Env& env, std::string path, Options options,
+                             std::unique_ptr<WritableFile> file, uint64_t size)
+    : env_(env), path_(std::move(path)), options_(options), file_(std::move(file)), size_(size) {}
+
+JournalWriter::~JournalWriter() {
+  if (absl::Status s = file_->Close(); !s.ok()) Log(LogLevel::kError, "journal", s.ToString());
+}
+
+void JournalWriter::CutBack(uint64_t size) {
+  absl::Status cut = env_.Truncate(path_, size);
+  if (!cut.ok()) {
+    broken_ = absl::UnavailableError(
+        absl::StrCat("the dispatcher's journal ", path_, " is unusable until a restart: after a "
+                     "failed write it could not be cut back to byte ", size, ": ", cut.message()));
+    Log(LogLevel::kError, "journal", broken_.message());
+  }
+}
+
+absl::Status JournalWriter::Append(const journal::Update& update) {
+  if (!broken_.ok()) return broken_;
+  std::string payload;
+  if (!update.SerializeToString(&payload)) {
+    return absl::InternalError(absl::StrCat("cannot serialize journal update for ", path_));
+  }
+  if (payload.size() > kMaxJournalEntryBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("a journal update of ", payload.size(),
+                                                   " bytes is over the limit of ",
+                                                   kMaxJournalEntryBytes, " (", path_, ")"));
+  }
+  const std::string entry = JournalEntry(payload);
+  absl::Status written = file_->Append(entry);
+  if (!written.ok()) {
+    CutBack(size_);
+    return absl::UnavailableError(absl::StrCat("the dispatcher cannot write its journal ", path_,
+                                               " at byte ", size_, ": ", written.message(),
+                                               "; the change was not made"));
+  }
+  if (options_.sync) {
+    absl::Status synced = file_->Sync();
+    if (!synced.ok()) {
+      // After a failed fdatasync the kernel may have dropped the dirty pages and reports the
+      // next sync as fine: only a replay of what is on disk is trustworthy now.
+      CutBack(size_);
+      broken_ = absl::UnavailableError(
+          absl::StrCat("the dispatcher's journal ", path_, " is unusable until a restart: syncing "
+                       "the entry at byte ", size_, " failed: ", synced.message()));
+      Log(LogLevel::kError, "journal", broken_.message());
+      return broken_;
+    }
+  }
+  last_entry_ = size_;
+  size_ += entry.size();
+  return absl::OkStatus();
+}
+
+absl::Status JournalWriter::DropLast() {
+  if (!broken_.ok()) return broken_;
+  if (last_entry_ == 0) {
+    return absl::FailedPreconditionError(absl::StrCat("journal ", path_, ": no entry to drop"));
+  }
+  CutBack(last_entry_);
+  if (!broken_.ok()) return broken_;
+  if (options_.sync) {
+    if (absl::Status s = file_->Sync(); !s.ok()) {
+      broken_ = absl::UnavailableError(absl::StrCat("the dispatcher's journal ", path_,
+                                                    " is unusable until a restart: ", s.message()));
+      return broken_;
+    }
+  }
+  size_ = last_entry_;
+  last_entry_ = 0;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<OpenedJournal> OpenJournal(
+    Env& env, const std::string& path,
+    const std::function<absl::Status(const journal::Update&, uint64_t offset)>& apply,
+    JournalWriter::Options options) {
+  OpenedJournal out;
+  absl::StatusOr<FileStat> stat = env.Stat(path);
+  if (stat.ok()) {
+    ASSIGN_OR_RETURN(out.replay, ReadJournal(env, path, apply));
+    if (!out.replay.torn.empty()) {
+      Log(LogLevel::kWarning, "journal",
+          absl::StrCat("journal ", path, ": torn final entry at byte ", out.replay.valid_bytes,
+                       " (", out.replay.torn, "; ",
+                       out.replay.file_bytes - out.replay.valid_bytes,
+                       " bytes), left by a crash while writing; cut away, the ",
+                       out.replay.entries, " complete entries before it are kept"));
+    }
+  } else if (!absl::IsNotFound(stat.status())) {
+    return stat.status();
+  }
+  ASSIGN_OR_RETURN(out.writer, JournalWriter::Open(env, path, out.replay.valid_bytes, options));
+  return out;
+}
+
+}  // namespace croupier

@@ -1,0 +1,366 @@
+#include "src/dispatcher/journal.h"
+
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/common/crc32c.h"
+#include "src/common/testing.h"
+#include "src/dispatcher/dispatcher_state.h"
+#include "src/dispatcher/test_util.h"
+
+namespace croupier {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::FaultyEnv;
+using testing::ScopedTempDir;
+
+// A small but real history: a job, a producer, tasks, a consumer and its positions.
+std::vector<journal::Update> History() {
+  using namespace ::croupier::testing;
+  std::vector<journal::Update> u;
+  u.push_back(JobCreated(FakeJob("train", 16, 2, 4, 2)));
+  u.push_back(ProducerRegistered(1, "127.0.0.1:7001"));
+  u.push_back(TaskAssigned(MakeTask(1, "train", 0, 0, 4), 1));
+  u.push_back(TaskAssigned(MakeTask(2, "train", 0, 4, 4), 1));
+  u.push_back(TaskFinished(1, 1));
+  u.push_back(ProducerRegistered(2, "127.0.0.1:7002"));
+  u.push_back(ProducerRemoved(1));
+  u.push_back(TaskAssigned(MakeTask(3, "train", 0, 4, 4), 2));
+  return u;
+}
+
+// Appends `updates` to a new journal at `path`; returns where each entry starts, then the end.
+std::vector<uint64_t> WriteJournal(const std::string& path,
+                                   const std::vector<journal::Update>& updates,
+                                   bool sync = false) {
+  auto writer = JournalWriter::Open(*Env::Default(), path, 0, {.sync = sync});
+  EXPECT_TRUE(writer.ok()) << writer.status();
+  std::vector<uint64_t> offsets;
+  for (const auto& u : updates) {
+    offsets.push_back((*writer)->size());
+    EXPECT_TRUE((*writer)->Append(u).ok());
+  }
+  offsets.push_back((*writer)->size());
+  return offsets;
+}
+
+std::string ReadAll(const std::string& path) { return *ReadFileToString(*Env::Default(), path); }
+void WriteAll(const std::string& path, const std::string& contents) {
+  ASSERT_TRUE(Env::Default()->WriteFileAtomically(path, contents).ok());
+}
+
+// Replays `path`, collecting the updates.
+absl::StatusOr<JournalReplay> Replay(const std::string& path, std::vector<std::string>* got) {
+  return ReadJournal(*Env::Default(), path, [&](const journal::Update& u, uint64_t) {
+    got->push_back(u.SerializeAsString());
+    return absl::OkStatus();
+  });
+}
+
+TEST(JournalTest, RoundTripRebuildsTheState) {
+  ScopedTempDir tmp;
+  const std::string path = tmp.Join(kJournalFileName);
+  const std::vector<journal::Update> history = History();
+  const std::vector<uint64_t> offsets = WriteJournal(path, history, /*sync=*/true);
+  EXPECT_EQ(offsets.front(), kJournalHeaderBytes);
+  EXPECT_EQ(ReadAll(path).substr(0, 8), "CRPJRNL\n");
+
+  DispatcherState want, got;
+  for (const auto& u : history) ASSERT_TRUE(want.Apply(u).ok());
+  std::vector<uint64_t> seen;
+  auto replay = ReadJournal(*Env::Default(), path, [&](const journal::Update& u, uint64_t at) {
+    seen.push_back(at);
+    return got.Apply(u);
+  });
+  ASSERT_TRUE(replay.ok()) << replay.status();
+  EXPECT_EQ(replay->entries, history.size());
+  EXPECT_EQ(replay->valid_bytes, offsets.back());
+  EXPECT_EQ(replay->file_bytes, offsets.back());
+  EXPECT_TRUE(replay->torn.empty());
+  EXPECT_EQ(seen, std::vector<uint64_t>(offsets.begin(), offsets.end() - 1));
+  EXPECT_EQ(got.DebugString(), want.DebugString());
+}
+
+TEST(JournalTest, OpenJournalReplaysThenAppendsAfterIt) {
+  ScopedTempDir tmp;
+  const std::string path = tmp.Join(kJournalFileName);
+  const std::vector<journal::Update> history = History();
+  for (size_t i = 0; i < history.size(); ++i) {
+    // Reopen before each append: what a dispatcher restarting after every change does.
+    DispatcherState state;
+    auto opened = OpenJournal(*Env::Default(), path,
+                              [&](const journal::Update& u, uint64_t) { return state.Apply(u); });
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    EXPECT_EQ(opened->replay.entries, i);
+    ASSERT_TRUE(opened->writer->Append(history[i]).ok());
+  }
+  std::vector<std::string> got;
+  ASSERT_TRUE(Replay(path, &got).ok());
+  EXPECT_EQ(got.size(), history.size());
+}
+
+TEST(JournalTest, EmptyFileIsAnEmptyJournal) {
+  ScopedTempDir tmp;
+  const std::string path = tmp.Join(kJournalFileName);
+  WriteAll(path, "");
+  std::vector<std::string> got;
+  auto replay = Replay(path, &got);
+  ASSERT_TRUE(replay.ok()) << replay.status();
+  EXPECT_EQ(replay->entries, 0u);
+  EXPECT_EQ(replay->valid_bytes, 0u);
+  EXPECT_TRUE(replay->torn.empty());
+  auto opened = OpenJournal(*Env::Default(), path, [](auto&, uint64_t) { return absl::OkStatus(); });
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_EQ(ReadAll(path), JournalHeader());
+  // A missing file is created the same way.
+  const std::string fresh = tmp.Join("fresh");
+  ASSERT_TRUE(OpenJournal(*Env::Default(), fresh, [](auto&, uint64_t) {
+                return absl::OkStatus();
+              }).ok());
+  EXPECT_EQ(ReadAll(fresh), JournalHeader());
+}
+
+TEST(JournalTest, TornTailOfEveryLengthIsCutAndNeverApplied) {
+  ScopedTempDir tmp;
+  const std::string path = tmp.Join(kJournalFileName);
+  const std::vector<journal::Update> history = History();
+  const std::vector<uint64_t> offsets = WriteJournal(path, history);
+  const std::string full = ReadAll(path);
+  const uint64_t last = offsets[offsets.size() - 2];
+  for (uint64_t cut = last + 1; cut < full.size(); ++cut) {
+    SCOPED_TRACE(absl::StrCat("file cut at byte ", cut));
+    WriteAll(path, full.substr(0, cut));
+    std::vector<std::string> got;
+    auto replay = Replay(path, &got);
+    ASSERT_TRUE(replay.ok()) << replay.status();
+    EXPECT_EQ(got.size(), history.size() - 1);
+    EXPECT_EQ(replay->valid_bytes, last);
+    EXPECT_FALSE(replay->torn.empty());
+    // Opening cuts the torn entry away; what is appended next replays.
+    auto opened = OpenJournal(*Env::Default(), path, [](auto&, uint64_t) {
+      return absl::OkStatus();
+    });
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    ASSERT_TRUE(opened->writer->Append(history.back()).ok());
+    opened->writer.reset();
+    EXPECT_EQ(ReadAll(path), full);
+  }
+}
+
+TEST(JournalTest, GarbageOrBadChecksumAtTheEndIsATornTail) {
+  ScopedTempDir tmp;
+  const std::string path = tmp.Join(kJournalFileName);
+  const std::vector<journal::Update> history = History();
+  const std::vector<uint64_t> offsets = WriteJournal(path, history);
+  const std::string full = ReadAll(path);
+  for (int n = 1; n <= 64; ++n) {
+    SCOPED_TRACE(absl::StrCat(n, " garbage bytes"));
+    WriteAll(path, full + std::string(n, static_cast<char>(0xA5 + n)));
+    std::vector<std::string> got;
+    auto replay = Replay(path, &got);
+    ASSERT_TRUE(replay.ok()) << replay.status();
+    EXPECT_EQ(got.size(), history.size());
+    EXPECT_EQ(replay->valid_bytes, full.size());
+  }
+  // Zeros where the last entry's blocks never reached the disk: its checksum fails.
+  const uint64_t last = offsets[offsets.size() - 2];
+  std::string zeroed = full;
+  for (uint64_t i = last + 12; i < zeroed.size(); ++i) zeroed[i] = 0;
+  WriteAll(path, zeroed);
+  std::vector<std::string> got;
+  auto replay = Replay(path, &got);
+  ASSERT_TRUE(replay.ok()) << replay.status();
+  EXPECT_EQ(got.size(), history.size() - 1);
+  EXPECT_THAT(replay->torn, HasSubstr("checksum"));
+}
+
+TEST(JournalTest, TornHeaderStartsAnEmptyJournal) {
+  ScopedTempDir tmp;
+  const std::string path = tmp.Join(kJournalFileName);
+  for (uint64_t n = 1; n < kJournalHeaderBytes; ++n) {
+    WriteAll(path, JournalHeader().substr(0, n));
+    auto opened = OpenJournal(*Env::Default(), path, [](auto&, uint64_t) {
+      return absl::OkStatus();
+    });
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    EXPECT_THAT(opened->replay.torn, HasSubstr("header cut short"));
+    EXPECT_EQ(opened->replay.entries, 0u);
+    opened->writer.reset();
+    EXPECT_EQ(ReadAll(path), JournalHeader());
+  }
+}
+
+TEST(JournalTest, CorruptionFollowedByValidDataIsDataLossNamingTheOffset) {
+  ScopedTempDir tmp;
+  const std::string path = tmp.Join(kJournalFileName);
+  const std::vector<journal::Update> history = History();
+  const std::vector<uint64_t> offsets = WriteJournal(path, history);
+  const std::string full = ReadAll(path);
+  // Every byte of the second entry: its length, the length's checksum, the payload, its checksum.
+  for (uint64_t i = offsets[1]; i < offsets[2]; ++i) {
+    SCOPED_TRACE(absl::StrCat("byte ", i, " flipped"));
+    std::string bad = full;
+    bad[i] ^= 0x40;
+    WriteAll(path, bad);
+    std::vector<std::string> got;
+    auto replay = Replay(path, &got);
+    EXPECT_TRUE(absl::IsDataLoss(replay.status())) << replay.status();
+    EXPECT_THAT(replay.status().message(),
+                HasSubstr(absl::StrCat("corrupt journal entry at byte ", offsets[1], " of ", path)));
+    EXPECT_THAT(replay.status().message(), HasSubstr("followed by a valid entry"));
+    // OpenJournal refuses too: it never cuts away valid entries.
+    EXPECT_TRUE(absl::IsDataLoss(
+        OpenJournal(*Env::Default(), path, [](auto&, uint64_t) { return absl::OkStatus(); })
+            .status()));
+  }
+}
+
+TEST(JournalTest, VersionMismatchNamesBothVersions) {
+  ScopedTempDir tmp;
+  const std::string path = tmp.Join(kJournalFileName);
+  WriteJournal(path, History());
+  std::string other = ReadAll(path);
+  const uint32_t version = kJournalVersion + 1;
+  std::memcpy(other.data() + 8, &version, 4);
+  const uint32_t crc = crc32c::Mask(crc32c::Value(other.data(), 12));
+  std::memcpy(other.data() + 12, &crc, 4);
+  WriteAll(path, other);
+  std::vector<std::string> got;
+  auto replay = Replay(path, &got);
+  EXPECT_TRUE(absl::IsFailedPrecondition(replay.status())) << replay.status();
+  EXPECT_THAT(replay.status().message(),
+              HasSubstr(absl::StrCat("journal ", path, " has version ", version,
+                                     ", but this dispatcher reads version ", kJournalVersion)));
+  EXPECT_TRUE(got.empty());
+}
+
+TEST(JournalTest, NotAJournalAndBadHeaderAreDataLoss) {
+  ScopedTempDir tmp;
+  const std::string path = tmp.Join(kJournalFileName);
+  std::vector<std::string> got;
+  WriteAll(path, "this is not a journal at all");
+  auto replay = Replay(path, &got);
+  EXPECT_TRUE(absl::IsDataLoss(replay.status())) << replay.status();
+  EXPECT_THAT(replay.status().message(), HasSubstr(path + " is not a croupier journal"));
+  WriteAll(path, "xyz");
+  EXPECT_TRUE(absl::IsDataLoss(Replay(path, &got).status()));
+  std::string header = JournalHeader();
+  header[14] ^= 1;
+  WriteAll(path, header);
+  replay = Replay(path, &got);
+  EXPECT_TRUE(absl::IsDataLoss(replay.status())) << replay.status();
+  EXPECT_THAT(replay.status().message(), HasSubstr("at byte 0 of " + path));
+}
+
+TEST(JournalTest, RefusedOrUnparsableEntryIsDataLoss) {
+  ScopedTempDir tmp;
+  const std::string path = tmp.Join(kJournalFileName);
+  const std::vector<uint64_t> offsets = WriteJournal(path, History());
+  auto replay = ReadJournal(*Env::Default(), path, [&](const journal::Update&, uint64_t at) {
+    return at == offsets[2] ? absl::FailedPreconditionError("producer 9 is unknown")
+                            : absl::OkStatus();
+  });
+  EXPECT_TRUE(absl::IsDataLoss(replay.status())) << replay.status();
+  EXPECT_THAT(replay.status().message(),
+              HasSubstr(absl::StrCat("journal entry at byte ", offsets[2], " of ", path)));
+  EXPECT_THAT(replay.status().message(), HasSubstr("producer 9 is unknown"));
+
+  // A well-framed entry whose payload is not an Update.
+  WriteAll(path, JournalHeader() + JournalEntry("\xff\xff\xff"));
+  std::vector<std::string> got;
+  replay = Replay(path, &got);
+  EXPECT_TRUE(absl::IsDataLoss(replay.status())) << replay.status();
+  EXPECT_THAT(replay.status().message(), HasSubstr("is not a journal update"));
+}
+
+TEST(JournalTest, FailedWriteLeavesNoPartialEntry) {
+  ScopedTempDir tmp;
+  const std::string path = tmp.Join(kJournalFileName);
+  FaultyEnv env;
+  const std::vector<journal::Update> history = History();
+  auto writer = JournalWriter::Open(env, path, 0, {});
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  ASSERT_TRUE((*writer)->Append(history[0]).ok());
+  env.fail_append = true;
+  absl::Status s = (*writer)->Append(history[1]);
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("cannot write its journal " + path));
+  EXPECT_THAT(s.message(), HasSubstr("No space left on device"));
+  // Cut back: the next append (the disk has room again) follows the first entry directly.
+  env.fail_append = false;
+  ASSERT_TRUE((*writer)->Append(history[1]).ok());
+  std::vector<std::string> got;
+  auto replay = Replay(path, &got);
+  ASSERT_TRUE(replay.ok()) << replay.status();
+  EXPECT_EQ(got.size(), 2u);
+  EXPECT_TRUE(replay->torn.empty());
+}
+
+TEST(JournalTest, FailedSyncOrCutBreaksTheWriter) {
+  ScopedTempDir tmp;
+  FaultyEnv env;
+  const std::vector<journal::Update> history = History();
+  {
+    auto writer = JournalWriter::Open(env, tmp.Join("a"), 0, {});
+    ASSERT_TRUE(writer.ok());
+    env.fail_sync = true;
+    absl::Status s = (*writer)->Append(history[0]);
+    EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+    EXPECT_THAT(s.message(), HasSubstr("journal " + tmp.Join("a") + " is unusable"));
+    env.fail_sync = false;
+    EXPECT_EQ((*writer)->Append(history[0]), s);  // stays broken
+  }
+  {
+    auto writer = JournalWriter::Open(env, tmp.Join("b"), 0, {});
+    ASSERT_TRUE(writer.ok());
+    env.fail_append = env.fail_truncate = true;
+    EXPECT_TRUE(absl::IsUnavailable((*writer)->Append(history[0])));
+    env.fail_append = env.fail_truncate = false;
+    absl::Status s = (*writer)->Append(history[0]);
+    EXPECT_THAT(s.message(), HasSubstr("could not be cut back"));
+  }
+}
+
+TEST(JournalTest, DropLastRemovesTheLastEntry) {
+  ScopedTempDir tmp;
+  const std::string path = tmp.Join(kJournalFileName);
+  const std::vector<journal::Update> history = History();
+  auto writer = JournalWriter::Open(*Env::Default(), path, 0, {});
+  ASSERT_TRUE(writer.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition((*writer)->DropLast()));
+  ASSERT_TRUE((*writer)->Append(history[0]).ok());
+  const uint64_t size = (*writer)->size();
+  ASSERT_TRUE((*writer)->Append(history[1]).ok());
+  ASSERT_TRUE((*writer)->DropLast().ok());
+  EXPECT_EQ((*writer)->size(), size);
+  EXPECT_TRUE(absl::IsFailedPrecondition((*writer)->DropLast()));
+  ASSERT_TRUE((*writer)->Append(history[1]).ok());
+  std::vector<std::string> got;
+  ASSERT_TRUE(Replay(path, &got).ok());
+  EXPECT_EQ(got.size(), 2u);
+}
+
+// Not a check: prints what an entry costs with and without fdatasync (journal.h quotes it).
+TEST(JournalTest, SyncCost) {
+  ScopedTempDir tmp;
+  const journal::Update update = History()[2];
+  for (bool sync : {false, true}) {
+    auto writer = JournalWriter::Open(*Env::Default(), tmp.Join(sync ? "s" : "n"), 0,
+                                      {.sync = sync});
+    ASSERT_TRUE(writer.ok());
+    constexpr int kEntries = 200;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kEntries; ++i) ASSERT_TRUE((*writer)->Append(update).ok());
+    const double us = std::chrono::duration<double, std::micro>(
+                          std::chrono::steady_clock::now() - start).count() / kEntries;
+    std::printf("journal append %s fdatasync: %.1f us per entry\n", sync ? "with" : "without", us);
+  }
+}
+
+}  // namespace
+}  // namespace croupier
