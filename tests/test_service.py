@@ -196,3 +196,23 @@ def test_sigterm_stops_dispatcher_and_producer_promptly_and_frees_the_port(tmp_p
         with socket.socket() as s:  # the dispatcher's port can be bound again at once
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind(("127.0.0.1", cluster.port))
+
+
+def test_status_watch_shows_rates_and_input_bound_share(tmp_path, dataset):
+    with Cluster(tmp_path / "cluster") as cluster:
+        cluster.add_producer()
+        cluster.create_job("watched", dataset, FEATURES, 8, 1, seed=1, epochs=1)
+        out_file = tmp_path / "w.jsonl"
+        consumer = cluster.start_consumer("watched", 0, 1, out_file, 1, "--slow-ms", "30")
+        deadline = time.monotonic() + 30
+        while not (out_file.exists() and len(out_file.read_text().splitlines()) >= 5):
+            assert time.monotonic() < deadline and consumer.poll() is None
+            time.sleep(0.05)
+        watch = subprocess.Popen([str(BIN), "status", cluster.address, "--watch", "0.3"],
+                                 stdout=subprocess.PIPE, text=True, env=cluster.env)
+        time.sleep(3)
+        watch.kill()
+        out = watch.communicate(timeout=10)[0]
+        cluster.wait([consumer], timeout=60)
+    assert out.count("dispatcher 127.0.0.1") >= 5  # refreshed in place
+    assert "batches/s, input-bound" in out and "epoch ends in" in out, out[-1500:]
