@@ -3,6 +3,7 @@ the demo's trainer) and TensorFlow (tensorflow-cpu: eager, tf.function and model
 import pathlib
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -104,3 +105,40 @@ def test_mpi_trainers_under_mpirun_are_fed_exactly_once(tmp_path):
         capture_output=True, text=True, timeout=170)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("every planned record seen exactly once: yes") == 2
+
+
+@pytest.mark.timeout(180)
+def test_serve_a_tf_data_pipeline_and_a_torch_dataloader(tmp_path):
+    """croupier.serve() with a user's tf.data pipeline (map, batch, prefetch) through
+    as_numpy_iterator(), and with a PyTorch DataLoader; two consumers read every batch once."""
+    import threading
+    tf = pytest.importorskip("tensorflow")
+    torch = pytest.importorskip("torch")
+
+    ds = (tf.data.Dataset.range(64)
+          .map(lambda i: {"i": i, "x": tf.cast(tf.fill([3], i), tf.float32)})
+          .batch(8).prefetch(2))
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(torch.arange(64)), batch_size=8,
+        collate_fn=lambda rows: {"i": torch.stack([r[0] for r in rows])})
+    sources = {"tfdata": lambda epoch: ds.as_numpy_iterator(), "torch": loader}
+    with croupier.local_cluster(producers=0, work_dir=tmp_path / "cluster") as cluster:
+        for name, source in sources.items():
+            done = {}
+            thread = threading.Thread(target=lambda: done.setdefault("n", croupier.serve(
+                source, cluster.address, name, consumers=2, epochs=1, batches_per_epoch=8)))
+            thread.start()
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    feeds = [cluster.consumer(name, r, 2, timeout=30) for r in range(2)]
+                    break
+                except croupier.errors.NotFoundError:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+            ids = [b["i"].tolist() for pair in zip(*(f.epoch(0) for f in feeds)) for b in pair]
+            for f in feeds:
+                f.close()
+            thread.join(30)
+            assert done.get("n") == 8
+            assert ids == [list(range(8 * g, 8 * g + 8)) for g in range(8)]

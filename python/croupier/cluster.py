@@ -57,17 +57,20 @@ def _token(auth_token):
 
 def create_job(dispatcher, name, files, features, batch_size, *, consumers=1, seed=0, epochs=0,
                shuffle="global", remainder="drop", mode="dealt", block_size=0, window_blocks=0,
-               exist_ok=False, auth_token=None, timeout=60.0):
+               source="tfrecord", batches_per_epoch=0, exist_ok=False, auth_token=None,
+               timeout=60.0):
     """Creates a job on the dispatcher and returns it as the dispatcher holds it (a dict: spec,
     files, num_records, batches_per_epoch, steps_per_epoch, ...). `files` is a glob, a path, or a
     list of them. A bad spec raises InvalidArgumentError naming the problem. With exist_ok, an
-    identical existing job is returned instead of AlreadyExistsError."""
+    identical existing job is returned instead of AlreadyExistsError. source="python" makes a job
+    that croupier.serve() feeds (no files; batches_per_epoch is what the source yields)."""
     if isinstance(files, (str, os.PathLike)):
         files = [files]
     spec = {"name": name, "files": [str(f) for f in files], "features": features,
             "batch_size": int(batch_size), "num_consumers": int(consumers), "seed": str(int(seed)),
             "num_epochs": str(int(epochs)), "shuffle": shuffle, "remainder": remainder,
-            "mode": mode, "block_size": int(block_size), "window_blocks": int(window_blocks)}
+            "mode": mode, "block_size": int(block_size), "window_blocks": int(window_blocks),
+            "source": source, "source_batches_per_epoch": str(int(batches_per_epoch))}
     text = _croupier.create_job(dispatcher, json.dumps(spec), bool(exist_ok),
                                 _token(auth_token), float(timeout))
     return json.loads(text)

@@ -45,6 +45,63 @@ pyb::object ColumnToPython(const Batch& batch, const ColumnView& c) {
 
 }  // namespace
 
+// The bytes of a buffer-protocol object (bytes, a contiguous numpy array) as a view. The object
+// must outlive the view.
+namespace {
+absl::string_view BufferBytes(const pyb::buffer& b) {
+  const pyb::buffer_info info = b.request();
+  if (info.ndim > 1 && info.strides.back() != info.itemsize) {
+    ThrowIfError(absl::InvalidArgumentError("an array handed to a batch must be contiguous"));
+  }
+  return absl::string_view(static_cast<const char*>(info.ptr),
+                           static_cast<size_t>(info.size * info.itemsize));
+}
+
+template <typename T>
+absl::Span<const T> SpanOf(const pyb::object& o, std::vector<T>& keep) {
+  if (o.is_none()) return {};
+  keep = o.cast<std::vector<T>>();
+  return absl::MakeConstSpan(keep);
+}
+
+}  // namespace
+
+Batch BatchFromColumns(uint64_t num_records, const pyb::list& columns) {
+  // (name, dtype, variable, dims, values, offsets or None, splits or None) per column.
+  struct Held {
+    std::string name;
+    std::vector<int64_t> dims;
+    std::vector<uint64_t> offsets, splits;
+  };
+  std::vector<Held> held(columns.size());
+  std::vector<ColumnData> data(columns.size());
+  for (size_t i = 0; i < columns.size(); ++i) {
+    auto c = columns[i].cast<pyb::tuple>();
+    if (c.size() != 7) ThrowIfError(absl::InvalidArgumentError("a column is a 7-tuple"));
+    Held& h = held[i];
+    ColumnData& d = data[i];
+    h.name = c[0].cast<std::string>();
+    d.name = h.name;
+    const std::string dtype = c[1].cast<std::string>();
+    d.dtype = dtype == "int64" ? DType::kInt64 : dtype == "float32" ? DType::kFloat32 : DType::kBytes;
+    d.variable_length = c[2].cast<bool>();
+    h.dims = c[3].cast<std::vector<int64_t>>();
+    d.dims = h.dims;
+    d.values = BufferBytes(c[4].cast<pyb::buffer>());
+    d.offsets = SpanOf<uint64_t>(c[5], h.offsets);
+    d.row_splits = SpanOf<uint64_t>(c[6], h.splits);
+    d.num_values = d.dtype == DType::kBytes ? (h.offsets.empty() ? 0 : h.offsets.size() - 1)
+                                            : d.values.size() / (d.dtype == DType::kInt64 ? 8 : 4);
+  }
+  absl::StatusOr<Batch> batch;
+  {
+    pyb::gil_scoped_release nogil;
+    batch = Batch::FromColumns(num_records, data);
+  }
+  return Unwrap(std::move(batch));
+}
+
+
 void BindBatch(pyb::module_& m) {
   pyb::class_<Batch>(m, "Batch", R"doc(A batch: the records' features stacked into one array
 per feature, all in one contiguous buffer. Numeric arrays are zero-copy views of that buffer.)doc")
@@ -67,6 +124,10 @@ per feature, all in one contiguous buffer. Numeric arrays are zero-copy views of
           },
           "{name: array}. Fixed shapes: an array [num_records, *shape]; bytes: a list of bytes; "
           "variable length: a tuple (values, row_splits).");
+
+  m.def("batch_from_columns", &BatchFromColumns, pyb::arg("num_records"), pyb::arg("columns"),
+        "A Batch holding a copy of the given columns: (name, dtype, variable, dims, values, "
+        "offsets, row_splits) each. Use croupier.source.make_batch.");
 
   m.def(
       "build_batch",

@@ -60,10 +60,21 @@ absl::Status DispatcherImpl::UnknownConsumer(uint64_t id) const {
 }
 
 absl::StatusOr<uint64_t> DispatcherImpl::RegisterProducerLocked(const std::string& data_address,
+                                                                const std::string& source_job,
                                                                 absl::Time now) {
   if (data_address.empty()) {
     return absl::InvalidArgumentError(
         "a producer registers with the address of its data server (host:port), but none was given");
+  }
+  if (!source_job.empty()) {
+    const DispatcherState::Job* job = state_.FindJob(source_job);
+    if (job == nullptr) {
+      return absl::NotFoundError(absl::StrCat("no job '", source_job, "' to be the source of"));
+    }
+    if (job->info.spec().source() != "python") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "job '", source_job, "' reads TFRecord files; only a Python job takes a source"));
+    }
   }
   const uint64_t id = state_.next_producer_id();
   if (const DispatcherState::Producer* old = state_.ProducerAt(data_address)) {
@@ -74,10 +85,12 @@ absl::StatusOr<uint64_t> DispatcherImpl::RegisterProducerLocked(const std::strin
   journal::Update update;
   update.mutable_producer_registered()->set_producer_id(id);
   update.mutable_producer_registered()->set_data_address(data_address);
+  update.mutable_producer_registered()->set_source_job(source_job);
   RETURN_IF_ERROR(ApplyLocked(update));
   producer_info_[id].last_heartbeat = now;
   Log(LogLevel::kInfo, "dispatcher",
-      absl::StrCat("producer ", id, " registered with data address ", data_address));
+      absl::StrCat("producer ", id, " registered with data address ", data_address,
+                   source_job.empty() ? "" : absl::StrCat(", the source of job '", source_job, "'")));
   return id;
 }
 
@@ -101,7 +114,7 @@ absl::StatusOr<v1::ProducerHeartbeatResponse> DispatcherImpl::ProducerHeartbeat(
   absl::MutexLock lock(&mu_);
   uint64_t id = request.producer_id();
   if (id == 0) {
-    ASSIGN_OR_RETURN(id, RegisterProducerLocked(request.data_address(), now));
+    ASSIGN_OR_RETURN(id, RegisterProducerLocked(request.data_address(), request.source_job(), now));
   } else {
     const DispatcherState::Producer* producer = state_.FindProducer(id);
     if (producer == nullptr) return UnknownProducer(id);
@@ -159,7 +172,7 @@ absl::StatusOr<v1::ProducerHeartbeatResponse> DispatcherImpl::ProducerHeartbeat(
   // Orphans go first, so with a free slot the first task is an orphan anyway.
   if (slots == 0 && !state_.orphans().empty()) slots = 1;
   for (uint32_t i = 0; i < slots; ++i) {
-    std::optional<v1::Task> task = NextTask(state_);
+    std::optional<v1::Task> task = NextTask(state_, *state_.FindProducer(id));
     if (!task) break;
     journal::Update update;
     *update.mutable_task_assigned()->mutable_task() = *task;

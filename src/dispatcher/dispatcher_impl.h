@@ -156,7 +156,8 @@ class DispatcherImpl {
   absl::StatusOr<v1::CreateJobResponse> ExistingJobLocked(const DispatcherState::Job& job,
                                                           const v1::JobSpec& spec, bool exist_ok)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<uint64_t> RegisterProducerLocked(const std::string& data_address, absl::Time now)
+  absl::StatusOr<uint64_t> RegisterProducerLocked(const std::string& data_address,
+                                                  const std::string& source_job, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RemoveProducerLocked(uint64_t id, std::string reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

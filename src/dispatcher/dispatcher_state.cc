@@ -93,9 +93,17 @@ absl::Status DispatcherState::ApplyProducerRegistered(const journal::ProducerReg
     return DoesNotFit(
         absl::StrCat("address ", u.data_address(), " is held by producer ", holder->id));
   }
+  if (!u.source_job().empty()) {
+    const Job* job = FindJob(u.source_job());
+    if (job == nullptr || job->info.spec().source() != "python") {
+      return DoesNotFit(absl::StrCat("producer ", u.producer_id(), " is the source of '",
+                                     u.source_job(), "', which is not a Python job"));
+    }
+  }
   Producer& p = producers_[u.producer_id()];
   p.id = u.producer_id();
   p.data_address = u.data_address();
+  p.source_job = u.source_job();
   last_producer_id_ = u.producer_id();
   return absl::OkStatus();
 }

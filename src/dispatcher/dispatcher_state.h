@@ -73,6 +73,7 @@ class DispatcherState {
   struct Producer {
     uint64_t id = 0;
     std::string data_address;
+    std::string source_job;    // the Python job it is the source of; empty: a TFRecord producer
     std::set<uint64_t> tasks;  // the task ids it owns
   };
 

@@ -110,8 +110,22 @@ absl::Status CheckFeatures(const std::vector<FeatureSpec>& features, const Datas
   return absl::OkStatus();
 }
 
+// A python job (croupier.serve) has no data to look at: its shape is what the spec says.
+v1::JobInfo BuildPython(const v1::JobSpec& spec, uint32_t rounds_per_task) {
+  const uint64_t n = spec.num_consumers();
+  const uint64_t steps = spec.source_batches_per_epoch() / n;
+  v1::JobInfo info;
+  *info.mutable_spec() = spec;
+  info.set_num_records(spec.source_batches_per_epoch() * spec.batch_size());
+  info.set_batches_per_epoch(steps * n);
+  info.set_steps_per_epoch(steps);
+  info.set_batches_per_task(n * rounds_per_task);
+  return info;
+}
+
 absl::StatusOr<v1::JobInfo> Build(const v1::JobSpec& spec, IndexCache& cache, Env& env,
                                   uint32_t rounds_per_task) {
+  if (spec.source() == "python") return BuildPython(spec, rounds_per_task);
   ASSIGN_OR_RETURN(std::vector<std::string> files, ExpandPatterns(spec, env));
   ASSIGN_OR_RETURN(std::unique_ptr<Dataset> dataset, Dataset::Open(files, cache));
   ASSIGN_OR_RETURN(std::vector<FeatureSpec> features, ParseFeatureSpecs(spec.features()));

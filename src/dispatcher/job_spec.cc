@@ -56,7 +56,34 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec) {
     return JobError(name, absl::InvalidArgumentError(what));
   };
   v1::JobSpec out = spec;
-  if (spec.files().empty()) return invalid("no files given");
+  if (out.source().empty()) out.set_source("tfrecord");
+  const bool python = out.source() == "python";
+  if (!python && out.source() != "tfrecord") {
+    return invalid(
+        absl::StrCat("unknown source '", out.source(), "'; expected one of tfrecord, python"));
+  }
+  if (python) {
+    // Batches come from a Python iterable in its own order (croupier.serve): no files, no plan
+    // shuffle, and only whole rounds of num_consumers batches are dealt.
+    if (!spec.files().empty()) return invalid("a python job reads no files");
+    if (out.shuffle().empty()) out.set_shuffle("none");
+    if (out.shuffle() != "none") {
+      return invalid(absl::StrCat("a python job deals batches in the order its source yields "
+                                  "them: shuffle must be none, not '", out.shuffle(), "'"));
+    }
+    if (!out.remainder().empty() && out.remainder() != kDefaultRemainder) {
+      return invalid("a python job drops the batches past the last whole round: remainder must "
+                     "be drop");
+    }
+    if (out.num_consumers() > 0 && out.source_batches_per_epoch() < out.num_consumers()) {
+      return invalid(absl::StrCat("source_batches_per_epoch is ", out.source_batches_per_epoch(),
+                                  "; a python job needs at least num_consumers (",
+                                  out.num_consumers(), ") batches per epoch"));
+    }
+  } else if (out.source_batches_per_epoch() != 0) {
+    return invalid("source_batches_per_epoch is for python jobs only");
+  }
+  if (!python && spec.files().empty()) return invalid("no files given");
   for (int i = 0; i < spec.files_size(); ++i) {
     if (spec.files(i).empty()) return invalid(absl::StrCat("files[", i, "] is empty"));
   }

@@ -21,7 +21,8 @@ inline constexpr size_t kMaxJobNameBytes = 128;
 absl::Status ValidateJobName(absl::string_view name);
 
 // Checks everything in `spec` that needs no data and returns it with the defaults filled in:
-// shuffle "global", remainder "drop", mode "dealt", block_size 1024, window_blocks 16, and the
+// source "tfrecord", shuffle "global" ("none" for a python source, which allows nothing else),
+// remainder "drop", mode "dealt", block_size 1024, window_blocks 16, and the
 // features in their canonical text (FormatFeatureSpecs). INVALID_ARGUMENT, prefixed with
 // "job '<name>': ", names the first problem: the name, no files or an empty file pattern, the
 // feature spec text, the mode, shuffle or remainder name, num_consumers 0, and any plan setting out

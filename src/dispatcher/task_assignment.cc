@@ -19,12 +19,19 @@ v1::Task MakeTask(const DispatcherState& state, const std::string& job, uint64_t
   return task;
 }
 
+// Whether `producer` can make the batches of `job`.
+bool CanMake(const DispatcherState::Producer& producer, const DispatcherState::Job& job) {
+  return job.info.spec().source() == "python" ? producer.source_job == job.name()
+                                              : producer.source_job.empty();
+}
+
 }  // namespace
 
-std::optional<v1::Task> NextTask(const DispatcherState& state) {
-  if (!state.orphans().empty()) {
-    const DispatcherState::OrphanKey& o = *state.orphans().begin();
+std::optional<v1::Task> NextTask(const DispatcherState& state,
+                                 const DispatcherState::Producer& producer) {
+  for (const DispatcherState::OrphanKey& o : state.orphans()) {
     const DispatcherState::Job& job = *state.FindJob(o.job);
+    if (!CanMake(producer, job)) continue;
     const auto& outstanding = job.outstanding.at({o.epoch, o.first_batch});
     return MakeTask(state, o.job, o.epoch, o.first_batch, outstanding.num_batches);
   }
@@ -36,7 +43,7 @@ std::optional<v1::Task> NextTask(const DispatcherState& state) {
   }
   for (size_t i = 0; i < order.size(); ++i) {
     const DispatcherState::Job& job = *state.FindJob(order[(start + i) % order.size()]);
-    if (job.exhausted()) continue;
+    if (job.exhausted() || !CanMake(producer, job)) continue;
     const uint64_t end = DispatcherState::TaskEnd(job.info, job.next_batch);
     return MakeTask(state, job.name(), job.next_epoch, job.next_batch, end - job.next_batch);
   }

@@ -10,12 +10,16 @@
 
 namespace croupier {
 
-// The next task to assign, with task_id = state.next_task_id(), or nullopt when there is none:
+// The next task to assign to `producer`, with task_id = state.next_task_id(), or nullopt when
+// there is none:
 //   1. the orphan of a removed producer with the lowest (epoch, first batch), ties by job name;
 //   2. otherwise a new task at the cursor of a job that is not exhausted, taking the jobs in
 //      creation order, round-robin, starting after state.last_cut_job().
+// Only jobs the producer can make count: a Python job's tasks go only to the producer that is its
+// source (Producer::source_job), and such a producer takes no other job's tasks.
 // Applying TaskAssigned{task, producer} for the result always succeeds (for a known producer).
-std::optional<v1::Task> NextTask(const DispatcherState& state);
+std::optional<v1::Task> NextTask(const DispatcherState& state,
+                                 const DispatcherState::Producer& producer);
 
 }  // namespace croupier
 

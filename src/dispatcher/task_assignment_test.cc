@@ -17,7 +17,7 @@ using Cut = std::tuple<std::string, uint64_t, uint64_t, uint64_t>;  // job, epoc
 std::vector<Cut> AssignAll(DispatcherState& state, uint64_t producer, int max = 1000) {
   std::vector<Cut> out;
   for (int i = 0; i < max; ++i) {
-    std::optional<v1::Task> task = NextTask(state);
+    std::optional<v1::Task> task = NextTask(state, *state.FindProducer(producer));
     if (!task) break;
     EXPECT_EQ(task->task_id(), state.next_task_id());
     absl::Status status = state.Apply(TaskAssigned(*task, producer));
@@ -29,7 +29,8 @@ std::vector<Cut> AssignAll(DispatcherState& state, uint64_t producer, int max = 
 
 TEST(DispatcherTaskAssignmentTest, NothingWithoutJobs) {
   DispatcherState state;
-  EXPECT_FALSE(NextTask(state).has_value());
+  ASSERT_TRUE(state.Apply(ProducerRegistered(1, "h:1")).ok());
+  EXPECT_TRUE(AssignAll(state, 1).empty());
 }
 
 TEST(DispatcherTaskAssignmentTest, EpochsInBatchOrderWithAShortLastTaskAndAStop) {
@@ -42,7 +43,7 @@ TEST(DispatcherTaskAssignmentTest, EpochsInBatchOrderWithAShortLastTaskAndAStop)
                                                    {"a", 1, 0, 4},
                                                    {"a", 1, 4, 4},
                                                    {"a", 1, 8, 2}}));
-  EXPECT_FALSE(NextTask(state).has_value());
+  EXPECT_TRUE(AssignAll(state, 1).empty());
 }
 
 TEST(DispatcherTaskAssignmentTest, UnboundedJobNeverRunsOut) {
@@ -92,6 +93,32 @@ TEST(DispatcherTaskAssignmentTest, OrphansFirstLowestEpochAndBatchFirst) {
                                                       // then new tasks, from the job after b
                                                       {"a", 1, 4, 4},
                                                       {"b", 1, 4, 4}}));
+}
+
+TEST(DispatcherTaskAssignmentTest, APythonJobGoesOnlyToItsSourceAndTheSourceOnlyToIt) {
+  DispatcherState state;
+  ASSERT_TRUE(state.Apply(JobCreated(FakeJob("files", 4, 2, 2, /*num_epochs=*/1))).ok());
+  ASSERT_TRUE(state.Apply(JobCreated(FakePythonJob("py", 4, 2, 2, /*num_epochs=*/1))).ok());
+  ASSERT_TRUE(state.Apply(ProducerRegistered(1, "h:1")).ok());
+  ASSERT_TRUE(state.Apply(ProducerRegistered(2, "h:2", "py")).ok());
+  EXPECT_EQ(AssignAll(state, 1), (std::vector<Cut>{{"files", 0, 0, 2}, {"files", 0, 2, 2}}));
+  EXPECT_EQ(AssignAll(state, 2), (std::vector<Cut>{{"py", 0, 0, 2}, {"py", 0, 2, 2}}));
+  // Only a Python job takes a source.
+  EXPECT_EQ(state.Apply(ProducerRegistered(3, "h:3", "files")).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(DispatcherTaskAssignmentTest, APythonJobsOrphansWaitForANewSource) {
+  DispatcherState state;
+  ASSERT_TRUE(state.Apply(JobCreated(FakePythonJob("py", 8, 2, 2, /*num_epochs=*/1))).ok());
+  ASSERT_TRUE(state.Apply(ProducerRegistered(1, "h:1", "py")).ok());
+  ASSERT_TRUE(state.Apply(ProducerRegistered(2, "h:2")).ok());
+  AssignAll(state, 1, 2);
+  ASSERT_TRUE(state.Apply(ProducerRemoved(1)).ok());
+  EXPECT_TRUE(AssignAll(state, 2).empty());  // a TFRecord producer cannot make them
+  ASSERT_TRUE(state.Apply(ProducerRegistered(3, "h:3", "py")).ok());
+  EXPECT_EQ(AssignAll(state, 3, 3),
+            (std::vector<Cut>{{"py", 0, 0, 2}, {"py", 0, 2, 2}, {"py", 0, 4, 2}}));
 }
 
 }  // namespace

@@ -52,11 +52,24 @@ inline journal::Update JobCreated(const v1::JobInfo& info, uint32_t plan_version
   u.mutable_job_created()->set_plan_version(plan_version);
   return u;
 }
-inline journal::Update ProducerRegistered(uint64_t id, const std::string& address) {
+inline journal::Update ProducerRegistered(uint64_t id, const std::string& address,
+                                          const std::string& source_job = "") {
   journal::Update u;
   u.mutable_producer_registered()->set_producer_id(id);
   u.mutable_producer_registered()->set_data_address(address);
+  u.mutable_producer_registered()->set_source_job(source_job);
   return u;
+}
+// A Python-source job (croupier.serve) of the same shape as FakeJob.
+inline v1::JobInfo FakePythonJob(const std::string& name, uint64_t batches_per_epoch,
+                                 uint32_t num_consumers, uint64_t batches_per_task,
+                                 uint64_t num_epochs = 0) {
+  v1::JobInfo info = FakeJob(name, batches_per_epoch, num_consumers, batches_per_task, num_epochs);
+  info.mutable_spec()->clear_files();
+  info.mutable_spec()->set_source("python");
+  info.mutable_spec()->set_shuffle("none");
+  info.mutable_spec()->set_source_batches_per_epoch(batches_per_epoch);
+  return info;
 }
 inline journal::Update ProducerRemoved(uint64_t id) {
   journal::Update u;

@@ -53,8 +53,15 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOp
                      RecordCache::Create({.capacity_bytes = options.cache_bytes,
                                           .dir = options.cache_dir}));
   }
-  node->runner_ = std::make_unique<TaskRunner>(options.runner);
-  BatchSource* source = node->runner_.get();
+  BatchSource* source = nullptr;
+  if (options.source_job.empty()) {
+    node->runner_ = std::make_unique<TaskRunner>(options.runner);
+    source = node->runner_.get();
+  } else {
+    node->sequential_ = std::make_unique<SequentialSource>(SequentialSource::Options{
+        .buffer_bytes = options.runner.buffer_bytes, .max_tasks = options.runner.max_tasks});
+    source = node->sequential_.get();
+  }
   if (options.test_max_delay > absl::ZeroDuration()) {
     node->source_ = std::make_unique<DelayingSource>(source, options.test_max_delay);
     source = node->source_.get();
@@ -98,11 +105,79 @@ absl::StatusOr<std::shared_ptr<const BatchMaker>> ProducerNode::MakerFor(const v
   return maker;
 }
 
+std::vector<uint64_t> ProducerNode::HeldTasks() const {
+  return runner_ ? runner_->HeldTasks() : sequential_->HeldTasks();
+}
+
+std::vector<uint64_t> ProducerNode::TakeFinishedTasks() {
+  return runner_ ? runner_->TakeFinishedTasks() : sequential_->TakeFinishedTasks();
+}
+
+uint32_t ProducerNode::FreeTaskSlots() const {
+  return runner_ ? runner_->FreeTaskSlots() : sequential_->FreeTaskSlots();
+}
+
+void ProducerNode::RevokeTask(uint64_t task_id) {
+  if (runner_) {
+    runner_->RevokeTask(task_id);
+  } else {
+    sequential_->RevokeTask(task_id);
+  }
+}
+
+v1::ProducerStats ProducerNode::Stats() const {
+  v1::ProducerStats s;
+  if (runner_) {
+    const TaskRunner::Stats stats = runner_->stats();
+    s.set_buffered_bytes(stats.buffered_bytes);
+    s.set_buffer_capacity_bytes(stats.buffer_capacity_bytes);
+    s.set_batches_made(stats.batches_made);
+    s.set_batches_served(stats.batches_served);
+    s.set_bytes_served(stats.bytes_served);
+  } else {
+    const SequentialSource::Stats stats = sequential_->stats();
+    s.set_buffered_bytes(stats.buffered_bytes);
+    s.set_buffer_capacity_bytes(stats.buffer_capacity_bytes);
+    s.set_batches_made(stats.batches_made);
+    s.set_batches_served(stats.batches_served);
+    s.set_bytes_served(stats.bytes_served);
+  }
+  return s;
+}
+
+void ProducerNode::AddTask(const v1::Task& task) {
+  absl::Status added;
+  if (sequential_) {
+    added = sequential_->AddTask(task);
+  } else {
+    auto it = makers_.find(task.job());
+    if (it == makers_.end()) {
+      v1::GetJobRequest get;
+      get.set_name(task.job());
+      auto job = dispatcher_->GetJob(get);
+      if (job.ok()) {
+        auto maker = MakerFor(job->job());
+        if (maker.ok()) it = makers_.find(task.job());
+      }
+    }
+    if (it == makers_.end()) {
+      Log(LogLevel::kError, "producer",
+          absl::StrCat("task ", task.task_id(), " of job '", task.job(),
+                       "' cannot be made: the job could not be opened"));
+      return;
+    }
+    added = runner_->AddTask(task, it->second);
+  }
+  if (!added.ok()) {
+    Log(LogLevel::kError, "producer", absl::StrCat("task ", task.task_id(), ": ", added.ToString()));
+  }
+}
+
 absl::Status ProducerNode::Heartbeat() {
   // Held before finished: a task finishing in between is then in both lists (and finished by the
   // dispatcher), never in neither (which the dispatcher would take for a lost assignment).
-  const std::vector<uint64_t> held = runner_->HeldTasks();
-  std::vector<uint64_t> finished = runner_->TakeFinishedTasks();
+  const std::vector<uint64_t> held = HeldTasks();
+  std::vector<uint64_t> finished = TakeFinishedTasks();
   unreported_finished_.insert(unreported_finished_.end(), finished.begin(), finished.end());
   v1::ProducerHeartbeatRequest request;
   request.set_producer_id(producer_id());
@@ -110,14 +185,9 @@ absl::Status ProducerNode::Heartbeat() {
   for (uint64_t t : unreported_finished_) request.add_finished_tasks(t);
   for (uint64_t t : held) request.add_held_tasks(t);
   request.set_held_tasks_reported(true);
-  request.set_free_task_slots(runner_->FreeTaskSlots());
-  TaskRunner::Stats stats = runner_->stats();
-  v1::ProducerStats* s = request.mutable_stats();
-  s->set_buffered_bytes(stats.buffered_bytes);
-  s->set_buffer_capacity_bytes(stats.buffer_capacity_bytes);
-  s->set_batches_made(stats.batches_made);
-  s->set_batches_served(stats.batches_served);
-  s->set_bytes_served(stats.bytes_served);
+  request.set_free_task_slots(FreeTaskSlots());
+  *request.mutable_stats() = Stats();
+  if (request.producer_id() == 0) request.set_source_job(options_.source_job);
 
   auto response = dispatcher_->ProducerHeartbeat(request);
   if (absl::IsNotFound(response.status()) && request.producer_id() != 0) {
@@ -126,7 +196,7 @@ absl::Status ProducerNode::Heartbeat() {
     Log(LogLevel::kWarning, "producer",
         absl::StrCat("producer ", request.producer_id(), ": ", response.status().message(),
                      "; dropping its tasks and registering again"));
-    for (uint64_t t : runner_->HeldTasks()) runner_->RevokeTask(t);
+    for (uint64_t t : HeldTasks()) RevokeTask(t);
     unreported_finished_.clear();
     absl::MutexLock lock(&mu_);
     producer_id_ = 0;
@@ -142,37 +212,16 @@ absl::Status ProducerNode::Heartbeat() {
     interval_ = absl::Milliseconds(response->heartbeat_interval_ms());
   }
   work_available_ = response->new_tasks_size() > 0;
-  for (uint64_t t : response->revoked_tasks()) runner_->RevokeTask(t);
+  for (uint64_t t : response->revoked_tasks()) RevokeTask(t);
   for (const v1::JobInfo& job : response->jobs()) {
+    if (sequential_) break;  // a Python job's batches come from its source, not from files
     auto maker = MakerFor(job);
     if (!maker.ok()) {
       Log(LogLevel::kError, "producer",
           absl::StrCat("job '", job.spec().name(), "': ", maker.status().ToString()));
     }
   }
-  for (const v1::Task& task : response->new_tasks()) {
-    auto it = makers_.find(task.job());
-    if (it == makers_.end()) {
-      v1::GetJobRequest get;
-      get.set_name(task.job());
-      auto job = dispatcher_->GetJob(get);
-      if (job.ok()) {
-        auto maker = MakerFor(job->job());
-        if (maker.ok()) it = makers_.find(task.job());
-      }
-    }
-    if (it == makers_.end()) {
-      Log(LogLevel::kError, "producer",
-          absl::StrCat("task ", task.task_id(), " of job '", task.job(),
-                       "' cannot be made: the job could not be opened"));
-      continue;
-    }
-    absl::Status added = runner_->AddTask(task, it->second);
-    if (!added.ok()) {
-      Log(LogLevel::kError, "producer",
-          absl::StrCat("task ", task.task_id(), ": ", added.ToString()));
-    }
-  }
+  for (const v1::Task& task : response->new_tasks()) AddTask(task);
   return absl::OkStatus();
 }
 
@@ -186,7 +235,7 @@ void ProducerNode::HeartbeatLoop() {
     absl::Duration since = absl::Now() - last;
     bool due = since >= interval_;
     // Eager only while the dispatcher has work to give, so an idle producer beats at the interval.
-    bool eager = since >= kEagerGap && work_available_ && runner_->FreeTaskSlots() > 0;
+    bool eager = since >= kEagerGap && work_available_ && FreeTaskSlots() > 0;
     if (!due && !eager) continue;
     absl::Status s = Heartbeat();
     last = absl::Now();
@@ -202,6 +251,7 @@ void ProducerNode::Shutdown() {
     if (!stop_.HasBeenNotified()) stop_.Notify();
     if (heartbeat_.joinable()) heartbeat_.join();
     if (runner_) runner_->Shutdown();
+    if (sequential_) sequential_->Shutdown();
     if (server_) server_->Shutdown();
     Log(LogLevel::kInfo, "producer", absl::StrCat("stopped (", data_address_, ")"));
   });

@@ -1,6 +1,10 @@
 // A running producer: a TaskRunner that makes batches, a data server that serves them, and the
 // heartbeat loop that reports to the dispatcher and takes new work. `croupier producer` is this
 // class and a signal handler.
+//
+// With source_job set, the producer is instead the source of a Python job (croupier.serve): a
+// SequentialSource holds its tasks, and the Python process feeds it (sequential()) batch by batch
+// in the order the tasks ask for.
 #ifndef CROUPIER_SRC_NODE_PRODUCER_NODE_H_
 #define CROUPIER_SRC_NODE_PRODUCER_NODE_H_
 
@@ -13,6 +17,7 @@
 #include "absl/synchronization/notification.h"
 #include "croupier/record_index.h"
 #include "src/producer/record_cache.h"
+#include "src/producer/sequential_source.h"
 #include "src/producer/task_runner.h"
 #include "src/rpc/dispatcher_client.h"
 #include "src/transport/transport.h"
@@ -37,6 +42,9 @@ struct ProducerNodeOptions {
   absl::Duration test_max_delay = absl::ZeroDuration();
   // How long the producer keeps retrying an unreachable dispatcher at start before giving up.
   absl::Duration connect_timeout = absl::Seconds(60);
+  // Non-empty: the producer is the source of this Python job, and takes no other work. Its
+  // buffer is runner.buffer_bytes and it holds up to runner.max_tasks tasks.
+  std::string source_job;
 };
 
 // Thread-safe.
@@ -50,6 +58,8 @@ class ProducerNode {
 
   const std::string& data_address() const { return data_address_; }
   uint64_t producer_id() const;
+  // The source of a Python job's batches (source_job set), else nullptr.
+  SequentialSource* sequential() const { return sequential_.get(); }
   // Stops the heartbeats, the workers and the server promptly. Idempotent.
   void Shutdown();
 
@@ -59,12 +69,21 @@ class ProducerNode {
   absl::Status Heartbeat();
   void HeartbeatLoop();
   absl::StatusOr<std::shared_ptr<const BatchMaker>> MakerFor(const v1::JobInfo& job);
+  // The task holder's side of a heartbeat, whichever holds the tasks.
+  std::vector<uint64_t> HeldTasks() const;
+  std::vector<uint64_t> TakeFinishedTasks();
+  uint32_t FreeTaskSlots() const;
+  void RevokeTask(uint64_t task_id);
+  v1::ProducerStats Stats() const;
+  void AddTask(const v1::Task& task);
 
   ProducerNodeOptions options_;
   std::unique_ptr<rpc::DispatcherClient> dispatcher_;
   std::unique_ptr<IndexCache> index_cache_;
   std::unique_ptr<RecordCache> record_cache_;
+  // Exactly one of these holds the tasks: runner_ for TFRecord jobs, sequential_ for a Python job.
   std::unique_ptr<TaskRunner> runner_;
+  std::unique_ptr<SequentialSource> sequential_;
   std::unique_ptr<BatchSource> source_;  // runner_, or runner_ behind test delays
   std::unique_ptr<DataServer> server_;
   std::string data_address_;

@@ -48,6 +48,7 @@ absl::Status SequentialSource::AddTask(const v1::Task& task) {
   h.task = task;
   h.slots.resize(task.num_batches());
   held_.push_back(std::move(h));
+  last_end_ = std::make_pair(task.epoch(), task.first_batch() + task.num_batches());
   changed_.SignalAll();
   return absl::OkStatus();
 }
@@ -81,6 +82,11 @@ std::vector<uint64_t> SequentialSource::HeldTasks() const {
   std::vector<uint64_t> ids;
   for (const Held& h : held_) ids.push_back(h.task.task_id());
   return ids;
+}
+
+std::optional<std::pair<uint64_t, uint64_t>> SequentialSource::LastTaskEnd() const {
+  absl::MutexLock lock(&mu_);
+  return last_end_;
 }
 
 uint32_t SequentialSource::FreeTaskSlots() const {

@@ -59,6 +59,8 @@ class SequentialSource : public BatchSource {
   bool RevokeTask(uint64_t task_id);
   std::vector<uint64_t> TakeFinishedTasks();
   std::vector<uint64_t> HeldTasks() const;
+  // (epoch, end batch) of the latest task ever added, if any: how far the dispatcher has dealt.
+  std::optional<std::pair<uint64_t, uint64_t>> LastTaskEnd() const;
   uint32_t FreeTaskSlots() const;
   Stats stats() const;
   // Wakes every waiter with UNAVAILABLE; later calls fail the same way. Idempotent.
@@ -107,6 +109,7 @@ class SequentialSource : public BatchSource {
   absl::CondVar changed_;
   std::deque<Held> held_ ABSL_GUARDED_BY(mu_);  // in (epoch, batch) order
   std::vector<uint64_t> finished_ ABSL_GUARDED_BY(mu_);
+  std::optional<std::pair<uint64_t, uint64_t>> last_end_ ABSL_GUARDED_BY(mu_);
   Stats stats_ ABSL_GUARDED_BY(mu_);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
 };

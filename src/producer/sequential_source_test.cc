@@ -42,6 +42,7 @@ TEST(ProducerSequentialSourceTest, SlotsComeInOrderAcrossTasksAndEpochs) {
     ASSERT_TRUE(source.Put(*key, testing::MakeBatch(4096, i)).ok());
   }
   EXPECT_THAT(keys, ElementsAre(Key(0, 0), Key(0, 1), Key(0, 2), Key(1, 0)));
+  EXPECT_EQ(source.LastTaskEnd(), std::make_pair(uint64_t{1}, uint64_t{1}));
   EXPECT_EQ(source.NextSlot(Past()).status().code(), absl::StatusCode::kDeadlineExceeded);
 }
 

@@ -1,0 +1,217 @@
+"""croupier.serve: any Python iterable of batches, served as a producer of a job.
+
+    croupier.serve(loader, "HOST:5050", "train", consumers=4, epochs=3)
+
+Batch g of epoch e is the g-th batch the iterable yields in epoch e, dealt like any job's batch g:
+to consumer g % N as its step g // N. Each epoch iterates the source anew (`iter(source)`), or
+calls it with the epoch number when it is a function (`source(epoch)` returns that epoch's
+iterable).
+
+What holds depends on the source (docs/python.md):
+  - exactly once and equal steps hold always: every planned batch goes to one consumer, and every
+    consumer gets len(source) // N batches per epoch (the last len(source) % N are not dealt);
+  - determinism holds when the source yields the same batches in the same order each time it is
+    iterated for an epoch (a seeded pipeline);
+  - resuming from a checkpoint skips the batches before the resumed position by iterating past
+    them; a source with state_dict()/load_state_dict() is not used for that yet;
+  - a crash of the serving process loses its buffered batches: nothing can make them again.
+"""
+import numbers
+
+import numpy as np
+
+from croupier import _croupier, errors
+from croupier.cluster import _token, create_job
+
+_DTYPES = {np.dtype(np.int64): "int64", np.dtype(np.float32): "float32"}
+
+
+def _as_array(value, name):
+    """A numpy array (torch and TensorFlow tensors are converted), int64 or float32."""
+    if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
+        value = value.numpy()  # torch.Tensor, tf.Tensor (eager)
+    arr = np.asarray(value)
+    if arr.dtype.kind in "iub":
+        arr = arr.astype(np.int64, copy=False)
+    elif arr.dtype == np.float32:
+        pass
+    elif arr.dtype.kind == "f":
+        raise errors.InvalidArgumentError(
+            f"feature '{name}' is {arr.dtype}; croupier carries float32, int64 and bytes: "
+            f"convert it (for example x.astype(np.float32))")
+    elif arr.dtype.kind in "SOU":
+        return arr
+    else:
+        raise errors.InvalidArgumentError(f"feature '{name}' has dtype {arr.dtype}, which "
+                                          "croupier cannot carry (float32, int64, bytes)")
+    return np.ascontiguousarray(arr)
+
+
+def _bytes_list(arr, name):
+    out = []
+    for v in arr.reshape(-1):
+        if isinstance(v, bytes):
+            out.append(v)
+        elif isinstance(v, str):
+            out.append(v.encode())
+        else:
+            raise errors.InvalidArgumentError(f"feature '{name}' mixes bytes with {type(v)}")
+    return out
+
+
+def _columns(batch):
+    """(num_records, [(name, dtype, variable, dims, values, offsets, splits)]) for one batch."""
+    if not isinstance(batch, dict):
+        raise errors.InvalidArgumentError(
+            f"a served batch must be a dict of feature name -> array, not {type(batch).__name__}"
+            " (for a tuple, map it to a dict, e.g. lambda x, y: {'x': x, 'y': y})")
+    if not batch:
+        raise errors.InvalidArgumentError("a served batch has no features")
+    columns, num_records = [], None
+    for name, value in batch.items():
+        splits = None
+        if isinstance(value, tuple) and len(value) == 2:  # (values, row_splits): variable length
+            value, splits = value
+            splits = np.ascontiguousarray(np.asarray(splits), dtype=np.uint64)
+            n = len(splits) - 1
+        if isinstance(value, list) and value and isinstance(value[0], (bytes, str)):
+            value = np.array(value, dtype=object)
+        arr = _as_array(value, name)
+        if splits is None:
+            if arr.ndim == 0:
+                raise errors.InvalidArgumentError(
+                    f"feature '{name}' is a scalar; every feature needs a leading batch dimension")
+            n = arr.shape[0]
+        if num_records is None:
+            num_records = n
+        elif n != num_records:
+            raise errors.InvalidArgumentError(
+                f"feature '{name}' has {n} records, another feature {num_records}")
+        dims = [] if splits is not None else list(arr.shape[1:])
+        if arr.dtype.kind in "SOU":
+            strings = _bytes_list(arr, name)
+            offsets = np.zeros(len(strings) + 1, dtype=np.uint64)
+            np.cumsum([len(s) for s in strings], out=offsets[1:])
+            columns.append((str(name), "bytes", splits is not None, dims, b"".join(strings),
+                            offsets, splits))
+        else:
+            columns.append((str(name), _DTYPES[arr.dtype], splits is not None, dims,
+                            arr.reshape(-1), None, splits))
+    return num_records, columns
+
+
+def features_of(batch):
+    """The feature spec text that describes `batch` (a dict of arrays)."""
+    _, columns = _columns(batch)
+    parts = []
+    for name, dtype, variable, dims, *_ in columns:
+        shape = "[*]" if variable else ("[" + ",".join(map(str, dims)) + "]" if dims else "")
+        parts.append(f"{name}:{dtype}{shape}")
+    return ",".join(parts)
+
+
+def make_batch(batch):
+    """A croupier.Batch holding a copy of `batch` (a dict of arrays)."""
+    num_records, columns = _columns(batch)
+    return _croupier.batch_from_columns(num_records, columns)
+
+
+class _Epochs:
+    """The source's batches, epoch by epoch, with a peeked first batch put back."""
+
+    def __init__(self, source):
+        self._source = source
+        self._epoch = None
+        self._it = None
+        self._next = 0  # the index the iterator yields next
+        self._pushed = None
+
+    def _open(self, epoch):
+        iterable = self._source(epoch) if callable(self._source) and not hasattr(
+            self._source, "__iter__") else self._source
+        self._it = iter(iterable)
+        self._epoch, self._next = epoch, 0
+
+    def peek(self, epoch):
+        self._open(epoch)
+        try:
+            self._pushed = next(self._it)
+        except StopIteration:
+            raise errors.InvalidArgumentError(f"the source yields no batch in epoch {epoch}")
+        return self._pushed
+
+    def get(self, epoch, index):
+        """Batch `index` of `epoch`; StopIteration if the source ends before it."""
+        if epoch != self._epoch or index < self._next:
+            if self._epoch is not None and epoch == self._epoch:
+                raise errors.FailedPreconditionError(
+                    f"batch {index} of epoch {epoch} was asked for after batch {self._next - 1}")
+            self._open(epoch)
+            self._pushed = None
+        while True:
+            if self._pushed is not None:
+                value, self._pushed = self._pushed, None
+            else:
+                value = next(self._it)
+            self._next += 1
+            if self._next - 1 == index:
+                return value
+
+
+def serve(source, dispatcher, job, *, consumers=None, epochs=1, batches_per_epoch=None,
+          features=None, mode="dealt", auth_token=None, buffer_bytes=256 << 20,
+          bind="127.0.0.1", advertise_host="", timeout=60.0):
+    """Serves `source` as the producer of Python job `job` until every batch of every epoch has
+    been served (or forever, with epochs=0), then returns the number of batches served.
+
+    The job is created (or, if it exists with the same spec, reused): `consumers` ranks (default
+    from the launcher's world size), `epochs` (0: without end), `batches_per_epoch` (default
+    len(source)), `features` (default: read off the first batch), `mode` dealt or first_come.
+    Each batch is a dict {name: array}: numeric arrays int64 or float32 (other integer types become
+    int64; torch and TensorFlow tensors are converted), lists of bytes, or (values, row_splits)
+    for a variable length; the leading dimension is the batch."""
+    if consumers is None:
+        from croupier.launcher import detect_rank_world
+        _, consumers = detect_rank_world(0, None)
+    if batches_per_epoch is None:
+        try:
+            batches_per_epoch = len(source)
+        except TypeError:
+            raise errors.InvalidArgumentError(
+                "the source has no len(): pass batches_per_epoch") from None
+    epochs_source = _Epochs(source)
+    first = epochs_source.peek(0)
+    if features is None:
+        features = features_of(first)
+    num_records, _ = _columns(first)
+    info = create_job(dispatcher, job, [], features, num_records, consumers=consumers,
+                      epochs=epochs, mode=mode, shuffle="none", source="python",
+                      batches_per_epoch=batches_per_epoch, exist_ok=True, auth_token=auth_token,
+                      timeout=timeout)
+    dealt = int(info["batches_per_epoch"])
+    node = _croupier._SourceProducer(dispatcher, job, _token(auth_token), int(buffer_bytes),
+                                     bind, advertise_host, float(timeout))
+    try:
+        while True:
+            slot = node.next_slot(0.2)
+            if slot is None:
+                if epochs > 0 and node.done_up_to(epochs - 1, dealt):
+                    return node.batches_served()
+                continue
+            epoch, index = slot
+            try:
+                batch = epochs_source.get(epoch, index)
+            except StopIteration:
+                node.put_error(epoch, index, "OUT_OF_RANGE",
+                               f"the Python source of job '{job}' ended after "
+                               f"{epochs_source._next} batches of epoch {epoch}; the job deals "
+                               f"{batches_per_epoch} a epoch")
+                continue
+            try:
+                num_records, columns = _columns(batch)
+            except errors.Error as e:
+                node.put_error(epoch, index, e.code, f"batch {index} of epoch {epoch}: {e}")
+                continue
+            node.put(epoch, index, num_records, columns)
+    finally:
+        node.close()

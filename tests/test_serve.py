@@ -1,0 +1,124 @@
+"""croupier.serve: a Python iterable as the producer of a job, over a real local_cluster. The
+serving side runs in a thread of the test process; consumers are croupier.Consumers. Checks are
+on content: each batch carries the index of the yield it came from."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import croupier
+from croupier import errors
+
+
+def numbered(batches, epoch_offset=1000, rows=4):
+    """A source function: epoch e yields `batches` batches; batch g holds g + e * epoch_offset."""
+    def source(epoch):
+        for g in range(batches):
+            yield {"g": np.full(rows, g + epoch * epoch_offset, dtype=np.int64),
+                   "x": np.arange(rows * 3, dtype=np.float32).reshape(rows, 3) + g,
+                   "name": [b"b%d-%d" % (g, r) for r in range(rows)]}
+    return source
+
+
+class Server:
+    """Runs croupier.serve in a thread; join() returns what it returned or raises what it
+    raised."""
+
+    def __init__(self, *args, **kwargs):
+        self.result, self.error = None, None
+        self.thread = threading.Thread(target=self._run, args=args, kwargs=kwargs, daemon=True)
+        self.thread.start()
+
+    def _run(self, *args, **kwargs):
+        try:
+            self.result = croupier.serve(*args, **kwargs)
+        except BaseException as e:  # handed to join()
+            self.error = e
+
+    def join(self, timeout=30):
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "serve() did not return"
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+def connect(cluster, job, rank, world, **options):
+    """A consumer of a job that serve() is about to create."""
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            return cluster.consumer(job, rank, world, timeout=20, **options)
+        except errors.NotFoundError:
+            assert time.monotonic() < deadline, f"job {job} was not created"
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    with croupier.local_cluster(producers=0, work_dir=tmp_path / "cluster") as c:
+        yield c
+
+
+@pytest.mark.timeout(60)
+def test_a_generator_is_dealt_exactly_once_in_yield_order(cluster):
+    server = Server(numbered(11), cluster.address, "gen", consumers=3, epochs=2,
+                    batches_per_epoch=11)
+    feeds = [connect(cluster, "gen", r, 3) for r in range(3)]
+    for epoch in range(2):
+        steps = list(zip(*(f.epoch(epoch) for f in feeds)))
+        # 11 batches, 3 ranks: 3 whole rounds are dealt, the last 2 batches are not.
+        assert len(steps) == 3 and all(len(f) == 3 for f in feeds)
+        for step, batches in enumerate(steps):
+            for rank, batch in enumerate(batches):
+                g = step * 3 + rank
+                assert batch["g"].tolist() == [g + 1000 * epoch] * 4
+                np.testing.assert_array_equal(batch["x"][0], [g, g + 1, g + 2])
+                assert batch["name"][3] == b"b%d-3" % g
+    for f in feeds:
+        f.close()
+    assert server.join() == 18
+    job = cluster.status()["jobs"][0]
+    assert job["spec"]["source"] == "python" and int(job["steps_per_epoch"]) == 3
+
+
+@pytest.mark.timeout(60)
+def test_a_consumer_resuming_mid_epoch_gets_the_rest_and_the_source_skips_ahead(cluster):
+    server = Server(numbered(12), cluster.address, "resume", consumers=1, epochs=1,
+                    batches_per_epoch=12)
+    feed = connect(cluster, "resume", 0, 1)
+    feed.load_state_dict({"format": 1, "job": "resume", "world": 1, "epoch": 0, "step": 7})
+    got = [b["g"][0] for b in feed.epoch(0)]
+    feed.close()
+    assert got == list(range(7, 12))
+    server.join()
+
+
+@pytest.mark.timeout(60)
+def test_a_source_that_ends_early_is_a_clear_error_at_the_consumer(cluster):
+    server = Server(numbered(5), cluster.address, "short", consumers=1, epochs=1,
+                    batches_per_epoch=8)
+    feed = connect(cluster, "short", 0, 1)
+    got = []
+    with pytest.raises(errors.OutOfRangeError, match="ended after 5 batches of epoch 0"):
+        for batch in feed.epoch(0):
+            got.append(batch["g"][0])
+    assert got == list(range(5))
+    feed.close()
+
+
+def test_what_cannot_be_served_is_refused_before_anything_starts(cluster):
+    with pytest.raises(errors.InvalidArgumentError, match="feature 'x' is float64"):
+        croupier.serve([{"x": np.zeros((2, 3))}], cluster.address, "f64", consumers=1)
+    with pytest.raises(errors.InvalidArgumentError, match="must be a dict"):
+        croupier.serve([(np.zeros(2), np.zeros(2))], cluster.address, "tuple", consumers=1)
+    with pytest.raises(errors.InvalidArgumentError, match="pass batches_per_epoch"):
+        croupier.serve(iter([{"x": np.zeros(2, np.float32)}]), cluster.address, "nolen",
+                       consumers=1)
+    with pytest.raises(errors.InvalidArgumentError, match="at least num_consumers"):
+        croupier.serve([{"x": np.zeros(2, np.float32)}], cluster.address, "few", consumers=2)
+    # A TFRecord producer never takes a Python job's work, and a Python job takes no files.
+    with pytest.raises(errors.InvalidArgumentError, match="reads no files"):
+        croupier.create_job(cluster.address, "mixed", "/tmp/*.tfrecord", "x:int64", 2,
+                            source="python", batches_per_epoch=4)
