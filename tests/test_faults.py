@@ -110,7 +110,9 @@ def durable(st):
                        for p in st.get("producers", []))
     consumers = sorted((c["consumerId"], c["job"], c.get("rank", 0), c.get("epoch", "0"),
                         c.get("step", "0")) for c in st.get("consumers", []))
-    return st.get("jobs", []), producers, consumers
+    ranks = [(r["job"], r.get("rank", 0), r.get("epoch", "0"), r.get("step", "0"))
+             for r in st.get("rankPositions", [])]
+    return st.get("jobs", []), producers, consumers, ranks
 
 
 @pytest.mark.timeout(120)
@@ -149,9 +151,12 @@ def test_dispatcher_killed_mid_epoch_and_restarted_carries_on(tmp_path, dataset,
         assert "registered" not in log, log
         st = status(cluster)
         assert sorted(p["producerId"] for p in st["producers"]) == ["1", "2", "3"]
-        # The same consumers, each having acknowledged the end of the epoch.
-        assert sorted((c["consumerId"], c.get("epoch", "0"), c.get("step")) for c in
-                      st["consumers"]) == [(str(i), "0", str(STEPS)) for i in range(1, WORLD + 1)]
+        # The same consumers, each closing at the end of the epoch (which frees its rank).
+        assert st.get("consumers", []) == []
+        for rank in range(WORLD):
+            assert f"(rank {rank} of job 'train') removed (it closed)" in log, log
+        assert [(r["rank"] if "rank" in r else 0, r["step"]) for r in st["rankPositions"]] == \
+            [(rank, str(STEPS)) for rank in range(WORLD)]
     check_against_reference(outs, reference)
 
 
@@ -178,10 +183,12 @@ def test_torn_final_journal_entry_is_cut_and_nothing_complete_is_lost(tmp_path, 
         assert cluster.journal.stat().st_size == size
         after = durable(status(cluster))
         assert after == before
-        jobs, producers, consumers = after
+        jobs, producers, consumers, ranks = after
         assert [j["spec"]["name"] for j in jobs] == ["train"]
         assert len(producers) == 2
-        assert [c[3:] for c in consumers] == [("0", str(STEPS))] * WORLD  # acknowledged
+        assert consumers == []  # they closed, which freed their ranks
+        # Every rank's acknowledged position survived: the end of epoch 0.
+        assert [r[2:] for r in ranks] == [("0", str(STEPS))] * WORLD
         # The producers carry on with the restarted dispatcher under their old ids.
         time.sleep(2.5)
         st = status(cluster)

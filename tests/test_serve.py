@@ -106,6 +106,23 @@ def test_a_source_that_ends_early_is_a_clear_error_at_the_consumer(cluster):
             got.append(batch["g"][0])
     assert got == list(range(5))
     feed.close()
+    # serve() raises the same error once its consumers have had the time to see it.
+    with pytest.raises(errors.OutOfRangeError, match="ended after 5 batches"):
+        server.join(timeout=30)
+
+
+@pytest.mark.timeout(60)
+def test_stop_ends_an_unbounded_serve(cluster):
+    import threading
+    stop = threading.Event()
+    server = Server(numbered(4), cluster.address, "forever", consumers=1, epochs=0,
+                    batches_per_epoch=4, stop=stop)
+    feed = connect(cluster, "forever", 0, 1)
+    got = [b["g"][0] for e in range(3) for b in feed.epoch(e)]
+    feed.close()
+    assert got == [g + 1000 * e for e in range(3) for g in range(4)]
+    stop.set()
+    assert server.join(timeout=10) >= 12
 
 
 def test_what_cannot_be_served_is_refused_before_anything_starts(cluster):

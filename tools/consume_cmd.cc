@@ -15,14 +15,16 @@ namespace croupier::cli {
 namespace {
 
 constexpr char kConsumeUsage[] = R"(usage: croupier consume --dispatcher HOST:PORT --job NAME
-         --rank R --world N [--epochs E] [--first-epoch E] [--output FILE]
-         [--prefetch K] [--timeout-ms MS] [--slow-ms MS]
+         --rank R --world N [--epochs E] [--first-epoch E] [--start-step S] [--no-resume]
+         [--output FILE] [--prefetch K] [--timeout-ms MS] [--slow-ms MS]
          [--pause-at-step S --pause-seconds T] [--auth-token TOKEN]
 
 Takes this rank's batches of epochs [first-epoch, first-epoch + epochs) and writes one JSON line
-per batch to --output (default stdout): {"epoch", "step", "records", "bytes", "hash", "ids"}.
---slow-ms sleeps after every batch; --pause-at-step stops reading for a while (to test
-backpressure).
+per batch to --output (default stdout, appended to if it exists): {"epoch", "step", "records",
+"bytes", "hash", "ids"}. It starts where the dispatcher last heard of this rank (a restarted
+consumer carries on), or at step --start-step of --first-epoch (a checkpoint), or with
+--no-resume at the start. --slow-ms sleeps after every batch; --pause-at-step stops reading for a
+while (to test backpressure).
 )";
 
 }  // namespace
@@ -33,8 +35,8 @@ absl::Status ConsumeCommand(const std::vector<std::string>& argv) {
       Args::Parse(argv,
                   {"dispatcher", "job", "rank", "world", "epochs", "first-epoch", "output",
                    "prefetch", "timeout-ms", "slow-ms", "pause-at-step", "pause-seconds",
-                   "auth-token"},
-                  {"help"}));
+                   "auth-token", "start-step"},
+                  {"help", "no-resume"}));
   if (args.Has("help")) {
     std::fputs(kConsumeUsage, stdout);
     return absl::OkStatus();
@@ -51,6 +53,8 @@ absl::Status ConsumeCommand(const std::vector<std::string>& argv) {
   ASSIGN_OR_RETURN(int64_t slow_ms, args.GetInt("slow-ms", 0, 0, 3600000));
   ASSIGN_OR_RETURN(int64_t pause_at, args.GetInt("pause-at-step", -1, -1, INT64_MAX));
   ASSIGN_OR_RETURN(int64_t pause_s, args.GetInt("pause-seconds", 0, 0, 86400));
+  ASSIGN_OR_RETURN(uint64_t start_step, args.GetUint("start-step", 0));
+  options.resume = !args.Has("no-resume") && !args.Has("start-step");
   options.rank = static_cast<uint32_t>(rank);
   options.world = static_cast<uint32_t>(world);
   options.prefetch_batches = static_cast<uint32_t>(prefetch);
@@ -58,16 +62,22 @@ absl::Status ConsumeCommand(const std::vector<std::string>& argv) {
   options.auth_token = args.Get("auth-token");
   FILE* out = stdout;
   if (args.Has("output")) {
-    out = std::fopen(args.Get("output").c_str(), "w");
+    out = std::fopen(args.Get("output").c_str(), "a");
     if (out == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("cannot write ", args.Get("output")));
     }
   }
   ASSIGN_OR_RETURN(auto consumer, Consumer::Connect(options));
+  // Where to start: the checkpoint given, else where the dispatcher registered this rank.
+  ConsumerPosition start{first_epoch, start_step};
+  if (options.resume) start = consumer->registered_position();
   uint64_t total = 0;
   for (uint64_t epoch = first_epoch; epoch < first_epoch + epochs; ++epoch) {
-    RETURN_IF_ERROR(consumer->StartEpoch(epoch));
-    uint64_t step = 0;
+    if (epoch < start.epoch) continue;  // done before
+    const uint64_t first_step = epoch == start.epoch ? start.step : 0;
+    if (consumer->job().num_epochs != 0 && epoch >= consumer->job().num_epochs) break;
+    RETURN_IF_ERROR(consumer->StartEpoch(epoch, first_step));
+    uint64_t step = first_step;
     while (true) {
       ASSIGN_OR_RETURN(std::optional<Batch> batch, consumer->Next());
       if (!batch.has_value()) break;

@@ -36,8 +36,11 @@ struct ConsumerOptions {
   // The prefetch window: at most this many batches, and about this many bytes, fetched ahead.
   uint32_t prefetch_batches = 4;
   uint64_t prefetch_bytes = uint64_t{256} << 20;
-  // The longest wait for the dispatcher, or for one batch, before an error. Nothing waits longer.
+  // The longest wait for the dispatcher, or for one batch, before an error.
   absl::Duration timeout = absl::Seconds(60);
+  // Register at the rank's last acknowledged position (of an earlier consumer of this rank that
+  // crashed or closed), which registered_position() then gives; false: at (0, 0).
+  bool resume = true;
 };
 
 // What a consumer knows of its job.
@@ -65,26 +68,36 @@ class Consumer {
   // Registers rank `rank` with the dispatcher. Errors: DEADLINE_EXCEEDED naming the address when
   // the dispatcher cannot be reached within `timeout`; NOT_FOUND for an unknown job;
   // INVALID_ARGUMENT for a world size that differs from the job's; ALREADY_EXISTS when another
-  // live consumer holds the rank; UNAUTHENTICATED; FAILED_PRECONDITION for a protocol mismatch.
+  // live consumer holds the rank until `timeout` (one silent for 3 heartbeats is taken over, so a
+  // restarted trainer waits a few seconds for its dead predecessor's rank); UNAUTHENTICATED;
+  // FAILED_PRECONDITION for a protocol mismatch.
   static absl::StatusOr<std::unique_ptr<Consumer>> Connect(ConsumerOptions options);
   virtual ~Consumer() = default;
 
   virtual const JobSummary& job() const = 0;
 
+  // Where the dispatcher registered this consumer: the rank's last acknowledged position with
+  // options.resume, else (0, 0). A trainer without a checkpoint of its own starts there.
+  virtual ConsumerPosition registered_position() const = 0;
+
   // Starts epoch `epoch` at `step` (dealt mode; first_come accepts only step 0), dropping whatever
-  // was prefetched. OUT_OF_RANGE past a bounded job's last epoch or past the epoch's steps.
+  // was prefetched. The dispatcher is told at once; batches it had finished (a position behind
+  // what was acknowledged, as when a checkpoint is restored) are made again, identical.
+  // OUT_OF_RANGE past a bounded job's last epoch or past the epoch's steps.
   virtual absl::Status StartEpoch(uint64_t epoch, uint64_t step = 0) = 0;
 
   // The next batch of the epoch, or nullopt at its end. Batches arrive in step order (dealt) and
   // share no memory with each other. DEADLINE_EXCEEDED naming the job, epoch, step and producer
   // when a batch does not come within `timeout`; other errors as the producer reported them (e.g.
-  // DATA_LOSS naming the file and offset). After an error, StartEpoch at position() retries.
+  // DATA_LOSS naming the file and offset). ABORTED once another consumer has taken this rank over
+  // (this one was silent too long). After an error, StartEpoch at position() retries.
   virtual absl::StatusOr<std::optional<Batch>> Next() = 0;
 
   // The next step Next() will return; the dispatcher is told it with every heartbeat.
   virtual ConsumerPosition position() const = 0;
 
-  // Stops fetching and heartbeats. Idempotent.
+  // Stops fetching and heartbeats, and frees the rank at the dispatcher (a last heartbeat says it
+  // is leaving; the rank's position is kept for the next consumer of the rank). Idempotent.
   virtual void Close() = 0;
 };
 

@@ -16,10 +16,16 @@ class Consumer:
     The prefetch window is `prefetch` batches and about `prefetch_bytes` bytes per rank. Every
     wait (for the dispatcher, for a batch) ends after `timeout` seconds with
     croupier.errors.DeadlineExceededError naming what was awaited.
+
+    With resume=True (the default) a rank continues where the dispatcher last heard of it: a
+    trainer restarted after a crash picks up at its rank's last acknowledged step (acknowledged
+    about once a second, so the last second's batches may come again), as if that position had
+    been loaded with load_state_dict. A trainer's own checkpoint (load_state_dict) is exact and
+    wins. resume=False starts at epoch 0, step 0.
     """
 
     def __init__(self, dispatcher, job, rank=None, world=None, *, ranks=None, auth_token=None,
-                 prefetch=4, prefetch_bytes=256 << 20, timeout=60.0):
+                 prefetch=4, prefetch_bytes=256 << 20, timeout=60.0, resume=True):
         if ranks is not None:
             if rank is not None:
                 raise errors.InvalidArgumentError("give rank= or ranks=, not both")
@@ -43,13 +49,15 @@ class Consumer:
             for r in self._ranks:
                 self._consumers.append(_croupier._Consumer(
                     dispatcher, job, r, self._world, auth_token or "", int(prefetch),
-                    int(prefetch_bytes), float(timeout)))
+                    int(prefetch_bytes), float(timeout), bool(resume)))
         except BaseException:
             self.close()
             raise
         self._job = self._consumers[0].job
-        self._position = (0, 0)  # the next (epoch, step) this feed will yield
-        self._resume = None      # a loaded state's (epoch, step), applied by epoch()
+        # The next (epoch, step) this feed will yield, and the position epoch() starts from: where
+        # the dispatcher registered the ranks (the earliest, when this feed holds several).
+        self._position = min(c.registered_position for c in self._consumers)
+        self._resume = self._position if self._position != (0, 0) else None
 
     # --- what the job is ----------------------------------------------------------------------
     @property

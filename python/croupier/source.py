@@ -16,7 +16,7 @@ What holds depends on the source (docs/python.md):
     them; a source with state_dict()/load_state_dict() is not used for that yet;
   - a crash of the serving process loses its buffered batches: nothing can make them again.
 """
-import numbers
+import time
 
 import numpy as np
 
@@ -160,9 +160,12 @@ class _Epochs:
 
 def serve(source, dispatcher, job, *, consumers=None, epochs=1, batches_per_epoch=None,
           features=None, mode="dealt", auth_token=None, buffer_bytes=256 << 20,
-          bind="127.0.0.1", advertise_host="", timeout=60.0):
+          bind="127.0.0.1", advertise_host="", timeout=60.0, stop=None):
     """Serves `source` as the producer of Python job `job` until every batch of every epoch has
-    been served (or forever, with epochs=0), then returns the number of batches served.
+    been served (or forever, with epochs=0), or until `stop` (a threading.Event) is set, then
+    returns the number of batches served. A source that runs out before batches_per_epoch is an
+    error: the consumers asking for the missing batches get it (OutOfRangeError), and serve()
+    raises it too, `timeout` seconds later at most.
 
     The job is created (or, if it exists with the same spec, reused): `consumers` ranks (default
     from the launcher's world size), `epochs` (0: without end), `batches_per_epoch` (default
@@ -191,8 +194,13 @@ def serve(source, dispatcher, job, *, consumers=None, epochs=1, batches_per_epoc
     dealt = int(info["batches_per_epoch"])
     node = _croupier._SourceProducer(dispatcher, job, _token(auth_token), int(buffer_bytes),
                                      bind, advertise_host, float(timeout))
+    ended = None  # (when, error) once the source ran out early
     try:
         while True:
+            if stop is not None and stop.is_set():
+                return node.batches_served()
+            if ended is not None and time.monotonic() - ended[0] > min(timeout, 10.0):
+                raise ended[1]
             slot = node.next_slot(0.2)
             if slot is None:
                 if epochs > 0 and node.done_up_to(epochs - 1, dealt):
@@ -202,10 +210,12 @@ def serve(source, dispatcher, job, *, consumers=None, epochs=1, batches_per_epoc
             try:
                 batch = epochs_source.get(epoch, index)
             except StopIteration:
-                node.put_error(epoch, index, "OUT_OF_RANGE",
-                               f"the Python source of job '{job}' ended after "
-                               f"{epochs_source._next} batches of epoch {epoch}; the job deals "
-                               f"{batches_per_epoch} a epoch")
+                message = (f"the Python source of job '{job}' ended after "
+                           f"{epochs_source._next} batches of epoch {epoch}; the job deals "
+                           f"{batches_per_epoch} an epoch")
+                node.put_error(epoch, index, "OUT_OF_RANGE", message)
+                if ended is None:
+                    ended = (time.monotonic(), errors.OutOfRangeError(message))
                 continue
             try:
                 num_records, columns = _columns(batch)

@@ -52,6 +52,11 @@ class PyConsumer {
     return pyb::make_tuple(p.epoch, p.step);
   }
 
+  pyb::tuple RegisteredPosition() const {
+    const ConsumerPosition p = consumer_->registered_position();
+    return pyb::make_tuple(p.epoch, p.step);
+  }
+
   pyb::dict Job() const {
     const JobSummary& j = consumer_->job();
     pyb::dict d;
@@ -158,7 +163,7 @@ void BindService(pyb::module_& m) {
   pyb::class_<PyConsumer>(m, "_Consumer", "One rank's consumer. Use croupier.Consumer.")
       .def(pyb::init([](const std::string& dispatcher, const std::string& job, uint32_t rank,
                         uint32_t world, const std::string& auth_token, uint32_t prefetch_batches,
-                        uint64_t prefetch_bytes, double timeout) {
+                        uint64_t prefetch_bytes, double timeout, bool resume) {
              ConsumerOptions o;
              o.dispatcher = dispatcher;
              o.job = job;
@@ -168,6 +173,7 @@ void BindService(pyb::module_& m) {
              o.prefetch_batches = prefetch_batches;
              o.prefetch_bytes = prefetch_bytes;
              o.timeout = absl::Seconds(timeout);
+             o.resume = resume;
              absl::StatusOr<std::unique_ptr<Consumer>> consumer;
              {
                pyb::gil_scoped_release nogil;
@@ -177,10 +183,11 @@ void BindService(pyb::module_& m) {
            }),
            pyb::arg("dispatcher"), pyb::arg("job"), pyb::arg("rank"), pyb::arg("world"),
            pyb::arg("auth_token"), pyb::arg("prefetch_batches"), pyb::arg("prefetch_bytes"),
-           pyb::arg("timeout"))
+           pyb::arg("timeout"), pyb::arg("resume"))
       .def("start_epoch", &PyConsumer::StartEpoch, pyb::arg("epoch"), pyb::arg("step") = 0)
       .def("next", &PyConsumer::Next, "The next Batch of the epoch, or None at its end.")
       .def_property_readonly("position", &PyConsumer::Position)
+      .def_property_readonly("registered_position", &PyConsumer::RegisteredPosition)
       .def_property_readonly("job", &PyConsumer::Job)
       .def("close", &PyConsumer::Close);
 

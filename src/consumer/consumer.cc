@@ -40,20 +40,24 @@ JobSummary Summarize(const v1::JobInfo& job) {
 class ConsumerImpl final : public Consumer {
  public:
   ConsumerImpl(ConsumerOptions options, std::unique_ptr<rpc::DispatcherClient> dispatcher,
-               uint64_t id, const v1::JobInfo& job, absl::Duration heartbeat_interval)
+               uint64_t id, const v1::JobInfo& job, ConsumerPosition registered,
+               absl::Duration heartbeat_interval)
       : options_(std::move(options)),
         dispatcher_(std::move(dispatcher)),
         id_(id),
         info_(job),
         job_(Summarize(job)),
+        registered_(registered),
         peers_(dispatcher_.get(), options_.job,
                DataClientOptions{.auth_token = options_.auth_token}),
         heartbeat_interval_(heartbeat_interval) {
+    position_ = registered;
     heartbeat_ = std::thread([this] { HeartbeatLoop(); });
   }
   ~ConsumerImpl() override { Close(); }
 
   const JobSummary& job() const override { return job_; }
+  ConsumerPosition registered_position() const override { return registered_; }
 
   absl::Status StartEpoch(uint64_t epoch, uint64_t step) override {
     if (closed_.HasBeenNotified()) return absl::CancelledError("the consumer is closed");
@@ -80,6 +84,7 @@ class ConsumerImpl final : public Consumer {
                                : FetchFn([this, epoch](uint64_t s) { return FetchStep(epoch, s); });
     prefetcher_ = std::make_unique<Prefetcher>(p, std::move(fetch));
     SetPosition(epoch, step);
+    WakeHeartbeat();  // the dispatcher learns the position now: it may have tasks to reopen
     return absl::OkStatus();
   }
 
@@ -87,6 +92,7 @@ class ConsumerImpl final : public Consumer {
     if (prefetcher_ == nullptr) {
       return absl::FailedPreconditionError("call StartEpoch before Next");
     }
+    if (absl::Status lost = Lost(); !lost.ok()) return lost;
     absl::Time start = absl::Now();
     auto batch = prefetcher_->Next();
     wait_nanos_ += absl::ToInt64Nanoseconds(absl::Now() - start);
@@ -106,6 +112,7 @@ class ConsumerImpl final : public Consumer {
   void Close() override {
     std::call_once(close_once_, [this] {
       closed_.Notify();
+      WakeHeartbeat();
       peers_.CancelAll();
       if (prefetcher_) prefetcher_->Cancel();
       if (heartbeat_.joinable()) heartbeat_.join();
@@ -190,13 +197,30 @@ class ConsumerImpl final : public Consumer {
   }
 
   void HeartbeatLoop() {
-    while (!closed_.WaitForNotificationWithTimeout(heartbeat_interval_)) {
-      SendHeartbeat();
+    while (true) {
+      {
+        absl::MutexLock lock(&mu_);
+        auto woken = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return wake_; };
+        mu_.AwaitWithTimeout(absl::Condition(&woken), heartbeat_interval_);
+        wake_ = false;
+      }
+      if (closed_.HasBeenNotified()) break;
+      SendHeartbeat(/*leaving=*/false);
     }
-    SendHeartbeat();  // the final position
+    SendHeartbeat(/*leaving=*/true);  // the final position, and the rank is free
   }
 
-  void SendHeartbeat() {
+  void WakeHeartbeat() {
+    absl::MutexLock lock(&mu_);
+    wake_ = true;
+  }
+
+  absl::Status Lost() const {
+    absl::MutexLock lock(&mu_);
+    return lost_;
+  }
+
+  void SendHeartbeat(bool leaving) {
     v1::ConsumerHeartbeatRequest request;
     request.set_consumer_id(id_);
     request.set_job(options_.job);
@@ -208,7 +232,20 @@ class ConsumerImpl final : public Consumer {
     request.set_batches_received(batches_);
     request.set_bytes_received(bytes_);
     request.set_wait_seconds(wait_nanos_ / 1e9);
+    request.set_leaving(leaving);
+    if (!Lost().ok()) return;
     auto response = dispatcher_->ConsumerHeartbeat(request);
+    if (absl::IsNotFound(response.status())) {
+      // Removed: another consumer took the rank over (this one was silent too long), or it
+      // expired. Serving on would deal this rank's batches twice, so the consumer stops.
+      const absl::Status lost = absl::AbortedError(absl::StrCat(
+          "job '", options_.job, "' rank ", options_.rank, ": this consumer lost its rank (",
+          response.status().message(), "); connect again"));
+      Log(LogLevel::kError, "consumer", std::string(lost.message()));
+      absl::MutexLock lock(&mu_);
+      lost_ = lost;
+      return;
+    }
     if (!response.ok()) {
       Log(LogLevel::kWarning, "consumer",
           absl::StrCat("job '", options_.job, "' rank ", options_.rank,
@@ -224,8 +261,11 @@ class ConsumerImpl final : public Consumer {
   Peers peers_;
   const absl::Duration heartbeat_interval_;
 
+  const ConsumerPosition registered_;
   mutable absl::Mutex mu_;
   ConsumerPosition position_ ABSL_GUARDED_BY(mu_);
+  bool wake_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status lost_ ABSL_GUARDED_BY(mu_);
   uint64_t epoch_ = 0;
   std::unique_ptr<Prefetcher> prefetcher_;
   std::atomic<uint64_t> batches_{0}, bytes_{0};
@@ -255,17 +295,29 @@ absl::StatusOr<std::unique_ptr<Consumer>> Consumer::Connect(ConsumerOptions opti
   request.set_job(options.job);
   request.set_rank(options.rank);
   request.set_world(options.world);
-  ASSIGN_OR_RETURN(v1::ConsumerHeartbeatResponse response,
-                   dispatcher->ConsumerHeartbeat(request));
+  request.set_resume(options.resume);
+  // A rank still held by a consumer that just died (a restarted trainer) is taken over once its
+  // holder has missed a few heartbeats: wait for that, up to the timeout.
+  const absl::Time deadline = absl::Now() + options.timeout;
+  absl::StatusOr<v1::ConsumerHeartbeatResponse> registered;
+  while (true) {
+    registered = dispatcher->ConsumerHeartbeat(request);
+    if (!absl::IsAlreadyExists(registered.status()) ||
+        absl::Now() + absl::Milliseconds(250) >= deadline) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(250));
+  }
+  ASSIGN_OR_RETURN(v1::ConsumerHeartbeatResponse response, std::move(registered));
   absl::Duration interval = absl::Milliseconds(
       response.heartbeat_interval_ms() ? response.heartbeat_interval_ms() : 1000);
   Log(LogLevel::kDebug, "consumer",
       absl::StrCat("job '", options.job, "' rank ", options.rank, "/", options.world,
                    " registered as consumer ", response.consumer_id(), " with ",
                    options.dispatcher));
-  return std::unique_ptr<Consumer>(new ConsumerImpl(std::move(options), std::move(dispatcher),
-                                                    response.consumer_id(), response.job(),
-                                                    interval));
+  return std::unique_ptr<Consumer>(new ConsumerImpl(
+      std::move(options), std::move(dispatcher), response.consumer_id(), response.job(),
+      ConsumerPosition{response.epoch(), response.step()}, interval));
 }
 
 }  // namespace croupier

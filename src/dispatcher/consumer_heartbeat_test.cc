@@ -70,24 +70,71 @@ TEST_F(DispatcherConsumerHeartbeatTest, RegistrationErrors) {
 
 TEST_F(DispatcherConsumerHeartbeatTest, DuplicateRankOfALiveConsumer) {
   ASSERT_TRUE(Consumer(0, "train", 1, 4).ok());
-  clock_->Advance(absl::Milliseconds(3200));
+  clock_->Advance(absl::Milliseconds(2500));
   ExpectError(Consumer(0, "train", 1, 4), absl::StatusCode::kAlreadyExists,
-              "rank 1 of job 'train' is held by consumer 1 (last heartbeat 3.2 s ago); a rank is "
-              "freed after 60 s without a heartbeat");
+              "rank 1 of job 'train' is held by consumer 1 (last heartbeat 2.5 s ago); a rank is "
+              "taken over after 3 s without a heartbeat, or at once when its consumer closes");
   ASSERT_TRUE(Consumer(1, "train", 1, 4).ok());
-  clock_->Advance(absl::Seconds(59));
+  clock_->Advance(absl::Seconds(2));
   ExpectError(Consumer(0, "train", 1, 4), absl::StatusCode::kAlreadyExists, "held by consumer 1");
 }
 
-TEST_F(DispatcherConsumerHeartbeatTest, SilentHolderIsReplaced) {
+TEST_F(DispatcherConsumerHeartbeatTest, ASilentHolderIsTakenOverAfterThreeHeartbeats) {
   ASSERT_TRUE(Consumer(0, "train", 1, 4).ok());
-  clock_->Advance(absl::Seconds(61));
-  auto r = Consumer(0, "train", 1, 4);  // before any Tick
+  clock_->Advance(absl::Milliseconds(3100));
+  auto r = Consumer(0, "train", 1, 4);  // a restarted trainer, before any Tick
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->consumer_id(), 2u);
   ExpectError(Consumer(1, "train", 1, 4), absl::StatusCode::kNotFound,
-              "consumer 1 is unknown (replaced by consumer 2 after 61 s without a heartbeat); "
+              "consumer 1 is unknown (replaced by consumer 2 after 3.1 s without a heartbeat); "
               "register again");
+}
+
+TEST_F(DispatcherConsumerHeartbeatTest, LeavingFreesTheRankAndResumeStartsWhereItWas) {
+  ASSERT_TRUE(Consumer(0, "train", 2, 4).ok());
+  ASSERT_TRUE(Consumer(1, "train", 2, 4, 1, 3).ok());
+  v1::ConsumerHeartbeatRequest leave;
+  leave.set_consumer_id(1);
+  leave.set_epoch(1);
+  leave.set_step(4);
+  leave.set_leaving(true);
+  auto left = impl_->ConsumerHeartbeat(leave);
+  ASSERT_TRUE(left.ok()) << left.status();
+  EXPECT_EQ(StatusOf(1), nullptr);  // gone at once
+  v1::ConsumerHeartbeatRequest resume;
+  resume.set_job("train");
+  resume.set_rank(2);
+  resume.set_world(4);
+  resume.set_resume(true);
+  auto r = impl_->ConsumerHeartbeat(resume);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->consumer_id(), 2u);
+  EXPECT_EQ(r->epoch(), 1u);  // the position it left at
+  EXPECT_EQ(r->step(), 4u);
+  resume.set_rank(3);  // a rank never seen resumes at the start
+  r = impl_->ConsumerHeartbeat(resume);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->epoch(), 0u);
+  EXPECT_EQ(r->step(), 0u);
+}
+
+TEST_F(DispatcherConsumerHeartbeatTest, GoingBackMakesFinishedTasksAgain) {
+  // One consumer per rank, all at step 4 of epoch 0: the tasks before are delivered.
+  for (uint32_t rank = 0; rank < 4; ++rank) ASSERT_TRUE(Consumer(0, "train", rank, 4).ok());
+  auto p = Producer(0, "h:1", 8);
+  ASSERT_TRUE(p.ok()) << p.status();
+  for (uint64_t id = 1; id <= 4; ++id) ASSERT_TRUE(Consumer(id, "train", id - 1, 4, 0, 4).ok());
+  const std::string delivered = impl_->StateDebugString();
+  EXPECT_THAT(delivered, ::testing::Not(HasSubstr("orphan")));
+  // Rank 0 restores a checkpoint of step 1: the tasks holding its batches from step 1 on are
+  // orphans again, for any producer to make anew.
+  ASSERT_TRUE(Consumer(1, "train", 0, 4, 0, 1).ok());
+  const std::string reopened = impl_->StateDebugString();
+  EXPECT_THAT(reopened, HasSubstr("orphan 'train' epoch 0 batch 0"));
+  auto again = Producer(1, "h:1", 1);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_EQ(again->new_tasks_size(), 1);
+  EXPECT_EQ(again->new_tasks(0).first_batch(), 0u);
 }
 
 TEST_F(DispatcherConsumerHeartbeatTest, TickExpiresSilentConsumers) {

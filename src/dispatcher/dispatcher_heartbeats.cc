@@ -18,6 +18,8 @@ namespace {
 
 // How many removed producers and consumers keep their reason for the NOT_FOUND they get.
 constexpr size_t kMaxRemembered = 1024;
+// A consumer silent for this many heartbeat intervals may be replaced by a new one of its rank.
+constexpr int kTakeoverHeartbeats = 3;
 
 // "10 s", "3.2 s".
 std::string Secs(absl::Duration d) {
@@ -231,16 +233,27 @@ absl::StatusOr<uint64_t> DispatcherImpl::RegisterConsumerLocked(
                                                    " is out of range: job '", name, "' deals to ",
                                                    n, " consumers, ranks 0 to ", n - 1));
   }
-  RETURN_IF_ERROR(DispatcherState::CheckPosition(*job, request.epoch(), request.step()));
+  DispatcherState::TaskKey position(request.epoch(), request.step());
+  if (request.resume()) {
+    auto it = job->rank_positions.find(request.rank());
+    position = it == job->rank_positions.end() ? DispatcherState::TaskKey(0, 0) : it->second;
+  }
+  RETURN_IF_ERROR(DispatcherState::CheckPosition(*job, position.first, position.second));
   const uint64_t id = state_.next_consumer_id();
   if (const DispatcherState::Consumer* holder = state_.ConsumerAt(name, request.rank())) {
     const uint64_t holder_id = holder->id;
     const absl::Duration age = now - ConsumerLastHeartbeat(holder_id);
-    if (age <= options_.consumer_timeout) {
+    // A holder that missed a few heartbeats has crashed (or is frozen): a restarted trainer takes
+    // its rank over without waiting for the consumer timeout. The old holder, if it wakes, is told
+    // its rank is gone (NOT_FOUND) and stops.
+    const absl::Duration takeover =
+        std::min(options_.consumer_timeout, kTakeoverHeartbeats * options_.heartbeat_interval);
+    if (age <= takeover) {
       return absl::AlreadyExistsError(
           absl::StrCat("rank ", request.rank(), " of job '", name, "' is held by consumer ",
-                       holder_id, " (last heartbeat ", Secs(age), " ago); a rank is freed after ",
-                       Secs(options_.consumer_timeout), " without a heartbeat"));
+                       holder_id, " (last heartbeat ", Secs(age), " ago); a rank is taken over "
+                       "after ", Secs(takeover), " without a heartbeat, or at once when its "
+                       "consumer closes"));
     }
     RETURN_IF_ERROR(RemoveConsumerLocked(
         holder_id,
@@ -251,13 +264,15 @@ absl::StatusOr<uint64_t> DispatcherImpl::RegisterConsumerLocked(
   registered->set_consumer_id(id);
   registered->set_job(name);
   registered->set_rank(request.rank());
-  registered->set_epoch(request.epoch());
-  registered->set_step(request.step());
+  registered->set_epoch(position.first);
+  registered->set_step(position.second);
   RETURN_IF_ERROR(ApplyLocked(update));
   consumer_info_[id].last_heartbeat = now;
   Log(LogLevel::kInfo, "dispatcher",
       absl::StrCat("consumer ", id, " registered as rank ", request.rank(), " of job '", name,
-                   "' at epoch ", request.epoch(), " step ", request.step()));
+                   "' at epoch ", position.first, " step ", position.second,
+                   request.resume() ? " (its last acknowledged position)" : ""));
+  RETURN_IF_ERROR(ReopenLocked(name, position.first, position.second));
   RETURN_IF_ERROR(FinishDeliveredLocked(name));
   return id;
 }
@@ -293,6 +308,10 @@ absl::StatusOr<v1::ConsumerHeartbeatResponse> DispatcherImpl::ConsumerHeartbeat(
     }
     if (request.epoch() != consumer->epoch || request.step() != consumer->step) {
       const std::string job = consumer->job;
+      // Going back (a checkpoint restored) may need finished tasks again; going forward never
+      // does, though tasks ahead may be finished already (their batches were prefetched).
+      const bool back = DispatcherState::TaskKey(request.epoch(), request.step()) <
+                        DispatcherState::TaskKey(consumer->epoch, consumer->step);
       RETURN_IF_ERROR(
           DispatcherState::CheckPosition(*state_.FindJob(job), request.epoch(), request.step()));
       journal::Update update;
@@ -300,20 +319,43 @@ absl::StatusOr<v1::ConsumerHeartbeatResponse> DispatcherImpl::ConsumerHeartbeat(
       update.mutable_consumer_acknowledged()->set_epoch(request.epoch());
       update.mutable_consumer_acknowledged()->set_step(request.step());
       RETURN_IF_ERROR(ApplyLocked(update));
+      if (back) RETURN_IF_ERROR(ReopenLocked(job, request.epoch(), request.step()));
       RETURN_IF_ERROR(FinishDeliveredLocked(job));
     }
+  }
+  const DispatcherState::Consumer& consumer = *state_.FindConsumer(id);
+  v1::ConsumerHeartbeatResponse response;
+  response.set_consumer_id(id);
+  *response.mutable_job() = state_.FindJob(consumer.job)->info;
+  response.set_heartbeat_interval_ms(HeartbeatIntervalMs());
+  response.set_epoch(consumer.epoch);
+  response.set_step(consumer.step);
+  if (request.leaving()) {
+    RETURN_IF_ERROR(RemoveConsumerLocked(id, "it closed"));
+    return response;
   }
   ConsumerInfo& info = consumer_info_[id];
   info.last_heartbeat = now;
   info.batches_received = request.batches_received();
   info.bytes_received = request.bytes_received();
   info.wait_seconds = request.wait_seconds();
-
-  v1::ConsumerHeartbeatResponse response;
-  response.set_consumer_id(id);
-  *response.mutable_job() = state_.FindJob(state_.FindConsumer(id)->job)->info;
-  response.set_heartbeat_interval_ms(HeartbeatIntervalMs());
   return response;
+}
+
+absl::Status DispatcherImpl::ReopenLocked(const std::string& name, uint64_t epoch, uint64_t step) {
+  const DispatcherState::Job& job = *state_.FindJob(name);
+  if (job.mode != DealMode::kDealt) return absl::OkStatus();
+  const size_t tasks = DispatcherState::TasksToReopen(job, epoch, step).size();
+  if (tasks == 0) return absl::OkStatus();
+  journal::Update update;
+  update.mutable_tasks_reopened()->set_job(name);
+  update.mutable_tasks_reopened()->set_epoch(epoch);
+  update.mutable_tasks_reopened()->set_step(step);
+  RETURN_IF_ERROR(ApplyLocked(update));
+  Log(LogLevel::kInfo, "dispatcher",
+      absl::StrCat("job '", name, "': a consumer went back to epoch ", epoch, " step ", step,
+                   "; ", tasks, " finished tasks will be made again"));
+  return absl::OkStatus();
 }
 
 absl::Status DispatcherImpl::FinishDeliveredLocked(const std::string& name) {

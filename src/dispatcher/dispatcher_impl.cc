@@ -182,7 +182,15 @@ absl::StatusOr<v1::StatusResponse> DispatcherImpl::GetStatus(const v1::StatusReq
   v1::StatusResponse response;
   response.set_protocol_version(kProtocolVersion);
   for (const std::string& name : state_.job_order()) {
-    *response.add_jobs() = state_.FindJob(name)->info;
+    const DispatcherState::Job& job = *state_.FindJob(name);
+    *response.add_jobs() = job.info;
+    for (const auto& [rank, position] : job.rank_positions) {
+      v1::RankPosition* p = response.add_rank_positions();
+      p->set_job(name);
+      p->set_rank(rank);
+      p->set_epoch(position.first);
+      p->set_step(position.second);
+    }
   }
   for (const auto& [id, producer] : state_.producers()) {
     v1::ProducerStatus* out = response.add_producers();

@@ -98,14 +98,18 @@ class DispatcherImpl {
   absl::StatusOr<v1::ProducerHeartbeatResponse> ProducerHeartbeat(
       const v1::ProducerHeartbeatRequest& request);
 
-  // consumer_id 0 registers rank `rank` of `job` at position (epoch, step). Errors: NOT_FOUND for
+  // consumer_id 0 registers rank `rank` of `job` at position (epoch, step), or with `resume` at
+  // the rank's last known position (Job::rank_positions; (0, 0) if none). Errors: NOT_FOUND for
   // an unknown job; INVALID_ARGUMENT when world differs from num_consumers, rank >= world or the
   // position is past the job's end; ALREADY_EXISTS when a live consumer holds the rank, naming it
-  // and its last heartbeat's age (a holder silent for longer than consumer_timeout is replaced).
+  // and its last heartbeat's age (a holder silent for 3 heartbeat intervals, or consumer_timeout
+  // if that is shorter, is replaced: a restarted trainer takes its rank back at once).
   // Later calls acknowledge the position and update the statistics; once every rank of a dealt
-  // job has acknowledged past a task, the task is finished and its owner told to drop it. Errors:
-  // NOT_FOUND for an unknown (e.g. expired) consumer id; INVALID_ARGUMENT for another job or rank
-  // than registered, or a position past the job's end. Returns the JobInfo.
+  // job has acknowledged past a task, the task is finished and its owner told to drop it. A
+  // position behind finished tasks (a checkpoint restored) makes them orphans again. `leaving`
+  // frees the rank at once. Errors: NOT_FOUND for an unknown (e.g. expired or replaced) consumer
+  // id; INVALID_ARGUMENT for another job or rank than registered, or a position past the job's
+  // end. Returns the JobInfo and the consumer's position.
   absl::StatusOr<v1::ConsumerHeartbeatResponse> ConsumerHeartbeat(
       const v1::ConsumerHeartbeatRequest& request);
 
@@ -170,6 +174,10 @@ class DispatcherImpl {
   // cursor past the tasks no rank needs any more (TasksDelivered); queues the finished tasks for
   // their owners' revoked_tasks. Does nothing for first_come jobs.
   absl::Status FinishDeliveredLocked(const std::string& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A consumer of `job` takes position (epoch, step): the finished tasks it needs again are made
+  // orphans (TasksReopened), so that producers make them anew.
+  absl::Status ReopenLocked(const std::string& job, uint64_t epoch, uint64_t step)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // When the producer or consumer was last heard from: its last heartbeat, but no earlier than
   // when this object was created (one that came from a replayed state gets a full timeout).
   absl::Time ProducerLastHeartbeat(uint64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

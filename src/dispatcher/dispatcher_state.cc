@@ -44,6 +44,8 @@ absl::Status DispatcherState::Apply(const journal::Update& update) {
       return ApplyConsumerRemoved(update.consumer_removed());
     case journal::Update::kTasksDelivered:
       return ApplyTasksDelivered(update.tasks_delivered());
+    case journal::Update::kTasksReopened:
+      return ApplyTasksReopened(update.tasks_reopened());
     case journal::Update::KIND_NOT_SET:
       break;
   }
@@ -208,6 +210,19 @@ void DispatcherState::FinishTask(Job& job, const TaskKey& key) {
   job.outstanding.erase(o);
 }
 
+absl::Status DispatcherState::ApplyTasksReopened(const journal::TasksReopened& u) {
+  Job* job = MutableJob(u.job());
+  if (job == nullptr) {
+    return DoesNotFit(absl::StrCat("tasks_reopened of job '", u.job(), "', which is unknown"));
+  }
+  if (absl::Status s = CheckPosition(*job, u.epoch(), u.step()); !s.ok()) return s;
+  for (const TaskKey& key : TasksToReopen(*job, u.epoch(), u.step())) {
+    job->outstanding[key] = Outstanding{TaskEnd(job->info, key.second) - key.second, 0, 0};
+    orphans_.insert(OrphanKey{key.first, key.second, job->name()});
+  }
+  return absl::OkStatus();
+}
+
 absl::Status DispatcherState::ApplyTasksDelivered(const journal::TasksDelivered& u) {
   Job* job = MutableJob(u.job());
   if (job == nullptr) {
@@ -253,6 +268,7 @@ absl::Status DispatcherState::ApplyConsumerRegistered(const journal::ConsumerReg
   }
   if (absl::Status s = CheckPosition(*job, u.epoch(), u.step()); !s.ok()) return s;
   consumers_[u.consumer_id()] = Consumer{u.consumer_id(), u.job(), u.rank(), u.epoch(), u.step()};
+  MutableJob(u.job())->rank_positions[u.rank()] = TaskKey(u.epoch(), u.step());
   last_consumer_id_ = u.consumer_id();
   return absl::OkStatus();
 }
@@ -267,6 +283,7 @@ absl::Status DispatcherState::ApplyConsumerAcknowledged(const journal::ConsumerA
   }
   it->second.epoch = u.epoch();
   it->second.step = u.step();
+  MutableJob(it->second.job)->rank_positions[it->second.rank] = TaskKey(u.epoch(), u.step());
   return absl::OkStatus();
 }
 

@@ -62,6 +62,9 @@ class DispatcherState {
     uint64_t tasks_finished = 0;
     uint64_t batches_finished = 0;
     std::map<TaskKey, Outstanding> outstanding;
+    // The last position each rank registered at or acknowledged, kept after its consumer is
+    // gone: a restarted rank resumes from it, and the delivered frontier counts it.
+    std::map<uint32_t, TaskKey> rank_positions;
 
     const std::string& name() const { return info.spec().name(); }
     // True when the cursor has passed the last epoch of a bounded job: nothing is left to cut.
@@ -135,9 +138,9 @@ class DispatcherState {
   // <= batches_per_epoch (first_come). INVALID_ARGUMENT naming the bound otherwise.
   static absl::Status CheckPosition(const Job& job, uint64_t epoch, uint64_t step);
 
-  // The delivered frontier of a dealt job: the earliest position acknowledged by the consumers of
-  // its ranks. Every batch before it has reached its consumer. nullopt for a first_come job or
-  // while a rank has no consumer.
+  // The delivered frontier of a dealt job: the earliest of its ranks' positions
+  // (Job::rank_positions). Every batch before it has reached its consumer. nullopt for a
+  // first_come job or while a rank has never had a consumer.
   std::optional<TaskKey> DeliveredFrontier(const Job& job) const;
   // The outstanding tasks of `job` (owned or orphaned) that end at or before position
   // (epoch, step), i.e. whose every batch is before it, in batch order, keyed by where they start.
@@ -151,6 +154,10 @@ class DispatcherState {
 
   // The range of the task at (epoch, batch) of a job: the batches it covers, [batch, result).
   static uint64_t TaskEnd(const v1::JobInfo& info, uint64_t batch);
+
+  // The tasks a consumer taking position (epoch, step) needs made again: from the task holding
+  // that position's first batch up to the cursor, those no longer outstanding (TasksReopened).
+  static std::vector<TaskKey> TasksToReopen(const Job& job, uint64_t epoch, uint64_t step);
 
   // A deterministic text dump of the whole state, for tests and debugging: two states are equal
   // exactly when their dumps are.
@@ -166,6 +173,7 @@ class DispatcherState {
   absl::Status ApplyConsumerAcknowledged(const journal::ConsumerAcknowledged& u);
   absl::Status ApplyConsumerRemoved(const journal::ConsumerRemoved& u);
   absl::Status ApplyTasksDelivered(const journal::TasksDelivered& u);
+  absl::Status ApplyTasksReopened(const journal::TasksReopened& u);
   // Forgets an outstanding task, owned or orphaned, counting it as finished.
   void FinishTask(Job& job, const TaskKey& key);
   Job* MutableJob(absl::string_view name);

@@ -28,6 +28,19 @@ bool DispatcherState::Job::IsCut(uint64_t epoch, uint64_t batch) const {
   return TaskKey(epoch, batch) < TaskKey(next_epoch, next_batch);
 }
 
+std::vector<DispatcherState::TaskKey> DispatcherState::TasksToReopen(const Job& job,
+                                                                     uint64_t epoch,
+                                                                     uint64_t step) {
+  std::vector<TaskKey> out;
+  const TaskKey cursor(job.next_epoch, job.next_batch);
+  for (TaskKey key = FirstUndeliveredTask(job, epoch, step); key < cursor;) {
+    if (!job.outstanding.contains(key)) out.push_back(key);
+    key.second = TaskEnd(job.info, key.second);
+    if (key.second >= job.info.batches_per_epoch()) key = TaskKey(key.first + 1, 0);
+  }
+  return out;
+}
+
 uint64_t DispatcherState::TaskEnd(const v1::JobInfo& info, uint64_t batch) {
   const uint64_t b = info.batches_per_epoch();
   return batch >= b ? b : batch + std::min(info.batches_per_task(), b - batch);
@@ -44,14 +57,10 @@ DispatcherState::TaskKey DispatcherState::FirstUndeliveredTask(const Job& job, u
 std::optional<DispatcherState::TaskKey> DispatcherState::DeliveredFrontier(const Job& job) const {
   if (job.mode != DealMode::kDealt) return std::nullopt;
   const uint32_t n = job.info.spec().num_consumers();
-  std::vector<std::optional<TaskKey>> positions(n);
-  for (const auto& [id, c] : consumers_) {
-    if (c.job == job.name()) positions[c.rank] = TaskKey(c.epoch, c.step);
-  }
+  if (job.rank_positions.size() < n) return std::nullopt;
   std::optional<TaskKey> frontier;
-  for (const auto& p : positions) {
-    if (!p) return std::nullopt;
-    if (!frontier || *p < *frontier) frontier = p;
+  for (const auto& [rank, p] : job.rank_positions) {
+    if (!frontier || p < *frontier) frontier = p;
   }
   return frontier;
 }
@@ -140,6 +149,9 @@ std::string DispatcherState::DebugString() const {
     for (const auto& [key, o] : j.outstanding) {
       absl::StrAppend(&out, "  outstanding ", Range(key.first, key.second, o.num_batches), " task ",
                       o.task_id, " producer ", o.producer_id, "\n");
+    }
+    for (const auto& [rank, p] : j.rank_positions) {
+      absl::StrAppend(&out, "  rank ", rank, " at ", p.first, "/", p.second, "\n");
     }
   }
   for (const auto& [id, p] : producers_) {
