@@ -20,6 +20,9 @@ namespace {
 constexpr size_t kMaxRemembered = 1024;
 // A consumer silent for this many heartbeat intervals may be replaced by a new one of its rank.
 constexpr int kTakeoverHeartbeats = 3;
+// How long producers replayed from the journal may take, beyond their timeout, to send their
+// first heartbeat to a restarted dispatcher (their clients back off while it is down).
+constexpr absl::Duration kRestartGrace = absl::Seconds(5);
 
 // "10 s", "3.2 s".
 std::string Secs(absl::Duration d) {
@@ -45,7 +48,10 @@ absl::Status Unknown(absl::string_view kind, uint64_t id, uint64_t next_id,
 
 absl::Time DispatcherImpl::ProducerLastHeartbeat(uint64_t id) const {
   auto it = producer_info_.find(id);
-  return it == producer_info_.end() ? created_ : std::max(created_, it->second.last_heartbeat);
+  // A producer replayed from the journal has not been heard from since the restart: it gets a
+  // grace period on top of its timeout, for its client to notice the dispatcher is back.
+  return it == producer_info_.end() ? created_ + kRestartGrace
+                                    : std::max(created_, it->second.last_heartbeat);
 }
 
 absl::Time DispatcherImpl::ConsumerLastHeartbeat(uint64_t id) const {
@@ -281,12 +287,26 @@ absl::Status DispatcherImpl::RemoveConsumerLocked(uint64_t id, std::string reaso
   const DispatcherState::Consumer& consumer = *state_.FindConsumer(id);
   const std::string message = absl::StrCat("consumer ", id, " (rank ", consumer.rank, " of job '",
                                            consumer.job, "') removed (", reason, ")");
+  const std::string job_name = consumer.job;
   journal::Update update;
   update.mutable_consumer_removed()->set_consumer_id(id);
   RETURN_IF_ERROR(ApplyLocked(update));
   consumer_info_.erase(id);
   Remember(gone_consumers_, id, std::move(reason));
   Log(LogLevel::kWarning, "dispatcher", message);
+  if (state_.HasConsumers(job_name)) return absl::OkStatus();
+  // Nobody reads the job now: its producers drop its tasks, which wait as orphans for readers.
+  std::vector<std::pair<uint64_t, uint64_t>> owned;  // (producer, task)
+  for (const auto& [key, o] : state_.FindJob(job_name)->outstanding) {
+    if (o.producer_id != 0) owned.emplace_back(o.producer_id, o.task_id);
+  }
+  journal::Update idle;
+  idle.mutable_job_idle()->set_job(job_name);
+  RETURN_IF_ERROR(ApplyLocked(idle));
+  for (const auto& [producer, task] : owned) producer_info_[producer].revoked.push_back(task);
+  Log(LogLevel::kInfo, "dispatcher",
+      absl::StrCat("job '", job_name, "' has no consumer: its ", owned.size(),
+                   " tasks are taken back from the producers until one comes"));
   return absl::OkStatus();
 }
 

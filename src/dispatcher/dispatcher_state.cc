@@ -46,6 +46,8 @@ absl::Status DispatcherState::Apply(const journal::Update& update) {
       return ApplyTasksDelivered(update.tasks_delivered());
     case journal::Update::kTasksReopened:
       return ApplyTasksReopened(update.tasks_reopened());
+    case journal::Update::kJobIdle:
+      return ApplyJobIdle(update.job_idle());
     case journal::Update::KIND_NOT_SET:
       break;
   }
@@ -115,16 +117,36 @@ absl::Status DispatcherState::ApplyProducerRemoved(const journal::ProducerRemove
   if (it == producers_.end()) {
     return DoesNotFit(absl::StrCat("producer ", u.producer_id(), " is unknown"));
   }
-  for (uint64_t task_id : it->second.tasks) {
-    auto t = tasks_.find(task_id);
-    const v1::Task& task = t->second;
-    Outstanding& o = MutableJob(task.job())->outstanding[{task.epoch(), task.first_batch()}];
-    o.task_id = 0;
-    o.producer_id = 0;
-    orphans_.insert(OrphanKey{task.epoch(), task.first_batch(), task.job()});
-    tasks_.erase(t);
-  }
+  for (uint64_t task_id : std::set<uint64_t>(it->second.tasks)) OrphanTask(task_id);
   producers_.erase(it);
+  return absl::OkStatus();
+}
+
+void DispatcherState::OrphanTask(uint64_t task_id) {
+  auto t = tasks_.find(task_id);
+  const v1::Task& task = t->second;
+  Outstanding& o = MutableJob(task.job())->outstanding[{task.epoch(), task.first_batch()}];
+  producers_[o.producer_id].tasks.erase(task_id);
+  o.task_id = 0;
+  o.producer_id = 0;
+  orphans_.insert(OrphanKey{task.epoch(), task.first_batch(), task.job()});
+  tasks_.erase(t);
+}
+
+absl::Status DispatcherState::ApplyJobIdle(const journal::JobIdle& u) {
+  Job* job = MutableJob(u.job());
+  if (job == nullptr) {
+    return DoesNotFit(absl::StrCat("job_idle of job '", u.job(), "', which is unknown"));
+  }
+  if (HasConsumers(u.job())) {
+    return DoesNotFit(absl::StrCat("job '", u.job(), "' is not idle: a consumer holds a rank"));
+  }
+  std::vector<uint64_t> owned;
+  for (const auto& [key, o] : job->outstanding) {
+    if (o.producer_id != 0) owned.push_back(o.task_id);
+  }
+  for (uint64_t task_id : owned) OrphanTask(task_id);
+  job->idle = true;
   return absl::OkStatus();
 }
 
@@ -268,7 +290,9 @@ absl::Status DispatcherState::ApplyConsumerRegistered(const journal::ConsumerReg
   }
   if (absl::Status s = CheckPosition(*job, u.epoch(), u.step()); !s.ok()) return s;
   consumers_[u.consumer_id()] = Consumer{u.consumer_id(), u.job(), u.rank(), u.epoch(), u.step()};
-  MutableJob(u.job())->rank_positions[u.rank()] = TaskKey(u.epoch(), u.step());
+  Job* mutable_job = MutableJob(u.job());
+  mutable_job->rank_positions[u.rank()] = TaskKey(u.epoch(), u.step());
+  mutable_job->idle = false;
   last_consumer_id_ = u.consumer_id();
   return absl::OkStatus();
 }

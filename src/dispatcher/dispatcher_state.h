@@ -65,6 +65,8 @@ class DispatcherState {
     // The last position each rank registered at or acknowledged, kept after its consumer is
     // gone: a restarted rank resumes from it, and the delivered frontier counts it.
     std::map<uint32_t, TaskKey> rank_positions;
+    // Its last consumer left (JobIdle) and none has come since: its tasks are not assigned.
+    bool idle = false;
 
     const std::string& name() const { return info.spec().name(); }
     // True when the cursor has passed the last epoch of a bounded job: nothing is left to cut.
@@ -114,6 +116,8 @@ class DispatcherState {
   const Consumer* FindConsumer(uint64_t id) const;
   // The consumer holding `rank` of `job`, or nullptr.
   const Consumer* ConsumerAt(absl::string_view job, uint32_t rank) const;
+  // Whether some consumer holds a rank of `job`: only then are its tasks assigned.
+  bool HasConsumers(absl::string_view job) const;
   // The live producer registered with `data_address`, or nullptr.
   const Producer* ProducerAt(absl::string_view data_address) const;
   // The task with that id and its job: nullptr unless it is outstanding and owned.
@@ -174,6 +178,9 @@ class DispatcherState {
   absl::Status ApplyConsumerRemoved(const journal::ConsumerRemoved& u);
   absl::Status ApplyTasksDelivered(const journal::TasksDelivered& u);
   absl::Status ApplyTasksReopened(const journal::TasksReopened& u);
+  absl::Status ApplyJobIdle(const journal::JobIdle& u);
+  // Makes an owned task an orphan.
+  void OrphanTask(uint64_t task_id);
   // Forgets an outstanding task, owned or orphaned, counting it as finished.
   void FinishTask(Job& job, const TaskKey& key);
   Job* MutableJob(absl::string_view name);

@@ -117,6 +117,13 @@ const DispatcherState::Consumer* DispatcherState::FindConsumer(uint64_t id) cons
   return it == consumers_.end() ? nullptr : &it->second;
 }
 
+bool DispatcherState::HasConsumers(absl::string_view job) const {
+  for (const auto& [id, c] : consumers_) {
+    if (c.job == job) return true;
+  }
+  return false;
+}
+
 const DispatcherState::Consumer* DispatcherState::ConsumerAt(absl::string_view job,
                                                              uint32_t rank) const {
   for (const auto& [id, c] : consumers_) {
@@ -145,7 +152,7 @@ std::string DispatcherState::DebugString() const {
     const Job& j = jobs_.find(name)->second;
     absl::StrAppend(&out, "job ", j.sequence, " {", j.info.ShortDebugString(), "} cursor ",
                     j.next_epoch, "/", j.next_batch, " finished ", j.tasks_finished, "/",
-                    j.batches_finished, "\n");
+                    j.batches_finished, j.idle ? " idle" : "", "\n");
     for (const auto& [key, o] : j.outstanding) {
       absl::StrAppend(&out, "  outstanding ", Range(key.first, key.second, o.num_batches), " task ",
                       o.task_id, " producer ", o.producer_id, "\n");

@@ -25,13 +25,20 @@ bool CanMake(const DispatcherState::Producer& producer, const DispatcherState::J
                                               : producer.source_job.empty();
 }
 
+// Whether `producer` should get a task of `job` now: one it can make, of a job that is not idle
+// (a new job is not: producers start on it before its consumers come).
+bool Wanted(const DispatcherState& state, const DispatcherState::Producer& producer,
+            const DispatcherState::Job& job) {
+  return CanMake(producer, job) && !job.idle;
+}
+
 }  // namespace
 
 std::optional<v1::Task> NextTask(const DispatcherState& state,
                                  const DispatcherState::Producer& producer) {
   for (const DispatcherState::OrphanKey& o : state.orphans()) {
     const DispatcherState::Job& job = *state.FindJob(o.job);
-    if (!CanMake(producer, job)) continue;
+    if (!Wanted(state, producer, job)) continue;
     const auto& outstanding = job.outstanding.at({o.epoch, o.first_batch});
     return MakeTask(state, o.job, o.epoch, o.first_batch, outstanding.num_batches);
   }
@@ -43,7 +50,7 @@ std::optional<v1::Task> NextTask(const DispatcherState& state,
   }
   for (size_t i = 0; i < order.size(); ++i) {
     const DispatcherState::Job& job = *state.FindJob(order[(start + i) % order.size()]);
-    if (job.exhausted() || !CanMake(producer, job)) continue;
+    if (job.exhausted() || !Wanted(state, producer, job)) continue;
     const uint64_t end = DispatcherState::TaskEnd(job.info, job.next_batch);
     return MakeTask(state, job.name(), job.next_epoch, job.next_batch, end - job.next_batch);
   }
