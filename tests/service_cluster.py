@@ -16,10 +16,11 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 BIN = pathlib.Path(os.environ.get("CROUPIER_BIN", ROOT / "build" / "bin" / "croupier"))
 
 
-def run(*args, timeout=60, env=None, check=True):
-    """Runs a croupier command to completion and returns the CompletedProcess."""
-    proc = subprocess.run([str(BIN), *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+def run(*args, timeout=60, env=None, check=True, prefix=()):
+    """Runs a croupier command to completion and returns the CompletedProcess. `prefix` is put
+    before the command (e.g. `ip netns exec NS` to run it in a network namespace)."""
+    proc = subprocess.run([*map(str, prefix), str(BIN), *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, env=env)
     if check and proc.returncode != 0:
         raise AssertionError(f"croupier {' '.join(map(str, args))} failed ({proc.returncode}):\n"
                              f"{proc.stderr}")
@@ -41,7 +42,10 @@ class Cluster:
     """A dispatcher and producers on loopback. Use as a context manager."""
 
     def __init__(self, work_dir, auth_token=None, producer_timeout_ms=None, env=None,
-                 dispatcher_args=()):
+                 dispatcher_args=(), host="127.0.0.1", dispatcher_prefix=(), client_prefix=()):
+        """`host` is the address the dispatcher binds (--bind, when it is not 127.0.0.1) and
+        everyone reaches it at. `dispatcher_prefix` goes before the dispatcher's command and
+        `client_prefix` before the short commands (job create, status): e.g. `ip netns exec NS`."""
         self.work_dir = pathlib.Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.auth_token = auth_token
@@ -50,6 +54,11 @@ class Cluster:
         self.procs = []
         self.producers = []
         self.dispatcher_args = list(dispatcher_args)
+        self.host = host
+        self.dispatcher_prefix = list(dispatcher_prefix)
+        self.client_prefix = list(client_prefix)
+        if host != "127.0.0.1":
+            self.dispatcher_args += ["--bind", host]
         if auth_token:
             self.dispatcher_args += ["--auth-token", auth_token]
         if producer_timeout_ms:
@@ -57,7 +66,7 @@ class Cluster:
         self.dispatcher_starts = 0
         self.port = 0
         self._start_dispatcher()
-        self.address = f"127.0.0.1:{self.port}"
+        self.address = f"{host}:{self.port}"
 
     @property
     def dispatcher_dir(self):
@@ -78,7 +87,7 @@ class Cluster:
         self.dispatcher_starts += 1
         args = ["dispatcher", "--port", self.port, "--port-file", port_file,
                 "--work-dir", self.dispatcher_dir, *self.dispatcher_args]
-        self.dispatcher = self._spawn(args, name)
+        self.dispatcher = self._spawn(args, name, prefix=self.dispatcher_prefix)
         try:
             self.port = int(wait_for_file(port_file, 20, self.dispatcher))
         except BaseException:
@@ -96,10 +105,11 @@ class Cluster:
         self._start_dispatcher()
         return self.dispatcher
 
-    def _spawn(self, args, name):
+    def _spawn(self, args, name, prefix=()):
         log = open(self.work_dir / f"{name}.log", "w")
-        proc = subprocess.Popen([str(BIN), *map(str, args)], stdout=log, stderr=subprocess.STDOUT,
-                                env=self.env, start_new_session=True)
+        # `ip netns exec` execs the command, so the Popen's pid is croupier's own.
+        proc = subprocess.Popen([*map(str, prefix), str(BIN), *map(str, args)], stdout=log,
+                                stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
         proc.log_path = self.work_dir / f"{name}.log"
         self.procs.append(proc)
         return proc
@@ -107,10 +117,10 @@ class Cluster:
     def token_args(self):
         return ["--auth-token", self.auth_token] if self.auth_token else []
 
-    def add_producer(self, *extra):
+    def add_producer(self, *extra, prefix=()):
         n = len(self.producers)
         proc = self._spawn(["producer", "--dispatcher", self.address, "--threads", "2",
-                            *self.token_args(), *extra], f"producer{n}")
+                            *self.token_args(), *extra], f"producer{n}", prefix=prefix)
         self.producers.append(proc)
         return proc
 
@@ -121,13 +131,18 @@ class Cluster:
                 *self.token_args()]
         for key, value in options.items():
             args += [f"--{key.replace('_', '-')}", value]
-        return json.loads(run(*args, env=self.env).stdout)
+        return json.loads(run(*args, env=self.env, prefix=self.client_prefix).stdout)
 
-    def start_consumer(self, job, rank, world, output, epochs=1, *extra):
+    def status(self):
+        """`croupier status --json`, parsed."""
+        return json.loads(run("status", self.address, "--json", *self.token_args(), env=self.env,
+                              prefix=self.client_prefix).stdout)
+
+    def start_consumer(self, job, rank, world, output, epochs=1, *extra, prefix=()):
         return self._spawn(["consume", "--dispatcher", self.address, "--job", job,
                             "--rank", rank, "--world", world, "--epochs", epochs,
                             "--output", output, "--timeout-ms", "30000",
-                            *self.token_args(), *extra], f"consumer-{job}-{rank}")
+                            *self.token_args(), *extra], f"consumer-{job}-{rank}", prefix=prefix)
 
     def wait(self, procs, timeout):
         deadline = time.monotonic() + timeout
@@ -178,3 +193,100 @@ def rss_bytes(pid):
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     return 0
+
+
+class OutputWatch:
+    """Follows the consumers' --output files while they run: the batches each has written, and
+    the longest time a consumer went between two consecutive batches (its longest stall). Files
+    are sampled at every poll() (every 20 ms in wait_for and follow), so a stall is measured to
+    about that precision, and includes any --slow-ms the consumer sleeps per batch."""
+
+    def __init__(self, outs):
+        self.outs = [pathlib.Path(o) for o in outs]
+        self.offsets = [0] * len(self.outs)
+        self.counts = [0] * len(self.outs)
+        self.last = [None] * len(self.outs)
+        self.longest = 0.0
+        self.longest_at = None  # (consumer index, batches it had written before the stall)
+        self.longest_span = None  # (start, end) of that stall, in time.monotonic() seconds
+
+    def poll(self):
+        now = time.monotonic()
+        for i, out in enumerate(self.outs):
+            try:
+                with open(out, "rb") as f:
+                    f.seek(self.offsets[i])
+                    data = f.read()
+            except FileNotFoundError:
+                continue
+            n = data.count(b"\n")
+            if not n:
+                continue
+            self.offsets[i] += data.rfind(b"\n") + 1
+            if self.last[i] is not None and now - self.last[i] > self.longest:
+                self.longest, self.longest_at = now - self.last[i], (i, self.counts[i])
+                self.longest_span = (self.last[i], now)
+            self.counts[i] += n
+            self.last[i] = now
+        return self.counts
+
+    def wait_for(self, batches, procs, timeout):
+        """Waits until every consumer has written at least `batches` batches; fails if one exits
+        with an error first, or after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while min(self.poll()) < batches:
+            for p in procs:
+                assert p.poll() is None or p.returncode == 0, \
+                    f"{' '.join(p.args[1:3])} exited {p.returncode}; log:\n" \
+                    f"{p.log_path.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, \
+                f"consumers did not reach {batches} batches in {timeout} s: {self.counts}"
+            time.sleep(0.02)
+
+    def follow(self, cluster, procs, timeout):
+        """Polls until every consumer process has exited, then checks them like Cluster.wait.
+        Returns the longest stall seen."""
+        deadline = time.monotonic() + timeout
+        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            self.poll()
+            time.sleep(0.02)
+        self.poll()
+        cluster.wait(procs, timeout=max(0.1, deadline - time.monotonic()))
+        return self.longest
+
+
+def batch_hashes(batches):
+    """[(epoch, step, hash)] of a consumer's JSON lines: what a fault-free run is compared on."""
+    return [(b["epoch"], b["step"], b["hash"]) for b in batches]
+
+
+def check_exactly_once(outs, reference, records, batch_size, seed, epochs=(0,),
+                       shuffle="global"):
+    """Checks the consumers' outputs (one per rank) against `reference`, the per-rank
+    [(epoch, step, hash)] of a fault-free run of the same job: every rank got every planned step
+    of every epoch once, in order, with bit-identical content (G1, G2, G3); and the record ids,
+    across ranks, are exactly the plan's, none twice. Returns the number of batches checked."""
+    import croupier  # the Python package; only the checks need it
+    world = len(outs)
+    per_rank = [read_batches(o) for o in outs]
+    for rank, batches in enumerate(per_rank):
+        got = batch_hashes(batches)
+        assert len(got) == len(set(got)), f"rank {rank}: a batch delivered twice"
+        assert got == reference[rank], \
+            f"rank {rank}: {len(got)} batches differ from the fault-free run's " \
+            f"{len(reference[rank])}; first difference at " \
+            f"{next((i for i, (a, b) in enumerate(zip(got, reference[rank])) if a != b), None)}"
+    for epoch in epochs:
+        plan = croupier.EpochPlan(records, batch_size, world, seed=seed, epoch=epoch,
+                                  shuffle=shuffle)
+        ids = []
+        for rank, batches in enumerate(per_rank):
+            mine = [b for b in batches if b["epoch"] == epoch]
+            assert [b["step"] for b in mine] == list(range(plan.steps_per_consumer)), \
+                f"rank {rank} epoch {epoch}"
+            for b in mine:
+                assert b["ids"] == plan.batch(plan.global_batch(rank, b["step"])).tolist()
+                ids += b["ids"]
+        assert len(ids) == len(set(ids)) == plan.steps_per_consumer * world * batch_size, \
+            f"epoch {epoch}: records repeated or missing"
+    return sum(len(b) for b in per_rank)

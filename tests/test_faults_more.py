@@ -1,0 +1,148 @@
+"""More fault tests: a producer frozen (SIGSTOP) for longer than --producer-timeout-ms, then thawed
+(SIGCONT). Real dispatcher, producer and consumer processes on loopback. Each consumer's batches are
+compared with a fault-free run of the same job by (epoch, step, content hash) and record ids:
+exactly once (G1), equal steps (G2), bit-identical (G3). Every test bounds its time, thaws what it
+froze (in a finally), and the Cluster kills every process it started.
+"""
+import re
+import signal
+import time
+
+import pytest
+
+from service_cluster import (Cluster, OutputWatch, batch_hashes, check_exactly_once,
+                             read_batches, run)
+
+FEATURES = "id:int64,label:int64,image:bytes"
+RECORDS, BATCH, WORLD, SEED = 3000, 16, 4, 7
+STEPS = RECORDS // (BATCH * WORLD)  # per consumer per epoch
+TIMEOUT_MS = 1500  # --producer-timeout-ms
+FROZEN_S = 4.0  # well past the timeout, and past the dispatcher's 1 s expiry tick
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """3,000 records over 3 files; each record's `id` feature is its global record id."""
+    data = tmp_path_factory.mktemp("faults-more") / "data"
+    run("synth", "--out", data, "--files", 3, "--records", RECORDS, "--image-bytes", 256,
+        "--quiet")
+    return sorted(data.glob("*.tfrecord"))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, dataset):
+    """A fault-free run with one producer: each rank's [(epoch, step, hash)]."""
+    tmp = tmp_path_factory.mktemp("reference")
+    with Cluster(tmp / "cluster") as cluster:
+        cluster.add_producer()
+        cluster.create_job("train", dataset, FEATURES, BATCH, WORLD, seed=SEED, epochs=1)
+        outs = [tmp / f"rank{r}.jsonl" for r in range(WORLD)]
+        procs = [cluster.start_consumer("train", r, WORLD, outs[r], 1) for r in range(WORLD)]
+        cluster.wait(procs, timeout=60)
+    return [batch_hashes(read_batches(o)) for o in outs]
+
+
+def producer_ids(status):
+    """{data address: producer id} of the producers the dispatcher knows."""
+    return {p["dataAddress"]: p["producerId"] for p in status.get("producers", [])}
+
+
+def wait_until(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"{what} within {timeout} s"
+        time.sleep(0.1)
+
+
+@pytest.mark.timeout(120)
+def test_frozen_producer_loses_its_work_and_rejoins_as_a_new_producer(tmp_path, dataset,
+                                                                       reference):
+    with Cluster(tmp_path / "cluster", producer_timeout_ms=TIMEOUT_MS) as cluster:
+        for _ in range(3):
+            cluster.add_producer()
+        cluster.create_job("train", dataset, FEATURES, BATCH, WORLD, seed=SEED, epochs=1)
+        outs = [tmp_path / f"rank{r}.jsonl" for r in range(WORLD)]
+        # Slow consumers, so that the epoch outlasts the freeze and the thaw.
+        procs = [cluster.start_consumer("train", r, WORLD, outs[r], 1, "--slow-ms", "150")
+                 for r in range(WORLD)]
+        watch = OutputWatch(outs)
+        watch.wait_for(STEPS // 5, procs, timeout=60)
+
+        frozen = cluster.producers[1]
+        before = producer_ids(cluster.status())
+        assert len(before) == 3, before
+        # Its id and address, from its log ("producer 2 serving on 127.0.0.1:PORT for ...").
+        old_id, address = re.search(r"producer (\d+) serving on (\S+) ",
+                                    frozen.log_path.read_text()).groups()
+        assert before[address] == old_id
+        frozen.send_signal(signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + FROZEN_S
+            while time.monotonic() < deadline:  # keep measuring stalls meanwhile
+                watch.poll()
+                time.sleep(0.02)
+            # Presumed dead: removed, and its tasks orphaned for the others.
+            gone = producer_ids(cluster.status())
+            assert address not in gone, gone
+            # ... with work in hand that had to move to the others.
+            assert re.search(f"producer {old_id} at {address} removed \\(expired .*\\); "
+                             "its [1-9][0-9]* unfinished tasks will be assigned again",
+                             cluster.dispatcher.log_path.read_text())
+        finally:
+            frozen.send_signal(signal.SIGCONT)
+        thawed_at = watch.counts[:]
+
+        # It learns it was expired on its next heartbeat, drops its tasks and registers anew, at
+        # the same data address under a new id.
+        def rejoined():
+            now = producer_ids(cluster.status())
+            return now.get(address) not in (None, old_id) and now
+        after = wait_until(rejoined, 15, f"producer {address} did not register again")
+        new_id = after[address]
+        assert int(new_id) > 3 and new_id not in before.values(), after
+        assert "dropping its tasks and registering again" in frozen.log_path.read_text()
+        assert f"producer {new_id} registered with data address {address}" in \
+            cluster.dispatcher.log_path.read_text()
+
+        stall = watch.follow(cluster, procs, timeout=90)
+        assert min(thawed_at) < STEPS, "the epoch ended before the thaw: make consumers slower"
+        print(f"producer frozen {FROZEN_S:.1f} s (timeout {TIMEOUT_MS} ms): "
+              f"longest consumer stall {stall:.2f} s (includes 0.15 s --slow-ms)")
+        # The thawed producer is still alive and heartbeating under its new id.
+        assert frozen.poll() is None
+        assert producer_ids(cluster.status())[address] == new_id
+        # Each consumer handed exactly the epoch's steps to its trainer, no more.
+        for p in procs:
+            assert f"': {STEPS} batches" in p.log_path.read_text()
+    assert check_exactly_once(outs, reference, RECORDS, BATCH, SEED) == STEPS * WORLD
+
+
+@pytest.mark.timeout(120)
+def test_producer_frozen_and_thawed_before_the_timeout_keeps_its_id(tmp_path, dataset,
+                                                                     reference):
+    """The control case: a pause shorter than --producer-timeout-ms is not a failure."""
+    with Cluster(tmp_path / "cluster", producer_timeout_ms=4000) as cluster:
+        for _ in range(2):
+            cluster.add_producer()
+        cluster.create_job("train", dataset, FEATURES, BATCH, WORLD, seed=SEED, epochs=1)
+        outs = [tmp_path / f"rank{r}.jsonl" for r in range(WORLD)]
+        procs = [cluster.start_consumer("train", r, WORLD, outs[r], 1, "--slow-ms", "60")
+                 for r in range(WORLD)]
+        watch = OutputWatch(outs)
+        watch.wait_for(STEPS // 5, procs, timeout=60)
+        paused = cluster.producers[0]
+        before = producer_ids(cluster.status())
+        paused.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(1.0)
+        finally:
+            paused.send_signal(signal.SIGCONT)
+        watch.follow(cluster, procs, timeout=90)
+        assert producer_ids(cluster.status()) == before
+        assert "registered again" not in paused.log_path.read_text()
+        assert not re.search("producer [0-9]+ at .* removed",
+                             cluster.dispatcher.log_path.read_text())
+    check_exactly_once(outs, reference, RECORDS, BATCH, SEED)
