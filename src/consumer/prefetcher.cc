@@ -20,7 +20,12 @@ bool Prefetcher::CanIssue() const {
   // larger than max_bytes still moves.
   const uint64_t held = ready_.size() + in_flight_;
   if (held >= options_.max_batches) return false;
-  return held == 0 || bytes_ < options_.max_bytes;
+  if (held == 0) return true;
+  // A fetch's size is known only when it lands, so each one in flight counts at the size of the
+  // last batch received, and until one has landed fetches go one at a time. (Counting them as
+  // free let every worker start at once and overshoot max_bytes.)
+  if (last_bytes_ == 0) return in_flight_ == 0;
+  return bytes_ + in_flight_ * last_bytes_ < options_.max_bytes;
 }
 
 void Prefetcher::Work() {
@@ -47,7 +52,10 @@ void Prefetcher::Work() {
       ++workers_done_;  // the epoch has nothing more to give this worker
       return;
     }
-    if (result.ok()) bytes_ += result->bytes().size();
+    if (result.ok()) {
+      bytes_ += result->bytes().size();
+      last_bytes_ = result->bytes().size();
+    }
     ready_.emplace(slot, std::move(result));
   }
 }

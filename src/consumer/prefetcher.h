@@ -54,6 +54,7 @@ class Prefetcher {
   uint64_t next_issue_ ABSL_GUARDED_BY(mu_);
   uint64_t next_take_ ABSL_GUARDED_BY(mu_);
   uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t last_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // size of the last batch received; 0: none yet
   uint32_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t workers_done_ ABSL_GUARDED_BY(mu_) = 0;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;

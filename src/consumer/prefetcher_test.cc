@@ -5,6 +5,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -64,6 +65,29 @@ TEST(PrefetcherTest, WindowIsBoundedInBytes) {
   EXPECT_LE(fetched.load(), 4u);
   EXPECT_GE(fetched.load(), 2u);
   for (int i = 0; i < 100; ++i) ASSERT_TRUE(p.Next().ok());
+}
+
+// Regression (make asan): fetches in flight counted as zero bytes, so before the first batch
+// landed every worker could start one and the window overshot max_bytes; under ASan's slower
+// threads WindowIsBoundedInBytes saw 6 fetches where at most 3 fit.
+TEST(PrefetcherTest, FetchesGoOneAtATimeUntilTheFirstBatchLands) {
+  std::atomic<int> started{0};
+  absl::Notification release;
+  Prefetcher p({.first = 0, .end = 20, .max_batches = 8, .max_bytes = 200 << 10},
+               [&](uint64_t slot) {
+                 ++started;
+                 if (slot == 0) release.WaitForNotification();
+                 return absl::StatusOr<Batch>(MakeBatch(slot, 10000));
+               });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(started.load(), 1);
+  release.Notify();
+  for (int i = 0; i < 500 && started.load() < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(started.load(), 3);  // 80 KB each: two held or in flight, the third crosses 200 KB
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(p.Next().ok());
 }
 
 TEST(PrefetcherTest, AnErrorReachesTheCallerAtItsSlotAndStays) {

@@ -90,6 +90,17 @@ TEST(ExampleParseTest, MixedPackedAndUnpackedFieldsOfOneListConcatenate) {
   EXPECT_EQ(example[1].second, Feature::Ints({7, 8, -9, 10}));
 }
 
+// Regression (fuzz/example_fuzzer): an empty packed float list arriving first passed the null
+// data() of an empty vector to memcpy, which UBSan reports as undefined behavior.
+TEST(ExampleParseTest, EmptyPackedFloatListFirstIsAnEmptyFloatList) {
+  Example example = Parsed(Record(Entry("f", Len(2, PackedFloats({})))));
+  ASSERT_EQ(example.size(), 1u);
+  EXPECT_EQ(example[0].second, Feature::Floats({}));
+  example = Parsed(Record(Entry("f", Len(2, PackedFloats({}) + PackedFloats({5})))));
+  ASSERT_EQ(example.size(), 1u);
+  EXPECT_EQ(example[0].second, Feature::Floats({5}));
+}
+
 TEST(ExampleParseTest, FeatureWithNoKindAndEntryWithoutValueOrKey) {
   // An empty Feature, an entry with only a key, and an entry with only a value (key "").
   std::string entries =

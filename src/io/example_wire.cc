@@ -150,6 +150,7 @@ bool DecodeFloatList(Reader list, std::vector<float>& out) {
         return list.Fail(at, absl::StrCat("packed float list of ", packed.size(),
                                           " bytes is not a multiple of 4"));
       }
+      if (packed.empty()) continue;  // memcpy to an empty vector's null data() is undefined
       size_t old = out.size();
       out.resize(old + packed.size() / 4);
       std::memcpy(out.data() + old, packed.data(), packed.size());

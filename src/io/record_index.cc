@@ -75,7 +75,10 @@ std::string SerializeRecordIndex(const RecordIndex& index) {
   out.append(index.path);
   size_t at = out.size();
   out.resize(at + 8 * index.offsets.size() + 4);
-  std::memcpy(out.data() + at, index.offsets.data(), 8 * index.offsets.size());
+  // memcpy from the null data() of an empty vector is undefined even for 0 bytes (UBSan).
+  if (!index.offsets.empty()) {
+    std::memcpy(out.data() + at, index.offsets.data(), 8 * index.offsets.size());
+  }
   size_t body = out.size() - 4;
   tfrecord::EncodeU32(out.data() + body, crc32c::Mask(crc32c::Value(out.data(), body)));
   return out;
@@ -106,7 +109,7 @@ absl::StatusOr<RecordIndex> ParseRecordIndex(absl::string_view bytes, absl::stri
   index.mtime_ns = static_cast<int64_t>(tfrecord::DecodeU64(bytes.data() + 24));
   index.path.assign(bytes.data() + kFixedBytes, path_bytes);
   index.offsets.resize(n);
-  std::memcpy(index.offsets.data(), bytes.data() + kFixedBytes + path_bytes, 8 * n);
+  if (n > 0) std::memcpy(index.offsets.data(), bytes.data() + kFixedBytes + path_bytes, 8 * n);
   // Every record must fit between its offset and the next one, the last one before the end.
   for (uint64_t i = 0; i < n; ++i) {
     uint64_t end = i + 1 < n ? index.offsets[i + 1] : index.file_size;

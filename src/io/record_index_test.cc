@@ -148,6 +148,19 @@ TEST(RecordIndexTest, SerializationRoundTripsAndRejectsDamage) {
   }
 }
 
+// Regression (make asan): an empty file's index passed the null data() of an empty vector to
+// memcpy, which UBSan reports as undefined behavior, when serialized and when parsed back.
+TEST(RecordIndexTest, AnEmptyIndexRoundTrips) {
+  RecordIndex index;
+  index.path = "empty.tfrecord";
+  std::string bytes = SerializeRecordIndex(index);
+  EXPECT_EQ(bytes.size(), 44u + index.path.size());  // 40-byte header, path, CRC
+  auto parsed = ParseRecordIndex(bytes, "x");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->num_records(), 0u);
+  EXPECT_EQ(parsed->path, index.path);
+}
+
 TEST(RecordIndexTest, CorruptDataFileNamesTheOffset) {
   ScopedTempDir tmp;
   std::string path = tmp.Join("d.tfrecord");

@@ -27,17 +27,14 @@ const std::string& RecordReader::path() const { return file_->name(); }
 absl::StatusOr<size_t> RecordReader::Fill(size_t n) {
   size_t have = end_ - begin_;
   if (have >= n || eof_) return have;
-  // Slide what is left to the front, growing the buffer only for a record larger than it.
-  if (n > buffer_.size()) {
-    std::vector<char> bigger(std::max(n, buffer_.size() * 2));
-    std::memcpy(bigger.data(), buffer_.data() + begin_, have);
-    buffer_.swap(bigger);
-  } else {
-    std::memmove(buffer_.data(), buffer_.data() + begin_, have);  // less than one record
-  }
+  // Slide what is left (less than one record) to the front.
+  std::memmove(buffer_.data(), buffer_.data() + begin_, have);
   begin_ = 0;
   end_ = have;
-  while (end_ - begin_ < n && !eof_) {
+  while (end_ < n && !eof_) {
+    // Grow only for a record larger than the buffer, and only as its bytes arrive: `n` comes
+    // from a length field that a corrupt file can set to terabytes, so memory follows the file.
+    if (end_ == buffer_.size()) buffer_.resize(std::min(n, buffer_.size() * 2));
     ASSIGN_OR_RETURN(size_t got,
                      file_->Read(offset_ + end_, buffer_.size() - end_, buffer_.data() + end_));
     if (got == 0) eof_ = true;

@@ -3,11 +3,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "croupier/record_index.h"
 #include "croupier/tfrecord.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/env.h"
 #include "src/common/testing.h"
+#include "src/io/tfrecord_format.h"
 
 namespace croupier {
 namespace {
@@ -239,6 +242,24 @@ TEST(TfrecordTest, MissingFileIsNotFound) {
   auto reader = RecordReader::Open("/nonexistent/x.tfrecord");
   EXPECT_TRUE(absl::IsNotFound(reader.status()));
   EXPECT_THAT(reader.status().message(), HasSubstr("/nonexistent/x.tfrecord"));
+}
+
+// Regression (fuzz/tfrecord_reader_fuzzer): a header whose length checksum matches but whose
+// length claims up to 2^46 bytes made the reader allocate a buffer of that size before reading:
+// a 16-byte file could abort the process (std::bad_alloc; ASan: allocation-size-too-big). The
+// record index scan, and so CreateJob in the dispatcher, read through the same path.
+TEST_F(CorruptionTest, AHugeLengthWithAValidChecksumIsATruncatedRecord) {
+  for (uint64_t length : {uint64_t{1} << 40, (uint64_t{1} << 46) - 1}) {
+    std::string file(kRecordHeaderBytes, '\0');
+    tfrecord::EncodeHeader(file.data(), length);
+    file += "four";
+    absl::Status s = ReadDamaged(file, 0);
+    EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+    EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("truncated record at byte 0 of ", path_,
+                                                    ": the header says ", length)));
+    auto index = BuildRecordIndex(*Env::Default(), path_);
+    EXPECT_TRUE(absl::IsDataLoss(index.status())) << index.status();
+  }
 }
 
 TEST(TfrecordTest, CheckRecordRejectsALengthThatDisagreesWithTheIndex) {

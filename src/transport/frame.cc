@@ -142,7 +142,8 @@ std::string EncodeError(const absl::Status& status) {
                                     : static_cast<uint32_t>(status.code());
   Put<uint32_t>(body, code);
   Put<uint32_t>(body + 4, static_cast<uint32_t>(message.size()));
-  std::memcpy(body + kErrorFixedBytes, message.data(), message.size());
+  // An empty message's data() may be null, and memcpy from null is undefined even for 0 bytes.
+  if (!message.empty()) std::memcpy(body + kErrorFixedBytes, message.data(), message.size());
   return out;
 }
 

@@ -113,6 +113,17 @@ TEST(TransportFrameTest, ErrorsRoundTripAndLongMessagesAreCut) {
   EXPECT_EQ(cut->message, std::string(kMaxErrorMessageBytes - 1, 'a'));
 }
 
+// Regression (fuzz/frame_fuzzer): a status without a message (absl::CancelledError()) has a null
+// message().data(), which EncodeError passed to memcpy: undefined behavior that UBSan reports.
+TEST(TransportFrameTest, AnErrorWithoutAMessageRoundTrips) {
+  const std::string bytes = EncodeError(absl::CancelledError());
+  EXPECT_EQ(bytes.size(), kHeaderBytes + kErrorFixedBytes);
+  auto error = ParseError(Body(bytes));
+  ASSERT_TRUE(error.ok()) << error.status();
+  EXPECT_EQ(error->code, absl::StatusCode::kCancelled);
+  EXPECT_EQ(error->message, "");
+}
+
 TEST(TransportFrameTest, MalformedErrorBodiesAreDataLoss) {
   std::string body(Body(EncodeError(absl::NotFoundError("x"))));
   std::string bad_code = body;
