@@ -139,3 +139,30 @@ def test_what_cannot_be_served_is_refused_before_anything_starts(cluster):
     with pytest.raises(errors.InvalidArgumentError, match="reads no files"):
         croupier.create_job(cluster.address, "mixed", "/tmp/*.tfrecord", "x:int64", 2,
                             source="python", batches_per_epoch=4)
+
+
+@pytest.mark.timeout(60)
+def test_two_sources_serve_one_job_interleaved_by_task(cluster):
+    """Source k yields only its own batches, numbered from 0; the job interleaves the sources by
+    task, deterministically."""
+    def source(k):
+        def epoch_batches(epoch):
+            for i in range(100):
+                yield {"src": np.full(2, k, dtype=np.int64), "i": np.full(2, i, dtype=np.int64)}
+        return epoch_batches
+
+    servers = [Server(source(k), cluster.address, "two", consumers=2, epochs=1,
+                      batches_per_epoch=40, source_count=2, source_index=k) for k in range(2)]
+    feeds = [connect(cluster, "two", r, 2) for r in range(2)]
+    per_task = int(cluster.status()["jobs"][0]["batches_per_task"])
+    got = {}
+    for step, pair in enumerate(zip(*(f.epoch(0) for f in feeds))):
+        for rank, batch in enumerate(pair):
+            got[step * 2 + rank] = (int(batch["src"][0]), int(batch["i"][0]))
+    for f in feeds:
+        f.close()
+    assert sorted(got) == list(range(40))
+    for g, (src, i) in got.items():
+        t = g // per_task
+        assert src == t % 2 and i == t // 2 * per_task + g % per_task, (g, src, i)
+    assert sorted(s.join() for s in servers) == [16, 24] if per_task == 8 else True

@@ -57,8 +57,8 @@ def _token(auth_token):
 
 def create_job(dispatcher, name, files, features, batch_size, *, consumers=1, seed=0, epochs=0,
                shuffle="global", remainder="drop", mode="dealt", block_size=0, window_blocks=0,
-               source="tfrecord", batches_per_epoch=0, exist_ok=False, auth_token=None,
-               timeout=60.0):
+               source="tfrecord", batches_per_epoch=0, source_count=0, exist_ok=False,
+               auth_token=None, timeout=60.0):
     """Creates a job on the dispatcher and returns it as the dispatcher holds it (a dict: spec,
     files, num_records, batches_per_epoch, steps_per_epoch, ...). `files` is a glob, a path, or a
     list of them. A bad spec raises InvalidArgumentError naming the problem. With exist_ok, an
@@ -70,7 +70,8 @@ def create_job(dispatcher, name, files, features, batch_size, *, consumers=1, se
             "batch_size": int(batch_size), "num_consumers": int(consumers), "seed": str(int(seed)),
             "num_epochs": str(int(epochs)), "shuffle": shuffle, "remainder": remainder,
             "mode": mode, "block_size": int(block_size), "window_blocks": int(window_blocks),
-            "source": source, "source_batches_per_epoch": str(int(batches_per_epoch))}
+            "source": source, "source_batches_per_epoch": str(int(batches_per_epoch)),
+            "source_count": int(source_count)}
     text = _croupier.create_job(dispatcher, json.dumps(spec), bool(exist_ok),
                                 _token(auth_token), float(timeout))
     return json.loads(text)

@@ -7,6 +7,12 @@ to consumer g % N as its step g // N. Each epoch iterates the source anew (`iter
 calls it with the epoch number when it is a function (`source(epoch)` returns that epoch's
 iterable).
 
+Several processes can serve one job for throughput (source_count=K, each with its own
+source_index k): the job's tasks (runs of T = job["batches_per_task"] batches) go to the sources
+in turn, so global batch g comes from source (g // T) % K as the
+((g // T) // K * T + g % T)-th batch that source yields in the epoch. Each source yields its own
+share; with deterministic sources the deal is deterministic.
+
 What holds depends on the source (docs/python.md):
   - exactly once and equal steps hold always: every planned batch goes to one consumer, and every
     consumer gets len(source) // N batches per epoch (the last len(source) % N are not dealt);
@@ -158,9 +164,22 @@ class _Epochs:
                 return value
 
 
+def _last_task_end(epochs, dealt, per_task, count, index):
+    """(epoch, end batch) of the last task source `index` serves, or None for unbounded jobs."""
+    if epochs <= 0:
+        return None
+    tasks = -(-dealt // per_task)  # per epoch
+    for epoch in range(epochs - 1, -1, -1):
+        mine = [t for t in range(tasks) if t % count == index]
+        if mine:
+            return epoch, min((mine[-1] + 1) * per_task, dealt)
+    return None
+
+
 def serve(source, dispatcher, job, *, consumers=None, epochs=1, batches_per_epoch=None,
           features=None, mode="dealt", auth_token=None, buffer_bytes=256 << 20,
-          bind="127.0.0.1", advertise_host="", timeout=60.0, stop=None):
+          bind="127.0.0.1", advertise_host="", timeout=60.0, stop=None, source_index=0,
+          source_count=1):
     """Serves `source` as the producer of Python job `job` until every batch of every epoch has
     been served (or forever, with epochs=0), or until `stop` (a threading.Event) is set, then
     returns the number of batches served. A source that runs out before batches_per_epoch is an
@@ -172,7 +191,9 @@ def serve(source, dispatcher, job, *, consumers=None, epochs=1, batches_per_epoc
     len(source)), `features` (default: read off the first batch), `mode` dealt or first_come.
     Each batch is a dict {name: array}: numeric arrays int64 or float32 (other integer types become
     int64; torch and TensorFlow tensors are converted), lists of bytes, or (values, row_splits)
-    for a variable length; the leading dimension is the batch."""
+    for a variable length; the leading dimension is the batch. With source_count K > 1, K
+    processes call serve() for the job, each with its source_index in [0, K), and
+    batches_per_epoch is the job's total over all sources."""
     if consumers is None:
         from croupier.launcher import detect_rank_world
         _, consumers = detect_rank_world(0, None)
@@ -189,11 +210,16 @@ def serve(source, dispatcher, job, *, consumers=None, epochs=1, batches_per_epoc
     num_records, _ = _columns(first)
     info = create_job(dispatcher, job, [], features, num_records, consumers=consumers,
                       epochs=epochs, mode=mode, shuffle="none", source="python",
-                      batches_per_epoch=batches_per_epoch, exist_ok=True, auth_token=auth_token,
-                      timeout=timeout)
+                      batches_per_epoch=batches_per_epoch, source_count=source_count,
+                      exist_ok=True, auth_token=auth_token, timeout=timeout)
     dealt = int(info["batches_per_epoch"])
+    per_task = int(info["batches_per_task"])
+    count = max(1, int(source_count))
+    last = _last_task_end(epochs, dealt, per_task, count, int(source_index))
+    if epochs > 0 and last is None:
+        return 0  # more sources than tasks: this one has nothing to serve
     node = _croupier._SourceProducer(dispatcher, job, _token(auth_token), int(buffer_bytes),
-                                     bind, advertise_host, float(timeout))
+                                     bind, advertise_host, float(timeout), int(source_index))
     ended = None  # (when, error) once the source ran out early
     try:
         while True:
@@ -203,25 +229,29 @@ def serve(source, dispatcher, job, *, consumers=None, epochs=1, batches_per_epoc
                 raise ended[1]
             slot = node.next_slot(0.2)
             if slot is None:
-                if epochs > 0 and node.done_up_to(epochs - 1, dealt):
+                if last is not None and node.done_up_to(*last):
+                    if ended is not None:
+                        raise ended[1]
                     return node.batches_served()
                 continue
-            epoch, index = slot
+            epoch, g = slot
+            # This source's own numbering: it yields only the batches of its tasks.
+            index = g // per_task // count * per_task + g % per_task
             try:
                 batch = epochs_source.get(epoch, index)
             except StopIteration:
                 message = (f"the Python source of job '{job}' ended after "
                            f"{epochs_source._next} batches of epoch {epoch}; the job deals "
                            f"{batches_per_epoch} an epoch")
-                node.put_error(epoch, index, "OUT_OF_RANGE", message)
+                node.put_error(epoch, g, "OUT_OF_RANGE", message)
                 if ended is None:
                     ended = (time.monotonic(), errors.OutOfRangeError(message))
                 continue
             try:
                 num_records, columns = _columns(batch)
             except errors.Error as e:
-                node.put_error(epoch, index, e.code, f"batch {index} of epoch {epoch}: {e}")
+                node.put_error(epoch, g, e.code, f"batch {index} of epoch {epoch}: {e}")
                 continue
-            node.put(epoch, index, num_records, columns)
+            node.put(epoch, g, num_records, columns)
     finally:
         node.close()

@@ -196,7 +196,7 @@ void BindService(pyb::module_& m) {
       .def(pyb::init([](const std::string& dispatcher, const std::string& job,
                         const std::string& auth_token, uint64_t buffer_bytes,
                         const std::string& bind, const std::string& advertise_host,
-                        double timeout) {
+                        double timeout, uint32_t source_index) {
              ProducerNodeOptions o;
              o.dispatcher = dispatcher;
              o.bind_address = bind;
@@ -205,6 +205,7 @@ void BindService(pyb::module_& m) {
              o.runner.buffer_bytes = buffer_bytes;
              o.connect_timeout = absl::Seconds(timeout);
              o.source_job = job;
+             o.source_index = source_index;
              absl::StatusOr<std::unique_ptr<ProducerNode>> node;
              {
                pyb::gil_scoped_release nogil;
@@ -214,7 +215,7 @@ void BindService(pyb::module_& m) {
            }),
            pyb::arg("dispatcher"), pyb::arg("job"), pyb::arg("auth_token"),
            pyb::arg("buffer_bytes"), pyb::arg("bind"), pyb::arg("advertise_host"),
-           pyb::arg("timeout"))
+           pyb::arg("timeout"), pyb::arg("source_index"))
       .def("next_slot", &PySourceProducer::NextSlot, pyb::arg("timeout"))
       .def("put", &PySourceProducer::Put, pyb::arg("epoch"), pyb::arg("batch"),
            pyb::arg("num_records"), pyb::arg("columns"))

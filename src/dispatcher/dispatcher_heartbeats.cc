@@ -69,6 +69,7 @@ absl::Status DispatcherImpl::UnknownConsumer(uint64_t id) const {
 
 absl::StatusOr<uint64_t> DispatcherImpl::RegisterProducerLocked(const std::string& data_address,
                                                                 const std::string& source_job,
+                                                                uint32_t source_index,
                                                                 absl::Time now) {
   if (data_address.empty()) {
     return absl::InvalidArgumentError(
@@ -83,6 +84,12 @@ absl::StatusOr<uint64_t> DispatcherImpl::RegisterProducerLocked(const std::strin
       return absl::InvalidArgumentError(absl::StrCat(
           "job '", source_job, "' reads TFRecord files; only a Python job takes a source"));
     }
+    const uint32_t sources = std::max<uint32_t>(1, job->info.spec().source_count());
+    if (source_index >= sources) {
+      return absl::InvalidArgumentError(absl::StrCat("job '", source_job, "' has ", sources,
+                                                     " sources, 0 to ", sources - 1,
+                                                     "; there is no source ", source_index));
+    }
   }
   const uint64_t id = state_.next_producer_id();
   if (const DispatcherState::Producer* old = state_.ProducerAt(data_address)) {
@@ -94,6 +101,7 @@ absl::StatusOr<uint64_t> DispatcherImpl::RegisterProducerLocked(const std::strin
   update.mutable_producer_registered()->set_producer_id(id);
   update.mutable_producer_registered()->set_data_address(data_address);
   update.mutable_producer_registered()->set_source_job(source_job);
+  update.mutable_producer_registered()->set_source_index(source_index);
   RETURN_IF_ERROR(ApplyLocked(update));
   producer_info_[id].last_heartbeat = now;
   Log(LogLevel::kInfo, "dispatcher",
@@ -122,7 +130,8 @@ absl::StatusOr<v1::ProducerHeartbeatResponse> DispatcherImpl::ProducerHeartbeat(
   absl::MutexLock lock(&mu_);
   uint64_t id = request.producer_id();
   if (id == 0) {
-    ASSIGN_OR_RETURN(id, RegisterProducerLocked(request.data_address(), request.source_job(), now));
+    ASSIGN_OR_RETURN(id, RegisterProducerLocked(request.data_address(), request.source_job(),
+                                                request.source_index(), now));
   } else {
     const DispatcherState::Producer* producer = state_.FindProducer(id);
     if (producer == nullptr) return UnknownProducer(id);

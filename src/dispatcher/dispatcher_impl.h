@@ -161,7 +161,8 @@ class DispatcherImpl {
                                                           const v1::JobSpec& spec, bool exist_ok)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<uint64_t> RegisterProducerLocked(const std::string& data_address,
-                                                  const std::string& source_job, absl::Time now)
+                                                  const std::string& source_job,
+                                                  uint32_t source_index, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RemoveProducerLocked(uint64_t id, std::string reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

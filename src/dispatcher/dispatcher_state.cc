@@ -103,11 +103,16 @@ absl::Status DispatcherState::ApplyProducerRegistered(const journal::ProducerReg
       return DoesNotFit(absl::StrCat("producer ", u.producer_id(), " is the source of '",
                                      u.source_job(), "', which is not a Python job"));
     }
+    if (u.source_index() >= std::max<uint32_t>(1, job->info.spec().source_count())) {
+      return DoesNotFit(absl::StrCat("job '", u.source_job(), "' has no source ",
+                                     u.source_index()));
+    }
   }
   Producer& p = producers_[u.producer_id()];
   p.id = u.producer_id();
   p.data_address = u.data_address();
   p.source_job = u.source_job();
+  p.source_index = u.source_index();
   last_producer_id_ = u.producer_id();
   return absl::OkStatus();
 }

@@ -79,6 +79,7 @@ class DispatcherState {
     uint64_t id = 0;
     std::string data_address;
     std::string source_job;    // the Python job it is the source of; empty: a TFRecord producer
+    uint32_t source_index = 0;  // which of that job's sources
     std::set<uint64_t> tasks;  // the task ids it owns
   };
 

@@ -80,8 +80,9 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec) {
                                   "; a python job needs at least num_consumers (",
                                   out.num_consumers(), ") batches per epoch"));
     }
-  } else if (out.source_batches_per_epoch() != 0) {
-    return invalid("source_batches_per_epoch is for python jobs only");
+    if (out.source_count() == 0) out.set_source_count(1);
+  } else if (out.source_batches_per_epoch() != 0 || out.source_count() != 0) {
+    return invalid("source_batches_per_epoch and source_count are for python jobs only");
   }
   if (!python && spec.files().empty()) return invalid("no files given");
   for (int i = 0; i < spec.files_size(); ++i) {

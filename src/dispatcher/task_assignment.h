@@ -15,8 +15,9 @@ namespace croupier {
 //   1. the orphan of a removed producer with the lowest (epoch, first batch), ties by job name;
 //   2. otherwise a new task at the cursor of a job that is not exhausted, taking the jobs in
 //      creation order, round-robin, starting after state.last_cut_job().
-// Only jobs the producer can make count: a Python job's tasks go only to the producer that is its
-// source (Producer::source_job), and such a producer takes no other job's tasks. And no task of
+// Only jobs the producer can make count: a Python job's tasks go only to its sources
+// (Producer::source_job), task t of an epoch to source t % source_count, and a source takes no
+// other job's tasks. And no task of
 // an idle job (Job::idle: its consumers all left), which would hold a producer's slots for
 // nobody.
 // Applying TaskAssigned{task, producer} for the result always succeeds (for a known producer).

@@ -108,6 +108,22 @@ TEST(DispatcherTaskAssignmentTest, APythonJobGoesOnlyToItsSourceAndTheSourceOnly
             absl::StatusCode::kFailedPrecondition);
 }
 
+TEST(DispatcherTaskAssignmentTest, SeveralSourcesOfAPythonJobTakeItsTasksInTurn) {
+  DispatcherState state;
+  v1::JobInfo job = FakePythonJob("py", 8, 2, 2, /*num_epochs=*/1);
+  job.mutable_spec()->set_source_count(2);
+  ASSERT_TRUE(state.Apply(JobCreated(job)).ok());
+  ASSERT_TRUE(state.Apply(ProducerRegistered(1, "h:1", "py", 0)).ok());
+  ASSERT_TRUE(state.Apply(ProducerRegistered(2, "h:2", "py", 1)).ok());
+  // Source 0 takes task 0 and must wait for source 1 to take task 1 before its task 2.
+  EXPECT_EQ(AssignAll(state, 1), (std::vector<Cut>{{"py", 0, 0, 2}}));
+  EXPECT_EQ(AssignAll(state, 2), (std::vector<Cut>{{"py", 0, 2, 2}}));
+  EXPECT_EQ(AssignAll(state, 1), (std::vector<Cut>{{"py", 0, 4, 2}}));
+  EXPECT_EQ(AssignAll(state, 2), (std::vector<Cut>{{"py", 0, 6, 2}}));
+  EXPECT_EQ(state.Apply(ProducerRegistered(3, "h:3", "py", 2)).code(),
+            absl::StatusCode::kFailedPrecondition);  // there are 2 sources
+}
+
 TEST(DispatcherTaskAssignmentTest, APythonJobsOrphansWaitForANewSource) {
   DispatcherState state;
   ASSERT_TRUE(state.Apply(JobCreated(FakePythonJob("py", 8, 2, 2, /*num_epochs=*/1))).ok());

@@ -53,11 +53,13 @@ inline journal::Update JobCreated(const v1::JobInfo& info, uint32_t plan_version
   return u;
 }
 inline journal::Update ProducerRegistered(uint64_t id, const std::string& address,
-                                          const std::string& source_job = "") {
+                                          const std::string& source_job = "",
+                                          uint32_t source_index = 0) {
   journal::Update u;
   u.mutable_producer_registered()->set_producer_id(id);
   u.mutable_producer_registered()->set_data_address(address);
   u.mutable_producer_registered()->set_source_job(source_job);
+  u.mutable_producer_registered()->set_source_index(source_index);
   return u;
 }
 // A Python-source job (croupier.serve) of the same shape as FakeJob.

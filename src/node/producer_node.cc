@@ -187,7 +187,10 @@ absl::Status ProducerNode::Heartbeat() {
   request.set_held_tasks_reported(true);
   request.set_free_task_slots(FreeTaskSlots());
   *request.mutable_stats() = Stats();
-  if (request.producer_id() == 0) request.set_source_job(options_.source_job);
+  if (request.producer_id() == 0) {
+    request.set_source_job(options_.source_job);
+    request.set_source_index(options_.source_index);
+  }
 
   auto response = dispatcher_->ProducerHeartbeat(request);
   if (absl::IsNotFound(response.status()) && request.producer_id() != 0) {

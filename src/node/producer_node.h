@@ -45,6 +45,7 @@ struct ProducerNodeOptions {
   // Non-empty: the producer is the source of this Python job, and takes no other work. Its
   // buffer is runner.buffer_bytes and it holds up to runner.max_tasks tasks.
   std::string source_job;
+  uint32_t source_index = 0;  // which of the job's sources
 };
 
 // Thread-safe.
