@@ -282,3 +282,50 @@ def test_a_job_its_consumers_left_does_not_starve_another(tmp_path, dataset):
         with cluster.consumer("left", 0, 1, timeout=20) as feed:
             rest = [b["id"].tolist() for b in feed.epoch(0)]
         assert rest == plan_ids(0, 1, 10, 1, 0)[2:]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("new_world", [2, 8])
+def test_resuming_with_another_world_size_repeats_and_skips_nothing(tmp_path, dataset,
+                                                                    new_world):
+    """4 ranks read 10 steps of epoch 0 and checkpoint; a new job with 2 or 8 ranks resumes from
+    that checkpoint. Within epoch 0 no record comes twice and none is skipped but the new job's
+    dropped tail; epoch 1 is the new job's whole epoch."""
+    records, batch = 1200, 10
+    with croupier.local_cluster(producers=2, work_dir=tmp_path / "c", threads=1) as cluster:
+        cluster.create_job("n4", dataset, FEATURES, batch, consumers=4, seed=3, epochs=2)
+        before, state = [], None
+        feeds = [cluster.consumer("n4", r, 4) for r in range(4)]
+        for step, got in enumerate(zip(*(f.epoch(0) for f in feeds))):
+            before += [i for b in got for i in b["id"].tolist()]
+            if step == 9:
+                state = feeds[0].state_dict()
+                break
+        for f in feeds:
+            f.close()
+        assert (state["epoch"], state["step"], state["world"]) == (0, 10, 4)
+        with pytest.raises(errors.InvalidArgumentError, match="resume_from=state"):
+            with cluster.consumer("n4", 0, 4) as f:
+                f.load_state_dict(dict(state, world=2))
+        job = cluster.create_job(f"n{new_world}", dataset, FEATURES, batch, consumers=new_world,
+                                 seed=3, epochs=2, resume_from=state)
+        feeds = [cluster.consumer(f"n{new_world}", r, new_world) for r in range(new_world)]
+        after = {0: [], 1: []}
+        steps = {0: 0, 1: 0}
+        for epoch in (0, 1):
+            for got in zip(*(f.epoch(epoch) for f in feeds)):
+                steps[epoch] += 1
+                after[epoch] += [i for b in got for i in b["id"].tolist()]
+        for f in feeds:
+            f.close()
+    plan = croupier.EpochPlan(records, batch, new_world, seed=3, epoch=0)
+    want = [int(i) for g in range(plan.num_batches) for i in plan.batch(g)]
+    got = before + after[0]
+    assert len(got) == len(set(got))            # nothing repeated
+    assert sorted(got) == sorted(want)          # nothing skipped but the new job's tail
+    assert got == want                          # and in the plan's order of global batches
+    assert steps[0] == (plan.num_batches - 40) // new_world
+    plan1 = croupier.EpochPlan(records, batch, new_world, seed=3, epoch=1)
+    assert sorted(after[1]) == sorted(int(i) for g in range(plan1.num_batches)
+                                      for i in plan1.batch(g))
+    assert steps[1] == int(job["steps_per_epoch"])

@@ -57,21 +57,37 @@ def _token(auth_token):
 
 def create_job(dispatcher, name, files, features, batch_size, *, consumers=1, seed=0, epochs=0,
                shuffle="global", remainder="drop", mode="dealt", block_size=0, window_blocks=0,
-               source="tfrecord", batches_per_epoch=0, source_count=0, exist_ok=False,
-               auth_token=None, timeout=60.0):
+               source="tfrecord", batches_per_epoch=0, source_count=0, resume_from=None,
+               exist_ok=False, auth_token=None, timeout=60.0):
     """Creates a job on the dispatcher and returns it as the dispatcher holds it (a dict: spec,
     files, num_records, batches_per_epoch, steps_per_epoch, ...). `files` is a glob, a path, or a
     list of them. A bad spec raises InvalidArgumentError naming the problem. With exist_ok, an
     identical existing job is returned instead of AlreadyExistsError. source="python" makes a job
-    that croupier.serve() feeds (no files; batches_per_epoch is what the source yields)."""
+    that croupier.serve() feeds (no files; batches_per_epoch is what the source yields).
+
+    resume_from=state (a Consumer.state_dict() of another job over the same data, seed and batch
+    size) makes this job continue that one with its own number of consumers: it deals nothing
+    before the state's epoch, and that epoch from the state's next global batch (its step times
+    its world size) to the last whole round of `consumers`; later epochs are whole. Records are
+    neither repeated nor skipped within that epoch, except that the dropped tail is the new
+    job's."""
     if isinstance(files, (str, os.PathLike)):
         files = [files]
+    start_epoch = start_batch = 0
+    if resume_from is not None:
+        try:
+            start_epoch = int(resume_from["epoch"])
+            start_batch = int(resume_from["step"]) * int(resume_from["world"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise errors.InvalidArgumentError(
+                f"resume_from is not a croupier consumer state: {e!r}") from None
     spec = {"name": name, "files": [str(f) for f in files], "features": features,
             "batch_size": int(batch_size), "num_consumers": int(consumers), "seed": str(int(seed)),
             "num_epochs": str(int(epochs)), "shuffle": shuffle, "remainder": remainder,
             "mode": mode, "block_size": int(block_size), "window_blocks": int(window_blocks),
             "source": source, "source_batches_per_epoch": str(int(batches_per_epoch)),
-            "source_count": int(source_count)}
+            "source_count": int(source_count), "start_epoch": str(start_epoch),
+            "start_batch": str(start_batch)}
     text = _croupier.create_job(dispatcher, json.dumps(spec), bool(exist_ok),
                                 _token(auth_token), float(timeout))
     return json.loads(text)

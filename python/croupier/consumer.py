@@ -149,7 +149,9 @@ class Consumer:
         if world != self._world:
             raise errors.InvalidArgumentError(
                 f"the state was saved with world {world}, this consumer has world {self._world}: "
-                "resuming with another number of consumers is not supported yet")
+                "to resume with another number of consumers, create a new job with "
+                "croupier.create_job(..., consumers=NEW_WORLD, resume_from=state) and read it "
+                "from its start")
         self._resume = (epoch, step)
         self._position = (epoch, step)
 

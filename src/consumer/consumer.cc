@@ -12,6 +12,7 @@
 #include "src/common/status_macros.h"
 #include "src/consumer/peers.h"
 #include "src/consumer/prefetcher.h"
+#include "src/dispatcher/deal.h"
 #include "src/rpc/dispatcher_client.h"
 #include "src/rpc/grpc_util.h"
 
@@ -69,14 +70,15 @@ class ConsumerImpl final : public Consumer {
     if (first_come && step != 0) {
       return absl::InvalidArgumentError("a first_come job can only start an epoch at step 0");
     }
-    if (!first_come && step > job_.steps_per_epoch) {
-      return absl::OutOfRangeError(absl::StrCat("job '", job_.name, "' has ", job_.steps_per_epoch,
-                                                " steps per epoch; no step ", step));
+    const uint64_t steps = deal::StepsInEpoch(info_, epoch);
+    if (!first_come && step > steps) {
+      return absl::OutOfRangeError(absl::StrCat("job '", job_.name, "' has ", steps,
+                                                " steps in epoch ", epoch, "; no step ", step));
     }
     prefetcher_.reset();  // joins the old epoch's workers
     epoch_ = epoch;
     Prefetcher::Options p{.first = step,
-                          .end = first_come ? UINT64_MAX : job_.steps_per_epoch,
+                          .end = first_come ? UINT64_MAX : steps,
                           .max_batches = options_.prefetch_batches,
                           .max_bytes = options_.prefetch_bytes,
                           .any_order = first_come};
@@ -128,7 +130,7 @@ class ConsumerImpl final : public Consumer {
 
   // Dealt: global batch step*N + rank, from the producer that holds its task.
   absl::StatusOr<Batch> FetchStep(uint64_t epoch, uint64_t step) {
-    const uint64_t g = step * job_.num_consumers + options_.rank;
+    const uint64_t g = deal::GlobalBatch(info_, epoch, step, options_.rank);
     const BatchKey key{options_.job, epoch, g};
     const absl::Time deadline = absl::Now() + options_.timeout;
     absl::StatusOr<Batch> result = absl::UnavailableError("not fetched");

@@ -3,6 +3,10 @@
 // in dispatcher_state_queries.cc.
 #include "src/dispatcher/dispatcher_state.h"
 
+#include <tuple>
+
+#include "src/dispatcher/deal.h"
+
 #include "absl/strings/str_cat.h"
 #include "croupier/plan.h"
 
@@ -81,6 +85,9 @@ absl::Status DispatcherState::ApplyJobCreated(const journal::JobCreated& u) {
   Job job;
   job.info = info;
   job.mode = *mode;
+  // A job resuming another's checkpoint starts its cursor there (deal.h).
+  job.next_epoch = spec.start_epoch();
+  job.next_batch = deal::FirstBatch(info, spec.start_epoch());
   job.sequence = job_order_.size();
   job_order_.push_back(spec.name());
   jobs_.emplace(spec.name(), std::move(job));
@@ -178,7 +185,8 @@ absl::Status DispatcherState::ApplyTaskAssigned(const journal::TaskAssigned& u) 
                          orphan->second.num_batches == task.num_batches();
   const bool is_next =
       !is_orphan && !job->exhausted() && key == TaskKey(job->next_epoch, job->next_batch) &&
-      task.first_batch() + task.num_batches() == TaskEnd(job->info, job->next_batch);
+      task.first_batch() + task.num_batches() ==
+          TaskEnd(job->info, job->next_epoch, job->next_batch);
   if (!is_orphan && !is_next) {
     return DoesNotFit(absl::StrCat(
         "task ", task.task_id(), " of job '", task.job(), "' covers ",
@@ -194,11 +202,8 @@ absl::Status DispatcherState::ApplyTaskAssigned(const journal::TaskAssigned& u) 
     orphan->second.producer_id = u.producer_id();
   } else {
     job->outstanding[key] = Outstanding{task.num_batches(), task.task_id(), u.producer_id()};
-    job->next_batch += task.num_batches();
-    if (job->next_batch >= job->info.batches_per_epoch()) {
-      ++job->next_epoch;
-      job->next_batch = 0;
-    }
+    std::tie(job->next_epoch, job->next_batch) =
+        NextTaskKey(job->info, TaskKey(job->next_epoch, job->next_batch));
     last_cut_job_ = task.job();
   }
   tasks_[task.task_id()] = task;
@@ -244,7 +249,8 @@ absl::Status DispatcherState::ApplyTasksReopened(const journal::TasksReopened& u
   }
   if (absl::Status s = CheckPosition(*job, u.epoch(), u.step()); !s.ok()) return s;
   for (const TaskKey& key : TasksToReopen(*job, u.epoch(), u.step())) {
-    job->outstanding[key] = Outstanding{TaskEnd(job->info, key.second) - key.second, 0, 0};
+    job->outstanding[key] =
+        Outstanding{TaskEnd(job->info, key.first, key.second) - key.second, 0, 0};
     orphans_.insert(OrphanKey{key.first, key.second, job->name()});
   }
   return absl::OkStatus();

@@ -158,7 +158,9 @@ class DispatcherState {
   static TaskKey FirstUndeliveredTask(const Job& job, uint64_t epoch, uint64_t step);
 
   // The range of the task at (epoch, batch) of a job: the batches it covers, [batch, result).
-  static uint64_t TaskEnd(const v1::JobInfo& info, uint64_t batch);
+  static uint64_t TaskEnd(const v1::JobInfo& info, uint64_t epoch, uint64_t batch);
+  // Where the task after the one at `key` starts, in this epoch or a later one.
+  static TaskKey NextTaskKey(const v1::JobInfo& info, TaskKey key);
 
   // The tasks a consumer taking position (epoch, step) needs made again: from the task holding
   // that position's first batch up to the cursor, those no longer outstanding (TasksReopened).

@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "src/dispatcher/dispatcher_state.h"
+#include "src/dispatcher/deal.h"
 
 namespace croupier {
 namespace {
@@ -35,23 +36,38 @@ std::vector<DispatcherState::TaskKey> DispatcherState::TasksToReopen(const Job& 
   const TaskKey cursor(job.next_epoch, job.next_batch);
   for (TaskKey key = FirstUndeliveredTask(job, epoch, step); key < cursor;) {
     if (!job.outstanding.contains(key)) out.push_back(key);
-    key.second = TaskEnd(job.info, key.second);
-    if (key.second >= job.info.batches_per_epoch()) key = TaskKey(key.first + 1, 0);
+    key = NextTaskKey(job.info, key);
   }
   return out;
 }
 
-uint64_t DispatcherState::TaskEnd(const v1::JobInfo& info, uint64_t batch) {
-  const uint64_t b = info.batches_per_epoch();
+uint64_t DispatcherState::TaskEnd(const v1::JobInfo& info, uint64_t epoch, uint64_t batch) {
+  const uint64_t b = deal::EndBatch(info, epoch);
   return batch >= b ? b : batch + std::min(info.batches_per_task(), b - batch);
+}
+
+DispatcherState::TaskKey DispatcherState::NextTaskKey(const v1::JobInfo& info, TaskKey key) {
+  key.second = TaskEnd(info, key.first, key.second);
+  // Past an epoch's last task, or at an epoch that deals nothing: the next epoch's first task.
+  while (key.second >= deal::EndBatch(info, key.first)) {
+    key.first += 1;
+    key.second = deal::FirstBatch(info, key.first);
+    if (deal::StepsInEpoch(info, key.first) > 0 || key.first > info.spec().start_epoch()) break;
+  }
+  return key;
 }
 
 DispatcherState::TaskKey DispatcherState::FirstUndeliveredTask(const Job& job, uint64_t epoch,
                                                                uint64_t step) {
   const v1::JobInfo& info = job.info;
-  const uint64_t batch = step * info.spec().num_consumers();
-  if (batch >= info.batches_per_epoch()) return TaskKey(epoch + 1, 0);
-  return TaskKey(epoch, batch / info.batches_per_task() * info.batches_per_task());
+  const uint64_t first = deal::FirstBatch(info, epoch);
+  const uint64_t batch = first + step * info.spec().num_consumers();
+  if (batch >= deal::EndBatch(info, epoch)) {
+    return TaskKey(epoch + 1, deal::FirstBatch(info, epoch + 1));
+  }
+  // Tasks are cut from the epoch's first batch on, batches_per_task at a time.
+  const uint64_t per_task = info.batches_per_task();
+  return TaskKey(epoch, first + (batch - first) / per_task * per_task);
 }
 
 std::optional<DispatcherState::TaskKey> DispatcherState::DeliveredFrontier(const Job& job) const {
@@ -72,7 +88,8 @@ DispatcherState::TasksBefore(const Job& job, uint64_t epoch, uint64_t step) {
   const uint64_t n = job.info.spec().num_consumers();
   std::vector<std::pair<TaskKey, Outstanding>> out;
   for (const auto& [key, o] : job.outstanding) {
-    const uint64_t end_step = (key.second + o.num_batches + n - 1) / n;
+    const uint64_t first = deal::FirstBatch(job.info, key.first);
+    const uint64_t end_step = (key.second + o.num_batches - first + n - 1) / n;
     if (TaskKey(key.first, end_step) > TaskKey(epoch, step)) break;
     out.emplace_back(key, o);
   }
@@ -88,11 +105,15 @@ absl::Status DispatcherState::CheckPosition(const Job& job, uint64_t epoch, uint
                                                    "', which has ", epochs, " epochs"));
   }
   const bool dealt = job.mode == DealMode::kDealt;
-  const uint64_t max_step = dealt ? job.info.steps_per_epoch() : job.info.batches_per_epoch();
+  const uint64_t max_step =
+      dealt ? deal::StepsInEpoch(job.info, epoch) : job.info.batches_per_epoch();
   if (step > max_step) {
     return absl::InvalidArgumentError(absl::StrCat(
         "position epoch ", epoch, " step ", step, " is past the end of the epoch: job '",
-        spec.name(), "' has ", max_step, dealt ? " steps per epoch" : " batches per epoch"));
+        spec.name(), "' has ", max_step,
+        !dealt                                   ? std::string(" batches per epoch")
+        : max_step == job.info.steps_per_epoch() ? std::string(" steps per epoch")
+                                                 : absl::StrCat(" steps in epoch ", epoch)));
   }
   return absl::OkStatus();
 }

@@ -136,6 +136,12 @@ absl::StatusOr<v1::JobInfo> Build(const v1::JobSpec& spec, IndexCache& cache, En
   RETURN_IF_ERROR(CheckFeatures(features, *dataset));
   ASSIGN_OR_RETURN(EpochPlan plan,
                    EpochPlan::Create(MakePlanSpec(spec, dataset->num_records()), /*epoch=*/0));
+  if (spec.start_batch() >= plan.num_batches()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "start_batch ", spec.start_batch(), " is past the epoch's ", plan.num_batches(),
+        " batches (of ", spec.batch_size(), " records, for ", spec.num_consumers(),
+        " consumers)"));
+  }
   v1::JobInfo info;
   *info.mutable_spec() = spec;
   for (size_t f = 0; f < dataset->num_files(); ++f) {

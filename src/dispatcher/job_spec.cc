@@ -85,6 +85,15 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec) {
     return invalid("source_batches_per_epoch and source_count are for python jobs only");
   }
   if (!python && spec.files().empty()) return invalid("no files given");
+  if ((out.start_epoch() != 0 || out.start_batch() != 0) &&
+      (python || (!out.mode().empty() && out.mode() != kDefaultMode))) {
+    return invalid("start_epoch and start_batch (resuming a checkpoint) are for dealt TFRecord "
+                   "jobs only");
+  }
+  if (out.num_epochs() != 0 && out.start_epoch() >= out.num_epochs()) {
+    return invalid(absl::StrCat("start_epoch ", out.start_epoch(), " is past the job's ",
+                                out.num_epochs(), " epochs"));
+  }
   for (int i = 0; i < spec.files_size(); ++i) {
     if (spec.files(i).empty()) return invalid(absl::StrCat("files[", i, "] is empty"));
   }

@@ -108,6 +108,27 @@ TEST(DispatcherTaskAssignmentTest, APythonJobGoesOnlyToItsSourceAndTheSourceOnly
             absl::StatusCode::kFailedPrecondition);
 }
 
+TEST(DispatcherTaskAssignmentTest, AJobResumingACheckpointStartsAtItsBatch) {
+  DispatcherState state;
+  // 10 batches for 2 consumers, tasks of 4; it resumes at global batch 5 of epoch 1: epoch 1
+  // deals [5, 9) (two whole rounds; batch 9 would leave rank 1 short), epoch 2 all 10.
+  v1::JobInfo job = FakeJob("a", 10, 2, 4, /*num_epochs=*/3);
+  job.mutable_spec()->set_start_epoch(1);
+  job.mutable_spec()->set_start_batch(5);
+  ASSERT_TRUE(state.Apply(JobCreated(job)).ok());
+  ASSERT_TRUE(state.Apply(ProducerRegistered(1, "h:1")).ok());
+  EXPECT_EQ(AssignAll(state, 1), (std::vector<Cut>{{"a", 1, 5, 4},
+                                                   {"a", 2, 0, 4},
+                                                   {"a", 2, 4, 4},
+                                                   {"a", 2, 8, 2}}));
+  const DispatcherState::Job& j = *state.FindJob("a");
+  EXPECT_TRUE(DispatcherState::CheckPosition(j, 1, 2).ok());
+  EXPECT_EQ(DispatcherState::CheckPosition(j, 1, 3).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(DispatcherState::CheckPosition(j, 2, 5).ok());
+  EXPECT_EQ(DispatcherState::FirstUndeliveredTask(j, 1, 1), DispatcherState::TaskKey(1, 5));
+  EXPECT_EQ(DispatcherState::FirstUndeliveredTask(j, 1, 2), DispatcherState::TaskKey(2, 0));
+}
+
 TEST(DispatcherTaskAssignmentTest, SeveralSourcesOfAPythonJobTakeItsTasksInTurn) {
   DispatcherState state;
   v1::JobInfo job = FakePythonJob("py", 8, 2, 2, /*num_epochs=*/1);
