@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Chaos run: a multi-epoch job with 3 producers and 4 consumers on loopback while, on a seeded
-schedule, producers are SIGKILLed and restarted, frozen (SIGSTOP) and thawed (SIGCONT), and the
-dispatcher is SIGKILLed and restarted on the same port with the same work directory (its journal).
-At the end every consumer's batches are compared with a fault-free run of the same job by
-(epoch, step, content hash) and record ids: exactly once (G1), equal steps (G2), bit-identical
-(G3).
+schedule, producers are SIGKILLed and restarted, frozen (SIGSTOP) and thawed (SIGCONT), the
+dispatcher is SIGKILLed and restarted on the same port with the same work directory (its journal),
+and consumers are SIGKILLed and restarted with their rank from an exact checkpoint (the position
+after the last complete line of their --output file). At the end every rank's batches (the lines
+of all its successive processes, in one file) are compared with a fault-free run of the same job
+by (epoch, step, content hash) and record ids: exactly once (G1), equal steps (G2),
+bit-identical (G3).
 
     .venv/bin/python tests/chaos.py --seconds 300 --seed 7
 
@@ -15,14 +17,13 @@ check fails. tests/test_chaos.py runs a short version inside `make test`.
 
 The schedule is a pure function of (seed, seconds): a list of events (start, kind, target,
 duration). Each fault kind is a Fault subclass in FAULTS with its targets, how it is injected and
-how it is undone. Consumer faults are not here yet (consumer restart is being built): a `consumer`
-kind would be one more Fault whose targets are the ranks, whose inject SIGKILLs a rank's
-`croupier consume`, and whose recover starts it again from its acknowledged position, with the
-check then joining the outputs of a rank's successive processes.
+how it is undone.
 """
 import argparse
 import collections
 import dataclasses
+import json
+import os
 import pathlib
 import random
 import shutil
@@ -33,7 +34,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from service_cluster import (Cluster, OutputWatch, batch_hashes, check_exactly_once,  # noqa: E402
-                             read_batches, run)
+                             kill, read_batches, run)
 
 FEATURES = "id:int64,label:int64,image:bytes"
 BATCH, WORLD, PRODUCERS, SEED_JOB = 16, 4, 3, 11
@@ -64,6 +65,7 @@ class Fault:
         raise NotImplementedError
 
     def inject(self, chaos, target):
+        """Applies the fault. Returns False if there was nothing to hit (then it is not undone)."""
         raise NotImplementedError
 
     def recover(self, chaos, target):
@@ -118,7 +120,33 @@ class DispatcherKill(Fault):
         chaos.cluster.restart_dispatcher()
 
 
-FAULTS = {f.kind: f for f in (ProducerKill(), ProducerFreeze(), DispatcherKill())}
+class ConsumerKill(Fault):
+    """SIGKILL a rank's `croupier consume`; after the duration start a new one for the rank at an
+    exact checkpoint: the position after the last complete line of its --output file (a partial
+    last line is cut first; the new process appends). The new process takes the rank over once
+    the dispatcher has given up on the dead one (~3 s). A rank that had already finished is left
+    alone (the event is counted as skipped)."""
+    kind, weight, durations = "consumer_kill", 1.5, (0.2, 2.0)
+
+    def targets(self):
+        return [f"consumer{r}" for r in range(WORLD)]
+
+    def inject(self, chaos, target):
+        rank = int(target[len("consumer"):])
+        proc = chaos.consumers[rank]
+        if proc is None or proc.poll() is not None:
+            return False
+        kill(proc, signal.SIGKILL)
+        chaos.consumers[rank] = None
+        chaos.killed_at[rank] = time.monotonic()
+        return True
+
+    def recover(self, chaos, target):
+        chaos.restart_consumer(int(target[len("consumer"):]))
+
+
+FAULTS = {f.kind: f for f in (ProducerKill(), ProducerFreeze(), DispatcherKill(),
+                              ConsumerKill())}
 
 
 def schedule(seed, seconds, kinds=None):
@@ -162,6 +190,12 @@ class Chaos:
         self.slots = {}
         self.frozen = set()
         self.injected = collections.Counter()
+        self.skipped = collections.Counter()
+        self.consumers = {}  # rank: its running `croupier consume`; None while it is killed
+        self.finished = set()  # ranks killed after their last batch: not restarted
+        self.restarts = []  # one dict per consumer restart: rank, position, how long it took
+        self.killed_at = {}  # rank: when its consumer was last SIGKILLed
+        self.awaiting = {}  # rank: (restart dict, lines kept) until its new process writes
 
     def __enter__(self):
         self.cluster = Cluster(self.work_dir / "cluster", producer_timeout_ms=PRODUCER_TIMEOUT_MS)
@@ -178,11 +212,14 @@ class Chaos:
     def run(self, timeout):
         """Creates the job, starts the consumers, applies the schedule until it is over and the
         consumers have finished (or `timeout` seconds), and returns (outs, watch)."""
-        self.cluster.create_job("train", self.dataset, FEATURES, BATCH, WORLD, seed=SEED_JOB,
-                                epochs=self.epochs)
-        outs = [self.work_dir / f"rank{r}.jsonl" for r in range(WORLD)]
-        procs = [self.cluster.start_consumer("train", r, WORLD, outs[r], self.epochs,
-                                             "--slow-ms", SLOW_MS) for r in range(WORLD)]
+        job = self.cluster.create_job("train", self.dataset, FEATURES, BATCH, WORLD,
+                                      seed=SEED_JOB, epochs=self.epochs)
+        self.steps_per_epoch = int(job.get("stepsPerEpoch", job.get("steps_per_epoch", 0)))
+        assert self.steps_per_epoch == self.records // (WORLD * BATCH), job
+        self.outs = outs = [self.work_dir / f"rank{r}.jsonl" for r in range(WORLD)]
+        for r in range(WORLD):
+            self.consumers[r] = self.cluster.start_consumer("train", r, WORLD, outs[r],
+                                                            self.epochs, "--slow-ms", SLOW_MS)
         watch = OutputWatch(outs)
         start = time.monotonic()
         deadline = start + timeout
@@ -192,33 +229,95 @@ class Chaos:
         while True:
             now = time.monotonic() - start
             watch.poll()
+            for rank, (restart, kept) in list(self.awaiting.items()):
+                if watch.counts[rank] > kept:  # the new process's first batch
+                    t = time.monotonic()
+                    restart["kill_to_batch_s"] = round(t - restart["killed"], 2)
+                    restart["restart_to_batch_s"] = round(t - restart["restarted"], 2)
+                    del self.awaiting[rank]
             for undo_at, event in sorted(active, key=lambda a: a[0]):
                 if undo_at <= now:
+                    self.log(f"{now:7.2f} s  undo   {event.kind:16} {event.target}")
                     FAULTS[event.kind].recover(self, event.target)
                     active.remove((undo_at, event))
                     applied.append((now, "undo", event))
-                    self.log(f"{now:7.2f} s  undo   {event.kind:16} {event.target}")
-            consumers_done = all(p.poll() is not None for p in procs)
+            consumers_done = self.consumers_done()
             while pending and pending[0].start <= now and not consumers_done:
                 event = pending.pop(0)
-                FAULTS[event.kind].inject(self, event.target)
+                if FAULTS[event.kind].inject(self, event.target) is False:
+                    self.skipped[event.kind] += 1
+                    self.log(f"{now:7.2f} s  skip   {event.kind:16} {event.target} "
+                             f"(already finished)")
+                    continue
                 self.injected[event.kind] += 1
                 active.append((now + event.duration, event))
                 applied.append((now, "inject", event))
                 self.log(f"{now:7.2f} s  inject {event.kind:16} {event.target} "
                          f"for {event.duration:.2f} s")
-            failed = [p for p in procs if p.poll() not in (None, 0)]
+            failed = [p for p in self.consumers.values()
+                      if p is not None and p.poll() not in (None, 0)]
             if failed or (consumers_done and not active):
                 break
             if time.monotonic() > deadline:
                 raise AssertionError(f"the consumers did not finish within {timeout} s: "
                                      f"{watch.counts} batches written")
             time.sleep(0.02)
-        self.cluster.wait(procs, timeout=max(0.1, deadline - time.monotonic()))
+        self.cluster.wait([p for p in self.consumers.values() if p is not None],
+                          timeout=max(0.1, deadline - time.monotonic()))
         watch.poll()
         self.timeline = [(t, what, e) for t, what, e in applied]
         self.start = start
         return outs, watch
+
+
+    def consumers_done(self):
+        return all(r in self.finished or (p is not None and p.poll() is not None)
+                   for r, p in self.consumers.items())
+
+    def restart_consumer(self, rank):
+        """Starts a new `croupier consume` for `rank` at the position after the last complete
+        line of its output (cutting a partial last line first), with --first-epoch and
+        --start-step: an exact checkpoint, so the file goes on as if nothing had happened."""
+        out = self.outs[rank]
+        epoch, step, lines, cut = checkpoint_position(out, self.steps_per_epoch)
+        restart = {"rank": rank, "epoch": epoch, "step": step,
+                   "partial_bytes_cut": cut, "killed": self.killed_at[rank],
+                   "restarted": time.monotonic()}
+        self.restarts.append(restart)
+        # Keep the killed process's log: the new one writes consumer-train-R.log afresh.
+        old = self.work_dir / "cluster" / f"consumer-train-{rank}.log"
+        if old.exists():
+            old.rename(old.with_name(f"consumer-train-{rank}-killed{len(self.restarts)}.log"))
+        if epoch >= self.epochs:
+            self.finished.add(rank)  # killed after its last batch: nothing left to take
+            self.log(f"{'':7}    rank {rank} had every batch: not restarted")
+            return
+        self.log(f"{'':7}    rank {rank} restarts at epoch {epoch} step {step} "
+                 f"({lines} lines kept, {cut} partial bytes cut)")
+        self.consumers[rank] = self.cluster.start_consumer(
+            "train", rank, WORLD, out, self.epochs - epoch, "--slow-ms", SLOW_MS,
+            "--first-epoch", epoch, "--start-step", step)
+        self.awaiting[rank] = (restart, lines)
+
+
+def checkpoint_position(out, steps_per_epoch):
+    """A killed consumer's exact checkpoint from its --output file: cuts a partial last line (a
+    write the SIGKILL interrupted) and returns (epoch, step, complete lines, bytes cut), where
+    (epoch, step) is the batch after the last complete line: its step + 1, or step 0 of the next
+    epoch after an epoch's last step; (0, 0) for an empty or missing file."""
+    out = pathlib.Path(out)
+    data = out.read_bytes() if out.exists() else b""
+    keep = data.rfind(b"\n") + 1
+    if keep < len(data):
+        os.truncate(out, keep)
+    lines = data[:keep].splitlines()
+    epoch, step = 0, 0
+    if lines:
+        last = json.loads(lines[-1])
+        epoch, step = last["epoch"], last["step"] + 1
+        if step >= steps_per_epoch:
+            epoch, step = epoch + 1, 0
+    return epoch, step, len(lines), len(data) - keep
 
 
 def make_dataset(out_dir, records):
@@ -279,6 +378,11 @@ def chaos_run(work_dir, seconds, seed, epochs=3, log=print):
     return {
         "seed": seed, "seconds": seconds, "records": records, "epochs": epochs,
         "faults": dict(sorted(chaos.injected.items())),
+        "skipped": dict(sorted(chaos.skipped.items())),
+        # Per restart: the position it resumed at, and the time from the SIGKILL (or from the new
+        # process's start) to the rank's next batch in its output.
+        "consumer_restarts": [{k: v for k, v in r.items() if k not in ("killed", "restarted")}
+                              for r in chaos.restarts],
         "batches_verified": verified,
         "longest_stall_s": round(watch.longest, 2),
         "longest_stall_at": None if not watch.longest_span else
@@ -297,7 +401,17 @@ def print_summary(summary):
           f"{summary['elapsed_s']} s")
     print("  faults injected by kind:")
     for kind in sorted(FAULTS):
-        print(f"    {kind:16} {summary['faults'].get(kind, 0)}")
+        skipped = summary["skipped"].get(kind, 0)
+        print(f"    {kind:16} {summary['faults'].get(kind, 0)}"
+              + (f" ({skipped} more skipped: the target had finished)" if skipped else ""))
+    if summary["consumer_restarts"]:
+        print("  consumer restarts (rank at epoch/step: SIGKILL to its next batch, of which "
+              "restart to next batch):")
+        for c in summary["consumer_restarts"]:
+            took = (f"{c['kill_to_batch_s']:.2f} s, {c['restart_to_batch_s']:.2f} s"
+                    if "kill_to_batch_s" in c else "no batch after it")
+            cut = f"; cut {c['partial_bytes_cut']} partial bytes" if c["partial_bytes_cut"] else ""
+            print(f"    rank {c['rank']} at {c['epoch']}/{c['step']}: {took}{cut}")
     print(f"  batches verified:  {summary['batches_verified']} (exactly once, in order, "
           f"bit-identical to the fault-free run)")
     at = summary["longest_stall_at"]
