@@ -329,3 +329,27 @@ def test_resuming_with_another_world_size_repeats_and_skips_nothing(tmp_path, da
     assert sorted(after[1]) == sorted(int(i) for g in range(plan1.num_batches)
                                       for i in plan1.batch(g))
     assert steps[1] == int(job["steps_per_epoch"])
+
+
+@pytest.mark.timeout(60)
+def test_the_dispatcher_serves_prometheus_metrics(tmp_path, dataset):
+    import urllib.request
+    port_file = tmp_path / "metrics.port"
+    with croupier.local_cluster(producers=1, work_dir=tmp_path / "c", threads=1,
+                                dispatcher_args=("--metrics-port", "0", "--metrics-port-file",
+                                                 str(port_file))) as cluster:
+        cluster.create_job("m", dataset, FEATURES, 10, consumers=1, seed=1, epochs=1)
+        with cluster.consumer("m", 0, 1) as feed:
+            it = feed.epoch(0)
+            for _ in range(7):
+                next(it)
+            time.sleep(1.5)  # a heartbeat reports the figures
+            port = int(port_file.read_text())
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+                assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+                text = r.read().decode()
+    assert "# TYPE croupier_consumer_batches_received_total counter" in text
+    assert 'croupier_consumer_batches_received_total{job="m",rank="0"} 7' in text
+    assert 'croupier_job_steps_per_epoch{job="m"} 120' in text
+    assert 'croupier_rank_step{job="m",rank="0"} 7' in text
+    assert "croupier_producer_buffer_capacity_bytes{producer=" in text

@@ -18,11 +18,14 @@ namespace {
 constexpr char kDispatcherUsage[] = R"(usage: croupier dispatcher --work-dir DIR [--port P]
          [--bind ADDR] [--auth-token TOKEN] [--producer-timeout-ms MS]
          [--consumer-timeout-ms MS] [--rounds-per-task K] [--port-file FILE]
+         [--metrics-port P [--metrics-port-file FILE]]
 
 Runs the dispatcher: it keeps jobs, epoch plans, producers, consumers and their positions, and is
 never on the data path. It listens on 127.0.0.1 unless --bind says otherwise (0.0.0.0: every
 interface). --port 0 picks a free port; --port-file writes the port chosen. With --auth-token (or
-CROUPIER_AUTH_TOKEN) every call must present the token. Stops cleanly on SIGINT or SIGTERM.
+CROUPIER_AUTH_TOKEN) every call must present the token. --metrics-port serves Prometheus metrics
+at http://ADDR:P/metrics (docs/metrics.md; 0 picks a free port, which --metrics-port-file
+writes). Stops cleanly on SIGINT or SIGTERM.
 )";
 
 }  // namespace
@@ -31,7 +34,8 @@ absl::Status DispatcherCommand(const std::vector<std::string>& argv) {
   ASSIGN_OR_RETURN(Args args, Args::Parse(argv,
                                           {"work-dir", "port", "bind", "auth-token",
                                            "producer-timeout-ms", "consumer-timeout-ms",
-                                           "rounds-per-task", "port-file"},
+                                           "rounds-per-task", "port-file", "metrics-port",
+                                           "metrics-port-file"},
                                           {"help"}));
   if (args.Has("help")) {
     std::fputs(kDispatcherUsage, stdout);
@@ -52,12 +56,18 @@ absl::Status DispatcherCommand(const std::vector<std::string>& argv) {
   options.dispatcher.producer_timeout = absl::Milliseconds(producer_timeout);
   options.dispatcher.consumer_timeout = absl::Milliseconds(consumer_timeout);
   options.dispatcher.rounds_per_task = static_cast<uint32_t>(rounds);
+  ASSIGN_OR_RETURN(int64_t metrics_port, args.GetInt("metrics-port", -1, 0, 65535));
+  options.metrics_port = args.Has("metrics-port") ? static_cast<int>(metrics_port) : -1;
 
   BlockTerminationSignals();
   ASSIGN_OR_RETURN(auto node, DispatcherNode::Start(options));
   if (args.Has("port-file")) {
     RETURN_IF_ERROR(Env::Default()->WriteFileAtomically(args.Get("port-file"),
                                                         absl::StrCat(node->port(), "\n")));
+  }
+  if (args.Has("metrics-port-file")) {
+    RETURN_IF_ERROR(Env::Default()->WriteFileAtomically(
+        args.Get("metrics-port-file"), absl::StrCat(node->metrics_port(), "\n")));
   }
   int sig = WaitForTerminationSignal();
   Log(LogLevel::kInfo, "dispatcher", absl::StrCat("signal ", sig, ": shutting down"));

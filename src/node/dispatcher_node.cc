@@ -4,6 +4,7 @@
 #include "src/common/env.h"
 #include "src/common/logging.h"
 #include "src/common/status_macros.h"
+#include "src/metrics/prometheus.h"
 #include "src/rpc/grpc_util.h"
 
 namespace croupier {
@@ -44,12 +45,22 @@ absl::StatusOr<std::unique_ptr<DispatcherNode>> DispatcherNode::Start(
         absl::StrCat("the dispatcher cannot listen on ", listen, " (port in use?)"));
   }
   DispatcherNode* raw = node.get();
+  if (options.metrics_port >= 0) {
+    ASSIGN_OR_RETURN(node->metrics_,
+                     MetricsServer::Start(options.bind_address, options.metrics_port, [raw] {
+                       auto status = raw->impl_->GetStatus(v1::StatusRequest());
+                       return status.ok() ? metrics::FormatPrometheus(*status) : std::string();
+                     }));
+  }
   node->ticker_ = std::thread([raw] {
     while (!raw->stop_.WaitForNotificationWithTimeout(absl::Seconds(1))) raw->impl_->Tick();
   });
   Log(LogLevel::kInfo, "dispatcher",
       absl::StrCat("listening on ", node->address(), ", work directory ", options.work_dir,
-                   options.auth_token.empty() ? "" : ", auth token required"));
+                   options.auth_token.empty() ? "" : ", auth token required",
+                   node->metrics_ ? absl::StrCat(", metrics on http://", options.bind_address,
+                                                 ":", node->metrics_port(), "/metrics")
+                                  : ""));
   return node;
 }
 
@@ -61,6 +72,7 @@ void DispatcherNode::Shutdown() {
   std::call_once(shutdown_once_, [this] {
     if (!stop_.HasBeenNotified()) stop_.Notify();
     if (ticker_.joinable()) ticker_.join();
+    if (metrics_) metrics_->Stop();
     if (server_) {
       server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
       server_->Wait();

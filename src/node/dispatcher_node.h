@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "src/dispatcher/dispatcher_impl.h"
+#include "src/node/metrics_server.h"
 #include "src/rpc/dispatcher_service.h"
 
 namespace croupier {
@@ -25,6 +26,9 @@ struct DispatcherNodeOptions {
   std::string work_dir;
   std::string auth_token;  // empty: no authentication
   DispatcherOptions dispatcher;
+  // Prometheus metrics over HTTP (GET /metrics) on bind_address:metrics_port; 0: any free port;
+  // -1: none.
+  int metrics_port = -1;
 };
 
 // Thread-safe.
@@ -36,6 +40,8 @@ class DispatcherNode {
   ~DispatcherNode();  // Shutdown()
 
   int port() const { return port_; }
+  // The metrics server's port, or 0 without one.
+  int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
   std::string address() const;
   // Stops serving within about a second: in-flight calls get a short grace period, then are
   // cancelled. Idempotent.
@@ -48,6 +54,7 @@ class DispatcherNode {
   std::unique_ptr<DispatcherImpl> impl_;
   std::unique_ptr<rpc::DispatcherService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<MetricsServer> metrics_;
   int port_ = 0;
   absl::Notification stop_;
   std::thread ticker_;

@@ -1,0 +1,20 @@
+// The dispatcher's figures in Prometheus' text exposition format (version 0.0.4): what
+// `croupier status` shows, for scraping. A pure function of a StatusResponse, so that it is
+// tested without a server; src/node/metrics_server.h serves it over HTTP.
+#ifndef CROUPIER_SRC_METRICS_PROMETHEUS_H_
+#define CROUPIER_SRC_METRICS_PROMETHEUS_H_
+
+#include <string>
+
+#include "proto/croupier.pb.h"
+
+namespace croupier::metrics {
+
+// The metrics, each with # HELP and # TYPE lines, names croupier_..., counters ending in
+// _total, units in the name (_bytes, _seconds). Label values are escaped as the format requires.
+// docs/metrics.md lists them.
+std::string FormatPrometheus(const v1::StatusResponse& status);
+
+}  // namespace croupier::metrics
+
+#endif  // CROUPIER_SRC_METRICS_PROMETHEUS_H_

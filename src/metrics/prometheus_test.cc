@@ -1,0 +1,55 @@
+#include "src/metrics/prometheus.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace croupier::metrics {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(MetricsPrometheusTest, EveryFigureOfTheStatusIsAMetricWithItsLabels) {
+  v1::StatusResponse status;
+  v1::JobInfo* job = status.add_jobs();
+  job->mutable_spec()->set_name("train");
+  job->set_steps_per_epoch(78);
+  job->set_num_records(20000);
+  v1::ConsumerStatus* c = status.add_consumers();
+  c->set_job("train");
+  c->set_rank(3);
+  c->set_batches_received(12);
+  c->set_bytes_received(4096);
+  c->set_wait_seconds(1.5);
+  v1::ProducerStatus* p = status.add_producers();
+  p->set_producer_id(2);
+  p->set_data_address("10.0.0.7:4000");
+  p->mutable_stats()->set_buffered_bytes(1 << 20);
+  p->mutable_stats()->set_batches_served(40);
+  v1::RankPosition* r = status.add_rank_positions();
+  r->set_job("train");
+  r->set_rank(3);
+  r->set_epoch(1);
+  r->set_step(5);
+
+  const std::string text = FormatPrometheus(status);
+  EXPECT_THAT(text, HasSubstr("# TYPE croupier_jobs gauge\ncroupier_jobs 1\n"));
+  EXPECT_THAT(text, HasSubstr("croupier_job_steps_per_epoch{job=\"train\"} 78\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE croupier_consumer_batches_received_total counter\n"));
+  EXPECT_THAT(text,
+              HasSubstr("croupier_consumer_batches_received_total{job=\"train\",rank=\"3\"} 12\n"));
+  EXPECT_THAT(text, HasSubstr("croupier_consumer_wait_seconds_total{job=\"train\",rank=\"3\"} 1.5\n"));
+  EXPECT_THAT(text, HasSubstr("croupier_producer_buffered_bytes{producer=\"2\",address=\"10.0.0.7:"
+                              "4000\"} 1048576\n"));
+  EXPECT_THAT(text, HasSubstr("croupier_rank_step{job=\"train\",rank=\"3\"} 5\n"));
+  // Every sample line belongs to a family declared before it.
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("\n\n")));
+}
+
+TEST(MetricsPrometheusTest, LabelValuesAreEscaped) {
+  v1::StatusResponse status;
+  status.add_jobs()->mutable_spec()->set_name("a\"b\\c");
+  EXPECT_THAT(FormatPrometheus(status), HasSubstr("{job=\"a\\\"b\\\\c\"}"));
+}
+
+}  // namespace
+}  // namespace croupier::metrics

@@ -1,0 +1,34 @@
+#include "src/node/metrics_server.h"
+
+#include <httplib.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace croupier {
+
+absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
+    const std::string& bind_address, int port, std::function<std::string()> render) {
+  std::unique_ptr<MetricsServer> server(new MetricsServer());
+  server->server_ = std::make_unique<httplib::Server>();
+  server->server_->Get("/metrics", [render](const httplib::Request&, httplib::Response& res) {
+    res.set_content(render(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  server->port_ = port == 0 ? server->server_->bind_to_any_port(bind_address)
+                            : (server->server_->bind_to_port(bind_address, port) ? port : -1);
+  if (server->port_ <= 0) {
+    return absl::UnavailableError(
+        absl::StrCat("the metrics server cannot listen on ", bind_address, ":", port));
+  }
+  httplib::Server* raw = server->server_.get();
+  server->thread_ = std::thread([raw] { raw->listen_after_bind(); });
+  return server;
+}
+
+void MetricsServer::Stop() {
+  if (server_) server_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+MetricsServer::~MetricsServer() { Stop(); }
+
+}  // namespace croupier
