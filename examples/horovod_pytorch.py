@@ -12,7 +12,6 @@ records are those of `croupier synth` (id, label, image).
 """
 import argparse
 
-import numpy as np
 import torch
 import horovod.torch as hvd
 

@@ -14,7 +14,6 @@ reports against the plan.
 """
 import argparse
 import json
-import os
 import sys
 import time
 
@@ -22,7 +21,6 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-import croupier
 from croupier.torch import CroupierIterableDataset
 
 IMAGE_BYTES = 32

@@ -260,6 +260,27 @@ def batch_hashes(batches):
     return [(b["epoch"], b["step"], b["hash"]) for b in batches]
 
 
+def synth_dataset(out_dir, records, files=3, image_bytes=256):
+    """`croupier synth` into out_dir; each record's `id` feature is its global record id."""
+    run("synth", "--out", out_dir, "--files", files, "--records", records, "--image-bytes",
+        image_bytes, "--quiet")
+    return sorted(pathlib.Path(out_dir).glob("*.tfrecord"))
+
+
+def fault_free_run(work_dir, files, features, batch_size, world, seed, epochs=1):
+    """A run with one producer and no fault: each rank's [(epoch, step, hash)], what the fault
+    tests compare against."""
+    work_dir = pathlib.Path(work_dir)
+    with Cluster(work_dir / "cluster") as cluster:
+        cluster.add_producer()
+        cluster.create_job("train", files, features, batch_size, world, seed=seed, epochs=epochs)
+        outs = [work_dir / f"rank{r}.jsonl" for r in range(world)]
+        procs = [cluster.start_consumer("train", r, world, outs[r], epochs)
+                 for r in range(world)]
+        cluster.wait(procs, timeout=90)
+    return [batch_hashes(read_batches(o)) for o in outs]
+
+
 def check_exactly_once(outs, reference, records, batch_size, seed, epochs=(0,),
                        shuffle="global"):
     """Checks the consumers' outputs (one per rank) against `reference`, the per-rank

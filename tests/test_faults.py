@@ -5,13 +5,13 @@ steps (G2), bit-identical (G3). Every test bounds its time and the Cluster kills
 started.
 """
 import json
-import signal
 import time
 
 import pytest
 
 import croupier
-from service_cluster import Cluster, kill, read_batches, run
+from service_cluster import (Cluster, batch_hashes, fault_free_run, kill, read_batches, run,
+                            synth_dataset)
 
 FEATURES = "id:int64,label:int64,image:bytes"
 RECORDS, BATCH, WORLD, SEED = 3000, 16, 4, 7
@@ -20,27 +20,15 @@ STEPS = RECORDS // (BATCH * WORLD)  # per consumer per epoch
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    """3,000 records over 3 files; each record's `id` feature is its global record id."""
-    data = tmp_path_factory.mktemp("faults") / "data"
-    run("synth", "--out", data, "--files", 3, "--records", RECORDS, "--image-bytes", 256,
-        "--quiet")
-    return sorted(data.glob("*.tfrecord"))
+    """The records over 3 files; each record's `id` feature is its global record id."""
+    return synth_dataset(tmp_path_factory.mktemp("faults") / "data", RECORDS)
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, dataset):
     """A fault-free run: each rank's [(epoch, step, hash)]."""
-    tmp = tmp_path_factory.mktemp("reference")
-    with Cluster(tmp / "cluster") as cluster:
-        cluster.add_producer()
-        cluster.create_job("train", dataset, FEATURES, BATCH, WORLD, seed=SEED, epochs=1)
-        outs, procs = start_consumers(cluster, tmp)
-        cluster.wait(procs, timeout=60)
-    return [hashes(read_batches(o)) for o in outs]
-
-
-def hashes(batches):
-    return [(b["epoch"], b["step"], b["hash"]) for b in batches]
+    return fault_free_run(tmp_path_factory.mktemp("reference"), dataset, FEATURES, BATCH, WORLD,
+                          SEED)
 
 
 def start_consumers(cluster, out_dir, *extra):
@@ -90,7 +78,7 @@ def check_against_reference(outs, reference):
         batches = read_batches(out)
         # G1, G2: every step of the epoch exactly once, in order; G3: the same bytes.
         assert [b["step"] for b in batches] == list(range(STEPS)), f"rank {rank}"
-        assert hashes(batches) == reference[rank], f"rank {rank}"
+        assert batch_hashes(batches) == reference[rank], f"rank {rank}"
     plan = croupier.EpochPlan(RECORDS, BATCH, WORLD, seed=SEED, epoch=0, shuffle="global")
     ids = []
     for rank, out in enumerate(outs):

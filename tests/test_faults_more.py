@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from service_cluster import (Cluster, OutputWatch, batch_hashes, check_exactly_once,
-                             read_batches, run)
+from service_cluster import (Cluster, OutputWatch, check_exactly_once, fault_free_run,
+                             synth_dataset)
 
 FEATURES = "id:int64,label:int64,image:bytes"
 RECORDS, BATCH, WORLD, SEED = 3000, 16, 4, 7
@@ -22,24 +22,15 @@ FROZEN_S = 4.0  # well past the timeout, and past the dispatcher's 1 s expiry ti
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    """3,000 records over 3 files; each record's `id` feature is its global record id."""
-    data = tmp_path_factory.mktemp("faults-more") / "data"
-    run("synth", "--out", data, "--files", 3, "--records", RECORDS, "--image-bytes", 256,
-        "--quiet")
-    return sorted(data.glob("*.tfrecord"))
+    """The records over 3 files; each record's `id` feature is its global record id."""
+    return synth_dataset(tmp_path_factory.mktemp("faults-more") / "data", RECORDS)
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, dataset):
-    """A fault-free run with one producer: each rank's [(epoch, step, hash)]."""
-    tmp = tmp_path_factory.mktemp("reference")
-    with Cluster(tmp / "cluster") as cluster:
-        cluster.add_producer()
-        cluster.create_job("train", dataset, FEATURES, BATCH, WORLD, seed=SEED, epochs=1)
-        outs = [tmp / f"rank{r}.jsonl" for r in range(WORLD)]
-        procs = [cluster.start_consumer("train", r, WORLD, outs[r], 1) for r in range(WORLD)]
-        cluster.wait(procs, timeout=60)
-    return [batch_hashes(read_batches(o)) for o in outs]
+    """A fault-free run: each rank's [(epoch, step, hash)]."""
+    return fault_free_run(tmp_path_factory.mktemp("reference"), dataset, FEATURES, BATCH, WORLD,
+                          SEED)
 
 
 def producer_ids(status):

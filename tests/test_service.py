@@ -2,8 +2,6 @@
 loopback. Guarantees are checked on content (record ids decoded from the batches, content hashes),
 never by counting calls. Every test bounds its time and the Cluster kills every process it started.
 """
-import collections
-import os
 import signal
 import socket
 import subprocess

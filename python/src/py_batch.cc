@@ -57,11 +57,14 @@ absl::string_view BufferBytes(const pyb::buffer& b) {
                            static_cast<size_t>(info.size * info.itemsize));
 }
 
-template <typename T>
-absl::Span<const T> SpanOf(const pyb::object& o, std::vector<T>& keep) {
+// A view of a uint64 array (None: empty). A contiguous numpy uint64 array, as
+// croupier/source.py makes, is viewed without a copy; anything else is converted once into
+// `keep`, which must outlive the span.
+absl::Span<const uint64_t> U64Span(const pyb::object& o, pyb::array_t<uint64_t>& keep) {
   if (o.is_none()) return {};
-  keep = o.cast<std::vector<T>>();
-  return absl::MakeConstSpan(keep);
+  keep = pyb::array_t<uint64_t, pyb::array::c_style | pyb::array::forcecast>::ensure(o);
+  if (!keep) ThrowIfError(absl::InvalidArgumentError("offsets and row splits must be integers"));
+  return absl::MakeConstSpan(keep.data(), static_cast<size_t>(keep.size()));
 }
 
 }  // namespace
@@ -71,7 +74,7 @@ Batch BatchFromColumns(uint64_t num_records, const pyb::list& columns) {
   struct Held {
     std::string name;
     std::vector<int64_t> dims;
-    std::vector<uint64_t> offsets, splits;
+    pyb::array_t<uint64_t> offsets, splits;
   };
   std::vector<Held> held(columns.size());
   std::vector<ColumnData> data(columns.size());
@@ -88,9 +91,9 @@ Batch BatchFromColumns(uint64_t num_records, const pyb::list& columns) {
     h.dims = c[3].cast<std::vector<int64_t>>();
     d.dims = h.dims;
     d.values = BufferBytes(c[4].cast<pyb::buffer>());
-    d.offsets = SpanOf<uint64_t>(c[5], h.offsets);
-    d.row_splits = SpanOf<uint64_t>(c[6], h.splits);
-    d.num_values = d.dtype == DType::kBytes ? (h.offsets.empty() ? 0 : h.offsets.size() - 1)
+    d.offsets = U64Span(c[5], h.offsets);
+    d.row_splits = U64Span(c[6], h.splits);
+    d.num_values = d.dtype == DType::kBytes ? (d.offsets.empty() ? 0 : d.offsets.size() - 1)
                                             : d.values.size() / (d.dtype == DType::kInt64 ? 8 : 4);
   }
   absl::StatusOr<Batch> batch;

@@ -126,23 +126,17 @@ void ProducerNode::RevokeTask(uint64_t task_id) {
 }
 
 v1::ProducerStats ProducerNode::Stats() const {
-  v1::ProducerStats s;
-  if (runner_) {
-    const TaskRunner::Stats stats = runner_->stats();
+  // Both holders' Stats have these fields.
+  auto to_proto = [](const auto& stats) {
+    v1::ProducerStats s;
     s.set_buffered_bytes(stats.buffered_bytes);
     s.set_buffer_capacity_bytes(stats.buffer_capacity_bytes);
     s.set_batches_made(stats.batches_made);
     s.set_batches_served(stats.batches_served);
     s.set_bytes_served(stats.bytes_served);
-  } else {
-    const SequentialSource::Stats stats = sequential_->stats();
-    s.set_buffered_bytes(stats.buffered_bytes);
-    s.set_buffer_capacity_bytes(stats.buffer_capacity_bytes);
-    s.set_batches_made(stats.batches_made);
-    s.set_batches_served(stats.batches_served);
-    s.set_bytes_served(stats.bytes_served);
-  }
-  return s;
+    return s;
+  };
+  return runner_ ? to_proto(runner_->stats()) : to_proto(sequential_->stats());
 }
 
 void ProducerNode::AddTask(const v1::Task& task) {
