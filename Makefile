@@ -70,7 +70,7 @@ TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:ignore_noninstr
 
 # ASan + UBSan: every C++ test in build-asan. A test that fails is run once more: under the
 # sanitizers' slowdown, ProducerTaskRunnerTest.RevokedTaskIsDroppedAndItsWaitersFail has failed
-# once in a clean CI run (its waiter thread raced the revocation it is meant to wait for). A$
+# once in a clean CI run (its waiter thread raced the revocation it is meant to wait for). A
 # sanitizer report aborts its test, and fails the run unless the rerun passes cleanly.
 asan: bootstrap
 	CC=clang CXX=clang++ cmake -S . -B build-asan $(SAN_CMAKE) \
