@@ -1,0 +1,478 @@
+"""The launch recipes in deploy/ (docs/deploy.md).
+
+Run here for real, against the croupier command: the one-machine launcher (deploy/local_cluster.py),
+deploy/torchrun.sh (torch.distributed.run) and deploy/mpirun.sh (OpenMPI), each with 3 ranks of
+deploy/trainer.py over 2 epochs; what every rank received is compared by content hash with a
+fault-free `croupier consume` run of the same job, and its record ids with the plan (exactly once,
+equal steps). The Slurm script runs under bash with Slurm's variables set and small stand-ins for
+srun and scontrol that start each step's tasks on this machine; Slurm itself is not run.
+The Kubernetes manifests are parsed with PyYAML and checked for consistency (no cluster here).
+Every croupier flag in deploy/ and docs/deploy.md must appear in that command's --help.
+"""
+import json
+import os
+import pathlib
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from service_cluster import BIN, ROOT, fault_free_run, synth_dataset
+
+DEPLOY = ROOT / "deploy"
+K8S = DEPLOY / "kubernetes"
+DOC = ROOT / "docs" / "deploy.md"
+SHELL_SCRIPTS = sorted([*DEPLOY.glob("*.sh"), *DEPLOY.glob("slurm/*.sbatch")])
+
+FEATURES = "id:int64,label:int64,image:bytes"
+RECORDS, BATCH, WORLD, SEED, EPOCHS = 600, 16, 3, 3, 2
+
+
+# --- the CLI's flags ------------------------------------------------------------------------------
+
+def help_flags(command):
+    """The flags `croupier COMMAND --help` names (`croupier job` prints its usage when bare)."""
+    argv = ["job"] if command.startswith("job") else [command, "--help"]
+    proc = subprocess.run([str(BIN), *argv], capture_output=True, text=True, timeout=30)
+    flags = set(re.findall(r"--([a-z][a-z0-9-]*)", proc.stdout + proc.stderr))
+    assert flags, f"croupier {' '.join(argv)} named no flags:\n{proc.stdout}{proc.stderr}"
+    return flags
+
+
+_INVOCATION = re.compile(
+    r"""(?:"\$CROUPIER"|\$CROUPIER\b|(?<![\w/.-])croupier)\s+
+        (dispatcher|producer|job\s+create|job\s+show|status|consume|synth|index|inspect|plan)\b
+        ([^&|>;\n]*)""", re.VERBOSE)
+
+
+def shell_invocations(text):
+    """(command, [flags]) of each croupier command line in shell text; continuation lines
+    joined."""
+    text = re.sub(r"\\\n\s*", " ", text)
+    return [(re.sub(r"\s+", " ", m.group(1)), re.findall(r"(?<![\w-])--([a-z][a-z0-9-]*)",
+                                                        m.group(2)))
+            for m in _INVOCATION.finditer(text)]
+
+
+def shell_blocks(markdown):
+    """The contents of the ```sh (or unlabelled) fenced blocks of a Markdown text."""
+    blocks, current, lang = [], None, None
+    for line in markdown.splitlines():
+        if line.startswith("```"):
+            if current is None:
+                current, lang = [], line[3:].strip()
+            else:
+                if lang in ("", "sh", "bash"):
+                    blocks.append("\n".join(current) + "\n")
+                current = None
+        elif current is not None:
+            current.append(line)
+    return blocks
+
+
+def test_every_croupier_flag_in_deploy_and_its_doc_exists():
+    used = []
+    for path in SHELL_SCRIPTS:
+        used += [(path.name, *inv) for inv in shell_invocations(path.read_text())]
+    for block in shell_blocks(DOC.read_text()):
+        used += [("docs/deploy.md", *inv) for inv in shell_invocations(block)]
+    for doc in _yaml_docs():
+        for c in _containers(doc):
+            args = c.get("args") or []
+            if args and args[0] in ("dispatcher", "producer", "job"):
+                command = " ".join(args[:2]) if args[0] == "job" else args[0]
+                used.append((doc["metadata"]["name"], command,
+                             [a[2:] for a in args if a.startswith("--")]))
+    commands = {c for _, c, _ in used}
+    # The recipes start every kind of process and create the job.
+    assert {"dispatcher", "producer", "job create"} <= commands, commands
+    known = {c: help_flags(c) for c in commands}
+    bad = [(where, c, f) for where, c, flags in used for f in flags if f not in known[c]]
+    assert not bad, f"flags that croupier's --help does not name: {bad}"
+    assert len(used) >= 10, used
+
+
+def test_every_shell_script_parses():
+    assert {p.name for p in SHELL_SCRIPTS} >= {"service.sh", "mpirun.sh", "torchrun.sh",
+                                               "horovodrun.sh", "croupier.sbatch"}
+    for path in SHELL_SCRIPTS:
+        proc = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True,
+                              timeout=30)
+        assert proc.returncode == 0, f"{path}: {proc.stderr}"
+    for path in DEPLOY.glob("*.py"):
+        compile(path.read_text(), str(path), "exec")
+
+
+# --- Kubernetes -----------------------------------------------------------------------------------
+
+def _yaml_docs():
+    yaml = pytest.importorskip("yaml")
+    docs = []
+    for path in sorted(K8S.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc is not None:
+                doc["__file__"] = path.name
+                docs.append(doc)
+    return docs
+
+
+def _pod_spec(doc):
+    if doc["kind"] in ("StatefulSet", "Deployment", "Job"):
+        return doc["spec"]["template"]["spec"]
+    return None
+
+
+def _containers(doc):
+    spec = _pod_spec(doc)
+    if spec is None:
+        return []
+    return [*spec.get("initContainers", []), *spec["containers"]]
+
+
+def _flag(args, name):
+    """The value after --name in a container's args."""
+    assert f"--{name}" in args, f"--{name} missing from {args}"
+    return args[args.index(f"--{name}") + 1]
+
+
+def _env(container):
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+def _trainer_env_names():
+    """The CROUPIER_* variables deploy/trainer.py reads, and the launcher variables croupier
+    reads for rank and world."""
+    names = set(re.findall(r"\b(CROUPIER_[A-Z_]+)\b", (DEPLOY / "trainer.py").read_text()))
+    launcher = (ROOT / "python" / "croupier" / "launcher.py").read_text()
+    return names | set(re.findall(r'"([A-Z][A-Z_]*)"', launcher))
+
+
+def test_kubernetes_manifests_are_consistent():
+    docs = _yaml_docs()
+    for doc in docs:
+        assert doc.get("apiVersion") and doc.get("kind"), doc["__file__"]
+        if doc["kind"] != "Kustomization":
+            assert doc["metadata"]["name"], doc["__file__"]
+    by_kind = {}
+    for doc in docs:
+        by_kind.setdefault(doc["kind"], []).append(doc)
+    assert set(by_kind) == {"PersistentVolumeClaim", "Service", "StatefulSet", "Deployment",
+                            "Job", "Kustomization"}, set(by_kind)
+    # The kustomization lists every manifest.
+    (kustomization,) = by_kind["Kustomization"]
+    assert sorted(kustomization["resources"]) == sorted(
+        p.name for p in K8S.glob("*.yaml") if p.name != "kustomization.yaml")
+
+    # Selectors match the pod labels.
+    for doc in [*by_kind["StatefulSet"], *by_kind["Deployment"]]:
+        labels = doc["spec"]["template"]["metadata"]["labels"]
+        assert doc["spec"]["selector"]["matchLabels"].items() <= labels.items(), doc["__file__"]
+
+    # The dispatcher: a StatefulSet of one, behind the Service, journal on a claim at --work-dir.
+    (service,) = by_kind["Service"]
+    (sts,) = by_kind["StatefulSet"]
+    assert sts["spec"]["replicas"] == 1
+    assert sts["spec"]["serviceName"] == service["metadata"]["name"]
+    pod_labels = sts["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    (dispatcher,) = sts["spec"]["template"]["spec"]["containers"]
+    args = dispatcher["args"]
+    assert args[0] == "dispatcher"
+    ports = {p["name"]: p["containerPort"] for p in dispatcher["ports"]}
+    assert int(_flag(args, "port")) == ports["grpc"]
+    assert int(_flag(args, "metrics-port")) == ports["metrics"]
+    assert _flag(args, "bind") == "0.0.0.0"  # reachable from the other pods
+    for p in service["spec"]["ports"]:
+        target = p["targetPort"]
+        assert target in ports or target in ports.values(), p
+        assert p["port"] == (ports[target] if target in ports else target), p
+    (claim,) = sts["spec"]["volumeClaimTemplates"]
+    mounts = {m["name"]: m["mountPath"] for m in dispatcher["volumeMounts"]}
+    assert mounts[claim["metadata"]["name"]] == _flag(args, "work-dir")
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    # Probes on declared ports; readiness on the HTTP endpoint the dispatcher serves.
+    ready = dispatcher["readinessProbe"]["httpGet"]
+    assert ready["path"] == "/metrics" and ready["port"] in ports
+    assert dispatcher["livenessProbe"]["tcpSocket"]["port"] in ports
+    service_ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
+    address = f"{service['metadata']['name']}:{service_ports['grpc']}"
+
+    # Producers: a scalable Deployment that reaches the dispatcher through the Service.
+    (deployment,) = by_kind["Deployment"]
+    assert deployment["spec"]["replicas"] >= 1
+    (producer,) = deployment["spec"]["template"]["spec"]["containers"]
+    args = producer["args"]
+    assert args[0] == "producer" and _flag(args, "dispatcher") == address
+    assert int(_flag(args, "port")) == producer["ports"][0]["containerPort"]
+    assert _flag(args, "advertise-host") == "$(POD_IP)"
+    assert _env(producer)["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    assert producer["readinessProbe"]["tcpSocket"]["port"] == producer["ports"][0]["name"]
+
+    # The data volume is one claim, mounted at the same path wherever files are read.
+    (data_claim,) = by_kind["PersistentVolumeClaim"]
+    for doc in (sts, deployment):
+        volumes = {v["name"]: v for v in doc["spec"]["template"]["spec"]["volumes"]}
+        (container,) = doc["spec"]["template"]["spec"]["containers"]
+        data_mounts = [m for m in container["volumeMounts"]
+                       if volumes.get(m["name"], {}).get("persistentVolumeClaim", {})
+                       .get("claimName") == data_claim["metadata"]["name"]]
+        assert [m["mountPath"] for m in data_mounts] == ["/data"], doc["__file__"]
+
+    # Trainers: an indexed Job; rank from the completion index; world, completions, parallelism
+    # and the job's --consumers agree; every variable set is one the trainer or croupier reads.
+    (job,) = by_kind["Job"]
+    spec = job["spec"]
+    assert spec["completionMode"] == "Indexed"
+    world = spec["completions"]
+    assert spec["parallelism"] == world
+    (create,) = spec["template"]["spec"]["initContainers"]
+    (trainer,) = spec["template"]["spec"]["containers"]
+    env = _env(trainer)
+    assert int(env["WORLD_SIZE"]["value"]) == world
+    assert env["RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == \
+        "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    assert env["CROUPIER_DISPATCHER"]["value"] == address
+    assert set(env) <= _trainer_env_names(), set(env) - _trainer_env_names()
+    cargs = create["args"]
+    assert cargs[:2] == ["job", "create"] and "--exist-ok" in cargs
+    assert int(_flag(cargs, "consumers")) == world
+    assert _flag(cargs, "files").startswith("/data/")
+    assert _env(create)["CROUPIER_JOB"]["value"] == env["CROUPIER_JOB"]["value"]
+    assert _env(create)["CROUPIER_EPOCHS"]["value"] == env["CROUPIER_EPOCHS"]["value"]
+
+    # Every $(VAR) in args is defined in that container's env; every process gets the token.
+    for doc in docs:
+        for c in _containers(doc):
+            for var in re.findall(r"\$\(([A-Z_]+)\)", " ".join(c.get("args", []))):
+                assert var in _env(c), f"{doc['__file__']} {c['name']}: $({var}) not in env"
+            token = _env(c)["CROUPIER_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]
+            assert token == {"name": "croupier-auth", "key": "token"}, c["name"]
+
+
+# --- running the launchers ------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """A small dataset and each rank's [(epoch, step, hash)] from a fault-free run."""
+    base = tmp_path_factory.mktemp("deploy")
+    files = synth_dataset(base / "data", RECORDS, files=2, image_bytes=32)
+    reference = fault_free_run(base / "reference", files, FEATURES, BATCH, WORLD, SEED,
+                               epochs=EPOCHS)
+    return base / "data", reference
+
+
+def _env_for(tmp_path, **extra):
+    env = dict(os.environ, CROUPIER=str(BIN), CROUPIER_BIN=str(BIN),
+               CROUPIER_WORK_DIR=str(tmp_path / "work"), CROUPIER_PORT="0",
+               CROUPIER_BIND="127.0.0.1", CROUPIER_HOST="127.0.0.1",
+               CROUPIER_PRODUCER_THREADS="1", CROUPIER_BATCH_SIZE=str(BATCH),
+               CROUPIER_EPOCHS=str(EPOCHS), CROUPIER_SEED=str(SEED), CROUPIER_FEATURES=FEATURES,
+               CROUPIER_REPORT_DIR=str(tmp_path / "reports"), CROUPIER_TIMEOUT="60",
+               CROUPIER_INDEX_DIR=str(tmp_path / "index"), CROUPIER_PYTHON=sys.executable,
+               OMP_NUM_THREADS="1")
+    for name in ("CROUPIER_DISPATCHER", "CROUPIER_AUTH_TOKEN", "RANK", "WORLD_SIZE",
+                 "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
+        env.pop(name, None)
+    env.update(extra)
+    return env
+
+
+def _processes_under(path):
+    """Pids of live processes whose command line names `path`."""
+    found = []
+    for proc in pathlib.Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if str(path) in cmdline:
+            found.append(int(proc.name))
+    return found
+
+
+def _run(argv, env, tmp_path, timeout=120):
+    """Runs a launch script in its own process group; kills the group if it outlives `timeout`.
+    Checks that nothing it started (a process naming tmp_path) is left behind."""
+    proc = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise AssertionError(f"{argv} did not finish within {timeout} s:\n{out[-4000:]}")
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the group
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 5
+    while _processes_under(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = _processes_under(tmp_path)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"{argv} left processes behind: {left}"
+    assert proc.returncode == 0, f"{argv} exited {proc.returncode}:\n{out[-4000:]}"
+    return out
+
+
+def _check_reports(report_dir, reference):
+    """Each rank's batches are the fault-free run's, bit for bit (hashes), and across ranks each
+    epoch's record ids are the plan's, each exactly once, in equal steps."""
+    import croupier
+    reports = [json.loads((report_dir / f"rank-{r}.json").read_text()) for r in range(WORLD)]
+    assert [(r["rank"], r["world"]) for r in reports] == [(r, WORLD) for r in range(WORLD)]
+    for rank, report in enumerate(reports):
+        got = [(e["epoch"], step, h)
+               for e in report["epochs"] for step, h in enumerate(e["hashes"])]
+        assert got == [tuple(x) for x in reference[rank]], f"rank {rank} differs from reference"
+    for epoch in range(EPOCHS):
+        plan = croupier.EpochPlan(RECORDS, BATCH, WORLD, seed=SEED, epoch=epoch)
+        ids = []
+        for rank, report in enumerate(reports):
+            (e,) = [e for e in report["epochs"] if e["epoch"] == epoch]
+            assert e["steps"] == plan.steps_per_consumer > 0
+            for step, batch in enumerate(e["ids"]):
+                assert batch == plan.batch(plan.global_batch(rank, step)).tolist()
+            ids += [i for batch in e["ids"] for i in batch]
+        assert len(ids) == len(set(ids)) == plan.steps_per_consumer * WORLD * BATCH
+    return sum(e["steps"] for r in reports for e in r["epochs"])
+
+
+@pytest.mark.timeout(150)
+def test_local_cluster_launcher(tmp_path, dataset):
+    data, reference = dataset
+    env = _env_for(tmp_path)
+    out = _run([sys.executable, str(DEPLOY / "local_cluster.py"), "--files",
+                f"{data}/*.tfrecord", "--features", FEATURES, "--trainers", str(WORLD),
+                "--producers", "2", "--epochs", str(EPOCHS), "--batch-size", str(BATCH),
+                "--seed", str(SEED), "--work-dir", str(tmp_path / "work"),
+                "--report-dir", str(tmp_path / "reports"), "--timeout", "100"], env, tmp_path)
+    assert "steps per epoch for each of 3 trainers" in out
+    assert _check_reports(tmp_path / "reports", reference) == WORLD * EPOCHS * 12
+
+
+@pytest.mark.timeout(150)
+def test_torchrun_script(tmp_path, dataset):
+    pytest.importorskip("torch")
+    data, reference = dataset
+    env = _env_for(tmp_path, CROUPIER_FILES=f"{data}/*.tfrecord",
+                   CROUPIER_TORCHRUN=f"{shlex.quote(sys.executable)} -m torch.distributed.run")
+    out = _run(["bash", str(DEPLOY / "torchrun.sh"), str(WORLD)], env, tmp_path)
+    assert "croupier: dispatcher at 127.0.0.1:" in out
+    assert _check_reports(tmp_path / "reports", reference) == WORLD * EPOCHS * 12
+
+
+@pytest.mark.timeout(150)
+def test_mpirun_script(tmp_path, dataset):
+    data, reference = dataset
+    # As root, and on loopback only (as scripts/demo_train.py does).
+    env = _env_for(tmp_path, CROUPIER_FILES=f"{data}/*.tfrecord",
+                   CROUPIER_MPIRUN_ARGS="--oversubscribe", OMPI_ALLOW_RUN_AS_ROOT="1",
+                   OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_btl="self,tcp",
+                   OMPI_MCA_btl_tcp_if_include="lo", OMPI_MCA_oob_tcp_if_include="lo")
+    out = _run(["bash", str(DEPLOY / "mpirun.sh"), str(WORLD)], env, tmp_path)
+    assert "croupier: dispatcher at 127.0.0.1:" in out
+    assert _check_reports(tmp_path / "reports", reference) == WORLD * EPOCHS * 12
+
+
+# Stand-ins for Slurm's commands: srun starts a step's tasks on this machine, each with
+# SLURM_PROCID and SLURM_NTASKS, forwards SIGTERM to them, and logs the step; it refuses options it
+# does not know, so that the script uses only the ones it models.
+FAKE_SRUN = '''\
+import json, os, signal, subprocess, sys
+BOOLEAN = {"--overlap"}
+VALUED = {"--het-group", "--nodes", "--ntasks", "--ntasks-per-node", "--nodelist"}
+args, opts = sys.argv[1:], {}
+while args and args[0].startswith("-"):
+    name, _, value = args.pop(0).partition("=")
+    if name in BOOLEAN:
+        opts[name] = True
+    elif name in VALUED:
+        opts[name] = value or args.pop(0)
+    else:
+        sys.exit(f"fake srun: unknown option {name}")
+group = opts.get("--het-group", "0")
+nodes = os.environ[f"SLURM_JOB_NODELIST_HET_GROUP_{group}"].split(",")
+if "--nodelist" in opts:
+    assert set(opts["--nodelist"].split(",")) <= set(nodes), opts
+n_nodes = int(opts.get("--nodes", len(nodes)))
+if "--ntasks" in opts:
+    n = int(opts["--ntasks"])
+elif "--ntasks-per-node" in opts:
+    n = n_nodes * int(opts["--ntasks-per-node"])
+else:
+    n = int(os.environ[f"SLURM_NTASKS_HET_GROUP_{group}"])
+with open(os.environ["FAKE_SLURM_LOG"], "a") as log:
+    log.write(json.dumps({"group": int(group), "tasks": n, "command": args}) + "\\n")
+procs = [subprocess.Popen(args, env=dict(os.environ, SLURM_PROCID=str(i), SLURM_NTASKS=str(n),
+                                         SLURM_LOCALID=str(i)))
+         for i in range(n)]
+def forward(sig, frame):
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(sig)
+signal.signal(signal.SIGTERM, forward)
+signal.signal(signal.SIGINT, forward)
+codes = [p.wait() for p in procs]
+sys.exit(next((c for c in codes if c), 0))
+'''
+
+FAKE_SCONTROL = '''\
+import sys
+assert sys.argv[1:3] == ["show", "hostnames"], sys.argv
+print("\\n".join(sys.argv[3].split(",")))
+'''
+
+
+@pytest.mark.timeout(150)
+def test_slurm_script_with_a_local_srun(tmp_path, dataset):
+    """deploy/slurm/croupier.sbatch under bash, as sbatch would start it on the first node of a
+    heterogeneous job of 2 CPU nodes and 3 trainer tasks; node names are 127.0.0.1."""
+    data, reference = dataset
+    bin_dir = tmp_path / "fake-slurm"
+    bin_dir.mkdir()
+    for name, body in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL),
+                       ("hostname", "print('127.0.0.1')\n")):
+        (bin_dir / name).write_text(f"#!{sys.executable}\n{body}")
+        (bin_dir / name).chmod(0o755)
+    (bin_dir / "croupier").symlink_to(BIN)  # the script's default: croupier on every node's PATH
+    shared = tmp_path / "shared"
+    env = _env_for(tmp_path, PATH=f"{bin_dir}:{os.environ['PATH']}",
+                   FAKE_SLURM_LOG=str(tmp_path / "steps.jsonl"), SLURM_JOB_ID="4242",
+                   SLURM_SUBMIT_DIR=str(ROOT), SLURM_JOB_NODELIST_HET_GROUP_0="127.0.0.1,127.0.0.1",
+                   SLURM_NTASKS_HET_GROUP_0="2", SLURM_JOB_NODELIST_HET_GROUP_1="127.0.0.1",
+                   SLURM_NTASKS_HET_GROUP_1=str(WORLD), CROUPIER_SHARED=str(shared),
+                   CROUPIER_FILES=f"{data}/*.tfrecord",
+                   CROUPIER_TRAINER=f"{sys.executable} {DEPLOY / 'trainer.py'}")
+    for name in ("CROUPIER", "CROUPIER_WORK_DIR", "CROUPIER_BIND", "CROUPIER_HOST"):
+        env.pop(name)
+    out = _run(["bash", str(DEPLOY / "slurm" / "croupier.sbatch")], env, tmp_path)
+    assert _check_reports(tmp_path / "reports", reference) == WORLD * EPOCHS * 12
+    steps = [json.loads(line) for line in (tmp_path / "steps.jsonl").read_text().splitlines()]
+    assert [(s["group"], s["tasks"]) for s in steps] == [(0, 1), (0, 2), (1, WORLD)], steps
+    assert steps[0]["command"][1] == "dispatcher" and "producer" in " ".join(steps[1]["command"])
+    address = (shared / "dispatcher.address").read_text().strip()
+    assert f"croupier: dispatcher at {address}, {WORLD} trainers" in out
+    assert (shared / "dispatcher" / "journal").stat().st_size > 0
+    # One producer per CPU node, each advertising its node's name (here 127.0.0.1).
+    log = (shared / "dispatcher.log").read_text()
+    registered = re.findall(r"producer \d+ registered with data address 127\.0\.0\.1:", log)
+    assert len(registered) == 2, log
+
+
+def test_the_doc_states_what_was_run_and_what_was_not():
+    text = DOC.read_text()
+    for recipe in ("deploy/local_cluster.py", "deploy/torchrun.sh", "deploy/mpirun.sh",
+                   "deploy/horovodrun.sh", "deploy/slurm/croupier.sbatch", "deploy/kubernetes"):
+        assert recipe in text, recipe
+        assert (ROOT / recipe).exists(), recipe
+    assert "Not run here" in text or "not run here" in text
+    assert "tests/test_deploy.py" in text
