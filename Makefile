@@ -7,7 +7,7 @@ JOBS ?= $(shell nproc)
 PY := $(ROOT)/.venv/bin/python
 CMAKE_ARGS ?=
 
-.PHONY: all bootstrap configure build test test-cpp test-python demo demo-mpi bench clean format
+.PHONY: all bootstrap configure build test test-cpp test-python demo demo-mpi bench bench-quick clean format
 
 all: build
 
@@ -44,6 +44,10 @@ demo-mpi: build
 
 bench: build
 	$(PY) bench/run.py
+
+# The data plane and the end-to-end comparison on less data, in under 2 minutes (bench/out/ only).
+bench-quick: build
+	$(PY) bench/run.py --quick
 
 format:
 	find include src tools python bench -name '*.h' -o -name '*.cc' | xargs clang-format -i

@@ -9,7 +9,8 @@
 // Properties checked: every refusal is DATA_LOSS; nothing is read or allocated beyond what the
 // connection code allows; accepted requests, HELLO_OKs and ERRORs encode back to the same bytes;
 // a request's deadline lies within kMaxRequestTimeout; a BATCH body goes through
-// Batch::FromBuffer as the client does.
+// Batch::FromBuffer as the client does; a BATCH_COMPRESSED body is bounded and decompressed as
+// the client does (corrupt bodies are DATA_LOSS, the output never exceeds the claimed size).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include "absl/time/time.h"
 #include "croupier/batch.h"
 #include "fuzz/fuzz_util.h"
+#include "src/transport/compression.h"
 #include "src/transport/frame.h"
 
 namespace croupier::fuzz {
@@ -125,6 +127,41 @@ void ClientBatch(const frame::FrameHeader& h, Stream& in) {
   FUZZ_CHECK(batch.ok() || absl::IsDataLoss(batch.status()), "batch errors are DATA_LOSS");
 }
 
+void ClientCompressedBatch(const frame::FrameHeader& h, absl::string_view header, Stream& in) {
+  absl::string_view fixed_bytes, body;
+  if (h.length < frame::kCompressedFixedBytes) return;
+  const uint64_t compressed_size = h.length - frame::kCompressedFixedBytes;
+  if (!in.Take(frame::kCompressedFixedBytes, fixed_bytes)) return;
+  auto fixed = frame::ParseCompressedBatchFixed(fixed_bytes);
+  if (!fixed.ok()) {
+    FUZZ_CHECK(absl::IsDataLoss(fixed.status()), "BATCH_COMPRESSED errors are DATA_LOSS");
+    return;
+  }
+  const auto prefix = frame::EncodeCompressedBatchPrefix(fixed->index, fixed->codec,
+                                                         fixed->uncompressed_bytes, compressed_size);
+  FUZZ_CHECK(absl::string_view(prefix.data(), prefix.size()) ==
+                 std::string(header) + std::string(fixed_bytes),
+             "BATCH_COMPRESSED prefix encodes back");
+  // Refused before allocating, as the client does.
+  if (!IsCompressingCodec(fixed->codec) || fixed->uncompressed_bytes > kMaxBatchBytes ||
+      compressed_size >= fixed->uncompressed_bytes) {
+    return;
+  }
+  if (!in.Take(compressed_size, body)) return;
+  const uint64_t size = fixed->uncompressed_bytes;
+  std::shared_ptr<uint8_t> buffer = Batch::AllocateBuffer(size);
+  FUZZ_CHECK(buffer != nullptr, "allocate");
+  const absl::Status s =
+      Decompress(static_cast<Codec>(fixed->codec), body, reinterpret_cast<char*>(buffer.get()),
+                 size);
+  if (!s.ok()) {
+    FUZZ_CHECK(absl::IsDataLoss(s), "decompression errors are DATA_LOSS");
+    return;
+  }
+  auto batch = Batch::FromBuffer(std::move(buffer), size);
+  FUZZ_CHECK(batch.ok() || absl::IsDataLoss(batch.status()), "batch errors are DATA_LOSS");
+}
+
 void Client(Stream in) {
   absl::string_view header, body;
   if (!in.Take(frame::kHeaderBytes, header)) return;
@@ -145,6 +182,8 @@ void Client(Stream in) {
     if (!h.ok()) return;
     if (h->type == static_cast<uint32_t>(frame::FrameType::kBatch)) {
       ClientBatch(*h, in);
+    } else if (h->type == static_cast<uint32_t>(frame::FrameType::kBatchCompressed)) {
+      ClientCompressedBatch(*h, header, in);
     } else if (h->type == static_cast<uint32_t>(frame::FrameType::kError)) {
       ClientError(*h, header, in);
     } else {

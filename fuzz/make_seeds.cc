@@ -17,6 +17,7 @@
 #include "src/common/env.h"
 #include "src/dispatcher/journal.h"
 #include "src/io/tfrecord_format.h"
+#include "src/transport/compression.h"
 #include "src/transport/frame.h"
 
 namespace croupier::fuzz {
@@ -153,6 +154,14 @@ void FrameSeeds() {
   Write("frame", "client",
         std::string(1, '\1') + frame::EncodeHelloOk(1) + std::string(prefix.data(), prefix.size()) +
             batch + frame::EncodeError(absl::NotFoundError("no job 'x'")));
+  for (Codec codec : {Codec::kZstd, Codec::kLz4}) {
+    const std::string compressed = Compress(codec, batch).value();
+    const auto compressed_prefix = frame::EncodeCompressedBatchPrefix(
+        7, static_cast<uint32_t>(codec), batch.size(), compressed.size());
+    Write("frame", "client_" + CodecName(codec),
+          std::string(1, '\1') + frame::EncodeHelloOk(1) +
+              std::string(compressed_prefix.data(), compressed_prefix.size()) + compressed);
+  }
   Write("frame", "client_refused",
         std::string(1, '\1') + frame::EncodeError(absl::UnauthenticatedError("bad token")));
 }

@@ -25,9 +25,11 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import croupier
+from croupier.progress import Progress
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TRAINER = ROOT / "examples" / "pytorch_ddp.py"
@@ -88,6 +90,19 @@ def launch_mpi_trainers(address, job, n, epochs, work_dir, timeout):
     return [json.loads(pathlib.Path(f"{report}.{r}").read_text()) for r in range(n)]
 
 
+def show_progress(cluster, job_name, steps, total, stop):
+    """Until `stop` is set: a progress bar of the steps the ranks acknowledged to the dispatcher."""
+    bar = Progress("training", total, unit="steps")
+    while not stop.wait(0.5):
+        try:
+            positions = cluster.status().get("rank_positions", [])
+        except croupier.errors.Error:
+            continue  # the bar only shows progress; the trainers report errors themselves
+        bar.update(sum(int(p.get("epoch", 0)) * steps + int(p.get("step", 0))
+                       for p in positions if p.get("job") == job_name))
+    bar.close()
+
+
 def check_epoch(reports, job, epoch, seed, batch_size):
     """Prints one epoch's figures and returns the list of failed checks."""
     n = len(reports)
@@ -145,14 +160,24 @@ def main():
         print(f"job 'train': {job['num_records']} records, batches of {args.batch_size}, "
               f"{job['steps_per_epoch']} steps per epoch for each of {args.trainers} ranks "
               f"(dispatcher {cluster.address})", flush=True)
-        if args.launcher == "mpi":
-            print(f"launching {args.trainers} trainers (mpirun, mpi4py all-reduce)", flush=True)
-            reports = launch_mpi_trainers(cluster.address, "train", args.trainers, args.epochs,
+        stop = threading.Event()
+        progress = threading.Thread(target=show_progress, daemon=True, args=(
+            cluster, "train", int(job["steps_per_epoch"]),
+            int(job["steps_per_epoch"]) * args.trainers * args.epochs, stop))
+        progress.start()
+        try:
+            if args.launcher == "mpi":
+                print(f"launching {args.trainers} trainers (mpirun, mpi4py all-reduce)",
+                      flush=True)
+                reports = launch_mpi_trainers(cluster.address, "train", args.trainers,
+                                              args.epochs, work_dir, args.timeout)
+            else:
+                print(f"launching {args.trainers} trainers (torch.distributed, gloo)", flush=True)
+                reports = launch_trainers(cluster.address, "train", args.trainers, args.epochs,
                                           work_dir, args.timeout)
-        else:
-            print(f"launching {args.trainers} trainers (torch.distributed, gloo)", flush=True)
-            reports = launch_trainers(cluster.address, "train", args.trainers, args.epochs,
-                                      work_dir, args.timeout)
+        finally:
+            stop.set()
+            progress.join()
     failures = []
     for epoch in range(args.epochs):
         failures += check_epoch(reports, job, epoch, args.seed, args.batch_size)

@@ -1,7 +1,9 @@
 // croupier consume: a consumer on the command line. It takes its batches of some epochs and
 // writes one JSON line per batch (epoch, step, content hash, record ids when the job has an `id`
 // feature), which is what the multi-process tests compare.
+#include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +12,8 @@
 #include "src/common/status_macros.h"
 #include "tools/cli_args.h"
 #include "tools/commands.h"
+#include "tools/progress.h"
+#include "tools/tls_flags.h"
 
 namespace croupier::cli {
 namespace {
@@ -17,14 +21,17 @@ namespace {
 constexpr char kConsumeUsage[] = R"(usage: croupier consume --dispatcher HOST:PORT --job NAME
          --rank R --world N [--epochs E] [--first-epoch E] [--start-step S] [--no-resume]
          [--output FILE] [--prefetch K] [--timeout-ms MS] [--slow-ms MS]
-         [--pause-at-step S --pause-seconds T] [--auth-token TOKEN]
+         [--pause-at-step S --pause-seconds T] [--auth-token TOKEN] [--shm auto|on|off] [--quiet]
+         [--tls-ca FILE [--tls-cert FILE --tls-key FILE]]
 
 Takes this rank's batches of epochs [first-epoch, first-epoch + epochs) and writes one JSON line
 per batch to --output (default stdout, appended to if it exists): {"epoch", "step", "records",
 "bytes", "hash", "ids"}. It starts where the dispatcher last heard of this rank (a restarted
 consumer carries on), or at step --start-step of --first-epoch (a checkpoint), or with
---no-resume at the start. --slow-ms sleeps after every batch; --pause-at-step stops reading for a
-while (to test backpressure).
+--no-resume at the start. A progress bar on stderr counts the batches of a dealt job (not with
+--quiet). --slow-ms sleeps after every batch; --pause-at-step stops reading for a
+while (to test backpressure). --shm (default $CROUPIER_SHM, else auto) says whether batches from
+producers on this host come through shared memory.
 )";
 
 }  // namespace
@@ -35,10 +42,11 @@ absl::Status ConsumeCommand(const std::vector<std::string>& argv) {
       Args::Parse(argv,
                   {"dispatcher", "job", "rank", "world", "epochs", "first-epoch", "output",
                    "prefetch", "timeout-ms", "slow-ms", "pause-at-step", "pause-seconds",
-                   "auth-token", "start-step"},
-                  {"help", "no-resume"}));
+                   "auth-token", "start-step", "shm", "tls-cert", "tls-key", "tls-ca"},
+                  {"help", "no-resume", "quiet"}));
   if (args.Has("help")) {
     std::fputs(kConsumeUsage, stdout);
+    std::fputs(kTlsUsage, stdout);
     return absl::OkStatus();
   }
   ConsumerOptions options;
@@ -60,6 +68,10 @@ absl::Status ConsumeCommand(const std::vector<std::string>& argv) {
   options.prefetch_batches = static_cast<uint32_t>(prefetch);
   options.timeout = absl::Milliseconds(timeout_ms);
   options.auth_token = args.Get("auth-token");
+  options.tls_cert_file = args.Get("tls-cert");
+  options.tls_key_file = args.Get("tls-key");
+  options.tls_ca_file = args.Get("tls-ca");
+  options.shm = args.Get("shm");
   FILE* out = stdout;
   if (args.Has("output")) {
     out = std::fopen(args.Get("output").c_str(), "a");
@@ -71,6 +83,19 @@ absl::Status ConsumeCommand(const std::vector<std::string>& argv) {
   // Where to start: the checkpoint given, else where the dispatcher registered this rank.
   ConsumerPosition start{first_epoch, start_step};
   if (options.resume) start = consumer->registered_position();
+  // The batches to take, when the job says how many steps an epoch has (dealt jobs).
+  const uint64_t steps_per_epoch = consumer->job().steps_per_epoch;
+  uint64_t to_take = 0;
+  for (uint64_t epoch = std::max(first_epoch, start.epoch); epoch < first_epoch + epochs; ++epoch) {
+    if (consumer->job().num_epochs != 0 && epoch >= consumer->job().num_epochs) break;
+    const uint64_t from = epoch == start.epoch ? start.step : 0;
+    to_take += steps_per_epoch > from ? steps_per_epoch - from : 0;
+  }
+  std::optional<Progress> progress;
+  if (!args.Has("quiet") && to_take > 0) {
+    progress.emplace(absl::StrCat("rank ", rank, " of job '", options.job, "'"), to_take,
+                     "batches");
+  }
   uint64_t total = 0;
   for (uint64_t epoch = first_epoch; epoch < first_epoch + epochs; ++epoch) {
     if (epoch < start.epoch) continue;  // done before
@@ -95,12 +120,14 @@ absl::Status ConsumeCommand(const std::vector<std::string>& argv) {
       std::fflush(out);
       ++step;
       ++total;
+      if (progress) progress->Update(total, absl::StrCat("epoch ", epoch, " step ", step - 1));
       if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
       if (pause_at >= 0 && step == static_cast<uint64_t>(pause_at) && pause_s > 0) {
         std::this_thread::sleep_for(std::chrono::seconds(pause_s));
       }
     }
   }
+  progress.reset();  // ends its line
   consumer->Close();
   if (out != stdout) std::fclose(out);
   std::fprintf(stderr, "consumer rank %lld/%lld of job '%s': %llu batches\n",

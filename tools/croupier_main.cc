@@ -1,9 +1,11 @@
 // The croupier command: one binary, one subcommand per job.
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "src/common/logging.h"
 #include "tools/commands.h"
 
 namespace {
@@ -27,6 +29,9 @@ data commands:
   synth --out DIR ...                 write a synthetic TFRecord dataset (croupier synth --help)
 
   croupier --version    print the version
+
+Every command takes --log-level debug|info|warning|error (default info, or $CROUPIER_LOG_LEVEL):
+log events go to stderr, one line each, naming the job, producer or consumer they are about.
 )";
 
 }  // namespace
@@ -42,7 +47,27 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::string command = argv[1];
-  std::vector<std::string> args(argv + 2, argv + argc);
+  std::vector<std::string> args;
+  // --log-level applies to every command: taken out here, before the command parses the rest.
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::string level;
+    if (arg == "--log-level" && i + 1 < argc) {
+      level = argv[++i];
+    } else if (arg.rfind("--log-level=", 0) == 0) {
+      level = arg.substr(std::strlen("--log-level="));
+    } else {
+      args.push_back(std::move(arg));
+      continue;
+    }
+    std::optional<croupier::LogLevel> parsed = croupier::ParseLogLevel(level);
+    if (!parsed) {
+      std::fprintf(stderr, "croupier: --log-level takes debug, info, warning or error, not '%s'\n",
+                   level.c_str());
+      return 2;
+    }
+    croupier::SetMinLogLevel(*parsed);
+  }
   absl::Status status;
   if (command == "inspect") {
     status = croupier::cli::InspectCommand(args);

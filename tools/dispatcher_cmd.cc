@@ -11,6 +11,7 @@
 #include "tools/cli_args.h"
 #include "tools/commands.h"
 #include "tools/signals.h"
+#include "tools/tls_flags.h"
 
 namespace croupier::cli {
 namespace {
@@ -19,13 +20,17 @@ constexpr char kDispatcherUsage[] = R"(usage: croupier dispatcher --work-dir DIR
          [--bind ADDR] [--auth-token TOKEN] [--producer-timeout-ms MS]
          [--consumer-timeout-ms MS] [--rounds-per-task K] [--port-file FILE]
          [--metrics-port P [--metrics-port-file FILE]]
+         [--advice-smoothing-ms MS] [--advice-hold-ms MS]
+         [--tls-cert FILE --tls-key FILE [--tls-ca FILE]]
 
 Runs the dispatcher: it keeps jobs, epoch plans, producers, consumers and their positions, and is
 never on the data path. It listens on 127.0.0.1 unless --bind says otherwise (0.0.0.0: every
 interface). --port 0 picks a free port; --port-file writes the port chosen. With --auth-token (or
 CROUPIER_AUTH_TOKEN) every call must present the token. --metrics-port serves Prometheus metrics
-at http://ADDR:P/metrics (docs/metrics.md; 0 picks a free port, which --metrics-port-file
-writes). Stops cleanly on SIGINT or SIGTERM.
+at http://ADDR:P/metrics (docs/metrics.md) and a live web page at http://ADDR:P/ (0 picks a free
+port, which --metrics-port-file writes). The recommended number of producers is smoothed over
+--advice-smoothing-ms (default 30000) and changes only after --advice-hold-ms (default 15000)
+(docs/operations.md). Stops cleanly on SIGINT or SIGTERM.
 )";
 
 }  // namespace
@@ -35,10 +40,12 @@ absl::Status DispatcherCommand(const std::vector<std::string>& argv) {
                                           {"work-dir", "port", "bind", "auth-token",
                                            "producer-timeout-ms", "consumer-timeout-ms",
                                            "rounds-per-task", "port-file", "metrics-port",
-                                           "metrics-port-file"},
+                                           "metrics-port-file", "tls-cert", "tls-key", "tls-ca",
+                                           "advice-smoothing-ms", "advice-hold-ms"},
                                           {"help"}));
   if (args.Has("help")) {
     std::fputs(kDispatcherUsage, stdout);
+    std::fputs(kTlsUsage, stdout);
     return absl::OkStatus();
   }
   DispatcherNodeOptions options;
@@ -53,11 +60,16 @@ absl::Status DispatcherCommand(const std::vector<std::string>& argv) {
   options.port = static_cast<int>(port);
   options.bind_address = args.Get("bind", "127.0.0.1");
   options.auth_token = rpc::ResolveAuthToken(args.Get("auth-token"));
+  options.tls = TlsFromFlags(args);
   options.dispatcher.producer_timeout = absl::Milliseconds(producer_timeout);
   options.dispatcher.consumer_timeout = absl::Milliseconds(consumer_timeout);
   options.dispatcher.rounds_per_task = static_cast<uint32_t>(rounds);
   ASSIGN_OR_RETURN(int64_t metrics_port, args.GetInt("metrics-port", -1, 0, 65535));
   options.metrics_port = args.Has("metrics-port") ? static_cast<int>(metrics_port) : -1;
+  ASSIGN_OR_RETURN(int64_t smoothing_ms, args.GetInt("advice-smoothing-ms", 30000, 1, 86400000));
+  ASSIGN_OR_RETURN(int64_t hold_ms, args.GetInt("advice-hold-ms", 15000, 0, 86400000));
+  options.dispatcher.advice.smoothing = absl::Milliseconds(smoothing_ms);
+  options.dispatcher.advice.hold = absl::Milliseconds(hold_ms);
 
   BlockTerminationSignals();
   ASSIGN_OR_RETURN(auto node, DispatcherNode::Start(options));

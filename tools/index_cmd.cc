@@ -16,12 +16,22 @@ namespace croupier::cli {
 namespace {
 // Below this many bytes in all, a progress bar would only flicker.
 constexpr uint64_t kProgressMinBytes = 64 << 20;
+constexpr char kIndexUsage[] = R"(usage: croupier index [--cache-dir DIR] [--quiet] FILES...
+
+Builds or refreshes the record index of each TFRecord file (docs/formats.md) in the index cache
+(--cache-dir, else $CROUPIER_INDEX_DIR or the default), and prints each file's record count.
+Inputs of 64 MiB or more show a progress bar on stderr; --quiet prints nothing.
+)";
 }  // namespace
 
 absl::Status IndexCommand(const std::vector<std::string>& argv) {
-  ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {"cache-dir"}, {"quiet"}));
+  ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {"cache-dir"}, {"quiet", "help"}));
+  if (args.Has("help")) {
+    std::fputs(kIndexUsage, stdout);
+    return absl::OkStatus();
+  }
   if (args.positional().empty()) {
-    return absl::InvalidArgumentError("usage: croupier index [--cache-dir DIR] FILES...");
+    return absl::InvalidArgumentError(absl::StrCat("no files given\n", kIndexUsage));
   }
   ASSIGN_OR_RETURN(std::vector<std::string> files, ExpandFiles(args.positional()));
   Env& env = *Env::Default();

@@ -101,7 +101,12 @@ std::string HumanText(const Example& example) {
 }  // namespace
 
 absl::Status InspectCommand(const std::vector<std::string>& argv) {
-  ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {"limit"}, {"json"}));
+  ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {"limit"}, {"json", "help"}));
+  if (args.Has("help")) {
+    std::fputs("usage: croupier inspect FILE [--limit K] [--json]\n\nPrints the records of a "
+               "TFRecord file (at most K), decoded as tf.train.Example.\n", stdout);
+    return absl::OkStatus();
+  }
   if (args.positional().size() != 1) {
     return absl::InvalidArgumentError("usage: croupier inspect FILE [--limit K] [--json]");
   }

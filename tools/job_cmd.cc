@@ -9,6 +9,7 @@
 #include "src/rpc/grpc_util.h"
 #include "tools/cli_args.h"
 #include "tools/commands.h"
+#include "tools/tls_flags.h"
 
 namespace croupier::cli {
 namespace {
@@ -17,13 +18,15 @@ constexpr char kJobUsage[] = R"(usage:
   croupier job create --dispatcher HOST:PORT --name NAME --files GLOB[,GLOB...]
       --features SPEC --batch-size B [--consumers N] [--seed S] [--epochs E]
       [--shuffle none|global|blocks] [--block-size S] [--window-blocks W]
-      [--remainder drop|pad] [--mode dealt|first_come] [--exist-ok] [--json]
+      [--remainder drop|pad] [--mode dealt|first_come] [--compression none|zstd|lz4]
+      [--exist-ok] [--json]
   croupier job show --dispatcher HOST:PORT --name NAME [--json]
 
 SPEC names each feature and its type, e.g. image:bytes,label:int64,emb:float32[16],ids:int64[*].
 A bad spec is refused with the reason: no file matches, a feature absent from the data, a wrong
 dtype or count, a setting out of range. --epochs 0 (the default) deals epochs without end.
-Common options: --auth-token TOKEN (or CROUPIER_AUTH_TOKEN), --timeout-ms MS (default 30000).
+Common options: --auth-token TOKEN (or CROUPIER_AUTH_TOKEN), --timeout-ms MS (default 30000),
+--tls-ca FILE [--tls-cert FILE --tls-key FILE] (TLS, as `croupier dispatcher --help` says).
 )";
 
 void PrintJob(const v1::JobInfo& job, bool json) {
@@ -46,11 +49,18 @@ void PrintJob(const v1::JobInfo& job, bool json) {
       s.num_epochs() ? absl::StrCat(s.num_epochs(), " epochs").c_str() : "unbounded epochs",
       static_cast<unsigned long long>(job.steps_per_epoch()),
       static_cast<unsigned long long>(job.batches_per_epoch()), s.features().c_str());
+  if (!s.compression().empty() && s.compression() != "none") {
+    std::printf("  batches compressed with %s on TCP\n", s.compression().c_str());
+  }
 }
 
 }  // namespace
 
 absl::Status JobCommand(const std::vector<std::string>& argv) {
+  if (!argv.empty() && (argv[0] == "--help" || argv[0] == "-h" || argv[0] == "help")) {
+    std::fputs(kJobUsage, stdout);
+    return absl::OkStatus();
+  }
   if (argv.empty() || (argv[0] != "create" && argv[0] != "show")) {
     std::fputs(kJobUsage, stderr);
     return absl::InvalidArgumentError("job needs a subcommand: create or show");
@@ -60,8 +70,12 @@ absl::Status JobCommand(const std::vector<std::string>& argv) {
       Args::Parse(std::vector<std::string>(argv.begin() + 1, argv.end()),
                   {"dispatcher", "name", "files", "features", "batch-size", "consumers", "seed",
                    "epochs", "shuffle", "block-size", "window-blocks", "remainder", "mode",
-                   "auth-token", "timeout-ms"},
-                  {"exist-ok", "json"}));
+                   "compression", "auth-token", "timeout-ms", "tls-cert", "tls-key", "tls-ca"},
+                  {"exist-ok", "json", "help"}));
+  if (args.Has("help")) {
+    std::fputs(kJobUsage, stdout);
+    return absl::OkStatus();
+  }
   if (!args.Has("dispatcher") || !args.Has("name")) {
     return absl::InvalidArgumentError(absl::StrCat("--dispatcher and --name are required\n",
                                                    kJobUsage));
@@ -70,7 +84,8 @@ absl::Status JobCommand(const std::vector<std::string>& argv) {
   auto client = rpc::DispatcherClient::Create(
       args.Get("dispatcher"), {.auth_token = rpc::ResolveAuthToken(args.Get("auth-token")),
                                .call_timeout = absl::Milliseconds(timeout_ms),
-                               .timeout = absl::Milliseconds(timeout_ms)});
+                               .timeout = absl::Milliseconds(timeout_ms),
+                               .tls = TlsFromFlags(args)});
   if (argv[0] == "show") {
     v1::GetJobRequest request;
     request.set_name(args.Get("name"));
@@ -100,6 +115,7 @@ absl::Status JobCommand(const std::vector<std::string>& argv) {
   spec.set_shuffle(args.Get("shuffle"));
   spec.set_remainder(args.Get("remainder"));
   spec.set_mode(args.Get("mode"));
+  spec.set_compression(args.Get("compression"));
   request.set_exist_ok(args.Has("exist-ok"));
   ASSIGN_OR_RETURN(auto response, client->CreateJob(request));
   PrintJob(response.job(), args.Has("json"));

@@ -12,13 +12,17 @@ namespace croupier::cli {
 // Not thread-safe.
 class Progress {
  public:
+  // What the figures count: bytes (shown in MB and MB/s) or items such as batches (shown as
+  // counts and a rate, with the name given as `items`).
   Progress(std::string label, uint64_t total_bytes);
+  Progress(std::string label, uint64_t total, std::string items);
   ~Progress();  // ends the line
   void Update(uint64_t done_bytes, const std::string& detail = "");
 
  private:
   std::string label_;
   uint64_t total_;
+  std::string items_;  // empty: bytes
   bool tty_;
   int last_tenth_ = -1;
   std::chrono::steady_clock::time_point start_, last_draw_;

@@ -33,6 +33,13 @@ struct ConsumerOptions {
   uint32_t rank = 0;
   uint32_t world = 0;      // must equal the job's number of consumers
   std::string auth_token;  // empty: $CROUPIER_AUTH_TOKEN, else none
+  // TLS to the dispatcher and the producers: PEM files of this consumer's certificate and key
+  // (needed when they require client certificates) and of the CA that signed theirs. All three
+  // empty: $CROUPIER_TLS_CERT, $CROUPIER_TLS_KEY, $CROUPIER_TLS_CA; none set: plaintext. A
+  // refused certificate fails with UNAUTHENTICATED naming the address and the cause.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_ca_file;
   // The prefetch window: at most this many batches, and about this many bytes, fetched ahead.
   uint32_t prefetch_batches = 4;
   uint64_t prefetch_bytes = uint64_t{256} << 20;
@@ -41,6 +48,10 @@ struct ConsumerOptions {
   // Register at the rank's last acknowledged position (of an earlier consumer of this rank that
   // crashed or closed), which registered_position() then gives; false: at (0, 0).
   bool resume = true;
+  // Same-host shared memory for batches (docs/architecture.md): "auto" uses it with every
+  // producer that offers it on this host and TCP with the others, "on" requires it, "off" never
+  // uses it. Empty: $CROUPIER_SHM, else auto.
+  std::string shm;
 };
 
 // What a consumer knows of its job.

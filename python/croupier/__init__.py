@@ -8,7 +8,22 @@ create_job defines what they deal. The data layer (TFRecord files, tf.train.Exam
 record indexes, epoch plans, batches) is here too. Framework adapters: croupier.torch and
 croupier.tf.
 """
+import os as _os
+import sys as _sys
+
 from croupier import errors
+
+# TensorFlow loads its libraries with RTLD_GLOBAL, and they export a protobuf of their own: a
+# module loaded after them would bind its protobuf calls to TensorFlow's and crash. The extension
+# module therefore binds its own libraries (the system's protobuf and gRPC) first, with
+# RTLD_DEEPBIND, so that croupier and tensorflow import in either order (tests/test_tf_op.py).
+_flags = _sys.getdlopenflags()
+_sys.setdlopenflags(_flags | getattr(_os, "RTLD_DEEPBIND", 0))
+try:
+    from croupier import _croupier  # noqa: F401
+finally:
+    _sys.setdlopenflags(_flags)
+
 from croupier._croupier import (
     Batch,
     EpochPlan,

@@ -1,20 +1,33 @@
-"""TensorFlow adapter: a croupier feed as a tf.data.Dataset.
+"""TensorFlow adapter: a croupier job as a tf.data.Dataset (docs/tensorflow.md).
+
+The native op (built where TensorFlow was installed at build time):
 
     import croupier.tf
-    feed = croupier.Consumer("HOST:5050", "train")            # rank and world from TF_CONFIG
+    ds = croupier.tf.dataset("HOST:5050", "train")   # rank and world from TF_CONFIG
+    model.fit(ds, epochs=3)                            # each iteration of ds reads the next epoch
+
+The from_generator fallback, through a croupier.Consumer:
+
+    feed = croupier.Consumer("HOST:5050", "train")
     for epoch in range(epochs):
         for batch in croupier.tf.generator_dataset(feed, epoch):   # {name: tf.Tensor}
             ...
 
-The dataset is built with tf.data.Dataset.from_generator; its output_signature comes from the
-job's feature spec: fixed shapes are dense tensors [batch, *shape], bytes are tf.string, and
-variable lengths are tf.RaggedTensor. Numbers pass from the received buffer to TensorFlow as numpy
-views; TensorFlow copies them into its own tensors.
+Elements are dicts {feature: tensor} after the job's feature spec: fixed shapes are dense tensors
+[batch, *shape], bytes are tf.string, and variable lengths are tf.RaggedTensor. The op hands
+TensorFlow the numeric arrays of the received buffer without a copy; from_generator copies them.
 """
+import ctypes
+import json
+import os
+import pathlib
+import threading
+
 import numpy as np
 import tensorflow as tf
 
-from croupier import _croupier
+from croupier import _croupier, errors
+from croupier.launcher import detect_rank_world
 
 _DTYPES = {"int64": tf.int64, "float32": tf.float32, "bytes": tf.string}
 
@@ -61,3 +74,161 @@ def generator_dataset(consumer, epoch):
             yield _to_tf(batch, signature)
 
     return tf.data.Dataset.from_generator(generate, output_signature=signature)
+
+
+# --- the native op ------------------------------------------------------------------------------
+_OP_PATH = pathlib.Path(__file__).resolve().parent / "_croupier_tf_op.so"
+_op_lock = threading.Lock()
+_op_module = None
+
+_TF_ERRORS = {
+    "CANCELLED": tf.errors.CancelledError, "UNKNOWN": tf.errors.UnknownError,
+    "INVALID_ARGUMENT": tf.errors.InvalidArgumentError,
+    "DEADLINE_EXCEEDED": tf.errors.DeadlineExceededError, "NOT_FOUND": tf.errors.NotFoundError,
+    "ALREADY_EXISTS": tf.errors.AlreadyExistsError,
+    "PERMISSION_DENIED": tf.errors.PermissionDeniedError,
+    "RESOURCE_EXHAUSTED": tf.errors.ResourceExhaustedError,
+    "FAILED_PRECONDITION": tf.errors.FailedPreconditionError, "ABORTED": tf.errors.AbortedError,
+    "OUT_OF_RANGE": tf.errors.InvalidArgumentError,  # OUT_OF_RANGE reads as "end" in tf.data
+    "UNIMPLEMENTED": tf.errors.UnimplementedError, "INTERNAL": tf.errors.InternalError,
+    "UNAVAILABLE": tf.errors.UnavailableError, "DATA_LOSS": tf.errors.DataLossError,
+    "UNAUTHENTICATED": tf.errors.UnauthenticatedError,
+}
+
+
+def _tf_error(e):
+    """The tf.errors exception for a croupier.errors.Error, with croupier's message."""
+    cls = _TF_ERRORS.get(getattr(e, "code", "UNKNOWN"), tf.errors.UnknownError)
+    return cls(None, None, str(e))
+
+
+def op_available():
+    """Whether the native op was built (croupier/_croupier_tf_op.so beside this file)."""
+    return _OP_PATH.exists()
+
+
+def _load_op():
+    """Loads the op library once and hands it croupier._croupier's consumer table."""
+    global _op_module
+    with _op_lock:
+        if _op_module is None:
+            if not _OP_PATH.exists():
+                raise tf.errors.NotFoundError(
+                    None, None,
+                    f"the croupier TensorFlow op was not built ({_OP_PATH} is missing): build "
+                    "croupier where TensorFlow is installed (docs/tensorflow.md), or use "
+                    "croupier.tf.generator_dataset")
+            try:
+                module = tf.load_op_library(str(_OP_PATH))
+            except (tf.errors.NotFoundError, OSError) as e:
+                raise tf.errors.FailedPreconditionError(
+                    None, None,
+                    f"{_OP_PATH} does not load into TensorFlow {tf.__version__} ({e}): it is "
+                    "built for the TensorFlow installed at build time; rebuild croupier "
+                    "(docs/tensorflow.md)") from None
+            api = ctypes.CDLL(_croupier.__file__).croupier_consumer_api
+            api.restype = ctypes.c_void_p
+            setter = ctypes.CDLL(str(_OP_PATH)).croupier_tf_set_consumer_api
+            setter.argtypes = [ctypes.c_void_p]
+            if setter(api()) != 0:
+                raise tf.errors.FailedPreconditionError(
+                    None, None, f"{_OP_PATH} and {_croupier.__file__} are of different builds")
+            _op_module = module
+        return _op_module
+
+
+def _job_features(dispatcher, job, auth_token, timeout):
+    from croupier import cluster
+    try:
+        status = cluster.status(dispatcher, auth_token=auth_token, timeout=timeout)
+    except errors.Error as e:
+        raise _tf_error(e) from None
+    for info in status.get("jobs", []):
+        spec = info.get("spec", info)
+        if spec.get("name") == job:
+            return spec["features"]
+    raise tf.errors.NotFoundError(None, None, f"no job {job!r} at the dispatcher {dispatcher}")
+
+
+class _CroupierDataset(tf.data.Dataset):
+    """The op's dataset: {feature: tensor, or (values, row_splits) for a variable length}."""
+
+    def __init__(self, variant, element_spec):
+        self._spec = element_spec
+        self._variant_tensor_attr = variant
+        super().__init__(variant)
+
+    def _inputs(self):
+        return []
+
+    @property
+    def element_spec(self):
+        return self._spec
+
+
+def dataset(dispatcher, job, rank=None, world=None, *, epoch=None, auth_token=None,
+            timeout=60.0, prefetch=4, prefetch_bytes=256 << 20, resume=True):
+    """Rank `rank` of `world` of croupier job `job` as a tf.data.Dataset of {feature: tensor},
+    read by the native op (a C++ dataset kernel over croupier's consumer library).
+
+    rank and world come from the launcher's environment when not given (TF_CONFIG,
+    OMPI_COMM_WORLD_*, ...; croupier.launcher). The dataset holds the rank from its creation until
+    it (and every iterator of it) is gone.
+
+    epoch=None: each iteration of the dataset (each iter(), each Keras epoch, each repetition of
+    .repeat()) reads the next epoch, the first one starting where the dispatcher registered the
+    rank (its last acknowledged position: (0, 0) for a new job). epoch=E: every iteration reads
+    epoch E. With resume=True (as croupier.Consumer) the first iteration starts at the rank's
+    registered position and an epoch before it is empty; resume=False starts at (0, 0). A newer
+    iterator takes the rank over from older ones, which then fail with FailedPreconditionError.
+    A bounded job's iteration past its last epoch is empty (epoch=None) or an
+    InvalidArgumentError (epoch=E). A dealt job's cardinality is its steps per epoch.
+
+    The iterator saves and restores the position (epoch, step) with tf.train.Checkpoint.
+    Errors are tf.errors exceptions carrying croupier's message. Auto-sharding is off: each
+    worker's dataset already holds only its own batches.
+    """
+    try:
+        rank, world = detect_rank_world(rank, world)
+    except errors.Error as e:
+        raise _tf_error(e) from None
+    op = _load_op()
+    features = _job_features(dispatcher, job, auth_token, timeout)
+    signature = output_signature(features)
+    names = sorted(signature)  # the order tf.nest flattens a dict in
+    raw_spec, ragged, types, shapes = {}, [], [], []
+    for name in names:
+        spec = signature[name]
+        if isinstance(spec, tf.RaggedTensorSpec):
+            values = tf.TensorSpec([None], spec.dtype)
+            splits = tf.TensorSpec([None], tf.int64)
+            raw_spec[name] = (values, splits)
+            ragged.append(True)
+            types += [values.dtype, splits.dtype]
+            shapes += [values.shape, splits.shape]
+        else:
+            raw_spec[name] = spec
+            ragged.append(False)
+            types.append(spec.dtype)
+            shapes.append(spec.shape)
+    variant = op.croupier_dataset(
+        dispatcher=dispatcher, job=job, rank=rank, world=world,
+        epoch=-1 if epoch is None else int(epoch), auth_token=auth_token or "",
+        timeout_seconds=float(timeout), prefetch_batches=int(prefetch),
+        prefetch_bytes=int(prefetch_bytes), resume=bool(resume), state_id=0, features=names, ragged=ragged,
+        output_types=types, output_shapes=shapes)
+    ds = _CroupierDataset(variant, raw_spec)
+    if any(ragged):
+        ragged_names = [n for n, r in zip(names, ragged) if r]
+
+        def assemble(element):
+            out = dict(element)
+            for n in ragged_names:
+                values, splits = element[n]
+                out[n] = tf.RaggedTensor.from_row_splits(values, splits, validate=False)
+            return out
+
+        ds = ds.map(assemble)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return ds.with_options(options)

@@ -154,7 +154,7 @@ std::unique_ptr<rpc::DispatcherClient> Client(const std::string& address,
                                               const std::string& token, double timeout) {
   const absl::Duration t = absl::Seconds(timeout);
   return rpc::DispatcherClient::Create(
-      address, {.auth_token = rpc::ResolveAuthToken(token), .call_timeout = t, .timeout = t});
+      address, {.auth_token = rpc::ResolveAuthToken(token), .call_timeout = t, .timeout = t, .tls = {}});
 }
 
 }  // namespace

@@ -48,10 +48,14 @@ class ConsumerImpl final : public Consumer {
         id_(id),
         info_(job),
         job_(Summarize(job)),
-        registered_(registered),
         peers_(dispatcher_.get(), options_.job,
-               DataClientOptions{.auth_token = options_.auth_token}),
-        heartbeat_interval_(heartbeat_interval) {
+               DataClientOptions{.auth_token = options_.auth_token,
+                                 .tls = TlsConfig{.cert_file = options_.tls_cert_file,
+                                                  .key_file = options_.tls_key_file,
+                                                  .ca_file = options_.tls_ca_file}},
+               ParseShmMode(options_.shm).value_or(ShmMode::kAuto)),
+        heartbeat_interval_(heartbeat_interval),
+        registered_(registered) {
     position_ = registered;
     heartbeat_ = std::thread([this] { HeartbeatLoop(); });
   }
@@ -147,6 +151,11 @@ class ConsumerImpl final : public Consumer {
           auto client = peers_.Client(*address);
           if (!client.ok()) {
             peers_.Forget(*address);
+            // A refused certificate or token, or a TLS mismatch: retrying cannot help.
+            if (absl::IsUnauthenticated(client.status()) ||
+                absl::IsFailedPrecondition(client.status())) {
+              return client.status();
+            }
             return absl::UnavailableError(client.status().message());
           }
           result = (*client)->Fetch(key, std::min(deadline, absl::Now() + kAttemptTimeout));
@@ -177,6 +186,11 @@ class ConsumerImpl final : public Consumer {
         auto client = peers_.Client(address);
         if (!client.ok()) {
           peers_.Forget(address);
+          // A refused certificate or token, or a TLS mismatch: retrying cannot help.
+          if (absl::IsUnauthenticated(client.status()) ||
+              absl::IsFailedPrecondition(client.status())) {
+            return client.status();
+          }
           continue;
         }
         auto got = (*client)->FetchAny(options_.job, epoch,
@@ -288,11 +302,19 @@ absl::StatusOr<std::unique_ptr<Consumer>> Consumer::Connect(ConsumerOptions opti
                                                    options.world, ")"));
   }
   options.auth_token = rpc::ResolveAuthToken(options.auth_token);
+  if (absl::StatusOr<ShmMode> shm = ParseShmMode(options.shm); !shm.ok()) return shm.status();
+  const TlsConfig tls = ResolveTlsConfig(TlsConfig{.cert_file = options.tls_cert_file,
+                                                   .key_file = options.tls_key_file,
+                                                   .ca_file = options.tls_ca_file});
+  options.tls_cert_file = tls.cert_file;
+  options.tls_key_file = tls.key_file;
+  options.tls_ca_file = tls.ca_file;
   auto dispatcher = rpc::DispatcherClient::Create(
       options.dispatcher,
       {.auth_token = options.auth_token,
        .call_timeout = std::min(options.timeout, absl::Seconds(10)),
-       .timeout = options.timeout});
+       .timeout = options.timeout,
+       .tls = tls});
   v1::ConsumerHeartbeatRequest request;
   request.set_job(options.job);
   request.set_rank(options.rank);

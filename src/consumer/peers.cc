@@ -64,8 +64,19 @@ absl::StatusOr<DataClient*> Peers::Client(const std::string& address) {
     if (it != clients_.end()) return it->second.get();
   }
   // Connect outside the lock: it may take up to the connect timeout.
-  ASSIGN_OR_RETURN(std::unique_ptr<DataClient> client,
-                   Transport::Tcp()->Connect(address, client_options_));
+  absl::StatusOr<std::unique_ptr<DataClient>> connected =
+      absl::UnavailableError("shared memory is off");
+  if (shm_ != ShmMode::kOff) {
+    // A producer on another host (or network namespace) has no such name here: refused at once.
+    connected = Transport::Shm()->Connect(ShmAddressFor(address), client_options_);
+    if (!connected.ok() && shm_ == ShmMode::kOn) {
+      return absl::Status(connected.status().code(),
+                          absl::StrCat("shared memory is required (CROUPIER_SHM=on) for producer ",
+                                       address, ": ", connected.status().message()));
+    }
+  }
+  if (!connected.ok()) connected = Transport::Tcp()->Connect(address, client_options_);
+  ASSIGN_OR_RETURN(std::unique_ptr<DataClient> client, std::move(connected));
   absl::MutexLock lock(&mu_);
   if (cancelled_) {
     client->Cancel();
@@ -79,6 +90,7 @@ void Peers::Forget(const std::string& address) {
   absl::MutexLock lock(&mu_);
   auto it = clients_.find(address);
   if (it == clients_.end()) return;
+  it->second->Retire();  // its connections would otherwise hold the producer's slots
   retired_.push_back(std::move(it->second));
   clients_.erase(it);
   for (auto& [epoch, ranges] : tasks_) {

@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "proto/croupier.pb.h"
 #include "src/rpc/dispatcher_client.h"
+#include "src/transport/shm_transport.h"
 #include "src/transport/transport.h"
 
 namespace croupier {
@@ -20,8 +21,12 @@ namespace croupier {
 // Thread-safe.
 class Peers {
  public:
-  Peers(rpc::DispatcherClient* dispatcher, std::string job, DataClientOptions client_options)
-      : dispatcher_(dispatcher), job_(std::move(job)), client_options_(std::move(client_options)) {}
+  Peers(rpc::DispatcherClient* dispatcher, std::string job, DataClientOptions client_options,
+        ShmMode shm = ShmMode::kAuto)
+      : dispatcher_(dispatcher),
+        job_(std::move(job)),
+        client_options_(std::move(client_options)),
+        shm_(shm) {}
   ~Peers();
 
   // The address of the producer holding global batch `batch` of `epoch`, from the cache unless
@@ -30,7 +35,8 @@ class Peers {
   // first_come: the addresses holding tasks of `epoch`, and whether the epoch is finished.
   absl::StatusOr<std::pair<std::vector<std::string>, bool>> LocateEpoch(uint64_t epoch,
                                                                        uint64_t num_batches);
-  // A connected client for `address`, made on first use.
+  // A connected client for `address`, made on first use: through shared memory when the producer
+  // offers it on this host (ShmAddressFor) and the mode allows, else TCP.
   absl::StatusOr<DataClient*> Client(const std::string& address);
   // Drops the client of `address` (after it failed), so the next use reconnects.
   void Forget(const std::string& address);
@@ -45,6 +51,7 @@ class Peers {
   rpc::DispatcherClient* const dispatcher_;
   const std::string job_;
   const DataClientOptions client_options_;
+  const ShmMode shm_;
 
   absl::Mutex mu_;
   // epoch -> (first batch of a task -> its end and owner)

@@ -23,6 +23,10 @@ constexpr int kTakeoverHeartbeats = 3;
 // How long producers replayed from the journal may take, beyond their timeout, to send their
 // first heartbeat to a restarted dispatcher (their clients back off while it is down).
 constexpr absl::Duration kRestartGrace = absl::Seconds(5);
+// Rates are measured over at least this span (producers beat more often while work flows), and
+// consumers' rates are smoothed with this time constant.
+constexpr absl::Duration kRateSpan = absl::Seconds(1);
+constexpr absl::Duration kConsumerRateSmoothing = absl::Seconds(5);
 
 // "10 s", "3.2 s".
 std::string Secs(absl::Duration d) {
@@ -146,16 +150,27 @@ absl::StatusOr<v1::ProducerHeartbeatResponse> DispatcherImpl::ProducerHeartbeat(
   info.last_heartbeat = now;
   if (request.has_stats()) {
     const uint64_t made = request.stats().batches_made();
-    if (info.has_rate_sample && now > info.rate_time) {
-      info.batches_per_second =
-          made < info.rate_batches
-              ? 0  // the counter went back: a restarted producer
-              : (made - info.rate_batches) / absl::ToDoubleSeconds(now - info.rate_time);
+    const double cpu = request.stats().cpu_seconds();
+    const double making = request.stats().make_seconds();
+    const uint32_t threads = request.stats().threads();
+    const bool due = !info.has_rate_sample || now - info.rate_time >= kRateSpan;
+    if (info.has_rate_sample && due) {
+      const double dt = absl::ToDoubleSeconds(now - info.rate_time);
+      // A counter that went back is a restarted producer.
+      info.batches_per_second = made < info.rate_batches ? 0 : (made - info.rate_batches) / dt;
+      info.cpu_cores = cpu < info.rate_cpu_seconds ? 0 : (cpu - info.rate_cpu_seconds) / dt;
+      info.busy_share =
+          threads == 0 || making < info.rate_make_seconds
+              ? 0
+              : std::clamp((making - info.rate_make_seconds) / (threads * dt), 0.0, 1.0);
+      info.rates_measured = true;
     }
-    if (!info.has_rate_sample || now > info.rate_time) {
+    if (due) {
       info.has_rate_sample = true;
       info.rate_time = now;
       info.rate_batches = made;
+      info.rate_cpu_seconds = cpu;
+      info.rate_make_seconds = making;
     }
     info.stats = request.stats();
   }
@@ -368,6 +383,25 @@ absl::StatusOr<v1::ConsumerHeartbeatResponse> DispatcherImpl::ConsumerHeartbeat(
   info.batches_received = request.batches_received();
   info.bytes_received = request.bytes_received();
   info.wait_seconds = request.wait_seconds();
+  if (!info.has_rate_sample || info.batches_received < info.rate_batches ||
+      info.wait_seconds < info.rate_wait_seconds) {
+    info.has_rate_sample = true;  // the first figures, or counters that went back
+    info.rate_time = now;
+    info.rate_batches = info.batches_received;
+    info.rate_wait_seconds = info.wait_seconds;
+  } else if (now - info.rate_time >= kRateSpan) {
+    const double dt = absl::ToDoubleSeconds(now - info.rate_time);
+    const double rate = (info.batches_received - info.rate_batches) / dt;
+    const double bound = std::clamp((info.wait_seconds - info.rate_wait_seconds) / dt, 0.0, 1.0);
+    const double alpha = 1 - std::exp(-dt / absl::ToDoubleSeconds(kConsumerRateSmoothing));
+    const double keep = info.rates_measured ? 1 - alpha : 0;  // the first rates are taken whole
+    info.batches_per_second = keep * info.batches_per_second + (1 - keep) * rate;
+    info.input_bound = keep * info.input_bound + (1 - keep) * bound;
+    info.rates_measured = true;
+    info.rate_time = now;
+    info.rate_batches = info.batches_received;
+    info.rate_wait_seconds = info.wait_seconds;
+  }
   return response;
 }
 
@@ -436,6 +470,33 @@ void DispatcherImpl::Tick() {
     absl::Status status = FinishDeliveredLocked(job);
     if (!status.ok()) Log(LogLevel::kError, "dispatcher", status.ToString());
   }
+  UpdateAdviceLocked(now);
+}
+
+void DispatcherImpl::UpdateAdviceLocked(absl::Time now) {
+  // Python jobs have their own sources, fixed by the job: only TFRecord jobs' demand, and the
+  // producers that serve them, count.
+  std::vector<ProducerAdvisor::ConsumerLoad> consumers;
+  for (const auto& [id, consumer] : state_.consumers()) {
+    const DispatcherState::Job* job = state_.FindJob(consumer.job);
+    if (job == nullptr || job->info.spec().source() == "python") continue;
+    auto it = consumer_info_.find(id);
+    if (it == consumer_info_.end() || !it->second.rates_measured) continue;
+    consumers.push_back({.batches_per_second = it->second.batches_per_second,
+                         .input_bound = it->second.input_bound});
+  }
+  std::vector<ProducerAdvisor::ProducerLoad> producers;
+  for (const auto& [id, producer] : state_.producers()) {
+    if (!producer.source_job.empty()) continue;
+    auto it = producer_info_.find(id);
+    if (it == producer_info_.end() || !it->second.rates_measured) continue;  // just registered
+    const ProducerInfo& info = it->second;
+    ProducerAdvisor::ProducerLoad load{.batches_per_second = info.batches_per_second,
+                                       .busy_share = std::nullopt};
+    if (info.stats.threads() > 0) load.busy_share = info.busy_share;
+    producers.push_back(load);
+  }
+  advisor_.Update(now, consumers, producers);
 }
 
 }  // namespace croupier

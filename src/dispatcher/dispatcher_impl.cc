@@ -66,7 +66,8 @@ DispatcherImpl::DispatcherImpl(DispatcherOptions options)
     : options_(std::move(options)),
       clock_(options_.clock),
       created_(clock_->Now()),
-      index_cache_(options_.index_cache_dir) {}
+      index_cache_(options_.index_cache_dir),
+      advisor_(options_.advice) {}
 
 absl::Status DispatcherImpl::ApplyLocked(const journal::Update& update) {
   // Journaled under mu_, and before the update is applied. Under mu_ because the journal's order
@@ -136,6 +137,11 @@ absl::StatusOr<v1::CreateJobResponse> DispatcherImpl::CreateJob(
   *update.mutable_job_created()->mutable_job() = *info;
   update.mutable_job_created()->set_plan_version(kPlanVersion);
   RETURN_IF_ERROR(ApplyLocked(update));
+  // Nobody reads the job yet: its tasks wait for its first consumer, so that a job created and
+  // never read holds no producer slots that later jobs need.
+  journal::Update idle;
+  idle.mutable_job_idle()->set_job(name);
+  RETURN_IF_ERROR(ApplyLocked(idle));
   Log(LogLevel::kInfo, "dispatcher",
       absl::StrCat("created job '", name, "': ", info->num_records(), " records in ",
                    info->files_size(), " files, ", info->batches_per_epoch(),
@@ -197,11 +203,18 @@ absl::StatusOr<v1::StatusResponse> DispatcherImpl::GetStatus(const v1::StatusReq
     out->set_producer_id(id);
     out->set_data_address(producer.data_address);
     for (uint64_t task : producer.tasks) out->add_tasks(task);
-    out->set_seconds_since_heartbeat(absl::ToDoubleSeconds(now - ProducerLastHeartbeat(id)));
     auto info = producer_info_.find(id);
+    // Since its last heartbeat, or since this dispatcher started for a producer replayed from
+    // the journal and not heard from yet (ProducerLastHeartbeat adds a grace for expiry).
+    const absl::Time heard = info == producer_info_.end()
+                                 ? created_
+                                 : std::max(created_, info->second.last_heartbeat);
+    out->set_seconds_since_heartbeat(absl::ToDoubleSeconds(now - heard));
     if (info != producer_info_.end()) {
       *out->mutable_stats() = info->second.stats;
       out->set_batches_per_second(info->second.batches_per_second);
+      out->set_cpu_cores(info->second.cpu_cores);
+      out->set_busy_share(info->second.busy_share);
     }
   }
   for (const auto& [id, consumer] : state_.consumers()) {
@@ -217,8 +230,18 @@ absl::StatusOr<v1::StatusResponse> DispatcherImpl::GetStatus(const v1::StatusReq
       out->set_batches_received(info->second.batches_received);
       out->set_bytes_received(info->second.bytes_received);
       out->set_wait_seconds(info->second.wait_seconds);
+      out->set_batches_per_second(info->second.batches_per_second);
+      out->set_input_bound(info->second.input_bound);
     }
   }
+  const ProducerAdvisor::Advice& advice = advisor_.advice();
+  v1::ProducerAdvice* out = response.mutable_producer_advice();
+  out->set_recommended(advice.recommended);
+  out->set_target(advice.target);
+  out->set_demand_batches_per_second(advice.demand);
+  out->set_capacity_batches_per_second(advice.capacity);
+  out->set_producers(advice.producers);
+  out->set_reason(advice.reason);
   return response;
 }
 

@@ -28,6 +28,7 @@
 #include "src/common/env.h"
 #include "src/dispatcher/dispatcher_state.h"
 #include "src/dispatcher/journal.h"
+#include "src/dispatcher/producer_advice.h"
 
 namespace croupier {
 
@@ -47,6 +48,8 @@ struct DispatcherOptions {
   std::string journal_path;
   bool journal_sync = true;  // fdatasync each entry (JournalWriter::Options::sync)
   Env* env = nullptr;        // the journal's file access; nullptr: Env::Default(); not owned
+  // The damping of the recommended number of producers (GetStatus's producer_advice).
+  ProducerAdvisor::Options advice;
 };
 
 // The most tasks one ProducerHeartbeat hands out, whatever free_task_slots says.
@@ -117,12 +120,15 @@ class DispatcherImpl {
   absl::StatusOr<v1::LocateResponse> Locate(const v1::LocateRequest& request);
 
   // Jobs in creation order, producers and consumers by id, with their statistics, the seconds
-  // since their last heartbeat and, for producers, batches made per second between their last two
-  // heartbeats with statistics.
+  // since their last heartbeat, and rates between heartbeats at least 1 s apart: for producers,
+  // batches made, CPU cores used and the busy share; for consumers, batches received and the
+  // input-bound share, smoothed over about 5 s. And the recommended number of producers as of
+  // the last Tick().
   absl::StatusOr<v1::StatusResponse> GetStatus(const v1::StatusRequest& request);
 
   // Removes producers silent for longer than producer_timeout and consumers silent for longer
-  // than consumer_timeout. The server calls it every second.
+  // than consumer_timeout, and updates the recommended number of producers from the rates of
+  // the producers and consumers of TFRecord jobs. The server calls it every second.
   void Tick();
 
   // The durable state's dump (DispatcherState::DebugString), for tests and debugging.
@@ -136,7 +142,12 @@ class DispatcherImpl {
     bool has_rate_sample = false;
     absl::Time rate_time;  // when stats.batches_made() was rate_batches
     uint64_t rate_batches = 0;
+    double rate_cpu_seconds = 0;   // stats.cpu_seconds() then
+    double rate_make_seconds = 0;  // stats.make_seconds() then
+    bool rates_measured = false;   // the rates below are set
     double batches_per_second = 0;
+    double cpu_cores = 0;
+    double busy_share = 0;  // of its worker threads' time, spent making batches
     absl::flat_hash_set<std::string> jobs_sent;
     std::vector<uint64_t> revoked;  // finished by delivery, to be told in the next response
   };
@@ -145,6 +156,14 @@ class DispatcherImpl {
     uint64_t batches_received = 0;
     uint64_t bytes_received = 0;
     double wait_seconds = 0;
+    // Rates between heartbeats, smoothed (ConsumerStatus.batches_per_second, input_bound).
+    bool has_rate_sample = false;
+    absl::Time rate_time;  // when batches_received and wait_seconds were these
+    uint64_t rate_batches = 0;
+    double rate_wait_seconds = 0;
+    bool rates_measured = false;
+    double batches_per_second = 0;
+    double input_bound = 0;
   };
   // A CreateJob in progress (indexing outside the lock); `done` and `status` are guarded by mu_.
   struct PendingJob {
@@ -187,6 +206,8 @@ class DispatcherImpl {
   absl::Status UnknownProducer(uint64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status UnknownConsumer(uint64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t HeartbeatIntervalMs() const;
+  // Feeds the advisor the rates of the live producers and consumers of TFRecord jobs.
+  void UpdateAdviceLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // The tasks of producer `id` that `request` shows it does not know it owns (held_tasks).
   std::vector<v1::Task> LostTasksLocked(uint64_t id, const v1::ProducerHeartbeatRequest& request,
@@ -208,6 +229,7 @@ class DispatcherImpl {
   std::map<uint64_t, std::string> gone_producers_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::string> gone_consumers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<PendingJob>> creating_ ABSL_GUARDED_BY(mu_);
+  ProducerAdvisor advisor_ ABSL_GUARDED_BY(mu_);
   // Written under mu_ (see ApplyLocked); null without a journal.
   std::unique_ptr<JournalWriter> journal_ ABSL_GUARDED_BY(mu_);
 };

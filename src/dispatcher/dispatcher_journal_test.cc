@@ -55,10 +55,10 @@ class DispatcherJournalTest : public testing::DispatcherTest {
 
 TEST_F(DispatcherJournalTest, RestartRebuildsTheSameState) {
   ASSERT_TRUE(Create(Spec("train", 2, 2, /*num_epochs=*/2)).ok());
-  ASSERT_TRUE(Producer(0, "h:1", 2).ok());  // tasks 1, 2
-  ASSERT_TRUE(Producer(0, "h:2", 1).ok());  // task 3
   ASSERT_TRUE(Consumer(0, "train", 0, 2).ok());
   ASSERT_TRUE(Consumer(0, "train", 1, 2).ok());
+  ASSERT_TRUE(Producer(0, "h:1", 2).ok());  // tasks 1, 2
+  ASSERT_TRUE(Producer(0, "h:2", 1).ok());  // task 3
   ASSERT_TRUE(Consumer(1, "train", 0, 2, 0, 3).ok());
   ASSERT_TRUE(Consumer(2, "train", 1, 2, 0, 5).ok());  // tasks 1 delivered
   ASSERT_TRUE(Producer(1, "h:1", 1, {2}).ok());
@@ -89,6 +89,7 @@ TEST_F(DispatcherJournalTest, RestartRebuildsTheSameState) {
 
 TEST_F(DispatcherJournalTest, LostAssignmentsAreSentAgainAndStaleTasksRevoked) {
   ASSERT_TRUE(Create(Spec("train", 2, 2, /*num_epochs=*/2)).ok());
+  ASSERT_TRUE(Consumer(0, "train", 0, 2).ok());  // consumer 1
   auto r = Producer(0, "h:1", 2);
   ASSERT_TRUE(r.ok());
   ASSERT_THAT(TaskIds(*r), ElementsAre(1, 2));
@@ -104,7 +105,7 @@ TEST_F(DispatcherJournalTest, LostAssignmentsAreSentAgainAndStaleTasksRevoked) {
   EXPECT_THAT(TaskIds(*r), ElementsAre(3));
   // Every rank past task 2: it is finished by delivery; a producer that missed the revocation
   // and still reports it held is told again.
-  ASSERT_TRUE(Consumer(0, "train", 0, 2, 0, 8).ok());
+  ASSERT_TRUE(Consumer(1, "train", 0, 2, 0, 8).ok());
   ASSERT_TRUE(Consumer(0, "train", 1, 2, 0, 8).ok());
   r = Reporting(1, 0, {2, 3});
   ASSERT_TRUE(r.ok());
@@ -113,6 +114,19 @@ TEST_F(DispatcherJournalTest, LostAssignmentsAreSentAgainAndStaleTasksRevoked) {
   ASSERT_TRUE(r.ok());
   EXPECT_THAT(r->revoked_tasks(), ElementsAre(2));
   EXPECT_TRUE(r->new_tasks().empty());
+}
+
+TEST_F(DispatcherJournalTest, AReplayedProducerIsShownSilentSinceTheRestart) {
+  ASSERT_TRUE(Create(Spec("train", 2, 2, /*num_epochs=*/2)).ok());
+  ASSERT_TRUE(Producer(0, "h:1", 0).ok());
+  clock_->Advance(absl::Seconds(3));
+  Restart();
+  clock_->Advance(absl::Seconds(2));
+  auto status = impl_->GetStatus({});
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->producers_size(), 1);
+  // Not a negative age from the expiry grace: two seconds since the restart.
+  EXPECT_DOUBLE_EQ(status->producers(0).seconds_since_heartbeat(), 2.0);
 }
 
 TEST_F(DispatcherJournalTest, JournalWriteErrorFailsTheCallAndChangesNothing) {

@@ -10,6 +10,7 @@
 #include "google/protobuf/text_format.h"
 #include "src/common/status_macros.h"
 #include "src/dispatcher/dispatcher_state.h"
+#include "src/transport/compression.h"
 
 namespace croupier {
 namespace {
@@ -85,6 +86,13 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec) {
     return invalid("source_batches_per_epoch and source_count are for python jobs only");
   }
   if (!python && spec.files().empty()) return invalid("no files given");
+  if (out.compression().empty()) out.set_compression("none");
+  if (absl::Status s = ParseCodec(out.compression()).status(); !s.ok()) return JobError(name, s);
+  if (python && out.compression() != "none") {
+    return invalid(absl::StrCat("compression '", out.compression(),
+                                "' is for tfrecord jobs only; a python job's batches are sent "
+                                "as they are"));
+  }
   if ((out.start_epoch() != 0 || out.start_batch() != 0) &&
       (python || (!out.mode().empty() && out.mode() != kDefaultMode))) {
     return invalid("start_epoch and start_batch (resuming a checkpoint) are for dealt TFRecord "
@@ -135,7 +143,11 @@ PlanSpec MakePlanSpec(const v1::JobSpec& spec, uint64_t num_records) {
   return plan;
 }
 
-std::string DescribeSpecDifference(const v1::JobSpec& existing, const v1::JobSpec& requested) {
+std::string DescribeSpecDifference(const v1::JobSpec& existing_spec,
+                                   const v1::JobSpec& requested) {
+  // A job journaled before JobSpec.compression existed has it empty, which means "none".
+  v1::JobSpec existing = existing_spec;
+  if (existing.compression().empty()) existing.set_compression("none");
   const google::protobuf::Descriptor* descriptor = v1::JobSpec::descriptor();
   std::vector<std::string> differences;
   for (int i = 0; i < descriptor->field_count(); ++i) {

@@ -36,6 +36,39 @@ TEST(DispatcherJobSpecTest, DefaultsFilledIn) {
   EXPECT_EQ(spec->window_blocks(), 16u);
   EXPECT_EQ(spec->features(), "label:int64,image:bytes");
   EXPECT_EQ(spec->num_epochs(), 0u);
+  EXPECT_EQ(spec->compression(), "none");
+}
+
+TEST(DispatcherJobSpecTest, Compression) {
+  for (const char* codec : {"none", "zstd", "lz4"}) {
+    v1::JobSpec in = Minimal();
+    in.set_compression(codec);
+    absl::StatusOr<v1::JobSpec> spec = NormalizeJobSpec(in);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_EQ(spec->compression(), codec);
+  }
+  v1::JobSpec spec = Minimal();
+  spec.set_compression("gzip");
+  ExpectInvalid(spec, "job 'train': unknown compression 'gzip'; expected one of none, zstd, lz4");
+  spec = v1::JobSpec();
+  spec.set_name("py");
+  spec.set_source("python");
+  spec.set_features("x:int64");
+  spec.set_batch_size(4);
+  spec.set_num_consumers(1);
+  spec.set_source_batches_per_epoch(4);
+  spec.set_compression("zstd");
+  ExpectInvalid(spec, "compression 'zstd' is for tfrecord jobs only");
+}
+
+TEST(DispatcherJobSpecTest, AJobJournaledBeforeCompressionExistedMatchesNone) {
+  v1::JobSpec requested = *NormalizeJobSpec(Minimal());
+  v1::JobSpec old = requested;
+  old.clear_compression();
+  EXPECT_EQ(DescribeSpecDifference(old, requested), "");
+  requested.set_compression("zstd");
+  EXPECT_EQ(DescribeSpecDifference(old, requested),
+            "compression is \"none\" in the existing job, \"zstd\" in this request");
 }
 
 TEST(DispatcherJobSpecTest, GivenSettingsKept) {

@@ -28,6 +28,11 @@ class DispatcherProducerHeartbeatTest : public testing::DispatcherTest {
     // 40 records in batches of 2 for 2 consumers: 20 batches per epoch, tasks of 8.
     WriteData({25, 15});
     ASSERT_TRUE(Create(Spec("train", 2, 2, /*num_epochs=*/2)).ok());
+    Read("train", 2);  // consumer 1, rank 1
+  }
+  // A job's tasks are assigned once a consumer reads it: the highest rank registers.
+  void Read(const std::string& job, uint32_t world) {
+    ASSERT_TRUE(Consumer(0, job, world - 1, world).ok());
   }
 };
 
@@ -62,8 +67,22 @@ TEST_F(DispatcherProducerHeartbeatTest, RegistrationNeedsAnAddress) {
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("data server (host:port)"));
 }
 
+TEST_F(DispatcherProducerHeartbeatTest, AJobNobodyReadsGetsNoTasksUntilAConsumerComes) {
+  ASSERT_TRUE(Create(Spec("unread", 2, 2)).ok());
+  auto r = Producer(0, "h:1", 8);
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (const Cut& cut : Cuts(*r)) EXPECT_EQ(std::get<1>(cut), "train");
+  ASSERT_TRUE(Consumer(0, "unread", 1, 2).ok());
+  r = Producer(1, "h:1", 8);
+  ASSERT_TRUE(r.ok()) << r.status();
+  bool unread_cut = false;
+  for (const Cut& cut : Cuts(*r)) unread_cut |= std::get<1>(cut) == "unread";
+  EXPECT_TRUE(unread_cut);
+}
+
 TEST_F(DispatcherProducerHeartbeatTest, SlotsAreCapped) {
   ASSERT_TRUE(Create(Spec("endless", 1, 1)).ok());  // unbounded: tasks never run out
+  Read("endless", 1);
   auto r = Producer(0, "h:1", 1000);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->new_tasks_size(), static_cast<int>(kMaxTasksPerHeartbeat));
@@ -71,6 +90,7 @@ TEST_F(DispatcherProducerHeartbeatTest, SlotsAreCapped) {
 
 TEST_F(DispatcherProducerHeartbeatTest, SeveralJobsAlternate) {
   ASSERT_TRUE(Create(Spec("eval", 4, 1, 1)).ok());  // 10 batches, tasks of 4
+  Read("eval", 1);
   auto r = Producer(0, "h:1", 5);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(Cuts(*r), (std::vector<Cut>{{1, "train", 0, 0, 8},
@@ -145,14 +165,14 @@ TEST_F(DispatcherProducerHeartbeatTest, AnOrphanGoesEvenToAProducerWithoutFreeSl
 
 TEST_F(DispatcherProducerHeartbeatTest, TasksEveryRankAcknowledgedPastAreRevoked) {
   ASSERT_TRUE(Producer(0, "h:1", 2).ok());  // tasks 1, 2: [0, 8), [8, 16) = steps [0, 4), [4, 8)
-  ASSERT_TRUE(Consumer(0, "train", 0, 2).ok());
-  ASSERT_TRUE(Consumer(1, "train", 0, 2, 0, 4).ok());
+  ASSERT_TRUE(Consumer(0, "train", 0, 2).ok());  // consumer 2, rank 0
+  ASSERT_TRUE(Consumer(2, "train", 0, 2, 0, 4).ok());
   auto r = Producer(1, "h:1", 0);
-  EXPECT_TRUE(r->revoked_tasks().empty());  // rank 1 has no consumer yet
-  ASSERT_TRUE(Consumer(0, "train", 1, 2, 0, 3).ok());
+  EXPECT_TRUE(r->revoked_tasks().empty());  // rank 1 is at step 0
+  ASSERT_TRUE(Consumer(1, "train", 1, 2, 0, 3).ok());
   r = Producer(1, "h:1", 0);
   EXPECT_TRUE(r->revoked_tasks().empty());  // rank 1 is at step 3
-  ASSERT_TRUE(Consumer(2, "train", 1, 2, 0, 5).ok());
+  ASSERT_TRUE(Consumer(1, "train", 1, 2, 0, 5).ok());
   r = Producer(1, "h:1", 0);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_THAT(r->revoked_tasks(), ::testing::ElementsAre(1));
@@ -165,8 +185,8 @@ TEST_F(DispatcherProducerHeartbeatTest, TasksEveryRankAcknowledgedPastAreRevoked
 TEST_F(DispatcherProducerHeartbeatTest, ResumedConsumersSkipTheTasksBeforeThem) {
   ASSERT_TRUE(Consumer(0, "train", 0, 2, 1, 5).ok());  // both ranks resume in epoch 1
   auto r = Producer(0, "h:1", 1);
-  EXPECT_EQ(Cuts(*r), (std::vector<Cut>{{1, "train", 0, 0, 8}}));  // rank 1 not there yet
-  ASSERT_TRUE(Consumer(0, "train", 1, 2, 1, 4).ok());
+  EXPECT_EQ(Cuts(*r), (std::vector<Cut>{{1, "train", 0, 0, 8}}));  // rank 1 still at epoch 0
+  ASSERT_TRUE(Consumer(1, "train", 1, 2, 1, 4).ok());
   // The frontier is epoch 1 step 4 = batch 8: task 1 is revoked and the cursor skips to [8, 16).
   r = Producer(1, "h:1", 2);
   EXPECT_THAT(r->revoked_tasks(), ::testing::ElementsAre(1));

@@ -17,9 +17,8 @@ namespace croupier {
 //      creation order, round-robin, starting after state.last_cut_job().
 // Only jobs the producer can make count: a Python job's tasks go only to its sources
 // (Producer::source_job), task t of an epoch to source t % source_count, and a source takes no
-// other job's tasks. And no task of
-// an idle job (Job::idle: its consumers all left), which would hold a producer's slots for
-// nobody.
+// other job's tasks. And no task of an idle job (Job::idle: no consumer has registered yet, or
+// its consumers all left), which would hold a producer's slots for nobody.
 // Applying TaskAssigned{task, producer} for the result always succeeds (for a known producer).
 std::optional<v1::Task> NextTask(const DispatcherState& state,
                                  const DispatcherState::Producer& producer);

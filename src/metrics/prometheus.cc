@@ -1,6 +1,7 @@
 #include "src/metrics/prometheus.h"
 
 #include <functional>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -37,7 +38,65 @@ class Family {
   const char* name_;
 };
 
+using Producer = v1::ProducerStatus;
+
+// The producer families, from the dispatcher's view of every producer or from one producer's
+// own; the heartbeat's age and the CPU cores only from the dispatcher's.
+void AppendProducerFamilies(std::string& out, const std::vector<const Producer*>& producers,
+                            bool from_dispatcher) {
+  std::vector<std::tuple<const char*, const char*, const char*,
+                         std::function<double(const Producer&)>>>
+      producer_metrics = {
+          {"croupier_producer_buffered_bytes", "gauge",
+           "Bytes of finished batches a producer holds, waiting for consumers.",
+           [](const Producer& p) { return static_cast<double>(p.stats().buffered_bytes()); }},
+          {"croupier_producer_buffer_capacity_bytes", "gauge", "A producer's buffer bound.",
+           [](const Producer& p) {
+             return static_cast<double>(p.stats().buffer_capacity_bytes());
+           }},
+          {"croupier_producer_batches_made_total", "counter",
+           "Batches a producer has made since it started.",
+           [](const Producer& p) { return static_cast<double>(p.stats().batches_made()); }},
+          {"croupier_producer_batches_served_total", "counter",
+           "Batches a producer has served since it started.",
+           [](const Producer& p) { return static_cast<double>(p.stats().batches_served()); }},
+          {"croupier_producer_served_bytes_total", "counter",
+           "Bytes a producer has served since it started.",
+           [](const Producer& p) { return static_cast<double>(p.stats().bytes_served()); }},
+          {"croupier_producer_cpu_seconds_total", "counter",
+           "CPU time (user and system) the producer process has used since it started.",
+           [](const Producer& p) { return p.stats().cpu_seconds(); }},
+          {"croupier_producer_make_seconds_total", "counter",
+           "Time a producer spent making batches since it started, over all its threads: its "
+           "rate over the threads is the share of its capacity in use.",
+           [](const Producer& p) { return p.stats().make_seconds(); }},
+          {"croupier_producer_threads", "gauge",
+           "A producer's worker threads (0 for the source of a Python job).",
+           [](const Producer& p) { return static_cast<double>(p.stats().threads()); }},
+          {"croupier_producer_tasks", "gauge", "Tasks a producer holds.",
+           [](const Producer& p) { return static_cast<double>(p.tasks_size()); }},
+      };
+  if (from_dispatcher) {
+    producer_metrics.push_back({"croupier_producer_heartbeat_age_seconds", "gauge",
+                                "Seconds since a producer's last heartbeat.",
+                                [](const Producer& p) { return p.seconds_since_heartbeat(); }});
+  }
+  for (const auto& [name, type, help, get] : producer_metrics) {
+    Family f(&out, name, type, help);
+    for (const Producer* p : producers) {
+      f.Add({{"producer", absl::StrCat(p->producer_id())}, {"address", p->data_address()}},
+            get(*p));
+    }
+  }
+}
+
 }  // namespace
+
+std::string FormatProducerPrometheus(const v1::ProducerStatus& producer) {
+  std::string out;
+  AppendProducerFamilies(out, {&producer}, /*from_dispatcher=*/false);
+  return out;
+}
 
 std::string FormatPrometheus(const v1::StatusResponse& status) {
   std::string out;
@@ -83,6 +142,10 @@ std::string FormatPrometheus(const v1::StatusResponse& status) {
           {"croupier_consumer_heartbeat_age_seconds", "gauge",
            "Seconds since a connected consumer's last heartbeat.",
            [](const Consumer& c) { return c.seconds_since_heartbeat(); }},
+          {"croupier_consumer_input_bound_ratio", "gauge",
+           "The share of wall time a connected consumer spent waiting for data, over its last "
+           "heartbeats (smoothed over about 5 s).",
+           [](const Consumer& c) { return c.input_bound(); }},
       };
   for (const auto& [name, type, help, get] : consumer_metrics) {
     Family f(&out, name, type, help);
@@ -90,38 +153,24 @@ std::string FormatPrometheus(const v1::StatusResponse& status) {
       f.Add({{"job", c.job()}, {"rank", absl::StrCat(c.rank())}}, get(c));
     }
   }
-  using Producer = v1::ProducerStatus;
-  const std::vector<std::tuple<const char*, const char*, const char*,
-                               std::function<double(const Producer&)>>>
-      producer_metrics = {
-          {"croupier_producer_buffered_bytes", "gauge",
-           "Bytes of finished batches a producer holds, waiting for consumers.",
-           [](const Producer& p) { return static_cast<double>(p.stats().buffered_bytes()); }},
-          {"croupier_producer_buffer_capacity_bytes", "gauge", "A producer's buffer bound.",
-           [](const Producer& p) {
-             return static_cast<double>(p.stats().buffer_capacity_bytes());
-           }},
-          {"croupier_producer_batches_made_total", "counter",
-           "Batches a producer has made since it started.",
-           [](const Producer& p) { return static_cast<double>(p.stats().batches_made()); }},
-          {"croupier_producer_batches_served_total", "counter",
-           "Batches a producer has served since it started.",
-           [](const Producer& p) { return static_cast<double>(p.stats().batches_served()); }},
-          {"croupier_producer_served_bytes_total", "counter",
-           "Bytes a producer has served since it started.",
-           [](const Producer& p) { return static_cast<double>(p.stats().bytes_served()); }},
-          {"croupier_producer_tasks", "gauge", "Tasks a producer holds.",
-           [](const Producer& p) { return static_cast<double>(p.tasks_size()); }},
-          {"croupier_producer_heartbeat_age_seconds", "gauge",
-           "Seconds since a producer's last heartbeat.",
-           [](const Producer& p) { return p.seconds_since_heartbeat(); }},
-      };
-  for (const auto& [name, type, help, get] : producer_metrics) {
-    Family f(&out, name, type, help);
-    for (const Producer& p : status.producers()) {
-      f.Add({{"producer", absl::StrCat(p.producer_id())}, {"address", p.data_address()}}, get(p));
-    }
-  }
+  std::vector<const Producer*> producers;
+  for (const Producer& p : status.producers()) producers.push_back(&p);
+  AppendProducerFamilies(out, producers, /*from_dispatcher=*/true);
+  const v1::ProducerAdvice& advice = status.producer_advice();
+  Family(&out, "croupier_producers_recommended", "gauge",
+         "The recommended number of producers for the TFRecord jobs' consumers (0 while "
+         "measuring).")
+      .Add({}, advice.recommended());
+  Family(&out, "croupier_producers_target", "gauge",
+         "The consumers' demand over one producer's capacity, smoothed: the fractional number "
+         "of producers the recommendation rounds.")
+      .Add({}, advice.target());
+  Family(&out, "croupier_demand_batches_per_second", "gauge",
+         "Batches per second the TFRecord jobs' consumers would take if never kept waiting.")
+      .Add({}, advice.demand_batches_per_second());
+  Family(&out, "croupier_producer_capacity_batches_per_second", "gauge",
+         "Batches per second one producer makes when running flat out, on average.")
+      .Add({}, advice.capacity_batches_per_second());
   return out;
 }
 

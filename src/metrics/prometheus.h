@@ -15,6 +15,11 @@ namespace croupier::metrics {
 // docs/metrics.md lists them.
 std::string FormatPrometheus(const v1::StatusResponse& status);
 
+// A producer's own metrics (`croupier producer --metrics-port`): the croupier_producer_* families
+// with the same names and labels as the dispatcher's, from its own figures (its id, data
+// address, stats and held tasks), without the heartbeat's age.
+std::string FormatProducerPrometheus(const v1::ProducerStatus& producer);
+
 }  // namespace croupier::metrics
 
 #endif  // CROUPIER_SRC_METRICS_PROMETHEUS_H_

@@ -45,6 +45,51 @@ TEST(MetricsPrometheusTest, EveryFigureOfTheStatusIsAMetricWithItsLabels) {
   EXPECT_THAT(text, ::testing::Not(HasSubstr("\n\n")));
 }
 
+TEST(MetricsPrometheusTest, TheAdviceAndCpuAreMetrics) {
+  v1::StatusResponse status;
+  status.mutable_producer_advice()->set_recommended(3);
+  status.mutable_producer_advice()->set_target(2.75);
+  v1::ProducerStatus* p = status.add_producers();
+  p->set_producer_id(4);
+  p->set_data_address("h:1");
+  p->mutable_stats()->set_cpu_seconds(12.5);
+  p->mutable_stats()->set_threads(8);
+  p->mutable_stats()->set_make_seconds(40.25);
+  v1::ConsumerStatus* c = status.add_consumers();
+  c->set_job("train");
+  c->set_rank(0);
+  c->set_input_bound(0.25);
+  const std::string text = FormatPrometheus(status);
+  EXPECT_THAT(text, HasSubstr("# TYPE croupier_producers_recommended gauge\n"
+                              "croupier_producers_recommended 3\n"));
+  EXPECT_THAT(text, HasSubstr("croupier_producers_target 2.75\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE croupier_producer_cpu_seconds_total counter\n"
+                              "croupier_producer_cpu_seconds_total{producer=\"4\",address=\"h:1\"} "
+                              "12.5\n"));
+  EXPECT_THAT(text, HasSubstr("croupier_producer_threads{producer=\"4\",address=\"h:1\"} 8\n"));
+  EXPECT_THAT(text,
+              HasSubstr("croupier_producer_make_seconds_total{producer=\"4\",address=\"h:1\"} "
+                        "40.25\n"));
+  EXPECT_THAT(text,
+              HasSubstr("croupier_consumer_input_bound_ratio{job=\"train\",rank=\"0\"} 0.25\n"));
+}
+
+TEST(MetricsPrometheusTest, AProducersOwnMetricsHaveTheDispatchersNamesAndLabels) {
+  v1::ProducerStatus p;
+  p.set_producer_id(7);
+  p.set_data_address("10.0.0.8:4100");
+  p.mutable_stats()->set_batches_made(99);
+  p.add_tasks(1);
+  p.add_tasks(2);
+  const std::string text = FormatProducerPrometheus(p);
+  EXPECT_THAT(text, HasSubstr("croupier_producer_batches_made_total{producer=\"7\",address=\""
+                              "10.0.0.8:4100\"} 99\n"));
+  EXPECT_THAT(text,
+              HasSubstr("croupier_producer_tasks{producer=\"7\",address=\"10.0.0.8:4100\"} 2\n"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("heartbeat_age")));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("croupier_jobs")));
+}
+
 TEST(MetricsPrometheusTest, LabelValuesAreEscaped) {
   v1::StatusResponse status;
   status.add_jobs()->mutable_spec()->set_name("a\"b\\c");

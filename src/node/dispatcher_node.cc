@@ -1,6 +1,8 @@
 #include "src/node/dispatcher_node.h"
 
 #include "absl/strings/str_cat.h"
+#include "croupier_web/index_html.h"
+#include "google/protobuf/util/json_util.h"
 #include "src/common/env.h"
 #include "src/common/logging.h"
 #include "src/common/status_macros.h"
@@ -8,6 +10,22 @@
 #include "src/rpc/grpc_util.h"
 
 namespace croupier {
+namespace {
+
+// The status as JSON, as `croupier status --json` prints it (proto3 JSON, every field).
+std::string StatusJson(const absl::StatusOr<v1::StatusResponse>& status) {
+  if (!status.ok()) {
+    return absl::StrCat("{\"error\": \"", absl::StatusCodeToString(status.status().code()),
+                        "\"}\n");
+  }
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(*status, &out, options);
+  return out + "\n";
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<DispatcherNode>> DispatcherNode::Start(
     DispatcherNodeOptions options) {
@@ -33,12 +51,28 @@ absl::StatusOr<std::unique_ptr<DispatcherNode>> DispatcherNode::Start(
   ASSIGN_OR_RETURN(node->impl_, DispatcherImpl::Create(options.dispatcher));
   node->service_ = std::make_unique<rpc::DispatcherService>(node->impl_.get(), options.auth_token);
 
+  options.tls = ResolveTlsConfig(options.tls);
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   rpc::MakeServerCredentials(options.tls));
+  node->options_.tls = options.tls;
   grpc::ServerBuilder builder;
   const std::string listen = absl::StrCat(options.bind_address, ":", options.port);
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &node->port_);
+  builder.AddListeningPort(listen, credentials, &node->port_);
   builder.RegisterService(node->service_.get());
   builder.SetMaxReceiveMessageSize(rpc::kMaxControlMessageBytes);
   builder.SetMaxSendMessageSize(rpc::kMaxControlMessageBytes);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.max_concurrent_streams);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(absl::ToInt64Milliseconds(options.handshake_timeout)));
+  builder.AddChannelArgument(
+      GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+      static_cast<int>(absl::ToInt64Milliseconds(options.max_connection_idle)));
+  // Dead peers are found by pings every minute, answered within 20 s.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
+  grpc::ResourceQuota quota("croupier-dispatcher");
+  quota.Resize(options.grpc_memory_bytes);
+  builder.SetResourceQuota(quota);
   node->server_ = builder.BuildAndStart();
   if (node->server_ == nullptr || node->port_ == 0) {
     return absl::UnavailableError(
@@ -46,20 +80,35 @@ absl::StatusOr<std::unique_ptr<DispatcherNode>> DispatcherNode::Start(
   }
   DispatcherNode* raw = node.get();
   if (options.metrics_port >= 0) {
-    ASSIGN_OR_RETURN(node->metrics_,
-                     MetricsServer::Start(options.bind_address, options.metrics_port, [raw] {
-                       auto status = raw->impl_->GetStatus(v1::StatusRequest());
-                       return status.ok() ? metrics::FormatPrometheus(*status) : std::string();
-                     }));
+    std::vector<HttpRoute> routes = {
+        {"/metrics", kPrometheusContentType,
+         [raw] {
+           auto status = raw->impl_->GetStatus(v1::StatusRequest());
+           return status.ok() ? metrics::FormatPrometheus(*status) : std::string();
+         }},
+        {"/", "text/html; charset=utf-8", [] { return std::string(web::kIndexHtml); }},
+        {"/api/status", "application/json",
+         [raw] { return StatusJson(raw->impl_->GetStatus(v1::StatusRequest())); }},
+        {"/api/history", "application/json", [raw] { return raw->history_.ToJson(); }},
+    };
+    ASSIGN_OR_RETURN(node->metrics_, MetricsServer::Start(options.bind_address,
+                                                          options.metrics_port, std::move(routes)));
   }
   node->ticker_ = std::thread([raw] {
-    while (!raw->stop_.WaitForNotificationWithTimeout(absl::Seconds(1))) raw->impl_->Tick();
+    while (!raw->stop_.WaitForNotificationWithTimeout(absl::Seconds(1))) {
+      raw->impl_->Tick();
+      auto status = raw->impl_->GetStatus(v1::StatusRequest());
+      if (status.ok()) raw->history_.Add(absl::Now(), *status);
+    }
   });
   Log(LogLevel::kInfo, "dispatcher",
       absl::StrCat("listening on ", node->address(), ", work directory ", options.work_dir,
                    options.auth_token.empty() ? "" : ", auth token required",
-                   node->metrics_ ? absl::StrCat(", metrics on http://", options.bind_address,
-                                                 ":", node->metrics_port(), "/metrics")
+                   !options.tls.enabled()       ? ""
+                   : options.tls.ca_file.empty() ? ", TLS"
+                                                 : ", mutual TLS",
+                   node->metrics_ ? absl::StrCat(", web page on http://", options.bind_address, ":",
+                                                 node->metrics_port(), "/, metrics at /metrics")
                                   : ""));
   return node;
 }

@@ -13,7 +13,9 @@
 #include "absl/synchronization/notification.h"
 #include "src/dispatcher/dispatcher_impl.h"
 #include "src/node/metrics_server.h"
+#include "src/node/status_history.h"
 #include "src/rpc/dispatcher_service.h"
+#include "src/transport/tls.h"
 
 namespace croupier {
 
@@ -25,9 +27,21 @@ struct DispatcherNodeOptions {
   // consumers, tasks and positions. Created if missing; must be writable.
   std::string work_dir;
   std::string auth_token;  // empty: no authentication
+  // TLS on the gRPC port (src/transport/tls.h: with a CA, clients need certificates it signed);
+  // none given: $CROUPIER_TLS_CERT/_KEY/_CA, else plaintext.
+  TlsConfig tls;
+  // Limits of the gRPC server against floods and hostile clients: concurrent calls on one
+  // connection, time to finish a (TLS) handshake, idle connections, and the memory gRPC may use
+  // for buffers (beyond it, calls are refused with RESOURCE_EXHAUSTED rather than the process
+  // growing). Messages are bounded by rpc::kMaxControlMessageBytes.
+  int max_concurrent_streams = 64;
+  absl::Duration handshake_timeout = absl::Seconds(10);
+  absl::Duration max_connection_idle = absl::Minutes(10);
+  size_t grpc_memory_bytes = size_t{512} << 20;
   DispatcherOptions dispatcher;
-  // Prometheus metrics over HTTP (GET /metrics) on bind_address:metrics_port; 0: any free port;
-  // -1: none.
+  // An HTTP server on bind_address:metrics_port (0: any free port; -1: none): Prometheus metrics
+  // (GET /metrics), the web page (GET /) and what it draws from (GET /api/status, the status as
+  // `croupier status --json` prints it; GET /api/history, the last minutes: StatusHistory).
   int metrics_port = -1;
 };
 
@@ -55,6 +69,7 @@ class DispatcherNode {
   std::unique_ptr<rpc::DispatcherService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsServer> metrics_;
+  StatusHistory history_;  // sampled by ticker_ each second
   int port_ = 0;
   absl::Notification stop_;
   std::thread ticker_;

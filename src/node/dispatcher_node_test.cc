@@ -28,7 +28,7 @@ std::unique_ptr<DispatcherNode> StartNode(const ScopedTempDir& tmp, std::string 
 std::unique_ptr<rpc::DispatcherClient> Client(const DispatcherNode& node, std::string token) {
   return rpc::DispatcherClient::Create(
       node.address(), {.auth_token = std::move(token), .call_timeout = absl::Seconds(5),
-                       .timeout = absl::Seconds(5)});
+                       .timeout = absl::Seconds(5), .tls = {}});
 }
 
 TEST(DispatcherNodeTest, TheRightTokenIsServedAndAWrongOneRefused) {
@@ -70,7 +70,10 @@ TEST(DispatcherNodeTest, ShutdownIsPromptAndIdempotent) {
 
 TEST(DispatcherNodeTest, AnUnreachableDispatcherIsDeadlineExceededNamingItsAddress) {
   auto client = rpc::DispatcherClient::Create(
-      "127.0.0.1:1", {.call_timeout = absl::Milliseconds(300), .timeout = absl::Seconds(1)});
+      "127.0.0.1:1", {.auth_token = "",
+                       .call_timeout = absl::Milliseconds(300),
+                       .timeout = absl::Seconds(1),
+                       .tls = {}});
   auto start = std::chrono::steady_clock::now();
   auto status = client->GetStatus(v1::StatusRequest());
   EXPECT_TRUE(absl::IsDeadlineExceeded(status.status())) << status.status();

@@ -6,13 +6,20 @@
 
 namespace croupier {
 
-absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
-    const std::string& bind_address, int port, std::function<std::string()> render) {
+absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& bind_address,
+                                                                    int port,
+                                                                    std::vector<HttpRoute> routes) {
   std::unique_ptr<MetricsServer> server(new MetricsServer());
   server->server_ = std::make_unique<httplib::Server>();
-  server->server_->Get("/metrics", [render](const httplib::Request&, httplib::Response& res) {
-    res.set_content(render(), "text/plain; version=0.0.4; charset=utf-8");
-  });
+  for (HttpRoute& route : routes) {
+    const std::string path = route.path;
+    server->server_->Get(
+        path, [route = std::move(route)](const httplib::Request&, httplib::Response& res) {
+          res.set_content(route.render(), route.content_type);
+          // The figures change every second: no cache may keep them.
+          res.set_header("Cache-Control", "no-store");
+        });
+  }
   server->port_ = port == 0 ? server->server_->bind_to_any_port(bind_address)
                             : (server->server_->bind_to_port(bind_address, port) ? port : -1);
   if (server->port_ <= 0) {
@@ -22,6 +29,12 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   httplib::Server* raw = server->server_.get();
   server->thread_ = std::thread([raw] { raw->listen_after_bind(); });
   return server;
+}
+
+absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
+    const std::string& bind_address, int port, std::function<std::string()> render) {
+  return Start(bind_address, port,
+               std::vector<HttpRoute>{{"/metrics", kPrometheusContentType, std::move(render)}});
 }
 
 void MetricsServer::Stop() {

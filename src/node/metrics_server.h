@@ -1,5 +1,6 @@
-// An HTTP server for Prometheus: GET /metrics answers with the text that `render` returns, in
-// the text exposition format. Anything else is 404. It runs on its own thread.
+// A small HTTP server for the figures: GET /metrics answers with Prometheus' text exposition
+// format, and the dispatcher adds its web page (/) and the JSON it draws from (/api/status).
+// Each route's body is rendered per request; any other path is 404. It runs on its own thread.
 #ifndef CROUPIER_SRC_NODE_METRICS_SERVER_H_
 #define CROUPIER_SRC_NODE_METRICS_SERVER_H_
 
@@ -7,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -16,10 +18,22 @@ class Server;
 
 namespace croupier {
 
-// Thread-safe; `render` is called from the server's thread.
+// One path the server answers GET on.
+struct HttpRoute {
+  std::string path;
+  std::string content_type;
+  std::function<std::string()> render;  // called from the server's thread
+};
+
+// Thread-safe.
 class MetricsServer {
  public:
-  // Listens on bind_address:port (0: any free port). UNAVAILABLE naming the address if it cannot.
+  // Listens on bind_address:port (0: any free port) and serves `routes`. UNAVAILABLE naming the
+  // address if it cannot.
+  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const std::string& bind_address,
+                                                              int port,
+                                                              std::vector<HttpRoute> routes);
+  // Serves only GET /metrics, with the text that `render` returns.
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const std::string& bind_address,
                                                               int port,
                                                               std::function<std::string()> render);
@@ -35,6 +49,9 @@ class MetricsServer {
   std::thread thread_;
   int port_ = 0;
 };
+
+// The content type of Prometheus' text exposition format 0.0.4.
+inline constexpr char kPrometheusContentType[] = "text/plain; version=0.0.4; charset=utf-8";
 
 }  // namespace croupier
 

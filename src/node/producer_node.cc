@@ -1,5 +1,6 @@
 #include "src/node/producer_node.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <random>
@@ -7,7 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "src/common/logging.h"
 #include "src/common/status_macros.h"
+#include "src/metrics/prometheus.h"
 #include "src/rpc/grpc_util.h"
+#include "src/transport/shm_transport.h"
 
 namespace croupier {
 
@@ -26,6 +29,7 @@ class ProducerNode::DelayingSource final : public BatchSource {
     return inner_->GetAnyBatch(job, epoch, deadline);
   }
   void OnServed(const BatchKey& key, uint64_t bytes) override { inner_->OnServed(key, bytes); }
+  Codec CompressionOf(absl::string_view job) override { return inner_->CompressionOf(job); }
 
  private:
   void Delay() {
@@ -41,12 +45,14 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOp
   if (options.dispatcher.empty()) {
     return absl::InvalidArgumentError("a producer needs the dispatcher's address (--dispatcher)");
   }
+  options.tls = ResolveTlsConfig(options.tls);
   std::unique_ptr<ProducerNode> node(new ProducerNode());
   node->options_ = options;
   node->dispatcher_ = rpc::DispatcherClient::Create(
       options.dispatcher, {.auth_token = options.auth_token,
                            .call_timeout = absl::Seconds(10),
-                           .timeout = options.connect_timeout});
+                           .timeout = options.connect_timeout,
+                           .tls = options.tls});
   node->index_cache_ = std::make_unique<IndexCache>(options.index_cache_dir);
   if (options.cache_bytes > 0) {
     ASSIGN_OR_RETURN(node->record_cache_,
@@ -67,10 +73,14 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOp
     source = node->source_.get();
   }
   ASSIGN_OR_RETURN(node->server_,
-                   Transport::Tcp()->StartServer({.bind_address = options.bind_address,
-                                                  .port = options.port,
-                                                  .auth_token = options.auth_token},
-                                                 source));
+                   Transport::Tcp()->StartServer(
+                       {.bind_address = options.bind_address,
+                        .port = options.port,
+                        .auth_token = options.auth_token,
+                        .max_connections = options.max_connections,
+                        .max_connections_per_peer = options.max_connections_per_peer,
+                        .tls = options.tls},
+                       source));
   std::string host = options.advertise_host;
   if (host.empty()) {
     host = options.bind_address;
@@ -81,13 +91,46 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOp
     }
   }
   node->data_address_ = absl::StrCat(host, ":", node->server_->port());
+  const bool shm_on = options.shm.value_or(!options.tls.enabled());
+  if (!shm_on && !options.shm.has_value()) {
+    Log(LogLevel::kInfo, "producer",
+        "TLS is configured: no shared-memory path, every batch goes through TLS (--shm on "
+        "serves same-host consumers through shared memory anyway)");
+  }
+  if (shm_on) {
+    absl::StatusOr<std::unique_ptr<DataServer>> shm = Transport::Shm()->StartServer(
+        {.bind_address = ShmAddressFor(node->data_address_),
+         .auth_token = options.auth_token,
+         .tls = {}},
+        source);
+    if (shm.ok()) {
+      node->shm_server_ = *std::move(shm);
+    } else {
+      Log(LogLevel::kWarning, "producer",
+          absl::StrCat("serving over TCP only, no shared memory: ", shm.status().message()));
+    }
+  }
   // Register now, so that a dispatcher that cannot be reached or refuses us is an error of Start.
   RETURN_IF_ERROR(node->Heartbeat());
   ProducerNode* raw = node.get();
   node->heartbeat_ = std::thread([raw] { raw->HeartbeatLoop(); });
+  if (options.metrics_port >= 0) {
+    ASSIGN_OR_RETURN(node->metrics_,
+                     MetricsServer::Start(options.bind_address, options.metrics_port, [raw] {
+                       v1::ProducerStatus status;
+                       status.set_producer_id(raw->producer_id());
+                       status.set_data_address(raw->data_address_);
+                       *status.mutable_stats() = raw->Stats();
+                       for (uint64_t t : raw->HeldTasks()) status.add_tasks(t);
+                       return metrics::FormatProducerPrometheus(status);
+                     }));
+  }
   Log(LogLevel::kInfo, "producer",
       absl::StrCat("producer ", node->producer_id(), " serving on ", node->data_address_,
-                   " for dispatcher ", options.dispatcher));
+                   " for dispatcher ", options.dispatcher,
+                   node->metrics_ ? absl::StrCat(", metrics on http://", options.bind_address, ":",
+                                                 node->metrics_port(), "/metrics")
+                                  : ""));
   return node;
 }
 
@@ -136,7 +179,18 @@ v1::ProducerStats ProducerNode::Stats() const {
     s.set_bytes_served(stats.bytes_served);
     return s;
   };
-  return runner_ ? to_proto(runner_->stats()) : to_proto(sequential_->stats());
+  v1::ProducerStats s = runner_ ? to_proto(runner_->stats()) : to_proto(sequential_->stats());
+  struct rusage usage = {};
+  if (::getrusage(RUSAGE_SELF, &usage) == 0) {
+    auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+    s.set_cpu_seconds(seconds(usage.ru_utime) + seconds(usage.ru_stime));
+  }
+  if (runner_) {
+    const TaskRunner::Stats stats = runner_->stats();
+    s.set_make_seconds(stats.make_seconds);
+    s.set_threads(stats.threads);
+  }
+  return s;
 }
 
 void ProducerNode::AddTask(const v1::Task& task) {
@@ -156,14 +210,16 @@ void ProducerNode::AddTask(const v1::Task& task) {
     }
     if (it == makers_.end()) {
       Log(LogLevel::kError, "producer",
-          absl::StrCat("task ", task.task_id(), " of job '", task.job(),
-                       "' cannot be made: the job could not be opened"));
+          absl::StrCat("producer ", producer_id(), ": task ", task.task_id(), " of job '",
+                       task.job(), "' cannot be made: the job could not be opened"));
       return;
     }
     added = runner_->AddTask(task, it->second);
   }
   if (!added.ok()) {
-    Log(LogLevel::kError, "producer", absl::StrCat("task ", task.task_id(), ": ", added.ToString()));
+    Log(LogLevel::kError, "producer",
+        absl::StrCat("producer ", producer_id(), ": task ", task.task_id(), " of job '",
+                     task.job(), "': ", added.ToString()));
   }
 }
 
@@ -215,7 +271,8 @@ absl::Status ProducerNode::Heartbeat() {
     auto maker = MakerFor(job);
     if (!maker.ok()) {
       Log(LogLevel::kError, "producer",
-          absl::StrCat("job '", job.spec().name(), "': ", maker.status().ToString()));
+          absl::StrCat("producer ", producer_id(), ": job '", job.spec().name(),
+                       "' cannot be opened: ", maker.status().ToString()));
     }
   }
   for (const v1::Task& task : response->new_tasks()) AddTask(task);
@@ -246,11 +303,14 @@ void ProducerNode::HeartbeatLoop() {
 void ProducerNode::Shutdown() {
   std::call_once(shutdown_once_, [this] {
     if (!stop_.HasBeenNotified()) stop_.Notify();
+    if (metrics_) metrics_->Stop();
     if (heartbeat_.joinable()) heartbeat_.join();
     if (runner_) runner_->Shutdown();
     if (sequential_) sequential_->Shutdown();
     if (server_) server_->Shutdown();
-    Log(LogLevel::kInfo, "producer", absl::StrCat("stopped (", data_address_, ")"));
+    if (shm_server_) shm_server_->Shutdown();
+    Log(LogLevel::kInfo, "producer",
+        absl::StrCat("producer ", producer_id(), " at ", data_address_, " stopped"));
   });
 }
 

@@ -9,6 +9,7 @@
 #define CROUPIER_SRC_NODE_PRODUCER_NODE_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -16,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "croupier/record_index.h"
+#include "src/node/metrics_server.h"
 #include "src/producer/record_cache.h"
 #include "src/producer/sequential_source.h"
 #include "src/producer/task_runner.h"
@@ -32,6 +34,12 @@ struct ProducerNodeOptions {
   // binding to every interface).
   std::string advertise_host;
   std::string auth_token;
+  // TLS for the data port and the dispatcher connection (src/transport/tls.h); none given:
+  // $CROUPIER_TLS_CERT/_KEY/_CA, else plaintext.
+  TlsConfig tls;
+  // The data server's connection limits (DataServerOptions).
+  size_t max_connections = 256;
+  size_t max_connections_per_peer = 128;
   TaskRunner::Options runner;
   // The record cache (tf.data's cache(); it keeps serialized records, which are decoded again):
   // 0 bytes disables it; an empty dir keeps it in memory.
@@ -46,6 +54,13 @@ struct ProducerNodeOptions {
   // buffer is runner.buffer_bytes and it holds up to runner.max_tasks tasks.
   std::string source_job;
   uint32_t source_index = 0;  // which of the job's sources
+  // Prometheus metrics of this producer (GET /metrics: metrics::FormatProducerPrometheus) on
+  // bind_address:metrics_port; 0: any free port; -1: none.
+  int metrics_port = -1;
+  // Also serve consumers on this host through shared memory (shm_transport.h), on the abstract
+  // socket ShmAddressFor(data_address()). Unset: yes, unless TLS is configured (the shared-memory
+  // path is not encrypted and checks only the token), so that TLS covers every batch by default.
+  std::optional<bool> shm;
 };
 
 // Thread-safe.
@@ -59,6 +74,8 @@ class ProducerNode {
 
   const std::string& data_address() const { return data_address_; }
   uint64_t producer_id() const;
+  // The metrics server's port, or 0 without one.
+  int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
   // The source of a Python job's batches (source_job set), else nullptr.
   SequentialSource* sequential() const { return sequential_.get(); }
   // Stops the heartbeats, the workers and the server promptly. Idempotent.
@@ -87,6 +104,8 @@ class ProducerNode {
   std::unique_ptr<SequentialSource> sequential_;
   std::unique_ptr<BatchSource> source_;  // runner_, or runner_ behind test delays
   std::unique_ptr<DataServer> server_;
+  std::unique_ptr<MetricsServer> metrics_;
+  std::unique_ptr<DataServer> shm_server_;  // null when shared memory is off or unavailable
   std::string data_address_;
 
   mutable absl::Mutex mu_;

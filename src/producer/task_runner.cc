@@ -23,6 +23,10 @@ TaskRunner::TaskRunner(Options options)
       buffer_(options.buffer_bytes, clock_) {
   int threads = options_.threads;
   if (threads <= 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  {
+    absl::MutexLock lock(&mu_);
+    threads_ = threads;
+  }
   absl::MutexLock lock(&join_mu_);
   for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { Work(); });
 }
@@ -130,6 +134,8 @@ TaskRunner::Stats TaskRunner::stats() const {
   s.batches_served = batches_served_;
   s.bytes_served = bytes_served_;
   s.tasks_held = tasks_.size();
+  s.make_seconds = make_seconds_;
+  s.threads = threads_;
   return s;
 }
 
@@ -178,21 +184,22 @@ void TaskRunner::Work() {
       continue;
     }
     const BatchKey key = claim.task->Key(claim.index);
-    absl::StatusOr<Batch> made = claim.task->maker()->Make(key.epoch, key.batch);
+    Made made = TimedMake(*claim.task->maker(), key.epoch, key.batch);
     absl::MutexLock lock(&mu_);
     FinishClaimLocked(claim, std::move(made));
   }
 }
 
-void TaskRunner::FinishClaimLocked(const Claim& claim, absl::StatusOr<Batch> made) {
+void TaskRunner::FinishClaimLocked(const Claim& claim, Made timed) {
   HeldTask& task = *claim.task;
   const BatchKey key = task.Key(claim.index);
   if (claim.probe) probing_.erase(key.job);
+  RecordMadeLocked(timed, /*log=*/true);
+  absl::StatusOr<Batch>& made = timed.batch;
   if (made.ok()) {
     uint64_t& estimate = estimates_[key.job];
     estimate = std::max<uint64_t>(estimate, made->bytes().size());
   }
-  RecordMadeLocked(made, /*log=*/true);
   if (task.dropped() || task.state(claim.index) != State::kMaking) {
     buffer_.Unreserve(claim.reserved);
     return;
@@ -204,7 +211,19 @@ void TaskRunner::FinishClaimLocked(const Claim& claim, absl::StatusOr<Batch> mad
   }
 }
 
-void TaskRunner::RecordMadeLocked(const absl::StatusOr<Batch>& made, bool log) {
+TaskRunner::Made TaskRunner::TimedMake(const BatchMaker& maker, uint64_t epoch,
+                                       uint64_t batch) const {
+  // Real time, not clock_: this measures work, and the fake clocks of tests do not move by it.
+  const absl::Time start = absl::Now();
+  if (options_.test_make_delay > absl::ZeroDuration()) absl::SleepFor(options_.test_make_delay);
+  Made made{maker.Make(epoch, batch)};
+  made.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  return made;
+}
+
+void TaskRunner::RecordMadeLocked(const Made& timed, bool log) {
+  make_seconds_ += timed.seconds;
+  const absl::StatusOr<Batch>& made = timed.batch;
   if (made.ok()) {
     ++batches_made_;
     return;

@@ -68,6 +68,8 @@ class TaskRunner : public BatchSource {
     uint32_t max_tasks = 2;               // FreeTaskSlots() = max_tasks - tasks held
     uint32_t retain_finished_tasks = 16;  // finished tasks kept for late retries
     Clock* clock = nullptr;               // deadlines; nullptr: the real clock
+    // For tests: each batch takes this much longer to make (a slow producer).
+    absl::Duration test_make_delay = absl::ZeroDuration();
   };
 
   struct Stats {
@@ -79,6 +81,10 @@ class TaskRunner : public BatchSource {
     uint64_t batches_served = 0;  // OnServed calls
     uint64_t bytes_served = 0;
     uint64_t tasks_held = 0;
+    // Wall time spent making batches, by the workers and on demand, since the start: over
+    // threads and elapsed time, the share of the producer's making capacity it used.
+    double make_seconds = 0;
+    int threads = 0;  // worker threads
   };
 
   // Starts the worker threads.
@@ -118,6 +124,8 @@ class TaskRunner : public BatchSource {
   absl::StatusOr<std::pair<uint64_t, Batch>> GetAnyBatch(absl::string_view job, uint64_t epoch,
                                                          absl::Time deadline) override;
   void OnServed(const BatchKey& key, uint64_t bytes) override;
+  // The JobSpec.compression of a held or retained task's job; kNone if none is known.
+  Codec CompressionOf(absl::string_view job) override;
 
  private:
   // A batch a worker has started: what it needs to make and deliver it.
@@ -128,12 +136,17 @@ class TaskRunner : public BatchSource {
     bool probe = false;     // the first batch of its job, made before any size is known
   };
 
+  // A batch made (after the test delay), and the wall time it took.
+  struct Made {
+    absl::StatusOr<Batch> batch;
+    double seconds = 0;
+  };
+
   void Work();
   // The earliest batch not yet started, if the workers may start it now (task and index set).
   std::optional<Claim> NextClaimableLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool WorkOrShutdownLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FinishClaimLocked(const Claim& claim, absl::StatusOr<Batch> made)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishClaimLocked(const Claim& claim, Made made) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The held task covering `key`, or else a retained finished one, or nullptr.
   std::shared_ptr<HeldTask> FindLocked(const BatchKey& key) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -146,9 +159,11 @@ class TaskRunner : public BatchSource {
   // Makes a batch in the calling thread; `first` logs a failure (the batch's first attempt).
   absl::StatusOr<Batch> MakeNow(const BatchMaker& maker, uint64_t epoch, uint64_t batch, bool first)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Counts a made batch or a failure, and logs the failure if `log`.
-  void RecordMadeLocked(const absl::StatusOr<Batch>& made, bool log)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes a batch after the test delay, and times both.
+  Made TimedMake(const BatchMaker& maker, uint64_t epoch, uint64_t batch) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Counts a made batch or a failure and the time it took, and logs the failure if `log`.
+  void RecordMadeLocked(const Made& made, bool log) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const Options options_;
@@ -169,6 +184,8 @@ class TaskRunner : public BatchSource {
   uint64_t make_failures_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t batches_served_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t bytes_served_ ABSL_GUARDED_BY(mu_) = 0;
+  double make_seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  int threads_ ABSL_GUARDED_BY(mu_) = 0;
 
   absl::Mutex join_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::vector<std::thread> workers_ ABSL_GUARDED_BY(join_mu_);

@@ -43,10 +43,10 @@ void TaskRunner::MaybeEndEpochLocked(const std::string& job, uint64_t epoch) {
 
 absl::StatusOr<Batch> TaskRunner::MakeNow(const BatchMaker& maker, uint64_t epoch, uint64_t batch,
                                           bool first) {
-  absl::StatusOr<Batch> made = maker.Make(epoch, batch);
+  Made made = TimedMake(maker, epoch, batch);
   absl::MutexLock lock(&mu_);
   RecordMadeLocked(made, first);
-  return made;
+  return std::move(made.batch);
 }
 
 absl::StatusOr<Batch> TaskRunner::GetBatch(const BatchKey& key, absl::Time deadline) {
@@ -161,6 +161,22 @@ void TaskRunner::OnServed(const BatchKey& key, uint64_t bytes) {
   retained_.push_back(std::move(*it));
   tasks_.erase(it);
   while (retained_.size() > options_.retain_finished_tasks) retained_.pop_front();
+}
+
+Codec TaskRunner::CompressionOf(absl::string_view job) {
+  absl::MutexLock lock(&mu_);
+  // A job's tasks all share its spec; the first one found answers.
+  for (const auto& task : tasks_) {
+    if (task->maker()->job_name() == job) {
+      return ParseCodec(task->maker()->job().spec().compression()).value_or(Codec::kNone);
+    }
+  }
+  for (const auto& task : retained_) {
+    if (task->maker()->job_name() == job) {
+      return ParseCodec(task->maker()->job().spec().compression()).value_or(Codec::kNone);
+    }
+  }
+  return Codec::kNone;
 }
 
 }  // namespace croupier

@@ -100,6 +100,18 @@ TEST_F(ProducerTaskRunnerTest, ServesEveryBatchOfTwoTasksExactlyOnce) {
   EXPECT_EQ(s.tasks_held, 0u);
 }
 
+TEST_F(ProducerTaskRunnerTest, CompressionOfFollowsTheHeldJobsSpec) {
+  TaskRunner runner({.threads = 1});
+  EXPECT_EQ(runner.CompressionOf("train"), Codec::kNone);  // no task of it held
+  v1::JobInfo job = MakeJob(paths_, counts_);
+  job.mutable_spec()->set_compression("lz4");
+  auto maker = BatchMaker::Create(job, index_, nullptr, &env_);
+  ASSERT_TRUE(maker.ok()) << maker.status();
+  ASSERT_TRUE(runner.AddTask(MakeTask(1, "train", 0, 0, 20), *std::move(maker)).ok());
+  EXPECT_EQ(runner.CompressionOf("train"), Codec::kLz4);
+  EXPECT_EQ(runner.CompressionOf("other"), Codec::kNone);
+}
+
 TEST_F(ProducerTaskRunnerTest, BufferStaysBoundedWhileNobodyTakes) {
   const uint64_t batch = BatchBytes();
   const uint64_t capacity = 3 * batch;
@@ -123,6 +135,30 @@ TEST_F(ProducerTaskRunnerTest, BufferStaysBoundedWhileNobodyTakes) {
   EXPECT_LE(s.peak_buffered_bytes, capacity + batch);
   EXPECT_EQ(s.batches_made, 40u);
   EXPECT_THAT(runner.TakeFinishedTasks(), ElementsAre(1));
+}
+
+TEST_F(ProducerTaskRunnerTest, CountsTheTimeSpentMakingAndItsThreads) {
+  // Each batch takes 20 ms more (the test delay); 2 workers, a buffer of 3 batches.
+  const uint64_t batch = BatchBytes();
+  TaskRunner runner(
+      {.threads = 2, .buffer_bytes = 3 * batch, .test_make_delay = absl::Milliseconds(20)});
+  EXPECT_EQ(runner.stats().threads, 2);
+  ASSERT_TRUE(runner.AddTask(MakeTask(1, "train", 0, 0, 10), maker_).ok());
+  for (uint64_t g = 0; g < 10; ++g) {
+    auto got = runner.GetBatch(Key(g), Soon());
+    ASSERT_TRUE(got.ok()) << got.status();
+    runner.OnServed(Key(g), got->bytes().size());
+  }
+  const TaskRunner::Stats s = runner.stats();
+  EXPECT_EQ(s.batches_made, 10u);
+  EXPECT_GE(s.make_seconds, 10 * 0.020);
+  // Once the buffer is full and nobody takes, the workers wait: the time stops growing.
+  ASSERT_TRUE(runner.AddTask(MakeTask(2, "train", 0, 10, 10), maker_).ok());
+  ASSERT_TRUE(WaitFor([&] { return runner.stats().buffered_bytes >= 2 * batch; }));
+  absl::SleepFor(absl::Milliseconds(100));  // the last batches that fit are made
+  const double full = runner.stats().make_seconds;
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_LT(runner.stats().make_seconds - full, 0.05);
 }
 
 TEST_F(ProducerTaskRunnerTest, RequestsInAnyOrderNeverWaitBehindAFullBuffer) {

@@ -1,5 +1,7 @@
 #include "src/rpc/dispatcher_client.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "src/common/retry.h"
 #include "src/rpc/grpc_util.h"
@@ -12,7 +14,10 @@ std::unique_ptr<DispatcherClient> DispatcherClient::Create(const std::string& ad
 }
 
 DispatcherClient::DispatcherClient(std::string address, DispatcherClientOptions options)
-    : address_(std::move(address)), options_(std::move(options)) {
+    : address_(std::move(address)), options_([&options] {
+        options.tls = ResolveTlsConfig(options.tls);
+        return std::move(options);
+      }()) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxControlMessageBytes);
   args.SetMaxSendMessageSize(kMaxControlMessageBytes);
@@ -22,25 +27,73 @@ DispatcherClient::DispatcherClient(std::string address, DispatcherClientOptions 
   // And bound each connection attempt (gRPC's minimum is 20 s): an attempt made while the
   // dispatcher was down was seen to hang for seconds after it came back.
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1000);
-  stub_ = v1::Dispatcher::NewStub(
-      grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args));
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      MakeChannelCredentials(options_.tls);
+  if (!credentials.ok()) {
+    setup_error_ =
+        absl::Status(credentials.status().code(),
+                     absl::StrCat("dispatcher ", address_, ": ", credentials.status().message()));
+    return;
+  }
+  stub_ = v1::Dispatcher::NewStub(grpc::CreateCustomChannel(address_, *credentials, args));
 }
+
+std::string DispatcherClient::ConnectionHint(const absl::Status& status) const {
+  if (!absl::IsUnavailable(status) && !absl::IsDeadlineExceeded(status)) return "";
+  // gRPC says "Socket closed" or "Connection reset" when the two sides disagree on TLS.
+  if (options_.tls.enabled()) {
+    return " (this client uses TLS: is the dispatcher started with --tls-cert, and does its "
+           "certificate name this address and chain to --tls-ca?)";
+  }
+  return " (this client does not use TLS: if the dispatcher does, give --tls-ca or "
+         "CROUPIER_TLS_CA)";
+}
+
+namespace {
+
+// gRPC's own UNAVAILABLE (no connection), not one the dispatcher answered with (e.g. a journal it
+// cannot write).
+bool IsConnectionFailure(const grpc::Status& status) {
+  const std::string& m = status.error_message();
+  return m.find("failed to connect") != std::string::npos ||
+         m.find("Socket closed") != std::string::npos || m.find("andshake") != std::string::npos ||
+         m.find("Connection reset") != std::string::npos;
+}
+
+}  // namespace
 
 template <typename Response, typename Request, typename Method>
 absl::StatusOr<Response> DispatcherClient::Call(const char* name, const Request& request,
                                                 Method method) {
+  if (!setup_error_.ok()) return setup_error_;
   Response response;
   const std::string what = absl::StrCat("dispatcher ", address_, ": ", name);
+  bool probed = false;
   absl::Status status = RetryWithBackoff(
       what, absl::Now() + options_.timeout,
       [&](int) {
         auto context = MakeClientContext(options_.call_timeout, options_.auth_token);
         response.Clear();
         grpc::Status s = ((*stub_).*method)(context.get(), request, &response);
-        return FromGrpcStatus(s, what);
+        absl::Status result = FromGrpcStatus(s, what);
+        // gRPC says only "failed to connect" when the two sides disagree on TLS or a certificate
+        // is refused: find the cause once with a handshake of our own, and stop retrying if it
+        // is one that retrying cannot fix.
+        if (absl::IsUnavailable(result) && !probed && IsConnectionFailure(s)) {
+          absl::Status cause =
+              net::ProbeTls(address_, options_.tls, absl::StrCat("dispatcher ", address_),
+                            std::min(options_.call_timeout, absl::Seconds(5)));
+          if (!absl::IsUnavailable(cause)) probed = true;  // the server answered: conclusive
+          if (!cause.ok() && !absl::IsUnavailable(cause)) {
+            return absl::Status(cause.code(), absl::StrCat(what, ": ", cause.message()));
+          }
+        }
+        return result;
       },
       RetryOptions{.retryable = [](const absl::Status& s) { return absl::IsUnavailable(s); }});
-  if (!status.ok()) return status;
+  if (!status.ok()) {
+    return absl::Status(status.code(), absl::StrCat(status.message(), ConnectionHint(status)));
+  }
   return response;
 }
 

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/croupier.grpc.pb.h"
+#include "src/transport/tls.h"
 
 namespace croupier::rpc {
 
@@ -17,6 +18,9 @@ struct DispatcherClientOptions {
   std::string auth_token;  // resolved by the caller (ResolveAuthToken)
   absl::Duration call_timeout = absl::Seconds(10);  // one attempt
   absl::Duration timeout = absl::Seconds(60);       // all attempts of one call
+  // TLS to the dispatcher (src/transport/tls.h); none given: $CROUPIER_TLS_CERT/_KEY/_CA, else
+  // plaintext.
+  TlsConfig tls;
 };
 
 // Thread-safe.
@@ -41,8 +45,12 @@ class DispatcherClient {
   template <typename Response, typename Request, typename Method>
   absl::StatusOr<Response> Call(const char* name, const Request& request, Method method);
 
+  // A cause the hint of a failed connection can name: plaintext or TLS.
+  std::string ConnectionHint(const absl::Status& status) const;
+
   const std::string address_;
   const DispatcherClientOptions options_;
+  absl::Status setup_error_;  // TLS files that cannot be read: every call fails with it
   std::unique_ptr<v1::Dispatcher::Stub> stub_;
 };
 

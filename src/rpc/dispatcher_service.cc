@@ -7,49 +7,62 @@
 namespace croupier::rpc {
 
 template <typename Request, typename Response, typename Method>
-grpc::Status DispatcherService::Handle(const char* name, grpc::ServerContext* context,
+grpc::Status DispatcherService::Handle(const char* name, const grpc::ServerContextBase& context,
                                        const Request& request, Response* response, Method method) {
-  absl::Status check = CheckCallMetadata(*context, auth_token_);
+  absl::Status check = CheckCallMetadata(context, auth_token_);
   if (!check.ok()) {
     Log(LogLevel::kWarning, "dispatcher",
-        absl::StrCat("refused ", name, " from ", context->peer(), ": ", check.message()));
+        absl::StrCat("refused ", name, " from ", context.peer(), ": ", check.message()));
     return ToGrpcStatus(check);
   }
   auto result = (impl_->*method)(request);
   if (!result.ok()) {
     Log(absl::IsInternal(result.status()) ? LogLevel::kError : LogLevel::kDebug, "dispatcher",
-        absl::StrCat(name, " from ", context->peer(), ": ", result.status().ToString()));
+        absl::StrCat(name, " from ", context.peer(), ": ", result.status().ToString()));
     return ToGrpcStatus(result.status());
   }
   *response = *std::move(result);
   return grpc::Status::OK;
 }
 
+template <typename Request, typename Response, typename Method>
+grpc::ServerUnaryReactor* DispatcherService::React(const char* name,
+                                                   grpc::CallbackServerContext* context,
+                                                   const Request& request, Response* response,
+                                                   Method method) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(Handle(name, *context, request, response, method));
+  return reactor;
+}
+
 grpc::Status DispatcherService::CreateJob(grpc::ServerContext* c, const v1::CreateJobRequest* q,
                                           v1::CreateJobResponse* r) {
-  return Handle("CreateJob", c, *q, r, &DispatcherImpl::CreateJob);
+  return Handle("CreateJob", *c, *q, r, &DispatcherImpl::CreateJob);
 }
-grpc::Status DispatcherService::GetJob(grpc::ServerContext* c, const v1::GetJobRequest* q,
-                                       v1::GetJobResponse* r) {
-  return Handle("GetJob", c, *q, r, &DispatcherImpl::GetJob);
+grpc::ServerUnaryReactor* DispatcherService::GetJob(grpc::CallbackServerContext* c,
+                                                    const v1::GetJobRequest* q,
+                                                    v1::GetJobResponse* r) {
+  return React("GetJob", c, *q, r, &DispatcherImpl::GetJob);
 }
-grpc::Status DispatcherService::ProducerHeartbeat(grpc::ServerContext* c,
-                                                  const v1::ProducerHeartbeatRequest* q,
-                                                  v1::ProducerHeartbeatResponse* r) {
-  return Handle("ProducerHeartbeat", c, *q, r, &DispatcherImpl::ProducerHeartbeat);
+grpc::ServerUnaryReactor* DispatcherService::ProducerHeartbeat(
+    grpc::CallbackServerContext* c, const v1::ProducerHeartbeatRequest* q,
+    v1::ProducerHeartbeatResponse* r) {
+  return React("ProducerHeartbeat", c, *q, r, &DispatcherImpl::ProducerHeartbeat);
 }
-grpc::Status DispatcherService::ConsumerHeartbeat(grpc::ServerContext* c,
-                                                  const v1::ConsumerHeartbeatRequest* q,
-                                                  v1::ConsumerHeartbeatResponse* r) {
-  return Handle("ConsumerHeartbeat", c, *q, r, &DispatcherImpl::ConsumerHeartbeat);
+grpc::ServerUnaryReactor* DispatcherService::ConsumerHeartbeat(
+    grpc::CallbackServerContext* c, const v1::ConsumerHeartbeatRequest* q,
+    v1::ConsumerHeartbeatResponse* r) {
+  return React("ConsumerHeartbeat", c, *q, r, &DispatcherImpl::ConsumerHeartbeat);
 }
-grpc::Status DispatcherService::Locate(grpc::ServerContext* c, const v1::LocateRequest* q,
-                                       v1::LocateResponse* r) {
-  return Handle("Locate", c, *q, r, &DispatcherImpl::Locate);
+grpc::ServerUnaryReactor* DispatcherService::Locate(grpc::CallbackServerContext* c,
+                                                    const v1::LocateRequest* q,
+                                                    v1::LocateResponse* r) {
+  return React("Locate", c, *q, r, &DispatcherImpl::Locate);
 }
-grpc::Status DispatcherService::GetStatus(grpc::ServerContext* c, const v1::StatusRequest* q,
-                                          v1::StatusResponse* r) {
-  return Handle("GetStatus", c, *q, r, &DispatcherImpl::GetStatus);
+grpc::ServerUnaryReactor* DispatcherService::GetStatus(grpc::CallbackServerContext* c,
+                                                       const v1::StatusRequest* q,
+                                                       v1::StatusResponse* r) {
+  return React("GetStatus", c, *q, r, &DispatcherImpl::GetStatus);
 }
 
 }  // namespace croupier::rpc

@@ -29,7 +29,7 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
   return diff == 0;
 }
 
-absl::string_view Metadata(const grpc::ServerContext& context, absl::string_view key) {
+absl::string_view Metadata(const grpc::ServerContextBase& context, absl::string_view key) {
   const auto& md = context.client_metadata();
   auto it = md.find(grpc::string_ref(key.data(), key.size()));
   if (it == md.end()) return {};
@@ -49,7 +49,7 @@ absl::Status FromGrpcStatus(const grpc::Status& status, absl::string_view what) 
                       absl::StrCat(what, ": ", status.error_message()));
 }
 
-absl::Status CheckCallMetadata(const grpc::ServerContext& context, const std::string& token) {
+absl::Status CheckCallMetadata(const grpc::ServerContextBase& context, const std::string& token) {
   absl::string_view version = Metadata(context, kProtocolMetadataKey);
   uint32_t v = 0;
   if (!absl::SimpleAtoi(version, &v) || v != kProtocolVersion) {
@@ -74,6 +74,35 @@ std::unique_ptr<grpc::ClientContext> MakeClientContext(absl::Duration timeout,
   context->AddMetadata(kProtocolMetadataKey, std::to_string(ClientProtocolVersion()));
   if (!token.empty()) context->AddMetadata(kAuthMetadataKey, absl::StrCat("Bearer ", token));
   return context;
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const TlsConfig& tls) {
+  if (!tls.enabled()) return grpc::InsecureServerCredentials();
+  if (tls.cert_file.empty()) {
+    return absl::InvalidArgumentError(
+        "a TLS server needs a certificate and a key (--tls-cert and --tls-key)");
+  }
+  absl::StatusOr<TlsPem> pem = LoadTlsPem(tls);
+  if (!pem.ok()) return pem.status();
+  grpc::SslServerCredentialsOptions options(
+      pem->ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                      : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  options.pem_root_certs = pem->ca;
+  options.pem_key_cert_pairs.push_back({pem->key, pem->cert});
+  return grpc::SslServerCredentials(options);
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
+    const TlsConfig& tls) {
+  if (!tls.enabled()) return grpc::InsecureChannelCredentials();
+  absl::StatusOr<TlsPem> pem = LoadTlsPem(tls);
+  if (!pem.ok()) return pem.status();
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = pem->ca;  // empty: gRPC's default roots
+  options.pem_private_key = pem->key;
+  options.pem_cert_chain = pem->cert;
+  return grpc::SslCredentials(options);
 }
 
 std::string ResolveAuthToken(const std::string& flag) {

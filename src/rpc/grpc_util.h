@@ -8,8 +8,10 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "src/transport/tls.h"
 
 namespace croupier::rpc {
 
@@ -21,7 +23,7 @@ absl::Status FromGrpcStatus(const grpc::Status& status, absl::string_view what);
 // Server side: the protocol version and the auth token of an incoming call. FAILED_PRECONDITION
 // for a version mismatch (naming both versions), UNAUTHENTICATED for a missing or wrong token
 // (compared in constant time). An empty `token` accepts every call.
-absl::Status CheckCallMetadata(const grpc::ServerContext& context, const std::string& token);
+absl::Status CheckCallMetadata(const grpc::ServerContextBase& context, const std::string& token);
 
 // Client side: a context with a deadline `timeout` from now, the protocol version and the token.
 std::unique_ptr<grpc::ClientContext> MakeClientContext(absl::Duration timeout,
@@ -32,6 +34,14 @@ std::string ResolveAuthToken(const std::string& flag);
 
 // Bounds on every message of the control plane.
 inline constexpr int kMaxControlMessageBytes = 16 << 20;
+
+// gRPC credentials for `tls` (policy in src/transport/tls.h: a server with a CA requires client
+// certificates). Insecure ones when `tls` names no file. INVALID_ARGUMENT naming a file that
+// cannot be read.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const TlsConfig& tls);
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
+    const TlsConfig& tls);
 
 }  // namespace croupier::rpc
 

@@ -11,6 +11,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "croupier/batch.h"
+#include "src/transport/compression.h"
 
 namespace croupier {
 
@@ -48,6 +49,10 @@ class BatchSource {
 
   // Called once a batch's bytes have all been written to the peer.
   virtual void OnServed(const BatchKey& key, uint64_t bytes) {}
+
+  // How the TCP server compresses the batches of `job` it sends (JobSpec.compression); kNone
+  // when the job is not known here. The shared-memory server never compresses.
+  virtual Codec CompressionOf(absl::string_view job) { return Codec::kNone; }
 };
 
 }  // namespace croupier

@@ -171,6 +171,30 @@ std::array<char, kBatchPrefixBytes> EncodeBatchPrefix(uint64_t index, uint64_t b
   return out;
 }
 
+std::array<char, kHeaderBytes + kCompressedFixedBytes> EncodeCompressedBatchPrefix(
+    uint64_t index, uint32_t codec, uint64_t uncompressed_bytes, uint64_t compressed_bytes) {
+  std::array<char, kHeaderBytes + kCompressedFixedBytes> out{};
+  const auto header =
+      EncodeHeader(FrameType::kBatchCompressed, kCompressedFixedBytes + compressed_bytes);
+  std::memcpy(out.data(), header.data(), header.size());
+  char* body = out.data() + kHeaderBytes;
+  Put<uint64_t>(body, index);
+  Put<uint32_t>(body + 8, codec);
+  Put<uint64_t>(body + 16, uncompressed_bytes);
+  return out;
+}
+
+absl::StatusOr<CompressedBatchFixed> ParseCompressedBatchFixed(absl::string_view fixed) {
+  if (fixed.size() < kCompressedFixedBytes) {
+    return absl::DataLossError(absl::StrCat("BATCH_COMPRESSED body of ", fixed.size(), " bytes"));
+  }
+  if (Get<uint32_t>(fixed.data() + 12) != 0) {
+    return absl::DataLossError("reserved field of BATCH_COMPRESSED is not 0");
+  }
+  return CompressedBatchFixed{Get<uint64_t>(fixed.data()), Get<uint32_t>(fixed.data() + 8),
+                              Get<uint64_t>(fixed.data() + 16)};
+}
+
 uint64_t ParseBatchIndex(absl::string_view index_bytes) {
   return index_bytes.size() < kBatchIndexBytes ? 0 : Get<uint64_t>(index_bytes.data());
 }

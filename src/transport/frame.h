@@ -31,6 +31,13 @@
 //   0 u64 global batch index   8 the n bytes of one batch buffer (layout in croupier/batch.h)
 //   The client refuses n > its max_batch_bytes (before allocating) and validates the bytes with
 //   Batch::FromBuffer.
+// type 21 BATCH_COMPRESSED (server -> client), body 24 + m bytes: only for a job whose
+//   JobSpec.compression is not "none", and only when compressing made the batch smaller.
+//   0 u64 global batch index   8 u32 codec (1 zstd, 2 lz4)   12 u32 reserved
+//   16 u64 uncompressed size n   24 the m bytes of one zstd frame or lz4 block (compression.h)
+//   The client refuses n > its max_batch_bytes and a codec it does not know (before allocating),
+//   decompresses into a buffer of exactly n bytes (DATA_LOSS naming the server and the batch
+//   when the body does not decompress to exactly n bytes) and validates them as for BATCH.
 // A peer that receives anything else (unknown type, reserved bits set, inconsistent lengths)
 // closes the connection.
 #ifndef CROUPIER_SRC_TRANSPORT_FRAME_H_
@@ -60,6 +67,8 @@ inline constexpr size_t kErrorFixedBytes = 8;
 inline constexpr size_t kBatchIndexBytes = 8;
 // What precedes the batch bytes of a BATCH frame: the header and the batch index.
 inline constexpr size_t kBatchPrefixBytes = kHeaderBytes + kBatchIndexBytes;
+// The fixed part of a BATCH_COMPRESSED body: index, codec, reserved, uncompressed size.
+inline constexpr size_t kCompressedFixedBytes = 24;
 
 inline constexpr uint32_t kMaxTokenBytes = 4096;
 inline constexpr uint32_t kMaxJobBytes = 4096;
@@ -73,6 +82,7 @@ enum class FrameType : uint32_t {
   kHelloOk = 16,
   kError = 17,
   kBatch = 18,
+  kBatchCompressed = 21,  // 19 and 20 are the shared-memory frames (shm_transport.h)
 };
 
 // The HELLO, token included.
@@ -123,6 +133,18 @@ absl::StatusOr<ErrorBody> ParseError(absl::string_view body);
 
 // The header and batch index that precede `batch_bytes` bytes of batch in a BATCH frame.
 std::array<char, kBatchPrefixBytes> EncodeBatchPrefix(uint64_t index, uint64_t batch_bytes);
+
+// The header and fixed fields that precede `compressed_bytes` bytes of a BATCH_COMPRESSED frame.
+std::array<char, kHeaderBytes + kCompressedFixedBytes> EncodeCompressedBatchPrefix(
+    uint64_t index, uint32_t codec, uint64_t uncompressed_bytes, uint64_t compressed_bytes);
+struct CompressedBatchFixed {
+  uint64_t index = 0;
+  uint32_t codec = 0;  // unchecked: the reader decides which codecs it knows
+  uint64_t uncompressed_bytes = 0;
+};
+// Parses the first kCompressedFixedBytes of a BATCH_COMPRESSED body. DATA_LOSS on a short input
+// or a reserved field that is not 0.
+absl::StatusOr<CompressedBatchFixed> ParseCompressedBatchFixed(absl::string_view fixed);
 
 // The global batch index of a BATCH body: its first kBatchIndexBytes bytes.
 uint64_t ParseBatchIndex(absl::string_view index_bytes);

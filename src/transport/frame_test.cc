@@ -162,5 +162,23 @@ TEST(TransportFrameTest, TimeoutsRoundUpAndAreClamped) {
   EXPECT_EQ(DeadlineFromTimeoutMs(kNoTimeout, now), now + kMaxRequestTimeout);
 }
 
+TEST(TransportFrameTest, CompressedBatchPrefixLayoutIsPinned) {
+  const auto prefix = EncodeCompressedBatchPrefix(7, 2, 1000, 300);
+  const std::string bytes(prefix.data(), prefix.size());
+  EXPECT_EQ(bytes, std::string("\x15\0\0\0\0\0\0\0\x44\x01\0\0\0\0\0\0"  // type 21, 24 + 300
+                               "\x07\0\0\0\0\0\0\0\x02\0\0\0\0\0\0\0\xe8\x03\0\0\0\0\0\0",
+                               40));
+  auto fixed = ParseCompressedBatchFixed(absl::string_view(bytes).substr(kHeaderBytes));
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  EXPECT_EQ(fixed->index, 7u);
+  EXPECT_EQ(fixed->codec, 2u);
+  EXPECT_EQ(fixed->uncompressed_bytes, 1000u);
+  std::string reserved = bytes.substr(kHeaderBytes);
+  reserved[12] = 1;
+  EXPECT_EQ(ParseCompressedBatchFixed(reserved).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(ParseCompressedBatchFixed(reserved.substr(0, 23)).status().code(),
+            absl::StatusCode::kDataLoss);
+}
+
 }  // namespace
 }  // namespace croupier::frame

@@ -306,6 +306,11 @@ absl::Status RecvAll(int fd, char* dst, size_t n, const IoWait& wait, absl::stri
   return absl::OkStatus();
 }
 
+absl::Status WaitReady(int fd, short events, const IoWait& wait, absl::Time progress,
+                       absl::string_view doing, absl::string_view peer) {
+  return WaitFor(fd, events, wait, progress, doing, peer);
+}
+
 bool PeerHungUpOrSpoke(int fd) {
   pollfd p{fd, static_cast<short>(POLLIN | POLLRDHUP), 0};
   return ::poll(&p, 1, 0) != 0;

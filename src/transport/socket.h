@@ -104,6 +104,12 @@ absl::Status RecvAll(int fd, char* dst, size_t n, const IoWait& wait, absl::stri
 absl::StatusOr<size_t> RecvSome(int fd, char* dst, size_t n, const IoWait& wait,
                                 absl::string_view peer);
 
+// Waits until `fd` is ready for poll `events` (readiness includes errors and hang-ups), the wait
+// runs out (DEADLINE_EXCEEDED "timed out <doing> <peer>", counting the stall from `progress`), or
+// the wake event fires (CANCELLED). For I/O layered on the socket (tls.h).
+absl::Status WaitReady(int fd, short events, const IoWait& wait, absl::Time progress,
+                       absl::string_view doing, absl::string_view peer);
+
 // True when the peer has closed, reset or sent something: a pooled connection that is not idle
 // and quiet any more. Does not wait.
 bool PeerHungUpOrSpoke(int fd);

@@ -17,12 +17,17 @@ absl::StatusOr<std::unique_ptr<DataClient>> TcpDataClient::Connect(
     return absl::InvalidArgumentError(
         absl::StrCat("auth token longer than ", frame::kMaxTokenBytes, " bytes"));
   }
+  std::shared_ptr<const net::TlsContext> tls;
+  if (options.tls.enabled()) {
+    ASSIGN_OR_RETURN(tls, net::TlsContext::ForClient(options.tls));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<net::WakeEvent> cancel, net::WakeEvent::Create());
-  std::unique_ptr<TcpDataClient> client(new TcpDataClient(address, options, std::move(cancel)));
+  std::unique_ptr<TcpDataClient> client(
+      new TcpDataClient(address, options, std::move(cancel), std::move(tls)));
   ASSIGN_OR_RETURN(
       std::unique_ptr<ClientConnection> first,
       ClientConnection::Open(address, client->options_, absl::Now() + options.connect_timeout,
-                             client->cancel_.get()));
+                             client->cancel_.get(), client->tls_.get()));
   {
     absl::MutexLock lock(&client->mu_);
     client->open_ = 1;
@@ -32,8 +37,9 @@ absl::StatusOr<std::unique_ptr<DataClient>> TcpDataClient::Connect(
 }
 
 TcpDataClient::TcpDataClient(const std::string& address, const DataClientOptions& options,
-                             std::unique_ptr<net::WakeEvent> cancel)
-    : address_(address), options_(options), cancel_(std::move(cancel)) {}
+                             std::unique_ptr<net::WakeEvent> cancel,
+                             std::shared_ptr<const net::TlsContext> tls)
+    : address_(address), options_(options), cancel_(std::move(cancel)), tls_(std::move(tls)) {}
 
 TcpDataClient::~TcpDataClient() { Cancel(); }
 
@@ -69,6 +75,17 @@ void TcpDataClient::Cancel() {
     open_ -= idle.size();
   }
   cancel_->Notify();
+  // `idle` closes here, outside the lock.
+}
+
+void TcpDataClient::Retire() {
+  std::vector<std::unique_ptr<ClientConnection>> idle;
+  {
+    absl::MutexLock lock(&mu_);
+    retired_ = true;
+    idle.swap(idle_);
+    open_ -= idle.size();
+  }
   // `idle` closes here, outside the lock.
 }
 
@@ -118,7 +135,7 @@ absl::StatusOr<std::unique_ptr<ClientConnection>> TcpDataClient::Acquire(absl::T
     }
     absl::StatusOr<std::unique_ptr<ClientConnection>> opened = ClientConnection::Open(
         address_, options_, std::min(deadline, absl::Now() + options_.connect_timeout),
-        cancel_.get());
+        cancel_.get(), tls_.get());
     if (opened.ok()) return opened;
     {
       absl::MutexLock lock(&mu_);
@@ -135,7 +152,7 @@ void TcpDataClient::Release(std::unique_ptr<ClientConnection> connection) {
     return;
   }
   absl::MutexLock lock(&mu_);
-  if (cancelled_) {
+  if (cancelled_ || retired_) {
     --open_;
     return;  // `connection` closes when this returns
   }

@@ -34,10 +34,11 @@ class TcpDataClient final : public DataClient {
   absl::StatusOr<std::pair<uint64_t, Batch>> FetchAny(absl::string_view job, uint64_t epoch,
                                                       absl::Time deadline) override;
   void Cancel() override ABSL_LOCKS_EXCLUDED(mu_);
+  void Retire() override ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   TcpDataClient(const std::string& address, const DataClientOptions& options,
-                std::unique_ptr<net::WakeEvent> cancel);
+                std::unique_ptr<net::WakeEvent> cancel, std::shared_ptr<const net::TlsContext> tls);
 
   absl::StatusOr<std::pair<uint64_t, Batch>> Call(const frame::Request& request,
                                                   absl::Time deadline);
@@ -55,12 +56,14 @@ class TcpDataClient final : public DataClient {
   // Constant after construction.
   const std::string address_;
   const DataClientOptions options_;
-  const std::unique_ptr<net::WakeEvent> cancel_;  // fired by Cancel; every wait polls it
+  const std::unique_ptr<net::WakeEvent> cancel_;      // fired by Cancel; every wait polls it
+  const std::shared_ptr<const net::TlsContext> tls_;  // null: plaintext
 
   absl::Mutex mu_;
   std::vector<std::unique_ptr<ClientConnection>> idle_ ABSL_GUARDED_BY(mu_);
   size_t open_ ABSL_GUARDED_BY(mu_) = 0;  // idle, in use, or being opened
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool retired_ ABSL_GUARDED_BY(mu_) = false;  // Release closes instead of pooling
 };
 
 }  // namespace croupier

@@ -13,6 +13,7 @@
 #include "croupier/batch.h"
 #include "src/transport/frame.h"
 #include "src/transport/socket.h"
+#include "src/transport/tls.h"
 #include "src/transport/transport.h"
 
 namespace croupier {
@@ -28,13 +29,15 @@ inline constexpr absl::Duration kClientStallTimeout = absl::Seconds(10);
 // `cancel` is shared by the pool and thread-safe.
 class ClientConnection {
  public:
-  // Connects and handshakes by `deadline`. UNAVAILABLE when the server cannot be reached or does
-  // not answer; UNAUTHENTICATED, FAILED_PRECONDITION or UNAVAILABLE as the server says;
+  // Connects, runs the TLS handshake when `tls` is not null, and handshakes by `deadline`.
+  // UNAVAILABLE when the server cannot be reached or does not answer; UNAUTHENTICATED,
+  // FAILED_PRECONDITION or UNAVAILABLE as the server says or as the TLS handshake fails (tls.h);
   // CANCELLED when `cancel` fires.
   static absl::StatusOr<std::unique_ptr<ClientConnection>> Open(const std::string& address,
                                                                 const DataClientOptions& options,
                                                                 absl::Time deadline,
-                                                                const net::WakeEvent* cancel);
+                                                                const net::WakeEvent* cancel,
+                                                                const net::TlsContext* tls);
 
   // Sends `request` and returns the batch the server answers with, and its global index, or
   // the error it answers with (code kept, message prefixed with "data server <address>: ").
@@ -46,22 +49,26 @@ class ClientConnection {
   bool reusable() const { return reusable_; }
   // True when it cannot serve another call: not reusable, or the server has closed it (e.g. for
   // idling) or sent something unasked.
-  bool Stale() const { return !reusable_ || net::PeerHungUpOrSpoke(socket_.fd()); }
+  bool Stale() { return !reusable_ || stream_.PeerHungUpOrSpoke(); }
 
  private:
-  ClientConnection(net::Socket socket, const std::string& address, uint64_t max_batch_bytes,
+  ClientConnection(net::Stream stream, const std::string& address, uint64_t max_batch_bytes,
                    const net::WakeEvent* cancel);
   absl::Status Handshake(absl::string_view token, absl::Time deadline);
   // Reads the body of an ERROR frame of `length` bytes and returns the error it carries.
   absl::Status ReadError(uint64_t length);
   // Reads the body of a BATCH frame of `length` bytes straight into a new batch buffer.
   absl::StatusOr<std::pair<uint64_t, Batch>> ReadBatch(uint64_t length);
+  // Reads the body of a BATCH_COMPRESSED frame of `length` bytes and decompresses it into a new
+  // batch buffer.
+  absl::StatusOr<std::pair<uint64_t, Batch>> ReadCompressedBatch(uint64_t length);
 
-  net::Socket socket_;
+  net::Stream stream_;
   const std::string peer_;  // "data server <address>", for messages
   const uint64_t max_batch_bytes_;
   const net::WakeEvent* const cancel_;
   bool reusable_ = true;
+  std::string compressed_;  // the last compressed body, reused across calls
 };
 
 }  // namespace croupier

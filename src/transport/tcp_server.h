@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "src/transport/batch_source.h"
 #include "src/transport/socket.h"
+#include "src/transport/tls.h"
 #include "src/transport/transport.h"
 
 namespace croupier {
@@ -35,10 +36,11 @@ class TcpDataServer final : public DataServer {
 
  private:
   TcpDataServer(const DataServerOptions& options, BatchSource* source, net::Socket listener,
-                std::unique_ptr<net::WakeEvent> stop);
+                std::unique_ptr<net::WakeEvent> stop, std::shared_ptr<const net::TlsContext> tls);
 
   void AcceptLoop();
-  // Starts a connection thread, or refuses the connection when at max_connections.
+  // Starts a connection thread, or refuses the connection when at max_connections or at
+  // max_connections_per_peer for its IP address.
   void Admit(net::Socket socket) ABSL_LOCKS_EXCLUDED(mu_);
   // Joins the threads of connections that have ended.
   void JoinFinished() ABSL_LOCKS_EXCLUDED(mu_);
@@ -50,7 +52,8 @@ class TcpDataServer final : public DataServer {
   BatchSource* const source_;
   const int port_;
   const std::string address_;
-  const std::unique_ptr<net::WakeEvent> stop_;  // fired by Shutdown; every wait polls it
+  const std::unique_ptr<net::WakeEvent> stop_;        // fired by Shutdown; every wait polls it
+  const std::shared_ptr<const net::TlsContext> tls_;  // null: plaintext
 
   // Used by the acceptor thread only, then closed by Shutdown once that thread has ended.
   net::Socket listener_;
@@ -59,7 +62,12 @@ class TcpDataServer final : public DataServer {
 
   absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::flat_hash_map<uint64_t, std::thread> running_ ABSL_GUARDED_BY(mu_);
+  struct Running {
+    std::thread thread;
+    std::string ip;  // the client's address without its port
+  };
+  absl::flat_hash_map<uint64_t, Running> running_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, size_t> per_ip_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> finished_ ABSL_GUARDED_BY(mu_);
 };
 

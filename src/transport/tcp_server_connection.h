@@ -14,6 +14,7 @@
 #include "src/transport/batch_source.h"
 #include "src/transport/frame.h"
 #include "src/transport/socket.h"
+#include "src/transport/tls.h"
 #include "src/transport/transport.h"
 
 namespace croupier {
@@ -34,14 +35,18 @@ inline constexpr absl::Duration kSourceSlice = absl::Milliseconds(100);
 // from the connection's own thread; `source` and `stop` are shared and thread-safe.
 class ServerConnection {
  public:
+  // `tls` null: plaintext; else every connection must complete a TLS handshake first.
   ServerConnection(net::Socket socket, const DataServerOptions& options, BatchSource* source,
-                   const net::WakeEvent* stop);
+                   const net::WakeEvent* stop, const net::TlsContext* tls);
 
   // Returns when the connection is closed. Logs handshake failures, malformed frames and I/O
   // errors, naming the client's address.
   void Run();
 
  private:
+  // The TLS handshake, or the refusal of a client that does not speak TLS (a croupier client is
+  // told why in an ERROR frame).
+  absl::Status StartTls();
   absl::Status Handshake();
   // The next request, or nullopt when the client closed the connection between requests.
   absl::StatusOr<std::optional<frame::Request>> ReadRequest();
@@ -53,11 +58,12 @@ class ServerConnection {
                                                                       absl::Time deadline);
   absl::Status SendError(const absl::Status& status);
 
-  net::Socket socket_;
+  net::Stream stream_;
   const std::string peer_;  // "client <ip:port>", for messages and logs
   const DataServerOptions& options_;
   BatchSource* const source_;
   const net::WakeEvent* const stop_;
+  const net::TlsContext* const tls_;
 };
 
 }  // namespace croupier

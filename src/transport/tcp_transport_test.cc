@@ -6,6 +6,8 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <utility>
@@ -19,6 +21,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/protocol.h"
+#include "src/transport/compression.h"
 #include "src/transport/frame.h"
 #include "src/transport/socket.h"
 #include "src/transport/transport.h"
@@ -398,6 +401,139 @@ TEST_F(TcpTransportTest, HugeClaimedBatchIsRefusedBeforeAllocating) {
   auto got = (*client)->Fetch({"train", 0, 0}, In(absl::Seconds(5)));
   EXPECT_EQ(got.status().code(), absl::StatusCode::kResourceExhausted) << got.status();
   EXPECT_THAT(got.status().message(), HasSubstr("exceeds max_batch_bytes 4294967296"));
+}
+
+// A BATCH_COMPRESSED frame of `batch` with `codec`, its body optionally replaced.
+std::string CompressedFrame(uint64_t index, Codec codec, const Batch& batch,
+                            std::optional<std::string> body = std::nullopt,
+                            std::optional<uint64_t> claimed = std::nullopt) {
+  std::string compressed = body.has_value() ? *body : *Compress(codec, batch.bytes());
+  const auto prefix = frame::EncodeCompressedBatchPrefix(
+      index, static_cast<uint32_t>(codec), claimed.value_or(batch.bytes().size()),
+      compressed.size());
+  return std::string(prefix.data(), prefix.size()) + compressed;
+}
+
+// Small integers, so that every codec shrinks it.
+Batch CompressibleBatch(uint64_t seed) {
+  constexpr uint64_t kRecords = 4;
+  std::vector<int64_t> values(kRecords * 8192);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<int64_t>((i * seed) % 13);
+  const std::vector<int64_t> dims = {8192};
+  const ColumnData columns[] = {
+      {"tokens",
+       DType::kInt64,
+       false,
+       dims,
+       values.size(),
+       absl::string_view(reinterpret_cast<const char*>(values.data()), 8 * values.size()),
+       {},
+       {}},
+  };
+  absl::StatusOr<Batch> batch = Batch::FromColumns(kRecords, columns);
+  EXPECT_TRUE(batch.ok()) << batch.status();
+  return *std::move(batch);
+}
+
+TEST_F(TcpTransportTest, CompressedJobsDeliverTheSameBytes) {
+  StartServer();
+  for (Codec codec : {Codec::kNone, Codec::kZstd, Codec::kLz4}) {
+    source_.SetCompression(codec);
+    const Batch batch = CompressibleBatch(40 + static_cast<uint64_t>(codec));
+    source_.Put({"train", 0, 1}, batch);
+    auto client = Transport::Tcp()->Connect(server_->address(), ClientOptions());
+    ASSERT_TRUE(client.ok()) << client.status();
+    auto got = (*client)->Fetch({"train", 0, 1}, In(absl::Seconds(10)));
+    ASSERT_TRUE(got.ok()) << CodecName(codec) << ": " << got.status();
+    EXPECT_EQ(got->ContentHash(), batch.ContentHash()) << CodecName(codec);
+  }
+}
+
+TEST_F(TcpTransportTest, ServerSendsCompressedFramesOnlyWhenTheyShrink) {
+  StartServer();
+  for (Codec codec : {Codec::kNone, Codec::kZstd, Codec::kLz4}) {
+    source_.SetCompression(codec);
+    const Batch small_ints = CompressibleBatch(3);
+    source_.Put({"train", 0, 2}, small_ints);
+    net::Socket socket = RawHandshake(server_->address());
+    SendRaw(socket, frame::EncodeRequest({frame::FrameType::kGetBatch, "train", 0, 2, 5000}));
+    auto answer = ReadFrame(socket);
+    ASSERT_TRUE(answer.ok()) << answer.status();
+    if (codec == Codec::kNone) {
+      EXPECT_EQ(answer->header.type, static_cast<uint32_t>(frame::FrameType::kBatch));
+      continue;
+    }
+    ASSERT_EQ(answer->header.type, static_cast<uint32_t>(frame::FrameType::kBatchCompressed));
+    auto fixed = frame::ParseCompressedBatchFixed(answer->body);
+    ASSERT_TRUE(fixed.ok()) << fixed.status();
+    EXPECT_EQ(fixed->index, 2u);
+    EXPECT_EQ(fixed->codec, static_cast<uint32_t>(codec));
+    EXPECT_EQ(fixed->uncompressed_bytes, small_ints.bytes().size());
+    EXPECT_LT(answer->body.size(), small_ints.bytes().size() / 4) << CodecName(codec);
+  }
+  // Random bytes do not shrink: sent as a plain BATCH even for a compressed job.
+  std::string random(64 << 10, '\0');
+  std::mt19937_64 rng(1);
+  for (char& c : random) c = static_cast<char>(rng());
+  const uint64_t offsets[] = {0, random.size()};
+  const ColumnData column{"blob", DType::kBytes, false, {}, 1, random, offsets, {}};
+  auto blob = Batch::FromColumns(1, absl::MakeConstSpan(&column, 1));
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  source_.SetCompression(Codec::kLz4);
+  source_.Put({"train", 0, 5}, *blob);
+  net::Socket socket = RawHandshake(server_->address());
+  SendRaw(socket, frame::EncodeRequest({frame::FrameType::kGetBatch, "train", 0, 5, 5000}));
+  auto answer = ReadFrame(socket);
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ(answer->header.type, static_cast<uint32_t>(frame::FrameType::kBatch));
+}
+
+TEST_F(TcpTransportTest, ClientDecompressesACompressedFrame) {
+  for (Codec codec : {Codec::kZstd, Codec::kLz4}) {
+    const Batch batch = CompressibleBatch(5);
+    FakeServer fake(Respond(CompressedFrame(4, codec, batch)));
+    auto client = Transport::Tcp()->Connect(fake.address(), ClientOptions());
+    ASSERT_TRUE(client.ok()) << client.status();
+    auto got = (*client)->Fetch({"train", 0, 4}, In(absl::Seconds(5)));
+    ASSERT_TRUE(got.ok()) << CodecName(codec) << ": " << got.status();
+    EXPECT_EQ(got->ContentHash(), batch.ContentHash());
+  }
+}
+
+TEST_F(TcpTransportTest, CorruptCompressedBatchIsDataLossNamingServerAndBatch) {
+  const Batch batch = CompressibleBatch(6);
+  std::string body = *Compress(Codec::kZstd, batch.bytes());
+  for (size_t i = body.size() / 2; i < body.size() / 2 + 32; ++i) body[i] ^= 0x33;
+  body.resize(body.size() - 1);
+  FakeServer fake(Respond(CompressedFrame(8, Codec::kZstd, batch, body)));
+  auto client = Transport::Tcp()->Connect(fake.address(), ClientOptions());
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto got = (*client)->Fetch({"train", 0, 8}, In(absl::Seconds(5)));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
+  EXPECT_THAT(got.status().message(),
+              HasSubstr("corrupt zstd body of batch 8 from data server " + fake.address()));
+}
+
+TEST_F(TcpTransportTest, HugeClaimedUncompressedSizeIsRefusedBeforeAllocating) {
+  const Batch batch = CompressibleBatch(7);
+  FakeServer fake(Respond(CompressedFrame(0, Codec::kLz4, batch, std::nullopt, uint64_t{1} << 62)));
+  auto client = Transport::Tcp()->Connect(fake.address(), ClientOptions());
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto got = (*client)->Fetch({"train", 0, 0}, In(absl::Seconds(5)));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kResourceExhausted) << got.status();
+  EXPECT_THAT(got.status().message(), HasSubstr("exceeds max_batch_bytes 4294967296"));
+}
+
+TEST_F(TcpTransportTest, UnknownCodecIsDataLoss) {
+  const Batch batch = CompressibleBatch(8);
+  std::string frame_bytes = CompressedFrame(0, Codec::kLz4, batch);
+  frame_bytes[frame::kHeaderBytes + 8] = 9;  // the codec field
+  FakeServer fake(Respond(frame_bytes));
+  auto client = Transport::Tcp()->Connect(fake.address(), ClientOptions());
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto got = (*client)->Fetch({"train", 0, 0}, In(absl::Seconds(5)));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
+  EXPECT_THAT(got.status().message(), HasSubstr("unknown codec 9"));
 }
 
 TEST_F(TcpTransportTest, ServerThatNeverAnswersTheHandshakeIsUnavailable) {

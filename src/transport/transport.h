@@ -1,14 +1,15 @@
 // The data plane: producers serve batches to consumers over a Transport. The dispatcher is never
-// on this path. TCP is the one transport today; a same-host shared-memory transport (and later
-// RDMA/UCX) plugs in behind the same three classes, and one test suite
-// (transport_conformance_test.cc) runs against every transport.
+// on this path. Two transports plug in behind the same three classes: framed TCP, and same-host
+// shared memory (shm_transport.h); one test suite (transport_conformance_test.cc) runs against
+// both.
 //
 // Errors every transport returns, whatever carries the bytes (each message names the peer):
 //   UNAVAILABLE          cannot connect, connection reset or closed, server shutting down or at
 //                        its connection limit: retry, perhaps elsewhere;
 //   UNAUTHENTICATED      the server refused the auth token (the server logs a warning naming the
-//                        peer);
-//   FAILED_PRECONDITION  the peers speak different protocol versions (both are named);
+//                        peer), or a TLS certificate was refused by either side (tls.h);
+//   FAILED_PRECONDITION  the peers speak different protocol versions (both are named), or one
+//                        speaks TLS and the other does not;
 //   RESOURCE_EXHAUSTED   the batch is larger than DataClientOptions::max_batch_bytes;
 //   DATA_LOSS            the server's response was malformed;
 //   DEADLINE_EXCEEDED    no answer by the deadline (plus a short grace for the transfer to start);
@@ -29,6 +30,7 @@
 #include "absl/time/time.h"
 #include "croupier/batch.h"
 #include "src/transport/batch_source.h"
+#include "src/transport/tls.h"
 
 namespace croupier {
 
@@ -41,10 +43,15 @@ struct DataServerOptions {
   std::string auth_token;
   // Connections beyond this are refused with UNAVAILABLE.
   size_t max_connections = 256;
+  // And beyond this many from one IP address, so that one host cannot take every slot.
+  size_t max_connections_per_peer = 128;
   // A request frame larger than this is malformed: the server drops the connection.
   size_t max_request_bytes = 64 << 10;
   // A connection that has not completed its handshake by then is dropped.
   absl::Duration handshake_timeout = absl::Seconds(5);
+  // TLS (tls.h): with a certificate and key every connection must speak TLS; with a CA as well,
+  // clients must present a certificate it signed. None: plaintext.
+  TlsConfig tls;
 };
 
 // A running server: serves the batches of one BatchSource until Shutdown. Thread-safe.
@@ -69,6 +76,8 @@ struct DataClientOptions {
   uint64_t max_batch_bytes = uint64_t{4} << 30;
   // Concurrent calls beyond this wait for a free connection (until their deadline).
   size_t max_connections = 8;
+  // TLS (tls.h): any file given makes every connection TLS, verifying the server against the CA.
+  TlsConfig tls;
 };
 
 // A small pool of connections to one data server, one request at a time per connection;
@@ -86,6 +95,10 @@ class DataClient {
                                                               absl::Time deadline) = 0;
   // Wakes every blocked call with CANCELLED; every later call fails CANCELLED. Idempotent.
   virtual void Cancel() = 0;
+  // For a client the caller stops using but must keep alive for calls in flight: closes its idle
+  // connections now and each busy one when its call ends, so that it holds none of the server's
+  // connection slots (max_connections, max_connections_per_peer). Later calls still work.
+  virtual void Retire() {}
 };
 
 // A way of moving batches. Implementations are stateless singletons. Thread-safe.
@@ -107,6 +120,9 @@ class Transport {
 
   // The framed-TCP transport (protocol in frame.h).
   static Transport* Tcp();
+  // Same-host shared memory: batches as sealed memfd segments passed over a Unix socket
+  // (shm_transport.h). Addresses are abstract socket names ("@...").
+  static Transport* Shm();
 };
 
 }  // namespace croupier

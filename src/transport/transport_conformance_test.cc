@@ -1,4 +1,6 @@
 // The suite every Transport must pass: add a transport to kTransports and it runs all of these.
+#include <unistd.h>
+
 #include <atomic>
 #include <memory>
 #include <string>
@@ -25,6 +27,13 @@ using ::testing::HasSubstr;
 constexpr char kToken[] = "s3cret-token";
 
 absl::Time In(absl::Duration d) { return absl::Now() + d; }
+
+// How a server's log names this process as a client: by address over TCP, by pid over a Unix
+// socket.
+std::string ClientInLogs(const Transport* transport) {
+  if (transport->name() == "shm") return absl::StrCat("refusing client pid ", ::getpid());
+  return "refusing client 127.0.0.1:";
+}
 
 class TransportTest : public ::testing::TestWithParam<Transport*> {
  protected:
@@ -246,7 +255,7 @@ TEST_P(TransportTest, WrongTokenIsUnauthenticatedAndLogged) {
   EXPECT_EQ(client.status().code(), absl::StatusCode::kUnauthenticated) << client.status();
   EXPECT_THAT(client.status().message(), HasSubstr("refused the auth token"));
   EXPECT_THAT(client.status().message(), HasSubstr(server_->address()));
-  EXPECT_THAT(log, HasSubstr("refusing client 127.0.0.1:"));
+  EXPECT_THAT(log, HasSubstr(ClientInLogs(GetParam())));
   EXPECT_THAT(log, HasSubstr("wrong auth token"));
 }
 
@@ -258,7 +267,7 @@ TEST_P(TransportTest, MissingTokenIsUnauthenticatedAndLogged) {
   EXPECT_EQ(client.status().code(), absl::StatusCode::kUnauthenticated) << client.status();
   EXPECT_THAT(client.status().message(), HasSubstr("requires an auth token and none was given"));
   EXPECT_THAT(client.status().message(), HasSubstr(server_->address()));
-  EXPECT_THAT(log, HasSubstr("refusing client 127.0.0.1:"));
+  EXPECT_THAT(log, HasSubstr(ClientInLogs(GetParam())));
   EXPECT_THAT(log, HasSubstr("no auth token"));
 }
 
@@ -455,7 +464,7 @@ TEST_P(TransportTest, StartServerChecksItsOptions) {
   EXPECT_THAT(bad.status().message(), HasSubstr("max_connections"));
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTransports, TransportTest, ::testing::Values(Transport::Tcp()),
+INSTANTIATE_TEST_SUITE_P(AllTransports, TransportTest, ::testing::Values(Transport::Tcp(), Transport::Shm()),
                          [](const ::testing::TestParamInfo<Transport*>& info) {
                            return std::string(info.param->name());
                          });

@@ -103,6 +103,15 @@ class FakeBatchSource final : public BatchSource {
     absl::MutexLock lock(&mu_);
     batches_.insert_or_assign(key, std::move(batch));
   }
+  // Every job's batches are served compressed with `codec` (TCP only).
+  void SetCompression(Codec codec) {
+    absl::MutexLock lock(&mu_);
+    codec_ = codec;
+  }
+  Codec CompressionOf(absl::string_view job) override {
+    absl::MutexLock lock(&mu_);
+    return codec_;
+  }
   void PutAny(const std::string& job, uint64_t epoch, uint64_t index, Batch batch) {
     absl::MutexLock lock(&mu_);
     queues_[{job, epoch}].emplace_back(index, std::move(batch));
@@ -196,6 +205,7 @@ class FakeBatchSource final : public BatchSource {
   };
 
   mutable absl::Mutex mu_;
+  Codec codec_ ABSL_GUARDED_BY(mu_) = Codec::kNone;
   absl::flat_hash_map<BatchKey, Batch> batches_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<BatchKey, absl::Status> errors_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::pair<std::string, uint64_t>, std::deque<std::pair<uint64_t, Batch>>>

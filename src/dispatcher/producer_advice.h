@@ -1,0 +1,101 @@
+// The recommended number of producers: how many `croupier producer` processes the consumers of
+// the TFRecord jobs need, from what the dispatcher measures. Plain logic over figures, fed once a
+// second by the dispatcher (DispatcherImpl::Tick) and tested alone.
+//
+// The model. A consumer that received r batches/s and waited a share w of its wall time for data
+// would take r / (1 - w) batches/s if its input never made it wait: that is its demand (w is
+// capped at kMaxInputBound, so a consumer that waits all the time counts as demanding
+// 1 / (1 - kMaxInputBound) times what it gets). A producer's capacity is the batches/s it made
+// divided by its busy share, the share of its worker threads' time spent making batches (capped
+// below at kMinBusyShare): a producer held back by its consumers (full buffer, or waiting for
+// tasks) could make more than it does. A producer that does not report its busy share (a
+// Python source) counts at its rate; one that made nothing lately is not counted. The target is
+// the total demand over the mean capacity per producer.
+//
+// If the consumers wait for data while the producers are mostly idle, the limit is not the
+// producers (the network, the latency of each fetch, the consumers' prefetch): the target then
+// stays low, and the reason says so.
+//
+// The damping. Demand and capacity are smoothed (exponential moving averages with time constant
+// `smoothing`), and the recommendation moves only when the smoothed target has asked for more
+// (or fewer) producers for `hold` without interruption: up to ceil(target - kUpTolerance) when
+// that is higher, down to ceil(target - kUpTolerance + kDownMargin) when that is lower. The first
+// figure comes max(hold, smoothing) after the first measurement (0 until then). The gap between the
+// two thresholds (hysteresis) and the hold keep noise around a boundary from making it flap.
+#ifndef CROUPIER_SRC_DISPATCHER_PRODUCER_ADVICE_H_
+#define CROUPIER_SRC_DISPATCHER_PRODUCER_ADVICE_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace croupier {
+
+// The input-bound share above which a consumer's demand is taken as 1 / (1 - this) its rate.
+inline constexpr double kMaxInputBound = 0.9;
+// A target this far above an integer does not yet ask for one more producer.
+inline constexpr double kUpTolerance = 0.15;
+// Going down, this is added before rounding: 2 producers become 3 when the target passes 2.15,
+// and 3 become 2 only when it falls to 1.9.
+inline constexpr double kDownMargin = 0.25;
+// Below this busy share a producer's capacity is not extrapolated further (20 times its rate).
+inline constexpr double kMinBusyShare = 0.05;
+
+// Not thread-safe (the dispatcher calls it under its lock).
+class ProducerAdvisor {
+ public:
+  struct Options {
+    absl::Duration smoothing = absl::Seconds(30);  // the moving averages' time constant
+    absl::Duration hold = absl::Seconds(15);       // how long a new figure must persist
+    uint32_t max_producers = 1024;                 // never recommend more
+  };
+  // A live consumer's rates over its last heartbeats.
+  struct ConsumerLoad {
+    double batches_per_second = 0;
+    double input_bound = 0;  // share of wall time spent waiting for data, in [0, 1]
+  };
+  // A live producer's rates over its last heartbeats.
+  struct ProducerLoad {
+    double batches_per_second = 0;
+    // The share of its worker threads' time spent making batches, in [0, 1]; nullopt if the
+    // producer does not report it.
+    std::optional<double> busy_share;
+  };
+  struct Advice {
+    uint32_t recommended = 0;  // 0 while measuring (1 at once without producers)
+    double target = 0;         // the smoothed target, in producers
+    double demand = 0;         // batches/s the consumers would take (smoothed)
+    double capacity = 0;       // batches/s per producer (smoothed)
+    uint32_t producers = 0;    // live producers counted
+    std::string reason;        // one sentence: why the figure is what it is
+  };
+
+  explicit ProducerAdvisor(Options options) : options_(options) {}
+  ProducerAdvisor() : ProducerAdvisor(Options()) {}
+
+  // One measurement at `now` (non-decreasing between calls). Returns the advice.
+  const Advice& Update(absl::Time now, const std::vector<ConsumerLoad>& consumers,
+                       const std::vector<ProducerLoad>& producers);
+  const Advice& advice() const { return advice_; }
+
+ private:
+  const Options options_;
+  Advice advice_;
+  // The moving averages' weighted sums and total weight (0: nothing measured yet).
+  double demand_sum_ = 0;
+  double capacity_sum_ = 0;
+  double weight_ = 0;
+  absl::Time first_measured_;
+  absl::Time last_;
+  // Whether the smoothed target asks for more (1) or fewer (-1) producers than recommended, and
+  // since when; 0: neither.
+  int pending_direction_ = 0;
+  absl::Time pending_since_;
+};
+
+}  // namespace croupier
+
+#endif  // CROUPIER_SRC_DISPATCHER_PRODUCER_ADVICE_H_

@@ -1,0 +1,434 @@
+// The shared-memory data client: a small pool of Unix-socket connections to one server, as the
+// TCP client's, receiving batches as segments to map (protocol in shm_transport.h).
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "src/common/protocol.h"
+#include "src/common/status_macros.h"
+#include "src/transport/frame.h"
+#include "src/transport/shm_socket.h"
+#include "src/transport/shm_transport.h"
+#include "src/transport/tcp_client_connection.h"
+
+namespace croupier {
+namespace {
+
+// Mappings a connection keeps for segments the server may fill again; beyond these bounds the
+// ones no batch uses are unmapped.
+constexpr size_t kMaxCachedMappings = 64;
+constexpr size_t kMaxCachedBytes = size_t{256} << 20;
+
+// Segment ids whose batches are gone, to send with the connection's next request. Shared by the
+// connection and the deleters of its batches, which may outlive it. Thread-safe.
+struct ReleaseQueue {
+  absl::Mutex mu;
+  std::vector<uint64_t> ids ABSL_GUARDED_BY(mu);
+};
+
+// The deleter of a batch's buffer: keeps the mapping alive, and queues the segment's release.
+struct SegmentReleaser {
+  std::shared_ptr<ShmMapping> mapping;
+  std::shared_ptr<ReleaseQueue> queue;
+  uint64_t id;
+  void operator()(const uint8_t*) {
+    {
+      absl::MutexLock lock(&queue->mu);
+      queue->ids.push_back(id);
+    }
+    mapping.reset();
+  }
+};
+
+absl::Status Malformed(absl::string_view peer, const absl::Status& status) {
+  return absl::DataLossError(
+      absl::StrCat("malformed response from ", peer, ": ", status.message()));
+}
+
+// One handshaken connection, used by one call at a time. Thread-compatible.
+class ShmConnection {
+ public:
+  static absl::StatusOr<std::unique_ptr<ShmConnection>> Open(const std::string& address,
+                                                             const DataClientOptions& options,
+                                                             absl::Time deadline,
+                                                             const net::WakeEvent* cancel) {
+    ASSIGN_OR_RETURN(net::Socket socket,
+                     net::DialUnix(address, net::IoWait{.deadline = deadline, .wake = cancel}));
+    std::unique_ptr<ShmConnection> c(
+        new ShmConnection(std::move(socket), address, options.max_batch_bytes, cancel));
+    RETURN_IF_ERROR(c->Handshake(options.auth_token, deadline));
+    return c;
+  }
+
+  absl::StatusOr<std::pair<uint64_t, Batch>> Call(const frame::Request& request,
+                                                  absl::Time deadline) {
+    reusable_ = false;
+    const absl::Time now = absl::Now();
+    deadline = std::min(deadline, now + frame::kMaxRequestTimeout);
+    frame::Request timed = request;
+    timed.timeout_ms = frame::TimeoutMs(deadline, now);
+    const net::IoWait answer_wait{.deadline = deadline + kResponseGrace, .wake = cancel_};
+    // The segments of released batches go back first, in the same write as the request.
+    std::vector<uint64_t> released;
+    {
+      absl::MutexLock lock(&releases_->mu);
+      released.swap(releases_->ids);
+    }
+    std::string out;
+    if (!released.empty()) {
+      const auto h = frame::EncodeHeader(static_cast<frame::FrameType>(kShmReleaseFrameType),
+                                         8 * released.size());
+      out.append(h.data(), h.size());
+      out.append(reinterpret_cast<const char*>(released.data()), 8 * released.size());
+    }
+    out += frame::EncodeRequest(timed);
+    RETURN_IF_ERROR(net::SendAll(socket_.fd(), out, answer_wait, peer_));
+    char header[frame::kHeaderBytes];
+    fds_.clear();
+    absl::Status got =
+        net::RecvAllWithFds(socket_.fd(), header, sizeof(header), answer_wait, peer_, &fds_);
+    if (absl::IsDeadlineExceeded(got)) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(peer_, " did not answer by the deadline (plus ",
+                       absl::FormatDuration(kResponseGrace), " grace)"));
+    }
+    RETURN_IF_ERROR(got);
+    absl::StatusOr<frame::FrameHeader> h =
+        frame::ParseHeader(absl::string_view(header, sizeof(header)));
+    if (!h.ok()) return Malformed(peer_, h.status());
+    if (h->type == kShmBatchFrameType) return ReadBatch(h->length);
+    if (!fds_.empty()) {
+      return Malformed(peer_, absl::DataLossError("a descriptor with a frame that has none"));
+    }
+    if (h->type == static_cast<uint32_t>(frame::FrameType::kError)) return ReadError(h->length);
+    return Malformed(peer_, absl::DataLossError(
+                                absl::StrCat("frame type ", h->type, " in answer to a request")));
+  }
+
+  bool reusable() const { return reusable_; }
+  bool Stale() const { return !reusable_ || net::PeerHungUpOrSpoke(socket_.fd()); }
+
+ private:
+  ShmConnection(net::Socket socket, const std::string& address, uint64_t max_batch_bytes,
+                const net::WakeEvent* cancel)
+      : socket_(std::move(socket)),
+        peer_(absl::StrCat("data server ", address)),
+        max_batch_bytes_(max_batch_bytes),
+        cancel_(cancel) {}
+
+  absl::Status Handshake(absl::string_view token, absl::Time deadline) {
+    const net::IoWait wait{.deadline = deadline, .wake = cancel_};
+    const absl::Status sent =
+        net::SendAll(socket_.fd(), frame::EncodeHello(kShmProtocolVersion, token), wait, peer_);
+    char header[frame::kHeaderBytes];
+    const absl::Status got = net::RecvAll(socket_.fd(), header, sizeof(header), wait, peer_);
+    if (!got.ok()) {
+      const absl::Status& cause = sent.ok() ? got : sent;
+      if (absl::IsCancelled(cause)) return cause;
+      return absl::UnavailableError(
+          absl::StrCat("handshake with ", peer_, " failed: ", cause.message()));
+    }
+    absl::StatusOr<frame::FrameHeader> h =
+        frame::ParseHeader(absl::string_view(header, sizeof(header)));
+    if (!h.ok()) return Malformed(peer_, h.status());
+    if (h->type == static_cast<uint32_t>(frame::FrameType::kError)) return ReadError(h->length);
+    if (h->type != static_cast<uint32_t>(frame::FrameType::kHelloOk) ||
+        h->length != frame::kHelloOkBytes) {
+      return Malformed(peer_,
+                       absl::DataLossError(absl::StrCat("frame type ", h->type, " of ", h->length,
+                                                        " bytes in answer to the handshake")));
+    }
+    char body[frame::kHelloOkBytes];
+    RETURN_IF_ERROR(net::RecvAll(socket_.fd(), body, sizeof(body), wait, peer_));
+    absl::StatusOr<uint32_t> version = frame::ParseHelloOk(absl::string_view(body, sizeof(body)));
+    if (!version.ok()) return Malformed(peer_, version.status());
+    if (*version != kShmProtocolVersion) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("protocol version mismatch: ", peer_, " speaks version ", *version,
+                       ", this client version ", kShmProtocolVersion));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ReadError(uint64_t length) {
+    if (length < frame::kErrorFixedBytes ||
+        length > frame::kErrorFixedBytes + frame::kMaxErrorMessageBytes) {
+      return Malformed(peer_,
+                       absl::DataLossError(absl::StrCat("ERROR frame of ", length, " bytes")));
+    }
+    std::string body(length, '\0');
+    RETURN_IF_ERROR(net::RecvAll(socket_.fd(), body.data(), body.size(),
+                                 net::IoWait{.stall = kClientStallTimeout, .wake = cancel_},
+                                 peer_));
+    absl::StatusOr<frame::ErrorBody> error = frame::ParseError(body);
+    if (!error.ok()) return Malformed(peer_, error.status());
+    reusable_ = true;
+    return absl::Status(error->code, absl::StrCat(peer_, ": ", error->message));
+  }
+
+  absl::StatusOr<std::pair<uint64_t, Batch>> ReadBatch(uint64_t length) {
+    if (length != kShmBatchBodyBytes) {
+      return Malformed(peer_,
+                       absl::DataLossError(absl::StrCat("SHM_BATCH frame of ", length, " bytes")));
+    }
+    const net::IoWait wait{.stall = kClientStallTimeout, .wake = cancel_};
+    uint64_t fields[3];
+    RETURN_IF_ERROR(net::RecvAllWithFds(socket_.fd(), reinterpret_cast<char*>(fields),
+                                        sizeof(fields), wait, peer_, &fds_));
+    const uint64_t index = fields[0], size = fields[1], id = fields[2];
+    if (fds_.size() != 1) {
+      return Malformed(peer_, absl::DataLossError(absl::StrCat(
+                                  "SHM_BATCH frame with ", fds_.size(), " descriptors, not 1")));
+    }
+    net::Socket segment = std::move(fds_[0]);
+    fds_.clear();
+    // The segment is ours now whatever happens: hand it back with the next request.
+    auto give_back = [&] {
+      absl::MutexLock lock(&releases_->mu);
+      releases_->ids.push_back(id);
+    };
+    reusable_ = true;
+    if (size > max_batch_bytes_) {
+      give_back();
+      return absl::ResourceExhaustedError(absl::StrCat("batch of ", size, " bytes from ", peer_,
+                                                       " exceeds max_batch_bytes ",
+                                                       max_batch_bytes_));
+    }
+    std::shared_ptr<ShmMapping> mapping;
+    if (auto it = cache_.find(id); it != cache_.end() && it->second->size() >= size) {
+      mapping = it->second;  // a segment the server filled again: already mapped
+    } else {
+      absl::StatusOr<std::shared_ptr<ShmMapping>> mapped =
+          ShmMapping::Map(std::move(segment), size, peer_);
+      if (!mapped.ok()) {
+        reusable_ = false;
+        return absl::Status(mapped.status().code(), absl::StrCat("batch ", index, ": ",
+                                                                 mapped.status().message()));
+      }
+      mapping = *std::move(mapped);
+      cached_bytes_ += mapping->size();
+      cache_[id] = mapping;
+      Trim();
+    }
+    absl::StatusOr<Batch> batch = Batch::FromBuffer(
+        std::shared_ptr<const uint8_t>(mapping->data(), SegmentReleaser{mapping, releases_, id}),
+        size);
+    if (!batch.ok()) {
+      reusable_ = false;
+      return absl::DataLossError(absl::StrCat("malformed batch ", index, " from ", peer_, ": ",
+                                              batch.status().message()));
+    }
+    return std::make_pair(index, *std::move(batch));
+  }
+
+  // Unmaps cached segments that no batch uses while the cache is over its bounds.
+  void Trim() {
+    if (cache_.size() <= kMaxCachedMappings && cached_bytes_ <= kMaxCachedBytes) return;
+    for (auto it = cache_.begin(); it != cache_.end();) {
+      if (cache_.size() <= kMaxCachedMappings / 2 && cached_bytes_ <= kMaxCachedBytes / 2) break;
+      if (it->second.use_count() == 1) {
+        cached_bytes_ -= it->second->size();
+        cache_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  net::Socket socket_;
+  const std::string peer_;
+  const uint64_t max_batch_bytes_;
+  const net::WakeEvent* const cancel_;
+  bool reusable_ = true;
+  std::vector<net::Socket> fds_;  // descriptors received with the response being read
+  const std::shared_ptr<ReleaseQueue> releases_ = std::make_shared<ReleaseQueue>();
+  absl::flat_hash_map<uint64_t, std::shared_ptr<ShmMapping>> cache_;  // segment id -> mapping
+  size_t cached_bytes_ = 0;
+};
+
+// Thread-safe; the pool logic is the TCP client's (tcp_client.h).
+class ShmDataClient final : public DataClient {
+ public:
+  ShmDataClient(const std::string& address, const DataClientOptions& options,
+                std::unique_ptr<net::WakeEvent> cancel)
+      : address_(address), options_(options), cancel_(std::move(cancel)) {}
+  ~ShmDataClient() override { Cancel(); }
+
+  absl::Status OpenFirst() {
+    ASSIGN_OR_RETURN(std::unique_ptr<ShmConnection> first,
+                     ShmConnection::Open(address_, options_,
+                                         absl::Now() + options_.connect_timeout, cancel_.get()));
+    absl::MutexLock lock(&mu_);
+    open_ = 1;
+    idle_.push_back(std::move(first));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<Batch> Fetch(const BatchKey& key, absl::Time deadline) override {
+    RETURN_IF_ERROR(CheckJob(key.job));
+    ASSIGN_OR_RETURN(auto answer, Call(frame::Request{.type = frame::FrameType::kGetBatch,
+                                                      .job = key.job,
+                                                      .epoch = key.epoch,
+                                                      .batch = key.batch},
+                                       deadline));
+    if (answer.first != key.batch) {
+      return absl::DataLossError(absl::StrCat("data server ", address_, " answered batch ",
+                                              answer.first, " to a request for batch ",
+                                              key.batch));
+    }
+    return std::move(answer.second);
+  }
+
+  absl::StatusOr<std::pair<uint64_t, Batch>> FetchAny(absl::string_view job, uint64_t epoch,
+                                                      absl::Time deadline) override {
+    RETURN_IF_ERROR(CheckJob(job));
+    return Call(
+        frame::Request{.type = frame::FrameType::kGetAny, .job = std::string(job), .epoch = epoch},
+        deadline);
+  }
+
+  void Cancel() override {
+    std::vector<std::unique_ptr<ShmConnection>> idle;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      idle.swap(idle_);
+      open_ -= idle.size();
+    }
+    cancel_->Notify();
+  }
+
+  void Retire() override {
+    std::vector<std::unique_ptr<ShmConnection>> idle;
+    {
+      absl::MutexLock lock(&mu_);
+      retired_ = true;
+      idle.swap(idle_);
+      open_ -= idle.size();
+    }
+    // `idle` closes here, outside the lock; busy connections close when their calls end.
+  }
+
+ private:
+  absl::StatusOr<std::pair<uint64_t, Batch>> Call(const frame::Request& request,
+                                                  absl::Time deadline) {
+    ASSIGN_OR_RETURN(std::unique_ptr<ShmConnection> connection,
+                     Acquire(deadline + kResponseGrace));
+    absl::StatusOr<std::pair<uint64_t, Batch>> answer = connection->Call(request, deadline);
+    Release(std::move(connection));
+    if (absl::IsCancelled(answer.status())) return CancelledError();
+    return answer;
+  }
+
+  absl::StatusOr<std::unique_ptr<ShmConnection>> Acquire(absl::Time deadline) {
+    absl::Status last_open_error;
+    while (true) {
+      std::unique_ptr<ShmConnection> connection;
+      {
+        absl::MutexLock lock(&mu_);
+        const bool may_open = last_open_error.ok();
+        auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return cancelled_ || !idle_.empty() ||
+                 (may_open && open_ < options_.max_connections) || (!may_open && open_ == 0);
+        };
+        if (!mu_.AwaitWithDeadline(absl::Condition(&ready), deadline)) {
+          if (!last_open_error.ok()) return last_open_error;
+          return absl::DeadlineExceededError(absl::StrCat(
+              "no free connection to data server ", address_, " before the deadline (all ",
+              options_.max_connections, " busy)"));
+        }
+        if (cancelled_) return CancelledError();
+        if (!idle_.empty()) {
+          connection = std::move(idle_.back());
+          idle_.pop_back();
+        } else if (!may_open) {
+          return last_open_error;
+        } else {
+          ++open_;
+        }
+      }
+      if (connection != nullptr) {
+        if (!connection->Stale()) return connection;
+        Discard(std::move(connection));
+        continue;
+      }
+      absl::StatusOr<std::unique_ptr<ShmConnection>> opened = ShmConnection::Open(
+          address_, options_, std::min(deadline, absl::Now() + options_.connect_timeout),
+          cancel_.get());
+      if (opened.ok()) return opened;
+      {
+        absl::MutexLock lock(&mu_);
+        --open_;
+      }
+      if (absl::IsCancelled(opened.status())) return CancelledError();
+      last_open_error = opened.status();
+    }
+  }
+
+  void Release(std::unique_ptr<ShmConnection> connection) {
+    if (!connection->reusable()) {
+      Discard(std::move(connection));
+      return;
+    }
+    absl::MutexLock lock(&mu_);
+    if (cancelled_ || retired_) {
+      --open_;
+      return;  // `connection` closes when this returns
+    }
+    idle_.push_back(std::move(connection));
+  }
+
+  void Discard(std::unique_ptr<ShmConnection> connection) {
+    connection.reset();
+    absl::MutexLock lock(&mu_);
+    --open_;
+  }
+
+  absl::Status CheckJob(absl::string_view job) const {
+    if (job.size() <= frame::kMaxJobBytes) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("job name of ", job.size(), " bytes exceeds ",
+                                                   frame::kMaxJobBytes,
+                                                   " (request to data server ", address_, ")"));
+  }
+
+  absl::Status CancelledError() const {
+    return absl::CancelledError(
+        absl::StrCat("the data client of data server ", address_, " was cancelled"));
+  }
+
+  const std::string address_;
+  const DataClientOptions options_;
+  const std::unique_ptr<net::WakeEvent> cancel_;
+
+  absl::Mutex mu_;
+  std::vector<std::unique_ptr<ShmConnection>> idle_ ABSL_GUARDED_BY(mu_);
+  size_t open_ ABSL_GUARDED_BY(mu_) = 0;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool retired_ ABSL_GUARDED_BY(mu_) = false;  // Retire(): no connection goes back to idle_
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DataClient>> ConnectShmDataClient(const std::string& address,
+                                                                 const DataClientOptions& options) {
+  if (options.max_connections == 0) {
+    return absl::InvalidArgumentError("data client max_connections must be at least 1");
+  }
+  if (options.auth_token.size() > frame::kMaxTokenBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("auth token longer than ", frame::kMaxTokenBytes, " bytes"));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<net::WakeEvent> cancel, net::WakeEvent::Create());
+  auto client = std::make_unique<ShmDataClient>(address, options, std::move(cancel));
+  RETURN_IF_ERROR(client->OpenFirst());
+  return client;
+}
+
+}  // namespace croupier

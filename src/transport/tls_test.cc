@@ -1,0 +1,281 @@
+// The TCP transport over TLS (tls.h): a fetch over mutual TLS, and every refusal with its cause and
+// the peer's address. Certificates are made at test time by tests/tls_certs.sh (the openssl
+// command-line tool).
+#include "src/transport/tls.h"
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/common/protocol.h"
+#include "src/transport/frame.h"
+#include "src/transport/socket.h"
+#include "src/transport/transport.h"
+#include "src/transport/transport_testing.h"
+
+namespace croupier {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::Time In(absl::Duration d) { return absl::Now() + d; }
+
+class TlsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char tmpl[] = "/tmp/croupier-tls-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = new std::string(tmpl);
+    const std::string script = CROUPIER_SOURCE_DIR "/tests/tls_certs.sh";
+    ASSERT_EQ(std::system(absl::StrCat("sh ", script, " ", *dir_).c_str()), 0)
+        << "cannot make certificates with " << script;
+  }
+  static void TearDownTestSuite() {
+    std::system(absl::StrCat("rm -rf ", *dir_).c_str());
+    delete dir_;
+  }
+  static std::string File(absl::string_view name) { return absl::StrCat(*dir_, "/", name); }
+  static TlsConfig Config(absl::string_view cert, absl::string_view ca) {
+    TlsConfig config;
+    if (!cert.empty()) {
+      config.cert_file = File(absl::StrCat(cert, ".pem"));
+      config.key_file = File(absl::StrCat(cert, ".key"));
+    }
+    if (!ca.empty()) config.ca_file = File(absl::StrCat(ca, ".pem"));
+    return config;
+  }
+
+  ~TlsTest() override {
+    if (server_ != nullptr) server_->Shutdown();
+  }
+
+  void StartServer(TlsConfig tls, size_t per_peer = 128) {
+    DataServerOptions options;
+    options.auth_token = "tls-token";
+    options.tls = std::move(tls);
+    options.max_connections_per_peer = per_peer;
+    auto server = Transport::Tcp()->StartServer(options, &source_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+
+  absl::StatusOr<std::unique_ptr<DataClient>> Connect(TlsConfig tls) {
+    DataClientOptions options;
+    options.auth_token = "tls-token";
+    options.tls = std::move(tls);
+    options.connect_timeout = absl::Seconds(5);
+    return Transport::Tcp()->Connect(server_->address(), options);
+  }
+
+  static std::string* dir_;
+  testing::TestGuard guard_{absl::Seconds(60)};
+  testing::FakeBatchSource source_;
+  std::unique_ptr<DataServer> server_;
+};
+
+std::string* TlsTest::dir_ = nullptr;
+
+TEST_F(TlsTest, MutualTlsCarriesBatchesOfEverySize) {
+  StartServer(Config("server", "ca"));
+  auto client = Connect(Config("client", "ca"));
+  ASSERT_TRUE(client.ok()) << client.status();
+  // Small, and large enough that a write is split across many TLS records and partial writes.
+  for (size_t bytes : {size_t{600}, size_t{3} << 20, size_t{24} << 20}) {
+    const Batch batch = testing::MakeBatch(bytes, bytes);
+    source_.Put({"job", 0, bytes}, batch);
+    auto got = (*client)->Fetch({"job", 0, bytes}, In(absl::Seconds(20)));
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->ContentHash(), batch.ContentHash());
+  }
+  // A source error crosses TLS with its code, and the connection stays usable.
+  source_.Fail({"job", 0, 7}, absl::NotFoundError("no batch 7"));
+  auto missing = (*client)->Fetch({"job", 0, 7}, In(absl::Seconds(5)));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  auto again = (*client)->Fetch({"job", 0, 600}, In(absl::Seconds(5)));
+  EXPECT_TRUE(again.ok()) << again.status();
+}
+
+TEST_F(TlsTest, ServerOnlyTlsNeedsNoClientCertificate) {
+  StartServer(Config("server", ""));
+  const Batch batch = testing::MakeBatch(4096, 1);
+  source_.Put({"job", 1, 2}, batch);
+  auto client = Connect(Config("", "ca"));
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto got = (*client)->Fetch({"job", 1, 2}, In(absl::Seconds(5)));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->ContentHash(), batch.ContentHash());
+}
+
+TEST_F(TlsTest, IdlePooledConnectionIsReusedNotReplaced) {
+  // The server sends no session tickets, so an idle TLS connection stays quiet (not Stale).
+  StartServer(Config("server", "ca"));
+  const Batch batch = testing::MakeBatch(4096, 2);
+  source_.Put({"job", 0, 0}, batch);
+  auto client = Connect(Config("client", "ca"));
+  ASSERT_TRUE(client.ok()) << client.status();
+  for (int i = 0; i < 5; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+    auto got = (*client)->Fetch({"job", 0, 0}, In(absl::Seconds(5)));
+    ASSERT_TRUE(got.ok()) << got.status();
+  }
+}
+
+TEST_F(TlsTest, WrongCaIsUnauthenticatedNamingTheServer) {
+  StartServer(Config("server", ""));
+  auto client = Connect(Config("", "other_ca"));
+  ASSERT_EQ(client.status().code(), absl::StatusCode::kUnauthenticated) << client.status();
+  EXPECT_THAT(client.status().message(), HasSubstr(server_->address()));
+  EXPECT_THAT(client.status().message(), HasSubstr("does not verify"));
+}
+
+TEST_F(TlsTest, ExpiredServerCertificateIsUnauthenticated) {
+  StartServer(Config("expired", ""));
+  auto client = Connect(Config("", "ca"));
+  ASSERT_EQ(client.status().code(), absl::StatusCode::kUnauthenticated) << client.status();
+  EXPECT_THAT(client.status().message(), HasSubstr("certificate has expired"));
+  EXPECT_THAT(client.status().message(), HasSubstr(server_->address()));
+}
+
+TEST_F(TlsTest, ServerRefusesClientCertificatesItCannotVerify) {
+  StartServer(Config("server", "ca"));
+  for (const TlsConfig& tls : {Config("expired", "ca"), Config("other", "ca"), Config("", "ca")}) {
+    auto client = Connect(tls);
+    ASSERT_EQ(client.status().code(), absl::StatusCode::kUnauthenticated)
+        << tls.cert_file << ": " << client.status();
+    EXPECT_THAT(client.status().message(), HasSubstr(server_->address()));
+  }
+  auto good = Connect(Config("client", "ca"));
+  EXPECT_TRUE(good.ok()) << good.status();
+}
+
+TEST_F(TlsTest, ServerNameMustMatchTheCertificate) {
+  // The CA's own certificate chains to the CA but names neither 127.0.0.1 nor localhost.
+  StartServer(Config("ca", ""));
+  auto client = Connect(Config("", "ca"));
+  ASSERT_EQ(client.status().code(), absl::StatusCode::kUnauthenticated) << client.status();
+  EXPECT_THAT(client.status().message(), HasSubstr("mismatch"));
+}
+
+TEST_F(TlsTest, PlaintextClientOnATlsPortIsToldWhy) {
+  StartServer(Config("server", "ca"));
+  auto client = Connect(TlsConfig{});
+  ASSERT_EQ(client.status().code(), absl::StatusCode::kFailedPrecondition) << client.status();
+  EXPECT_THAT(client.status().message(), HasSubstr("requires TLS"));
+  EXPECT_THAT(client.status().message(), HasSubstr(server_->address()));
+}
+
+TEST_F(TlsTest, GarbageOnATlsPortClosesThatConnectionOnly) {
+  StartServer(Config("server", "ca"));
+  auto raw = net::Dial(server_->address(), net::IoWait{.deadline = In(absl::Seconds(5))});
+  ASSERT_TRUE(raw.ok());
+  ASSERT_TRUE(net::SendAll(raw->fd(), std::string(300, 'x'),
+                           net::IoWait{.deadline = In(absl::Seconds(5))}, "test")
+                  .ok());
+  char sink[64];
+  auto got = net::RecvSome(raw->fd(), sink, sizeof(sink),
+                           net::IoWait{.deadline = In(absl::Seconds(5))}, "test");
+  EXPECT_TRUE(!got.ok() || *got == 0) << "the server answered garbage";
+  // A ClientHello cut short, then silence: dropped at the handshake timeout, others unaffected.
+  auto client = Connect(Config("client", "ca"));
+  EXPECT_TRUE(client.ok()) << client.status();
+}
+
+TEST_F(TlsTest, TlsClientOnAPlaintextPortFailsNamingTheServer) {
+  StartServer(TlsConfig{});
+  auto client = Connect(Config("client", "ca"));
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable) << client.status();
+  EXPECT_THAT(client.status().message(),
+              HasSubstr("TLS handshake with data server " + server_->address()));
+}
+
+TEST_F(TlsTest, MissingOrMismatchedFilesAreInvalidArgumentNamingTheFile) {
+  DataServerOptions options;
+  options.tls = Config("server", "ca");
+  options.tls.key_file = File("client.key");
+  auto mismatched = Transport::Tcp()->StartServer(options, &source_);
+  EXPECT_EQ(mismatched.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(mismatched.status().message(), HasSubstr("client.key"));
+  options.tls.cert_file = File("nonexistent.pem");
+  auto missing = Transport::Tcp()->StartServer(options, &source_);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(missing.status().message(), HasSubstr("nonexistent.pem"));
+  options.tls = TlsConfig();
+  options.tls.ca_file = File("ca.pem");
+  auto no_cert = Transport::Tcp()->StartServer(options, &source_);
+  EXPECT_EQ(no_cert.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(no_cert.status().message(), HasSubstr("--tls-cert"));
+}
+
+TEST_F(TlsTest, EnvironmentSuppliesTheFilesWhenNoneAreGiven) {
+  ::setenv(kTlsCaEnv, "/env/ca.pem", 1);
+  ::setenv(kTlsCertEnv, "/env/cert.pem", 1);
+  ::setenv(kTlsKeyEnv, "/env/key.pem", 1);
+  const TlsConfig from_env = ResolveTlsConfig(TlsConfig{});
+  TlsConfig flag;
+  flag.ca_file = "/flag/ca.pem";
+  const TlsConfig given = ResolveTlsConfig(flag);
+  ::unsetenv(kTlsCaEnv);
+  ::unsetenv(kTlsCertEnv);
+  ::unsetenv(kTlsKeyEnv);
+  EXPECT_EQ(from_env.ca_file, "/env/ca.pem");
+  EXPECT_EQ(from_env.cert_file, "/env/cert.pem");
+  EXPECT_EQ(from_env.key_file, "/env/key.pem");
+  EXPECT_EQ(given.ca_file, "/flag/ca.pem");
+  EXPECT_EQ(given.cert_file, "");
+  EXPECT_FALSE(ResolveTlsConfig(TlsConfig{}).enabled());
+}
+
+TEST_F(TlsTest, ConnectionsPerPeerAreBounded) {
+  StartServer(TlsConfig{}, /*per_peer=*/2);
+  DataClientOptions options;
+  options.auth_token = "tls-token";
+  auto a = Transport::Tcp()->Connect(server_->address(), options);
+  auto b = Transport::Tcp()->Connect(server_->address(), options);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto c = Transport::Tcp()->Connect(server_->address(), options);
+  ASSERT_EQ(c.status().code(), absl::StatusCode::kUnavailable) << c.status();
+  EXPECT_THAT(c.status().message(), HasSubstr("limit of 2 connections from 127.0.0.1"));
+  a->reset();
+  // The slot comes back once the server has seen the close.
+  absl::StatusOr<std::unique_ptr<DataClient>> d = absl::UnavailableError("not tried");
+  for (int i = 0; i < 100 && !d.ok(); ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+    d = Transport::Tcp()->Connect(server_->address(), options);
+  }
+  EXPECT_TRUE(d.ok()) << d.status();
+}
+
+TEST_F(TlsTest, ARetiredClientGivesItsConnectionSlotsBack) {
+  StartServer(Config("server", ""), /*per_peer=*/2);
+  const Batch batch = testing::MakeBatch(4096, 3);
+  source_.Put({"job", 0, 0}, batch);
+  auto retired = Connect(Config("", "ca"));
+  auto busy = Connect(Config("", "ca"));
+  ASSERT_TRUE(retired.ok() && busy.ok());
+  (*retired)->Retire();  // its idle connection closes now
+  // A retired client still answers, over a connection it closes after the call.
+  absl::StatusOr<Batch> got = absl::UnavailableError("not tried");
+  for (int i = 0; i < 100 && !got.ok(); ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+    got = (*retired)->Fetch({"job", 0, 0}, In(absl::Seconds(5)));
+  }
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->ContentHash(), batch.ContentHash());
+  // So its slot is free again once the server has seen the close.
+  absl::StatusOr<std::unique_ptr<DataClient>> next = absl::UnavailableError("not tried");
+  for (int i = 0; i < 100 && !next.ok(); ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+    next = Connect(Config("", "ca"));
+  }
+  EXPECT_TRUE(next.ok()) << next.status();
+}
+
+}  // namespace
+}  // namespace croupier

@@ -1,0 +1,91 @@
+"""The recommended number of producers on a real cluster: a producer slowed down (each batch takes
+60 ms more to make) cannot keep up with a consumer that would take about twice what it gets, and
+the dispatcher asks for more producers; a producer that makes batches easily but serves each one
+late (60 ms of latency) leaves the consumer waiting too, but more producers would not help, and
+the dispatcher says 1 and why; a fast producer feeding a slow consumer is enough. The damping is
+shortened (--advice-smoothing-ms 3000, --advice-hold-ms 2000) so that each case settles in
+seconds; src/dispatcher/producer_advice_test.cc checks the logic itself against exact loads.
+"""
+import math
+import time
+
+import pytest
+
+from service_cluster import Cluster, run
+
+FEATURES = "id:int64,label:int64,image:bytes"
+DAMPING = ["--advice-smoothing-ms", "3000", "--advice-hold-ms", "2000"]
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    data = tmp_path / "data"
+    run("synth", "--out", data, "--files", 3, "--records", 3000, "--image-bytes", 256, "--quiet")
+    return sorted(data.glob("*.tfrecord"))
+
+
+def advice_when(cluster, done, timeout):
+    """Polls the status until done(status) holds; returns the last status."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = cluster.status()
+        if done(status):
+            return status
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not settled within {timeout} s: {status['producerAdvice']}, "
+                                 f"consumers {status['consumers']}")
+        time.sleep(0.5)
+
+
+def test_a_slowed_producer_makes_the_dispatcher_ask_for_more(tmp_path, dataset):
+    with Cluster(tmp_path / "c", dispatcher_args=DAMPING) as cluster:
+        cluster.add_producer("--test-make-delay-ms", "60")
+        cluster.create_job("slow", dataset, FEATURES, 16, 1, seed=1, epochs=0)
+        cluster.start_consumer("slow", 0, 1, tmp_path / "r0.jsonl", 1000, "--slow-ms", "10",
+                               "--quiet")
+        status = advice_when(cluster, lambda s: s["producerAdvice"]["recommended"] >= 2, 40)
+    advice = status["producerAdvice"]
+    consumer = status["consumers"][0]
+    producer = status["producers"][0]
+    # The consumer waits for data a good share of its time, and the producer is busy making.
+    assert consumer["inputBound"] > 0.2, consumer
+    assert producer["busyShare"] > 0.8, producer
+    # So the consumer would take more than it gets, and more than the one producer makes.
+    assert advice["demandBatchesPerSecond"] > advice["capacityBatchesPerSecond"], advice
+    assert advice["target"] > 1, advice
+    assert advice["producers"] == 1
+    # The figure is the target rounded up (with its tolerance), within what the hold allows.
+    assert advice["recommended"] <= max(1, math.ceil(advice["target"] - 0.15)) + 1, advice
+    assert "the limit is not the producers" not in advice["reason"], advice
+
+
+def test_a_latency_limit_is_not_blamed_on_the_producers(tmp_path, dataset):
+    with Cluster(tmp_path / "c", dispatcher_args=DAMPING) as cluster:
+        cluster.add_producer("--test-delay-ms", "60")
+        cluster.create_job("late", dataset, FEATURES, 16, 1, seed=1, epochs=0)
+        cluster.start_consumer("late", 0, 1, tmp_path / "r0.jsonl", 1000, "--slow-ms", "10",
+                               "--quiet")
+        status = advice_when(
+            cluster, lambda s: s["producerAdvice"]["recommended"] > 0 and
+            s["consumers"][0]["inputBound"] > 0.25, 40)
+    advice = status["producerAdvice"]
+    assert status["producers"][0]["busyShare"] < 0.5, status["producers"]
+    assert advice["recommended"] == 1, advice
+    assert "the limit is not the producers" in advice["reason"], advice
+
+
+def test_a_fast_producer_for_a_slow_consumer_is_enough(tmp_path, dataset):
+    with Cluster(tmp_path / "c", dispatcher_args=DAMPING) as cluster:
+        cluster.add_producer()
+        # Batches of 8: an epoch lasts about 20 s, so no epoch boundary falls in the check.
+        cluster.create_job("fast", dataset, FEATURES, 8, 1, seed=1, epochs=0)
+        cluster.start_consumer("fast", 0, 1, tmp_path / "r0.jsonl", 1000, "--slow-ms", "50",
+                               "--quiet")
+        status = advice_when(cluster, lambda s: s["producerAdvice"]["recommended"] > 0, 40)
+        # It stays at 1 while the load does.
+        seen = set()
+        for _ in range(8):
+            seen.add(cluster.status()["producerAdvice"]["recommended"])
+            time.sleep(0.5)
+    assert status["producerAdvice"]["recommended"] == 1, status["producerAdvice"]
+    assert seen == {1}, seen

@@ -1,0 +1,235 @@
+"""The native TensorFlow dataset op (croupier.tf.dataset, src/tf_op) with real TensorFlow: eager,
+tf.function, model.fit, errors as tf.errors, tf.train.Checkpoint of the iterator, and TensorFlow's
+own protobuf and gRPC in one process with croupier's, imported in either order."""
+import gc
+import hashlib
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import croupier
+
+tf = pytest.importorskip("tensorflow")
+import croupier.tf as ctf  # noqa: E402
+
+if not ctf.op_available():
+    pytest.skip("the TensorFlow op was not built", allow_module_level=True)
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared" / "data" / "tfrecord"
+MIXED = "id:int64,tokens:int64[*],emb:float32[3],name:bytes"
+
+
+def write_examples(path, n):
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for i in range(n):
+            f = {
+                "id": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
+                "tokens": tf.train.Feature(int64_list=tf.train.Int64List(value=list(range(i % 4)))),
+                "emb": tf.train.Feature(float_list=tf.train.FloatList(value=[i, i / 2, -i])),
+                "name": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"r%d" % i])),
+            }
+            w.write(tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString())
+
+
+def digest(batch):
+    """A content hash of a batch as TensorFlow sees it (every feature's values)."""
+    h = hashlib.sha256()
+    for name in sorted(batch):
+        v = batch[name]
+        if isinstance(v, tf.RaggedTensor):
+            h.update(v.flat_values.numpy().tobytes() + v.row_splits.numpy().tobytes())
+        else:
+            h.update(np.asarray(v.numpy()).tobytes() if v.dtype != tf.string
+                     else b"\0".join(v.numpy().ravel().tolist()))
+    return h.hexdigest()
+
+
+@pytest.mark.timeout(180)
+def test_op_reads_dense_ragged_and_bytes_eagerly_in_tf_function_and_in_fit(tmp_path):
+    path = tmp_path / "mixed.tfrecord"
+    write_examples(path, 40)
+    with croupier.local_cluster(producers=1, work_dir=tmp_path / "cluster") as cluster:
+        cluster.create_job("mixed", str(path), MIXED, 8, consumers=1, shuffle="none", epochs=3)
+        ds = ctf.dataset(cluster.address, "mixed", 0, 1)
+        assert ds.element_spec["emb"] == tf.TensorSpec([None, 3], tf.float32)
+        assert ds.element_spec["name"] == tf.TensorSpec([None], tf.string)
+        assert isinstance(ds.element_spec["tokens"], tf.RaggedTensorSpec)
+        batches = list(ds)  # eager: epoch 0
+        assert len(batches) == 5
+        first = batches[0]
+        assert first["id"].numpy().tolist() == list(range(8))
+        assert first["tokens"].to_list() == [list(range(i % 4)) for i in range(8)]
+        assert first["name"].numpy().tolist() == [b"r%d" % i for i in range(8)]
+        np.testing.assert_allclose(first["emb"].numpy()[3], [3, 1.5, -3])
+        assert [i for b in batches for i in b["id"].numpy().tolist()] == list(range(40))
+
+        @tf.function
+        def total(dataset):
+            s = tf.constant(0, tf.int64)
+            for b in dataset:
+                s += tf.reduce_sum(b["id"]) + tf.reduce_sum(b["tokens"].flat_values)
+            return s
+
+        want = sum(range(40)) + sum(sum(range(i % 4)) for i in range(40))
+        assert int(total(ds)) == want  # epoch 1, inside a tf.function
+        assert len(list(ds)) == 5  # epoch 2
+        assert list(ds) == []  # past the bounded job's last epoch
+        del ds
+        gc.collect()
+        # A fixed epoch reads that epoch on every iteration (resume=False: from its start, not from
+        # the rank's acknowledged position).
+        fixed = ctf.dataset(cluster.address, "mixed", 0, 1, epoch=1, resume=False)
+        assert [digest(b) for b in fixed] == [digest(b) for b in batches]  # shuffle "none"
+        assert [digest(b) for b in fixed] == [digest(b) for b in batches]
+        del fixed
+        gc.collect()
+
+    if not SHARED.is_dir():
+        return
+    # model.fit on TensorFlow-written data, two Keras epochs = two croupier epochs.
+    with croupier.local_cluster(producers=1, work_dir=tmp_path / "cluster2") as cluster:
+        cluster.create_job("reg", str(SHARED / "regression-train.tfrecord"), "x:float32,y:float32",
+                           32, consumers=1, seed=1, epochs=2)
+        raw = ctf.dataset(cluster.address, "reg", 0, 1)
+        ds = raw.map(lambda b: (b["x"] / 1000, b["y"] / 1000))
+        model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1)])
+        model.compile(optimizer=tf.keras.optimizers.SGD(0.5), loss="mse")
+        history = model.fit(ds, epochs=2, verbose=0)
+        assert len(history.history["loss"]) == 2
+        assert history.history["loss"][1] < 0.5
+        assert list(raw) == []  # the two Keras epochs read croupier epochs 0 and 1: none is left
+        del ds, raw
+        gc.collect()
+
+
+@pytest.mark.timeout(120)
+def test_wrong_arguments_and_a_lost_dispatcher_raise_tf_errors_with_croupiers_message(tmp_path):
+    path = tmp_path / "mixed.tfrecord"
+    write_examples(path, 40)
+    cluster = croupier.local_cluster(producers=1, work_dir=tmp_path / "cluster")
+    try:
+        cluster.create_job("mixed", str(path), MIXED, 2, consumers=1, shuffle="none", epochs=1)
+        with pytest.raises(tf.errors.InvalidArgumentError, match="world"):
+            ctf.dataset(cluster.address, "mixed", 0, 2, timeout=10)
+        with pytest.raises(tf.errors.InvalidArgumentError, match="rank 3 is not in"):
+            ctf.dataset(cluster.address, "mixed", 3, 2, timeout=10)
+        with pytest.raises(tf.errors.NotFoundError, match="nosuchjob"):
+            ctf.dataset(cluster.address, "nosuchjob", 0, 1, timeout=10)
+        ds = ctf.dataset(cluster.address, "mixed", 0, 1, epoch=0, timeout=3, prefetch=1)
+        old = iter(ds)
+        assert next(old)["id"].numpy().tolist() == [0, 1]
+        it = iter(ds)  # takes the rank over, from the start of epoch 0
+        assert next(it)["id"].numpy().tolist() == [0, 1]
+        with pytest.raises(tf.errors.FailedPreconditionError, match="newer iterator"):
+            for _ in range(20):  # after what its pipeline had prefetched
+                next(old)
+        del old
+        cluster.close()  # the dispatcher and the producer are gone
+        with pytest.raises(tf.errors.OpError) as raised:
+            for _ in range(20):
+                next(it)
+        assert not isinstance(raised.value, tf.errors.OutOfRangeError)
+        assert "mixed" in str(raised.value) or "127.0.0.1" in str(raised.value), raised.value
+        del it, ds, raised  # the traceback holds the iterator, which holds the rank
+        gc.collect()
+    finally:
+        cluster.close()
+    with pytest.raises((tf.errors.DeadlineExceededError, tf.errors.UnavailableError),
+                       match="127.0.0.1"):
+        ctf.dataset(cluster.address, "mixed", 0, 1, timeout=2)
+
+
+_RESTORE = textwrap.dedent("""
+    import json, sys
+    import tensorflow as tf
+    import croupier.tf as ctf
+    sys.path.insert(0, sys.argv[1])
+    from test_tf_op import digest
+    address, ckpt = sys.argv[2], sys.argv[3]
+    ds = ctf.dataset(address, "ck", 0, 1, resume=False)
+    it = iter(ds)
+    tf.train.Checkpoint(iterator=it).restore(ckpt).assert_consumed()
+    rest = [digest(b) for b in it]
+    nxt = [digest(b) for b in ds]  # the next iteration: the next epoch
+    print(json.dumps({"rest": rest, "next": nxt}))
+""")
+
+
+@pytest.mark.timeout(180)
+def test_checkpointed_iterator_resumes_the_data_exactly_in_a_new_process(tmp_path):
+    path = tmp_path / "mixed.tfrecord"
+    write_examples(path, 80)
+    with croupier.local_cluster(producers=1, work_dir=tmp_path / "cluster") as cluster:
+        cluster.create_job("ck", str(path), MIXED, 8, consumers=1, seed=7, epochs=2)
+        ref = ctf.dataset(cluster.address, "ck", 0, 1, resume=False)
+        want = [[digest(b) for b in ref] for _ in range(2)]  # epochs 0 and 1, fault-free
+        assert len(want[0]) == 10 and want[0] != want[1]
+        del ref
+        gc.collect()
+
+        ds = ctf.dataset(cluster.address, "ck", 0, 1, resume=False)
+        it = iter(ds)
+        seen = [digest(next(it)) for _ in range(4)]
+        saved = tf.train.Checkpoint(iterator=it).save(str(tmp_path / "ckpt" / "it"))
+        seen += [digest(next(it)) for _ in range(3)]  # read past the checkpoint, then "crash"
+        assert seen == want[0][:7]
+        del it, ds
+        gc.collect()
+
+        script = tmp_path / "restore.py"
+        script.write_text(_RESTORE)
+        proc = subprocess.run([sys.executable, str(script), str(ROOT / "tests"), cluster.address,
+                               saved], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        got = __import__("json").loads(proc.stdout.strip().splitlines()[-1])
+        assert got["rest"] == want[0][4:]
+        assert got["next"] == want[1]
+
+
+_ORDER = textwrap.dedent("""
+    import sys
+    if sys.argv[1] == "tensorflow-first":
+        import tensorflow as tf
+        import croupier
+    else:
+        import croupier
+        import tensorflow as tf
+    import croupier.tf as ctf
+    path, work = sys.argv[2], sys.argv[3]
+    # TensorFlow's protobuf (Python and C++) at work before croupier's gRPC and protobuf run.
+    with tf.io.TFRecordWriter(path) as w:
+        for i in range(30):
+            f = {"id": tf.train.Feature(int64_list=tf.train.Int64List(value=[i]))}
+            w.write(tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString())
+    with croupier.local_cluster(producers=1, work_dir=work) as cluster:
+        cluster.create_job("o", path, "id:int64", 5, consumers=1, shuffle="none", epochs=2)
+        assert [j["spec"]["name"] for j in croupier.status(cluster.address)["jobs"]] == ["o"]
+        ds = ctf.dataset(cluster.address, "o", 0, 1)
+        ids = [i for b in ds for i in b["id"].numpy().tolist()]
+        assert ids == list(range(30)), ids
+        del ds
+        with cluster.consumer("o", 0, 1) as feed:
+            gen = [i for b in ctf.generator_dataset(feed, 1) for i in b["id"].numpy().tolist()]
+        assert gen == list(range(30)), gen
+    print("order ok")
+""")
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("order", ["tensorflow-first", "croupier-first"])
+def test_tensorflow_and_croupier_protobuf_and_grpc_in_one_process(tmp_path, order):
+    """TensorFlow exports its own protobuf from libraries loaded RTLD_GLOBAL; croupier's module
+    binds its own first (RTLD_DEEPBIND, croupier/__init__.py). Without that, importing
+    tensorflow first crashed the first gRPC call of croupier with SIGSEGV."""
+    script = tmp_path / "order.py"
+    script.write_text(_ORDER)
+    proc = subprocess.run([sys.executable, str(script), order, str(tmp_path / "o.tfrecord"),
+                           str(tmp_path / "cluster")], capture_output=True, text=True,
+                          timeout=150)
+    assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-3000:]}"
+    assert "order ok" in proc.stdout
