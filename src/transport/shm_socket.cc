@@ -34,36 +34,6 @@ absl::StatusOr<socklen_t> AbstractAddress(const std::string& name, sockaddr_un* 
   return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size());
 }
 
-// Waits until `fd` is ready for `events` (or hung up), the wait runs out, or the wake event
-// fires.
-absl::Status WaitUntilReady(int fd, short events, const IoWait& wait, absl::Time progress,
-                       absl::string_view doing, absl::string_view peer) {
-  while (true) {
-    if (wait.wake != nullptr && wait.wake->notified()) {
-      return absl::CancelledError(absl::StrCat("cancelled while ", doing, " ", peer));
-    }
-    const absl::Time now = absl::Now();
-    const absl::Time until = std::min(wait.deadline, progress + wait.stall);
-    if (now >= until) {
-      return absl::DeadlineExceededError(absl::StrCat("timed out ", doing, " ", peer));
-    }
-    const absl::Duration left = absl::Ceil(until - now, absl::Milliseconds(1));
-    const int timeout_ms = left > absl::Milliseconds(INT_MAX)
-                               ? INT_MAX
-                               : static_cast<int>(left / absl::Milliseconds(1));
-    pollfd fds[2] = {{fd, events, 0}, {wait.wake != nullptr ? wait.wake->fd() : -1, POLLIN, 0}};
-    const int n = ::poll(fds, wait.wake != nullptr ? 2 : 1, timeout_ms);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return absl::UnavailableError(
-          absl::StrCat("poll while ", doing, " ", peer, ": ", std::strerror(errno)));
-    }
-    if (fds[1].revents != 0) continue;
-    if (fds[0].revents != 0) return absl::OkStatus();
-  }
-}
-
-
 }  // namespace
 
 absl::StatusOr<Socket> ListenUnix(const std::string& name) {
@@ -140,7 +110,7 @@ absl::Status SendAllWithFd(int fd, absl::string_view bytes, int fd_to_pass, cons
       return absl::UnavailableError(absl::StrCat("sending to ", peer, ": ", std::strerror(errno)));
     }
     // The socket buffer is full (rare: frames here are small): wait for room.
-    RETURN_IF_ERROR(WaitUntilReady(fd, POLLOUT, wait, absl::Now(), "sending to", peer));
+    RETURN_IF_ERROR(WaitReady(fd, POLLOUT, wait, absl::Now(), "sending to", peer));
   }
 }
 
@@ -166,7 +136,7 @@ absl::Status RecvAllWithFds(int fd, char* dst, size_t n, const IoWait& wait,
         return absl::UnavailableError(
             absl::StrCat("receiving from ", peer, ": ", std::strerror(errno)));
       }
-      RETURN_IF_ERROR(WaitUntilReady(fd, POLLIN, wait, progress, "receiving from", peer));
+      RETURN_IF_ERROR(WaitReady(fd, POLLIN, wait, progress, "receiving from", peer));
       continue;
     }
     // Take every descriptor that came, so that none leaks whatever the peer sent.
