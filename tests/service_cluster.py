@@ -267,11 +267,11 @@ def synth_dataset(out_dir, records, files=3, image_bytes=256):
     return sorted(pathlib.Path(out_dir).glob("*.tfrecord"))
 
 
-def fault_free_run(work_dir, files, features, batch_size, world, seed, epochs=1):
+def fault_free_run(work_dir, files, features, batch_size, world, seed, epochs=1, env=None):
     """A run with one producer and no fault: each rank's [(epoch, step, hash)], what the fault
-    tests compare against."""
+    tests compare against. `env`: extra environment of the cluster's processes."""
     work_dir = pathlib.Path(work_dir)
-    with Cluster(work_dir / "cluster") as cluster:
+    with Cluster(work_dir / "cluster", env=env) as cluster:
         cluster.add_producer()
         cluster.create_job("train", files, features, batch_size, world, seed=seed, epochs=epochs)
         outs = [work_dir / f"rank{r}.jsonl" for r in range(world)]

@@ -42,7 +42,8 @@ def segment_mappings(pid):
 
 def test_exactly_once_over_shared_memory_matches_tcp(tmp_path, dataset):
     # Reference: every rank's (epoch, step, hash) over TCP only.
-    reference = fault_free_run(tmp_path / "tcp", dataset, FEATURES, BATCH, 4, seed=11)
+    reference = fault_free_run(tmp_path / "tcp", dataset, FEATURES, BATCH, 4, seed=11,
+                               env={"CROUPIER_SHM": "off"})
     with Cluster(tmp_path / "shm", env={"CROUPIER_SHM": "on"}) as cluster:
         before = shm_listeners()
         cluster.add_producer()
