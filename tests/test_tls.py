@@ -182,11 +182,12 @@ def test_data_plane_refusals_from_a_tls_producer(tmp_path, certs):
                 with pytest.raises((ssl.SSLError, ConnectionError)):
                     if not tls.recv(16):
                         raise ConnectionError("closed")
-        log = cluster.producers[0].log_path.read_text()
-        assert cluster.producers[0].poll() is None
-    assert "a plaintext croupier client on a TLS port" in log
-    assert "presented no certificate" in log
-    assert "refused this side's certificate" in log  # the client that did not trust our CA
+        # The producer logs a refusal after it has sent its alert: wait for the lines.
+        producer = cluster.producers[0]
+        wait_for_log(producer, "a plaintext croupier client on a TLS port")
+        wait_for_log(producer, "presented no certificate")
+        wait_for_log(producer, "refused this side's certificate")  # the client without our CA
+        assert producer.poll() is None
 
 
 def test_a_tls_client_on_a_plaintext_producer_is_refused_and_logged(tmp_path, certs):
@@ -233,8 +234,7 @@ def test_a_consumer_whose_certificate_a_producer_refuses_fails_at_once_naming_it
                    "--world", 1, "--timeout-ms", 30000, check=False, env=cluster.env,
                    timeout=90)
         took = time.monotonic() - start
-        log = cluster.producers[0].log_path.read_text()
+        wait_for_log(cluster.producers[0], "presented no certificate")
     assert proc.returncode != 0 and "UNAUTHENTICATED" in proc.stderr, proc.stderr
     assert f"data server {address}" in proc.stderr
     assert took < 20, f"took {took:.1f} s: retried instead of failing"
-    assert "presented no certificate" in log
