@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/common/env.h"
 #include "src/common/logging.h"
+#include "src/common/memory.h"
 #include "src/common/status_macros.h"
 #include "src/node/producer_node.h"
 #include "src/rpc/grpc_util.h"
@@ -95,6 +96,10 @@ absl::Status ProducerCommand(const std::vector<std::string>& argv) {
   }
 
   BlockTerminationSignals();
+  if (absl::Status s = KeepLargeAllocationsMapped(); !s.ok()) {
+    Log(LogLevel::kWarning, "producer",
+        absl::StrCat("freed batches may stay in the process's memory: ", s.message()));
+  }
   ASSIGN_OR_RETURN(auto node, ProducerNode::Start(options));
   if (args.Has("metrics-port-file")) {
     RETURN_IF_ERROR(Env::Default()->WriteFileAtomically(
