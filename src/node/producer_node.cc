@@ -280,16 +280,19 @@ absl::Status ProducerNode::Heartbeat() {
 }
 
 void ProducerNode::HeartbeatLoop() {
-  // Beat every interval, and at once when a task finished or a slot is free, so that work keeps
-  // flowing without waiting a whole interval.
-  constexpr absl::Duration kPoll = absl::Milliseconds(20);
-  constexpr absl::Duration kEagerGap = absl::Milliseconds(100);
+  // Beat every interval, and as soon as a slot is free while the dispatcher has work to give,
+  // so that work keeps flowing without waiting a whole interval. A producer holds few tasks
+  // (--max-tasks, 2), so the time it takes to notice a free slot caps its throughput at about
+  // max-tasks tasks per that time: with 100 ms, a job of 4 consumers, 4 rounds per task and
+  // batches of 256 records was capped near 40,000 records/s per producer. An eager beat is
+  // productive (it takes a task) except the last, which finds no work and ends the eagerness.
+  constexpr absl::Duration kPoll = absl::Milliseconds(5);
   absl::Time last = absl::Now();
   while (!stop_.WaitForNotificationWithTimeout(kPoll)) {
     absl::Duration since = absl::Now() - last;
     bool due = since >= interval_;
     // Eager only while the dispatcher has work to give, so an idle producer beats at the interval.
-    bool eager = since >= kEagerGap && work_available_ && FreeTaskSlots() > 0;
+    bool eager = work_available_ && FreeTaskSlots() > 0;
     if (!due && !eager) continue;
     absl::Status s = Heartbeat();
     last = absl::Now();
