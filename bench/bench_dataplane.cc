@@ -7,15 +7,20 @@
 //   producer process: serves one pre-built batch of the case's size for every request (croupier:
 //     a data server over the transport; ZeroMQ: a PUSH socket sending zero-copy messages);
 //   consumer process: K consumers, each with its own client (croupier: a DataClient fetching one
-//     batch after another, or, for small batches, also with 4 fetches in flight as a Consumer's
-//     prefetch window keeps them, "window": 4; ZeroMQ: a PULL socket), timing every fetch
-//     (p50/p99 latency). The consumers do not read the batches' bytes.
+//     batch after another, or, for small batches, also through a Consumer's prefetch window of 4
+//     (its Prefetcher: groups of batches pipelined on one connection with
+//     DataClient::FetchBatches), "window": 4; ZeroMQ: a PULL socket), timing every fetch
+//     (p50/p99 latency; with the window, the wait in Prefetcher::Next, as a trainer sees it).
+//     The consumers do not read the batches' bytes.
 // Output: one JSON line per case (see bench/run.py, which turns them into the tables and goals):
 //   {"bench": "dataplane", "system": "croupier-tcp"|"croupier-shm"|"zeromq"|"memcpy"|"plain-tcp",
 //    "bytes": S, "producers": P, "consumers": K, "gbps": .., "batches_per_s": .., "p50_us": ..,
 //    "p99_us": .., "consumer_cpu_s_per_gb": .., "producer_cpu_s_per_gb": ..,
 //    "consumer_rss_mib": .., "producer_rss_mib": ..}
-// usage: bench_dataplane [--quick] [--only-bytes N]
+// usage: bench_dataplane [--quick] [--only-bytes N] [--only-consumers K] [--only-system S]
+//                        [--only-window W]
+//   --only-*: just the cases of that batch size, consumer count, system ("tcp", "shm", "zeromq")
+//   or window (1, 4), e.g. to profile one case under perf.
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/resource.h>
@@ -41,6 +46,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "croupier/batch.h"
+#include "src/consumer/prefetcher.h"
 #include "src/transport/batch_source.h"
 #include "src/transport/transport.h"
 
@@ -90,6 +96,7 @@ class FixedSource final : public BatchSource {
  public:
   explicit FixedSource(Batch batch) : batch_(std::move(batch)) {}
   absl::StatusOr<Batch> GetBatch(const BatchKey&, absl::Time) override { return batch_; }
+  bool Ready(const BatchKey&) override { return true; }
   absl::StatusOr<std::pair<uint64_t, Batch>> GetAnyBatch(absl::string_view, uint64_t,
                                                          absl::Time) override {
     return std::make_pair(uint64_t{0}, batch_);
@@ -228,8 +235,10 @@ ConsumerResult Percentiles(std::vector<std::vector<double>>& lat, double seconds
   return r;
 }
 
-// `window` fetches in flight per consumer (threads sharing its DataClient), as a Consumer's
-// prefetch window keeps them (prefetch_batches, 4 by default); 1 is a bare fetch loop.
+// `window` fetches in flight per consumer, through the Consumer's own prefetch window (a
+// Prefetcher of prefetch_batches = `window` over the DataClient: small batches in groups, each
+// group one pipelined DataClient::FetchBatches call, handed over together). 1 is a bare Fetch
+// loop.
 void CroupierConsumers(Transport* transport, const std::vector<std::string>& addresses,
                        int consumers, int window, uint64_t per_consumer, size_t bytes, int out,
                        int in) {
@@ -247,22 +256,47 @@ void CroupierConsumers(Transport* transport, const std::vector<std::string>& add
   char c;
   WriteAll(out, "r", 1);
   ReadAll(in, &c, 1);  // go
-  std::vector<std::vector<double>> lat(consumers * window);
+  std::vector<std::vector<double>> lat(consumers);
   std::atomic<bool> failed{false};
   const double cpu0 = CpuSeconds(), t0 = Now();
   std::vector<std::thread> threads;
-  for (int t = 0; t < consumers * window; ++t) {
-    threads.emplace_back([&, t] {
-      const int k = t / window;
-      const uint64_t mine = per_consumer / window;
-      lat[t].reserve(mine);
-      for (uint64_t i = 0; i < mine; ++i) {
+  for (int k = 0; k < consumers; ++k) {
+    threads.emplace_back([&, k] {
+      lat[k].reserve(per_consumer);
+      // Alternates between the producers, as a rank's batches are spread over them.
+      auto client_of = [&](uint64_t i) -> DataClient& {
+        return *clients[k][i % clients[k].size()];
+      };
+      if (window == 1) {
+        for (uint64_t i = 0; i < per_consumer; ++i) {
+          const double s = Now();
+          auto batch = client_of(i).Fetch({"bench", 0, i}, absl::Now() + absl::Seconds(30));
+          if (!batch.ok() || batch->bytes().size() != bytes) failed = true;
+          lat[k].push_back(Now() - s);
+        }
+        return;
+      }
+      Prefetcher prefetcher(
+          {.first = 0, .end = per_consumer, .max_batches = static_cast<uint32_t>(window)},
+          [&](uint64_t i) {
+            return client_of(i).Fetch({"bench", 0, i}, absl::Now() + absl::Seconds(30));
+          },
+          [&](uint64_t first, uint32_t count) {
+            std::vector<uint64_t> keys(count);
+            for (uint32_t j = 0; j < count; ++j) keys[j] = first + j;
+            std::vector<absl::StatusOr<Batch>> out(count, absl::UnavailableError("not fetched"));
+            client_of(first).FetchBatches(
+                "bench", 0, keys, absl::Now() + absl::Seconds(30),
+                [&](size_t j, absl::StatusOr<Batch> batch) { out[j] = std::move(batch); });
+            return out;
+          });
+      for (uint64_t i = 0; i < per_consumer; ++i) {
         const double s = Now();
-        // Alternates between the producers, as a rank's batches are spread over them.
-        auto batch = clients[k][i % clients[k].size()]->Fetch({"bench", 0, i},
-                                                             absl::Now() + absl::Seconds(30));
-        if (!batch.ok() || batch->bytes().size() != bytes) failed = true;
-        lat[t].push_back(Now() - s);
+        auto batch = prefetcher.Next();
+        if (!batch.ok() || !batch->has_value() || (*batch)->bytes().size() != bytes) {
+          failed = true;
+        }
+        lat[k].push_back(Now() - s);
       }
     });
   }
@@ -326,9 +360,23 @@ void Print(const std::string& system, size_t bytes, int producers, int consumers
   std::fflush(stdout);
 }
 
+// The --only-* filters of main (0 or empty: every case).
+struct CaseFilter {
+  int consumers = 0;
+  int window = 0;
+  std::string system;
+};
+CaseFilter filter;
+
 // One case of croupier (transport) or ZeroMQ (transport == nullptr).
 void RunCase(Transport* transport, size_t bytes, int producers, int consumers, uint64_t total,
              int window = 1) {
+  const std::string name = transport == nullptr ? "zeromq" : std::string(transport->name());
+  if ((filter.consumers != 0 && filter.consumers != consumers) ||
+      (filter.window != 0 && filter.window != window) ||
+      (!filter.system.empty() && filter.system != name)) {
+    return;
+  }
   const uint64_t per_consumer = std::max<uint64_t>(window, total / consumers / window * window);
   total = per_consumer * consumers;
   std::vector<Pipe> p_in, p_out;
@@ -468,6 +516,15 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     if (arg == "--quick") quick = true;
     if (arg == "--only-bytes" && i + 1 < argc) only_bytes = std::strtoull(argv[++i], nullptr, 10);
+    if (arg == "--only-consumers" && i + 1 < argc) filter.consumers = std::atoi(argv[++i]);
+    if (arg == "--only-system" && i + 1 < argc) filter.system = argv[++i];
+    if (arg == "--only-window" && i + 1 < argc) filter.window = std::atoi(argv[++i]);
+    if (arg == "--help" || arg == "-h") {
+      std::printf(
+          "usage: bench_dataplane [--quick] [--only-bytes N] [--only-consumers K]\n"
+          "                       [--only-system tcp|shm|zeromq] [--only-window 1|4]\n");
+      return 0;
+    }
   }
   // Bytes and batches moved per case: enough for a stable figure, little enough for --quick.
   const uint64_t volume = quick ? (uint64_t{384} << 20) : (uint64_t{2} << 30);

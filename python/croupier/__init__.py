@@ -26,6 +26,7 @@ finally:
 
 from croupier._croupier import (
     Batch,
+    BytesColumn,
     EpochPlan,
     TFRecordReader,
     build_batch,
@@ -47,12 +48,14 @@ def decode_batch(records, features):
     `features` is a spec string such as "image:bytes,label:int64,emb:float32[16],ids:int64[*]".
     Fixed-shape numeric features come back as arrays of shape [len(records), *shape] that are views
     of one contiguous batch buffer (no copy); bytes features as lists of bytes; variable-length
-    features as a tuple (values, row_splits).
+    features as a tuple (values, row_splits). build_batch(records, features).to_dict("buffer")
+    gives bytes features as croupier.BytesColumn views instead.
     """
     return build_batch(list(records), features).to_dict()
 
 __all__ = [
     "Batch",
+    "BytesColumn",
     "Consumer",
     "LocalCluster",
     "create_job",

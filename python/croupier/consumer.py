@@ -101,6 +101,15 @@ class Consumer:
         for c in self._consumers:
             c.start_epoch(epoch, step)
         self._position = (epoch, step)
+        if not self._multi:
+            # One rank, the common case: the least Python work per batch.
+            next_batch = self._consumers[0].next
+            while (batch := next_batch()) is not None:
+                step += 1
+                self._position = (epoch, step)
+                yield batch
+            self._position = (epoch + 1, 0)
+            return
         while True:
             got = [c.next() for c in self._consumers]
             ended = [b is None for b in got]
@@ -112,18 +121,24 @@ class Consumer:
                     f"ranks {self._ranks} ended epoch {epoch} at different steps")
             step += 1
             self._position = (epoch, step)
-            yield tuple(got) if self._multi else got[0]
+            yield tuple(got)
 
-    def epoch(self, epoch):
+    def epoch(self, epoch, bytes_as="list"):
         """Iterates this rank's batches of `epoch` in step order, each a dict {feature name:
         numpy array}. Fixed-shape numeric arrays are views of the received buffer (no copy) and
-        stay valid for as long as they are held; bytes features are lists of bytes; variable-length
-        features are (values, row_splits). With several ranks, each step is a tuple of dicts."""
-        for got in self.batches(epoch):
-            if self._multi:
-                yield tuple(b.to_dict() for b in got)
-            else:
-                yield got.to_dict()
+        stay valid for as long as they are held; bytes features are lists of bytes, or with
+        bytes_as="buffer" croupier.BytesColumn objects (a uint8 values array and an int64 offsets
+        array, views of the buffer: no Python object per string); variable-length features are
+        (values, row_splits). With several ranks, each step is a tuple of dicts."""
+        if bytes_as not in ("list", "buffer"):
+            raise errors.InvalidArgumentError(
+                f"bytes_as is {bytes_as!r}; it must be 'list' or 'buffer'")
+        if self._multi:
+            for got in self.batches(epoch):
+                yield tuple(b.to_dict(bytes_as) for b in got)
+        else:
+            for got in self.batches(epoch):
+                yield got.to_dict(bytes_as)
 
     # --- checkpoints --------------------------------------------------------------------------
     def state_dict(self):

@@ -80,6 +80,17 @@ def _columns(batch):
             value, splits = value
             splits = np.ascontiguousarray(np.asarray(splits), dtype=np.uint64)
             n = len(splits) - 1
+        if isinstance(value, _croupier.BytesColumn):  # one string per record, as received
+            if splits is None:
+                n = len(value)
+            if num_records is None:
+                num_records = n
+            elif n != num_records:
+                raise errors.InvalidArgumentError(
+                    f"feature '{name}' has {n} records, another feature {num_records}")
+            columns.append((str(name), "bytes", splits is not None, [], value.values,
+                            value.offsets.astype(np.uint64), splits))
+            continue
         if isinstance(value, list) and value and isinstance(value[0], (bytes, str)):
             value = np.array(value, dtype=object)
         arr = _as_array(value, name)
@@ -190,7 +201,8 @@ def serve(source, dispatcher, job, *, consumers=None, epochs=1, batches_per_epoc
     from the launcher's world size), `epochs` (0: without end), `batches_per_epoch` (default
     len(source)), `features` (default: read off the first batch), `mode` dealt or first_come.
     Each batch is a dict {name: array}: numeric arrays int64 or float32 (other integer types become
-    int64; torch and TensorFlow tensors are converted), lists of bytes, or (values, row_splits)
+    int64; torch and TensorFlow tensors are converted), lists of bytes (or croupier.BytesColumn
+    objects, as to_dict(bytes_as="buffer") gives), or (values, row_splits)
     for a variable length; the leading dimension is the batch. With source_count K > 1, K
     processes call serve() for the job, each with its source_index in [0, K), and
     batches_per_epoch is the job's total over all sources."""

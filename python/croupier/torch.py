@@ -4,7 +4,7 @@
     data = CroupierIterableDataset("HOST:5050", "train")   # rank and world from torchrun's env
     for epoch in range(epochs):
         data.set_epoch(epoch)
-        for batch in data:          # {name: torch.Tensor} made with torch.from_numpy, no copy
+        for batch in data:          # {name: torch.Tensor}, writable copies of the batch
             ...
 
 The dataset yields whole batches (croupier batches them), so give it to a DataLoader with
@@ -19,14 +19,21 @@ import torch.utils.data
 from croupier.consumer import Consumer
 
 
+def _tensor(array):
+    # The batch's arrays are read-only views of its buffer (over shared memory, of a read-only
+    # mapping, where a write kills the process). PyTorch has no read-only tensors and training code
+    # writes into its inputs, so a read-only array is copied into a tensor of its own.
+    return torch.from_numpy(array if array.flags.writeable else array.copy())
+
+
 def to_tensors(batch):
-    """{name: numpy array} -> {name: torch.Tensor}, sharing memory with the arrays."""
+    """{name: numpy array} -> {name: torch.Tensor}, each a writable copy of a read-only view."""
     out = {}
     for name, value in batch.items():
         if isinstance(value, np.ndarray):
-            out[name] = torch.from_numpy(value)
+            out[name] = _tensor(value)
         elif isinstance(value, tuple):
-            out[name] = tuple(torch.from_numpy(v) for v in value)
+            out[name] = tuple(_tensor(v) for v in value)
         else:
             out[name] = value
     return out

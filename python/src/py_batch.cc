@@ -13,33 +13,123 @@ namespace pyb = pybind11;
 
 namespace {
 
-// A numpy array over `data` that keeps the batch buffer alive: its base object holds a copy of
-// the Batch (which shares the buffer), so the array stays valid however long the user keeps it.
+// The base object of the numpy arrays of one to_dict() call: a capsule holding a copy of the Batch
+// (which shares the buffer), so every array stays valid however long the user keeps it. One per
+// call, made on first use, shared by all the arrays of that call.
+class Owner {
+ public:
+  explicit Owner(const Batch& batch) : batch_(batch) {}
+  const pyb::capsule& get() {
+    if (!capsule_) {
+      capsule_ = pyb::capsule(new Batch(batch_), [](void* p) { delete static_cast<Batch*>(p); });
+    }
+    return capsule_;
+  }
+
+ private:
+  const Batch& batch_;
+  pyb::capsule capsule_;
+};
+
+// A read-only numpy array over `data` (inside the batch buffer) whose base is the owner. A batch's
+// bytes are const: over shared memory they are a read-only mapping of the producer's segment, where
+// a write would kill the process, so numpy refuses writes ("assignment destination is read-only").
 template <typename T>
-pyb::array View(const Batch& batch, const T* data, std::vector<int64_t> shape) {
-  pyb::capsule owner(new Batch(batch), [](void* p) { delete static_cast<Batch*>(p); });
-  return pyb::array_t<T>(std::vector<pyb::ssize_t>(shape.begin(), shape.end()), data, owner);
+pyb::array View(Owner& owner, const T* data, const std::vector<int64_t>& shape) {
+  static const T kEmpty{};
+  if (data == nullptr) data = &kEmpty;  // an empty column: numpy wants a pointer all the same
+  pyb::array_t<T> array(std::vector<pyb::ssize_t>(shape.begin(), shape.end()), data, owner.get());
+  pyb::detail::array_proxy(array.ptr())->flags &= ~pyb::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  return array;
 }
 
-pyb::object ColumnToPython(const Batch& batch, const ColumnView& c) {
+// How to_dict() hands out bytes columns.
+enum class BytesAs { kList, kBuffer };
+
+BytesAs ParseBytesAs(const std::string& s) {
+  if (s == "list") return BytesAs::kList;
+  if (s == "buffer") return BytesAs::kBuffer;
+  ThrowIfError(
+      absl::InvalidArgumentError("bytes_as is '" + s + "'; it must be 'list' or 'buffer'"));
+  return BytesAs::kList;
+}
+
+// n strings as a list of Python bytes (copies): string i is data[off[i], off[i + 1]).
+pyb::list BytesList(const char* data, const int64_t* off, size_t n) {
+  pyb::list out(n);
+  for (size_t i = 0; i < n; ++i) {
+    PyObject* b =
+        PyBytes_FromStringAndSize(data + off[i], static_cast<Py_ssize_t>(off[i + 1] - off[i]));
+    if (b == nullptr) throw pyb::error_already_set();
+    PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), b);  // steals the reference
+  }
+  return out;
+}
+
+// A bytes column without a Python object per string: `values` (numpy uint8) holds the strings end
+// to end and `offsets` (numpy int64, one more entry than strings) where string i is
+// values[offsets[i]:offsets[i + 1]]. Both are views of the batch buffer (the buffer stores the
+// offsets as uint64, validated to lie inside it, hence below 2^63: read as int64 they are the same
+// numbers). Immutable; the arrays keep the buffer alive.
+class BytesColumn {
+ public:
+  BytesColumn(pyb::array values, pyb::array offsets, const char* data, const int64_t* off, size_t n)
+      : values_(std::move(values)), offsets_(std::move(offsets)), data_(data), off_(off), n_(n) {}
+
+  const pyb::array& values() const { return values_; }
+  const pyb::array& offsets() const { return offsets_; }
+  size_t size() const { return n_; }
+  uint64_t nbytes() const { return n_ == 0 ? 0 : static_cast<uint64_t>(off_[n_] - off_[0]); }
+
+  // String i (negative: from the end) as a Python bytes object: one copy of that string.
+  pyb::bytes Get(int64_t i) const {
+    if (i < 0) i += static_cast<int64_t>(n_);
+    if (i < 0 || static_cast<uint64_t>(i) >= n_) {
+      throw pyb::index_error("BytesColumn index out of range (" + std::to_string(n_) + " strings)");
+    }
+    return pyb::bytes(data_ + off_[i], static_cast<size_t>(off_[i + 1] - off_[i]));
+  }
+
+  // Every string as a list of bytes: what to_dict(bytes_as="list") gives.
+  pyb::list ToList() const { return BytesList(data_, off_, n_); }
+
+ private:
+  pyb::array values_, offsets_;
+  const char* data_;
+  const int64_t* off_;
+  size_t n_;
+};
+
+pyb::object BytesToPython(Owner& owner, const ColumnView& c, BytesAs as) {
+  const char* data = c.values.data();
+  // offsets has num_values + 1 entries (relative to the values); guard an empty column anyway.
+  static const int64_t kZero = 0;
+  const int64_t* off =
+      c.offsets.empty() ? &kZero : reinterpret_cast<const int64_t*>(c.offsets.data());
+  const size_t n = c.offsets.empty() ? 0 : static_cast<size_t>(c.num_values);
+  if (as == BytesAs::kList) return BytesList(data, off, n);
+  return pyb::cast(BytesColumn(View<uint8_t>(owner, reinterpret_cast<const uint8_t*>(data),
+                                             {static_cast<int64_t>(c.values.size())}),
+                               View<int64_t>(owner, off, {static_cast<int64_t>(n + 1)}), data, off,
+                               n));
+}
+
+pyb::object ColumnToPython(Owner& owner, const Batch& batch, const ColumnView& c, BytesAs as) {
   const uint64_t n = batch.num_records();
   pyb::object values;
   switch (c.dtype) {
     case DType::kFloat32:
-      values = View<float>(batch, c.floats().data(), c.ValuesShape(n));
+      values = View<float>(owner, c.floats().data(), c.ValuesShape(n));
       break;
     case DType::kInt64:
-      values = View<int64_t>(batch, c.ints().data(), c.ValuesShape(n));
+      values = View<int64_t>(owner, c.ints().data(), c.ValuesShape(n));
       break;
-    case DType::kBytes: {
-      pyb::list strings;  // Python byte strings are copies; numbers above are views
-      for (uint64_t i = 0; i < c.num_values; ++i) strings.append(pyb::bytes(std::string(c.bytes(i))));
-      values = strings;
+    case DType::kBytes:
+      values = BytesToPython(owner, c, as);
       break;
-    }
   }
   if (!c.variable_length) return values;
-  return pyb::make_tuple(values, View<uint64_t>(batch, c.row_splits.data(),
+  return pyb::make_tuple(values, View<uint64_t>(owner, c.row_splits.data(),
                                                 {static_cast<int64_t>(c.row_splits.size())}));
 }
 
@@ -86,7 +176,9 @@ Batch BatchFromColumns(uint64_t num_records, const pyb::list& columns) {
     h.name = c[0].cast<std::string>();
     d.name = h.name;
     const std::string dtype = c[1].cast<std::string>();
-    d.dtype = dtype == "int64" ? DType::kInt64 : dtype == "float32" ? DType::kFloat32 : DType::kBytes;
+    d.dtype = dtype == "int64"     ? DType::kInt64
+              : dtype == "float32" ? DType::kFloat32
+                                   : DType::kBytes;
     d.variable_length = c[2].cast<bool>();
     h.dims = c[3].cast<std::vector<int64_t>>();
     d.dims = h.dims;
@@ -104,7 +196,6 @@ Batch BatchFromColumns(uint64_t num_records, const pyb::list& columns) {
   return Unwrap(std::move(batch));
 }
 
-
 void BindBatch(pyb::module_& m) {
   pyb::class_<Batch>(m, "Batch", R"doc(A batch: the records' features stacked into one array
 per feature, all in one contiguous buffer. Numeric arrays are zero-copy views of that buffer.)doc")
@@ -118,15 +209,38 @@ per feature, all in one contiguous buffer. Numeric arrays are zero-copy views of
           "The address of the batch's buffer: the numeric arrays of to_dict() lie inside it.")
       .def(
           "to_dict",
-          [](const Batch& b) {
+          [](const Batch& b, const std::string& bytes_as) {
+            const BytesAs as = ParseBytesAs(bytes_as);
+            Owner owner(b);
             pyb::dict out;
             for (const ColumnView& c : b.view().columns()) {
-              out[pyb::str(std::string(c.name))] = ColumnToPython(b, c);
+              out[pyb::str(c.name.data(), c.name.size())] = ColumnToPython(owner, b, c, as);
             }
             return out;
           },
-          "{name: array}. Fixed shapes: an array [num_records, *shape]; bytes: a list of bytes; "
-          "variable length: a tuple (values, row_splits).");
+          pyb::arg("bytes_as") = "list",
+          "{name: array}. Fixed shapes: an array [num_records, *shape], a view of the batch "
+          "buffer; bytes: a list of bytes (bytes_as='list', copies) or a BytesColumn "
+          "(bytes_as='buffer': a uint8 values array and an int64 offsets array, views of the "
+          "buffer); variable length: a tuple (values, row_splits).");
+
+  pyb::class_<BytesColumn>(m, "BytesColumn", R"doc(The byte strings of one bytes column of a
+batch, without a Python object per string: `values` (numpy uint8) holds them end to end and
+`offsets` (numpy int64, len + 1 entries) bounds them: string i is
+values[offsets[i]:offsets[i + 1]]. Both arrays are views of the batch buffer (no copy) and keep it
+alive. len(), indexing (a bytes copy of one string), iteration and tolist() work as on the list
+that to_dict() gives by default.)doc")
+      .def_property_readonly("values", &BytesColumn::values)
+      .def_property_readonly("offsets", &BytesColumn::offsets)
+      .def_property_readonly("nbytes", &BytesColumn::nbytes, "The total length of the strings.")
+      .def("__len__", &BytesColumn::size)
+      .def("__getitem__", &BytesColumn::Get, pyb::arg("i"))
+      .def("__iter__", [](const BytesColumn& c) { return pyb::iter(c.ToList()); })
+      .def("tolist", &BytesColumn::ToList, "Every string, as a list of bytes (copies).")
+      .def("__repr__", [](const BytesColumn& c) {
+        return "BytesColumn(" + std::to_string(c.size()) + " strings, " +
+               std::to_string(c.nbytes()) + " bytes)";
+      });
 
   m.def("batch_from_columns", &BatchFromColumns, pyb::arg("num_records"), pyb::arg("columns"),
         "A Batch holding a copy of the given columns: (name, dtype, variable, dims, values, "

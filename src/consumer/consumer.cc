@@ -79,7 +79,12 @@ class ConsumerImpl final : public Consumer {
       return absl::OutOfRangeError(absl::StrCat("job '", job_.name, "' has ", steps,
                                                 " steps in epoch ", epoch, "; no step ", step));
     }
-    prefetcher_.reset();  // joins the old epoch's workers
+    {
+      // Joins the old epoch's workers, unless a Next() on another thread still holds it.
+      std::shared_ptr<Prefetcher> old;
+      absl::MutexLock lock(&prefetcher_mu_);
+      old = std::move(prefetcher_);
+    }
     epoch_ = epoch;
     Prefetcher::Options p{.first = step,
                           .end = first_come ? UINT64_MAX : steps,
@@ -87,20 +92,41 @@ class ConsumerImpl final : public Consumer {
                           .max_bytes = options_.prefetch_bytes,
                           .any_order = first_come};
     FetchFn fetch = first_come ? FetchFn([this, epoch](uint64_t) { return FetchAny(epoch); })
-                               : FetchFn([this, epoch](uint64_t s) { return FetchStep(epoch, s); });
-    prefetcher_ = std::make_unique<Prefetcher>(p, std::move(fetch));
+                               : FetchFn([this, epoch](uint64_t s) {
+                                   return FetchStep(epoch, s, absl::Now() + options_.timeout);
+                                 });
+    FetchGroupFn fetch_group;
+    if (!first_come) {
+      fetch_group = [this, epoch](uint64_t first, uint32_t count) {
+        return FetchSteps(epoch, first, count);
+      };
+    }
+    auto prefetcher = std::make_shared<Prefetcher>(p, std::move(fetch), std::move(fetch_group));
+    {
+      absl::MutexLock lock(&prefetcher_mu_);
+      if (closed_.HasBeenNotified()) return absl::CancelledError("the consumer is closed");
+      prefetcher_ = std::move(prefetcher);
+    }
     SetPosition(epoch, step);
     WakeHeartbeat();  // the dispatcher learns the position now: it may have tasks to reopen
     return absl::OkStatus();
   }
 
   absl::StatusOr<std::optional<Batch>> Next() override {
-    if (prefetcher_ == nullptr) {
+    // A copy of the pointer: Close() on another thread may drop the consumer's own at any time,
+    // and the last holder destroys the Prefetcher.
+    std::shared_ptr<Prefetcher> prefetcher;
+    {
+      absl::MutexLock lock(&prefetcher_mu_);
+      prefetcher = prefetcher_;
+    }
+    if (closed_.HasBeenNotified()) return absl::CancelledError("the consumer is closed");
+    if (prefetcher == nullptr) {
       return absl::FailedPreconditionError("call StartEpoch before Next");
     }
     if (absl::Status lost = Lost(); !lost.ok()) return lost;
     absl::Time start = absl::Now();
-    auto batch = prefetcher_->Next();
+    auto batch = prefetcher->Next();
     wait_nanos_ += absl::ToInt64Nanoseconds(absl::Now() - start);
     if (batch.ok() && batch->has_value()) {
       ++batches_;
@@ -120,9 +146,14 @@ class ConsumerImpl final : public Consumer {
       closed_.Notify();
       WakeHeartbeat();
       peers_.CancelAll();
-      if (prefetcher_) prefetcher_->Cancel();
+      std::shared_ptr<Prefetcher> prefetcher;
+      {
+        absl::MutexLock lock(&prefetcher_mu_);
+        prefetcher = std::move(prefetcher_);
+      }
+      if (prefetcher) prefetcher->Cancel();
       if (heartbeat_.joinable()) heartbeat_.join();
-      prefetcher_.reset();
+      prefetcher.reset();  // joins its workers, unless a Next() on another thread still holds it
     });
   }
 
@@ -132,11 +163,50 @@ class ConsumerImpl final : public Consumer {
     position_ = {epoch, step};
   }
 
+  // Dealt: steps [first, first + count) in one go. The runs of consecutive steps whose batches
+  // the same producer holds (as far as the cached locations say) are fetched with one pipelined
+  // call each; a batch that fails there is fetched again by FetchStep, with its retries and its
+  // questions to the dispatcher, within the same deadline.
+  std::vector<absl::StatusOr<Batch>> FetchSteps(uint64_t epoch, uint64_t first, uint32_t count) {
+    const absl::Time deadline = absl::Now() + options_.timeout;
+    std::vector<absl::StatusOr<Batch>> results(count, absl::UnavailableError("not fetched"));
+    std::vector<bool> done(count, false);
+    std::vector<uint64_t> globals(count);
+    for (uint32_t i = 0; i < count; ++i) {
+      globals[i] = deal::GlobalBatch(info_, epoch, first + i, options_.rank);
+    }
+    uint32_t i = 0;
+    while (i < count && !closed_.HasBeenNotified()) {
+      absl::StatusOr<std::string> address = peers_.Locate(epoch, globals[i], /*refresh=*/false);
+      if (!address.ok()) {
+        ++i;  // FetchStep asks the dispatcher
+        continue;
+      }
+      uint32_t end = i + 1;
+      while (end < count && peers_.Cached(epoch, globals[end]) == *address) ++end;
+      absl::StatusOr<DataClient*> client = peers_.Client(*address);
+      if (client.ok()) {
+        (*client)->FetchBatches(
+            options_.job, epoch, absl::MakeConstSpan(globals).subspan(i, end - i),
+            std::min(deadline, absl::Now() + kAttemptTimeout),
+            [&](size_t k, absl::StatusOr<Batch> batch) {
+              if (!batch.ok()) return;
+              results[i + k] = std::move(batch);
+              done[i + k] = true;
+            });
+      }
+      i = end;
+    }
+    for (uint32_t k = 0; k < count; ++k) {
+      if (!done[k]) results[k] = FetchStep(epoch, first + k, deadline);
+    }
+    return results;
+  }
+
   // Dealt: global batch step*N + rank, from the producer that holds its task.
-  absl::StatusOr<Batch> FetchStep(uint64_t epoch, uint64_t step) {
+  absl::StatusOr<Batch> FetchStep(uint64_t epoch, uint64_t step, absl::Time deadline) {
     const uint64_t g = deal::GlobalBatch(info_, epoch, step, options_.rank);
     const BatchKey key{options_.job, epoch, g};
-    const absl::Time deadline = absl::Now() + options_.timeout;
     absl::StatusOr<Batch> result = absl::UnavailableError("not fetched");
     std::string where = "no producer";
     absl::Status status = RetryWithBackoff(
@@ -283,7 +353,9 @@ class ConsumerImpl final : public Consumer {
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status lost_ ABSL_GUARDED_BY(mu_);
   uint64_t epoch_ = 0;
-  std::unique_ptr<Prefetcher> prefetcher_;
+  // Set by StartEpoch, dropped by Close; Next() works on a copy of the pointer.
+  absl::Mutex prefetcher_mu_;
+  std::shared_ptr<Prefetcher> prefetcher_ ABSL_GUARDED_BY(prefetcher_mu_);
   std::atomic<uint64_t> batches_{0}, bytes_{0};
   std::atomic<int64_t> wait_nanos_{0};
   absl::Notification closed_;

@@ -7,15 +7,20 @@ namespace croupier {
 
 Peers::~Peers() { CancelAll(); }
 
+std::string Peers::Cached(uint64_t epoch, uint64_t batch) {
+  absl::MutexLock lock(&mu_);
+  auto found = tasks_.find(epoch);
+  if (found == tasks_.end()) return "";
+  auto it = found->second.upper_bound(batch);
+  if (it == found->second.begin()) return "";
+  --it;
+  return batch < it->second.end ? it->second.address : "";
+}
+
 absl::StatusOr<std::string> Peers::Locate(uint64_t epoch, uint64_t batch, bool refresh) {
   if (!refresh) {
-    absl::MutexLock lock(&mu_);
-    auto& ranges = tasks_[epoch];
-    auto it = ranges.upper_bound(batch);
-    if (it != ranges.begin()) {
-      --it;
-      if (batch < it->second.end && !it->second.address.empty()) return it->second.address;
-    }
+    std::string cached = Cached(epoch, batch);
+    if (!cached.empty()) return cached;
   }
   v1::LocateRequest request;
   request.set_job(job_);

@@ -32,6 +32,9 @@ class Peers {
   // The address of the producer holding global batch `batch` of `epoch`, from the cache unless
   // `refresh`. UNAVAILABLE when the batch's task is not assigned yet.
   absl::StatusOr<std::string> Locate(uint64_t epoch, uint64_t batch, bool refresh);
+  // The cached address of the producer holding `batch`, without asking the dispatcher; empty
+  // when none is cached.
+  std::string Cached(uint64_t epoch, uint64_t batch);
   // first_come: the addresses holding tasks of `epoch`, and whether the epoch is finished.
   absl::StatusOr<std::pair<std::vector<std::string>, bool>> LocateEpoch(uint64_t epoch,
                                                                        uint64_t num_batches);

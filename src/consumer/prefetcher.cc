@@ -1,16 +1,25 @@
 #include "src/consumer/prefetcher.h"
 
+#include <algorithm>
+
 namespace croupier {
 
-Prefetcher::Prefetcher(Options options, FetchFn fetch)
-    : options_(options), fetch_(std::move(fetch)), next_issue_(options.first),
-      next_take_(options.first) {
+Prefetcher::Prefetcher(Options options, FetchFn fetch, FetchGroupFn fetch_group)
+    : options_(options), fetch_(std::move(fetch)),
+      fetch_group_(options.any_order ? nullptr : std::move(fetch_group)),
+      next_issue_(options.first), next_take_(options.first) {
   const uint32_t n = std::max<uint32_t>(1, options_.max_batches);
   for (uint32_t i = 0; i < n; ++i) workers_.emplace_back([this] { Work(); });
 }
 
 Prefetcher::~Prefetcher() {
   Cancel();
+  {
+    // A Next() on another thread (a fetch of its own, or woken by the cancel) leaves first.
+    absl::MutexLock lock(&mu_);
+    auto left = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return callers_ == 0; };
+    mu_.Await(absl::Condition(&left));
+  }
   for (auto& w : workers_) w.join();
 }
 
@@ -28,21 +37,79 @@ bool Prefetcher::CanIssue() const {
   return bytes_ + in_flight_ * last_bytes_ < options_.max_bytes;
 }
 
+uint32_t Prefetcher::IssueCount() const {
+  // Groups once the batches are known to be small; one at a time until then.
+  if (!Grouping()) return 1;
+  const uint64_t window = std::max<uint32_t>(1, options_.max_batches);
+  const uint64_t held = ready_.size() + in_flight_;
+  uint64_t free = window - std::min(window, held);
+  // The byte bound, at the size of the last batch received.
+  if (bytes_ + in_flight_ * last_bytes_ < options_.max_bytes) {
+    free = std::min<uint64_t>(free,
+                              (options_.max_bytes - bytes_ - in_flight_ * last_bytes_ +
+                               last_bytes_ - 1) / last_bytes_);
+  }
+  free = std::max<uint64_t>(free, 1);  // CanIssue said one fits
+  const uint64_t left = options_.end - next_issue_;
+  // Wait for half the window (two groups in flight hide each other's round trip), unless the
+  // caller has nothing to take or the epoch ends sooner.
+  const uint64_t half = (window + 1) / 2;
+  if (free < std::min(half, left) && held > 0) return 0;
+  return static_cast<uint32_t>(std::min(free, left));
+}
+
+void Prefetcher::WakeAWorkerIfUseful() {
+  if (CanIssue() && IssueCount() > 0) can_issue_.Signal();
+}
+
 void Prefetcher::Work() {
   while (true) {
     uint64_t slot;
+    uint32_t count;
     {
       absl::MutexLock lock(&mu_);
-      while (!CanIssue() && !cancelled_ && !failed_.has_value() && next_issue_ < options_.end) {
-        changed_.Wait(&mu_);
+      while (!cancelled_ && !failed_.has_value() && next_issue_ < options_.end &&
+             !(CanIssue() && IssueCount() > 0)) {
+        can_issue_.Wait(&mu_);
       }
       if (!CanIssue()) {
         ++workers_done_;
         changed_.SignalAll();
+        can_issue_.SignalAll();  // the others stop too
         return;
       }
-      slot = next_issue_++;
-      ++in_flight_;
+      slot = next_issue_;
+      count = IssueCount();
+      next_issue_ += count;
+      in_flight_ += count;
+      if (next_issue_ >= options_.end) {
+        can_issue_.SignalAll();  // nothing left to issue: the idle workers end
+      } else if (CanIssue() && IssueCount() > 0) {
+        can_issue_.Signal();  // room for another fetch: pass the turn on
+      }
+    }
+    if (count > 1) {
+      const absl::Time start = absl::Now();
+      std::vector<absl::StatusOr<Batch>> results = fetch_group_(slot, count);
+      const absl::Duration took = absl::Now() - start;
+      // One hand-over, one wake-up of the caller, for the whole group.
+      absl::MutexLock lock(&mu_);
+      NoteFetch(took);
+      in_flight_ -= count;
+      changed_.SignalAll();
+      for (uint32_t i = 0; i < count; ++i) {
+        absl::StatusOr<Batch> result =
+            i < results.size() ? std::move(results[i])
+                               : absl::StatusOr<Batch>(absl::InternalError(
+                                     "the group fetch returned too few results"));
+        if (result.ok()) {
+          bytes_ += result->bytes().size();
+          last_bytes_ = result->bytes().size();
+        }
+        ready_.emplace(slot + i, std::move(result));
+      }
+      WakeAWorkerIfUseful();
+      continue;
     }
     absl::StatusOr<Batch> result = fetch_(slot);
     absl::MutexLock lock(&mu_);
@@ -57,12 +124,89 @@ void Prefetcher::Work() {
       last_bytes_ = result->bytes().size();
     }
     ready_.emplace(slot, std::move(result));
+    WakeAWorkerIfUseful();
   }
 }
 
+bool Prefetcher::Grouping() const {
+  return fetch_group_ != nullptr && last_bytes_ != 0 && last_bytes_ <= options_.group_below_bytes;
+}
+
+void Prefetcher::FetchInline() {
+  // The caller would only wait: it fetches the whole free window itself, with no hand-over
+  // between threads at all.
+  const uint64_t slot = next_issue_;
+  const uint64_t window = std::max<uint32_t>(1, options_.max_batches);
+  const uint64_t held = ready_.size() + in_flight_;
+  uint64_t count = std::min<uint64_t>(window - std::min(window, held), options_.end - slot);
+  if (bytes_ < options_.max_bytes) {
+    count = std::min<uint64_t>(count,
+                               (options_.max_bytes - bytes_ + last_bytes_ - 1) / last_bytes_);
+  }
+  count = std::max<uint64_t>(count, 1);
+  next_issue_ += count;
+  in_flight_ += count;
+  std::vector<absl::StatusOr<Batch>> results;
+  {
+    mu_.Unlock();
+    const absl::Time start = absl::Now();
+    results = fetch_group_(slot, static_cast<uint32_t>(count));
+    const absl::Duration took = absl::Now() - start;
+    mu_.Lock();
+    NoteFetch(took);
+  }
+  in_flight_ -= count;
+  for (uint64_t i = 0; i < count; ++i) {
+    absl::StatusOr<Batch> result =
+        i < results.size() ? std::move(results[i])
+                           : absl::StatusOr<Batch>(
+                                 absl::InternalError("the group fetch returned too few results"));
+    if (result.ok()) {
+      bytes_ += result->bytes().size();
+      last_bytes_ = result->bytes().size();
+    }
+    ready_.emplace(slot + i, std::move(result));
+  }
+  if (next_issue_ >= options_.end) can_issue_.SignalAll();  // the idle workers end
+}
+
+void Prefetcher::NoteFetch(absl::Duration took) {
+  const double ns = absl::ToDoubleNanoseconds(took);
+  fetch_ns_ = fetch_ns_ == 0 ? ns : 0.8 * fetch_ns_ + 0.2 * ns;
+}
+
+bool Prefetcher::WorthPrefetching() const {
+  // The batches the caller has left to take, at its pace, against a group's round trip: when
+  // they outlast it, a worker fetching now keeps the caller from waiting; when the caller would
+  // drain them long before, it waits either way, and fetching itself then costs no hand-over.
+  uint64_t ahead = 0;
+  for (uint64_t s = next_take_; ready_.contains(s); ++s) ++ahead;
+  return static_cast<double>(ahead) * step_ns_ >= fetch_ns_;
+}
+
 absl::StatusOr<std::optional<Batch>> Prefetcher::Next() {
+  const absl::Time entered = absl::Now();
   absl::MutexLock lock(&mu_);
+  ++callers_;
+  if (last_return_ != absl::InfinitePast()) {
+    // Clipped at a group's round trip: one step that long already says "slow", and a caller
+    // descheduled for a while (a loaded machine) must not look slow for many steps after.
+    double ns = absl::ToDoubleNanoseconds(entered - last_return_);
+    if (fetch_ns_ > 0) ns = std::min(ns, fetch_ns_);
+    step_ns_ = step_ns_ == 0 ? ns : 0.8 * step_ns_ + 0.2 * ns;
+  }
+  struct NoteReturn {
+    Prefetcher* p;
+    ~NoteReturn() ABSL_NO_THREAD_SAFETY_ANALYSIS {  // runs under mu_
+      p->last_return_ = absl::Now();
+      --p->callers_;
+    }
+  } note_return{this};
   if (failed_.has_value()) return *failed_;
+  if (!options_.any_order && Grouping() && !cancelled_ && next_take_ == next_issue_ &&
+      next_issue_ < options_.end && ready_.empty() && CanIssue()) {
+    FetchInline();
+  }
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (cancelled_) return true;
     if (options_.any_order) return !ready_.empty() || workers_done_ == workers_.size();
@@ -77,12 +221,18 @@ absl::StatusOr<std::optional<Batch>> Prefetcher::Next() {
   absl::StatusOr<Batch> result = std::move(it->second);
   ready_.erase(it);
   ++next_take_;
-  changed_.SignalAll();
   if (!result.ok()) {
     failed_ = result.status();
+    can_issue_.SignalAll();
     return result.status();
   }
   bytes_ -= result->bytes().size();
+  // Wake one worker, and only when it can issue now: it takes every free slot (a group), and a
+  // worker waiting for half the window would otherwise wake at every take just to sleep again.
+  // (Waking them all cost a wake-up per worker per batch with a wide window.) With groups, only
+  // while the caller still has batches to take: a caller that has taken everything fetches the
+  // next group itself (FetchInline), which costs no wake-up of another thread.
+  if (!Grouping() || WorthPrefetching()) WakeAWorkerIfUseful();
   return std::optional<Batch>(*std::move(result));
 }
 
@@ -95,6 +245,7 @@ void Prefetcher::Cancel() {
   absl::MutexLock lock(&mu_);
   cancelled_ = true;
   changed_.SignalAll();
+  can_issue_.SignalAll();
 }
 
 }  // namespace croupier

@@ -1,5 +1,9 @@
 // The consumer's prefetch window: worker threads fetch the next steps ahead of the trainer,
-// bounded in batches and in bytes, and hand them over in step order.
+// bounded in batches and in bytes, and hand them over in step order. Small batches go in groups:
+// one worker fetches several consecutive slots in one call (the transport pipelines them on one
+// connection) and hands them all over at once, so that a group costs one round trip and one
+// wake-up of the caller instead of one per batch; and a caller that finds nothing ready and
+// nothing in flight fetches the next group itself rather than wake a worker and wait for it.
 #ifndef CROUPIER_SRC_CONSUMER_PREFETCHER_H_
 #define CROUPIER_SRC_CONSUMER_PREFETCHER_H_
 
@@ -12,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "croupier/batch.h"
 
 namespace croupier {
@@ -19,8 +24,13 @@ namespace croupier {
 // Fetches one item. Dealt mode: `slot` is the step. first_come: slot numbers only order the
 // requests; the function returns OUT_OF_RANGE once the epoch has nothing more to give.
 using FetchFn = std::function<absl::StatusOr<Batch>(uint64_t slot)>;
+// Fetches `count` consecutive slots from `first` (dealt mode); returns exactly `count` results,
+// in slot order.
+using FetchGroupFn =
+    std::function<std::vector<absl::StatusOr<Batch>>(uint64_t first, uint32_t count)>;
 
-// Thread-safe. Destruction cancels and joins the workers.
+// Thread-safe. Destruction cancels, waits for a Next() in progress on another thread to return
+// (CANCELLED, or with the group it was fetching itself), and joins the workers.
 class Prefetcher {
  public:
   struct Options {
@@ -31,8 +41,12 @@ class Prefetcher {
     // first_come: results are handed out in arrival order, and the first OUT_OF_RANGE of every
     // worker ends the stream.
     bool any_order = false;
+    // Batches up to this size go in groups when a FetchGroupFn is given: a worker issues once at
+    // least half the window is free and takes every free slot. Larger ones go one by one.
+    uint64_t group_below_bytes = uint64_t{256} << 10;
   };
-  Prefetcher(Options options, FetchFn fetch);
+  // `fetch_group` (dealt mode only; may be null) fetches groups of small batches.
+  Prefetcher(Options options, FetchFn fetch, FetchGroupFn fetch_group = nullptr);
   ~Prefetcher();
 
   // The next item: in slot order (dealt) or arrival order (first_come); nullopt at the end. An
@@ -46,11 +60,29 @@ class Prefetcher {
  private:
   void Work();
   bool CanIssue() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // How many slots the next fetch takes: 1, or a group (see Options::group_below_bytes); 0 when
+  // a group should wait for more of the window to free up.
+  uint32_t IssueCount() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WakeAWorkerIfUseful() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether fetches go in groups: a FetchGroupFn, and the last batch received was small.
+  bool Grouping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Next() with nothing to take and nothing in flight: the caller fetches the free window as one
+  // group on its own thread (mu_ released meanwhile).
+  void FetchInline() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Grouping: whether a worker should fetch ahead now (see the .cc), from the caller's pace and
+  // the groups' round trips.
+  bool WorthPrefetching() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NoteFetch(absl::Duration took) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   const FetchFn fetch_;
+  const FetchGroupFn fetch_group_;
   mutable absl::Mutex mu_;
-  absl::CondVar changed_;  // signalled on every change of the fields below
+  // The caller waits on `changed_` (signalled when a result lands or the stream ends); the workers
+  // on `can_issue_`, woken one at a time when a fetch can start (each wakes the next while room
+  // is left), and all at once when they must stop.
+  absl::CondVar changed_;
+  absl::CondVar can_issue_;
   uint64_t next_issue_ ABSL_GUARDED_BY(mu_);
   uint64_t next_take_ ABSL_GUARDED_BY(mu_);
   uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
@@ -60,6 +92,11 @@ class Prefetcher {
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::map<uint64_t, absl::StatusOr<Batch>> ready_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Status> failed_ ABSL_GUARDED_BY(mu_);
+  // Moving averages: the caller's time between Next calls, and a group fetch's duration.
+  double step_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  double fetch_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time last_return_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  int callers_ ABSL_GUARDED_BY(mu_) = 0;  // threads inside Next(); the destructor waits for them
   std::vector<std::thread> workers_;
 };
 

@@ -1,10 +1,12 @@
 #include "src/consumer/prefetcher.h"
 
 #include <atomic>
+#include <memory>
 #include <random>
 #include <set>
 #include <thread>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -134,6 +136,187 @@ TEST(PrefetcherTest, AnyOrderEndsWhenEveryWorkerRunsOut) {
     EXPECT_TRUE(seen.insert(SlotOf(**b)).second);
   }
   EXPECT_EQ(seen.size(), 20u);
+}
+
+// Small batches go in groups: every slot is fetched exactly once (singly or in a group), in slot
+// order to the caller, the window holds, and groups of more than one do happen.
+TEST(PrefetcherTest, SmallBatchesAreFetchedInGroupsWithinTheWindow) {
+  absl::Mutex mu;
+  std::multiset<uint64_t> fetched;
+  std::atomic<int> in_flight{0}, max_in_flight{0}, groups{0};
+  std::atomic<uint32_t> largest_group{0};
+  auto note = [&](int n) {
+    int now = in_flight += n;
+    int seen = max_in_flight.load();
+    while (now > seen && !max_in_flight.compare_exchange_weak(seen, now)) {
+    }
+  };
+  Prefetcher p(
+      {.first = 5, .end = 205, .max_batches = 6},
+      [&](uint64_t slot) {
+        note(1);
+        {
+          absl::MutexLock lock(&mu);
+          fetched.insert(slot);
+        }
+        in_flight -= 1;
+        return absl::StatusOr<Batch>(MakeBatch(slot));
+      },
+      [&](uint64_t first, uint32_t count) {
+        note(static_cast<int>(count));
+        ++groups;
+        uint32_t seen = largest_group.load();
+        while (count > seen && !largest_group.compare_exchange_weak(seen, count)) {
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(300));
+        std::vector<absl::StatusOr<Batch>> out;
+        for (uint32_t i = 0; i < count; ++i) {
+          absl::MutexLock lock(&mu);
+          fetched.insert(first + i);
+          out.push_back(MakeBatch(first + i));
+        }
+        in_flight -= static_cast<int>(count);
+        return out;
+      });
+  for (uint64_t expected = 5; expected < 205; ++expected) {
+    auto b = p.Next();
+    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_TRUE(b->has_value());
+    EXPECT_EQ(SlotOf(**b), expected);
+  }
+  auto end = p.Next();
+  ASSERT_TRUE(end.ok());
+  EXPECT_FALSE(end->has_value());
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(fetched.size(), 200u);
+  for (uint64_t slot = 5; slot < 205; ++slot) EXPECT_EQ(fetched.count(slot), 1u) << slot;
+  EXPECT_LE(max_in_flight.load(), 6);
+  EXPECT_GT(groups.load(), 0);
+  EXPECT_GE(largest_group.load(), 3u);  // at least half the window per group
+}
+
+// A failed slot inside a group reaches the caller at its slot, after the good ones before it.
+TEST(PrefetcherTest, AnErrorInsideAGroupReachesTheCallerAtItsSlot) {
+  Prefetcher p(
+      {.first = 0, .end = 40, .max_batches = 4},
+      [&](uint64_t slot) { return absl::StatusOr<Batch>(MakeBatch(slot)); },
+      [&](uint64_t first, uint32_t count) {
+        std::vector<absl::StatusOr<Batch>> out;
+        for (uint32_t i = 0; i < count; ++i) {
+          if (first + i == 13) {
+            out.push_back(absl::DataLossError("corrupt record of slot 13"));
+          } else {
+            out.push_back(MakeBatch(first + i));
+          }
+        }
+        return out;
+      });
+  for (uint64_t i = 0; i < 13; ++i) {
+    auto b = p.Next();
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(SlotOf(**b), i);
+  }
+  auto bad = p.Next();
+  EXPECT_TRUE(absl::IsDataLoss(bad.status())) << bad.status();
+  EXPECT_THAT(bad.status().message(), HasSubstr("slot 13"));
+  EXPECT_TRUE(absl::IsDataLoss(p.Next().status()));
+}
+
+// Batches above group_below_bytes go one by one; the group function is never called.
+TEST(PrefetcherTest, LargeBatchesAreNotGrouped) {
+  std::atomic<int> grouped{0};
+  Prefetcher p(
+      {.first = 0, .end = 30, .max_batches = 4, .group_below_bytes = 1000},
+      [&](uint64_t slot) { return absl::StatusOr<Batch>(MakeBatch(slot, 500)); },
+      [&](uint64_t first, uint32_t count) {
+        ++grouped;
+        std::vector<absl::StatusOr<Batch>> out;
+        for (uint32_t i = 0; i < count; ++i) out.push_back(MakeBatch(first + i, 500));
+        return out;
+      });
+  for (uint64_t i = 0; i < 30; ++i) {
+    auto b = p.Next();
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(SlotOf(**b), i);
+  }
+  EXPECT_EQ(grouped.load(), 0);
+}
+
+// A group fetch that takes `fetch` and records the thread it ran on.
+struct SlowGroups {
+  absl::Duration fetch;
+  absl::Mutex mu;
+  std::vector<std::thread::id> threads;
+  std::vector<absl::StatusOr<Batch>> Fetch(uint64_t first, uint32_t count) {
+    absl::SleepFor(fetch);
+    {
+      absl::MutexLock lock(&mu);
+      threads.push_back(std::this_thread::get_id());
+    }
+    std::vector<absl::StatusOr<Batch>> out;
+    for (uint32_t i = 0; i < count; ++i) out.push_back(MakeBatch(first + i));
+    return out;
+  }
+};
+
+// A caller slower than a group's round trip finds its batches ready: the workers fetch ahead
+// while it works.
+TEST(PrefetcherTest, ASlowCallerIsPrefetchedFor) {
+  SlowGroups groups{absl::Milliseconds(2)};
+  Prefetcher p(
+      {.first = 0, .end = 60, .max_batches = 4},
+      [&](uint64_t slot) { return absl::StatusOr<Batch>(MakeBatch(slot)); },
+      [&](uint64_t first, uint32_t count) { return groups.Fetch(first, count); });
+  int waited = 0;
+  for (uint64_t i = 0; i < 60; ++i) {
+    const absl::Time start = absl::Now();
+    auto b = p.Next();
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(SlotOf(**b), i);
+    if (i >= 10 && absl::Now() - start > absl::Milliseconds(2)) ++waited;
+    absl::SleepFor(absl::Milliseconds(6));  // the trainer's step
+  }
+  EXPECT_LE(waited, 5);  // of 50: the fetches ran ahead
+  absl::MutexLock lock(&groups.mu);
+  int on_caller = 0;
+  for (auto id : groups.threads) on_caller += id == std::this_thread::get_id();
+  EXPECT_LE(on_caller, 3) << "of " << groups.threads.size();
+}
+
+// A caller that takes batches as fast as they come fetches the groups itself: no hand-over
+// between threads.
+TEST(PrefetcherTest, AFastCallerFetchesTheGroupsItself) {
+  SlowGroups groups{absl::Microseconds(200)};
+  Prefetcher p(
+      {.first = 0, .end = 400, .max_batches = 4},
+      [&](uint64_t slot) { return absl::StatusOr<Batch>(MakeBatch(slot)); },
+      [&](uint64_t first, uint32_t count) { return groups.Fetch(first, count); });
+  for (uint64_t i = 0; i < 400; ++i) {
+    auto b = p.Next();
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(SlotOf(**b), i);
+  }
+  absl::MutexLock lock(&groups.mu);
+  size_t on_caller = 0;
+  for (auto id : groups.threads) on_caller += id == std::this_thread::get_id();
+  EXPECT_GE(on_caller, groups.threads.size() * 3 / 4) << "of " << groups.threads.size();
+}
+
+// Destroying the prefetcher while another thread waits in Next(): that Next returns CANCELLED
+// before the members it uses go away (the sanitizer builds catch a use after free).
+TEST(PrefetcherTest, DestructionWaitsForANextInProgress) {
+  auto p = std::make_unique<Prefetcher>(
+      Prefetcher::Options{.first = 0, .end = 10, .max_batches = 2}, [&](uint64_t slot) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        return absl::StatusOr<Batch>(MakeBatch(slot));
+      });
+  absl::Status got;
+  Prefetcher* raw = p.get();
+  std::thread caller([&got, raw] { got = raw->Next().status(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  p.reset();
+  caller.join();
+  EXPECT_TRUE(absl::IsCancelled(got)) << got;
 }
 
 }  // namespace

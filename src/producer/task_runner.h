@@ -124,6 +124,8 @@ class TaskRunner : public BatchSource {
   absl::StatusOr<std::pair<uint64_t, Batch>> GetAnyBatch(absl::string_view job, uint64_t epoch,
                                                          absl::Time deadline) override;
   void OnServed(const BatchKey& key, uint64_t bytes) override;
+  // True when a held task has `key` made and buffered (GetBatch answers at once).
+  bool Ready(const BatchKey& key) override;
   // The JobSpec.compression of a held or retained task's job; kNone if none is known.
   Codec CompressionOf(absl::string_view job) override;
 

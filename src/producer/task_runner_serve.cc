@@ -140,6 +140,15 @@ absl::StatusOr<std::pair<uint64_t, Batch>> TaskRunner::GetAnyBatch(absl::string_
   return std::make_pair(batch, *std::move(made));
 }
 
+bool TaskRunner::Ready(const BatchKey& key) {
+  absl::MutexLock lock(&mu_);
+  if (shutdown_) return false;
+  for (const auto& t : tasks_) {
+    if (t->Covers(key)) return t->state(key.batch - t->first()) == State::kReady;
+  }
+  return false;
+}
+
 void TaskRunner::OnServed(const BatchKey& key, uint64_t bytes) {
   absl::MutexLock lock(&mu_);
   ++batches_served_;

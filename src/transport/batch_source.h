@@ -47,6 +47,11 @@ class BatchSource {
                                                                  uint64_t epoch,
                                                                  absl::Time deadline) = 0;
 
+  // True when GetBatch(key) would answer at once (the batch is made, or its error is known),
+  // without waiting or making anything. A data server then holds the answer before it back, to
+  // write both together (pipelined requests, frame.h). False when unsure: the default.
+  virtual bool Ready(const BatchKey& key) { return false; }
+
   // Called once a batch's bytes have all been written to the peer.
   virtual void OnServed(const BatchKey& key, uint64_t bytes) {}
 

@@ -83,14 +83,23 @@ absl::StatusOr<FrameHeader> ParseHeader(absl::string_view header) {
 }
 
 std::string EncodeRequest(const Request& request) {
-  std::string out = Frame(request.type, kRequestFixedBytes + request.job.size());
-  char* body = out.data() + kHeaderBytes;
+  std::string out;
+  AppendRequest(request, &out);
+  return out;
+}
+
+void AppendRequest(const Request& request, std::string* out) {
+  const size_t at = out->size();
+  out->resize(at + kHeaderBytes + kRequestFixedBytes + request.job.size());
+  const auto header = EncodeHeader(request.type, kRequestFixedBytes + request.job.size());
+  std::memcpy(out->data() + at, header.data(), header.size());
+  char* body = out->data() + at + kHeaderBytes;
   Put<uint64_t>(body, request.epoch);
   Put<uint64_t>(body + 8, request.type == FrameType::kGetBatch ? request.batch : 0);
   Put<uint64_t>(body + 16, request.timeout_ms);
   Put<uint32_t>(body + 24, static_cast<uint32_t>(request.job.size()));
+  Put<uint32_t>(body + 28, 0);
   std::memcpy(body + kRequestFixedBytes, request.job.data(), request.job.size());
-  return out;
 }
 
 absl::StatusOr<Request> ParseRequest(const FrameHeader& header, absl::string_view body) {

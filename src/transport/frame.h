@@ -11,8 +11,16 @@
 // The 16-byte HELLO prefix and the HELLO_OK and ERROR frames are frozen across protocol versions,
 // so that peers of different versions can always tell each other why they cannot talk.
 //
-// Then the client sends one request frame at a time; the server answers each with one response
-// frame. Every frame is a 16-byte header followed by `length` bytes of body:
+// Data-plane versions: a client states kDataProtocolVersion (2) in its HELLO; a server accepts
+// kOldestDataProtocolVersion (1) to kDataProtocolVersion and answers HELLO_OK with the client's
+// version. Version 1 is the control plane's kProtocolVersion; version 2 adds pipelining.
+//
+// Then the client sends request frames; the server answers each with one response frame, in the
+// order of the requests. A version-1 client sends one request at a time; a version-2 client may
+// send several before reading any answer (pipelining, at most kMaxPipelinedRequests in
+// tcp_client_connection.h), and the server reads and serves them one after the other (a request
+// waiting in its buffer does not count as the client going away). Every frame is a 16-byte header
+// followed by `length` bytes of body:
 //   0 u32 type   4 u32 reserved   8 u64 length (of the body)
 //
 // type 1 GET_BATCH (client -> server), body 32 + job_length bytes:
@@ -24,7 +32,7 @@
 //   The server drops the connection when length > its max_request_bytes or length != 32 +
 //   job_length.
 // type 16 HELLO_OK (server -> client), body 8 bytes:
-//   0 u32 the server's protocol version   4 u32 reserved
+//   0 u32 the protocol version spoken (the client's; see the versions above)   4 u32 reserved
 // type 17 ERROR (server -> client), body 8 + message_length bytes:
 //   0 u32 code (absl::StatusCode, 1..16)   4 u32 message_length (<= 16384)   8 message (UTF-8)
 // type 18 BATCH (server -> client), body 8 + n bytes:
@@ -57,6 +65,10 @@
 namespace croupier::frame {
 
 static_assert(kProtocolVersion == 1, "frame.h documents protocol version 1: update it");
+
+inline constexpr uint32_t kDataProtocolVersion = 2;
+inline constexpr uint32_t kOldestDataProtocolVersion = 1;
+static_assert(kOldestDataProtocolVersion == kProtocolVersion);
 
 inline constexpr char kHelloMagic[4] = {'C', 'R', 'D', 'P'};
 inline constexpr size_t kHelloPrefixBytes = 16;
@@ -112,6 +124,8 @@ struct Request {
 };
 // The whole frame. Requires request.job.size() <= kMaxJobBytes.
 std::string EncodeRequest(const Request& request);
+// The same, appended to `out`.
+void AppendRequest(const Request& request, std::string* out);
 // Parses the body of a request frame whose header is `header`. DATA_LOSS naming the problem on a
 // type that is not a request or inconsistent lengths.
 absl::StatusOr<Request> ParseRequest(const FrameHeader& header, absl::string_view body);

@@ -2,6 +2,8 @@
 // TCP client's, receiving batches as segments to map (protocol in shm_transport.h).
 #include <algorithm>
 #include <cstring>
+#include <deque>
+#include <optional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -14,6 +16,7 @@
 #include "src/common/protocol.h"
 #include "src/common/status_macros.h"
 #include "src/transport/frame.h"
+#include "src/transport/recv_buffer.h"
 #include "src/transport/shm_socket.h"
 #include "src/transport/shm_transport.h"
 #include "src/transport/tcp_client_connection.h"
@@ -69,51 +72,66 @@ class ShmConnection {
 
   absl::StatusOr<std::pair<uint64_t, Batch>> Call(const frame::Request& request,
                                                   absl::Time deadline) {
+    std::optional<Answer> answer;
+    const absl::Status status = CallMany(absl::MakeConstSpan(&request, 1), deadline,
+                                         [&](size_t, Answer got) { answer = std::move(got); });
+    if (!answer.has_value()) return status;
+    return *std::move(answer);
+  }
+
+  // As ClientConnection::CallMany (tcp_client_connection.h).
+  absl::Status CallMany(absl::Span<const frame::Request> requests, absl::Time deadline,
+                        absl::FunctionRef<void(size_t, Answer)> on_answer) {
     reusable_ = false;
+    if (requests.size() > kMaxPipelinedRequests) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          requests.size(), " requests in one call; at most ", kMaxPipelinedRequests));
+    }
     const absl::Time now = absl::Now();
     deadline = std::min(deadline, now + frame::kMaxRequestTimeout);
-    frame::Request timed = request;
-    timed.timeout_ms = frame::TimeoutMs(deadline, now);
+    const uint64_t timeout_ms = frame::TimeoutMs(deadline, now);
     const net::IoWait answer_wait{.deadline = deadline + kResponseGrace, .wake = cancel_};
-    // The segments of released batches go back first, in the same write as the request.
-    std::vector<uint64_t> released;
+    // The segments of released batches go back first, in the same write as the requests.
+    released_.clear();
     {
       absl::MutexLock lock(&releases_->mu);
-      released.swap(releases_->ids);
+      released_.swap(releases_->ids);
     }
-    std::string out;
-    if (!released.empty()) {
+    out_.clear();
+    if (!released_.empty()) {
       const auto h = frame::EncodeHeader(static_cast<frame::FrameType>(kShmReleaseFrameType),
-                                         8 * released.size());
-      out.append(h.data(), h.size());
-      out.append(reinterpret_cast<const char*>(released.data()), 8 * released.size());
+                                         8 * released_.size());
+      out_.append(h.data(), h.size());
+      out_.append(reinterpret_cast<const char*>(released_.data()), 8 * released_.size());
     }
-    out += frame::EncodeRequest(timed);
-    RETURN_IF_ERROR(net::SendAll(socket_.fd(), out, answer_wait, peer_));
-    char header[frame::kHeaderBytes];
-    fds_.clear();
-    absl::Status got =
-        net::RecvAllWithFds(socket_.fd(), header, sizeof(header), answer_wait, peer_, &fds_);
-    if (absl::IsDeadlineExceeded(got)) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(peer_, " did not answer by the deadline (plus ",
-                       absl::FormatDuration(kResponseGrace), " grace)"));
+    for (const frame::Request& request : requests) {
+      frame::Request timed = request;
+      timed.timeout_ms = timeout_ms;
+      frame::AppendRequest(timed, &out_);
     }
-    RETURN_IF_ERROR(got);
-    absl::StatusOr<frame::FrameHeader> h =
-        frame::ParseHeader(absl::string_view(header, sizeof(header)));
-    if (!h.ok()) return Malformed(peer_, h.status());
-    if (h->type == kShmBatchFrameType) return ReadBatch(h->length);
+    RETURN_IF_ERROR(net::SendAll(socket_.fd(), out_, answer_wait, peer_));
+    for (size_t i = 0; i < requests.size(); ++i) {
+      reusable_ = false;
+      Answer answer = ReadAnswer(answer_wait);
+      const bool in_step = reusable_;
+      const absl::Status status = answer.status();
+      on_answer(i, std::move(answer));
+      if (!in_step) return status.ok() ? absl::DataLossError("connection out of step") : status;
+    }
+    // Every descriptor came with a SHM_BATCH frame: one left over came with a frame that has
+    // none.
     if (!fds_.empty()) {
+      fds_.clear();
       return Malformed(peer_, absl::DataLossError("a descriptor with a frame that has none"));
     }
-    if (h->type == static_cast<uint32_t>(frame::FrameType::kError)) return ReadError(h->length);
-    return Malformed(peer_, absl::DataLossError(
-                                absl::StrCat("frame type ", h->type, " in answer to a request")));
+    reusable_ = true;
+    return absl::OkStatus();
   }
 
   bool reusable() const { return reusable_; }
-  bool Stale() const { return !reusable_ || net::PeerHungUpOrSpoke(socket_.fd()); }
+  bool Stale() const {
+    return !reusable_ || !in_.empty() || net::PeerHungUpOrSpoke(socket_.fd());
+  }
 
  private:
   ShmConnection(net::Socket socket, const std::string& address, uint64_t max_batch_bytes,
@@ -123,12 +141,25 @@ class ShmConnection {
         max_batch_bytes_(max_batch_bytes),
         cancel_(cancel) {}
 
+  // Reads into the receive buffer, keeping the descriptors that come along (in order).
+  absl::StatusOr<size_t> ReadSome(char* dst, size_t room, const net::IoWait& wait) {
+    received_.clear();
+    absl::StatusOr<size_t> got =
+        net::RecvSomeWithFds(socket_.fd(), dst, room, wait, peer_, &received_);
+    for (net::Socket& fd : received_) fds_.push_back(std::move(fd));
+    received_.clear();
+    return got;
+  }
+
+  absl::Status Fill(size_t n, const net::IoWait& wait) {
+    return in_.Fill(n, [&](char* dst, size_t room) { return ReadSome(dst, room, wait); }, peer_);
+  }
+
   absl::Status Handshake(absl::string_view token, absl::Time deadline) {
     const net::IoWait wait{.deadline = deadline, .wake = cancel_};
     const absl::Status sent =
         net::SendAll(socket_.fd(), frame::EncodeHello(kShmProtocolVersion, token), wait, peer_);
-    char header[frame::kHeaderBytes];
-    const absl::Status got = net::RecvAll(socket_.fd(), header, sizeof(header), wait, peer_);
+    const absl::Status got = Fill(frame::kHeaderBytes, wait);
     if (!got.ok()) {
       const absl::Status& cause = sent.ok() ? got : sent;
       if (absl::IsCancelled(cause)) return cause;
@@ -136,8 +167,9 @@ class ShmConnection {
           absl::StrCat("handshake with ", peer_, " failed: ", cause.message()));
     }
     absl::StatusOr<frame::FrameHeader> h =
-        frame::ParseHeader(absl::string_view(header, sizeof(header)));
+        frame::ParseHeader(in_.data().substr(0, frame::kHeaderBytes));
     if (!h.ok()) return Malformed(peer_, h.status());
+    in_.Consume(frame::kHeaderBytes);
     if (h->type == static_cast<uint32_t>(frame::FrameType::kError)) return ReadError(h->length);
     if (h->type != static_cast<uint32_t>(frame::FrameType::kHelloOk) ||
         h->length != frame::kHelloOkBytes) {
@@ -145,16 +177,38 @@ class ShmConnection {
                        absl::DataLossError(absl::StrCat("frame type ", h->type, " of ", h->length,
                                                         " bytes in answer to the handshake")));
     }
-    char body[frame::kHelloOkBytes];
-    RETURN_IF_ERROR(net::RecvAll(socket_.fd(), body, sizeof(body), wait, peer_));
-    absl::StatusOr<uint32_t> version = frame::ParseHelloOk(absl::string_view(body, sizeof(body)));
+    RETURN_IF_ERROR(Fill(frame::kHelloOkBytes, wait));
+    absl::StatusOr<uint32_t> version =
+        frame::ParseHelloOk(in_.data().substr(0, frame::kHelloOkBytes));
+    in_.Consume(frame::kHelloOkBytes);
     if (!version.ok()) return Malformed(peer_, version.status());
     if (*version != kShmProtocolVersion) {
       return absl::FailedPreconditionError(
           absl::StrCat("protocol version mismatch: ", peer_, " speaks version ", *version,
                        ", this client version ", kShmProtocolVersion));
     }
+    if (!fds_.empty()) {
+      return Malformed(peer_, absl::DataLossError("a descriptor with the handshake"));
+    }
     return absl::OkStatus();
+  }
+
+  Answer ReadAnswer(const net::IoWait& answer_wait) {
+    absl::Status got = Fill(frame::kHeaderBytes, answer_wait);
+    if (absl::IsDeadlineExceeded(got)) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(peer_, " did not answer by the deadline (plus ",
+                       absl::FormatDuration(kResponseGrace), " grace)"));
+    }
+    RETURN_IF_ERROR(got);
+    absl::StatusOr<frame::FrameHeader> h =
+        frame::ParseHeader(in_.data().substr(0, frame::kHeaderBytes));
+    if (!h.ok()) return Malformed(peer_, h.status());
+    in_.Consume(frame::kHeaderBytes);
+    if (h->type == kShmBatchFrameType) return ReadBatch(h->length);
+    if (h->type == static_cast<uint32_t>(frame::FrameType::kError)) return ReadError(h->length);
+    return Malformed(peer_, absl::DataLossError(
+                                absl::StrCat("frame type ", h->type, " in answer to a request")));
   }
 
   absl::Status ReadError(uint64_t length) {
@@ -163,11 +217,9 @@ class ShmConnection {
       return Malformed(peer_,
                        absl::DataLossError(absl::StrCat("ERROR frame of ", length, " bytes")));
     }
-    std::string body(length, '\0');
-    RETURN_IF_ERROR(net::RecvAll(socket_.fd(), body.data(), body.size(),
-                                 net::IoWait{.stall = kClientStallTimeout, .wake = cancel_},
-                                 peer_));
-    absl::StatusOr<frame::ErrorBody> error = frame::ParseError(body);
+    RETURN_IF_ERROR(Fill(length, net::IoWait{.stall = kClientStallTimeout, .wake = cancel_}));
+    absl::StatusOr<frame::ErrorBody> error = frame::ParseError(in_.data().substr(0, length));
+    in_.Consume(length);
     if (!error.ok()) return Malformed(peer_, error.status());
     reusable_ = true;
     return absl::Status(error->code, absl::StrCat(peer_, ": ", error->message));
@@ -178,17 +230,18 @@ class ShmConnection {
       return Malformed(peer_,
                        absl::DataLossError(absl::StrCat("SHM_BATCH frame of ", length, " bytes")));
     }
-    const net::IoWait wait{.stall = kClientStallTimeout, .wake = cancel_};
+    RETURN_IF_ERROR(
+        Fill(kShmBatchBodyBytes, net::IoWait{.stall = kClientStallTimeout, .wake = cancel_}));
     uint64_t fields[3];
-    RETURN_IF_ERROR(net::RecvAllWithFds(socket_.fd(), reinterpret_cast<char*>(fields),
-                                        sizeof(fields), wait, peer_, &fds_));
+    std::memcpy(fields, in_.data().data(), sizeof(fields));
+    in_.Consume(kShmBatchBodyBytes);
     const uint64_t index = fields[0], size = fields[1], id = fields[2];
-    if (fds_.size() != 1) {
-      return Malformed(peer_, absl::DataLossError(absl::StrCat(
-                                  "SHM_BATCH frame with ", fds_.size(), " descriptors, not 1")));
+    // The descriptor came with the frame's first byte, so it has arrived by now.
+    if (fds_.empty()) {
+      return Malformed(peer_, absl::DataLossError("SHM_BATCH frame without a descriptor"));
     }
-    net::Socket segment = std::move(fds_[0]);
-    fds_.clear();
+    net::Socket segment = std::move(fds_.front());
+    fds_.pop_front();
     // The segment is ours now whatever happens: hand it back with the next request.
     auto give_back = [&] {
       absl::MutexLock lock(&releases_->mu);
@@ -247,7 +300,11 @@ class ShmConnection {
   const uint64_t max_batch_bytes_;
   const net::WakeEvent* const cancel_;
   bool reusable_ = true;
-  std::vector<net::Socket> fds_;  // descriptors received with the response being read
+  net::RecvBuffer in_;               // what the server sent and was not parsed yet
+  std::deque<net::Socket> fds_;      // descriptors received and not matched to a frame yet
+  std::vector<net::Socket> received_;  // scratch for one read's descriptors
+  std::vector<uint64_t> released_;     // scratch: the segment ids sent back with a call
+  std::string out_;                    // scratch: the frames of a call
   const std::shared_ptr<ReleaseQueue> releases_ = std::make_shared<ReleaseQueue>();
   absl::flat_hash_map<uint64_t, std::shared_ptr<ShmMapping>> cache_;  // segment id -> mapping
   size_t cached_bytes_ = 0;
@@ -292,6 +349,49 @@ class ShmDataClient final : public DataClient {
     return Call(
         frame::Request{.type = frame::FrameType::kGetAny, .job = std::string(job), .epoch = epoch},
         deadline);
+  }
+
+  void FetchBatches(absl::string_view job, uint64_t epoch, absl::Span<const uint64_t> batches,
+                    absl::Time deadline,
+                    absl::FunctionRef<void(size_t, absl::StatusOr<Batch>)> on_batch) override {
+    size_t done = 0;
+    auto fail_rest = [&](const absl::Status& status) {
+      for (; done < batches.size(); ++done) on_batch(done, status);
+    };
+    if (absl::Status s = CheckJob(job); !s.ok()) return fail_rest(s);
+    std::vector<frame::Request> requests;
+    while (done < batches.size()) {
+      const size_t n = std::min(kMaxPipelinedRequests, batches.size() - done);
+      requests.clear();
+      for (size_t i = 0; i < n; ++i) {
+        requests.push_back(frame::Request{.type = frame::FrameType::kGetBatch,
+                                          .job = std::string(job),
+                                          .epoch = epoch,
+                                          .batch = batches[done + i]});
+      }
+      absl::StatusOr<std::unique_ptr<ShmConnection>> connection =
+          Acquire(deadline + kResponseGrace);
+      if (!connection.ok()) return fail_rest(connection.status());
+      size_t answered = 0;
+      const absl::Status status = (*connection)->CallMany(
+          requests, deadline, [&](size_t i, Answer answer) {
+            ++answered;
+            const uint64_t wanted = batches[done + i];
+            if (!answer.ok()) {
+              on_batch(done + i, absl::IsCancelled(answer.status()) ? CancelledError()
+                                                                    : answer.status());
+            } else if (answer->first != wanted) {
+              on_batch(done + i, absl::DataLossError(absl::StrCat(
+                                     "data server ", address_, " answered batch ", answer->first,
+                                     " to a request for batch ", wanted)));
+            } else {
+              on_batch(done + i, std::move(answer->second));
+            }
+          });
+      Release(*std::move(connection));
+      done += answered;
+      if (answered < n) return fail_rest(absl::IsCancelled(status) ? CancelledError() : status);
+    }
   }
 
   void Cancel() override {

@@ -22,6 +22,7 @@
 #include "src/common/protocol.h"
 #include "src/common/status_macros.h"
 #include "src/transport/frame.h"
+#include "src/transport/recv_buffer.h"
 #include "src/transport/shm_socket.h"
 #include "src/transport/shm_transport.h"
 #include "src/transport/tcp_server_connection.h"
@@ -35,6 +36,8 @@ constexpr absl::Duration kRefusalLinger = absl::Milliseconds(200);
 constexpr absl::Duration kSliceSlack = absl::Milliseconds(10);
 // Free segments kept for reuse, per server: part of a producer's memory beyond its batch buffer.
 constexpr size_t kPoolFreeBytes = size_t{64} << 20;
+// Bounds on the answers held back to be written together (HoldForNext).
+constexpr size_t kMaxHeldAnswers = 16;
 
 void LogClose(absl::string_view peer, absl::string_view stage, const absl::Status& status) {
   switch (status.code()) {
@@ -85,6 +88,9 @@ class ShmServerConnection {
       }
       if (!request->has_value()) return;
       status = Serve(**request);
+      if (status.ok() && !HoldForNext()) {
+        status = Flush(net::IoWait{.stall = kServerStallTimeout, .wake = stop_});
+      }
       if (!status.ok()) {
         LogClose(peer_, "response", status);
         break;
@@ -102,10 +108,10 @@ class ShmServerConnection {
                      frame::ParseHelloPrefix(absl::string_view(prefix, sizeof(prefix))));
     std::string token(hello.token_length, '\0');
     RETURN_IF_ERROR(net::RecvAll(socket_.fd(), token.data(), token.size(), wait, peer_));
-    if (hello.version != kShmProtocolVersion) {
+    if (hello.version < kOldestShmProtocolVersion || hello.version > kShmProtocolVersion) {
       const absl::Status mismatch = absl::FailedPreconditionError(absl::StrCat(
           "protocol version mismatch: the data server speaks version ", kShmProtocolVersion,
-          ", the client version ", hello.version));
+          " (and down to ", kOldestShmProtocolVersion, "), the client version ", hello.version));
       Log(LogLevel::kWarning, kComponent,
           absl::StrCat("refusing ", peer_, ": ", mismatch.message()));
       SendError(mismatch).IgnoreError();
@@ -120,7 +126,8 @@ class ShmServerConnection {
       SendError(refused).IgnoreError();
       return refused;
     }
-    return net::SendAll(socket_.fd(), frame::EncodeHelloOk(kShmProtocolVersion), wait, peer_);
+    // The client's own version: an older client is served as before (it never pipelines).
+    return net::SendAll(socket_.fd(), frame::EncodeHelloOk(hello.version), wait, peer_);
   }
 
   // The next request, after any SHM_RELEASE frames before it.
@@ -135,17 +142,20 @@ class ShmServerConnection {
 
   // A request, a release (handled here; returned with type kRelease), or nullopt at a close.
   absl::StatusOr<std::optional<frame::Request>> ReadFrame() {
-    char header[frame::kHeaderBytes];
-    ASSIGN_OR_RETURN(
-        const size_t got,
-        net::RecvSome(socket_.fd(), header, sizeof(header),
-                      net::IoWait{.deadline = absl::Now() + kServerIdleTimeout, .wake = stop_},
-                      peer_));
-    if (got == 0) return std::nullopt;
+    if (in_.empty()) {
+      const net::IoWait idle{.deadline = absl::Now() + kServerIdleTimeout, .wake = stop_};
+      ASSIGN_OR_RETURN(const size_t got, in_.ReadOnce([&](char* dst, size_t room) {
+        return net::RecvSome(socket_.fd(), dst, room, idle, peer_);
+      }));
+      if (got == 0) return std::nullopt;
+    }
     const net::IoWait wait{.stall = kServerStallTimeout, .wake = stop_};
-    RETURN_IF_ERROR(net::RecvAll(socket_.fd(), header + got, sizeof(header) - got, wait, peer_));
+    auto read = [&](char* dst, size_t room) {
+      return net::RecvSome(socket_.fd(), dst, room, wait, peer_);
+    };
+    RETURN_IF_ERROR(in_.Fill(frame::kHeaderBytes, read, peer_));
     ASSIGN_OR_RETURN(const frame::FrameHeader h,
-                     frame::ParseHeader(absl::string_view(header, sizeof(header))));
+                     frame::ParseHeader(in_.data().substr(0, frame::kHeaderBytes)));
     if (h.type != static_cast<uint32_t>(frame::FrameType::kGetBatch) &&
         h.type != static_cast<uint32_t>(frame::FrameType::kGetAny) &&
         h.type != kShmReleaseFrameType) {
@@ -156,8 +166,10 @@ class ShmServerConnection {
                                               " bytes exceeds max_request_bytes ",
                                               options_.max_request_bytes));
     }
-    std::string body(h.length, '\0');
-    RETURN_IF_ERROR(net::RecvAll(socket_.fd(), body.data(), body.size(), wait, peer_));
+    in_.Consume(frame::kHeaderBytes);
+    body_.resize(h.length);
+    RETURN_IF_ERROR(in_.Take(body_.data(), body_.size(), read, peer_));
+    const std::string& body = body_;
     if (h.type == kShmReleaseFrameType) {
       if (body.size() % 8 != 0) {
         return absl::DataLossError(absl::StrCat("SHM_RELEASE frame of ", body.size(), " bytes"));
@@ -185,13 +197,20 @@ class ShmServerConnection {
         AskSource(request, deadline);
     if (!answer.has_value()) {
       if (!stop_->notified()) return absl::UnavailableError(absl::StrCat(peer_, " went away"));
-      net::SendAll(socket_.fd(),
-                   frame::EncodeError(absl::UnavailableError("the data server is shutting down")),
-                   net::IoWait{.deadline = absl::Now() + absl::Milliseconds(100)}, peer_)
-          .IgnoreError();
+      const net::IoWait brief{.deadline = absl::Now() + absl::Milliseconds(100)};
+      if (Flush(brief).ok()) {
+        net::SendAll(socket_.fd(),
+                     frame::EncodeError(absl::UnavailableError("the data server is shutting down")),
+                     brief, peer_)
+            .IgnoreError();
+      }
       return absl::CancelledError("the data server is shutting down");
     }
-    if (!answer->ok()) return SendError(answer->status());
+    if (!answer->ok()) {
+      out_ += frame::EncodeError(answer->status());
+      ++held_;
+      return absl::OkStatus();
+    }
 
     const auto& [index, batch] = **answer;
     const absl::string_view bytes = batch.bytes();
@@ -200,32 +219,63 @@ class ShmServerConnection {
       Log(LogLevel::kWarning, kComponent,
           absl::StrCat("batch ", index, " of job '", request.job, "' epoch ", request.epoch,
                        " for ", peer_, ": ", segment.status().message()));
-      return SendError(segment.status());
+      out_ += frame::EncodeError(segment.status());
+      ++held_;
+      return absl::OkStatus();
     }
     // The one copy of the shared-memory path: into pages the segment already has.
     std::memcpy((*segment)->data(), bytes.data(), bytes.size());
-    const net::IoWait wait{.stall = kServerStallTimeout, .wake = stop_};
-    char frame_bytes[frame::kHeaderBytes + kShmBatchBodyBytes];
     const auto header = frame::EncodeHeader(static_cast<frame::FrameType>(kShmBatchFrameType),
                                             kShmBatchBodyBytes);
-    std::memcpy(frame_bytes, header.data(), header.size());
+    out_.append(header.data(), header.size());
     // Little-endian hosts only, as frame.cc.
     const uint64_t fields[3] = {index, bytes.size(), (*segment)->id()};
-    std::memcpy(frame_bytes + frame::kHeaderBytes, fields, sizeof(fields));
-    const int segment_fd = (*segment)->fd();
+    out_.append(reinterpret_cast<const char*>(fields), sizeof(fields));
+    fds_.push_back((*segment)->fd());
+    served_.push_back(Served{BatchKey{request.job, request.epoch, index}, bytes.size(),
+                             request.type == frame::FrameType::kGetAny});
     leased_.emplace((*segment)->id(), *std::move(segment));
-    absl::Status sent = net::SendAllWithFd(
-        socket_.fd(), absl::string_view(frame_bytes, sizeof(frame_bytes)), segment_fd, wait, peer_);
-    if (!sent.ok()) {
-      if (request.type == frame::FrameType::kGetAny) {
-        Log(LogLevel::kWarning, kComponent,
-            absl::StrCat("batch ", index, " of job '", request.job, "' epoch ", request.epoch,
-                         " was taken for ", peer_, " but not delivered: ", sent.message()));
-      }
-      return sent;
-    }
-    source_->OnServed(BatchKey{request.job, request.epoch, index}, bytes.size());
+    ++held_;
     return absl::OkStatus();
+  }
+
+  // As ServerConnection::HoldForNext (tcp_server_connection.h).
+  bool HoldForNext() {
+    if (held_ >= kMaxHeldAnswers || fds_.size() >= net::kMaxFdsPerMessage) return false;
+    if (in_.size() < frame::kHeaderBytes) return false;
+    absl::StatusOr<frame::FrameHeader> h =
+        frame::ParseHeader(in_.data().substr(0, frame::kHeaderBytes));
+    if (!h.ok() || h->type != static_cast<uint32_t>(frame::FrameType::kGetBatch) ||
+        h->length > in_.size() - frame::kHeaderBytes) {
+      return false;
+    }
+    absl::StatusOr<frame::Request> next =
+        frame::ParseRequest(*h, in_.data().substr(frame::kHeaderBytes, h->length));
+    if (!next.ok()) return false;  // ReadFrame reports it
+    return source_->Ready(BatchKey{std::move(next->job), next->epoch, next->batch});
+  }
+
+  // Writes every held answer in one sendmsg, the descriptors of its SHM_BATCH frames with it in
+  // order, then tells the source which batches were served.
+  absl::Status Flush(const net::IoWait& wait) {
+    if (held_ == 0) return absl::OkStatus();
+    const absl::Status sent = net::SendAllWithFds(socket_.fd(), out_, fds_, wait, peer_);
+    for (const Served& s : served_) {
+      if (!sent.ok()) {
+        if (s.any) {
+          Log(LogLevel::kWarning, kComponent,
+              absl::StrCat("batch ", s.key.batch, " of job '", s.key.job, "' epoch ", s.key.epoch,
+                           " was taken for ", peer_, " but not delivered: ", sent.message()));
+        }
+        continue;
+      }
+      source_->OnServed(s.key, s.bytes);
+    }
+    out_.clear();
+    fds_.clear();
+    served_.clear();
+    held_ = 0;
+    return sent;
   }
 
   std::optional<absl::StatusOr<std::pair<uint64_t, Batch>>> AskSource(
@@ -248,7 +298,8 @@ class ShmServerConnection {
           absl::Now() < slice_end - kSliceSlack) {
         return answer;
       }
-      if (stop_->notified() || net::PeerHungUpOrSpoke(socket_.fd())) return std::nullopt;
+      // Hung up, not spoken: a pipelining client's next requests may be waiting already.
+      if (stop_->notified() || net::PeerHungUp(socket_.fd())) return std::nullopt;
     }
   }
 
@@ -258,6 +309,18 @@ class ShmServerConnection {
   }
 
   net::Socket socket_;
+  net::RecvBuffer in_;  // received and not parsed yet: pipelined requests (frame.h)
+  std::string body_;    // the body of the frame being parsed, reused
+  // The answers held back to be written together (HoldForNext, Flush).
+  struct Served {
+    BatchKey key;
+    uint64_t bytes = 0;
+    bool any = false;  // answers a GET_ANY
+  };
+  std::string out_;           // their frames
+  std::vector<int> fds_;      // the descriptors of their SHM_BATCH frames, in order
+  std::vector<Served> served_;
+  size_t held_ = 0;           // answers in out_
   const std::string peer_;
   const DataServerOptions& options_;
   BatchSource* const source_;

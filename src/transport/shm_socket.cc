@@ -84,25 +84,34 @@ std::string UnixPeerName(int fd) {
 
 absl::Status SendAllWithFd(int fd, absl::string_view bytes, int fd_to_pass, const IoWait& wait,
                            absl::string_view peer) {
+  return SendAllWithFds(fd, bytes, absl::MakeConstSpan(&fd_to_pass, 1), wait, peer);
+}
+
+absl::Status SendAllWithFds(int fd, absl::string_view bytes, absl::Span<const int> fds_to_pass,
+                            const IoWait& wait, absl::string_view peer) {
+  if (fds_to_pass.size() > kMaxFdsPerMessage) {
+    return absl::InternalError(absl::StrCat(fds_to_pass.size(), " descriptors in one message"));
+  }
+  if (fds_to_pass.empty()) return SendAll(fd, bytes, wait, peer);
   iovec iov{const_cast<char*>(bytes.data()), bytes.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerMessage)] = {};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
+  msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds_to_pass.size());
   cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
   cmsg->cmsg_level = SOL_SOCKET;
   cmsg->cmsg_type = SCM_RIGHTS;
-  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(cmsg), &fd_to_pass, sizeof(int));
+  cmsg->cmsg_len = CMSG_LEN(sizeof(int) * fds_to_pass.size());
+  std::memcpy(CMSG_DATA(cmsg), fds_to_pass.data(), sizeof(int) * fds_to_pass.size());
   while (true) {
     if (wait.wake != nullptr && wait.wake->notified()) {
       return absl::CancelledError(absl::StrCat("cancelled while sending to ", peer));
     }
     const ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
-      // The descriptor went with the first bytes; the rest is plain.
+      // The descriptors went with the first bytes; the rest is plain.
       return SendAll(fd, bytes.substr(static_cast<size_t>(n)), wait, peer);
     }
     if (n < 0 && errno == EINTR) continue;
@@ -114,16 +123,16 @@ absl::Status SendAllWithFd(int fd, absl::string_view bytes, int fd_to_pass, cons
   }
 }
 
-absl::Status RecvAllWithFds(int fd, char* dst, size_t n, const IoWait& wait,
-                            absl::string_view peer, std::vector<Socket>* fds) {
-  size_t done = 0;
-  absl::Time progress = absl::Now();
-  while (done < n) {
+absl::StatusOr<size_t> RecvSomeWithFds(int fd, char* dst, size_t n, const IoWait& wait,
+                                       absl::string_view peer, std::vector<Socket>* fds) {
+  const absl::Time progress = absl::Now();
+  while (true) {
     if (wait.wake != nullptr && wait.wake->notified()) {
       return absl::CancelledError(absl::StrCat("cancelled while receiving from ", peer));
     }
-    iovec iov{dst + done, n - done};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)] = {};
+    iovec iov{dst, n};
+    // Room for a server's coalesced answers (kMaxFdsPerMessage); more is MSG_CTRUNC.
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerMessage)] = {};
     msghdr msg{};
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
@@ -152,12 +161,20 @@ absl::Status RecvAllWithFds(int fd, char* dst, size_t n, const IoWait& wait,
     if ((msg.msg_flags & MSG_CTRUNC) != 0) {
       return absl::DataLossError(absl::StrCat("too many descriptors from ", peer));
     }
+    return static_cast<size_t>(got);
+  }
+}
+
+absl::Status RecvAllWithFds(int fd, char* dst, size_t n, const IoWait& wait,
+                            absl::string_view peer, std::vector<Socket>* fds) {
+  size_t done = 0;
+  while (done < n) {
+    ASSIGN_OR_RETURN(const size_t got, RecvSomeWithFds(fd, dst + done, n - done, wait, peer, fds));
     if (got == 0) {
       return absl::UnavailableError(
           absl::StrCat("connection closed by ", peer, " after ", done, " of ", n, " bytes"));
     }
-    done += static_cast<size_t>(got);
-    progress = absl::Now();
+    done += got;
   }
   return absl::OkStatus();
 }

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "src/transport/socket.h"
 
 namespace croupier::net {
@@ -28,11 +29,20 @@ std::string UnixPeerName(int fd);
 // keeps its own descriptor.
 absl::Status SendAllWithFd(int fd, absl::string_view bytes, int fd_to_pass, const IoWait& wait,
                            absl::string_view peer);
+// The same with every descriptor of `fds_to_pass` (at most kMaxFdsPerMessage) on the first
+// bytes, in order.
+inline constexpr size_t kMaxFdsPerMessage = 64;
+absl::Status SendAllWithFds(int fd, absl::string_view bytes, absl::Span<const int> fds_to_pass,
+                            const IoWait& wait, absl::string_view peer);
 
 // Receives exactly n bytes, as RecvAll, and appends every descriptor that came with them to
 // `fds` (owned, close-on-exec). UNAVAILABLE when the peer closes first.
 absl::Status RecvAllWithFds(int fd, char* dst, size_t n, const IoWait& wait,
                             absl::string_view peer, std::vector<Socket>* fds);
+// Receives between 1 and n bytes, as RecvSome (0: the peer closed), appending the descriptors
+// that came with them to `fds`.
+absl::StatusOr<size_t> RecvSomeWithFds(int fd, char* dst, size_t n, const IoWait& wait,
+                                       absl::string_view peer, std::vector<Socket>* fds);
 
 }  // namespace croupier::net
 

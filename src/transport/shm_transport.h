@@ -12,8 +12,8 @@
 // to TCP.
 //
 // Wire protocol: the TCP transport's (frame.h: HELLO, HELLO_OK, ERROR, GET_BATCH, GET_ANY, same
-// token and error codes; the version is kShmProtocolVersion) over a SOCK_STREAM Unix socket, plus
-// two frames:
+// token and error codes, pipelined requests; the version is kShmProtocolVersion) over a
+// SOCK_STREAM Unix socket, plus two frames:
 //   type 19 SHM_BATCH (server -> client), body 24 bytes:
 //     0 u64 global batch index   8 u64 size (of the batch)   16 u64 segment id
 //     The frame's first byte carries the segment's descriptor (SCM_RIGHTS). The segment is a memfd
@@ -52,7 +52,10 @@ namespace croupier {
 // The version in the HELLO and HELLO_OK of the shared-memory socket: its own, so that a client
 // and a server built from different versions of this file refuse each other at the handshake
 // (FAILED_PRECONDITION), and a consumer in auto mode falls back to TCP. Bump it on any change.
-inline constexpr uint32_t kShmProtocolVersion = 1002;
+// 1003 adds pipelining, as version 2 of the TCP protocol (frame.h); a server accepts 1002 too
+// and answers with the client's version.
+inline constexpr uint32_t kShmProtocolVersion = 1003;
+inline constexpr uint32_t kOldestShmProtocolVersion = 1002;
 inline constexpr uint32_t kShmBatchFrameType = 19;
 inline constexpr size_t kShmBatchBodyBytes = 24;
 inline constexpr uint32_t kShmReleaseFrameType = 20;

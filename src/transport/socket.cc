@@ -316,6 +316,11 @@ bool PeerHungUpOrSpoke(int fd) {
   return ::poll(&p, 1, 0) != 0;
 }
 
+bool PeerHungUp(int fd) {
+  pollfd p{fd, static_cast<short>(POLLRDHUP), 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
 void CloseGracefully(Socket socket, absl::Duration linger) {
   if (!socket.valid()) return;
   ::shutdown(socket.fd(), SHUT_WR);

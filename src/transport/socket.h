@@ -113,6 +113,9 @@ absl::Status WaitReady(int fd, short events, const IoWait& wait, absl::Time prog
 // True when the peer has closed, reset or sent something: a pooled connection that is not idle
 // and quiet any more. Does not wait.
 bool PeerHungUpOrSpoke(int fd);
+// True when the peer has closed its side or reset the connection, whether or not it sent
+// something first (a server with pipelined requests waiting). Does not wait.
+bool PeerHungUp(int fd);
 
 // Half-closes, discards what the peer still sends for up to `linger` (so that closing with
 // unread input does not turn into a reset that destroys the last frame we sent), then closes.

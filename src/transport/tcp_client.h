@@ -33,6 +33,9 @@ class TcpDataClient final : public DataClient {
   absl::StatusOr<Batch> Fetch(const BatchKey& key, absl::Time deadline) override;
   absl::StatusOr<std::pair<uint64_t, Batch>> FetchAny(absl::string_view job, uint64_t epoch,
                                                       absl::Time deadline) override;
+  void FetchBatches(absl::string_view job, uint64_t epoch, absl::Span<const uint64_t> batches,
+                    absl::Time deadline,
+                    absl::FunctionRef<void(size_t, absl::StatusOr<Batch>)> on_batch) override;
   void Cancel() override ABSL_LOCKS_EXCLUDED(mu_);
   void Retire() override ABSL_LOCKS_EXCLUDED(mu_);
 

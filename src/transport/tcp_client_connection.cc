@@ -1,6 +1,7 @@
 #include "src/transport/tcp_client_connection.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -50,11 +51,11 @@ absl::StatusOr<std::unique_ptr<ClientConnection>> ClientConnection::Open(
 absl::Status ClientConnection::Handshake(absl::string_view token, absl::Time deadline) {
   const net::IoWait wait{.deadline = deadline, .wake = cancel_};
   const absl::Status sent =
-      stream_.SendAll(frame::EncodeHello(kProtocolVersion, token), wait, peer_);
+      stream_.SendAll(frame::EncodeHello(frame::kDataProtocolVersion, token), wait, peer_);
+  auto read = [&](char* dst, size_t room) { return stream_.RecvSome(dst, room, wait, peer_); };
   // Read the answer even when sending failed: a server that refused us may have said why before
   // it closed.
-  char header[frame::kHeaderBytes];
-  const absl::Status got = stream_.RecvAll(header, sizeof(header), wait, peer_);
+  const absl::Status got = in_.Fill(frame::kHeaderBytes, read, peer_);
   if (!got.ok()) {
     const absl::Status& cause = sent.ok() ? got : sent;
     if (absl::IsCancelled(cause)) return cause;
@@ -65,8 +66,9 @@ absl::Status ClientConnection::Handshake(absl::string_view token, absl::Time dea
         absl::StrCat("handshake with ", peer_, " failed: ", cause.message()));
   }
   absl::StatusOr<frame::FrameHeader> h =
-      frame::ParseHeader(absl::string_view(header, sizeof(header)));
+      frame::ParseHeader(in_.data().substr(0, frame::kHeaderBytes));
   if (!h.ok()) return Malformed(peer_, h.status());
+  in_.Consume(frame::kHeaderBytes);
   if (h->type == static_cast<uint32_t>(frame::FrameType::kError)) return ReadError(h->length);
   if (h->type != static_cast<uint32_t>(frame::FrameType::kHelloOk) ||
       h->length != frame::kHelloOkBytes) {
@@ -74,30 +76,66 @@ absl::Status ClientConnection::Handshake(absl::string_view token, absl::Time dea
                      absl::DataLossError(absl::StrCat("frame type ", h->type, " of ", h->length,
                                                       " bytes in answer to the handshake")));
   }
-  char body[frame::kHelloOkBytes];
-  RETURN_IF_ERROR(stream_.RecvAll(body, sizeof(body), wait, peer_));
-  absl::StatusOr<uint32_t> version = frame::ParseHelloOk(absl::string_view(body, sizeof(body)));
+  RETURN_IF_ERROR(in_.Fill(frame::kHelloOkBytes, read, peer_));
+  absl::StatusOr<uint32_t> version =
+      frame::ParseHelloOk(in_.data().substr(0, frame::kHelloOkBytes));
+  in_.Consume(frame::kHelloOkBytes);
   if (!version.ok()) return Malformed(peer_, version.status());
-  if (*version != kProtocolVersion) {
-    return absl::FailedPreconditionError(absl::StrCat("protocol version mismatch: ", peer_,
-                                                      " speaks version ", *version,
-                                                      ", this client version ", kProtocolVersion));
+  if (*version != frame::kDataProtocolVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "protocol version mismatch: ", peer_, " speaks version ", *version,
+        ", this client version ", frame::kDataProtocolVersion));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::pair<uint64_t, Batch>> ClientConnection::Call(const frame::Request& request,
                                                                   absl::Time deadline) {
-  reusable_ = false;  // until the whole answer has been read
+  std::optional<Answer> answer;
+  const absl::Status status =
+      CallMany(absl::MakeConstSpan(&request, 1), deadline,
+               [&](size_t, Answer got) { answer = std::move(got); });
+  if (!answer.has_value()) return status;  // failed before any answer, e.g. sending
+  return *std::move(answer);
+}
+
+absl::Status ClientConnection::CallMany(absl::Span<const frame::Request> requests,
+                                        absl::Time deadline,
+                                        absl::FunctionRef<void(size_t, Answer)> on_answer) {
+  reusable_ = false;  // until every answer has been read
+  if (requests.size() > kMaxPipelinedRequests) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(requests.size(), " requests in one call; at most ", kMaxPipelinedRequests));
+  }
   const absl::Time now = absl::Now();
   deadline = std::min(deadline, now + frame::kMaxRequestTimeout);
-  frame::Request timed = request;
-  timed.timeout_ms = frame::TimeoutMs(deadline, now);
+  const uint64_t timeout_ms = frame::TimeoutMs(deadline, now);
+  out_.clear();
+  for (const frame::Request& request : requests) {
+    frame::Request timed = request;
+    timed.timeout_ms = timeout_ms;
+    frame::AppendRequest(timed, &out_);
+  }
   const net::IoWait answer_wait{.deadline = deadline + kResponseGrace, .wake = cancel_};
-  RETURN_IF_ERROR(stream_.SendAll(frame::EncodeRequest(timed), answer_wait, peer_));
+  RETURN_IF_ERROR(stream_.SendAll(out_, answer_wait, peer_));
+  if (out_.capacity() > (size_t{1} << 20)) std::string().swap(out_);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    reusable_ = false;
+    Answer answer = ReadAnswer(answer_wait);
+    const bool in_step = reusable_;
+    const absl::Status status = answer.status();
+    on_answer(i, std::move(answer));
+    if (!in_step) return status.ok() ? absl::DataLossError("connection out of step") : status;
+  }
+  reusable_ = true;
+  return absl::OkStatus();
+}
 
-  char header[frame::kHeaderBytes];
-  absl::Status got = stream_.RecvAll(header, sizeof(header), answer_wait, peer_);
+Answer ClientConnection::ReadAnswer(const net::IoWait& answer_wait) {
+  auto read_first = [&](char* dst, size_t room) {
+    return stream_.RecvSome(dst, room, answer_wait, peer_);
+  };
+  absl::Status got = in_.Fill(frame::kHeaderBytes, read_first, peer_);
   if (absl::IsDeadlineExceeded(got)) {
     return absl::DeadlineExceededError(absl::StrCat(peer_, " did not answer by the deadline (plus ",
                                                     absl::FormatDuration(kResponseGrace),
@@ -105,8 +143,9 @@ absl::StatusOr<std::pair<uint64_t, Batch>> ClientConnection::Call(const frame::R
   }
   RETURN_IF_ERROR(got);
   absl::StatusOr<frame::FrameHeader> h =
-      frame::ParseHeader(absl::string_view(header, sizeof(header)));
+      frame::ParseHeader(in_.data().substr(0, frame::kHeaderBytes));
   if (!h.ok()) return Malformed(peer_, h.status());
+  in_.Consume(frame::kHeaderBytes);
   if (h->type == static_cast<uint32_t>(frame::FrameType::kBatch)) return ReadBatch(h->length);
   if (h->type == static_cast<uint32_t>(frame::FrameType::kBatchCompressed)) {
     return ReadCompressedBatch(h->length);
@@ -121,10 +160,12 @@ absl::Status ClientConnection::ReadError(uint64_t length) {
       length > frame::kErrorFixedBytes + frame::kMaxErrorMessageBytes) {
     return Malformed(peer_, absl::DataLossError(absl::StrCat("ERROR frame of ", length, " bytes")));
   }
-  std::string body(length, '\0');
-  RETURN_IF_ERROR(stream_.RecvAll(
-      body.data(), body.size(), net::IoWait{.stall = kClientStallTimeout, .wake = cancel_}, peer_));
-  absl::StatusOr<frame::ErrorBody> error = frame::ParseError(body);
+  const net::IoWait wait{.stall = kClientStallTimeout, .wake = cancel_};
+  RETURN_IF_ERROR(in_.Fill(
+      length, [&](char* dst, size_t room) { return stream_.RecvSome(dst, room, wait, peer_); },
+      peer_));
+  absl::StatusOr<frame::ErrorBody> error = frame::ParseError(in_.data().substr(0, length));
+  in_.Consume(length);
   if (!error.ok()) return Malformed(peer_, error.status());
   reusable_ = true;
   return absl::Status(error->code, absl::StrCat(peer_, ": ", error->message));
@@ -142,17 +183,18 @@ absl::StatusOr<std::pair<uint64_t, Batch>> ClientConnection::ReadBatch(uint64_t 
         "batch of ", size, " bytes from ", peer_, " exceeds max_batch_bytes ", max_batch_bytes_));
   }
   const net::IoWait wait{.stall = kClientStallTimeout, .wake = cancel_};
-  char index_bytes[frame::kBatchIndexBytes];
-  RETURN_IF_ERROR(stream_.RecvAll(index_bytes, sizeof(index_bytes), wait, peer_));
-  const uint64_t index =
-      frame::ParseBatchIndex(absl::string_view(index_bytes, sizeof(index_bytes)));
-  // The bytes land in the batch's own aligned buffer: no copy after the kernel's.
+  auto read = [&](char* dst, size_t room) { return stream_.RecvSome(dst, room, wait, peer_); };
+  RETURN_IF_ERROR(in_.Fill(frame::kBatchIndexBytes, read, peer_));
+  const uint64_t index = frame::ParseBatchIndex(in_.data().substr(0, frame::kBatchIndexBytes));
+  in_.Consume(frame::kBatchIndexBytes);
+  // The bytes land in the batch's own aligned buffer: copied from the receive buffer when they
+  // came with the header (small batches), else straight from the kernel.
   std::shared_ptr<uint8_t> buffer = BufferPool::Shared().Get(size);
   if (buffer == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot allocate ", size, " bytes for a batch from ", peer_));
   }
-  RETURN_IF_ERROR(stream_.RecvAll(reinterpret_cast<char*>(buffer.get()), size, wait, peer_));
+  RETURN_IF_ERROR(in_.Take(reinterpret_cast<char*>(buffer.get()), size, read, peer_));
   absl::StatusOr<Batch> batch = Batch::FromBuffer(std::move(buffer), size);
   if (!batch.ok()) {
     return absl::DataLossError(
@@ -170,10 +212,11 @@ absl::StatusOr<std::pair<uint64_t, Batch>> ClientConnection::ReadCompressedBatch
   }
   const uint64_t compressed_size = length - frame::kCompressedFixedBytes;
   const net::IoWait wait{.stall = kClientStallTimeout, .wake = cancel_};
-  char fixed_bytes[frame::kCompressedFixedBytes];
-  RETURN_IF_ERROR(stream_.RecvAll(fixed_bytes, sizeof(fixed_bytes), wait, peer_));
+  auto read = [&](char* dst, size_t room) { return stream_.RecvSome(dst, room, wait, peer_); };
+  RETURN_IF_ERROR(in_.Fill(frame::kCompressedFixedBytes, read, peer_));
   absl::StatusOr<frame::CompressedBatchFixed> fixed =
-      frame::ParseCompressedBatchFixed(absl::string_view(fixed_bytes, sizeof(fixed_bytes)));
+      frame::ParseCompressedBatchFixed(in_.data().substr(0, frame::kCompressedFixedBytes));
+  in_.Consume(frame::kCompressedFixedBytes);
   if (!fixed.ok()) return Malformed(peer_, fixed.status());
   if (!IsCompressingCodec(fixed->codec)) {
     return Malformed(peer_, absl::DataLossError(absl::StrCat("batch ", fixed->index,
@@ -196,7 +239,7 @@ absl::StatusOr<std::pair<uint64_t, Batch>> ClientConnection::ReadCompressedBatch
                                 " bytes claims only ", size, " bytes uncompressed")));
   }
   compressed_.resize(compressed_size);
-  RETURN_IF_ERROR(stream_.RecvAll(compressed_.data(), compressed_.size(), wait, peer_));
+  RETURN_IF_ERROR(in_.Take(compressed_.data(), compressed_.size(), read, peer_));
   // The consumer owns the uncompressed bytes: a batch buffer of its own, as for BATCH.
   std::shared_ptr<uint8_t> buffer = BufferPool::Shared().Get(size);
   if (buffer == nullptr) {

@@ -18,6 +18,9 @@ constexpr char kComponent[] = "transport";
 // How long a connection being refused lingers so that the client reads why before the close.
 constexpr absl::Duration kRefusalLinger = absl::Milliseconds(200);
 constexpr absl::Duration kSliceSlack = absl::Milliseconds(10);
+// Bounds on the answers held back to be written together (HoldForNext).
+constexpr size_t kMaxHeldAnswers = 16;
+constexpr size_t kMaxHeldBytes = size_t{256} << 10;
 
 // Why a connection ended, at a level that matches who is at fault: a misbehaving client is a
 // warning, a client leaving or idling out is routine.
@@ -70,6 +73,9 @@ void ServerConnection::Run() {
     }
     if (!request->has_value()) return;  // the client closed the connection
     status = Serve(**request);
+    if (status.ok() && !HoldForNext()) {
+      status = Flush(net::IoWait{.stall = kServerStallTimeout, .wake = stop_});
+    }
     if (!status.ok()) {
       LogClose(peer_, "response", status);
       break;
@@ -131,10 +137,12 @@ absl::Status ServerConnection::Handshake() {
   // reset, which can destroy the error frame before the client reads it.
   std::string token(hello.token_length, '\0');
   RETURN_IF_ERROR(stream_.RecvAll(token.data(), token.size(), wait, peer_));
-  if (hello.version != kProtocolVersion) {
-    const absl::Status mismatch = absl::FailedPreconditionError(
-        absl::StrCat("protocol version mismatch: the data server speaks version ", kProtocolVersion,
-                     ", the client version ", hello.version));
+  if (hello.version < frame::kOldestDataProtocolVersion ||
+      hello.version > frame::kDataProtocolVersion) {
+    const absl::Status mismatch = absl::FailedPreconditionError(absl::StrCat(
+        "protocol version mismatch: the data server speaks version ", frame::kDataProtocolVersion,
+        " (and down to ", frame::kOldestDataProtocolVersion, "), the client version ",
+        hello.version));
     Log(LogLevel::kWarning, kComponent, absl::StrCat("refusing ", peer_, ": ", mismatch.message()));
     SendError(mismatch).IgnoreError();
     return mismatch;
@@ -150,21 +158,23 @@ absl::Status ServerConnection::Handshake() {
     SendError(refused).IgnoreError();
     return refused;
   }
-  return stream_.SendAll(frame::EncodeHelloOk(kProtocolVersion), wait, peer_);
+  // The client's own version: a version-1 client is served as before (it never pipelines).
+  return stream_.SendAll(frame::EncodeHelloOk(hello.version), wait, peer_);
 }
 
 absl::StatusOr<std::optional<frame::Request>> ServerConnection::ReadRequest() {
-  char header[frame::kHeaderBytes];
-  ASSIGN_OR_RETURN(
-      const size_t got,
-      stream_.RecvSome(header, sizeof(header),
-                       net::IoWait{.deadline = absl::Now() + kServerIdleTimeout, .wake = stop_},
-                       peer_));
-  if (got == 0) return std::nullopt;
+  if (in_.empty()) {
+    const net::IoWait idle{.deadline = absl::Now() + kServerIdleTimeout, .wake = stop_};
+    ASSIGN_OR_RETURN(const size_t got, in_.ReadOnce([&](char* dst, size_t room) {
+      return stream_.RecvSome(dst, room, idle, peer_);
+    }));
+    if (got == 0) return std::nullopt;
+  }
   const net::IoWait wait{.stall = kServerStallTimeout, .wake = stop_};
-  RETURN_IF_ERROR(stream_.RecvAll(header + got, sizeof(header) - got, wait, peer_));
+  auto read = [&](char* dst, size_t room) { return stream_.RecvSome(dst, room, wait, peer_); };
+  RETURN_IF_ERROR(in_.Fill(frame::kHeaderBytes, read, peer_));
   ASSIGN_OR_RETURN(const frame::FrameHeader h,
-                   frame::ParseHeader(absl::string_view(header, sizeof(header))));
+                   frame::ParseHeader(in_.data().substr(0, frame::kHeaderBytes)));
   if (h.type != static_cast<uint32_t>(frame::FrameType::kGetBatch) &&
       h.type != static_cast<uint32_t>(frame::FrameType::kGetAny)) {
     return absl::DataLossError(absl::StrCat("frame type ", h.type, " is not a request"));
@@ -174,8 +184,16 @@ absl::StatusOr<std::optional<frame::Request>> ServerConnection::ReadRequest() {
     return absl::DataLossError(absl::StrCat(
         "request of ", h.length, " bytes exceeds max_request_bytes ", options_.max_request_bytes));
   }
+  in_.Consume(frame::kHeaderBytes);
+  if (h.length <= in_.capacity()) {
+    RETURN_IF_ERROR(in_.Fill(h.length, read, peer_));
+    ASSIGN_OR_RETURN(frame::Request request,
+                     frame::ParseRequest(h, in_.data().substr(0, h.length)));
+    in_.Consume(h.length);
+    return std::optional<frame::Request>(std::move(request));
+  }
   std::string body(h.length, '\0');
-  RETURN_IF_ERROR(stream_.RecvAll(body.data(), body.size(), wait, peer_));
+  RETURN_IF_ERROR(in_.Take(body.data(), body.size(), read, peer_));
   ASSIGN_OR_RETURN(frame::Request request, frame::ParseRequest(h, body));
   return std::optional<frame::Request>(std::move(request));
 }
@@ -187,16 +205,29 @@ absl::Status ServerConnection::Serve(const frame::Request& request) {
     if (!stop_->notified()) return absl::UnavailableError(absl::StrCat(peer_, " went away"));
     // Tell the waiting client why. Best effort, and without the stop event, which has fired and
     // would abort the send.
-    stream_
-        .SendAll(frame::EncodeError(absl::UnavailableError("the data server is shutting down")),
-                 net::IoWait{.deadline = absl::Now() + absl::Milliseconds(100)}, peer_)
-        .IgnoreError();
+    const net::IoWait brief{.deadline = absl::Now() + absl::Milliseconds(100)};
+    if (Flush(brief).ok()) {
+      stream_
+          .SendAll(frame::EncodeError(absl::UnavailableError("the data server is shutting down")),
+                   brief, peer_)
+          .IgnoreError();
+    }
     return absl::CancelledError("the data server is shutting down");
   }
-  if (!answer->ok()) return SendError(answer->status());
+  if (pending_.capacity() < kMaxHeldAnswers) pending_.reserve(kMaxHeldAnswers);
+  Pending& out = pending_.emplace_back();
+  out.any = request.type == frame::FrameType::kGetAny;
+  if (!answer->ok()) {
+    out.owned = frame::EncodeError(answer->status());
+    pending_bytes_ += out.owned.size();
+    return absl::OkStatus();
+  }
 
-  const auto& [index, batch] = **answer;
-  const absl::string_view bytes = batch.bytes();
+  auto& [index, batch] = **answer;
+  out.batch.emplace(std::move(batch));
+  const absl::string_view bytes = out.batch->bytes();
+  out.served = BatchKey{request.job, request.epoch, index};
+  out.batch_bytes = bytes.size();
   // Compressed at send time, in this connection's thread: each batch is delivered once (dealt or
   // first_come), so compressing when it is made would save nothing but retries, would hold both
   // forms in the producer's buffer, and would cost the shared-memory path, which never
@@ -213,32 +244,68 @@ absl::Status ServerConnection::Serve(const frame::Request& request) {
       compressed = absl::UnimplementedError("did not shrink");
     }
   }
-  absl::Status sent;
-  const net::IoWait send_wait{.stall = kServerStallTimeout, .wake = stop_};
   if (compressed.ok()) {
-    auto prefix = frame::EncodeCompressedBatchPrefix(index, static_cast<uint32_t>(codec),
-                                                     bytes.size(), compressed->size());
-    iovec iov[2] = {{prefix.data(), prefix.size()}, {compressed->data(), compressed->size()}};
-    sent = stream_.SendAll(absl::MakeSpan(iov), send_wait, peer_);
+    const auto prefix = frame::EncodeCompressedBatchPrefix(index, static_cast<uint32_t>(codec),
+                                                           bytes.size(), compressed->size());
+    std::copy(prefix.begin(), prefix.end(), out.prefix.begin());
+    out.prefix_bytes = prefix.size();
+    out.owned = *std::move(compressed);
   } else {
-    auto prefix = frame::EncodeBatchPrefix(index, bytes.size());
-    // One sendmsg of header and batch, straight from the batch buffer: no copy in user space.
-    iovec iov[2] = {{prefix.data(), prefix.size()},
-                    {const_cast<char*>(bytes.data()), bytes.size()}};
-    sent = stream_.SendAll(absl::MakeSpan(iov), send_wait, peer_);
+    // Written straight from the batch buffer: no copy in user space.
+    const auto prefix = frame::EncodeBatchPrefix(index, bytes.size());
+    std::copy(prefix.begin(), prefix.end(), out.prefix.begin());
+    out.prefix_bytes = prefix.size();
   }
-  if (!sent.ok()) {
-    if (request.type == frame::FrameType::kGetAny) {
-      // The source handed this batch out once and for all; say so, since the consumer never
-      // receives it.
-      Log(LogLevel::kWarning, kComponent,
-          absl::StrCat("batch ", index, " of job '", request.job, "' epoch ", request.epoch,
-                       " was taken for ", peer_, " but not delivered: ", sent.message()));
-    }
-    return sent;
-  }
-  source_->OnServed(BatchKey{request.job, request.epoch, index}, bytes.size());
+  pending_bytes_ += out.prefix_bytes + (out.owned.empty() ? bytes.size() : out.owned.size());
   return absl::OkStatus();
+}
+
+bool ServerConnection::HoldForNext() {
+  if (pending_.size() >= kMaxHeldAnswers || pending_bytes_ >= kMaxHeldBytes) return false;
+  // The next request, when it has arrived whole already.
+  if (in_.size() < frame::kHeaderBytes) return false;
+  absl::StatusOr<frame::FrameHeader> h =
+      frame::ParseHeader(in_.data().substr(0, frame::kHeaderBytes));
+  if (!h.ok() || h->type != static_cast<uint32_t>(frame::FrameType::kGetBatch) ||
+      h->length > in_.size() - frame::kHeaderBytes) {
+    return false;
+  }
+  absl::StatusOr<frame::Request> next =
+      frame::ParseRequest(*h, in_.data().substr(frame::kHeaderBytes, h->length));
+  if (!next.ok()) return false;  // ReadRequest reports it
+  return source_->Ready(BatchKey{std::move(next->job), next->epoch, next->batch});
+}
+
+absl::Status ServerConnection::Flush(const net::IoWait& wait) {
+  if (pending_.empty()) return absl::OkStatus();
+  iovec iov[2 * kMaxHeldAnswers];
+  size_t n = 0;
+  for (Pending& p : pending_) {
+    if (p.prefix_bytes > 0) iov[n++] = {p.prefix.data(), p.prefix_bytes};
+    const absl::string_view body = p.owned.empty() ? p.batch->bytes() : absl::string_view(p.owned);
+    iov[n++] = {const_cast<char*>(body.data()), body.size()};
+  }
+  // One sendmsg for every held answer: one trip through the kernel's TCP path and one wake-up
+  // of the client for all of them.
+  const absl::Status sent = stream_.SendAll(absl::MakeSpan(iov, n), wait, peer_);
+  for (Pending& p : pending_) {
+    if (!p.served.has_value()) continue;
+    if (!sent.ok()) {
+      if (p.any) {
+        // The source handed this batch out once and for all; say so, since the consumer never
+        // receives it.
+        Log(LogLevel::kWarning, kComponent,
+            absl::StrCat("batch ", p.served->batch, " of job '", p.served->job, "' epoch ",
+                         p.served->epoch, " was taken for ", peer_,
+                         " but not delivered: ", sent.message()));
+      }
+      continue;
+    }
+    source_->OnServed(*p.served, p.batch_bytes);
+  }
+  pending_.clear();
+  pending_bytes_ = 0;
+  return sent;
 }
 
 std::optional<absl::StatusOr<std::pair<uint64_t, Batch>>> ServerConnection::AskSource(
@@ -264,7 +331,8 @@ std::optional<absl::StatusOr<std::pair<uint64_t, Batch>>> ServerConnection::AskS
         absl::Now() < slice_end - kSliceSlack) {
       return answer;
     }
-    if (stop_->notified() || stream_.PeerHungUpOrSpoke()) return std::nullopt;
+    // Hung up, not spoken: a pipelining client's next requests may be waiting already.
+    if (stop_->notified() || stream_.PeerHungUp()) return std::nullopt;
   }
 }
 

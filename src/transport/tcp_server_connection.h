@@ -3,9 +3,11 @@
 #ifndef CROUPIER_SRC_TRANSPORT_TCP_SERVER_CONNECTION_H_
 #define CROUPIER_SRC_TRANSPORT_TCP_SERVER_CONNECTION_H_
 
+#include <array>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -13,6 +15,7 @@
 #include "croupier/batch.h"
 #include "src/transport/batch_source.h"
 #include "src/transport/frame.h"
+#include "src/transport/recv_buffer.h"
 #include "src/transport/socket.h"
 #include "src/transport/tls.h"
 #include "src/transport/transport.h"
@@ -50,15 +53,35 @@ class ServerConnection {
   absl::Status Handshake();
   // The next request, or nullopt when the client closed the connection between requests.
   absl::StatusOr<std::optional<frame::Request>> ReadRequest();
-  // Answers one request. An error means the connection must be closed.
+  // Answers one request into pending_ (written by Flush). An error means the connection must be
+  // closed.
   absl::Status Serve(const frame::Request& request);
+  // Whether to hold the pending answers back for the next one: the client has pipelined another
+  // request for a batch the source has ready, and the held answers are few and small.
+  bool HoldForNext();
+  // Writes every pending answer in one sendmsg, then tells the source which batches were served.
+  absl::Status Flush(const net::IoWait& wait);
   // Asks the source in slices (see kSourceSlice) until it answers for real or `deadline`.
   // nullopt when the answer no longer matters: the server is stopping or the client has gone.
   std::optional<absl::StatusOr<std::pair<uint64_t, Batch>>> AskSource(const frame::Request& request,
                                                                       absl::Time deadline);
   absl::Status SendError(const absl::Status& status);
 
+  // An answer built and not written yet.
+  struct Pending {
+    std::array<char, frame::kHeaderBytes + frame::kCompressedFixedBytes> prefix;
+    size_t prefix_bytes = 0;
+    std::optional<Batch> batch;  // keeps the bytes alive (BATCH, BATCH_COMPRESSED)
+    std::string owned;  // the compressed body, or the whole ERROR frame; empty: batch->bytes()
+    std::optional<BatchKey> served;  // the batch, when the answer carries one
+    uint64_t batch_bytes = 0;
+    bool any = false;  // answers a GET_ANY
+  };
+
   net::Stream stream_;
+  net::RecvBuffer in_;      // received and not parsed yet: pipelined requests (frame.h)
+  std::vector<Pending> pending_;
+  size_t pending_bytes_ = 0;
   const std::string peer_;  // "client <ip:port>", for messages and logs
   const DataServerOptions& options_;
   BatchSource* const source_;

@@ -126,7 +126,7 @@ class FakeServer {
 // to close.
 std::function<void(net::Socket&)> Respond(std::string response) {
   return [response = std::move(response)](net::Socket& socket) {
-    SendRaw(socket, frame::EncodeHelloOk(kProtocolVersion));
+    SendRaw(socket, frame::EncodeHelloOk(frame::kDataProtocolVersion));
     if (!ReadFrame(socket).ok()) return;
     SendRaw(socket, response);
     ClosedByPeer(socket);
@@ -206,7 +206,7 @@ TEST_F(TcpTransportTest, VersionMismatchIsRefusedNamingBothVersions) {
   StartServer();
   ::testing::internal::CaptureStderr();
   net::Socket socket = RawConnect(server_->address());
-  SendRaw(socket, frame::EncodeHello(kProtocolVersion + 1, kToken));
+  SendRaw(socket, frame::EncodeHello(frame::kDataProtocolVersion + 1, kToken));
   auto answer = ReadFrame(socket);
   EXPECT_TRUE(ClosedByPeer(socket));
   const std::string log = ::testing::internal::GetCapturedStderr();
@@ -215,22 +215,25 @@ TEST_F(TcpTransportTest, VersionMismatchIsRefusedNamingBothVersions) {
   auto error = frame::ParseError(answer->body);
   ASSERT_TRUE(error.ok()) << error.status();
   EXPECT_EQ(error->code, absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(error->message, HasSubstr(absl::StrCat("speaks version ", kProtocolVersion)));
-  EXPECT_THAT(error->message, HasSubstr(absl::StrCat("client version ", kProtocolVersion + 1)));
+  EXPECT_THAT(error->message,
+              HasSubstr(absl::StrCat("speaks version ", frame::kDataProtocolVersion)));
+  EXPECT_THAT(error->message,
+              HasSubstr(absl::StrCat("client version ", frame::kDataProtocolVersion + 1)));
   EXPECT_THAT(log, HasSubstr("refusing client 127.0.0.1:"));
 }
 
 TEST_F(TcpTransportTest, ClientRefusesAServerOfAnotherVersion) {
   FakeServer fake([](net::Socket& socket) {
-    SendRaw(socket, frame::EncodeHelloOk(kProtocolVersion + 1));
+    SendRaw(socket, frame::EncodeHelloOk(frame::kDataProtocolVersion + 1));
     ClosedByPeer(socket);
   });
   auto client = Transport::Tcp()->Connect(fake.address(), ClientOptions());
   EXPECT_EQ(client.status().code(), absl::StatusCode::kFailedPrecondition) << client.status();
   EXPECT_THAT(client.status().message(),
-              HasSubstr(absl::StrCat(fake.address(), " speaks version ", kProtocolVersion + 1)));
+              HasSubstr(absl::StrCat(fake.address(), " speaks version ",
+                                     frame::kDataProtocolVersion + 1)));
   EXPECT_THAT(client.status().message(),
-              HasSubstr(absl::StrCat("this client version ", kProtocolVersion)));
+              HasSubstr(absl::StrCat("this client version ", frame::kDataProtocolVersion)));
 }
 
 struct Garbage {
@@ -296,6 +299,40 @@ TEST_F(TcpTransportTest, SilentClientIsDroppedAfterTheHandshakeTimeout) {
     EXPECT_GE(absl::Now() - start, absl::Milliseconds(150));
   }
   ExpectServes();
+}
+
+// A version-1 client (no pipelining) is still served: the server answers with its version.
+// And requests written back to back (pipelined, version 2) are answered in order, the ready
+// ones in one write.
+TEST_F(TcpTransportTest, VersionOneClientsAndPipelinedRequestsAreServed) {
+  StartServer();
+  for (uint64_t i = 0; i < 3; ++i) source_.Put({"train", 0, i}, testing::MakeBatch(4096, i));
+  for (uint32_t version : {frame::kOldestDataProtocolVersion, frame::kDataProtocolVersion}) {
+    SCOPED_TRACE(absl::StrCat("version ", version));
+    net::Socket socket = RawConnect(server_->address());
+    SendRaw(socket, frame::EncodeHello(version, kToken));
+    auto hello = ReadFrame(socket);
+    ASSERT_TRUE(hello.ok()) << hello.status();
+    ASSERT_EQ(hello->header.type, static_cast<uint32_t>(frame::FrameType::kHelloOk));
+    auto answered = frame::ParseHelloOk(hello->body);
+    ASSERT_TRUE(answered.ok());
+    EXPECT_EQ(*answered, version);
+    const size_t pipelined = version == frame::kDataProtocolVersion ? 3 : 1;
+    std::string requests;
+    for (uint64_t i = 0; i < pipelined; ++i) {
+      frame::AppendRequest({frame::FrameType::kGetBatch, "train", 0, i, 5000}, &requests);
+    }
+    SendRaw(socket, requests);
+    for (uint64_t i = 0; i < pipelined; ++i) {
+      auto got = ReadFrame(socket);
+      ASSERT_TRUE(got.ok()) << got.status();
+      ASSERT_EQ(got->header.type, static_cast<uint32_t>(frame::FrameType::kBatch));
+      EXPECT_EQ(frame::ParseBatchIndex(got->body.substr(0, 8)), i);
+      auto batch = Batch::FromBytes(absl::string_view(got->body).substr(8));
+      ASSERT_TRUE(batch.ok()) << batch.status();
+      EXPECT_EQ(batch->ContentHash(), testing::MakeBatch(4096, i).ContentHash());
+    }
+  }
 }
 
 TEST_F(TcpTransportTest, ClientVanishingMidBatchDoesNotHurtTheServer) {

@@ -113,6 +113,8 @@ class Stream {
   absl::StatusOr<size_t> RecvSome(char* dst, size_t n, const IoWait& wait, absl::string_view peer);
   absl::Status RecvAll(char* dst, size_t n, const IoWait& wait, absl::string_view peer);
   bool PeerHungUpOrSpoke();
+  // As net::PeerHungUp (TLS's close_notify comes before the close it announces).
+  bool PeerHungUp() { return net::PeerHungUp(fd()); }
 
   // Sends TLS's close_notify (best effort, briefly), then as net::CloseGracefully.
   static void CloseGracefully(Stream stream, absl::Duration linger);

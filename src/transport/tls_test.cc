@@ -101,6 +101,35 @@ TEST_F(TlsTest, MutualTlsCarriesBatchesOfEverySize) {
   EXPECT_TRUE(again.ok()) << again.status();
 }
 
+TEST_F(TlsTest, PipelinedFetchesCrossTls) {
+  StartServer(Config("server", "ca"));
+  auto client = Connect(Config("client", "ca"));
+  ASSERT_TRUE(client.ok()) << client.status();
+  std::vector<uint64_t> keys;
+  for (uint64_t i = 0; i < 20; ++i) {
+    keys.push_back(i);
+    if (i == 4) {
+      source_.Fail({"job", 0, i}, absl::NotFoundError("no batch 4"));
+    } else {
+      source_.Put({"job", 0, i}, testing::MakeBatch(i == 9 ? (3 << 20) : 4096, i));
+    }
+  }
+  size_t next = 0;
+  (*client)->FetchBatches("job", 0, keys, In(absl::Seconds(20)),
+                          [&](size_t i, absl::StatusOr<Batch> got) {
+                            EXPECT_EQ(i, next++);
+                            if (i == 4) {
+                              EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound);
+                              return;
+                            }
+                            ASSERT_TRUE(got.ok()) << got.status();
+                            EXPECT_EQ(got->ContentHash(),
+                                      testing::MakeBatch(i == 9 ? (3 << 20) : 4096, i)
+                                          .ContentHash());
+                          });
+  EXPECT_EQ(next, keys.size());
+}
+
 TEST_F(TlsTest, ServerOnlyTlsNeedsNoClientCertificate) {
   StartServer(Config("server", ""));
   const Batch batch = testing::MakeBatch(4096, 1);

@@ -25,9 +25,11 @@
 #include <string>
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "croupier/batch.h"
 #include "src/transport/batch_source.h"
 #include "src/transport/tls.h"
@@ -89,6 +91,19 @@ class DataClient {
   // answer until `deadline` plus a short grace for the transfer to start, then fails
   // DEADLINE_EXCEEDED. The returned batch was validated (Batch::FromBuffer) and owns its bytes.
   virtual absl::StatusOr<Batch> Fetch(const BatchKey& key, absl::Time deadline) = 0;
+  // Global batches `batches` of (job, epoch), each as Fetch would return it, handed to
+  // `on_batch(i, result)` (i indexes `batches`) in order, each as soon as it has arrived; every
+  // index is handed over exactly once. The transports pipeline the requests on one connection
+  // (frame.h), so that n small batches cost about one round trip instead of n. A batch's own
+  // error does not stop the others; when the connection fails, the batches not answered yet get
+  // that error. This default fetches one after the other.
+  virtual void FetchBatches(absl::string_view job, uint64_t epoch,
+                            absl::Span<const uint64_t> batches, absl::Time deadline,
+                            absl::FunctionRef<void(size_t, absl::StatusOr<Batch>)> on_batch) {
+    for (size_t i = 0; i < batches.size(); ++i) {
+      on_batch(i, Fetch(BatchKey{std::string(job), epoch, batches[i]}, deadline));
+    }
+  }
   // first_come: any ready batch of (job, epoch) with its global batch index. OUT_OF_RANGE when
   // the server holds no more batches of the epoch; DEADLINE_EXCEEDED when none became ready.
   virtual absl::StatusOr<std::pair<uint64_t, Batch>> FetchAny(absl::string_view job, uint64_t epoch,

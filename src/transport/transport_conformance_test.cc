@@ -105,6 +105,137 @@ TEST_P(TransportTest, RoundTripsBatchesBitForBit) {
   }
 }
 
+// FetchBatches pipelines the requests on one connection; the server may write the answers of
+// ready batches together. Every batch comes back in order, with the errors of the batches that
+// failed in their places, and the connection stays usable.
+TEST_P(TransportTest, FetchBatchesAnswersEveryBatchInOrderWithErrorsInPlace) {
+  StartServer();
+  std::vector<Batch> batches;
+  std::vector<uint64_t> keys;
+  for (uint64_t i = 0; i < 40; ++i) {
+    const size_t bytes = i == 7 ? (2 << 20) : (i % 3 == 0 ? 256 : 4 << 10);  // one large
+    batches.push_back(testing::MakeBatch(bytes, i));
+    keys.push_back(i);
+    if (i == 5 || i == 23) {
+      source_.Fail({"train", 1, i}, absl::DataLossError(absl::StrCat("bad record of batch ", i)));
+    } else {
+      source_.Put({"train", 1, i}, batches.back());
+    }
+  }
+  std::unique_ptr<DataClient> client = Connect();
+  ASSERT_NE(client, nullptr);
+  for (int round = 0; round < 2; ++round) {  // the second on the same, pooled connection
+    std::vector<size_t> order;
+    client->FetchBatches("train", 1, keys, In(absl::Seconds(20)),
+                         [&](size_t i, absl::StatusOr<Batch> got) {
+                           order.push_back(i);
+                           SCOPED_TRACE(absl::StrCat("batch ", i));
+                           if (i == 5 || i == 23) {
+                             EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss);
+                             EXPECT_THAT(got.status().message(),
+                                         HasSubstr(absl::StrCat("bad record of batch ", i)));
+                             return;
+                           }
+                           ASSERT_TRUE(got.ok()) << got.status();
+                           ExpectSameBatch(*got, batches[i]);
+                         });
+    ASSERT_EQ(order.size(), keys.size());
+    for (size_t i = 0; i < order.size(); ++i) EXPECT_EQ(order[i], i);
+  }
+  // Every served batch is reported, once per round.
+  const absl::Time until = In(absl::Seconds(5));
+  while (source_.served().size() < 2 * 38 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(source_.served().size(), 2u * 38);
+}
+
+// A batch not made yet holds up the ones behind it, not the ones before it; one whose deadline
+// passes fails DEADLINE_EXCEEDED in its place and the rest still arrive.
+TEST_P(TransportTest, FetchBatchesHandsOverEachBatchAsItArrives) {
+  StartServer();
+  for (uint64_t i : {0, 1, 3}) source_.Put({"train", 0, i}, testing::MakeBatch(4 << 10, i));
+  std::unique_ptr<DataClient> client = Connect();
+  ASSERT_NE(client, nullptr);
+  std::vector<absl::Time> arrived(4);
+  std::vector<absl::StatusCode> codes(4, absl::StatusCode::kUnknown);
+  const std::vector<uint64_t> keys = {0, 1, 2, 3};
+  std::thread maker([&] {
+    absl::SleepFor(absl::Milliseconds(400));
+    source_.Put({"train", 0, 2}, testing::MakeBatch(4 << 10, 2));
+  });
+  const absl::Time start = absl::Now();
+  client->FetchBatches("train", 0, keys, In(absl::Seconds(10)),
+                       [&](size_t i, absl::StatusOr<Batch> got) {
+                         arrived[i] = absl::Now();
+                         codes[i] = got.status().code();
+                       });
+  maker.join();
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(codes[i], absl::StatusCode::kOk) << i;
+  EXPECT_LT(arrived[1] - start, absl::Milliseconds(300));
+  EXPECT_GE(arrived[2] - start, absl::Milliseconds(350));
+
+  // Batch 9 is never made: it fails at the deadline, and batch 3 behind it is still answered.
+  std::vector<absl::StatusCode> late(2, absl::StatusCode::kUnknown);
+  client->FetchBatches("train", 0, std::vector<uint64_t>{9, 3}, In(absl::Milliseconds(300)),
+                       [&](size_t i, absl::StatusOr<Batch> got) { late[i] = got.status().code(); });
+  EXPECT_EQ(late[0], absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(late[1], AnyOf(absl::StatusCode::kOk, absl::StatusCode::kDeadlineExceeded));
+  EXPECT_TRUE(client->Fetch({"train", 0, 0}, In(absl::Seconds(10))).ok());
+}
+
+// More batches than one call pipelines, from threads sharing the client.
+TEST_P(TransportTest, FetchBatchesSplitsLongListsAndSharesTheClient) {
+  StartServer();
+  for (uint64_t i = 0; i < 300; ++i) source_.Put({"train", 0, i}, testing::MakeBatch(512, i));
+  std::unique_ptr<DataClient> client = Connect();
+  ASSERT_NE(client, nullptr);
+  std::vector<std::thread> threads;
+  std::atomic<int> good{0};
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<uint64_t> keys;
+      for (uint64_t i = t; i < 300; i += 3) keys.push_back(i);
+      size_t next = 0;
+      client->FetchBatches("train", 0, keys, In(absl::Seconds(20)),
+                           [&](size_t i, absl::StatusOr<Batch> got) {
+                             if (i == next++ && got.ok() &&
+                                 got->ContentHash() ==
+                                     testing::MakeBatch(512, keys[i]).ContentHash()) {
+                               ++good;
+                             }
+                           });
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(good.load(), 300);
+}
+
+// The server stopping while pipelined requests wait: every batch gets an answer or an error,
+// promptly.
+TEST_P(TransportTest, FetchBatchesFailsTheRestWhenTheServerStops) {
+  StartServer();
+  source_.Put({"train", 0, 0}, testing::MakeBatch(4 << 10, 0));
+  std::unique_ptr<DataClient> client = Connect();
+  ASSERT_NE(client, nullptr);
+  std::thread stopper([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    server_->Shutdown();
+  });
+  std::vector<absl::StatusCode> codes;
+  const absl::Time start = absl::Now();
+  client->FetchBatches("train", 0, std::vector<uint64_t>{0, 1, 2}, In(absl::Seconds(20)),
+                       [&](size_t, absl::StatusOr<Batch> got) {
+                         codes.push_back(got.status().code());
+                       });
+  stopper.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  ASSERT_EQ(codes.size(), 3u);
+  EXPECT_EQ(codes[0], absl::StatusCode::kOk);
+  EXPECT_EQ(codes[1], absl::StatusCode::kUnavailable);
+  EXPECT_EQ(codes[2], absl::StatusCode::kUnavailable);
+}
+
 TEST_P(TransportTest, FetchWaitsForABatchMadeWhileItWaits) {
   StartServer();
   std::unique_ptr<DataClient> client = Connect();

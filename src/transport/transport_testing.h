@@ -148,6 +148,12 @@ class FakeBatchSource final : public BatchSource {
     return served_;
   }
 
+  // Put or Fail already, and not held: the server may hold answers back for it.
+  bool Ready(const BatchKey& key) override {
+    absl::MutexLock lock(&mu_);
+    return !held_ && (errors_.contains(key) || batches_.contains(key));
+  }
+
   absl::StatusOr<Batch> GetBatch(const BatchKey& key, absl::Time deadline) override {
     absl::MutexLock lock(&mu_);
     Inside inside(this);
