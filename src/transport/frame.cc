@@ -1,6 +1,7 @@
 #include "src/transport/frame.h"
 
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 
@@ -127,6 +128,18 @@ absl::StatusOr<Request> ParseRequest(const FrameHeader& header, absl::string_vie
   request.timeout_ms = Get<uint64_t>(body.data() + 16);
   request.job.assign(body.data() + kRequestFixedBytes, job_length);
   return request;
+}
+
+std::optional<Request> PeekGetBatch(absl::string_view buffered) {
+  if (buffered.size() < kHeaderBytes) return std::nullopt;
+  absl::StatusOr<FrameHeader> h = ParseHeader(buffered.substr(0, kHeaderBytes));
+  if (!h.ok() || h->type != static_cast<uint32_t>(FrameType::kGetBatch) ||
+      h->length > buffered.size() - kHeaderBytes) {
+    return std::nullopt;
+  }
+  absl::StatusOr<Request> request = ParseRequest(*h, buffered.substr(kHeaderBytes, h->length));
+  if (!request.ok()) return std::nullopt;
+  return *std::move(request);
 }
 
 std::string EncodeHelloOk(uint32_t version) {

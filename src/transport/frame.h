@@ -54,6 +54,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -129,6 +130,11 @@ void AppendRequest(const Request& request, std::string* out);
 // Parses the body of a request frame whose header is `header`. DATA_LOSS naming the problem on a
 // type that is not a request or inconsistent lengths.
 absl::StatusOr<Request> ParseRequest(const FrameHeader& header, absl::string_view body);
+// The GET_BATCH request at the start of `buffered` (bytes received and not yet read), when one has
+// arrived whole and parses; nullopt otherwise (another frame, a partial one, or a malformed one,
+// which the server's read of the next frame reports). Lets a server see whether the next answer
+// could go out with the one it is about to write.
+std::optional<Request> PeekGetBatch(absl::string_view buffered);
 
 // Whole HELLO_OK frame, and its body's parser (DATA_LOSS when malformed).
 std::string EncodeHelloOk(uint32_t version);

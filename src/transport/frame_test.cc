@@ -95,6 +95,24 @@ TEST(TransportFrameTest, RequestParsingChecksEveryLength) {
   EXPECT_THAT(ParseHeader(raw_header).status().message(), HasSubstr("reserved"));
 }
 
+TEST(TransportFrameTest, PeekGetBatchSeesOnlyAWholeWellFormedGetBatch) {
+  const std::string get = EncodeRequest({FrameType::kGetBatch, "train", 1, 2, 3});
+  // Whole, and followed by more bytes: the request.
+  std::optional<Request> r = PeekGetBatch(get + "more");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->job, "train");
+  EXPECT_EQ(r->epoch, 1u);
+  EXPECT_EQ(r->batch, 2u);
+  // Every partial prefix: not yet.
+  for (size_t n = 0; n < get.size(); ++n) EXPECT_FALSE(PeekGetBatch(get.substr(0, n))) << n;
+  // Another type of request.
+  EXPECT_FALSE(PeekGetBatch(EncodeRequest({FrameType::kGetAny, "train", 1, 0, 3})));
+  // A body whose lengths do not add up (the job name's length disagrees with the body).
+  std::string bad = get;
+  bad[kHeaderBytes + 24] = 6;
+  EXPECT_FALSE(PeekGetBatch(bad));
+}
+
 TEST(TransportFrameTest, ErrorsRoundTripAndLongMessagesAreCut) {
   const std::string bytes = EncodeError(absl::NotFoundError("batch 4 is elsewhere"));
   auto header = ParseHeader(Header(bytes));

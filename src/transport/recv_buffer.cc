@@ -68,16 +68,7 @@ absl::Status RecvBuffer::Take(char* dst, size_t n, ReadSomeFn read, absl::string
     Consume(rest);
     return absl::OkStatus();
   }
-  while (done < n) {
-    absl::StatusOr<size_t> got = read(dst + done, n - done);
-    if (!got.ok()) return got.status();
-    if (*got == 0) {
-      return absl::UnavailableError(
-          absl::StrCat("connection closed by ", peer, " after ", done, " of ", n, " bytes"));
-    }
-    done += *got;
-  }
-  return absl::OkStatus();
+  return ReadFull(dst, done, n, read, peer);
 }
 
 }  // namespace croupier::net

@@ -13,11 +13,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "src/transport/socket.h"
 
 namespace croupier::net {
-
-// Reads between 1 and `room` bytes into `dst`; 0 means the peer closed the stream cleanly.
-using ReadSomeFn = absl::FunctionRef<absl::StatusOr<size_t>(char* dst, size_t room)>;
 
 // Thread-compatible.
 class RecvBuffer {

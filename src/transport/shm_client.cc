@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "src/common/protocol.h"
 #include "src/common/status_macros.h"
+#include "src/transport/fetch_many.h"
 #include "src/transport/frame.h"
 #include "src/transport/recv_buffer.h"
 #include "src/transport/shm_socket.h"
@@ -354,44 +355,11 @@ class ShmDataClient final : public DataClient {
   void FetchBatches(absl::string_view job, uint64_t epoch, absl::Span<const uint64_t> batches,
                     absl::Time deadline,
                     absl::FunctionRef<void(size_t, absl::StatusOr<Batch>)> on_batch) override {
-    size_t done = 0;
-    auto fail_rest = [&](const absl::Status& status) {
-      for (; done < batches.size(); ++done) on_batch(done, status);
-    };
-    if (absl::Status s = CheckJob(job); !s.ok()) return fail_rest(s);
-    std::vector<frame::Request> requests;
-    while (done < batches.size()) {
-      const size_t n = std::min(kMaxPipelinedRequests, batches.size() - done);
-      requests.clear();
-      for (size_t i = 0; i < n; ++i) {
-        requests.push_back(frame::Request{.type = frame::FrameType::kGetBatch,
-                                          .job = std::string(job),
-                                          .epoch = epoch,
-                                          .batch = batches[done + i]});
-      }
-      absl::StatusOr<std::unique_ptr<ShmConnection>> connection =
-          Acquire(deadline + kResponseGrace);
-      if (!connection.ok()) return fail_rest(connection.status());
-      size_t answered = 0;
-      const absl::Status status = (*connection)->CallMany(
-          requests, deadline, [&](size_t i, Answer answer) {
-            ++answered;
-            const uint64_t wanted = batches[done + i];
-            if (!answer.ok()) {
-              on_batch(done + i, absl::IsCancelled(answer.status()) ? CancelledError()
-                                                                    : answer.status());
-            } else if (answer->first != wanted) {
-              on_batch(done + i, absl::DataLossError(absl::StrCat(
-                                     "data server ", address_, " answered batch ", answer->first,
-                                     " to a request for batch ", wanted)));
-            } else {
-              on_batch(done + i, std::move(answer->second));
-            }
-          });
-      Release(*std::move(connection));
-      done += answered;
-      if (answered < n) return fail_rest(absl::IsCancelled(status) ? CancelledError() : status);
-    }
+    FetchPipelined<ShmConnection>(
+        address_, CheckJob(job), job, epoch, batches, deadline,
+        [this](absl::Time d) { return Acquire(d); },
+        [this](std::unique_ptr<ShmConnection> c) { Release(std::move(c)); },
+        [this] { return CancelledError(); }, on_batch);
   }
 
   void Cancel() override {

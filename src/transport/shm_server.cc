@@ -242,16 +242,8 @@ class ShmServerConnection {
   // As ServerConnection::HoldForNext (tcp_server_connection.h).
   bool HoldForNext() {
     if (held_ >= kMaxHeldAnswers || fds_.size() >= net::kMaxFdsPerMessage) return false;
-    if (in_.size() < frame::kHeaderBytes) return false;
-    absl::StatusOr<frame::FrameHeader> h =
-        frame::ParseHeader(in_.data().substr(0, frame::kHeaderBytes));
-    if (!h.ok() || h->type != static_cast<uint32_t>(frame::FrameType::kGetBatch) ||
-        h->length > in_.size() - frame::kHeaderBytes) {
-      return false;
-    }
-    absl::StatusOr<frame::Request> next =
-        frame::ParseRequest(*h, in_.data().substr(frame::kHeaderBytes, h->length));
-    if (!next.ok()) return false;  // ReadFrame reports it
+    std::optional<frame::Request> next = frame::PeekGetBatch(in_.data());
+    if (!next) return false;
     return source_->Ready(BatchKey{std::move(next->job), next->epoch, next->batch});
   }
 

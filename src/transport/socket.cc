@@ -292,10 +292,9 @@ absl::StatusOr<size_t> RecvSome(int fd, char* dst, size_t n, const IoWait& wait,
   }
 }
 
-absl::Status RecvAll(int fd, char* dst, size_t n, const IoWait& wait, absl::string_view peer) {
-  size_t done = 0;
+absl::Status ReadFull(char* dst, size_t done, size_t n, ReadSomeFn read, absl::string_view peer) {
   while (done < n) {
-    absl::StatusOr<size_t> got = RecvSome(fd, dst + done, n - done, wait, peer);
+    absl::StatusOr<size_t> got = read(dst + done, n - done);
     if (!got.ok()) return got.status();
     if (*got == 0) {
       return absl::UnavailableError(
@@ -304,6 +303,11 @@ absl::Status RecvAll(int fd, char* dst, size_t n, const IoWait& wait, absl::stri
     done += *got;
   }
   return absl::OkStatus();
+}
+
+absl::Status RecvAll(int fd, char* dst, size_t n, const IoWait& wait, absl::string_view peer) {
+  return ReadFull(
+      dst, 0, n, [&](char* p, size_t room) { return RecvSome(fd, p, room, wait, peer); }, peer);
 }
 
 absl::Status WaitReady(int fd, short events, const IoWait& wait, absl::Time progress,

@@ -15,6 +15,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -97,6 +98,13 @@ void ConfigureDataSocket(int fd);
 // SIGPIPE.
 absl::Status SendAll(int fd, absl::Span<iovec> iov, const IoWait& wait, absl::string_view peer);
 absl::Status SendAll(int fd, absl::string_view bytes, const IoWait& wait, absl::string_view peer);
+
+// Reads between 1 and `room` bytes into `dst`; 0 means the peer closed the stream cleanly.
+using ReadSomeFn = absl::FunctionRef<absl::StatusOr<size_t>(char* dst, size_t room)>;
+// Reads dst[done, n) with `read` until all n bytes are there: the one loop behind every "receive
+// exactly n bytes" of the data plane. UNAVAILABLE naming `peer` and how many of the n bytes came
+// when the peer closes first; read's own errors as they are.
+absl::Status ReadFull(char* dst, size_t done, size_t n, ReadSomeFn read, absl::string_view peer);
 
 // Receives exactly n bytes into dst. UNAVAILABLE when the peer closes first.
 absl::Status RecvAll(int fd, char* dst, size_t n, const IoWait& wait, absl::string_view peer);

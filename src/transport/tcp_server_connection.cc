@@ -3,6 +3,7 @@
 #include <sys/uio.h>
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -263,16 +264,8 @@ absl::Status ServerConnection::Serve(const frame::Request& request) {
 bool ServerConnection::HoldForNext() {
   if (pending_.size() >= kMaxHeldAnswers || pending_bytes_ >= kMaxHeldBytes) return false;
   // The next request, when it has arrived whole already.
-  if (in_.size() < frame::kHeaderBytes) return false;
-  absl::StatusOr<frame::FrameHeader> h =
-      frame::ParseHeader(in_.data().substr(0, frame::kHeaderBytes));
-  if (!h.ok() || h->type != static_cast<uint32_t>(frame::FrameType::kGetBatch) ||
-      h->length > in_.size() - frame::kHeaderBytes) {
-    return false;
-  }
-  absl::StatusOr<frame::Request> next =
-      frame::ParseRequest(*h, in_.data().substr(frame::kHeaderBytes, h->length));
-  if (!next.ok()) return false;  // ReadRequest reports it
+  std::optional<frame::Request> next = frame::PeekGetBatch(in_.data());
+  if (!next) return false;
   return source_->Ready(BatchKey{std::move(next->job), next->epoch, next->batch});
 }
 

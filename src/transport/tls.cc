@@ -427,17 +427,8 @@ absl::StatusOr<size_t> Stream::RecvSome(char* dst, size_t n, const IoWait& wait,
 
 absl::Status Stream::RecvAll(char* dst, size_t n, const IoWait& wait, absl::string_view peer) {
   if (ssl_ == nullptr) return net::RecvAll(fd(), dst, n, wait, peer);
-  size_t done = 0;
-  while (done < n) {
-    absl::StatusOr<size_t> got = RecvSome(dst + done, n - done, wait, peer);
-    if (!got.ok()) return got.status();
-    if (*got == 0) {
-      return absl::UnavailableError(
-          absl::StrCat("connection closed by ", peer, " after ", done, " of ", n, " bytes"));
-    }
-    done += *got;
-  }
-  return absl::OkStatus();
+  return net::ReadFull(
+      dst, 0, n, [&](char* p, size_t room) { return RecvSome(p, room, wait, peer); }, peer);
 }
 
 bool Stream::PeerHungUpOrSpoke() {
