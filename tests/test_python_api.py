@@ -96,6 +96,20 @@ def test_state_dict_resumes_at_the_saved_step(cluster, dataset):
 
 
 @pytest.mark.timeout(60)
+def test_a_finished_epoch_can_be_read_again_after_a_rewind(cluster, dataset):
+    # The whole epoch of a one-epoch job, then load_state_dict back to its start. The producer may
+    # not have reported the last tasks finished yet when the dispatcher learns of the rewind; they
+    # must be made again all the same, and the same batches come in the same order.
+    cluster.create_job("rewind", dataset, FEATURES, 16, consumers=1, seed=4, epochs=1)
+    with cluster.consumer("rewind", 0, 1, timeout=30) as feed:
+        first = [b["id"].tolist() for b in feed.epoch(0)]
+        feed.load_state_dict({**feed.state_dict(), "epoch": 0, "step": 0})
+        again = [b["id"].tolist() for b in feed.epoch(0)]
+    assert first == plan_ids(0, 1, 16, 4, 0)
+    assert again == first
+
+
+@pytest.mark.timeout(60)
 def test_state_of_another_job_or_world_is_refused(cluster, dataset):
     cluster.create_job("refuse", dataset, FEATURES, 16, consumers=1, seed=1, epochs=1)
     with cluster.consumer("refuse", 0, 1) as feed:

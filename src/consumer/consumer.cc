@@ -3,7 +3,9 @@
 #include "croupier/consumer.h"
 
 #include <atomic>
+#include <memory>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -78,6 +80,14 @@ class ConsumerImpl final : public Consumer {
     if (!first_come && step > steps) {
       return absl::OutOfRangeError(absl::StrCat("job '", job_.name, "' has ", steps,
                                                 " steps in epoch ", epoch, "; no step ", step));
+    }
+    const ConsumerPosition at = position();
+    if (std::make_pair(epoch, step) < std::make_pair(at.epoch, at.step)) {
+      // Going back (a checkpoint restored). The dispatcher must learn how far this consumer got
+      // before it learns where it goes back to: it reopens the tasks between the two, and a short
+      // epoch read faster than a heartbeat interval would otherwise look like no move at all,
+      // with its tasks finished by their producers and never made again.
+      SendHeartbeat(/*leaving=*/false);
     }
     {
       // Joins the old epoch's workers, unless a Next() on another thread still holds it.

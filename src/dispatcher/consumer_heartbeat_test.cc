@@ -137,6 +137,37 @@ TEST_F(DispatcherConsumerHeartbeatTest, GoingBackMakesFinishedTasksAgain) {
   EXPECT_EQ(again->new_tasks(0).first_batch(), 0u);
 }
 
+// A consumer goes back behind a task its producer has served but not yet reported finished:
+// when the report comes, the task is made again instead of finished, or its batches would be
+// lost (the producer no longer holds them, and nothing else would make them).
+TEST_F(DispatcherConsumerHeartbeatTest, GoingBackBehindAHeldTaskMakesItAgainWhenItFinishes) {
+  for (uint32_t rank = 0; rank < 4; ++rank) ASSERT_TRUE(Consumer(0, "train", rank, 4).ok());
+  auto p = Producer(0, "h:1", 1);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->new_tasks_size(), 1);
+  const uint64_t task = p->new_tasks(0).task_id();
+  ASSERT_EQ(p->new_tasks(0).first_batch(), 0u);
+  // Rank 0 reads on to step 2, then goes back to step 0 while the producer still holds the task.
+  ASSERT_TRUE(Consumer(1, "train", 0, 4, 0, 2).ok());
+  ASSERT_TRUE(Consumer(1, "train", 0, 4, 0, 0).ok());
+  EXPECT_THAT(impl_->StateDebugString(), HasSubstr("remake when finished"));
+  // The producer reports it finished: it is cut loose and handed out again as a new task.
+  auto done = Producer(1, "h:1", 1, {task});
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_THAT(impl_->StateDebugString(), ::testing::Not(HasSubstr("remake when finished")));
+  ASSERT_EQ(done->new_tasks_size(), 1);
+  EXPECT_EQ(done->new_tasks(0).first_batch(), 0u);
+  EXPECT_NE(done->new_tasks(0).task_id(), task);
+  auto again = done;
+  // Without the going back, a finished report finishes the task (GoingBackMakesFinishedTasksAgain
+  // covers tasks finished before the consumer went back).
+  auto second = Producer(1, "h:1", 0, {again->new_tasks(0).task_id()});
+  ASSERT_TRUE(second.ok()) << second.status();
+  const std::string finished = impl_->StateDebugString();
+  EXPECT_THAT(finished, ::testing::Not(HasSubstr("orphan 'train' epoch 0 batch 0")));
+  EXPECT_THAT(finished, ::testing::Not(HasSubstr("outstanding epoch 0 batches [0, 16)")));
+}
+
 TEST_F(DispatcherConsumerHeartbeatTest, TickExpiresSilentConsumers) {
   ASSERT_TRUE(Consumer(0, "train", 0, 4).ok());
   ASSERT_TRUE(Consumer(0, "train", 1, 4).ok());

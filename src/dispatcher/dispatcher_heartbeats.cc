@@ -409,7 +409,8 @@ absl::Status DispatcherImpl::ReopenLocked(const std::string& name, uint64_t epoc
   const DispatcherState::Job& job = *state_.FindJob(name);
   if (job.mode != DealMode::kDealt) return absl::OkStatus();
   const size_t tasks = DispatcherState::TasksToReopen(job, epoch, step).size();
-  if (tasks == 0) return absl::OkStatus();
+  const size_t held = DispatcherState::HeldTasksToRemake(job, epoch, step).size();
+  if (tasks == 0 && held == 0) return absl::OkStatus();
   journal::Update update;
   update.mutable_tasks_reopened()->set_job(name);
   update.mutable_tasks_reopened()->set_epoch(epoch);
@@ -417,7 +418,8 @@ absl::Status DispatcherImpl::ReopenLocked(const std::string& name, uint64_t epoc
   RETURN_IF_ERROR(ApplyLocked(update));
   Log(LogLevel::kInfo, "dispatcher",
       absl::StrCat("job '", name, "': a consumer went back to epoch ", epoch, " step ", step,
-                   "; ", tasks, " finished tasks will be made again"));
+                   "; ", tasks, " finished tasks will be made again, and ", held,
+                   " tasks producers hold once they finish"));
   return absl::OkStatus();
 }
 

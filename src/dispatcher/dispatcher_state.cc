@@ -141,6 +141,7 @@ void DispatcherState::OrphanTask(uint64_t task_id) {
   producers_[o.producer_id].tasks.erase(task_id);
   o.task_id = 0;
   o.producer_id = 0;
+  o.remake_when_finished = false;
   orphans_.insert(OrphanKey{task.epoch(), task.first_batch(), task.job()});
   tasks_.erase(t);
 }
@@ -225,6 +226,11 @@ absl::Status DispatcherState::ApplyTaskFinished(const journal::TaskFinished& u) 
     return DoesNotFit(absl::StrCat("task ", u.task_id(), " is owned by producer ", owner, ", not ",
                                    u.producer_id()));
   }
+  if (job->outstanding.at(key).remake_when_finished) {
+    // Its producer served it before a consumer went back behind it: made again elsewhere.
+    OrphanTask(u.task_id());
+    return absl::OkStatus();
+  }
   FinishTask(*job, key);
   return absl::OkStatus();
 }
@@ -248,6 +254,9 @@ absl::Status DispatcherState::ApplyTasksReopened(const journal::TasksReopened& u
     return DoesNotFit(absl::StrCat("tasks_reopened of job '", u.job(), "', which is unknown"));
   }
   if (absl::Status s = CheckPosition(*job, u.epoch(), u.step()); !s.ok()) return s;
+  for (const TaskKey& key : HeldTasksToRemake(*job, u.epoch(), u.step())) {
+    job->outstanding.at(key).remake_when_finished = true;
+  }
   for (const TaskKey& key : TasksToReopen(*job, u.epoch(), u.step())) {
     job->outstanding[key] =
         Outstanding{TaskEnd(job->info, key.first, key.second) - key.second, 0, 0};

@@ -50,6 +50,10 @@ class DispatcherState {
     uint64_t num_batches = 0;
     uint64_t task_id = 0;
     uint64_t producer_id = 0;
+    // A consumer went back behind this task while a producer held it (TasksReopened): the
+    // producer may have served some of its batches already, so when it reports the task
+    // finished, the task becomes an orphan, to be made again, instead of finished.
+    bool remake_when_finished = false;
   };
 
   struct Job {
@@ -165,6 +169,9 @@ class DispatcherState {
   // The tasks a consumer taking position (epoch, step) needs made again: from the task holding
   // that position's first batch up to the cursor, those no longer outstanding (TasksReopened).
   static std::vector<TaskKey> TasksToReopen(const Job& job, uint64_t epoch, uint64_t step);
+  // The tasks in the same range that producers hold still: TasksReopened marks them
+  // remake_when_finished (unless marked already).
+  static std::vector<TaskKey> HeldTasksToRemake(const Job& job, uint64_t epoch, uint64_t step);
 
   // A deterministic text dump of the whole state, for tests and debugging: two states are equal
   // exactly when their dumps are.

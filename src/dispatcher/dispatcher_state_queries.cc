@@ -41,6 +41,22 @@ std::vector<DispatcherState::TaskKey> DispatcherState::TasksToReopen(const Job& 
   return out;
 }
 
+std::vector<DispatcherState::TaskKey> DispatcherState::HeldTasksToRemake(const Job& job,
+                                                                         uint64_t epoch,
+                                                                         uint64_t step) {
+  std::vector<TaskKey> out;
+  const TaskKey cursor(job.next_epoch, job.next_batch);
+  for (TaskKey key = FirstUndeliveredTask(job, epoch, step); key < cursor;) {
+    auto o = job.outstanding.find(key);
+    if (o != job.outstanding.end() && o->second.producer_id != 0 &&
+        !o->second.remake_when_finished) {
+      out.push_back(key);
+    }
+    key = NextTaskKey(job.info, key);
+  }
+  return out;
+}
+
 uint64_t DispatcherState::TaskEnd(const v1::JobInfo& info, uint64_t epoch, uint64_t batch) {
   const uint64_t b = deal::EndBatch(info, epoch);
   return batch >= b ? b : batch + std::min(info.batches_per_task(), b - batch);
@@ -176,7 +192,8 @@ std::string DispatcherState::DebugString() const {
                     j.batches_finished, j.idle ? " idle" : "", "\n");
     for (const auto& [key, o] : j.outstanding) {
       absl::StrAppend(&out, "  outstanding ", Range(key.first, key.second, o.num_batches), " task ",
-                      o.task_id, " producer ", o.producer_id, "\n");
+                      o.task_id, " producer ", o.producer_id,
+                      o.remake_when_finished ? " remake when finished" : "", "\n");
     }
     for (const auto& [rank, p] : j.rank_positions) {
       absl::StrAppend(&out, "  rank ", rank, " at ", p.first, "/", p.second, "\n");
