@@ -18,7 +18,7 @@
 #include "absl/types/span.h"
 #include "croupier/batch.h"
 #include "src/transport/frame.h"
-#include "src/transport/tcp_client_connection.h"
+#include "src/transport/client_connection.h"
 
 namespace croupier {
 

@@ -18,7 +18,7 @@
 // Then the client sends request frames; the server answers each with one response frame, in the
 // order of the requests. A version-1 client sends one request at a time; a version-2 client may
 // send several before reading any answer (pipelining, at most kMaxPipelinedRequests in
-// tcp_client_connection.h), and the server reads and serves them one after the other (a request
+// client_connection.h), and the server reads and serves them one after the other (a request
 // waiting in its buffer does not count as the client going away). Every frame is a 16-byte header
 // followed by `length` bytes of body:
 //   0 u32 type   4 u32 reserved   8 u64 length (of the body)

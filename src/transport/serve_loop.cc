@@ -1,0 +1,159 @@
+#include "src/transport/serve_loop.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "src/common/logging.h"
+#include "src/common/status_macros.h"
+#include "src/transport/frame.h"
+
+namespace croupier {
+namespace {
+
+constexpr char kComponent[] = "transport";
+
+}  // namespace
+
+absl::Status ValidateDataServerOptions(const DataServerOptions& options) {
+  if (options.max_connections == 0) {
+    return absl::InvalidArgumentError("data server max_connections must be at least 1");
+  }
+  if (options.max_request_bytes < frame::kRequestFixedBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("data server max_request_bytes ",
+                                                   options.max_request_bytes, " is below ",
+                                                   frame::kRequestFixedBytes));
+  }
+  if (options.handshake_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("data server handshake_timeout must be positive");
+  }
+  if (options.auth_token.size() > frame::kMaxTokenBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("auth token longer than ", frame::kMaxTokenBytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ServeLoop>> ServeLoop::Start(net::Socket listener,
+                                                            ServeLoopOptions options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<net::WakeEvent> stop, net::WakeEvent::Create());
+  std::unique_ptr<ServeLoop> loop(
+      new ServeLoop(std::move(listener), std::move(options), std::move(stop)));
+  loop->acceptor_ = std::thread([l = loop.get()] { l->AcceptLoop(); });
+  return loop;
+}
+
+ServeLoop::ServeLoop(net::Socket listener, ServeLoopOptions options,
+                     std::unique_ptr<net::WakeEvent> stop)
+    : options_(std::move(options)), stop_(std::move(stop)), listener_(std::move(listener)) {}
+
+ServeLoop::~ServeLoop() { Shutdown(); }
+
+void ServeLoop::Shutdown() {
+  absl::call_once(shutdown_once_, [this] {
+    stop_->Notify();
+    if (acceptor_.joinable()) acceptor_.join();
+    listener_.Close();
+    std::vector<std::thread> threads;
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto& [id, running] : running_) threads.push_back(std::move(running.thread));
+      running_.clear();
+      per_host_.clear();
+      for (auto& thread : finished_) threads.push_back(std::move(thread));
+      finished_.clear();
+    }
+    // Every connection thread polls stop_, or returns from its source within kSourceSlice.
+    for (std::thread& thread : threads) thread.join();
+    Log(LogLevel::kInfo, kComponent, absl::StrCat(options_.name, " stopped"));
+  });
+}
+
+void ServeLoop::AcceptLoop() {
+  while (!stop_->notified()) {
+    JoinFinished();
+    pollfd fds[2] = {{listener_.fd(), POLLIN, 0}, {stop_->fd(), POLLIN, 0}};
+    // The timeout only bounds how long ended connection threads wait to be joined.
+    if (::poll(fds, 2, /*timeout_ms=*/1000) <= 0 || fds[1].revents != 0) continue;
+    while (!stop_->notified()) {
+      const int fd = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd >= 0) {
+        Admit(net::Socket(fd));
+        continue;
+      }
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        // Out of descriptors or memory: the pending connection stays queued, so back off rather
+        // than spin on a listener that stays readable.
+        Log(LogLevel::kWarning, kComponent,
+            absl::StrCat(options_.name, " cannot accept: ", std::strerror(errno)));
+        pollfd wake{stop_->fd(), POLLIN, 0};
+        ::poll(&wake, 1, /*timeout_ms=*/100);
+      }
+      break;
+    }
+  }
+}
+
+void ServeLoop::Admit(net::Socket socket) {
+  std::string host = options_.admit(socket.fd());
+  std::string refusal;
+  {
+    absl::MutexLock lock(&mu_);
+    size_t& from_host = per_host_[host];
+    if (running_.size() < options_.max_connections &&
+        from_host < options_.max_connections_per_peer) {
+      ++from_host;
+      const uint64_t id = next_id_++;
+      // Started under the lock so that the thread's Finished(id) finds its entry.
+      running_.emplace(id,
+                       Running{.thread = std::thread([this, id, s = std::move(socket)]() mutable {
+                                 options_.serve(std::move(s), stop_.get());
+                                 Finished(id);
+                               }),
+                               .host = std::move(host)});
+      return;
+    }
+    if (from_host == 0) per_host_.erase(host);
+    refusal = running_.size() >= options_.max_connections
+                  ? absl::StrCat("the data server is at its limit of ", options_.max_connections,
+                                 " connections")
+                  : absl::StrCat("the data server is at its limit of ",
+                                 options_.max_connections_per_peer, " connections from ", host);
+  }
+  const std::string peer = options_.peer_name(socket.fd());
+  Log(LogLevel::kWarning, kComponent,
+      absl::StrCat(options_.name, " refuses ", peer, ": ", refusal));
+  // The client reads this in place of HELLO_OK; short waits keep the acceptor responsive.
+  if (options_.send_refusal) {
+    net::SendAll(socket.fd(), frame::EncodeError(absl::UnavailableError(refusal)),
+                 net::IoWait{.deadline = absl::Now() + absl::Milliseconds(20)}, peer)
+        .IgnoreError();
+  }
+  net::CloseGracefully(std::move(socket), absl::Milliseconds(20));
+}
+
+void ServeLoop::JoinFinished() {
+  std::vector<std::thread> done;
+  {
+    absl::MutexLock lock(&mu_);
+    done.swap(finished_);
+  }
+  for (std::thread& thread : done) thread.join();
+}
+
+void ServeLoop::Finished(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  auto it = running_.find(id);
+  if (it == running_.end()) return;  // Shutdown has taken the thread to join it
+  auto from_host = per_host_.find(it->second.host);
+  if (from_host != per_host_.end() && --from_host->second == 0) per_host_.erase(from_host);
+  finished_.push_back(std::move(it->second.thread));
+  running_.erase(it);
+}
+
+}  // namespace croupier
