@@ -8,8 +8,9 @@
 //     a data server over the transport; ZeroMQ: a PUSH socket sending zero-copy messages);
 //   consumer process: K consumers, each with its own client (croupier: a DataClient fetching one
 //     batch after another, or, for small batches, also through a Consumer's prefetch window of 4
-//     (its Prefetcher: groups of batches pipelined on one connection with
-//     DataClient::FetchBatches), "window": 4; ZeroMQ: a PULL socket), timing every fetch
+//     (the default prefetch_batches) and of 64 (its Prefetcher: groups of batches pipelined on
+//     one connection with DataClient::FetchBatches), "window": 4 or 64; ZeroMQ: a PULL socket,
+//     whose queue holds up to 1,000 messages), timing every fetch
 //     (p50/p99 latency; with the window, the wait in Prefetcher::Next, as a trainer sees it).
 //     The consumers do not read the batches' bytes.
 // Output: one JSON line per case (see bench/run.py, which turns them into the tables and goals):
@@ -20,7 +21,7 @@
 // usage: bench_dataplane [--quick] [--only-bytes N] [--only-consumers K] [--only-system S]
 //                        [--only-window W]
 //   --only-*: just the cases of that batch size, consumer count, system ("tcp", "shm", "zeromq")
-//   or window (1, 4), e.g. to profile one case under perf.
+//   or window (1, 4, 64), e.g. to profile one case under perf.
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/resource.h>
@@ -522,7 +523,7 @@ int main(int argc, char** argv) {
     if (arg == "--help" || arg == "-h") {
       std::printf(
           "usage: bench_dataplane [--quick] [--only-bytes N] [--only-consumers K]\n"
-          "                       [--only-system tcp|shm|zeromq] [--only-window 1|4]\n");
+          "                       [--only-system tcp|shm|zeromq] [--only-window 1|4|64]\n");
       return 0;
     }
   }
@@ -545,9 +546,12 @@ int main(int argc, char** argv) {
       RunCase(Transport::Shm(), bytes, 1, k, total);
       RunCase(nullptr, bytes, 1, k, total);
       if (bytes <= (size_t{64} << 10)) {
-        // Small batches as a Consumer fetches them: 4 in flight per rank.
-        RunCase(Transport::Tcp(), bytes, 1, k, total, 4);
-        RunCase(Transport::Shm(), bytes, 1, k, total, 4);
+        // Small batches as a Consumer fetches them: 4 in flight per rank (the default window),
+        // and 64 (a window sized for small batches: 256 KiB of 4 KiB ones).
+        for (int window : {4, 64}) {
+          RunCase(Transport::Tcp(), bytes, 1, k, total, window);
+          RunCase(Transport::Shm(), bytes, 1, k, total, window);
+        }
       }
     }
     if (!quick || bytes == (size_t{4} << 20)) {

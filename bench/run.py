@@ -156,7 +156,7 @@ def goals(dp, e2e, scale=()):
     for k in (1, 4, 16):
         z = find(dp, "zeromq", 4096, 1, k)
         for system, label in (("croupier-tcp", "TCP"), ("croupier-shm", "shared memory")):
-            for window in (1, 4):
+            for window in (1, 4, 64):
                 t = find(dp, system, 4096, 1, k, window)
                 if not (t and z):
                     continue

@@ -247,7 +247,7 @@ class ConsumerImpl final : public Consumer {
           }
           return result.status();
         },
-        RetryOptions{.max_backoff = absl::Milliseconds(500)});
+        RetryOptions{.initial_backoff = absl::Milliseconds(2), .max_backoff = absl::Milliseconds(50)});
     if (!status.ok()) {
       return absl::Status(status.code(), absl::StrCat(status.message(), " [last producer: ", where,
                                                       "]"));

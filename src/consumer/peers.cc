@@ -27,6 +27,9 @@ absl::StatusOr<std::string> Peers::Locate(uint64_t epoch, uint64_t batch, bool r
   request.set_epoch(epoch);
   request.set_first_batch(batch);
   request.set_num_batches(1);
+  // This consumer needs the batch: if its task is finished, no producer has it any more, and it
+  // must be made again (a batch served before this consumer went back, or to another client).
+  request.set_remake_if_finished(true);
   ASSIGN_OR_RETURN(v1::LocateResponse response, dispatcher_->Locate(request));
   std::string address;
   absl::MutexLock lock(&mu_);

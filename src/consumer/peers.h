@@ -30,7 +30,8 @@ class Peers {
   ~Peers();
 
   // The address of the producer holding global batch `batch` of `epoch`, from the cache unless
-  // `refresh`. UNAVAILABLE when the batch's task is not assigned yet.
+  // `refresh`. UNAVAILABLE when the batch's task is not assigned yet. Asking the dispatcher says
+  // this consumer needs the batch: a finished task of it is made again (remake_if_finished).
   absl::StatusOr<std::string> Locate(uint64_t epoch, uint64_t batch, bool refresh);
   // The cached address of the producer holding `batch`, without asking the dispatcher; empty
   // when none is cached.

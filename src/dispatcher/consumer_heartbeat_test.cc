@@ -140,32 +140,62 @@ TEST_F(DispatcherConsumerHeartbeatTest, GoingBackMakesFinishedTasksAgain) {
 // A consumer goes back behind a task its producer has served but not yet reported finished:
 // when the report comes, the task is made again instead of finished, or its batches would be
 // lost (the producer no longer holds them, and nothing else would make them).
-TEST_F(DispatcherConsumerHeartbeatTest, GoingBackBehindAHeldTaskMakesItAgainWhenItFinishes) {
+TEST_F(DispatcherConsumerHeartbeatTest, ABatchAskedForAfterItsTaskFinishedIsMadeAgain) {
   for (uint32_t rank = 0; rank < 4; ++rank) ASSERT_TRUE(Consumer(0, "train", rank, 4).ok());
   auto p = Producer(0, "h:1", 1);
   ASSERT_TRUE(p.ok()) << p.status();
   ASSERT_EQ(p->new_tasks_size(), 1);
   const uint64_t task = p->new_tasks(0).task_id();
   ASSERT_EQ(p->new_tasks(0).first_batch(), 0u);
-  // Rank 0 reads on to step 2, then goes back to step 0 while the producer still holds the task.
+  // Rank 0 reads on to step 2, then goes back to step 0 while the producer still holds the task:
+  // nothing is made again yet (the producer may still have the batches).
   ASSERT_TRUE(Consumer(1, "train", 0, 4, 0, 2).ok());
   ASSERT_TRUE(Consumer(1, "train", 0, 4, 0, 0).ok());
-  EXPECT_THAT(impl_->StateDebugString(), HasSubstr("remake when finished"));
-  // The producer reports it finished: it is cut loose and handed out again as a new task.
+  // The producer reports it finished (it served rank 0's batches before rank 0 went back).
+  auto done = Producer(1, "h:1", 0, {task});
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_THAT(impl_->StateDebugString(), ::testing::Not(HasSubstr("orphan 'train' epoch 0 batch 0")));
+  // Rank 0 asks for global batch 0 as a consumer does: its task is made again.
+  v1::LocateRequest need;
+  need.set_job("train");
+  need.set_epoch(0);
+  need.set_first_batch(0);
+  need.set_num_batches(1);
+  auto plain = impl_->Locate(need);  // without remake_if_finished: only where it is
+  ASSERT_TRUE(plain.ok());
+  ASSERT_EQ(plain->tasks_size(), 1);
+  EXPECT_TRUE(plain->tasks(0).finished());
+  need.set_remake_if_finished(true);
+  auto located = impl_->Locate(need);
+  ASSERT_TRUE(located.ok()) << located.status();
+  ASSERT_EQ(located->tasks_size(), 1);
+  EXPECT_FALSE(located->tasks(0).finished());
+  EXPECT_TRUE(located->tasks(0).producer_address().empty());  // an orphan: not assigned yet
+  EXPECT_THAT(impl_->StateDebugString(), HasSubstr("orphan 'train' epoch 0 batch 0"));
+  auto again = Producer(1, "h:1", 1);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_EQ(again->new_tasks_size(), 1);
+  EXPECT_EQ(again->new_tasks(0).first_batch(), 0u);
+  EXPECT_NE(again->new_tasks(0).task_id(), task);
+  // Asking again while a producer holds it changes nothing.
+  const std::string assigned = impl_->StateDebugString();
+  ASSERT_TRUE(impl_->Locate(need).ok());
+  EXPECT_EQ(impl_->StateDebugString(), assigned);
+}
+
+TEST_F(DispatcherConsumerHeartbeatTest, TrainersRegisteringOneAfterAnotherMakeNothingAgain) {
+  // Rank 3 starts the job; its producer takes a task; the other ranks register afterwards, at
+  // (0, 0) like every trainer that starts, and read their batches: nothing is made again.
+  ASSERT_TRUE(Consumer(0, "train", 3, 4).ok());
+  auto p = Producer(0, "h:1", 1);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->new_tasks_size(), 1);
+  const uint64_t task = p->new_tasks(0).task_id();
+  for (uint32_t rank = 0; rank < 3; ++rank) ASSERT_TRUE(Consumer(0, "train", rank, 4).ok());
   auto done = Producer(1, "h:1", 1, {task});
   ASSERT_TRUE(done.ok()) << done.status();
-  EXPECT_THAT(impl_->StateDebugString(), ::testing::Not(HasSubstr("remake when finished")));
   ASSERT_EQ(done->new_tasks_size(), 1);
-  EXPECT_EQ(done->new_tasks(0).first_batch(), 0u);
-  EXPECT_NE(done->new_tasks(0).task_id(), task);
-  auto again = done;
-  // Without the going back, a finished report finishes the task (GoingBackMakesFinishedTasksAgain
-  // covers tasks finished before the consumer went back).
-  auto second = Producer(1, "h:1", 0, {again->new_tasks(0).task_id()});
-  ASSERT_TRUE(second.ok()) << second.status();
-  const std::string finished = impl_->StateDebugString();
-  EXPECT_THAT(finished, ::testing::Not(HasSubstr("orphan 'train' epoch 0 batch 0")));
-  EXPECT_THAT(finished, ::testing::Not(HasSubstr("outstanding epoch 0 batches [0, 16)")));
+  EXPECT_NE(done->new_tasks(0).first_batch(), 0u);  // the next task, not the first made again
 }
 
 TEST_F(DispatcherConsumerHeartbeatTest, TickExpiresSilentConsumers) {

@@ -203,6 +203,14 @@ absl::StatusOr<v1::ProducerHeartbeatResponse> DispatcherImpl::ProducerHeartbeat(
   }
   // Orphans go first, so with a free slot the first task is an orphan anyway.
   if (slots == 0 && !state_.orphans().empty()) slots = 1;
+  RETURN_IF_ERROR(AssignTasksLocked(id, slots, info, response));
+  for (uint64_t task_id : info.revoked) response.add_revoked_tasks(task_id);
+  info.revoked.clear();
+  return response;
+}
+
+absl::Status DispatcherImpl::AssignTasksLocked(uint64_t id, uint32_t slots, ProducerInfo& info,
+                                               v1::ProducerHeartbeatResponse& response) {
   for (uint32_t i = 0; i < slots; ++i) {
     std::optional<v1::Task> task = NextTask(state_, *state_.FindProducer(id));
     if (!task) break;
@@ -215,10 +223,57 @@ absl::StatusOr<v1::ProducerHeartbeatResponse> DispatcherImpl::ProducerHeartbeat(
     }
     *response.add_new_tasks() = *std::move(task);
   }
-  for (uint64_t task_id : info.revoked) response.add_revoked_tasks(task_id);
-  info.revoked.clear();
-  return response;
+  return absl::OkStatus();
 }
+
+void DispatcherImpl::ProducerHeartbeatOrWait(const v1::ProducerHeartbeatRequest& request,
+                                             ProducerHeartbeatDone done) {
+  absl::StatusOr<v1::ProducerHeartbeatResponse> response = ProducerHeartbeat(request);
+  if (!response.ok() || request.wait_for_work_ms() == 0) {
+    std::move(done)(std::move(response));
+    return;
+  }
+  response->set_waits_for_work(true);
+  const uint32_t slots = std::min(request.free_task_slots(), kMaxTasksPerHeartbeat);
+  if (slots == 0 || response->new_tasks_size() > 0) {
+    std::move(done)(std::move(response));
+    return;
+  }
+  const absl::Duration wait =
+      std::min(absl::Milliseconds(request.wait_for_work_ms()), options_.heartbeat_interval);
+  const uint64_t id = response->producer_id();  // read before the response is moved
+  WaitForWork(id, slots, absl::Now() + wait, *std::move(response), std::move(done));
+}
+
+void DispatcherImpl::WaitForWork(uint64_t id, uint32_t slots, absl::Time deadline,
+                                 v1::ProducerHeartbeatResponse response,
+                                 ProducerHeartbeatDone done) {
+  waiters_.Wait(deadline, [this, id, slots, deadline, response = std::move(response),
+                           done = std::move(done)](WorkWaiters::Wake why) mutable {
+    if (why == WorkWaiters::Wake::kWorkMayBeAvailable) {
+      absl::Status assigned = absl::OkStatus();
+      {
+        absl::MutexLock lock(&mu_);
+        auto info = producer_info_.find(id);
+        // A producer removed meanwhile learns it at its next heartbeat.
+        if (state_.FindProducer(id) != nullptr && info != producer_info_.end()) {
+          assigned = AssignTasksLocked(id, slots, info->second, response);
+        }
+      }
+      if (!assigned.ok()) {
+        std::move(done)(assigned);
+        return;
+      }
+      if (response.new_tasks_size() == 0 && absl::Now() < deadline) {
+        WaitForWork(id, slots, deadline, std::move(response), std::move(done));
+        return;
+      }
+    }
+    std::move(done)(std::move(response));
+  });
+}
+
+void DispatcherImpl::StopWaiting() { waiters_.Stop(); }
 
 std::vector<v1::Task> DispatcherImpl::LostTasksLocked(uint64_t id,
                                                       const v1::ProducerHeartbeatRequest& request,
@@ -409,8 +464,7 @@ absl::Status DispatcherImpl::ReopenLocked(const std::string& name, uint64_t epoc
   const DispatcherState::Job& job = *state_.FindJob(name);
   if (job.mode != DealMode::kDealt) return absl::OkStatus();
   const size_t tasks = DispatcherState::TasksToReopen(job, epoch, step).size();
-  const size_t held = DispatcherState::HeldTasksToRemake(job, epoch, step).size();
-  if (tasks == 0 && held == 0) return absl::OkStatus();
+  if (tasks == 0) return absl::OkStatus();
   journal::Update update;
   update.mutable_tasks_reopened()->set_job(name);
   update.mutable_tasks_reopened()->set_epoch(epoch);
@@ -418,8 +472,7 @@ absl::Status DispatcherImpl::ReopenLocked(const std::string& name, uint64_t epoc
   RETURN_IF_ERROR(ApplyLocked(update));
   Log(LogLevel::kInfo, "dispatcher",
       absl::StrCat("job '", name, "': a consumer went back to epoch ", epoch, " step ", step,
-                   "; ", tasks, " finished tasks will be made again, and ", held,
-                   " tasks producers hold once they finish"));
+                   "; ", tasks, " finished tasks will be made again"));
   return absl::OkStatus();
 }
 

@@ -77,6 +77,7 @@ absl::Status DispatcherImpl::ApplyLocked(const journal::Update& update) {
   // a caller (this RPC's response, or another RPC reading the state) that a crash could take
   // back. The price is the write and fdatasync under the lock (journal.h gives the cost).
   if (journal_) RETURN_IF_ERROR(journal_->Append(update));
+  const size_t orphans_before = state_.orphans().size();
   absl::Status status = state_.Apply(update);
   if (!status.ok()) {
     if (journal_) {
@@ -87,6 +88,18 @@ absl::Status DispatcherImpl::ApplyLocked(const journal::Update& update) {
     }
     return absl::InternalError(absl::StrCat("the dispatcher's state refused its own update (",
                                             update.ShortDebugString(), "): ", status.message()));
+  }
+  // The changes that can give a producer a task (task_assignment.h): a job that is created or
+  // stops being idle, and orphans (of a removed producer, a reopened range, a task finished that
+  // must be made again).
+  switch (update.kind_case()) {
+    case journal::Update::kJobCreated:
+    case journal::Update::kConsumerRegistered:
+    case journal::Update::kJobIdle:
+      waiters_.Notify();
+      break;
+    default:
+      if (state_.orphans().size() > orphans_before) waiters_.Notify();
   }
   return absl::OkStatus();
 }
@@ -179,6 +192,24 @@ absl::StatusOr<v1::GetJobResponse> DispatcherImpl::GetJob(const v1::GetJobReques
 
 absl::StatusOr<v1::LocateResponse> DispatcherImpl::Locate(const v1::LocateRequest& request) {
   absl::MutexLock lock(&mu_);
+  if (request.remake_if_finished() && request.num_batches() == 1) {
+    const DispatcherState::Job* job = state_.FindJob(request.job());
+    if (job != nullptr && job->mode == DealMode::kDealt) {
+      const std::optional<DispatcherState::TaskKey> key =
+          DispatcherState::FinishedTaskOf(*job, request.epoch(), request.first_batch());
+      if (key) {
+        journal::Update update;
+        update.mutable_task_remade()->set_job(request.job());
+        update.mutable_task_remade()->set_epoch(key->first);
+        update.mutable_task_remade()->set_first_batch(key->second);
+        RETURN_IF_ERROR(ApplyLocked(update));
+        Log(LogLevel::kInfo, "dispatcher",
+            absl::StrCat("job '", request.job(), "': batch ", request.first_batch(), " of epoch ",
+                         request.epoch(), " was asked for after its task finished; the task (from "
+                         "batch ", key->second, ") will be made again"));
+      }
+    }
+  }
   return LocateTasks(state_, request);
 }
 

@@ -29,6 +29,7 @@
 #include "src/dispatcher/dispatcher_state.h"
 #include "src/dispatcher/journal.h"
 #include "src/dispatcher/producer_advice.h"
+#include "src/dispatcher/work_waiters.h"
 
 namespace croupier {
 
@@ -101,6 +102,21 @@ class DispatcherImpl {
   absl::StatusOr<v1::ProducerHeartbeatResponse> ProducerHeartbeat(
       const v1::ProducerHeartbeatRequest& request);
 
+  // ProducerHeartbeat, answered through `done`, exactly once, on this thread or another. When the
+  // request asks to wait (wait_for_work_ms), has a free task slot and the heartbeat gives it no
+  // task, the answer is held until a change may give the producer work (a job created, a
+  // consumer registering, a task orphaned or reopened: work_waiters.h), then carries the tasks
+  // assigned at that moment; it goes without a task after wait_for_work_ms (at most the
+  // heartbeat interval) or at StopWaiting(). Such an answer has waits_for_work set. The waiting
+  // holds no thread.
+  using ProducerHeartbeatDone =
+      absl::AnyInvocable<void(absl::StatusOr<v1::ProducerHeartbeatResponse>) &&>;
+  void ProducerHeartbeatOrWait(const v1::ProducerHeartbeatRequest& request,
+                               ProducerHeartbeatDone done);
+
+  // Answers every held heartbeat now, and every later one at once: for a server that stops.
+  void StopWaiting();
+
   // consumer_id 0 registers rank `rank` of `job` at position (epoch, step), or with `resume` at
   // the rank's last known position (Job::rank_positions; (0, 0) if none). Errors: NOT_FOUND for
   // an unknown job; INVALID_ARGUMENT when world differs from num_consumers, rank >= world or the
@@ -116,7 +132,10 @@ class DispatcherImpl {
   absl::StatusOr<v1::ConsumerHeartbeatResponse> ConsumerHeartbeat(
       const v1::ConsumerHeartbeatRequest& request);
 
-  // Where batches are: see LocateTasks (locate.h).
+  // Where batches are: see LocateTasks (locate.h). With remake_if_finished, a single batch of a
+  // dealt job whose task is finished (cut and not outstanding) has that task made again first
+  // (TaskRemade: an orphan, so the answer shows it not assigned yet). The error of a journal that
+  // cannot be written, as for every change.
   absl::StatusOr<v1::LocateResponse> Locate(const v1::LocateRequest& request);
 
   // Jobs in creation order, producers and consumers by id, with their statistics, the seconds
@@ -209,6 +228,16 @@ class DispatcherImpl {
   // Feeds the advisor the rates of the live producers and consumers of TFRecord jobs.
   void UpdateAdviceLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Assigns producer `id` up to `slots` new tasks (task_assignment.h) into `response`, with the
+  // JobInfo of each job it has not been sent yet.
+  absl::Status AssignTasksLocked(uint64_t id, uint32_t slots, ProducerInfo& info,
+                                 v1::ProducerHeartbeatResponse& response)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Holds `response` for producer `id` until work may be available or `deadline`, then assigns
+  // it up to `slots` tasks; waits again, within the deadline, when another producer took the work.
+  void WaitForWork(uint64_t id, uint32_t slots, absl::Time deadline,
+                   v1::ProducerHeartbeatResponse response, ProducerHeartbeatDone done);
+
   // The tasks of producer `id` that `request` shows it does not know it owns (held_tasks).
   std::vector<v1::Task> LostTasksLocked(uint64_t id, const v1::ProducerHeartbeatRequest& request,
                                         ProducerInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -232,6 +261,9 @@ class DispatcherImpl {
   ProducerAdvisor advisor_ ABSL_GUARDED_BY(mu_);
   // Written under mu_ (see ApplyLocked); null without a journal.
   std::unique_ptr<JournalWriter> journal_ ABSL_GUARDED_BY(mu_);
+  // Heartbeats held for work. Last, so that it stops (answering who still waits) before the rest
+  // of this object goes.
+  WorkWaiters waiters_;
 };
 
 }  // namespace croupier

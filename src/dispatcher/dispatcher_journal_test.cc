@@ -87,6 +87,26 @@ TEST_F(DispatcherJournalTest, RestartRebuildsTheSameState) {
   EXPECT_EQ(impl_->StateDebugString(), after);
 }
 
+TEST_F(DispatcherJournalTest, ATaskRemadeOnRequestIsReplayed) {
+  ASSERT_TRUE(Create(Spec("train", 2, 2, /*num_epochs=*/2)).ok());
+  ASSERT_TRUE(Consumer(0, "train", 0, 2).ok());
+  ASSERT_TRUE(Consumer(0, "train", 1, 2).ok());
+  auto p = Producer(0, "h:1", 1);  // task 1: batches [0, 8)
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE(Producer(1, "h:1", 1, {p->new_tasks(0).task_id()}).ok());
+  v1::LocateRequest need;
+  need.set_job("train");
+  need.set_epoch(0);
+  need.set_first_batch(3);
+  need.set_num_batches(1);
+  need.set_remake_if_finished(true);
+  ASSERT_TRUE(impl_->Locate(need).ok());
+  const std::string before = impl_->StateDebugString();
+  ASSERT_THAT(before, HasSubstr("orphan 'train' epoch 0 batch 0"));
+  Restart();
+  EXPECT_EQ(impl_->StateDebugString(), before);
+}
+
 TEST_F(DispatcherJournalTest, LostAssignmentsAreSentAgainAndStaleTasksRevoked) {
   ASSERT_TRUE(Create(Spec("train", 2, 2, /*num_epochs=*/2)).ok());
   ASSERT_TRUE(Consumer(0, "train", 0, 2).ok());  // consumer 1

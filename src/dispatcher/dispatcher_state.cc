@@ -52,6 +52,8 @@ absl::Status DispatcherState::Apply(const journal::Update& update) {
       return ApplyTasksReopened(update.tasks_reopened());
     case journal::Update::kJobIdle:
       return ApplyJobIdle(update.job_idle());
+    case journal::Update::kTaskRemade:
+      return ApplyTaskRemade(update.task_remade());
     case journal::Update::KIND_NOT_SET:
       break;
   }
@@ -141,7 +143,6 @@ void DispatcherState::OrphanTask(uint64_t task_id) {
   producers_[o.producer_id].tasks.erase(task_id);
   o.task_id = 0;
   o.producer_id = 0;
-  o.remake_when_finished = false;
   orphans_.insert(OrphanKey{task.epoch(), task.first_batch(), task.job()});
   tasks_.erase(t);
 }
@@ -226,11 +227,6 @@ absl::Status DispatcherState::ApplyTaskFinished(const journal::TaskFinished& u) 
     return DoesNotFit(absl::StrCat("task ", u.task_id(), " is owned by producer ", owner, ", not ",
                                    u.producer_id()));
   }
-  if (job->outstanding.at(key).remake_when_finished) {
-    // Its producer served it before a consumer went back behind it: made again elsewhere.
-    OrphanTask(u.task_id());
-    return absl::OkStatus();
-  }
   FinishTask(*job, key);
   return absl::OkStatus();
 }
@@ -254,15 +250,28 @@ absl::Status DispatcherState::ApplyTasksReopened(const journal::TasksReopened& u
     return DoesNotFit(absl::StrCat("tasks_reopened of job '", u.job(), "', which is unknown"));
   }
   if (absl::Status s = CheckPosition(*job, u.epoch(), u.step()); !s.ok()) return s;
-  for (const TaskKey& key : HeldTasksToRemake(*job, u.epoch(), u.step())) {
-    job->outstanding.at(key).remake_when_finished = true;
-  }
-  for (const TaskKey& key : TasksToReopen(*job, u.epoch(), u.step())) {
-    job->outstanding[key] =
-        Outstanding{TaskEnd(job->info, key.first, key.second) - key.second, 0, 0};
-    orphans_.insert(OrphanKey{key.first, key.second, job->name()});
-  }
+  for (const TaskKey& key : TasksToReopen(*job, u.epoch(), u.step())) ReopenTask(*job, key);
   return absl::OkStatus();
+}
+
+absl::Status DispatcherState::ApplyTaskRemade(const journal::TaskRemade& u) {
+  Job* job = MutableJob(u.job());
+  if (job == nullptr) {
+    return DoesNotFit(absl::StrCat("task_remade of job '", u.job(), "', which is unknown"));
+  }
+  const std::optional<TaskKey> key = FinishedTaskOf(*job, u.epoch(), u.first_batch());
+  if (job->mode != DealMode::kDealt || !key || key->second != u.first_batch()) {
+    return DoesNotFit(absl::StrCat("task_remade of job '", u.job(), "' epoch ", u.epoch(),
+                                   " batch ", u.first_batch(),
+                                   ", which is not the start of a finished task"));
+  }
+  ReopenTask(*job, *key);
+  return absl::OkStatus();
+}
+
+void DispatcherState::ReopenTask(Job& job, const TaskKey& key) {
+  job.outstanding[key] = Outstanding{TaskEnd(job.info, key.first, key.second) - key.second, 0, 0};
+  orphans_.insert(OrphanKey{key.first, key.second, job.name()});
 }
 
 absl::Status DispatcherState::ApplyTasksDelivered(const journal::TasksDelivered& u) {

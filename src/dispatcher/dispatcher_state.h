@@ -31,8 +31,10 @@
 
 namespace croupier {
 
-// The version of the journal's update semantics (proto/journal.proto).
-inline constexpr int kJournalVersion = 1;
+// The version of the journal's update semantics (proto/journal.proto). 2: TaskRemade; a
+// TasksReopened no longer marks the tasks producers hold (version 1 made them orphans when they
+// finished), so a journal of version 1 would not replay the same.
+inline constexpr int kJournalVersion = 2;
 
 // How a job deals its batches (JobSpec.mode).
 enum class DealMode { kDealt, kFirstCome };
@@ -50,10 +52,6 @@ class DispatcherState {
     uint64_t num_batches = 0;
     uint64_t task_id = 0;
     uint64_t producer_id = 0;
-    // A consumer went back behind this task while a producer held it (TasksReopened): the
-    // producer may have served some of its batches already, so when it reports the task
-    // finished, the task becomes an orphan, to be made again, instead of finished.
-    bool remake_when_finished = false;
   };
 
   struct Job {
@@ -168,10 +166,14 @@ class DispatcherState {
 
   // The tasks a consumer taking position (epoch, step) needs made again: from the task holding
   // that position's first batch up to the cursor, those no longer outstanding (TasksReopened).
+  // Tasks producers still hold are not among them: a batch of theirs that its consumer cannot
+  // have any more (served before the consumer went back) is asked for again with
+  // LocateRequest.remake_if_finished once the task is finished (TaskRemade).
   static std::vector<TaskKey> TasksToReopen(const Job& job, uint64_t epoch, uint64_t step);
-  // The tasks in the same range that producers hold still: TasksReopened marks them
-  // remake_when_finished (unless marked already).
-  static std::vector<TaskKey> HeldTasksToRemake(const Job& job, uint64_t epoch, uint64_t step);
+  // The start of the task holding `batch` of `epoch`, if that task is cut and finished (cut and
+  // not outstanding): the one TaskRemade makes again. nullopt otherwise (outstanding, an orphan,
+  // not cut yet, or a batch outside the epoch).
+  static std::optional<TaskKey> FinishedTaskOf(const Job& job, uint64_t epoch, uint64_t batch);
 
   // A deterministic text dump of the whole state, for tests and debugging: two states are equal
   // exactly when their dumps are.
@@ -188,6 +190,9 @@ class DispatcherState {
   absl::Status ApplyConsumerRemoved(const journal::ConsumerRemoved& u);
   absl::Status ApplyTasksDelivered(const journal::TasksDelivered& u);
   absl::Status ApplyTasksReopened(const journal::TasksReopened& u);
+  absl::Status ApplyTaskRemade(const journal::TaskRemade& u);
+  // Makes the task at `key` of `job`, which is not outstanding, an orphan.
+  void ReopenTask(Job& job, const TaskKey& key);
   absl::Status ApplyJobIdle(const journal::JobIdle& u);
   // Makes an owned task an orphan.
   void OrphanTask(uint64_t task_id);

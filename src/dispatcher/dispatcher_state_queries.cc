@@ -41,20 +41,17 @@ std::vector<DispatcherState::TaskKey> DispatcherState::TasksToReopen(const Job& 
   return out;
 }
 
-std::vector<DispatcherState::TaskKey> DispatcherState::HeldTasksToRemake(const Job& job,
-                                                                         uint64_t epoch,
-                                                                         uint64_t step) {
-  std::vector<TaskKey> out;
-  const TaskKey cursor(job.next_epoch, job.next_batch);
-  for (TaskKey key = FirstUndeliveredTask(job, epoch, step); key < cursor;) {
-    auto o = job.outstanding.find(key);
-    if (o != job.outstanding.end() && o->second.producer_id != 0 &&
-        !o->second.remake_when_finished) {
-      out.push_back(key);
-    }
-    key = NextTaskKey(job.info, key);
-  }
-  return out;
+std::optional<DispatcherState::TaskKey> DispatcherState::FinishedTaskOf(const Job& job,
+                                                                        uint64_t epoch,
+                                                                        uint64_t batch) {
+  const v1::JobInfo& info = job.info;
+  const uint64_t first = deal::FirstBatch(info, epoch);
+  if (batch < first || batch >= deal::EndBatch(info, epoch)) return std::nullopt;
+  // Tasks are cut from the epoch's first batch on, batches_per_task at a time.
+  const uint64_t per_task = info.batches_per_task();
+  const TaskKey key(epoch, first + (batch - first) / per_task * per_task);
+  if (!job.IsCut(key.first, key.second) || job.outstanding.contains(key)) return std::nullopt;
+  return key;
 }
 
 uint64_t DispatcherState::TaskEnd(const v1::JobInfo& info, uint64_t epoch, uint64_t batch) {
@@ -192,8 +189,7 @@ std::string DispatcherState::DebugString() const {
                     j.batches_finished, j.idle ? " idle" : "", "\n");
     for (const auto& [key, o] : j.outstanding) {
       absl::StrAppend(&out, "  outstanding ", Range(key.first, key.second, o.num_batches), " task ",
-                      o.task_id, " producer ", o.producer_id,
-                      o.remake_when_finished ? " remake when finished" : "", "\n");
+                      o.task_id, " producer ", o.producer_id, "\n");
     }
     for (const auto& [rank, p] : j.rank_positions) {
       absl::StrAppend(&out, "  rank ", rank, " at ", p.first, "/", p.second, "\n");

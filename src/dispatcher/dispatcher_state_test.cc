@@ -144,6 +144,32 @@ TEST(DispatcherStateTest, TaskFinished) {
                 "not outstanding");
 }
 
+TEST(DispatcherStateTest, TaskRemadeMakesAFinishedTaskAnOrphan) {
+  DispatcherState state;
+  MustApply(state, JobCreated(FakeJob("a", 8, 2, 4)));
+  MustApply(state, JobCreated(FakeJob("b", 8, 2, 4, 0, "first_come")));
+  MustApply(state, ProducerRegistered(1, "h:1"));
+  MustApply(state, TaskAssigned(MakeTask(1, "a", 0, 0, 4), 1));
+  ExpectRefused(state, TaskRemade("a", 0, 0), absl::StatusCode::kFailedPrecondition,
+                "not the start of a finished task");  // held
+  ExpectRefused(state, TaskRemade("a", 0, 4), absl::StatusCode::kFailedPrecondition,
+                "not the start of a finished task");  // not cut yet
+  ExpectRefused(state, TaskRemade("c", 0, 0), absl::StatusCode::kFailedPrecondition, "unknown");
+  MustApply(state, TaskFinished(1, 1));
+  ExpectRefused(state, TaskRemade("a", 0, 2), absl::StatusCode::kFailedPrecondition,
+                "not the start of a finished task");  // inside it, not its start
+  MustApply(state, TaskRemade("a", 0, 0));
+  EXPECT_THAT(state.DebugString(), HasSubstr("orphan 'a' epoch 0 batch 0"));
+  EXPECT_EQ(state.FindJob("a")->outstanding.size(), 1u);
+  ExpectRefused(state, TaskRemade("a", 0, 0), absl::StatusCode::kFailedPrecondition,
+                "not the start of a finished task");  // an orphan already
+  MustApply(state, TaskAssigned(MakeTask(2, "a", 0, 0, 4), 1));  // reassigned whole
+  MustApply(state, TaskAssigned(MakeTask(3, "b", 0, 0, 4), 1));
+  MustApply(state, TaskFinished(3, 1));
+  ExpectRefused(state, TaskRemade("b", 0, 0), absl::StatusCode::kFailedPrecondition,
+                "not the start of a finished task");  // first_come: nothing is a rank's own
+}
+
 TEST(DispatcherStateTest, ProducerRemovedOrphansItsTasks) {
   DispatcherState state;
   MustApply(state, JobCreated(FakeJob("a", 12, 2, 4)));

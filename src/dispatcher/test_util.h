@@ -94,6 +94,14 @@ inline journal::Update TaskAssigned(const v1::Task& task, uint64_t producer) {
   u.mutable_task_assigned()->set_producer_id(producer);
   return u;
 }
+inline journal::Update TaskRemade(const std::string& job, uint64_t epoch, uint64_t first_batch) {
+  journal::Update u;
+  u.mutable_task_remade()->set_job(job);
+  u.mutable_task_remade()->set_epoch(epoch);
+  u.mutable_task_remade()->set_first_batch(first_batch);
+  return u;
+}
+
 inline journal::Update TaskFinished(uint64_t task, uint64_t producer) {
   journal::Update u;
   u.mutable_task_finished()->set_task_id(task);

@@ -122,6 +122,8 @@ void DispatcherNode::Shutdown() {
     if (!stop_.HasBeenNotified()) stop_.Notify();
     if (ticker_.joinable()) ticker_.join();
     if (metrics_) metrics_->Stop();
+    // Held producer heartbeats are answered first: the server's shutdown waits for its calls.
+    impl_->StopWaiting();
     if (server_) {
       server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
       server_->Wait();

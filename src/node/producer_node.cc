@@ -223,7 +223,7 @@ void ProducerNode::AddTask(const v1::Task& task) {
   }
 }
 
-absl::Status ProducerNode::Heartbeat() {
+absl::Status ProducerNode::Heartbeat(bool wait_for_work) {
   // Held before finished: a task finishing in between is then in both lists (and finished by the
   // dispatcher), never in neither (which the dispatcher would take for a lost assignment).
   const std::vector<uint64_t> held = HeldTasks();
@@ -237,6 +237,9 @@ absl::Status ProducerNode::Heartbeat() {
   request.set_held_tasks_reported(true);
   request.set_free_task_slots(FreeTaskSlots());
   *request.mutable_stats() = Stats();
+  if (wait_for_work && request.producer_id() != 0) {
+    request.set_wait_for_work_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(interval_)));
+  }
   if (request.producer_id() == 0) {
     request.set_source_job(options_.source_job);
     request.set_source_index(options_.source_index);
@@ -265,6 +268,7 @@ absl::Status ProducerNode::Heartbeat() {
     interval_ = absl::Milliseconds(response->heartbeat_interval_ms());
   }
   work_available_ = response->new_tasks_size() > 0;
+  if (request.wait_for_work_ms() > 0) dispatcher_waits_ = response->waits_for_work();
   for (uint64_t t : response->revoked_tasks()) RevokeTask(t);
   for (const v1::JobInfo& job : response->jobs()) {
     if (sequential_) break;  // a Python job's batches come from its source, not from files
@@ -286,17 +290,24 @@ void ProducerNode::HeartbeatLoop() {
   // max-tasks tasks per that time: with 100 ms, a job of 4 consumers, 4 rounds per task and
   // batches of 256 records was capped near 40,000 records/s per producer. An eager beat is
   // productive (it takes a task) except the last, which finds no work and ends the eagerness.
+  // With a free slot and no work, the beat waits at the dispatcher for work (up to an interval),
+  // so that a new job, a consumer arriving or an orphaned task reach it at once instead of at
+  // its next beat; one such beat follows another, which keeps the interval's pace when idle.
   constexpr absl::Duration kPoll = absl::Milliseconds(5);
   absl::Time last = absl::Now();
   while (!stop_.WaitForNotificationWithTimeout(kPoll)) {
     absl::Duration since = absl::Now() - last;
     bool due = since >= interval_;
+    const bool free = FreeTaskSlots() > 0;
     // Eager only while the dispatcher has work to give, so an idle producer beats at the interval.
-    bool eager = work_available_ && FreeTaskSlots() > 0;
-    if (!due && !eager) continue;
-    absl::Status s = Heartbeat();
+    bool eager = work_available_ && free;
+    // After a failed beat, only at the interval: the client has retried it already.
+    bool wait = !work_available_ && free && dispatcher_waits_ && last_heartbeat_ok_;
+    if (!due && !eager && !wait) continue;
+    absl::Status s = Heartbeat(wait && !eager);
     last = absl::Now();
-    if (!s.ok()) {
+    last_heartbeat_ok_ = s.ok();
+    if (!s.ok() && !stop_.HasBeenNotified()) {
       Log(LogLevel::kWarning, "producer",
           absl::StrCat("producer ", producer_id(), ": heartbeat failed: ", s.ToString()));
     }
@@ -307,6 +318,8 @@ void ProducerNode::Shutdown() {
   std::call_once(shutdown_once_, [this] {
     if (!stop_.HasBeenNotified()) stop_.Notify();
     if (metrics_) metrics_->Stop();
+    // A heartbeat the dispatcher holds (waiting for work) must not hold the shutdown.
+    if (dispatcher_) dispatcher_->Cancel();
     if (heartbeat_.joinable()) heartbeat_.join();
     if (runner_) runner_->Shutdown();
     if (sequential_) sequential_->Shutdown();

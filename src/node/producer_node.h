@@ -84,7 +84,9 @@ class ProducerNode {
  private:
   class DelayingSource;
   ProducerNode() = default;
-  absl::Status Heartbeat();
+  // One heartbeat. With `wait_for_work`, asks the dispatcher to hold the answer until it has work
+  // for this producer, up to one interval (ProducerHeartbeatRequest.wait_for_work_ms).
+  absl::Status Heartbeat(bool wait_for_work = false);
   void HeartbeatLoop();
   absl::StatusOr<std::shared_ptr<const BatchMaker>> MakerFor(const v1::JobInfo& job);
   // The task holder's side of a heartbeat, whichever holds the tasks.
@@ -115,6 +117,9 @@ class ProducerNode {
   absl::flat_hash_map<std::string, std::shared_ptr<const BatchMaker>> makers_;
   absl::Duration interval_ = absl::Seconds(1);
   bool work_available_ = true;
+  // The dispatcher holds heartbeats that ask to wait for work (false for an older one).
+  bool dispatcher_waits_ = true;
+  bool last_heartbeat_ok_ = true;
 
   absl::Notification stop_;
   std::thread heartbeat_;

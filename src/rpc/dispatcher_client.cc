@@ -64,7 +64,7 @@ bool IsConnectionFailure(const grpc::Status& status) {
 
 template <typename Response, typename Request, typename Method>
 absl::StatusOr<Response> DispatcherClient::Call(const char* name, const Request& request,
-                                                Method method) {
+                                                Method method, bool retry) {
   if (!setup_error_.ok()) return setup_error_;
   Response response;
   const std::string what = absl::StrCat("dispatcher ", address_, ": ", name);
@@ -73,8 +73,19 @@ absl::StatusOr<Response> DispatcherClient::Call(const char* name, const Request&
       what, absl::Now() + options_.timeout,
       [&](int) {
         auto context = MakeClientContext(options_.call_timeout, options_.auth_token);
+        {
+          absl::MutexLock lock(&mu_);
+          if (cancelled_) {
+            return absl::CancelledError(absl::StrCat(what, ": the client is cancelled"));
+          }
+          calls_.insert(context.get());
+        }
         response.Clear();
         grpc::Status s = ((*stub_).*method)(context.get(), request, &response);
+        {
+          absl::MutexLock lock(&mu_);
+          calls_.erase(context.get());
+        }
         absl::Status result = FromGrpcStatus(s, what);
         // gRPC says only "failed to connect" when the two sides disagree on TLS or a certificate
         // is refused: find the cause once with a handshake of our own, and stop retrying if it
@@ -90,7 +101,9 @@ absl::StatusOr<Response> DispatcherClient::Call(const char* name, const Request&
         }
         return result;
       },
-      RetryOptions{.retryable = [](const absl::Status& s) { return absl::IsUnavailable(s); }});
+      RetryOptions{.retryable = [retry](const absl::Status& s) {
+        return retry && absl::IsUnavailable(s);
+      }});
   if (!status.ok()) {
     return absl::Status(status.code(), absl::StrCat(status.message(), ConnectionHint(status)));
   }
@@ -105,8 +118,10 @@ absl::StatusOr<v1::GetJobResponse> DispatcherClient::GetJob(const v1::GetJobRequ
 }
 absl::StatusOr<v1::ProducerHeartbeatResponse> DispatcherClient::ProducerHeartbeat(
     const v1::ProducerHeartbeatRequest& r) {
+  // One attempt for a heartbeat that waits for work (see the header).
   return Call<v1::ProducerHeartbeatResponse>("ProducerHeartbeat", r,
-                                             &v1::Dispatcher::Stub::ProducerHeartbeat);
+                                             &v1::Dispatcher::Stub::ProducerHeartbeat,
+                                             /*retry=*/r.wait_for_work_ms() == 0);
 }
 absl::StatusOr<v1::ConsumerHeartbeatResponse> DispatcherClient::ConsumerHeartbeat(
     const v1::ConsumerHeartbeatRequest& r) {
@@ -118,6 +133,12 @@ absl::StatusOr<v1::LocateResponse> DispatcherClient::Locate(const v1::LocateRequ
 }
 absl::StatusOr<v1::StatusResponse> DispatcherClient::GetStatus(const v1::StatusRequest& r) {
   return Call<v1::StatusResponse>("GetStatus", r, &v1::Dispatcher::Stub::GetStatus);
+}
+
+void DispatcherClient::Cancel() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  for (grpc::ClientContext* call : calls_) call->TryCancel();
 }
 
 }  // namespace croupier::rpc

@@ -7,7 +7,9 @@
 #include <memory>
 #include <string>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/croupier.grpc.pb.h"
 #include "src/transport/tls.h"
@@ -31,6 +33,10 @@ class DispatcherClient {
 
   absl::StatusOr<v1::CreateJobResponse> CreateJob(const v1::CreateJobRequest& request);
   absl::StatusOr<v1::GetJobResponse> GetJob(const v1::GetJobRequest& request);
+  // A heartbeat that waits for work (wait_for_work_ms > 0) is tried once, not retried: the
+  // dispatcher holds it, so a dispatcher that dies fails it at once, and a retry made while the
+  // dispatcher restarts was seen to leave gRPC's connection attempts hanging for seconds after
+  // it is back. Its caller beats again at the interval.
   absl::StatusOr<v1::ProducerHeartbeatResponse> ProducerHeartbeat(
       const v1::ProducerHeartbeatRequest& request);
   absl::StatusOr<v1::ConsumerHeartbeatResponse> ConsumerHeartbeat(
@@ -40,10 +46,17 @@ class DispatcherClient {
 
   const std::string& address() const { return address_; }
 
+  // Cancels the calls in progress (they return CANCELLED at once, e.g. a heartbeat the
+  // dispatcher holds while waiting for work) and makes every later call return CANCELLED. For a
+  // component that stops. Thread-safe.
+  void Cancel();
+
  private:
   DispatcherClient(std::string address, DispatcherClientOptions options);
+  // One call, retried on UNAVAILABLE until options_.timeout when `retry` is set.
   template <typename Response, typename Request, typename Method>
-  absl::StatusOr<Response> Call(const char* name, const Request& request, Method method);
+  absl::StatusOr<Response> Call(const char* name, const Request& request, Method method,
+                                bool retry = true);
 
   // A cause the hint of a failed connection can name: plaintext or TLS.
   std::string ConnectionHint(const absl::Status& status) const;
@@ -52,6 +65,10 @@ class DispatcherClient {
   const DispatcherClientOptions options_;
   absl::Status setup_error_;  // TLS files that cannot be read: every call fails with it
   std::unique_ptr<v1::Dispatcher::Stub> stub_;
+
+  absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_set<grpc::ClientContext*> calls_ ABSL_GUARDED_BY(mu_);  // in progress
 };
 
 }  // namespace croupier::rpc

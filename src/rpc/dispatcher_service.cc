@@ -6,23 +6,33 @@
 
 namespace croupier::rpc {
 
-template <typename Request, typename Response, typename Method>
-grpc::Status DispatcherService::Handle(const char* name, const grpc::ServerContextBase& context,
-                                       const Request& request, Response* response, Method method) {
+grpc::Status DispatcherService::Check(const char* name, const grpc::ServerContextBase& context) {
   absl::Status check = CheckCallMetadata(context, auth_token_);
   if (!check.ok()) {
     Log(LogLevel::kWarning, "dispatcher",
         absl::StrCat("refused ", name, " from ", context.peer(), ": ", check.message()));
-    return ToGrpcStatus(check);
   }
-  auto result = (impl_->*method)(request);
+  return ToGrpcStatus(check);
+}
+
+template <typename Response>
+grpc::Status DispatcherService::Answer(const char* name, const std::string& peer,
+                                       absl::StatusOr<Response> result, Response* response) {
   if (!result.ok()) {
     Log(absl::IsInternal(result.status()) ? LogLevel::kError : LogLevel::kDebug, "dispatcher",
-        absl::StrCat(name, " from ", context.peer(), ": ", result.status().ToString()));
+        absl::StrCat(name, " from ", peer, ": ", result.status().ToString()));
     return ToGrpcStatus(result.status());
   }
   *response = *std::move(result);
   return grpc::Status::OK;
+}
+
+template <typename Request, typename Response, typename Method>
+grpc::Status DispatcherService::Handle(const char* name, const grpc::ServerContextBase& context,
+                                       const Request& request, Response* response, Method method) {
+  grpc::Status check = Check(name, context);
+  if (!check.ok()) return check;
+  return Answer(name, context.peer(), (impl_->*method)(request), response);
 }
 
 template <typename Request, typename Response, typename Method>
@@ -47,7 +57,19 @@ grpc::ServerUnaryReactor* DispatcherService::GetJob(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* DispatcherService::ProducerHeartbeat(
     grpc::CallbackServerContext* c, const v1::ProducerHeartbeatRequest* q,
     v1::ProducerHeartbeatResponse* r) {
-  return React("ProducerHeartbeat", c, *q, r, &DispatcherImpl::ProducerHeartbeat);
+  // May be answered later, from the dispatcher's waiting thread (ProducerHeartbeatOrWait).
+  grpc::ServerUnaryReactor* reactor = c->DefaultReactor();
+  grpc::Status check = Check("ProducerHeartbeat", *c);
+  if (!check.ok()) {
+    reactor->Finish(check);
+    return reactor;
+  }
+  impl_->ProducerHeartbeatOrWait(
+      *q, [this, reactor, r, peer = c->peer()](
+              absl::StatusOr<v1::ProducerHeartbeatResponse> result) {
+        reactor->Finish(Answer("ProducerHeartbeat", peer, std::move(result), r));
+      });
+  return reactor;
 }
 grpc::ServerUnaryReactor* DispatcherService::ConsumerHeartbeat(
     grpc::CallbackServerContext* c, const v1::ConsumerHeartbeatRequest* q,

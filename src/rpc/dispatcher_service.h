@@ -1,7 +1,8 @@
 // The gRPC face of the dispatcher: a thin adapter that checks each call's protocol version and
 // token, hands the request to DispatcherImpl and converts the status. No logic lives here.
 //
-// Every method but CreateJob uses gRPC's callback API: its answer is handed to gRPC without a
+// Every method but CreateJob uses gRPC's callback API (ProducerHeartbeat may be answered later:
+// DispatcherImpl::ProducerHeartbeatOrWait): its answer is handed to gRPC without a
 // thread waiting for the client to read it, so that clients that never read (a slow-reader flood)
 // cannot hold the server's threads. CreateJob stays synchronous because it may index files for a
 // long time, which must not happen on gRPC's callback threads; only an authenticated client can
@@ -47,6 +48,13 @@ class DispatcherService final : public DispatcherServiceBase {
                                       v1::StatusResponse* response) override;
 
  private:
+  // The call's protocol version and token (logged when refused).
+  grpc::Status Check(const char* name, const grpc::ServerContextBase& context);
+  // `result` into `response`, or its error (logged) as the call's status.
+  template <typename Response>
+  grpc::Status Answer(const char* name, const std::string& peer, absl::StatusOr<Response> result,
+                      Response* response);
+  // Check, then the method's result through Answer.
   template <typename Request, typename Response, typename Method>
   grpc::Status Handle(const char* name, const grpc::ServerContextBase& context,
                       const Request& request, Response* response, Method method);
