@@ -10,7 +10,7 @@ a global shuffle -> 4 Python consumer processes, in records/s, for every system 
                    image); "croupier (bytes as lists)" is the same with epoch(0), the image
                    column a list of 256 Python bytes; "croupier (--rounds-per-task 16)" is
                    the first with tasks of 16 rounds (64 batches) instead of the dispatcher's
-                   default 4 (bench/notes.md);
+                   automatic choice (12 rounds for this job; bench/notes.md);
   pytorch          the "every rank loads and shards" pipeline a user writes instead: 4 rank
                    processes, each a DataLoader (num_workers=0: the machine has 2 cores) over a
                    map-style dataset with a DistributedSampler (shuffle on), reading and decoding
@@ -327,10 +327,9 @@ def synth_small(work, quick):
 
 def bench_croupier_small(data, work, prefetch):
     import croupier
-    # Tasks of 4,096 rounds: with the default 4 a task holds 4 one-record batches, and a
-    # producer holds at most 2 tasks and takes new ones at most every 0.1 s (see bench/notes.md).
-    with croupier.local_cluster(producers=1, work_dir=work,
-                                dispatcher_args=["--rounds-per-task", "4096"]) as cluster:
+    # The dispatcher's automatic task size: 1,024 rounds for these one-record batches (with 4, a
+    # task held 4 batches, and this case ran near 1,000 batches/s; bench/notes.md).
+    with croupier.local_cluster(producers=1, work_dir=work) as cluster:
         cluster.create_job("small", str(data / "*.tfrecord"), "id:int64", 1, consumers=1,
                            seed=1, epochs=1, shuffle="none")
         # A window of 64 batches: the consumer library fetches small batches in groups of up to
@@ -345,7 +344,7 @@ def bench_croupier_small(data, work, prefetch):
         dt = time.time() - t0
         c.close()
     return dict(system="croupier-python-small", setup="1 producer, 1 Python consumer, batches of "
-                f"1 record (id:int64), --rounds-per-task 4096, prefetch {prefetch}, "
+                f"1 record (id:int64), automatic task size, prefetch {prefetch}, "
                 f"CROUPIER_SHM={os.environ['CROUPIER_SHM']}", batches_per_s=(n - 1) / dt,
                 records_per_s=(n - 1) / dt, note="batches(0): Batch objects, no to_dict()")
 

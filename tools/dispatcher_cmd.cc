@@ -28,7 +28,9 @@ never on the data path. It listens on 127.0.0.1 unless --bind says otherwise (0.
 interface). --port 0 picks a free port; --port-file writes the port chosen. With --auth-token (or
 CROUPIER_AUTH_TOKEN) every call must present the token. --metrics-port serves Prometheus metrics
 at http://ADDR:P/metrics (docs/metrics.md) and a live web page at http://ADDR:P/ (0 picks a free
-port, which --metrics-port-file writes). The recommended number of producers is smoothed over
+port, which --metrics-port-file writes). A task is N x --rounds-per-task consecutive batches of
+a job of N consumers; 0 (the default) chooses per job (docs/operations.md). The recommended
+number of producers is smoothed over
 --advice-smoothing-ms (default 30000) and changes only after --advice-hold-ms (default 15000)
 (docs/operations.md). Stops cleanly on SIGINT or SIGTERM.
 )";
@@ -56,7 +58,7 @@ absl::Status DispatcherCommand(const std::vector<std::string>& argv) {
   ASSIGN_OR_RETURN(int64_t port, args.GetInt("port", 5050, 0, 65535));
   ASSIGN_OR_RETURN(int64_t producer_timeout, args.GetInt("producer-timeout-ms", 10000, 100, 86400000));
   ASSIGN_OR_RETURN(int64_t consumer_timeout, args.GetInt("consumer-timeout-ms", 60000, 100, 86400000));
-  ASSIGN_OR_RETURN(int64_t rounds, args.GetInt("rounds-per-task", 4, 1, 1 << 20));
+  ASSIGN_OR_RETURN(int64_t rounds, args.GetInt("rounds-per-task", 0, 0, 1 << 20));
   options.port = static_cast<int>(port);
   options.bind_address = args.Get("bind", "127.0.0.1");
   options.auth_token = rpc::ResolveAuthToken(args.Get("auth-token"));

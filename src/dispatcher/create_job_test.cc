@@ -6,6 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "src/dispatcher/job_builder.h"
 #include "src/dispatcher/test_util.h"
 
 namespace croupier {
@@ -77,11 +78,36 @@ TEST_F(DispatcherCreateJobTest, OptionsAreChecked) {
   auto impl = DispatcherImpl::Create(options);
   EXPECT_EQ(impl.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(impl.status().message()), HasSubstr("producer_timeout is 0"));
-  options = DispatcherOptions();
-  options.rounds_per_task = 0;
-  impl = DispatcherImpl::Create(options);
-  EXPECT_EQ(impl.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(impl.status().message()), HasSubstr("rounds_per_task is 0"));
+}
+
+TEST(AutoRoundsPerTaskTest, FourUnlessTheEpochIsLongAndTheBatchesSmall) {
+  // Short epochs keep 4 rounds (and every epoch keeps at least 16 tasks once it is raised).
+  EXPECT_EQ(AutoRoundsPerTask(10, 4, 1024), 4u);
+  EXPECT_EQ(AutoRoundsPerTask(79, 4, 1024), 4u);
+  EXPECT_EQ(AutoRoundsPerTask(195, 4, 280 << 10), 12u);  // 195 steps / 16
+  // 64 MiB of batches per task at most: 4 consumers x 1 MiB -> 16 rounds.
+  EXPECT_EQ(AutoRoundsPerTask(100000, 4, 1 << 20), 16u);
+  // Batches so large that 4 rounds exceed it still get 4.
+  EXPECT_EQ(AutoRoundsPerTask(100000, 16, 16 << 20), 4u);
+  // Tiny batches: at most 1,024 rounds.
+  EXPECT_EQ(AutoRoundsPerTask(100000, 1, 16), 1024u);
+  // Unknown batch size (a Python job): the epoch alone.
+  EXPECT_EQ(AutoRoundsPerTask(3200, 2, 0), 200u);
+}
+
+TEST_F(DispatcherCreateJobTest, TheAutomaticTaskSizeComesFromTheDataAndAGivenOneIsKept) {
+  WriteData({400});
+  ASSERT_EQ(DispatcherOptions().rounds_per_task, 0u);  // automatic by default
+  absl::StatusOr<v1::JobInfo> info = Create(Spec("auto", 2, 2));  // 100 steps
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->steps_per_epoch(), 100u);
+  EXPECT_EQ(info->batches_per_task(), 2u * 6);  // 100 / 16 rounds
+  DispatcherOptions options;
+  options.rounds_per_task = 3;
+  Recreate(options);
+  info = Create(Spec("given", 2, 2));
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->batches_per_task(), 2u * 3);
 }
 
 TEST_F(DispatcherCreateJobTest, GetUnknownJob) {

@@ -25,10 +25,6 @@ absl::StatusOr<std::unique_ptr<DispatcherImpl>> DispatcherImpl::Create(Dispatche
   RETURN_IF_ERROR(positive("heartbeat_interval", options.heartbeat_interval));
   RETURN_IF_ERROR(positive("producer_timeout", options.producer_timeout));
   RETURN_IF_ERROR(positive("consumer_timeout", options.consumer_timeout));
-  if (options.rounds_per_task == 0) {
-    return absl::InvalidArgumentError(
-        "dispatcher option rounds_per_task is 0; it must be at least 1");
-  }
   if (options.clock == nullptr) options.clock = Clock::Real();
   if (options.env == nullptr) options.env = Env::Default();
   std::unique_ptr<DispatcherImpl> impl(new DispatcherImpl(std::move(options)));

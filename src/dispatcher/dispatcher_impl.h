@@ -39,8 +39,9 @@ struct DispatcherOptions {
   // A producer or consumer whose last heartbeat is older than this is removed by Tick().
   absl::Duration producer_timeout = absl::Seconds(10);
   absl::Duration consumer_timeout = absl::Seconds(60);
-  // A task is this many rounds of num_consumers batches (fixed per job when it is created).
-  uint32_t rounds_per_task = 4;
+  // A task is this many rounds of num_consumers batches (fixed per job when it is created); 0:
+  // chosen per job by AutoRoundsPerTask (job_builder.h).
+  uint32_t rounds_per_task = 0;
   Clock* clock = nullptr;       // nullptr: Clock::Real(); not owned, must outlive the dispatcher
   std::string index_cache_dir;  // empty: IndexCache::DefaultDir()
   // The journal (journal.h): replayed by Create if it exists, then every durable change is
@@ -63,7 +64,7 @@ class DispatcherImpl {
   // Replays the journal at options.journal_path, if set and present, into the state: the jobs,
   // producers, consumers, tasks and positions come back, and every replayed producer and
   // consumer gets a full timeout from now to send its next heartbeat. Errors:
-  // INVALID_ARGUMENT for a non-positive interval or timeout, or rounds_per_task 0; the journal's
+  // INVALID_ARGUMENT for a non-positive interval or timeout; the journal's
   // errors (ReadJournal: DATA_LOSS naming the file and offset, FAILED_PRECONDITION for another
   // version), also for an entry the state refuses.
   //

@@ -1,5 +1,6 @@
 #include "src/dispatcher/job_builder.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -114,6 +115,7 @@ absl::Status CheckFeatures(const std::vector<FeatureSpec>& features, const Datas
 v1::JobInfo BuildPython(const v1::JobSpec& spec, uint32_t rounds_per_task) {
   const uint64_t n = spec.num_consumers();
   const uint64_t steps = spec.source_batches_per_epoch() / n;
+  if (rounds_per_task == 0) rounds_per_task = AutoRoundsPerTask(steps, n, /*batch_bytes=*/0);
   v1::JobInfo info;
   *info.mutable_spec() = spec;
   info.set_num_records(spec.source_batches_per_epoch() * spec.batch_size());
@@ -152,11 +154,28 @@ absl::StatusOr<v1::JobInfo> Build(const v1::JobSpec& spec, IndexCache& cache, En
   info.set_num_records(dataset->num_records());
   info.set_batches_per_epoch(plan.num_batches());
   info.set_steps_per_epoch(plan.steps_per_consumer());
+  if (rounds_per_task == 0) {
+    uint64_t file_bytes = 0;
+    for (size_t f = 0; f < dataset->num_files(); ++f) file_bytes += dataset->index(f).file_size;
+    const uint64_t batch_bytes = file_bytes / dataset->num_records() * spec.batch_size();
+    rounds_per_task =
+        AutoRoundsPerTask(plan.steps_per_consumer(), spec.num_consumers(), batch_bytes);
+  }
   info.set_batches_per_task(uint64_t{spec.num_consumers()} * rounds_per_task);
   return info;
 }
 
 }  // namespace
+
+uint32_t AutoRoundsPerTask(uint64_t steps_per_epoch, uint32_t num_consumers,
+                           uint64_t batch_bytes) {
+  constexpr uint64_t kFloor = 4, kMostRounds = 1024, kMinTasksPerEpoch = 16;
+  constexpr uint64_t kMostTaskBytes = uint64_t{64} << 20;
+  uint64_t rounds = std::min(steps_per_epoch / kMinTasksPerEpoch, kMostRounds);
+  const uint64_t round_bytes = batch_bytes * std::max<uint32_t>(num_consumers, 1);
+  if (round_bytes > 0) rounds = std::min(rounds, kMostTaskBytes / round_bytes);
+  return static_cast<uint32_t>(std::max(rounds, kFloor));
+}
 
 absl::StatusOr<v1::JobInfo> BuildJobInfo(const v1::JobSpec& spec, IndexCache& cache, Env& env,
                                          uint32_t rounds_per_task) {

@@ -15,7 +15,9 @@ namespace croupier {
 // The JobInfo of a spec that NormalizeJobSpec accepted. Expands every pattern of spec.files with
 // env.Glob (in order, each pattern's matches sorted), indexes the files through `cache`, checks the
 // features against the first record of the first non-empty file, and computes the counts:
-// batches_per_epoch from the epoch plan, batches_per_task = num_consumers * rounds_per_task.
+// batches_per_epoch from the epoch plan, batches_per_task = num_consumers * rounds_per_task, or,
+// for rounds_per_task 0, num_consumers * AutoRoundsPerTask(...) with the batch size estimated from
+// the files' bytes per record (a Python job: from the step count alone).
 // Errors, each prefixed with "job '<name>': ":
 //   INVALID_ARGUMENT  a pattern that matches no file (or whose directory cannot be read); a file
 //                     matched twice; files that hold no records; a feature absent from the
@@ -27,6 +29,14 @@ namespace croupier {
 // Thread-safe (as IndexCache and Env are).
 absl::StatusOr<v1::JobInfo> BuildJobInfo(const v1::JobSpec& spec, IndexCache& cache, Env& env,
                                          uint32_t rounds_per_task);
+
+// The automatic rounds per task (a task is num_consumers batches per round). Every task costs its
+// assignment, a Locate by each consumer and, at its end, a wait for the next task's producer, so
+// small tasks cap small batches; large ones spread an epoch over few tasks (fewer producers can
+// share it) and lose more work when a producer dies. The rule: 4 rounds, raised to at most
+// steps_per_epoch / 16 (an epoch keeps 16 tasks or more), to at most 64 MiB of batches per task
+// (when `batch_bytes`, an estimate, is not 0), and to at most 1,024.
+uint32_t AutoRoundsPerTask(uint64_t steps_per_epoch, uint32_t num_consumers, uint64_t batch_bytes);
 
 }  // namespace croupier
 
