@@ -46,6 +46,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/fixed_source.h"
 #include "croupier/batch.h"
 #include "src/consumer/prefetcher.h"
 #include "src/transport/batch_source.h"
@@ -53,6 +54,9 @@
 
 namespace croupier {
 namespace {
+
+using bench::FixedSource;
+using bench::MakeBatch;
 
 void Die(const std::string& what) {
   std::fprintf(stderr, "bench_dataplane: %s\n", what.c_str());
@@ -76,36 +80,6 @@ double PeakRssMiB() {
   return u.ru_maxrss / 1024.0;
 }
 
-// A batch of exactly `bytes` bytes (a multiple of 64, at least 256): one float32 column.
-Batch MakeBatch(size_t bytes) {
-  const size_t overhead = 192;
-  const size_t floats = (bytes - overhead) / 4;
-  std::vector<float> values(floats);
-  for (size_t i = 0; i < floats; ++i) values[i] = static_cast<float>(i % 1000) * 0.5f;
-  const std::vector<int64_t> dims = {static_cast<int64_t>(floats)};
-  const ColumnData column{
-      "x",    DType::kFloat32,
-      false,  dims,
-      floats, absl::string_view(reinterpret_cast<const char*>(values.data()), 4 * floats),
-      {},     {}};
-  auto batch = Batch::FromColumns(1, {column});
-  if (!batch.ok()) Die(std::string(batch.status().message()));
-  return *std::move(batch);
-}
-
-class FixedSource final : public BatchSource {
- public:
-  explicit FixedSource(Batch batch) : batch_(std::move(batch)) {}
-  absl::StatusOr<Batch> GetBatch(const BatchKey&, absl::Time) override { return batch_; }
-  bool Ready(const BatchKey&) override { return true; }
-  absl::StatusOr<std::pair<uint64_t, Batch>> GetAnyBatch(absl::string_view, uint64_t,
-                                                         absl::Time) override {
-    return std::make_pair(uint64_t{0}, batch_);
-  }
-
- private:
-  const Batch batch_;
-};
 
 // --- process plumbing: a child reads commands and writes results on pipes ---
 struct Pipe {

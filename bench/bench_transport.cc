@@ -30,6 +30,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/bench_util.h"
+#include "bench/fixed_source.h"
 #include "croupier/batch.h"
 #include "src/transport/batch_source.h"
 #include "src/transport/transport.h"
@@ -37,41 +38,14 @@
 namespace croupier {
 namespace {
 
+using bench::FixedSource;
+using bench::MakeBatch;
+
 void Die(const std::string& what) {
   std::fprintf(stderr, "bench_transport: %s\n", what.c_str());
   std::exit(1);
 }
 
-// A batch of exactly `bytes` bytes (a multiple of 64, at least 256): one float32 column.
-Batch MakeBatch(size_t bytes) {
-  const size_t overhead = 192;  // header, one descriptor, the name, padding to 64
-  const size_t floats = (bytes - overhead) / 4;
-  std::vector<float> values(floats);
-  for (size_t i = 0; i < floats; ++i) values[i] = static_cast<float>(i % 1000) * 0.5f;
-  const std::vector<int64_t> dims = {static_cast<int64_t>(floats)};
-  const ColumnData column{
-      "x",    DType::kFloat32,
-      false,  dims,
-      floats, absl::string_view(reinterpret_cast<const char*>(values.data()), 4 * floats),
-      {},     {}};
-  auto batch = Batch::FromColumns(1, {column});
-  if (!batch.ok()) Die(std::string(batch.status().message()));
-  return *std::move(batch);
-}
-
-// Hands out the same pre-built batch for every key, so the source costs nothing. Thread-safe.
-class FixedSource final : public BatchSource {
- public:
-  explicit FixedSource(Batch batch) : batch_(std::move(batch)) {}
-  absl::StatusOr<Batch> GetBatch(const BatchKey&, absl::Time) override { return batch_; }
-  absl::StatusOr<std::pair<uint64_t, Batch>> GetAnyBatch(absl::string_view, uint64_t,
-                                                         absl::Time) override {
-    return std::make_pair(uint64_t{0}, batch_);
-  }
-
- private:
-  const Batch batch_;
-};
 
 // Seconds for `consumers` clients to fetch `per_consumer` batches each.
 double TimeTransport(const std::string& address, int consumers, int per_consumer,

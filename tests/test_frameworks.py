@@ -10,6 +10,7 @@ import pytest
 
 import croupier
 from service_cluster import run
+from tf_records import MIXED, write_mixed_examples
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "data" / "tfrecord"
@@ -32,28 +33,15 @@ def test_torch_adapter_feeds_a_two_process_gloo_group(tmp_path):
     assert proc.stdout.count("every planned record seen exactly once: yes") == 2
 
 
-def _write_examples(tf, path, n):
-    with tf.io.TFRecordWriter(str(path)) as w:
-        for i in range(n):
-            f = {
-                "id": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
-                "tokens": tf.train.Feature(int64_list=tf.train.Int64List(value=list(range(i % 4)))),
-                "emb": tf.train.Feature(float_list=tf.train.FloatList(value=[i, i / 2, -i])),
-                "name": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"r%d" % i])),
-            }
-            w.write(tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString())
-
-
 @pytest.mark.timeout(180)
 def test_tensorflow_generator_dataset_eager_in_tf_function_and_in_fit(tmp_path):
     tf = pytest.importorskip("tensorflow")
     import croupier.tf as ctf
 
     path = tmp_path / "mixed.tfrecord"
-    _write_examples(tf, path, 40)
+    write_mixed_examples(tf, path, 40)
     with croupier.local_cluster(producers=1, work_dir=tmp_path / "cluster") as cluster:
-        cluster.create_job("mixed", str(path), "id:int64,tokens:int64[*],emb:float32[3],name:bytes",
-                           8, consumers=1, shuffle="none", epochs=2)
+        cluster.create_job("mixed", str(path), MIXED, 8, consumers=1, shuffle="none", epochs=2)
         with cluster.consumer("mixed", 0, 1) as feed:
             ds = ctf.generator_dataset(feed, 0)
             assert ds.element_spec["emb"] == tf.TensorSpec([None, 3], tf.float32)

@@ -15,25 +15,13 @@ import croupier
 
 tf = pytest.importorskip("tensorflow")
 import croupier.tf as ctf  # noqa: E402
+from tf_records import MIXED, write_mixed_examples  # noqa: E402
 
 if not ctf.op_available():
     pytest.skip("the TensorFlow op was not built", allow_module_level=True)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "data" / "tfrecord"
-MIXED = "id:int64,tokens:int64[*],emb:float32[3],name:bytes"
-
-
-def write_examples(path, n):
-    with tf.io.TFRecordWriter(str(path)) as w:
-        for i in range(n):
-            f = {
-                "id": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
-                "tokens": tf.train.Feature(int64_list=tf.train.Int64List(value=list(range(i % 4)))),
-                "emb": tf.train.Feature(float_list=tf.train.FloatList(value=[i, i / 2, -i])),
-                "name": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"r%d" % i])),
-            }
-            w.write(tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString())
 
 
 def digest(batch):
@@ -52,7 +40,7 @@ def digest(batch):
 @pytest.mark.timeout(180)
 def test_op_reads_dense_ragged_and_bytes_eagerly_in_tf_function_and_in_fit(tmp_path):
     path = tmp_path / "mixed.tfrecord"
-    write_examples(path, 40)
+    write_mixed_examples(tf, path, 40)
     with croupier.local_cluster(producers=1, work_dir=tmp_path / "cluster") as cluster:
         cluster.create_job("mixed", str(path), MIXED, 8, consumers=1, shuffle="none", epochs=3)
         ds = ctf.dataset(cluster.address, "mixed", 0, 1)
@@ -110,7 +98,7 @@ def test_op_reads_dense_ragged_and_bytes_eagerly_in_tf_function_and_in_fit(tmp_p
 @pytest.mark.timeout(120)
 def test_wrong_arguments_and_a_lost_dispatcher_raise_tf_errors_with_croupiers_message(tmp_path):
     path = tmp_path / "mixed.tfrecord"
-    write_examples(path, 40)
+    write_mixed_examples(tf, path, 40)
     cluster = croupier.local_cluster(producers=1, work_dir=tmp_path / "cluster")
     try:
         cluster.create_job("mixed", str(path), MIXED, 2, consumers=1, shuffle="none", epochs=1)
@@ -163,7 +151,7 @@ _RESTORE = textwrap.dedent("""
 @pytest.mark.timeout(180)
 def test_checkpointed_iterator_resumes_the_data_exactly_in_a_new_process(tmp_path):
     path = tmp_path / "mixed.tfrecord"
-    write_examples(path, 80)
+    write_mixed_examples(tf, path, 80)
     with croupier.local_cluster(producers=1, work_dir=tmp_path / "cluster") as cluster:
         cluster.create_job("ck", str(path), MIXED, 8, consumers=1, seed=7, epochs=2)
         ref = ctf.dataset(cluster.address, "ck", 0, 1, resume=False)
