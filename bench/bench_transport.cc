@@ -46,7 +46,6 @@ void Die(const std::string& what) {
   std::exit(1);
 }
 
-
 // Seconds for `consumers` clients to fetch `per_consumer` batches each.
 double TimeTransport(const std::string& address, int consumers, int per_consumer,
                      size_t expect_bytes) {
