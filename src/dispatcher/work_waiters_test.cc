@@ -28,9 +28,12 @@ struct Outcome {
   }
 };
 
+// Every test declares its outcomes before the WorkWaiters: destroying the waiters calls back
+// whoever still waits, so the outcomes must outlive them.
+
 TEST(WorkWaitersTest, NotifyWakesEveryWaiterOnItsThread) {
-  WorkWaiters waiters;
   Outcome a, b;
+  WorkWaiters waiters;
   waiters.Wait(absl::Now() + absl::Seconds(60), a.Callback());
   waiters.Wait(absl::Now() + absl::Seconds(60), b.Callback());
   EXPECT_EQ(waiters.waiting(), 2u);
@@ -44,9 +47,9 @@ TEST(WorkWaitersTest, NotifyWakesEveryWaiterOnItsThread) {
 }
 
 TEST(WorkWaitersTest, ANotifyWithNobodyWaitingDoesNotWakeALaterWaiter) {
+  Outcome a;
   WorkWaiters waiters;
   waiters.Notify();
-  Outcome a;
   const absl::Time start = absl::Now();
   waiters.Wait(start + absl::Milliseconds(200), a.Callback());
   ASSERT_TRUE(a.called.WaitForNotificationWithTimeout(absl::Seconds(10)));
@@ -55,8 +58,8 @@ TEST(WorkWaitersTest, ANotifyWithNobodyWaitingDoesNotWakeALaterWaiter) {
 }
 
 TEST(WorkWaitersTest, DeadlinesAreKeptInTheirOrderEvenWhenAnEarlierOneArrivesLater) {
-  WorkWaiters waiters;
   Outcome late, early;
+  WorkWaiters waiters;
   const absl::Time start = absl::Now();
   waiters.Wait(start + absl::Seconds(30), late.Callback());
   // The thread now sleeps until the 30 s deadline; this one must still come on time.
@@ -94,9 +97,9 @@ TEST(WorkWaitersTest, DestructionCallsBackWhoeverStillWaits) {
 }
 
 TEST(WorkWaitersTest, ACallbackMayWaitAgain) {
-  WorkWaiters waiters;
   Outcome second;
   std::atomic<int> first_calls{0};
+  WorkWaiters waiters;
   waiters.Wait(absl::InfiniteFuture(), [&](Wake) {
     first_calls.fetch_add(1);
     waiters.Wait(absl::Now() + absl::Milliseconds(50), second.Callback());
