@@ -247,7 +247,8 @@ class ConsumerImpl final : public Consumer {
           }
           return result.status();
         },
-        RetryOptions{.initial_backoff = absl::Milliseconds(2), .max_backoff = absl::Milliseconds(50)});
+        RetryOptions{.initial_backoff = absl::Milliseconds(2),
+                     .max_backoff = absl::Milliseconds(50)});
     if (!status.ok()) {
       return absl::Status(status.code(), absl::StrCat(status.message(), " [last producer: ", where,
                                                       "]"));

@@ -85,17 +85,11 @@ absl::Status DispatcherImpl::ApplyLocked(const journal::Update& update) {
     return absl::InternalError(absl::StrCat("the dispatcher's state refused its own update (",
                                             update.ShortDebugString(), "): ", status.message()));
   }
-  // The changes that can give a producer a task (task_assignment.h): a job that is created or
-  // stops being idle, and orphans (of a removed producer, a reopened range, a task finished that
-  // must be made again).
-  switch (update.kind_case()) {
-    case journal::Update::kJobCreated:
-    case journal::Update::kConsumerRegistered:
-    case journal::Update::kJobIdle:
-      waiters_.Notify();
-      break;
-    default:
-      if (state_.orphans().size() > orphans_before) waiters_.Notify();
+  // The changes that can give a producer a task (task_assignment.h): a consumer registering (a
+  // job is idle from its creation until then), and new orphans (of a removed producer, a
+  // reopened range, a task made again on request).
+  if (update.has_consumer_registered() || state_.orphans().size() > orphans_before) {
+    waiters_.Notify();
   }
   return absl::OkStatus();
 }

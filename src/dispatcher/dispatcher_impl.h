@@ -105,8 +105,8 @@ class DispatcherImpl {
 
   // ProducerHeartbeat, answered through `done`, exactly once, on this thread or another. When the
   // request asks to wait (wait_for_work_ms), has a free task slot and the heartbeat gives it no
-  // task, the answer is held until a change may give the producer work (a job created, a
-  // consumer registering, a task orphaned or reopened: work_waiters.h), then carries the tasks
+  // task, the answer is held until a change may give the producer work (a consumer
+  // registering, a task orphaned or reopened: work_waiters.h), then carries the tasks
   // assigned at that moment; it goes without a task after wait_for_work_ms (at most the
   // heartbeat interval) or at StopWaiting(). Such an answer has waits_for_work set. The waiting
   // holds no thread.

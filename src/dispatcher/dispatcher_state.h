@@ -159,6 +159,8 @@ class DispatcherState {
   // never be cut).
   static TaskKey FirstUndeliveredTask(const Job& job, uint64_t epoch, uint64_t step);
 
+  // Where the task holding `batch` of `epoch` starts. Precondition: the batch is in the epoch.
+  static TaskKey TaskHolding(const v1::JobInfo& info, uint64_t epoch, uint64_t batch);
   // The range of the task at (epoch, batch) of a job: the batches it covers, [batch, result).
   static uint64_t TaskEnd(const v1::JobInfo& info, uint64_t epoch, uint64_t batch);
   // Where the task after the one at `key` starts, in this epoch or a later one.

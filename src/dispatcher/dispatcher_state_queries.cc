@@ -45,11 +45,10 @@ std::optional<DispatcherState::TaskKey> DispatcherState::FinishedTaskOf(const Jo
                                                                         uint64_t epoch,
                                                                         uint64_t batch) {
   const v1::JobInfo& info = job.info;
-  const uint64_t first = deal::FirstBatch(info, epoch);
-  if (batch < first || batch >= deal::EndBatch(info, epoch)) return std::nullopt;
-  // Tasks are cut from the epoch's first batch on, batches_per_task at a time.
-  const uint64_t per_task = info.batches_per_task();
-  const TaskKey key(epoch, first + (batch - first) / per_task * per_task);
+  if (batch < deal::FirstBatch(info, epoch) || batch >= deal::EndBatch(info, epoch)) {
+    return std::nullopt;
+  }
+  const TaskKey key = TaskHolding(info, epoch, batch);
   if (!job.IsCut(key.first, key.second) || job.outstanding.contains(key)) return std::nullopt;
   return key;
 }
@@ -78,7 +77,13 @@ DispatcherState::TaskKey DispatcherState::FirstUndeliveredTask(const Job& job, u
   if (batch >= deal::EndBatch(info, epoch)) {
     return TaskKey(epoch + 1, deal::FirstBatch(info, epoch + 1));
   }
+  return TaskHolding(info, epoch, batch);
+}
+
+DispatcherState::TaskKey DispatcherState::TaskHolding(const v1::JobInfo& info, uint64_t epoch,
+                                                      uint64_t batch) {
   // Tasks are cut from the epoch's first batch on, batches_per_task at a time.
+  const uint64_t first = deal::FirstBatch(info, epoch);
   const uint64_t per_task = info.batches_per_task();
   return TaskKey(epoch, first + (batch - first) / per_task * per_task);
 }

@@ -1,6 +1,6 @@
 // Heartbeats that wait for work. A producer with free task slots and nothing to do may ask the
 // dispatcher to hold its heartbeat's answer until a change of the state can give it a task (a
-// job created, a consumer registering, a task orphaned or reopened), instead of finding the new
+// consumer registering, a task orphaned or reopened), instead of finding the new
 // work only at its next heartbeat, a whole interval later.
 #ifndef CROUPIER_SRC_DISPATCHER_WORK_WAITERS_H_
 #define CROUPIER_SRC_DISPATCHER_WORK_WAITERS_H_

@@ -301,10 +301,10 @@ void ProducerNode::HeartbeatLoop() {
     const bool free = FreeTaskSlots() > 0;
     // Eager only while the dispatcher has work to give, so an idle producer beats at the interval.
     bool eager = work_available_ && free;
-    // After a failed beat, only at the interval: the client has retried it already.
+    // Not after a failed beat: the next one waits for the interval.
     bool wait = !work_available_ && free && dispatcher_waits_ && last_heartbeat_ok_;
     if (!due && !eager && !wait) continue;
-    absl::Status s = Heartbeat(wait && !eager);
+    absl::Status s = Heartbeat(wait);
     last = absl::Now();
     last_heartbeat_ok_ = s.ok();
     if (!s.ok() && !stop_.HasBeenNotified()) {
