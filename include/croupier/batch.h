@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -111,14 +112,20 @@ struct ColumnData {
   absl::Span<const uint64_t> row_splits;  // variable length: num_records + 1 entries; else empty
 };
 
+// Gives an uninitialized kBatchAlignment-aligned buffer of at least `size` bytes to lay a batch
+// out in, or nullptr when it cannot (e.g. Batch::AllocateBuffer, or a pool's Get).
+using BatchAllocator = absl::FunctionRef<std::shared_ptr<uint8_t>(size_t size)>;
+
 // An immutable batch buffer, 64-byte aligned, with its parsed view. Copies share the buffer.
 // Thread-safe: nothing changes after creation.
 class Batch {
  public:
-  // Lays out `columns` (copied) in a new buffer. INVALID_ARGUMENT if the arrays are inconsistent
-  // (sizes, offsets, splits, names, dims); RESOURCE_EXHAUSTED if the buffer cannot be allocated.
+  // Lays out `columns` (copied) in a new buffer from `allocate`. INVALID_ARGUMENT if the arrays
+  // are inconsistent (sizes, offsets, splits, names, dims); RESOURCE_EXHAUSTED if the buffer
+  // cannot be allocated.
   static absl::StatusOr<Batch> FromColumns(uint64_t num_records,
-                                           absl::Span<const ColumnData> columns);
+                                           absl::Span<const ColumnData> columns,
+                                           BatchAllocator allocate = &Batch::AllocateBuffer);
   // Copies `bytes` into a new aligned buffer and validates it as BatchView::Parse does.
   static absl::StatusOr<Batch> FromBytes(absl::string_view bytes);
   // Adopts `size` bytes at `data` (e.g. from AllocateBuffer, filled from a socket) after
@@ -163,10 +170,10 @@ class BatchBuilder {
   //   DATA_LOSS "[feature 'emb': ]malformed tf.train.Example: <what> at byte <offset>".
   absl::Status AddRecord(absl::string_view serialized);
 
-  // Lays out the records added since the last Finish as a Batch, and empties the builder for the
-  // next batch, keeping its allocated capacity. RESOURCE_EXHAUSTED if the buffer cannot be
-  // allocated (the records then stay in the builder).
-  absl::StatusOr<Batch> Finish();
+  // Lays out the records added since the last Finish as a Batch in a buffer from `allocate`, and
+  // empties the builder for the next batch, keeping its allocated capacity. RESOURCE_EXHAUSTED
+  // if the buffer cannot be allocated (the records then stay in the builder).
+  absl::StatusOr<Batch> Finish(BatchAllocator allocate = &Batch::AllocateBuffer);
 
   uint64_t num_records() const { return num_records_; }
   // Bytes of values held so far: about the size of the batch Finish would make.

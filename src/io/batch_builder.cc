@@ -211,11 +211,11 @@ absl::Status BatchBuilder::AddRecord(absl::string_view serialized) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Batch> BatchBuilder::Finish() {
+absl::StatusOr<Batch> BatchBuilder::Finish(BatchAllocator allocate) {
   std::vector<ColumnData> data;
   data.reserve(columns_.size());
   for (const Column& c : columns_) data.push_back(c.Data());
-  ASSIGN_OR_RETURN(Batch batch, Batch::FromColumns(num_records_, data));
+  ASSIGN_OR_RETURN(Batch batch, Batch::FromColumns(num_records_, data, allocate));
   for (Column& c : columns_) c.Clear();
   num_records_ = 0;
   return batch;

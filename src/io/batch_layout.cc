@@ -64,7 +64,8 @@ void WriteDescriptor(Writer& w, uint64_t at, const ColumnData& c, const Placemen
 }  // namespace
 
 absl::StatusOr<Batch> Batch::FromColumns(uint64_t num_records,
-                                         absl::Span<const ColumnData> columns) {
+                                         absl::Span<const ColumnData> columns,
+                                         BatchAllocator allocate) {
   // Metadata: names and dims, after the descriptors.
   std::vector<Placement> placements(columns.size());
   uint64_t cursor = kBatchHeaderBytes + kBatchColumnBytes * columns.size();
@@ -94,7 +95,7 @@ absl::StatusOr<Batch> Batch::FromColumns(uint64_t num_records,
   }
   const uint64_t total_size = cursor;
 
-  std::shared_ptr<uint8_t> buffer = AllocateBuffer(total_size);
+  std::shared_ptr<uint8_t> buffer = allocate(total_size);
   if (buffer == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot allocate a batch buffer of ", total_size, " bytes"));

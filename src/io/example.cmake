@@ -1,4 +1,4 @@
-# The tf.train.Example codec and the batch layout (included by src/io/CMakeLists.txt).
+# The tf.train.Example codec, the batch layout and its buffers (included by src/io/CMakeLists.txt).
 target_sources(croupier_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/feature_spec.cc
   ${CMAKE_CURRENT_LIST_DIR}/example_wire.cc
@@ -6,6 +6,7 @@ target_sources(croupier_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/example_encode.cc
   ${CMAKE_CURRENT_LIST_DIR}/batch_builder.cc
   ${CMAKE_CURRENT_LIST_DIR}/batch_layout.cc
+  ${CMAKE_CURRENT_LIST_DIR}/buffer_pool.cc
   ${CMAKE_CURRENT_LIST_DIR}/batch_view.cc
   ${CMAKE_CURRENT_LIST_DIR}/batch_hash.cc)
 
@@ -32,7 +33,8 @@ croupier_test(example_test
   ${CMAKE_CURRENT_LIST_DIR}/example_protobuf_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/example_tfrecord_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/batch_builder_test.cc
-  ${CMAKE_CURRENT_LIST_DIR}/batch_view_test.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/batch_view_test.cc
+  ${CMAKE_CURRENT_LIST_DIR}/buffer_pool_test.cc)
 if(TARGET example_test)
   target_link_libraries(example_test PRIVATE croupier_example_testproto)
 endif()

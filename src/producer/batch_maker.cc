@@ -272,7 +272,8 @@ absl::StatusOr<Batch> BatchMaker::Make(uint64_t epoch, uint64_t batch) const {
   absl::Status added = AddRecords(*scratch);
   // The builder holds part of a batch now: drop it rather than pool it.
   if (!added.ok()) return Prefixed(added, prefix);
-  absl::StatusOr<Batch> made = scratch->builder->Finish();
+  absl::StatusOr<Batch> made =
+      scratch->builder->Finish([this](size_t size) { return batch_buffers_.Get(size); });
   if (!made.ok()) return Prefixed(made.status(), prefix);
   ReturnScratch(std::move(scratch));
   return made;

@@ -19,6 +19,7 @@
 #include "croupier/plan.h"
 #include "croupier/record_index.h"
 #include "proto/croupier.pb.h"
+#include "src/io/buffer_pool.h"
 
 namespace croupier {
 
@@ -41,9 +42,15 @@ absl::StatusOr<PlanSpec> PlanSpecOfJob(const v1::JobInfo& job);
 // Each file is opened on first use and stays open until destruction (one descriptor per file, and
 // a second one once consecutive records of the file are read together: see AddRun).
 //
+// Batches of 64 KiB and more are laid out in recycled buffers (BufferPool): at most
+// kFreeBatchBytes of buffers whose batches are gone are kept for the next ones.
+//
 // Thread-safe: Make may run on many threads at once.
 class BatchMaker {
  public:
+  static constexpr size_t kFreeBatchBytes = size_t{16} << 20;
+  static constexpr size_t kMinPooledBatchBytes = size_t{64} << 10;
+
   // Opens the job's files (JobInfo.files: expanded paths, in global record order) as a Dataset
   // through `cache`, and checks that they still hold the record counts the job was created with.
   // Errors: FAILED_PRECONDITION naming the file whose record count changed (or a plan that
@@ -124,6 +131,7 @@ class BatchMaker {
   RecordCache* const record_cache_;  // may be null
   Env* const env_;
   const std::unique_ptr<File[]> files_;
+  mutable BufferPool batch_buffers_{kFreeBatchBytes, kMinPooledBatchBytes};  // thread-safe
 
   mutable absl::Mutex pool_mu_;
   mutable std::vector<std::unique_ptr<Scratch>> pool_ ABSL_GUARDED_BY(pool_mu_);

@@ -129,6 +129,48 @@ TEST(ProducerBatchMakerTest, SameBytesAcrossInstancesAndThreads) {
   EXPECT_NE(a->Make(3, 0)->ContentHash(), expected[0]);
 }
 
+TEST(ProducerBatchMakerTest, LargeBatchesReuseTheBuffersOfBatchesThatAreGone) {
+  ScopedTempDir tmp;
+  const std::vector<int> counts = {64};
+  // 32 records of 4 KiB: batches of about 130 KiB, pooled (BatchMaker::kMinPooledBatchBytes).
+  const auto paths = WriteDataset(tmp.path(), counts, [](int64_t id) {
+    const float f = static_cast<float>(id);
+    return EncodeExample({{"id", Feature::Ints({id})},
+                          {"pair", Feature::Floats({f, -f})},
+                          {"tokens", Feature::Ints({id, id})},
+                          {"name", Feature::Bytes({std::string(4096, 'a' + id % 26)})}});
+  });
+  JobOptions o;
+  o.batch_size = 32;
+  o.num_consumers = 1;
+  IndexCache cache(tmp.Join("index"));
+  auto maker = MustCreate(MakeJob(paths, counts, o), cache);
+  ASSERT_NE(maker, nullptr);
+  const void* first = nullptr;
+  uint64_t first_hash = 0;
+  {
+    absl::StatusOr<Batch> a = maker->Make(0, 0);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_GE(a->bytes().size(), BatchMaker::kMinPooledBatchBytes);
+    first = a->bytes().data();
+    first_hash = a->ContentHash();
+  }
+  // The first batch is gone: the next one is laid out in its buffer, and is right.
+  absl::StatusOr<Batch> b = maker->Make(0, 1);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(static_cast<const void*>(b->bytes().data()), first);
+  EXPECT_NE(b->ContentHash(), first_hash);
+  std::vector<uint64_t> ids = IdsOf(*b);
+  std::sort(ids.begin(), ids.end());
+  ASSERT_EQ(ids.size(), 32u);
+  EXPECT_EQ(std::adjacent_find(ids.begin(), ids.end()), ids.end());
+  // While b lives, another batch gets another buffer.
+  absl::StatusOr<Batch> c = maker->Make(0, 0);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_NE(static_cast<const void*>(c->bytes().data()), first);
+  EXPECT_EQ(c->ContentHash(), first_hash);
+}
+
 // The batch of `epoch` holding record `id`.
 uint64_t BatchHolding(const BatchMaker& maker, uint64_t epoch, uint64_t id) {
   auto plan = *EpochPlan::Create(maker.plan_spec(), epoch);

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/common/status_macros.h"
-#include "src/transport/buffer_pool.h"
+#include "src/io/buffer_pool.h"
 #include "src/transport/compression.h"
 
 namespace croupier {

@@ -1,4 +1,4 @@
-#include "src/transport/buffer_pool.h"
+#include "src/io/buffer_pool.h"
 
 #include <cstdint>
 #include <memory>
@@ -13,7 +13,7 @@ namespace {
 
 constexpr size_t kMiB = size_t{1} << 20;
 
-TEST(TransportBufferPoolTest, ReusesAReturnedBufferOfTheSameClass) {
+TEST(BufferPoolTest, ReusesAReturnedBufferOfTheSameClass) {
   BufferPool pool(64 * kMiB);
   uint8_t* first = nullptr;
   {
@@ -34,13 +34,27 @@ TEST(TransportBufferPoolTest, ReusesAReturnedBufferOfTheSameClass) {
   EXPECT_NE(c.get(), first);
 }
 
-TEST(TransportBufferPoolTest, SmallBuffersAreNotPooled) {
+TEST(BufferPoolTest, SmallBuffersAreNotPooled) {
   BufferPool pool(64 * kMiB);
   { std::shared_ptr<uint8_t> small = pool.Get(4096); }
   EXPECT_EQ(pool.free_bytes(), 0u);
 }
 
-TEST(TransportBufferPoolTest, KeepsAtMostItsLimitDroppingTheOldest) {
+TEST(BufferPoolTest, TheMinimumPooledSizeIsTheCallersChoice) {
+  BufferPool pool(64 * kMiB, 64 << 10);
+  uint8_t* first = nullptr;
+  {
+    std::shared_ptr<uint8_t> a = pool.Get(100 << 10);
+    first = a.get();
+  }
+  EXPECT_EQ(pool.free_bytes(), pool.CapacityFor(100 << 10));
+  EXPECT_EQ(pool.Get((100 << 10) - 100).get(), first);  // and back to the pool
+  const size_t held = pool.free_bytes();
+  { std::shared_ptr<uint8_t> small = pool.Get(60 << 10); }
+  EXPECT_EQ(pool.free_bytes(), held);
+}
+
+TEST(BufferPoolTest, KeepsAtMostItsLimitDroppingTheOldest) {
   BufferPool pool(5 * kMiB);
   std::shared_ptr<uint8_t> a = pool.Get(2 * kMiB);
   std::shared_ptr<uint8_t> b = pool.Get(2 * kMiB);
@@ -53,18 +67,19 @@ TEST(TransportBufferPoolTest, KeepsAtMostItsLimitDroppingTheOldest) {
   EXPECT_EQ(pool.Get(2 * kMiB).get(), newest);
 }
 
-TEST(TransportBufferPoolTest, CapacitiesGroupSimilarSizes) {
-  EXPECT_EQ(BufferPool::CapacityFor(100), 100u);
-  EXPECT_EQ(BufferPool::CapacityFor(16 * kMiB), 16 * kMiB);
-  EXPECT_EQ(BufferPool::CapacityFor(16 * kMiB + 1), 18 * kMiB);
+TEST(BufferPoolTest, CapacitiesGroupSimilarSizes) {
+  BufferPool pool(64 * kMiB);
+  EXPECT_EQ(pool.CapacityFor(100), 100u);
+  EXPECT_EQ(pool.CapacityFor(16 * kMiB), 16 * kMiB);
+  EXPECT_EQ(pool.CapacityFor(16 * kMiB + 1), 18 * kMiB);
   for (size_t size = kMiB; size < 64 * kMiB; size += 777777) {
-    const size_t capacity = BufferPool::CapacityFor(size);
+    const size_t capacity = pool.CapacityFor(size);
     EXPECT_GE(capacity, size);
     EXPECT_LE(capacity, size + size / 8);
   }
 }
 
-TEST(TransportBufferPoolTest, BuffersMayOutliveThePoolAndCrossThreads) {
+TEST(BufferPoolTest, BuffersMayOutliveThePoolAndCrossThreads) {
   std::shared_ptr<uint8_t> kept;
   {
     BufferPool pool(64 * kMiB);

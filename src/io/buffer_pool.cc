@@ -1,5 +1,6 @@
-#include "src/transport/buffer_pool.h"
+#include "src/io/buffer_pool.h"
 
+#include <algorithm>
 #include <bit>
 #include <utility>
 
@@ -7,21 +8,23 @@
 
 namespace croupier {
 
-BufferPool::BufferPool(size_t max_free_bytes) : state_(std::make_shared<State>(max_free_bytes)) {}
+BufferPool::BufferPool(size_t max_free_bytes, size_t min_pooled_bytes)
+    : min_pooled_bytes_(std::max<size_t>(min_pooled_bytes, 64)),
+      state_(std::make_shared<State>(max_free_bytes)) {}
 
 BufferPool& BufferPool::Shared() {
   static BufferPool* const pool = new BufferPool(size_t{256} << 20);
   return *pool;
 }
 
-size_t BufferPool::CapacityFor(size_t size) {
-  if (size < kMinPooledBytes) return size;
+size_t BufferPool::CapacityFor(size_t size) const {
+  if (size < min_pooled_bytes_) return size;
   const size_t step = std::bit_floor(size) / 8;
   return (size + step - 1) / step * step;
 }
 
 std::shared_ptr<uint8_t> BufferPool::Get(size_t size) {
-  if (size < kMinPooledBytes) return Batch::AllocateBuffer(size);
+  if (size < min_pooled_bytes_) return Batch::AllocateBuffer(size);
   const size_t capacity = CapacityFor(size);
   std::shared_ptr<uint8_t> buffer;
   {
