@@ -3,8 +3,10 @@
 
   stall: a producer with a 64 MiB buffer (and room for 64 tasks, so that the buffer is the
          bound) serving 2 consumers on this host, one of which stops reading for 60 s (15 s with
-         --quick) at step 5; the producer's peak RSS during the stall against its buffer bound
-         + 64 MiB, with shared memory on (its RSS includes the segments it maps) and off;
+         --quick) at step 5; the producer's peak memory during the stall (its RSS less the
+         pages of the files it maps: service_cluster.rss_bytes) against its buffer bound
+         + 64 MiB, with shared memory on (the segments it maps count) and off; the peak of the
+         file pages is reported beside it;
   scale: 1 producer -> 32 `croupier consume` processes, one epoch; every consumer must take the
          same number of steps, and every record must come once.
 
@@ -23,7 +25,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "python"))
 
-from service_cluster import Cluster, read_batches, rss_bytes, synth_dataset  # noqa: E402
+from service_cluster import (Cluster, file_rss_bytes, read_batches, rss_bytes,  # noqa: E402
+                             synth_dataset)
 
 FEATURES = "id:int64,label:int64,image:bytes"
 
@@ -44,10 +47,11 @@ def stall(work, seconds, shm):
                                           if r == 1 else ())) for r in range(2)]
         time.sleep(1)
         base = rss_bytes(producer.pid)
-        peak = base
+        peak, peak_file = base, file_rss_bytes(producer.pid)
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             peak = max(peak, rss_bytes(producer.pid))
+            peak_file = max(peak_file, file_rss_bytes(producer.pid))
             time.sleep(0.1)
         cluster.wait(procs, timeout=seconds + 120)
     counts = [len(read_batches(o)) for o in outs]
@@ -55,6 +59,7 @@ def stall(work, seconds, shm):
     print(json.dumps({"bench": "scale", "case": "stall", "shm": shm, "seconds": seconds,
                       "producer_peak_rss_mib": peak / 2**20,
                       "producer_rss_at_start_mib": base / 2**20,
+                      "producer_peak_file_rss_mib": peak_file / 2**20,
                       "bound_mib": bound / 2**20, "met": peak <= bound,
                       "equal_counts": counts[0] == counts[1]}), flush=True)
 

@@ -206,11 +206,14 @@ def goals(dp, e2e, scale=()):
     for r in scale:
         if r["case"] == "stall":
             rows.append(goal_row(
-                f'producer peak RSS while a consumer stalls {r["seconds"]} s, shared memory '
-                f'{r["shm"]}', f'{r["producer_peak_rss_mib"]:.0f} MiB',
+                f'producer peak memory (RSS less mapped file pages) while a consumer stalls '
+                f'{r["seconds"]} s, shared memory {r["shm"]}',
+                f'{r["producer_peak_rss_mib"]:.0f} MiB',
                 f'64 MiB buffer + 64 MiB = {r["bound_mib"]:.0f} MiB',
                 r["producer_peak_rss_mib"] / r["bound_mib"], "≤ 1.0", r["met"],
-                f'{r["producer_rss_at_start_mib"]:.0f} MiB at the start'))
+                f'{r["producer_rss_at_start_mib"]:.0f} MiB at the start; mapped file pages '
+                f'(the program and the input files read) peaked at '
+                f'{r.get("producer_peak_file_rss_mib", 0):.0f} MiB'))
         elif r["case"] == "consumers":
             rows.append(goal_row(
                 f'1 producer → {r["consumers"]} consumer processes, one epoch',
@@ -231,7 +234,7 @@ def goals(dp, e2e, scale=()):
     # Goals of the issue that no program of the suite measures: recorded, not hidden.
     measured = {r["case"] for r in scale}
     for case, name, wanted in (
-            ("stall", "producer RSS while a consumer stalls for 60 s", "≤ buffer bound + 64 MiB"),
+            ("stall", "producer memory while a consumer stalls for 60 s", "≤ buffer bound + 64 MiB"),
             ("consumers", "1 producer → 32 consumer processes, one epoch", "equal counts"),
             ("dispatcher", "dispatcher under 1,000 simulated consumers' heartbeats",
              "CPU and RPC latency stated")):

@@ -188,11 +188,26 @@ def read_batches(path):
     return [json.loads(line) for line in pathlib.Path(path).read_text().splitlines() if line]
 
 
-def rss_bytes(pid):
+def _status_kib(pid, *fields):
+    total = 0
     for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
+        name, _, value = line.partition(":")
+        if name in fields:
+            total += int(value.split()[0])
+    return total * 1024
+
+
+def rss_bytes(pid):
+    """The memory a process holds: its RSS less the pages of files it maps (RssAnon + RssShmem,
+    shared-memory segments included). A producer reads its records out of a mapping of the
+    files, so the file pages it has read show in its RSS; they are the page cache, which holds
+    them whether read through a mapping or not, and which the kernel reclaims."""
+    return _status_kib(pid, "RssAnon", "RssShmem")
+
+
+def file_rss_bytes(pid):
+    """The pages of mapped files (the program, its libraries, a producer's input) in the RSS."""
+    return _status_kib(pid, "RssFile")
 
 
 class OutputWatch:

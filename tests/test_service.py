@@ -2,6 +2,7 @@
 loopback. Guarantees are checked on content (record ids decoded from the batches, content hashes),
 never by counting calls. Every test bounds its time and the Cluster kills every process it started.
 """
+import os
 import signal
 import socket
 import subprocess
@@ -214,3 +215,34 @@ def test_status_watch_shows_rates_and_input_bound_share(tmp_path, dataset):
         cluster.wait([consumer], timeout=60)
     assert out.count("dispatcher 127.0.0.1") >= 5  # refreshed in place
     assert "batches/s, input-bound" in out and "epoch ends in" in out, out[-1500:]
+
+
+@pytest.mark.timeout(120)
+def test_a_file_cut_short_under_a_running_job_is_a_clear_error_and_the_producer_lives(tmp_path):
+    # The producer reads records out of a mapping of the files. A file cut short under that
+    # mapping must give the consumer the error that names it, never a SIGBUS that kills the
+    # producer. Records of 4 KiB, so that the cut leaves whole mapped pages past the new end.
+    from croupier import errors
+    data = tmp_path / "data"
+    run("synth", "--out", data, "--files", 2, "--records", 400, "--image-bytes", 4096, "--quiet")
+    files = sorted(data.glob("*.tfrecord"))
+    with croupier.local_cluster(producers=1, work_dir=tmp_path / "cluster", threads=1) as cluster:
+        cluster.create_job("cut", [str(f) for f in files], FEATURES, 16, consumers=1, seed=3,
+                           epochs=2)
+        consumer = cluster.consumer("cut", 0, 1, timeout=60)
+        try:
+            first = sum(len(b["id"]) for b in consumer.epoch(0))
+            assert first == 400 // 16 * 16  # epoch 0 read every record: the files are mapped
+            size = files[0].stat().st_size
+            os.truncate(files[0], size // 3 + 5)
+            with pytest.raises(errors.DataLossError) as error:
+                for _ in consumer.epoch(1):
+                    pass
+        finally:
+            consumer.close()
+        message = str(error.value)
+        assert str(files[0]) in message and "cut short" in message, message
+        assert "the file changed since it was indexed" in message, message
+        producer = cluster.producers[0]
+        assert producer.poll() is None, cluster.log_tail(producer)
+        assert "SIGBUS" not in cluster.log_tail(producer)

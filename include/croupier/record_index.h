@@ -70,6 +70,13 @@ class IndexCache {
   Env* const env_;
 };
 
+// DATA_LOSS for record i of `index`, read from `file` at its indexed offset, whose bytes were
+// not a good record (`bad`, from CheckRecord) or were `got` bytes short of it: if the file now
+// ends before the record does, the message says that the record is cut short and the file
+// changed since it was indexed; otherwise `bad`.
+absl::Status RecordReadError(const RecordIndex& index, uint64_t i, const RandomAccessFile& file,
+                             uint64_t got, absl::Status bad);
+
 // Random access to the records of one indexed file. Thread-safe.
 class IndexedRecordFile {
  public:

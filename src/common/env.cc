@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/base/call_once.h"
 #include "absl/strings/str_cat.h"
+#include "src/common/file_mapping.h"
 #include "src/common/status_macros.h"
 
 namespace croupier {
@@ -45,7 +47,20 @@ class PosixRandomAccessFile final : public RandomAccessFile {
   PosixRandomAccessFile(std::string name, int fd) : name_(std::move(name)), fd_(fd) {}
   ~PosixRandomAccessFile() override { ::close(fd_); }
 
+  // Small reads (a record, read at random) copy out of a mapping of the file, made at the first
+  // one (FileMapping: a memcpy instead of a system call). Large reads, reads past the size the
+  // file had then, and every read of a file that cannot be mapped use pread; so does a small
+  // read whose bytes the file no longer holds, which then returns what pread finds.
+  static constexpr size_t kMaxMappedRead = size_t{64} << 10;
+
   absl::StatusOr<size_t> Read(uint64_t offset, size_t n, char* dst) const override {
+    if (n <= kMaxMappedRead) {
+      const FileMapping* mapping = Mapping();
+      if (mapping != nullptr && offset <= mapping->size() && n <= mapping->size() - offset &&
+          mapping->CopyOut(offset, n, dst)) {
+        return n;
+      }
+    }
     size_t done = 0;
     while (done < n) {
       ssize_t r = ::pread(fd_, dst + done, n - done, static_cast<off_t>(offset + done));
@@ -59,10 +74,27 @@ class PosixRandomAccessFile final : public RandomAccessFile {
     return done;
   }
   const std::string& name() const override { return name_; }
+  absl::StatusOr<uint64_t> Size() const override {
+    struct stat st;
+    if (::fstat(fd_, &st) != 0) return ErrnoToStatus(errno, "reading the size of", name_);
+    return static_cast<uint64_t>(st.st_size);
+  }
 
  private:
+  const FileMapping* Mapping() const {
+    absl::call_once(map_once_, [this] {
+      struct stat st;
+      if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0) return;
+      auto mapping = FileMapping::Map(fd_, static_cast<uint64_t>(st.st_size), name_);
+      if (mapping.ok()) mapping_ = *std::move(mapping);
+    });
+    return mapping_.get();
+  }
+
   const std::string name_;
   const int fd_;
+  mutable absl::once_flag map_once_;
+  mutable std::unique_ptr<FileMapping> mapping_;  // set once, under map_once_
 };
 
 class PosixWritableFile final : public WritableFile {

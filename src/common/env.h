@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
 namespace croupier {
@@ -19,9 +20,16 @@ class RandomAccessFile {
  public:
   virtual ~RandomAccessFile() = default;
   // Reads up to n bytes at `offset` into dst and returns how many were read; fewer than n only at
-  // the end of the file. Errors name the file and the offset.
+  // the end of the file. Errors name the file and the offset. A file cut short after it was
+  // opened may read as zeros from its new end to the end of that page, instead of short (the
+  // default Env reads small ranges from a mapping of the file): compare with Size() when the
+  // bytes read are not what was expected.
   virtual absl::StatusOr<size_t> Read(uint64_t offset, size_t n, char* dst) const = 0;
   virtual const std::string& name() const = 0;
+  // The file's size now. UNIMPLEMENTED where the file cannot tell.
+  virtual absl::StatusOr<uint64_t> Size() const {
+    return absl::UnimplementedError(absl::StrCat("the size of ", name(), " is not known"));
+  }
 };
 
 // A file opened for appending. Thread-compatible.

@@ -65,6 +65,42 @@ TEST(EnvTest, ReadPastEndIsShort) {
   EXPECT_EQ(*n, 2u);
 }
 
+// Small reads copy out of a mapping of the file made at the first one: they still see the file as
+// it is, cut short or grown since (to within the page a cut ends in, which may read as zeros:
+// Size() tells).
+TEST(EnvTest, SmallReadsFollowAFileCutShortOrGrownAfterTheFirstRead) {
+  Env& env = *Env::Default();
+  ScopedTempDir tmp;
+  const std::string path = tmp.Join("changing");
+  ASSERT_TRUE(env.WriteFileAtomically(path, std::string(3 * 4096, 'a')).ok());
+  auto f = env.OpenForRead(path);
+  ASSERT_TRUE(f.ok());
+  char buf[100];
+  ASSERT_EQ(*(*f)->Read(0, sizeof(buf), buf), sizeof(buf));  // maps the file
+  EXPECT_EQ(*(*f)->Size(), 3u * 4096);
+
+  ASSERT_TRUE(env.Truncate(path, 4096).ok());
+  EXPECT_EQ(*(*f)->Size(), 4096u);
+  auto n = (*f)->Read(4096 - 10, sizeof(buf), buf);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 10u);
+  n = (*f)->Read(2 * 4096, sizeof(buf), buf);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 0u);
+
+  // Grown past the size it had when mapped: the new bytes are read too.
+  {
+    auto w = env.OpenForAppend(path);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->Append(std::string(3 * 4096, 'b')).ok());
+    ASSERT_TRUE((*w)->Close().ok());
+  }
+  n = (*f)->Read(3 * 4096, sizeof(buf), buf);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, sizeof(buf));
+  EXPECT_EQ(std::string(buf, 3), "bbb");
+}
+
 TEST(EnvTest, AppendKeepsContentsAndTruncateCuts) {
   Env& env = *Env::Default();
   ScopedTempDir tmp;

@@ -188,12 +188,26 @@ absl::StatusOr<absl::string_view> IndexedRecordFile::Read(uint64_t i, std::strin
   const uint64_t framed = index_->data_length(i) + kRecordOverheadBytes;
   buffer.resize(framed);
   ASSIGN_OR_RETURN(size_t got, file_->Read(offset, framed, buffer.data()));
-  if (got != framed) {
-    return absl::DataLossError(absl::StrCat(
-        "record ", i, " at byte ", offset, " of ", index_->path, " is cut short: the file ends ",
-        got, " bytes into its ", framed, " bytes; the file changed since it was indexed"));
+  if (got != framed) return RecordReadError(*index_, i, *file_, got, absl::OkStatus());
+  absl::StatusOr<absl::string_view> data = CheckRecord(buffer, index_->path, offset);
+  if (!data.ok()) return RecordReadError(*index_, i, *file_, got, data.status());
+  return data;
+}
+
+absl::Status RecordReadError(const RecordIndex& index, uint64_t i, const RandomAccessFile& file,
+                             uint64_t got, absl::Status bad) {
+  const uint64_t offset = index.offsets[i];
+  const uint64_t framed = index.data_length(i) + kRecordOverheadBytes;
+  if (got >= framed) {
+    // All of it was read, and was bad: a file cut short reads as zeros past its new end through
+    // a mapping, so only its size tells that from a corrupt record.
+    absl::StatusOr<uint64_t> size = file.Size();
+    if (!size.ok() || *size >= offset + framed) return bad;
+    got = *size > offset ? *size - offset : 0;
   }
-  return CheckRecord(buffer, index_->path, offset);
+  return absl::DataLossError(absl::StrCat(
+      "record ", i, " at byte ", offset, " of ", index.path, " is cut short: the file ends ",
+      got, " bytes into its ", framed, " bytes; the file changed since it was indexed"));
 }
 
 }  // namespace croupier

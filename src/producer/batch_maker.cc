@@ -209,15 +209,15 @@ absl::Status BatchMaker::AddRun(const Dataset::Location& loc, size_t count,
   for (uint64_t r = loc.record; r <= last; ++r) {
     const uint64_t at = index.offsets[r] - begin;
     const uint64_t size = index.data_length(r) + kRecordOverheadBytes;
-    if (at + size > span.size()) {
-      return RecordError(
-          loc.file, r,
-          absl::DataLossError(absl::StrCat(
-              "the record is cut short: the file ends ", span.size() - std::min(at, span.size()),
-              " bytes into its ", size, " bytes; the file changed since it was indexed")));
+    const uint64_t got = span.size() - std::min(at, span.size());
+    if (got < size) {
+      return RecordError(loc.file, r,
+                         RecordReadError(index, r, **f.run_reader, got, absl::OkStatus()));
     }
     auto data = CheckRecord(span.substr(at, size), index.path, index.offsets[r]);
-    if (!data.ok()) return RecordError(loc.file, r, data.status());
+    if (!data.ok()) {
+      return RecordError(loc.file, r, RecordReadError(index, r, **f.run_reader, got, data.status()));
+    }
     if (record_cache_ != nullptr) record_cache_->Insert(f.cache_id, r, *data);
     RETURN_IF_ERROR(AddData(loc.file, r, *data, scratch));
   }
