@@ -7,9 +7,10 @@
 //   producer process: serves one pre-built batch of the case's size for every request (croupier:
 //     a data server over the transport; ZeroMQ: a PUSH socket sending zero-copy messages);
 //   consumer process: K consumers, each with its own client (croupier: a DataClient fetching one
-//     batch after another, or, for small batches, also through a Consumer's prefetch window of 4
-//     (the default prefetch_batches) and of 64 (its Prefetcher: groups of batches pipelined on
-//     one connection with DataClient::FetchBatches), "window": 4 or 64; ZeroMQ: a PULL socket,
+//     batch after another, or, for small batches, also through a Consumer's prefetch window of 4,
+//     of 64, and the automatic one (the default prefetch_batches 0: 4, grown to up to 64 for
+//     small batches) (its Prefetcher: groups of batches pipelined on one connection with
+//     DataClient::FetchBatches), "window": 4, 64 or 0 (automatic); ZeroMQ: a PULL socket,
 //     whose queue holds up to 1,000 messages), timing every fetch
 //     (p50/p99 latency; with the window, the wait in Prefetcher::Next, as a trainer sees it).
 //     The consumers do not read the batches' bytes.
@@ -21,7 +22,7 @@
 // usage: bench_dataplane [--quick] [--only-bytes N] [--only-consumers K] [--only-system S]
 //                        [--only-window W]
 //   --only-*: just the cases of that batch size, consumer count, system ("tcp", "shm", "zeromq")
-//   or window (1, 4, 64), e.g. to profile one case under perf.
+//   or window (1, 4, 64, 0: automatic), e.g. to profile one case under perf.
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/resource.h>
@@ -212,8 +213,8 @@ ConsumerResult Percentiles(std::vector<std::vector<double>>& lat, double seconds
 
 // `window` fetches in flight per consumer, through the Consumer's own prefetch window (a
 // Prefetcher of prefetch_batches = `window` over the DataClient: small batches in groups, each
-// group one pipelined DataClient::FetchBatches call, handed over together). 1 is a bare Fetch
-// loop.
+// group one pipelined DataClient::FetchBatches call, handed over together; 0 is the automatic
+// window). 1 is a bare Fetch loop.
 void CroupierConsumers(Transport* transport, const std::vector<std::string>& addresses,
                        int consumers, int window, uint64_t per_consumer, size_t bytes, int out,
                        int in) {
@@ -338,7 +339,7 @@ void Print(const std::string& system, size_t bytes, int producers, int consumers
 // The --only-* filters of main (0 or empty: every case).
 struct CaseFilter {
   int consumers = 0;
-  int window = 0;
+  int window = -1;  // -1: every window
   std::string system;
 };
 CaseFilter filter;
@@ -348,11 +349,12 @@ void RunCase(Transport* transport, size_t bytes, int producers, int consumers, u
              int window = 1) {
   const std::string name = transport == nullptr ? "zeromq" : std::string(transport->name());
   if ((filter.consumers != 0 && filter.consumers != consumers) ||
-      (filter.window != 0 && filter.window != window) ||
+      (filter.window != -1 && filter.window != window) ||
       (!filter.system.empty() && filter.system != name)) {
     return;
   }
-  const uint64_t per_consumer = std::max<uint64_t>(window, total / consumers / window * window);
+  const uint64_t step = window == 0 ? Prefetcher::kAutoMaxBatches : window;
+  const uint64_t per_consumer = std::max<uint64_t>(step, total / consumers / step * step);
   total = per_consumer * consumers;
   std::vector<Pipe> p_in, p_out;
   std::vector<pid_t> p_pids;
@@ -497,7 +499,7 @@ int main(int argc, char** argv) {
     if (arg == "--help" || arg == "-h") {
       std::printf(
           "usage: bench_dataplane [--quick] [--only-bytes N] [--only-consumers K]\n"
-          "                       [--only-system tcp|shm|zeromq] [--only-window 1|4|64]\n");
+          "                       [--only-system tcp|shm|zeromq] [--only-window 1|4|64|0]\n");
       return 0;
     }
   }
@@ -520,9 +522,9 @@ int main(int argc, char** argv) {
       RunCase(Transport::Shm(), bytes, 1, k, total);
       RunCase(nullptr, bytes, 1, k, total);
       if (bytes <= (size_t{64} << 10)) {
-        // Small batches as a Consumer fetches them: 4 in flight per rank (the default window),
-        // and 64 (a window sized for small batches: 256 KiB of 4 KiB ones).
-        for (int window : {4, 64}) {
+        // Small batches as a Consumer fetches them: 4 in flight per rank, 64 (a window sized for
+        // small batches: 256 KiB of 4 KiB ones), and the default, automatic window.
+        for (int window : {4, 64, 0}) {
           RunCase(Transport::Tcp(), bytes, 1, k, total, window);
           RunCase(Transport::Shm(), bytes, 1, k, total, window);
         }

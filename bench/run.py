@@ -124,6 +124,13 @@ def find(dp, system, size, producers=1, consumers=1, window=1):
     return None
 
 
+def window_name(window):
+    """A data-plane case's prefetch window: 1 (one fetch after another), K, or 0 (automatic)."""
+    if window == 0:
+        return "the default window (automatic)"
+    return f"{window} fetch{'es' if window > 1 else ''} in flight"
+
+
 def goal_row(name, value, baseline, ratio, goal, met, note=""):
     status = "—" if met is None else ("met" if met else "**missed**")
     shown = "—" if ratio is None else (f"{ratio:.2f}" if ratio >= 0.1 else f"{ratio:.2g}")
@@ -156,14 +163,14 @@ def goals(dp, e2e, scale=()):
     for k in (1, 4, 16):
         z = find(dp, "zeromq", 4096, 1, k)
         for system, label in (("croupier-tcp", "TCP"), ("croupier-shm", "shared memory")):
-            for window in (1, 4, 64):
+            for window in (0, 1, 4, 64):
                 t = find(dp, system, 4096, 1, k, window)
                 if not (t and z):
                     continue
                 ratio = t["batches_per_s"] / z["batches_per_s"]
                 rows.append(goal_row(
                     f"4 KiB batches, {k} C++ consumer{'s' if k > 1 else ''}, {label}, "
-                    f"{window} fetch{'es' if window > 1 else ''} in flight",
+                    + window_name(window),
                     f'{t["batches_per_s"]:,.0f} batches/s',
                     f'ZeroMQ {z["batches_per_s"]:,.0f} msgs/s', ratio, "≥ 0.7", ratio >= 0.7))
     py = next((r for r in e2e if r["system"] == "croupier-python-small"), None)
@@ -249,7 +256,8 @@ def dataplane_table(dp):
         if r["system"] in ("memcpy", "plain-tcp"):
             continue
         w = r.get("window", 1)
-        rows.append((r["system"] + (f" ({w} in flight)" if w > 1 else ""), size_name(r["bytes"]),
+        shown = {0: " (automatic window)", 1: ""}.get(w, f" ({w} in flight)")
+        rows.append((r["system"] + shown, size_name(r["bytes"]),
                      f'{r["producers"]} → {r["consumers"]}',
                      f'{r["gbps"]:.2f}', f'{r["batches_per_s"]:,.0f}',
                      f'{r["p50_us"]:,.0f} / {r["p99_us"]:,.0f}',

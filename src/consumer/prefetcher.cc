@@ -8,7 +8,7 @@ Prefetcher::Prefetcher(Options options, FetchFn fetch, FetchGroupFn fetch_group)
     : options_(options), fetch_(std::move(fetch)),
       fetch_group_(options.any_order ? nullptr : std::move(fetch_group)),
       next_issue_(options.first), next_take_(options.first) {
-  const uint32_t n = std::max<uint32_t>(1, options_.max_batches);
+  const uint32_t n = options_.max_batches == 0 ? kAutoBatches : options_.max_batches;
   for (uint32_t i = 0; i < n; ++i) workers_.emplace_back([this] { Work(); });
 }
 
@@ -28,7 +28,7 @@ bool Prefetcher::CanIssue() const {
   // The window: batches held or in flight, and bytes held. One batch always fits, so a batch
   // larger than max_bytes still moves.
   const uint64_t held = ready_.size() + in_flight_;
-  if (held >= options_.max_batches) return false;
+  if (held >= Window()) return false;
   if (held == 0) return true;
   // A fetch's size is known only when it lands, so each one in flight counts at the size of the
   // last batch received, and until one has landed fetches go one at a time. (Counting them as
@@ -40,7 +40,7 @@ bool Prefetcher::CanIssue() const {
 uint32_t Prefetcher::IssueCount() const {
   // Groups once the batches are known to be small; one at a time until then.
   if (!Grouping()) return 1;
-  const uint64_t window = std::max<uint32_t>(1, options_.max_batches);
+  const uint64_t window = Window();
   const uint64_t held = ready_.size() + in_flight_;
   uint64_t free = window - std::min(window, held);
   // The byte bound, at the size of the last batch received.
@@ -128,6 +128,12 @@ void Prefetcher::Work() {
   }
 }
 
+uint64_t Prefetcher::Window() const {
+  if (options_.max_batches != 0) return options_.max_batches;
+  if (!Grouping()) return kAutoBatches;
+  return std::clamp<uint64_t>(kAutoGroupedBytes / last_bytes_, kAutoBatches, kAutoMaxBatches);
+}
+
 bool Prefetcher::Grouping() const {
   return fetch_group_ != nullptr && last_bytes_ != 0 && last_bytes_ <= options_.group_below_bytes;
 }
@@ -136,7 +142,7 @@ void Prefetcher::FetchInline() {
   // The caller would only wait: it fetches the whole free window itself, with no hand-over
   // between threads at all.
   const uint64_t slot = next_issue_;
-  const uint64_t window = std::max<uint32_t>(1, options_.max_batches);
+  const uint64_t window = Window();
   const uint64_t held = ready_.size() + in_flight_;
   uint64_t count = std::min<uint64_t>(window - std::min(window, held), options_.end - slot);
   if (bytes_ < options_.max_bytes) {

@@ -33,10 +33,19 @@ using FetchGroupFn =
 // (CANCELLED, or with the group it was fetching itself), and joins the workers.
 class Prefetcher {
  public:
+  // The automatic window (Options::max_batches 0): kAutoBatches batches, with as many workers;
+  // once the batches received are small enough to go in groups, as many as hold about
+  // kAutoGroupedBytes, within [kAutoBatches, kAutoMaxBatches]. A window of 4 costs a 4 KiB
+  // batch most of a round trip each; 64 of them hold 256 KiB.
+  static constexpr uint32_t kAutoBatches = 4;
+  static constexpr uint32_t kAutoMaxBatches = 64;
+  static constexpr uint64_t kAutoGroupedBytes = uint64_t{1} << 20;
+
   struct Options {
     uint64_t first = 0;  // the first slot
     uint64_t end = 0;    // one past the last slot; UINT64_MAX for first_come
-    uint32_t max_batches = 4;
+    // 0: automatic (AutoWindow): kAutoBatches, more for small batches.
+    uint32_t max_batches = 0;
     uint64_t max_bytes = uint64_t{256} << 20;
     // first_come: results are handed out in arrival order, and the first OUT_OF_RANGE of every
     // worker ends the stream.
@@ -66,6 +75,8 @@ class Prefetcher {
   void WakeAWorkerIfUseful() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether fetches go in groups: a FetchGroupFn, and the last batch received was small.
   bool Grouping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The window in batches now: Options::max_batches, or the automatic one.
+  uint64_t Window() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Next() with nothing to take and nothing in flight: the caller fetches the free window as one
   // group on its own thread (mu_ released meanwhile).
   void FetchInline() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

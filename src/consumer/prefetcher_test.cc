@@ -242,6 +242,56 @@ TEST(PrefetcherTest, LargeBatchesAreNotGrouped) {
   EXPECT_EQ(grouped.load(), 0);
 }
 
+// The automatic window (max_batches 0): 4 batches, and up to 64 once the batches are small enough
+// to go in groups; large batches keep 4.
+TEST(PrefetcherTest, TheAutomaticWindowGrowsForSmallBatchesOnly) {
+  for (const bool small : {true, false}) {
+    SCOPED_TRACE(small ? "small batches" : "large batches");
+    const size_t pad = small ? 0 : 500;  // about 200 bytes, or about 4 KB
+    std::atomic<int> in_flight{0}, max_in_flight{0};
+    std::atomic<uint32_t> largest_group{0};
+    auto note = [&](int n) {
+      int now = in_flight += n;
+      int seen = max_in_flight.load();
+      while (now > seen && !max_in_flight.compare_exchange_weak(seen, now)) {
+      }
+    };
+    Prefetcher p(
+        {.first = 0, .end = 400, .group_below_bytes = 1000},
+        [&](uint64_t slot) {
+          note(1);
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+          in_flight -= 1;
+          return absl::StatusOr<Batch>(MakeBatch(slot, pad));
+        },
+        [&](uint64_t first, uint32_t count) {
+          note(static_cast<int>(count));
+          uint32_t seen = largest_group.load();
+          while (count > seen && !largest_group.compare_exchange_weak(seen, count)) {
+          }
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+          std::vector<absl::StatusOr<Batch>> out;
+          for (uint32_t i = 0; i < count; ++i) out.push_back(MakeBatch(first + i, pad));
+          in_flight -= static_cast<int>(count);
+          return out;
+        });
+    for (uint64_t expected = 0; expected < 400; ++expected) {
+      auto b = p.Next();
+      ASSERT_TRUE(b.ok()) << b.status();
+      ASSERT_TRUE(b->has_value());
+      ASSERT_EQ(SlotOf(**b), expected);
+    }
+    if (small) {
+      EXPECT_LE(max_in_flight.load(), static_cast<int>(Prefetcher::kAutoMaxBatches));
+      // Groups of at least half the grown window, far past the 4 of a fixed default.
+      EXPECT_GE(largest_group.load(), Prefetcher::kAutoMaxBatches / 2);
+    } else {
+      EXPECT_LE(max_in_flight.load(), static_cast<int>(Prefetcher::kAutoBatches));
+      EXPECT_EQ(largest_group.load(), 0u);
+    }
+  }
+}
+
 // A group fetch that takes `fetch` and records the thread it ran on.
 struct SlowGroups {
   absl::Duration fetch;

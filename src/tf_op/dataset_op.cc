@@ -374,8 +374,11 @@ void CroupierDatasetOp::MakeDataset(::tensorflow::OpKernelContext* ctx,
   OP_REQUIRES(ctx, epoch >= -1,
               absl::InvalidArgumentError(absl::StrCat(
                   "croupier dataset: epoch ", epoch, " is negative (-1: the next epoch)")));
-  OP_REQUIRES(ctx, prefetch_batches >= 1 && prefetch_bytes >= 1,
-              absl::InvalidArgumentError("croupier dataset: the prefetch window must be positive"));
+  OP_REQUIRES(ctx, prefetch_batches >= 0 && prefetch_bytes >= 1,
+              absl::InvalidArgumentError(absl::StrCat(
+                  "croupier dataset: prefetch ", prefetch_batches, " batches and ", prefetch_bytes,
+                  " bytes: the window must be 0 batches (automatic) or more, and 1 byte or "
+                  "more")));
   const CroupierConsumerApi* api = g_api.load();
   OP_REQUIRES(ctx, api != nullptr,
               absl::FailedPreconditionError(
