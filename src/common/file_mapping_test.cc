@@ -44,7 +44,11 @@ bool HoldsPattern(const std::vector<char>& got, uint64_t offset) {
   return true;
 }
 
+#define SKIP_WITHOUT_MAPPINGS()                                                        \
+  if (!FileMapping::Supported()) GTEST_SKIP() << "no file mappings under ThreadSanitizer"
+
 TEST(FileMappingTest, CopiesOutAnyRange) {
+  SKIP_WITHOUT_MAPPINGS();
   MappedFile f(4);
   ASSERT_NE(f.mapping, nullptr);
   EXPECT_EQ(f.mapping->size(), 4 * kPage);
@@ -56,6 +60,7 @@ TEST(FileMappingTest, CopiesOutAnyRange) {
 }
 
 TEST(FileMappingTest, AFileCutShortUnderTheMappingIsAFailedCopyNotACrash) {
+  SKIP_WITHOUT_MAPPINGS();
   MappedFile f(8);
   ASSERT_NE(f.mapping, nullptr);
   ASSERT_EQ(truncate(f.path.c_str(), 2 * kPage), 0);
@@ -94,6 +99,7 @@ TEST(FileMappingTest, ZeroBytesIsInvalidArgument) {
 // error outside a copy still ends the process as a bus error (or, under AddressSanitizer, whose
 // handler was there first, as its report).
 TEST(FileMappingDeathTest, OtherBusErrorsGoToTheHandlerBefore) {
+  SKIP_WITHOUT_MAPPINGS();
   MappedFile f(1);  // installs the handler
   ASSERT_NE(f.mapping, nullptr);
 #ifdef CROUPIER_ASAN
