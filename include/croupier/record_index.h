@@ -91,6 +91,9 @@ class IndexedRecordFile {
   // whose capacity is reused across calls. DATA_LOSS names the file and byte offset;
   // OUT_OF_RANGE for i >= num_records().
   absl::StatusOr<absl::string_view> Read(uint64_t i, std::string& buffer) const;
+  // A hint that record i will be read soon (RandomAccessFile::WillRead); nothing for i out of
+  // range.
+  void WillRead(uint64_t i) const;
 
  private:
   IndexedRecordFile(std::shared_ptr<const RecordIndex> index,

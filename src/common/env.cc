@@ -74,6 +74,13 @@ class PosixRandomAccessFile final : public RandomAccessFile {
     return done;
   }
   const std::string& name() const override { return name_; }
+  void WillRead(uint64_t offset, size_t n) const override {
+    if (n > kMaxMappedRead) return;
+    const FileMapping* mapping = Mapping();
+    if (mapping != nullptr && offset <= mapping->size() && n <= mapping->size() - offset) {
+      mapping->Prefetch(offset, n);
+    }
+  }
   absl::StatusOr<uint64_t> Size() const override {
     struct stat st;
     if (::fstat(fd_, &st) != 0) return ErrnoToStatus(errno, "reading the size of", name_);

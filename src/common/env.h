@@ -26,6 +26,9 @@ class RandomAccessFile {
   // bytes read are not what was expected.
   virtual absl::StatusOr<size_t> Read(uint64_t offset, size_t n, char* dst) const = 0;
   virtual const std::string& name() const = 0;
+  // A hint that [offset, offset + n) will be read soon: the default Env starts bringing the
+  // first bytes of a mapped range into the CPU's cache. Never fails; may do nothing.
+  virtual void WillRead(uint64_t /*offset*/, size_t /*n*/) const {}
   // The file's size now. UNIMPLEMENTED where the file cannot tell.
   virtual absl::StatusOr<uint64_t> Size() const {
     return absl::UnimplementedError(absl::StrCat("the size of ", name(), " is not known"));

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 
@@ -93,6 +94,12 @@ absl::StatusOr<std::unique_ptr<FileMapping>> FileMapping::Map(int fd, uint64_t s
 }
 
 FileMapping::~FileMapping() { munmap(const_cast<char*>(data_), size_); }
+
+void FileMapping::Prefetch(uint64_t offset, size_t n) const {
+  // The first four cache lines: the hardware prefetcher follows a sequential copy once it starts.
+  const size_t lines = std::min<size_t>((n + 63) / 64, 4);
+  for (size_t i = 0; i < lines; ++i) __builtin_prefetch(data_ + offset + 64 * i, 0, 0);
+}
 
 bool FileMapping::CopyOut(uint64_t offset, size_t n, char* dst) const {
   sigjmp_buf jump;

@@ -46,6 +46,10 @@ class FileMapping {
 
   uint64_t size() const { return size_; }
 
+  // Starts bringing the first bytes of [offset, offset + n) into the CPU's cache (prefetch
+  // instructions, which never fault). Requires offset + n <= size().
+  void Prefetch(uint64_t offset, size_t n) const;
+
   // Copies [offset, offset + n) into dst, which must not be inside the mapping. Requires
   // offset + n <= size(). False if the file no longer holds those bytes (dst then holds an
   // arbitrary part of them).

@@ -194,6 +194,11 @@ absl::StatusOr<absl::string_view> IndexedRecordFile::Read(uint64_t i, std::strin
   return data;
 }
 
+void IndexedRecordFile::WillRead(uint64_t i) const {
+  if (i >= index_->num_records()) return;
+  file_->WillRead(index_->offsets[i], index_->data_length(i) + kRecordOverheadBytes);
+}
+
 absl::Status RecordReadError(const RecordIndex& index, uint64_t i, const RandomAccessFile& file,
                              uint64_t got, absl::Status bad) {
   const uint64_t offset = index.offsets[i];

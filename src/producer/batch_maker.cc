@@ -229,7 +229,20 @@ absl::Status BatchMaker::AddRecords(Scratch& scratch) const {
   // A cache hit found while extending the previous run: the record at ids[i].
   std::optional<absl::string_view> hit;
   bool looked_up = false;
+  // Records are read at random, each a miss in the CPU's caches (its index entry, then its
+  // bytes): ask for both a few records ahead, so that the misses overlap the work on the ones
+  // before. (Measured in the end-to-end job: the copy out of the mapping and the index lookup
+  // were about half of the producer's CPU.)
+  size_t entry_ahead = 0, data_ahead = 0;
   for (size_t i = 0; i < ids.size();) {
+    for (; entry_ahead < std::min(ids.size(), i + 2 * kReadAhead); ++entry_ahead) {
+      const Dataset::Location ahead = dataset_->Locate(ids[entry_ahead]);
+      __builtin_prefetch(&dataset_->index(ahead.file).offsets[ahead.record], 0, 0);
+    }
+    for (; data_ahead < std::min(ids.size(), i + kReadAhead); ++data_ahead) {
+      const Dataset::Location ahead = dataset_->Locate(ids[data_ahead]);
+      if (auto file = OpenFile(ahead.file); file.ok()) (*file)->WillRead(ahead.record);
+    }
     const Dataset::Location loc = dataset_->Locate(ids[i]);
     if (record_cache_ != nullptr && !looked_up) {
       hit = record_cache_->Lookup(files_[loc.file].cache_id, loc.record, scratch.buffer);

@@ -105,6 +105,9 @@ class BatchMaker {
                        Scratch& scratch) const;
   // Reads one record (into the record cache too, if any) and adds it.
   absl::Status ReadRecord(const Dataset::Location& loc, Scratch& scratch) const;
+  // How many records ahead AddRecords asks for the next records' bytes (and twice that, their
+  // index entries).
+  static constexpr size_t kReadAhead = 4;
   // Reads the records scratch.ids, in order, into scratch.builder.
   absl::Status AddRecords(Scratch& scratch) const;
   // Records to read with one read.
