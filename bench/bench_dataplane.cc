@@ -8,8 +8,8 @@
 //     a data server over the transport; ZeroMQ: a PUSH socket sending zero-copy messages);
 //   consumer process: K consumers, each with its own client (croupier: a DataClient fetching one
 //     batch after another, or, for small batches, also through a Consumer's prefetch window of 4,
-//     of 64, and the automatic one (prefetch_batches 0: 4, grown to up to 64 for small
-//     batches) (its Prefetcher: groups of batches pipelined on one connection with
+//     of 64, and the automatic one (the default, prefetch_batches 0: 4, grown to up to 64
+//     for small batches) (its Prefetcher: groups of batches pipelined on one connection with
 //     DataClient::FetchBatches), "window": 4, 64 or 0 (automatic); ZeroMQ: a PULL socket,
 //     whose queue holds up to 1,000 messages), timing every fetch
 //     (p50/p99 latency; with the window, the wait in Prefetcher::Next, as a trainer sees it).
@@ -523,7 +523,7 @@ int main(int argc, char** argv) {
       RunCase(nullptr, bytes, 1, k, total);
       if (bytes <= (size_t{64} << 10)) {
         // Small batches as a Consumer fetches them: 4 in flight per rank, 64 (a window sized for
-        // small batches: 256 KiB of 4 KiB ones), and the automatic window (prefetch_batches 0).
+        // small batches: 256 KiB of 4 KiB ones), and the automatic window (the default).
         for (int window : {4, 64, 0}) {
           RunCase(Transport::Tcp(), bytes, 1, k, total, window);
           RunCase(Transport::Shm(), bytes, 1, k, total, window);

@@ -63,8 +63,10 @@ def test_a_latency_limit_is_not_blamed_on_the_producers(tmp_path, dataset):
     with Cluster(tmp_path / "c", dispatcher_args=DAMPING) as cluster:
         cluster.add_producer("--test-delay-ms", "60")
         cluster.create_job("late", dataset, FEATURES, 16, 1, seed=1, epochs=0)
+        # A window of 4 batches over 60 ms answers: at most about 66 batches/s, less than the
+        # consumer would take (the automatic window would grow past the latency).
         cluster.start_consumer("late", 0, 1, tmp_path / "r0.jsonl", 1000, "--slow-ms", "10",
-                               "--quiet")
+                               "--prefetch", "4", "--quiet")
         status = advice_when(
             cluster, lambda s: s["producerAdvice"]["recommended"] > 0 and
             s["consumers"][0]["inputBound"] > 0.25, 40)

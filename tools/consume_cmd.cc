@@ -29,8 +29,8 @@ per batch to --output (default stdout, appended to if it exists): {"epoch", "ste
 "bytes", "hash", "ids"}. It starts where the dispatcher last heard of this rank (a restarted
 consumer carries on), or at step --start-step of --first-epoch (a checkpoint), or with
 --no-resume at the start. A progress bar on stderr counts the batches of a dealt job (not with
---quiet). --prefetch is the window in batches (default 4; 0: automatic, 4, and more for batches
-of 256 KiB or less). --slow-ms sleeps after every batch; --pause-at-step stops reading for a
+--quiet). --prefetch is the window in batches (default 0: automatic, 4, and more for batches of
+256 KiB or less). --slow-ms sleeps after every batch; --pause-at-step stops reading for a
 while (to test backpressure). --shm (default $CROUPIER_SHM, else auto) says whether batches from
 producers on this host come through shared memory.
 )";
@@ -57,7 +57,7 @@ absl::Status ConsumeCommand(const std::vector<std::string>& argv) {
   ASSIGN_OR_RETURN(int64_t world, args.GetInt("world", 1, 1, UINT32_MAX));
   ASSIGN_OR_RETURN(uint64_t epochs, args.GetUint("epochs", 1));
   ASSIGN_OR_RETURN(uint64_t first_epoch, args.GetUint("first-epoch", 0));
-  ASSIGN_OR_RETURN(int64_t prefetch, args.GetInt("prefetch", 4, 0, 1024));
+  ASSIGN_OR_RETURN(int64_t prefetch, args.GetInt("prefetch", 0, 0, 1024));
   ASSIGN_OR_RETURN(int64_t timeout_ms, args.GetInt("timeout-ms", 60000, 1, 86400000));
   ASSIGN_OR_RETURN(int64_t slow_ms, args.GetInt("slow-ms", 0, 0, 3600000));
   ASSIGN_OR_RETURN(int64_t pause_at, args.GetInt("pause-at-step", -1, -1, INT64_MAX));

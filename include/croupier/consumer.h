@@ -41,11 +41,10 @@ struct ConsumerOptions {
   std::string tls_key_file;
   std::string tls_ca_file;
   // The prefetch window: at most this many batches, and about this many bytes, fetched ahead.
-  // prefetch_batches 0: automatic, 4 batches, and for batches of 256 KiB or less as many as hold
-  // about 1 MiB, up to 64 (a window of 4 costs small batches most of a round trip each). Not the
-  // default: a group of batches is handed over whole, so a window reaching far ahead waits on
-  // batches whose tasks are not assigned yet (docs/protocol.md, the prefetch window).
-  uint32_t prefetch_batches = 4;
+  // prefetch_batches 0 (the default): automatic, 4 batches, and for batches of 256 KiB or less
+  // as many as hold about 1 MiB, up to 64 (a window of 4 costs small batches most of a round
+  // trip each).
+  uint32_t prefetch_batches = 0;
   uint64_t prefetch_bytes = uint64_t{256} << 20;
   // The longest wait for the dispatcher, or for one batch, before an error.
   absl::Duration timeout = absl::Seconds(60);

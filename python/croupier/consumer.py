@@ -14,8 +14,8 @@ class Consumer:
     per device) and yields a tuple of batches per step, one per rank, in the order given.
 
     The prefetch window is `prefetch` batches and about `prefetch_bytes` bytes per rank;
-    prefetch=0 chooses: 4 batches, and for batches of 256 KiB or less as many as hold about
-    1 MiB, up to 64. Every
+    prefetch=0 (the default) chooses: 4 batches, and for batches of 256 KiB or less as many as
+    hold about 1 MiB, up to 64. Every
     wait (for the dispatcher, for a batch) ends after `timeout` seconds with
     croupier.errors.DeadlineExceededError naming what was awaited.
 
@@ -27,7 +27,7 @@ class Consumer:
     """
 
     def __init__(self, dispatcher, job, rank=None, world=None, *, ranks=None, auth_token=None,
-                 prefetch=4, prefetch_bytes=256 << 20, timeout=60.0, resume=True):
+                 prefetch=0, prefetch_bytes=256 << 20, timeout=60.0, resume=True):
         if ranks is not None:
             if rank is not None:
                 raise errors.InvalidArgumentError("give rank= or ranks=, not both")

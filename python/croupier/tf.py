@@ -167,7 +167,7 @@ class _CroupierDataset(tf.data.Dataset):
 
 
 def dataset(dispatcher, job, rank=None, world=None, *, epoch=None, auth_token=None,
-            timeout=60.0, prefetch=4, prefetch_bytes=256 << 20, resume=True):
+            timeout=60.0, prefetch=0, prefetch_bytes=256 << 20, resume=True):
     """Rank `rank` of `world` of croupier job `job` as a tf.data.Dataset of {feature: tensor},
     read by the native op (a C++ dataset kernel over croupier's consumer library).
 

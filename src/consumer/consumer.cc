@@ -175,12 +175,15 @@ class ConsumerImpl final : public Consumer {
 
   // Dealt: steps [first, first + count) in one go. The runs of consecutive steps whose batches
   // the same producer holds (as far as the cached locations say) are fetched with one pipelined
-  // call each; a batch that fails there is fetched again by FetchStep, with its retries and its
-  // questions to the dispatcher, within the same deadline.
+  // call each. A batch that fails there, or whose task is not assigned yet, is UNAVAILABLE: the
+  // Prefetcher fetches it again with FetchStep (its retries, its questions to the dispatcher)
+  // when the trainer reaches it. Retrying it here would hold the batches fetched with it from
+  // the trainer, and so its acknowledgements, which may be what the assignment of its task waits
+  // for.
   std::vector<absl::StatusOr<Batch>> FetchSteps(uint64_t epoch, uint64_t first, uint32_t count) {
     const absl::Time deadline = absl::Now() + options_.timeout;
-    std::vector<absl::StatusOr<Batch>> results(count, absl::UnavailableError("not fetched"));
-    std::vector<bool> done(count, false);
+    std::vector<absl::StatusOr<Batch>> results(
+        count, absl::UnavailableError("not fetched with its group"));
     std::vector<uint64_t> globals(count);
     for (uint32_t i = 0; i < count; ++i) {
       globals[i] = deal::GlobalBatch(info_, epoch, first + i, options_.rank);
@@ -200,15 +203,10 @@ class ConsumerImpl final : public Consumer {
             options_.job, epoch, absl::MakeConstSpan(globals).subspan(i, end - i),
             std::min(deadline, absl::Now() + kAttemptTimeout),
             [&](size_t k, absl::StatusOr<Batch> batch) {
-              if (!batch.ok()) return;
-              results[i + k] = std::move(batch);
-              done[i + k] = true;
+              if (batch.ok()) results[i + k] = std::move(batch);
             });
       }
       i = end;
-    }
-    for (uint32_t k = 0; k < count; ++k) {
-      if (!done[k]) results[k] = FetchStep(epoch, first + k, deadline);
     }
     return results;
   }

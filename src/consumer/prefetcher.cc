@@ -27,7 +27,7 @@ bool Prefetcher::CanIssue() const {
   if (cancelled_ || failed_.has_value() || next_issue_ >= options_.end) return false;
   // The window: batches held or in flight, and bytes held. One batch always fits, so a batch
   // larger than max_bytes still moves.
-  const uint64_t held = ready_.size() + in_flight_;
+  const uint64_t held = ready_.size() + deferred_.size() + in_flight_;
   if (held >= Window()) return false;
   if (held == 0) return true;
   // A fetch's size is known only when it lands, so each one in flight counts at the size of the
@@ -41,7 +41,7 @@ uint32_t Prefetcher::IssueCount() const {
   // Groups once the batches are known to be small; one at a time until then.
   if (!Grouping()) return 1;
   const uint64_t window = Window();
-  const uint64_t held = ready_.size() + in_flight_;
+  const uint64_t held = ready_.size() + deferred_.size() + in_flight_;
   uint64_t free = window - std::min(window, held);
   // The byte bound, at the size of the last batch received.
   if (bytes_ + in_flight_ * last_bytes_ < options_.max_bytes) {
@@ -97,17 +97,7 @@ void Prefetcher::Work() {
       NoteFetch(took);
       in_flight_ -= count;
       changed_.SignalAll();
-      for (uint32_t i = 0; i < count; ++i) {
-        absl::StatusOr<Batch> result =
-            i < results.size() ? std::move(results[i])
-                               : absl::StatusOr<Batch>(absl::InternalError(
-                                     "the group fetch returned too few results"));
-        if (result.ok()) {
-          bytes_ += result->bytes().size();
-          last_bytes_ = result->bytes().size();
-        }
-        ready_.emplace(slot + i, std::move(result));
-      }
+      LandGroup(slot, std::move(results), count);
       WakeAWorkerIfUseful();
       continue;
     }
@@ -143,7 +133,7 @@ void Prefetcher::FetchInline() {
   // between threads at all.
   const uint64_t slot = next_issue_;
   const uint64_t window = Window();
-  const uint64_t held = ready_.size() + in_flight_;
+  const uint64_t held = ready_.size() + deferred_.size() + in_flight_;
   uint64_t count = std::min<uint64_t>(window - std::min(window, held), options_.end - slot);
   if (bytes_ < options_.max_bytes) {
     count = std::min<uint64_t>(count,
@@ -162,18 +152,38 @@ void Prefetcher::FetchInline() {
     NoteFetch(took);
   }
   in_flight_ -= count;
-  for (uint64_t i = 0; i < count; ++i) {
+  LandGroup(slot, std::move(results), static_cast<uint32_t>(count));
+  if (next_issue_ >= options_.end) can_issue_.SignalAll();  // the idle workers end
+}
+
+void Prefetcher::LandGroup(uint64_t first, std::vector<absl::StatusOr<Batch>> results,
+                           uint32_t count) {
+  for (uint32_t i = 0; i < count; ++i) {
     absl::StatusOr<Batch> result =
         i < results.size() ? std::move(results[i])
                            : absl::StatusOr<Batch>(
                                  absl::InternalError("the group fetch returned too few results"));
+    if (absl::IsUnavailable(result.status())) {
+      deferred_.insert(first + i);  // fetched alone when the caller reaches it
+      continue;
+    }
     if (result.ok()) {
       bytes_ += result->bytes().size();
       last_bytes_ = result->bytes().size();
     }
-    ready_.emplace(slot + i, std::move(result));
+    ready_.emplace(first + i, std::move(result));
   }
-  if (next_issue_ >= options_.end) can_issue_.SignalAll();  // the idle workers end
+}
+
+absl::StatusOr<Batch> Prefetcher::FetchDeferred(uint64_t slot) {
+  deferred_.erase(slot);
+  ++in_flight_;
+  mu_.Unlock();
+  absl::StatusOr<Batch> result = fetch_(slot);
+  mu_.Lock();
+  --in_flight_;
+  if (result.ok()) bytes_ += result->bytes().size();  // taken at once by the caller
+  return result;
 }
 
 void Prefetcher::NoteFetch(absl::Duration took) {
@@ -216,16 +226,25 @@ absl::StatusOr<std::optional<Batch>> Prefetcher::Next() {
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (cancelled_) return true;
     if (options_.any_order) return !ready_.empty() || workers_done_ == workers_.size();
-    return next_take_ >= options_.end || ready_.count(next_take_) > 0;
+    return next_take_ >= options_.end || ready_.count(next_take_) > 0 ||
+           deferred_.count(next_take_) > 0;
   };
   while (!ready()) changed_.Wait(&mu_);
   if (cancelled_) return absl::CancelledError("the consumer was closed");
   if (ready_.empty() && (options_.any_order || next_take_ >= options_.end)) {
     return std::optional<Batch>();
   }
-  auto it = options_.any_order ? ready_.begin() : ready_.find(next_take_);
-  absl::StatusOr<Batch> result = std::move(it->second);
-  ready_.erase(it);
+  absl::StatusOr<Batch> result = absl::UnknownError("nothing taken");
+  if (!options_.any_order && deferred_.count(next_take_) > 0) {
+    // A group could not fetch this one: the caller fetches it now, with fetch_'s retries, having
+    // taken every batch before it.
+    result = FetchDeferred(next_take_);
+    if (cancelled_) return absl::CancelledError("the consumer was closed");
+  } else {
+    auto it = options_.any_order ? ready_.begin() : ready_.find(next_take_);
+    result = std::move(it->second);
+    ready_.erase(it);
+  }
   ++next_take_;
   if (!result.ok()) {
     failed_ = result.status();

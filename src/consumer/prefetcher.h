@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -25,7 +26,9 @@ namespace croupier {
 // requests; the function returns OUT_OF_RANGE once the epoch has nothing more to give.
 using FetchFn = std::function<absl::StatusOr<Batch>(uint64_t slot)>;
 // Fetches `count` consecutive slots from `first` (dealt mode); returns exactly `count` results,
-// in slot order.
+// in slot order. An UNAVAILABLE result is not an error: the Prefetcher fetches that slot again,
+// alone, with the FetchFn, when the caller reaches it (a group's other batches are handed over
+// meanwhile).
 using FetchGroupFn =
     std::function<std::vector<absl::StatusOr<Batch>>(uint64_t first, uint32_t count)>;
 
@@ -80,6 +83,11 @@ class Prefetcher {
   // Next() with nothing to take and nothing in flight: the caller fetches the free window as one
   // group on its own thread (mu_ released meanwhile).
   void FetchInline() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fetches a deferred slot with fetch_ on the caller's thread (mu_ released meanwhile).
+  absl::StatusOr<Batch> FetchDeferred(uint64_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Files the results of a group fetch of [first, first + count): UNAVAILABLE ones are deferred.
+  void LandGroup(uint64_t first, std::vector<absl::StatusOr<Batch>> results, uint32_t count)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Grouping: whether a worker should fetch ahead now (see the .cc), from the caller's pace and
   // the groups' round trips.
   bool WorthPrefetching() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -102,6 +110,9 @@ class Prefetcher {
   uint32_t workers_done_ ABSL_GUARDED_BY(mu_) = 0;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::map<uint64_t, absl::StatusOr<Batch>> ready_ ABSL_GUARDED_BY(mu_);
+  // Slots a group fetch left UNAVAILABLE: Next() fetches each with fetch_ when it reaches it.
+  // They count in the window, at no bytes.
+  std::set<uint64_t> deferred_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Status> failed_ ABSL_GUARDED_BY(mu_);
   // Moving averages: the caller's time between Next calls, and a group fetch's duration.
   double step_ns_ ABSL_GUARDED_BY(mu_) = 0;

@@ -222,6 +222,58 @@ TEST(PrefetcherTest, AnErrorInsideAGroupReachesTheCallerAtItsSlot) {
   EXPECT_TRUE(absl::IsDataLoss(p.Next().status()));
 }
 
+// A slot a group leaves UNAVAILABLE (its task not assigned yet, say) does not hold the group's
+// other batches back: they are handed over, and the slot is fetched alone, with the FetchFn, once
+// the caller reaches it (in the consumer, after it has taken, and so acknowledged, every batch
+// before it, which may be what the assignment waits for). An UNAVAILABLE from the FetchFn itself
+// is the slot's error.
+TEST(PrefetcherTest, ASlotAGroupCouldNotFetchIsFetchedAloneWhenTheCallerReachesIt) {
+  std::atomic<uint64_t> taken{0};
+  absl::Mutex mu;
+  std::vector<std::pair<uint64_t, uint64_t>> single;  // (slot, batches taken when it was asked)
+  Prefetcher p(
+      {.first = 0, .end = 40, .max_batches = 32},
+      [&](uint64_t slot) -> absl::StatusOr<Batch> {
+        {
+          absl::MutexLock lock(&mu);
+          single.emplace_back(slot, taken.load());
+        }
+        if (slot == 30) return absl::UnavailableError("slot 30 is still not there");
+        return MakeBatch(slot);
+      },
+      [&](uint64_t first, uint32_t count) {
+        std::vector<absl::StatusOr<Batch>> out;
+        for (uint32_t i = 0; i < count; ++i) {
+          const uint64_t slot = first + i;
+          if (slot == 10 || slot == 11 || slot == 30) {
+            out.push_back(absl::UnavailableError("not assigned yet"));
+          } else {
+            out.push_back(MakeBatch(slot));
+          }
+        }
+        return out;
+      });
+  for (uint64_t expected = 0; expected < 30; ++expected) {
+    auto b = p.Next();
+    ASSERT_TRUE(b.ok()) << expected << ": " << b.status();
+    ASSERT_TRUE(b->has_value());
+    ASSERT_EQ(SlotOf(**b), expected);
+    ++taken;
+  }
+  auto bad = p.Next();
+  EXPECT_TRUE(absl::IsUnavailable(bad.status())) << bad.status();
+  EXPECT_THAT(bad.status().message(), HasSubstr("slot 30 is still not there"));
+  absl::MutexLock lock(&mu);
+  // The first batch goes alone (its size is not known yet); then 10, 11 and 30 were fetched
+  // alone, each once the caller had taken everything before it.
+  std::vector<std::pair<uint64_t, uint64_t>> deferred;
+  for (const auto& [slot, when] : single) {
+    if (slot != 0) deferred.emplace_back(slot, when);
+  }
+  EXPECT_THAT(deferred, ::testing::ElementsAre(std::make_pair(10u, 10u), std::make_pair(11u, 11u),
+                                               std::make_pair(30u, 30u)));
+}
+
 // Batches above group_below_bytes go one by one; the group function is never called.
 TEST(PrefetcherTest, LargeBatchesAreNotGrouped) {
   std::atomic<int> grouped{0};

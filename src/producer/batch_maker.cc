@@ -216,7 +216,8 @@ absl::Status BatchMaker::AddRun(const Dataset::Location& loc, size_t count,
     }
     auto data = CheckRecord(span.substr(at, size), index.path, index.offsets[r]);
     if (!data.ok()) {
-      return RecordError(loc.file, r, RecordReadError(index, r, **f.run_reader, got, data.status()));
+      return RecordError(loc.file, r,
+                         RecordReadError(index, r, **f.run_reader, got, data.status()));
     }
     if (record_cache_ != nullptr) record_cache_->Insert(f.cache_id, r, *data);
     RETURN_IF_ERROR(AddData(loc.file, r, *data, scratch));
