@@ -31,16 +31,32 @@ Batch MakeBatch(uint64_t slot, size_t pad = 0) {
 
 uint64_t SlotOf(const Batch& b) { return b.view().columns()[0].ints()[0]; }
 
-TEST(PrefetcherTest, DeliversInSlotOrderDespiteRandomDelays) {
-  std::atomic<int> in_flight{0}, max_in_flight{0};
-  Prefetcher p({.first = 3, .end = 60, .max_batches = 4}, [&](uint64_t slot) {
-    int now = ++in_flight;
-    int seen = max_in_flight.load();
-    while (now > seen && !max_in_flight.compare_exchange_weak(seen, now)) {
+// Fetches in flight in a test's fetch functions, and the most there ever were.
+struct InFlight {
+  std::atomic<int> now{0}, most{0};
+  void Start(int n) {
+    const int after = now += n;
+    int seen = most.load();
+    while (after > seen && !most.compare_exchange_weak(seen, after)) {
     }
+  }
+  void End(int n) { now -= n; }
+};
+
+// Raises `value` to at least `n`.
+void RaiseTo(std::atomic<uint32_t>& value, uint32_t n) {
+  uint32_t seen = value.load();
+  while (n > seen && !value.compare_exchange_weak(seen, n)) {
+  }
+}
+
+TEST(PrefetcherTest, DeliversInSlotOrderDespiteRandomDelays) {
+  InFlight in_flight;
+  Prefetcher p({.first = 3, .end = 60, .max_batches = 4}, [&](uint64_t slot) {
+    in_flight.Start(1);
     thread_local std::mt19937 rng(slot);
     std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
-    --in_flight;
+    in_flight.End(1);
     return absl::StatusOr<Batch>(MakeBatch(slot));
   });
   for (uint64_t expected = 3; expected < 60; ++expected) {
@@ -52,7 +68,7 @@ TEST(PrefetcherTest, DeliversInSlotOrderDespiteRandomDelays) {
   auto end = p.Next();
   ASSERT_TRUE(end.ok());
   EXPECT_FALSE(end->has_value());
-  EXPECT_LE(max_in_flight.load(), 4);
+  EXPECT_LE(in_flight.most.load(), 4);
 }
 
 TEST(PrefetcherTest, WindowIsBoundedInBytes) {
@@ -143,31 +159,24 @@ TEST(PrefetcherTest, AnyOrderEndsWhenEveryWorkerRunsOut) {
 TEST(PrefetcherTest, SmallBatchesAreFetchedInGroupsWithinTheWindow) {
   absl::Mutex mu;
   std::multiset<uint64_t> fetched;
-  std::atomic<int> in_flight{0}, max_in_flight{0}, groups{0};
+  InFlight in_flight;
+  std::atomic<int> groups{0};
   std::atomic<uint32_t> largest_group{0};
-  auto note = [&](int n) {
-    int now = in_flight += n;
-    int seen = max_in_flight.load();
-    while (now > seen && !max_in_flight.compare_exchange_weak(seen, now)) {
-    }
-  };
   Prefetcher p(
       {.first = 5, .end = 205, .max_batches = 6},
       [&](uint64_t slot) {
-        note(1);
+        in_flight.Start(1);
         {
           absl::MutexLock lock(&mu);
           fetched.insert(slot);
         }
-        in_flight -= 1;
+        in_flight.End(1);
         return absl::StatusOr<Batch>(MakeBatch(slot));
       },
       [&](uint64_t first, uint32_t count) {
-        note(static_cast<int>(count));
+        in_flight.Start(static_cast<int>(count));
         ++groups;
-        uint32_t seen = largest_group.load();
-        while (count > seen && !largest_group.compare_exchange_weak(seen, count)) {
-        }
+        RaiseTo(largest_group, count);
         std::this_thread::sleep_for(std::chrono::microseconds(300));
         std::vector<absl::StatusOr<Batch>> out;
         for (uint32_t i = 0; i < count; ++i) {
@@ -175,7 +184,7 @@ TEST(PrefetcherTest, SmallBatchesAreFetchedInGroupsWithinTheWindow) {
           fetched.insert(first + i);
           out.push_back(MakeBatch(first + i));
         }
-        in_flight -= static_cast<int>(count);
+        in_flight.End(static_cast<int>(count));
         return out;
       });
   for (uint64_t expected = 5; expected < 205; ++expected) {
@@ -190,7 +199,7 @@ TEST(PrefetcherTest, SmallBatchesAreFetchedInGroupsWithinTheWindow) {
   absl::MutexLock lock(&mu);
   EXPECT_EQ(fetched.size(), 200u);
   for (uint64_t slot = 5; slot < 205; ++slot) EXPECT_EQ(fetched.count(slot), 1u) << slot;
-  EXPECT_LE(max_in_flight.load(), 6);
+  EXPECT_LE(in_flight.most.load(), 6);
   EXPECT_GT(groups.load(), 0);
   EXPECT_GE(largest_group.load(), 3u);  // at least half the window per group
 }
@@ -300,31 +309,23 @@ TEST(PrefetcherTest, TheAutomaticWindowGrowsForSmallBatchesOnly) {
   for (const bool small : {true, false}) {
     SCOPED_TRACE(small ? "small batches" : "large batches");
     const size_t pad = small ? 0 : 500;  // about 200 bytes, or about 4 KB
-    std::atomic<int> in_flight{0}, max_in_flight{0};
+    InFlight in_flight;
     std::atomic<uint32_t> largest_group{0};
-    auto note = [&](int n) {
-      int now = in_flight += n;
-      int seen = max_in_flight.load();
-      while (now > seen && !max_in_flight.compare_exchange_weak(seen, now)) {
-      }
-    };
     Prefetcher p(
         {.first = 0, .end = 400, .group_below_bytes = 1000},
         [&](uint64_t slot) {
-          note(1);
+          in_flight.Start(1);
           std::this_thread::sleep_for(std::chrono::microseconds(200));
-          in_flight -= 1;
+          in_flight.End(1);
           return absl::StatusOr<Batch>(MakeBatch(slot, pad));
         },
         [&](uint64_t first, uint32_t count) {
-          note(static_cast<int>(count));
-          uint32_t seen = largest_group.load();
-          while (count > seen && !largest_group.compare_exchange_weak(seen, count)) {
-          }
+          in_flight.Start(static_cast<int>(count));
+          RaiseTo(largest_group, count);
           std::this_thread::sleep_for(std::chrono::microseconds(200));
           std::vector<absl::StatusOr<Batch>> out;
           for (uint32_t i = 0; i < count; ++i) out.push_back(MakeBatch(first + i, pad));
-          in_flight -= static_cast<int>(count);
+          in_flight.End(static_cast<int>(count));
           return out;
         });
     for (uint64_t expected = 0; expected < 400; ++expected) {
@@ -334,11 +335,11 @@ TEST(PrefetcherTest, TheAutomaticWindowGrowsForSmallBatchesOnly) {
       ASSERT_EQ(SlotOf(**b), expected);
     }
     if (small) {
-      EXPECT_LE(max_in_flight.load(), static_cast<int>(Prefetcher::kAutoMaxBatches));
+      EXPECT_LE(in_flight.most.load(), static_cast<int>(Prefetcher::kAutoMaxBatches));
       // Groups of at least half the grown window, far past the 4 of a fixed default.
       EXPECT_GE(largest_group.load(), Prefetcher::kAutoMaxBatches / 2);
     } else {
-      EXPECT_LE(max_in_flight.load(), static_cast<int>(Prefetcher::kAutoBatches));
+      EXPECT_LE(in_flight.most.load(), static_cast<int>(Prefetcher::kAutoBatches));
       EXPECT_EQ(largest_group.load(), 0u);
     }
   }
