@@ -44,17 +44,19 @@ namespace {
 
 class PosixRandomAccessFile final : public RandomAccessFile {
  public:
-  PosixRandomAccessFile(std::string name, int fd) : name_(std::move(name)), fd_(fd) {}
+  // `mapped` (OpenForRandomRead): small reads (a record, read at random) copy out of a mapping
+  // of the file, made at the first one (FileMapping: a memcpy instead of a system call). Large
+  // reads, reads past the size the file had then, and every read of a file that cannot be mapped
+  // use pread; so does a small read whose bytes the file no longer holds, which then returns
+  // what pread finds.
+  PosixRandomAccessFile(std::string name, int fd, bool mapped)
+      : name_(std::move(name)), fd_(fd), mapped_(mapped) {}
   ~PosixRandomAccessFile() override { ::close(fd_); }
 
-  // Small reads (a record, read at random) copy out of a mapping of the file, made at the first
-  // one (FileMapping: a memcpy instead of a system call). Large reads, reads past the size the
-  // file had then, and every read of a file that cannot be mapped use pread; so does a small
-  // read whose bytes the file no longer holds, which then returns what pread finds.
   static constexpr size_t kMaxMappedRead = size_t{64} << 10;
 
   absl::StatusOr<size_t> Read(uint64_t offset, size_t n, char* dst) const override {
-    if (n <= kMaxMappedRead) {
+    if (mapped_ && n <= kMaxMappedRead) {
       const FileMapping* mapping = Mapping();
       if (mapping != nullptr && offset <= mapping->size() && n <= mapping->size() - offset &&
           mapping->CopyOut(offset, n, dst)) {
@@ -75,7 +77,7 @@ class PosixRandomAccessFile final : public RandomAccessFile {
   }
   const std::string& name() const override { return name_; }
   void WillRead(uint64_t offset, size_t n) const override {
-    if (n > kMaxMappedRead) return;
+    if (!mapped_ || n > kMaxMappedRead) return;
     const FileMapping* mapping = Mapping();
     if (mapping != nullptr && offset <= mapping->size() && n <= mapping->size() - offset) {
       mapping->Prefetch(offset, n);
@@ -100,6 +102,7 @@ class PosixRandomAccessFile final : public RandomAccessFile {
 
   const std::string name_;
   const int fd_;
+  const bool mapped_;
   mutable absl::once_flag map_once_;
   mutable std::unique_ptr<FileMapping> mapping_;  // set once, under map_once_
 };
@@ -143,14 +146,11 @@ class PosixWritableFile final : public WritableFile {
 class PosixEnv final : public Env {
  public:
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRead(const std::string& path) override {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ErrnoToStatus(errno, "opening", path);
-    struct stat st;
-    if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-      ::close(fd);
-      return absl::InvalidArgumentError(absl::StrCat("opening ", path, ": is a directory"));
-    }
-    return std::make_unique<PosixRandomAccessFile>(path, fd);
+    return Open(path, /*mapped=*/false);
+  }
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRandomRead(
+      const std::string& path) override {
+    return Open(path, /*mapped=*/true);
   }
 
   absl::StatusOr<std::unique_ptr<WritableFile>> OpenForWrite(const std::string& path) override {
@@ -236,6 +236,19 @@ class PosixEnv final : public Env {
     }
     std::sort(out.begin(), out.end());
     return out;
+  }
+
+ private:
+  static absl::StatusOr<std::unique_ptr<RandomAccessFile>> Open(const std::string& path,
+                                                                bool mapped) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ErrnoToStatus(errno, "opening", path);
+    struct stat st;
+    if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+      ::close(fd);
+      return absl::InvalidArgumentError(absl::StrCat("opening ", path, ": is a directory"));
+    }
+    return std::make_unique<PosixRandomAccessFile>(path, fd, mapped);
   }
 };
 

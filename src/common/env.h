@@ -21,9 +21,9 @@ class RandomAccessFile {
   virtual ~RandomAccessFile() = default;
   // Reads up to n bytes at `offset` into dst and returns how many were read; fewer than n only at
   // the end of the file. Errors name the file and the offset. A file cut short after it was
-  // opened may read as zeros from its new end to the end of that page, instead of short (the
-  // default Env reads small ranges from a mapping of the file): compare with Size() when the
-  // bytes read are not what was expected.
+  // opened may read as zeros from its new end to the end of that page, instead of short (a file
+  // opened with the default Env's OpenForRandomRead reads small ranges from a mapping of the
+  // file): compare with Size() when the bytes read are not what was expected.
   virtual absl::StatusOr<size_t> Read(uint64_t offset, size_t n, char* dst) const = 0;
   virtual const std::string& name() const = 0;
   // A hint that [offset, offset + n) will be read soon: the default Env starts bringing the
@@ -61,6 +61,15 @@ class Env {
   static Env* Default();
 
   virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRead(const std::string& path) = 0;
+  // The same, for a file read a small range at a time at random offsets (records read in a
+  // shuffled order): the default Env copies reads of up to 64 KiB out of a mapping of the file
+  // (FileMapping; read-ahead off, as it would only read pages nobody asked for), where
+  // OpenForRead keeps pread and the kernel's read-ahead for sequential reads. Defaults to
+  // OpenForRead.
+  virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRandomRead(
+      const std::string& path) {
+    return OpenForRead(path);
+  }
   // Creates or truncates.
   virtual absl::StatusOr<std::unique_ptr<WritableFile>> OpenForWrite(const std::string& path) = 0;
   // Opens for appending at the end, creating the file if it is missing (it keeps its contents).

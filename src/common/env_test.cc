@@ -65,15 +65,15 @@ TEST(EnvTest, ReadPastEndIsShort) {
   EXPECT_EQ(*n, 2u);
 }
 
-// Small reads copy out of a mapping of the file made at the first one: they still see the file as
-// it is, cut short or grown since (to within the page a cut ends in, which may read as zeros:
-// Size() tells).
+// Small reads of a file opened for random reads copy out of a mapping of the file made at the
+// first one: they still see the file as it is, cut short or grown since (to within the page a cut
+// ends in, which may read as zeros: Size() tells).
 TEST(EnvTest, SmallReadsFollowAFileCutShortOrGrownAfterTheFirstRead) {
   Env& env = *Env::Default();
   ScopedTempDir tmp;
   const std::string path = tmp.Join("changing");
   ASSERT_TRUE(env.WriteFileAtomically(path, std::string(3 * 4096, 'a')).ok());
-  auto f = env.OpenForRead(path);
+  auto f = env.OpenForRandomRead(path);
   ASSERT_TRUE(f.ok());
   char buf[100];
   ASSERT_EQ(*(*f)->Read(0, sizeof(buf), buf), sizeof(buf));  // maps the file

@@ -169,7 +169,8 @@ absl::StatusOr<std::shared_ptr<const RecordIndex>> IndexCache::Get(const std::st
 absl::StatusOr<std::unique_ptr<IndexedRecordFile>> IndexedRecordFile::Open(
     std::shared_ptr<const RecordIndex> index, Env* env) {
   if (env == nullptr) env = Env::Default();
-  ASSIGN_OR_RETURN(auto file, env->OpenForRead(index->path));
+  // Records are read one at a time, at random.
+  ASSIGN_OR_RETURN(auto file, env->OpenForRandomRead(index->path));
   return std::unique_ptr<IndexedRecordFile>(new IndexedRecordFile(std::move(index), std::move(file)));
 }
 
