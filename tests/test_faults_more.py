@@ -56,8 +56,11 @@ def test_frozen_producer_loses_its_work_and_rejoins_as_a_new_producer(tmp_path, 
             cluster.add_producer()
         cluster.create_job("train", dataset, FEATURES, BATCH, WORLD, seed=SEED, epochs=1)
         outs = [tmp_path / f"rank{r}.jsonl" for r in range(WORLD)]
-        # Slow consumers, so that the epoch outlasts the freeze and the thaw.
-        procs = [cluster.start_consumer("train", r, WORLD, outs[r], 1, "--slow-ms", "150")
+        # Slow consumers, so that the epoch outlasts the freeze and the thaw; with a window of 4,
+        # so that the frozen producer still holds work they have not fetched (the automatic
+        # window, 64 batches this small, can have fetched all of it before the freeze).
+        procs = [cluster.start_consumer("train", r, WORLD, outs[r], 1, "--slow-ms", "150",
+                                        "--prefetch", "4")
                  for r in range(WORLD)]
         watch = OutputWatch(outs)
         watch.wait_for(STEPS // 5, procs, timeout=60)
