@@ -1,14 +1,35 @@
+import os
 import pathlib
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-SHARED_TFRECORD = ROOT.parent / "shared" / "data" / "tfrecord"
+# TFRecord files that TensorFlow wrote in public projects (their README describes them), beside the
+# repository; CROUPIER_SHARED_TFRECORD may name another folder. A plain clone has none.
+SHARED_TFRECORD = pathlib.Path(os.environ.get("CROUPIER_SHARED_TFRECORD")
+                               or ROOT.parent / "shared" / "data" / "tfrecord")
 
 
 @pytest.fixture
 def shared_tfrecord():
-    """The folder of TFRecord files written by TensorFlow, beside the repository."""
+    """The folder of TFRecord files written by TensorFlow, beside the repository; the test skips,
+    naming the folder, when it is absent (tf_written_tfrecord covers the same ground)."""
     if not SHARED_TFRECORD.is_dir():
-        pytest.fail(f"{SHARED_TFRECORD} is missing: the tests read TensorFlow-written files there")
+        pytest.skip(f"{SHARED_TFRECORD} is missing (the TFRecord files of ../shared/data/tfrecord "
+                    "beside the repository; CROUPIER_SHARED_TFRECORD may name another folder)")
     return SHARED_TFRECORD
+
+
+@pytest.fixture(scope="session")
+def tf_written_tfrecord(tmp_path_factory):
+    """A folder of TFRecord files that the installed TensorFlow writes now (tf_records.py,
+    write_tf_written_set: mixed, regression and detection records, and detection.jpg); the test
+    skips with the reason when TensorFlow is not importable."""
+    try:
+        import tensorflow as tf
+    except Exception as e:  # noqa: BLE001 (a broken install is as much a reason as a missing one)
+        pytest.skip(f"tensorflow is not importable: {type(e).__name__}: {e}")
+    from tf_records import write_tf_written_set
+    out = tmp_path_factory.mktemp("tf_written")
+    write_tf_written_set(tf, out)
+    return out

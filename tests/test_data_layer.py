@@ -6,6 +6,7 @@ import pytest
 
 import croupier
 from croupier import errors
+from tf_records import TF_WRITTEN_COUNTS, regression_row
 
 
 def read_all(path):
@@ -63,6 +64,60 @@ def test_detection_record_holds_the_jpeg(shared_tfrecord):
         values = ex[f"image/object/bbox/{edge}"]
         assert values.dtype == np.float32 and np.all((values >= 0) & (values <= 1))
     assert len(ex["image/object/class/label"]) == len(ex["image/object/bbox/xmin"])
+
+
+# The same ground on files that TensorFlow writes at test time (tests/tf_records.py), whose every
+# value is known: these run on a plain clone too.
+def test_tf_written_files_have_their_counts_and_features(tf_written_tfrecord):
+    features = {"mixed.tfrecord": {"id", "tokens", "emb", "name"},
+                "regression.tfrecord": {"x", "y"},
+                "detection.tfrecord": {
+                    "image/encoded", "image/format", "image/width", "image/height",
+                    "image/object/bbox/xmin", "image/object/bbox/ymin",
+                    "image/object/class/label", "image/object/class/text"}}
+    assert set(features) == set(TF_WRITTEN_COUNTS)
+    for name, count in TF_WRITTEN_COUNTS.items():
+        records = read_all(tf_written_tfrecord / name)
+        assert len(records) == count, name
+        for record in records:
+            assert set(croupier.parse_example(record)) == features[name], name
+
+
+def test_tf_written_mixed_values_are_what_tensorflow_wrote(tf_written_tfrecord):
+    rows = [croupier.parse_example(r) for r in read_all(tf_written_tfrecord / "mixed.tfrecord")]
+    for i, r in enumerate(rows):
+        assert r["id"].dtype == np.int64 and r["id"].tolist() == [i]
+        assert r["tokens"].tolist() == list(range(i % 4))  # empty for every fourth record
+        assert r["emb"].dtype == np.float32 and r["emb"].tolist() == [i, i / 2, -i]
+        assert r["name"] == [b"r%d" % i]
+
+
+def test_tf_written_regression_values_are_the_float32_of_what_was_written(tf_written_tfrecord):
+    for i, r in enumerate(read_all(tf_written_tfrecord / "regression.tfrecord")):
+        ex = croupier.parse_example(r)
+        x, y = regression_row(i)
+        assert ex["x"].dtype == np.float32 and ex["x"].tolist() == [np.float32(x)]
+        assert ex["y"].tolist() == [np.float32(y)]
+
+
+def test_tf_written_detection_records_hold_the_jpeg_and_their_objects(tf_written_tfrecord):
+    first, second = read_all(tf_written_tfrecord / "detection.tfrecord")
+    jpeg = (tf_written_tfrecord / "detection.jpg").read_bytes()
+    assert len(jpeg) > 100_000 and jpeg[:3] == b"\xff\xd8\xff" and jpeg[-2:] == b"\xff\xd9"
+    for record in (first, second):
+        ex = croupier.parse_example(record)
+        assert ex["image/encoded"] == [jpeg] and ex["image/format"] == [b"jpeg"]
+        assert ex["image/width"].tolist() == ex["image/height"].tolist() == [512]
+    ex = croupier.parse_example(first)
+    np.testing.assert_array_equal(ex["image/object/bbox/xmin"],
+                                  np.array([0.1, 0.2, 0.3], np.float32))
+    np.testing.assert_array_equal(ex["image/object/bbox/ymin"],
+                                  np.array([0.5, 0.6, 0.7], np.float32))
+    assert ex["image/object/class/label"].tolist() == [1, 2, 3]
+    assert ex["image/object/class/text"] == [b"a", b"", b"ccc"]
+    ex = croupier.parse_example(second)  # no object: every list empty
+    assert len(ex["image/object/bbox/xmin"]) == len(ex["image/object/class/label"]) == 0
+    assert ex["image/object/class/text"] == []
 
 
 def test_round_trip_and_index(tmp_path):

@@ -13,7 +13,6 @@ from service_cluster import run
 from tf_records import MIXED, write_mixed_examples
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared" / "data" / "tfrecord"
 
 
 @pytest.mark.timeout(180)
@@ -34,7 +33,7 @@ def test_torch_adapter_feeds_a_two_process_gloo_group(tmp_path):
 
 
 @pytest.mark.timeout(180)
-def test_tensorflow_generator_dataset_eager_in_tf_function_and_in_fit(tmp_path):
+def test_tensorflow_generator_dataset_eager_and_in_tf_function(tmp_path):
     tf = pytest.importorskip("tensorflow")
     import croupier.tf as ctf
 
@@ -64,12 +63,14 @@ def test_tensorflow_generator_dataset_eager_in_tf_function_and_in_fit(tmp_path):
             want = sum(range(40)) + sum(sum(range(i % 4)) for i in range(40))
             assert int(total(ctf.generator_dataset(feed, 1))) == want
 
-    if not SHARED.is_dir():
-        return
-    # model.fit on TensorFlow-written data (x, y floats), fed through the service.
-    with croupier.local_cluster(producers=1, work_dir=tmp_path / "cluster2") as cluster:
-        cluster.create_job("reg", str(SHARED / "regression-train.tfrecord"), "x:float32,y:float32",
-                           32, consumers=1, seed=1, epochs=1)
+
+def fit_on_regression_file(tf, tmp_path, path):
+    """model.fit on TensorFlow-written data (x, y floats, 804 records), fed through the service."""
+    import croupier.tf as ctf
+
+    with croupier.local_cluster(producers=1, work_dir=tmp_path / "cluster") as cluster:
+        cluster.create_job("reg", str(path), "x:float32,y:float32", 32, consumers=1, seed=1,
+                           epochs=1)
         with cluster.consumer("reg", 0, 1) as feed:
             # x in [0, 1000), y about 2x: scaled so that plain SGD converges.
             ds = ctf.generator_dataset(feed, 0).map(lambda b: (b["x"] / 1000, b["y"] / 1000))
@@ -78,6 +79,20 @@ def test_tensorflow_generator_dataset_eager_in_tf_function_and_in_fit(tmp_path):
             history = model.fit(ds, epochs=1, verbose=0)
             assert feed.state_dict()["epoch"] == 1  # fit read the whole epoch: 804 // 32 steps
             assert history.history["loss"][0] < 0.5
+
+
+@pytest.mark.timeout(180)
+def test_tensorflow_generator_dataset_in_fit_on_a_file_tensorflow_writes_now(
+        tmp_path, tf_written_tfrecord):
+    import tensorflow as tf
+    fit_on_regression_file(tf, tmp_path, tf_written_tfrecord / "regression.tfrecord")
+
+
+@pytest.mark.timeout(180)
+def test_tensorflow_generator_dataset_in_fit_on_the_shared_regression_file(
+        tmp_path, shared_tfrecord):
+    tf = pytest.importorskip("tensorflow")
+    fit_on_regression_file(tf, tmp_path, shared_tfrecord / "regression-train.tfrecord")
 
 
 @pytest.mark.timeout(180)

@@ -17,6 +17,7 @@ import croupier
 from croupier import errors
 from croupier.launcher import detect_rank_world
 from service_cluster import run
+from tf_records import DETECTION, MIXED, REGRESSION, TF_WRITTEN_COUNTS
 
 FEATURES = "id:int64,label:int64,image:bytes"
 
@@ -234,7 +235,6 @@ def test_local_cluster_leaves_no_process_behind(tmp_path, how):
     assert not [p for p in pids if _alive(p)]
 
 
-SHARED = pathlib.Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "tfrecord"
 INTEROP = {
     "titanic-train": "cabin_id:int64,cabin_type:int64,embarked:int64,gender:int64,label:int64,"
                      "parch:int64,pass_id:int64,pclass:int64,sibsp:int64,ticket:int64,"
@@ -251,30 +251,55 @@ INTEROP = {
 }
 COUNTS = {"titanic-train": 891, "titanic-test": 418, "regression-train": 804,
           "regression-eval": 99, "detection-test": 1}
+# The files tests/tf_records.py writes with TensorFlow at test time, and their feature specs.
+TF_WRITTEN = {"mixed": MIXED, "regression": REGRESSION, "detection": DETECTION}
 
 
-@pytest.mark.timeout(120)
-@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data/tfrecord is not beside the repo")
-@pytest.mark.parametrize("name", sorted(INTEROP))
-def test_tensorflow_written_files_come_back_through_the_service(cluster, name):
-    path = SHARED / f"{name}.tfrecord"
-    job = cluster.create_job(f"interop-{name}", str(path), INTEROP[name], 1, consumers=1,
-                             shuffle="none", epochs=1)
-    assert int(job["num_records"]) == COUNTS[name]
+def come_back_through_the_service(cluster, job, path, spec, count):
+    """Deals the file's records one per batch, in order, and checks that each batch holds every
+    feature of its record as TensorFlow wrote it. Returns the batches."""
+    created = cluster.create_job(job, str(path), spec, 1, consumers=1, shuffle="none", epochs=1)
+    assert int(created["num_records"]) == count
     expected = [croupier.parse_example(r) for r in croupier.TFRecordReader(str(path))]
-    with cluster.consumer(f"interop-{name}", 0, 1) as feed:
+    with cluster.consumer(job, 0, 1) as feed:
         got = list(feed.epoch(0))
-    assert len(got) == COUNTS[name]
+    assert len(got) == count
     for want, batch in zip(expected, got):
         assert set(batch) == set(want)
         for feature, value in want.items():
+            have = batch[feature]
+            if isinstance(have, tuple):  # a variable-length feature: (values, row_splits)
+                have, splits = have
+                assert splits.tolist() == [0, len(value)], feature
             if isinstance(value, list):
-                assert batch[feature] == value, feature  # bytes, byte for byte
+                assert have == value, feature  # bytes, byte for byte
             else:
-                np.testing.assert_array_equal(batch[feature].reshape(-1), value, feature)
+                np.testing.assert_array_equal(have.reshape(-1), value, feature)
+    return got
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", sorted(INTEROP))
+def test_tensorflow_written_files_come_back_through_the_service(shared_tfrecord, cluster, name):
+    got = come_back_through_the_service(cluster, f"interop-{name}",
+                                        shared_tfrecord / f"{name}.tfrecord", INTEROP[name],
+                                        COUNTS[name])
     if name == "detection-test":
         jpeg = got[0]["image/encoded"][0]
         assert len(jpeg) == 708684 and jpeg[:2] == b"\xff\xd8"  # a JPEG, byte-identical above
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", sorted(TF_WRITTEN))
+def test_files_tensorflow_writes_now_come_back_through_the_service(tf_written_tfrecord, cluster,
+                                                                   name):
+    # The same ground without ../shared: files the installed TensorFlow writes at test time.
+    got = come_back_through_the_service(cluster, f"tf-written-{name}",
+                                        tf_written_tfrecord / f"{name}.tfrecord", TF_WRITTEN[name],
+                                        TF_WRITTEN_COUNTS[f"{name}.tfrecord"])
+    if name == "detection":
+        jpeg = (tf_written_tfrecord / "detection.jpg").read_bytes()
+        assert [b["image/encoded"] for b in got] == [[jpeg], [jpeg]]
 
 
 @pytest.mark.timeout(90)

@@ -83,6 +83,25 @@ def test_decoded_examples_give_the_same_strings_either_way(shared_tfrecord):
     assert as_buffer["image/width"].tolist() == as_list["image/width"].tolist() == [1590, 1590]
 
 
+@pytest.mark.timeout(60)
+def test_decoded_tf_written_examples_give_the_same_strings_either_way(tf_written_tfrecord):
+    # The same on records that TensorFlow writes at test time (runs without ../shared too).
+    records = list(croupier.TFRecordReader(str(tf_written_tfrecord / "detection.tfrecord")))
+    spec = "image/encoded:bytes,image/format:bytes,image/object/class/text:bytes[*],image/width:int64"
+    batch = croupier.build_batch(records, spec)
+    as_list, as_buffer = batch.to_dict(), batch.to_dict("buffer")
+    jpeg = (tf_written_tfrecord / "detection.jpg").read_bytes()
+    assert as_list["image/encoded"] == [jpeg, jpeg]
+    assert as_buffer["image/encoded"].tolist() == [jpeg, jpeg]
+    assert inside(batch, as_buffer["image/encoded"].values)
+    assert as_buffer["image/format"].tolist() == [b"jpeg", b"jpeg"]
+    text, splits = as_buffer["image/object/class/text"]
+    assert text.tolist() == [b"a", b"", b"ccc"] and splits.tolist() == [0, 3, 3]
+    assert inside(batch, text.values)
+    assert as_list["image/object/class/text"][0] == [b"a", b"", b"ccc"]
+    assert as_buffer["image/width"].tolist() == as_list["image/width"].tolist() == [512, 512]
+
+
 @pytest.mark.timeout(30)
 def test_a_bytes_column_serves_again_unchanged_and_bad_modes_are_refused():
     batch = make_batch({"s": list(STRINGS), "id": np.arange(5)})

@@ -21,7 +21,6 @@ if not ctf.op_available():
     pytest.skip("the TensorFlow op was not built", allow_module_level=True)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared" / "data" / "tfrecord"
 
 
 def digest(batch):
@@ -38,7 +37,7 @@ def digest(batch):
 
 
 @pytest.mark.timeout(180)
-def test_op_reads_dense_ragged_and_bytes_eagerly_in_tf_function_and_in_fit(tmp_path):
+def test_op_reads_dense_ragged_and_bytes_eagerly_and_in_tf_function(tmp_path):
     path = tmp_path / "mixed.tfrecord"
     write_mixed_examples(tf, path, 40)
     with croupier.local_cluster(producers=1, work_dir=tmp_path / "cluster") as cluster:
@@ -77,12 +76,13 @@ def test_op_reads_dense_ragged_and_bytes_eagerly_in_tf_function_and_in_fit(tmp_p
         del fixed
         gc.collect()
 
-    if not SHARED.is_dir():
-        return
-    # model.fit on TensorFlow-written data, two Keras epochs = two croupier epochs.
-    with croupier.local_cluster(producers=1, work_dir=tmp_path / "cluster2") as cluster:
-        cluster.create_job("reg", str(SHARED / "regression-train.tfrecord"), "x:float32,y:float32",
-                           32, consumers=1, seed=1, epochs=2)
+
+def fit_on_regression_file(tmp_path, path):
+    """model.fit on TensorFlow-written data (x, y floats), two Keras epochs = two croupier
+    epochs."""
+    with croupier.local_cluster(producers=1, work_dir=tmp_path / "cluster") as cluster:
+        cluster.create_job("reg", str(path), "x:float32,y:float32", 32, consumers=1, seed=1,
+                           epochs=2)
         raw = ctf.dataset(cluster.address, "reg", 0, 1)
         ds = raw.map(lambda b: (b["x"] / 1000, b["y"] / 1000))
         model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1)])
@@ -93,6 +93,16 @@ def test_op_reads_dense_ragged_and_bytes_eagerly_in_tf_function_and_in_fit(tmp_p
         assert list(raw) == []  # the two Keras epochs read croupier epochs 0 and 1: none is left
         del ds, raw
         gc.collect()
+
+
+@pytest.mark.timeout(180)
+def test_op_in_fit_on_a_file_tensorflow_writes_now(tmp_path, tf_written_tfrecord):
+    fit_on_regression_file(tmp_path, tf_written_tfrecord / "regression.tfrecord")
+
+
+@pytest.mark.timeout(180)
+def test_op_in_fit_on_the_shared_regression_file(tmp_path, shared_tfrecord):
+    fit_on_regression_file(tmp_path, shared_tfrecord / "regression-train.tfrecord")
 
 
 @pytest.mark.timeout(120)
