@@ -2,7 +2,7 @@
 #ifndef CROUPIER_TOOLS_TLS_FLAGS_H_
 #define CROUPIER_TOOLS_TLS_FLAGS_H_
 
-#include "src/transport/tls.h"
+#include "src/net/tls_config.h"
 #include "tools/cli_args.h"
 
 namespace croupier::cli {

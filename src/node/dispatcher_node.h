@@ -12,10 +12,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "src/dispatcher/dispatcher_impl.h"
+#include "src/net/tls_config.h"
 #include "src/node/metrics_server.h"
 #include "src/node/status_history.h"
 #include "src/rpc/dispatcher_service.h"
-#include "src/transport/tls.h"
 
 namespace croupier {
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/common/retry.h"
+#include "src/net/tls_probe.h"
 #include "src/rpc/grpc_util.h"
 
 namespace croupier::rpc {

@@ -12,7 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/croupier.grpc.pb.h"
-#include "src/transport/tls.h"
+#include "src/net/tls_config.h"
 
 namespace croupier::rpc {
 
@@ -20,7 +20,7 @@ struct DispatcherClientOptions {
   std::string auth_token;  // resolved by the caller (ResolveAuthToken)
   absl::Duration call_timeout = absl::Seconds(10);  // one attempt
   absl::Duration timeout = absl::Seconds(60);       // all attempts of one call
-  // TLS to the dispatcher (src/transport/tls.h); none given: $CROUPIER_TLS_CERT/_KEY/_CA, else
+  // TLS to the dispatcher (src/net/tls_config.h); none given: $CROUPIER_TLS_CERT/_KEY/_CA, else
   // plaintext.
   TlsConfig tls;
 };

@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "src/transport/tls.h"
+#include "src/net/tls_config.h"
 
 namespace croupier::rpc {
 
@@ -35,7 +35,7 @@ std::string ResolveAuthToken(const std::string& flag);
 // Bounds on every message of the control plane.
 inline constexpr int kMaxControlMessageBytes = 16 << 20;
 
-// gRPC credentials for `tls` (policy in src/transport/tls.h: a server with a CA requires client
+// gRPC credentials for `tls` (policy in src/net/tls_config.h: a server with a CA requires client
 // certificates). Insecure ones when `tls` names no file. INVALID_ARGUMENT naming a file that
 // cannot be read.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(

@@ -17,9 +17,9 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "croupier/batch.h"
+#include "src/net/socket.h"
 #include "src/transport/frame.h"
 #include "src/transport/recv_buffer.h"
-#include "src/transport/socket.h"
 
 namespace croupier {
 
@@ -74,7 +74,7 @@ class ClientConnection {
   // FAILED_PRECONDITION for HELLO_OK with another version; DATA_LOSS for anything else.
   absl::Status Handshake(uint32_t version, absl::string_view token, absl::Time deadline);
 
-  // The byte stream. Errors as socket.h's, naming peer_.
+  // The byte stream. Errors as src/net/socket.h's, naming peer_.
   virtual absl::Status SendAll(absl::string_view bytes, const net::IoWait& wait) = 0;
   virtual absl::StatusOr<size_t> RecvSome(char* dst, size_t room, const net::IoWait& wait) = 0;
   // As net::PeerHungUpOrSpoke: does not wait.

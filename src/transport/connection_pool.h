@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "src/transport/socket.h"
+#include "src/net/socket.h"
 
 namespace croupier {
 

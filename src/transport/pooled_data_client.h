@@ -17,11 +17,11 @@
 #include "absl/types/span.h"
 #include "croupier/batch.h"
 #include "src/common/status_macros.h"
+#include "src/net/socket.h"
 #include "src/transport/client_connection.h"
 #include "src/transport/connection_pool.h"
 #include "src/transport/fetch_many.h"
 #include "src/transport/frame.h"
-#include "src/transport/socket.h"
 #include "src/transport/transport.h"
 
 namespace croupier {

@@ -18,7 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "src/transport/socket.h"
+#include "src/net/socket.h"
 #include "src/transport/transport.h"
 
 namespace croupier {

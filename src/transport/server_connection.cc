@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/common/logging.h"
 #include "src/common/status_macros.h"
-#include "src/transport/token.h"
+#include "src/net/token.h"
 
 namespace croupier {
 namespace {

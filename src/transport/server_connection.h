@@ -18,10 +18,10 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "croupier/batch.h"
+#include "src/net/socket.h"
 #include "src/transport/batch_source.h"
 #include "src/transport/frame.h"
 #include "src/transport/recv_buffer.h"
-#include "src/transport/socket.h"
 #include "src/transport/transport.h"
 
 namespace croupier {
@@ -62,7 +62,7 @@ class ServerConnection {
                    uint32_t version, const DataServerOptions& options, BatchSource* source,
                    const net::WakeEvent* stop);
 
-  // The byte stream. Errors as socket.h's, naming peer_.
+  // The byte stream. Errors as src/net/socket.h's, naming peer_.
   virtual absl::Status SendAll(absl::string_view bytes, const net::IoWait& wait) = 0;
   virtual absl::StatusOr<size_t> RecvSome(char* dst, size_t room, const net::IoWait& wait) = 0;
   // As net::PeerHungUp: does not wait.

@@ -14,8 +14,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "src/common/status_macros.h"
+#include "src/net/socket.h"
 #include "src/transport/shm_transport.h"
-#include "src/transport/socket.h"
 
 namespace croupier {
 namespace {

@@ -1,5 +1,6 @@
 // Unix-socket primitives of the shared-memory transport: abstract-namespace listening and
-// dialling, and passing one descriptor. Waits follow socket.h (IoWait: deadline, stall, wake).
+// dialling, and passing one descriptor. Waits follow src/net/socket.h (IoWait: deadline, stall,
+// wake).
 #ifndef CROUPIER_SRC_TRANSPORT_SHM_SOCKET_H_
 #define CROUPIER_SRC_TRANSPORT_SHM_SOCKET_H_
 
@@ -10,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "src/transport/socket.h"
+#include "src/net/socket.h"
 
 namespace croupier::net {
 

@@ -44,7 +44,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/string_view.h"
-#include "src/transport/socket.h"
+#include "src/net/socket.h"
 #include "src/transport/transport.h"
 
 namespace croupier {

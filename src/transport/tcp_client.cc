@@ -4,9 +4,9 @@
 #include <utility>
 
 #include "src/common/status_macros.h"
+#include "src/net/tls_context.h"
 #include "src/transport/pooled_data_client.h"
 #include "src/transport/tcp_client_connection.h"
-#include "src/transport/tls.h"
 
 namespace croupier {
 

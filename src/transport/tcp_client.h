@@ -11,8 +11,8 @@
 namespace croupier {
 
 // What Transport::Tcp()->Connect runs: checks the options and the TLS files (INVALID_ARGUMENT,
-// or tls.h's errors), then opens the first connection at once so that a bad address, token or
-// version fails here. The client is thread-safe (DataClient).
+// or src/net/tls_stream.h's errors), then opens the first connection at once so that a bad address,
+// token or version fails here. The client is thread-safe (DataClient).
 absl::StatusOr<std::unique_ptr<DataClient>> ConnectTcpDataClient(const std::string& address,
                                                                  const DataClientOptions& options);
 

@@ -10,10 +10,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "src/net/socket.h"
+#include "src/net/tls_stream.h"
 #include "src/transport/client_connection.h"
 #include "src/transport/frame.h"
-#include "src/transport/socket.h"
-#include "src/transport/tls.h"
 #include "src/transport/transport.h"
 
 namespace croupier {
@@ -24,7 +24,7 @@ class TcpClientConnection final : public ClientConnection {
   // Connects, runs the TLS handshake when `tls` is not null, and handshakes (protocol version
   // frame::kDataProtocolVersion) by `deadline`. UNAVAILABLE when the server cannot be reached or
   // does not answer; UNAUTHENTICATED, FAILED_PRECONDITION or UNAVAILABLE as the server says or
-  // as the TLS handshake fails (tls.h); CANCELLED when `cancel` fires.
+  // as the TLS handshake fails (src/net/tls_stream.h); CANCELLED when `cancel` fires.
   static absl::StatusOr<std::unique_ptr<TcpClientConnection>> Open(const std::string& address,
                                                                    const DataClientOptions& options,
                                                                    absl::Time deadline,

@@ -6,9 +6,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "src/net/tls_context.h"
 #include "src/transport/batch_source.h"
 #include "src/transport/serve_loop.h"
-#include "src/transport/tls.h"
 #include "src/transport/transport.h"
 
 namespace croupier {

@@ -16,11 +16,11 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "croupier/batch.h"
+#include "src/net/socket.h"
+#include "src/net/tls_stream.h"
 #include "src/transport/batch_source.h"
 #include "src/transport/frame.h"
 #include "src/transport/server_connection.h"
-#include "src/transport/socket.h"
-#include "src/transport/tls.h"
 #include "src/transport/transport.h"
 
 namespace croupier {

@@ -21,9 +21,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/protocol.h"
+#include "src/net/socket.h"
 #include "src/transport/compression.h"
 #include "src/transport/frame.h"
-#include "src/transport/socket.h"
 #include "src/transport/transport.h"
 #include "src/transport/transport_testing.h"
 

@@ -1,9 +1,6 @@
-// The TCP transport over TLS (tls.h): a fetch over mutual TLS, and every refusal with its cause and
-// the peer's address. Certificates are made at test time by tests/tls_certs.sh (the openssl
-// command-line tool).
-#include "src/transport/tls.h"
-
-#include <cstdlib>
+// The TCP transport over TLS (src/net/tls_stream.h): a fetch over mutual TLS, and every refusal
+// with its cause and the peer's address. Certificates are made at test time by tests/tls_certs.sh
+// (the openssl command-line tool, src/net/net_testing.h).
 #include <memory>
 #include <string>
 
@@ -14,8 +11,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/protocol.h"
+#include "src/net/net_testing.h"
+#include "src/net/socket.h"
 #include "src/transport/frame.h"
-#include "src/transport/socket.h"
 #include "src/transport/transport.h"
 #include "src/transport/transport_testing.h"
 
@@ -26,29 +24,11 @@ using ::testing::HasSubstr;
 
 absl::Time In(absl::Duration d) { return absl::Now() + d; }
 
-class TlsTest : public ::testing::Test {
+class TlsTest : public testing::TlsFilesTest {
  protected:
-  static void SetUpTestSuite() {
-    char tmpl[] = "/tmp/croupier-tls-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = new std::string(tmpl);
-    const std::string script = CROUPIER_SOURCE_DIR "/tests/tls_certs.sh";
-    ASSERT_EQ(std::system(absl::StrCat("sh ", script, " ", *dir_).c_str()), 0)
-        << "cannot make certificates with " << script;
-  }
-  static void TearDownTestSuite() {
-    std::system(absl::StrCat("rm -rf ", *dir_).c_str());
-    delete dir_;
-  }
-  static std::string File(absl::string_view name) { return absl::StrCat(*dir_, "/", name); }
+  static std::string File(absl::string_view name) { return files_->File(name); }
   static TlsConfig Config(absl::string_view cert, absl::string_view ca) {
-    TlsConfig config;
-    if (!cert.empty()) {
-      config.cert_file = File(absl::StrCat(cert, ".pem"));
-      config.key_file = File(absl::StrCat(cert, ".key"));
-    }
-    if (!ca.empty()) config.ca_file = File(absl::StrCat(ca, ".pem"));
-    return config;
+    return files_->Config(cert, ca);
   }
 
   ~TlsTest() override {
@@ -73,13 +53,10 @@ class TlsTest : public ::testing::Test {
     return Transport::Tcp()->Connect(server_->address(), options);
   }
 
-  static std::string* dir_;
   testing::TestGuard guard_{absl::Seconds(60)};
   testing::FakeBatchSource source_;
   std::unique_ptr<DataServer> server_;
 };
-
-std::string* TlsTest::dir_ = nullptr;
 
 TEST_F(TlsTest, MutualTlsCarriesBatchesOfEverySize) {
   StartServer(Config("server", "ca"));
@@ -224,41 +201,14 @@ TEST_F(TlsTest, TlsClientOnAPlaintextPortFailsNamingTheServer) {
               HasSubstr("TLS handshake with data server " + server_->address()));
 }
 
-TEST_F(TlsTest, MissingOrMismatchedFilesAreInvalidArgumentNamingTheFile) {
+TEST_F(TlsTest, ServerWithBadFilesDoesNotStart) {
+  // Which files and why: src/net/tls_context_test.cc.
   DataServerOptions options;
   options.tls = Config("server", "ca");
   options.tls.key_file = File("client.key");
   auto mismatched = Transport::Tcp()->StartServer(options, &source_);
   EXPECT_EQ(mismatched.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(mismatched.status().message(), HasSubstr("client.key"));
-  options.tls.cert_file = File("nonexistent.pem");
-  auto missing = Transport::Tcp()->StartServer(options, &source_);
-  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(missing.status().message(), HasSubstr("nonexistent.pem"));
-  options.tls = TlsConfig();
-  options.tls.ca_file = File("ca.pem");
-  auto no_cert = Transport::Tcp()->StartServer(options, &source_);
-  EXPECT_EQ(no_cert.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(no_cert.status().message(), HasSubstr("--tls-cert"));
-}
-
-TEST_F(TlsTest, EnvironmentSuppliesTheFilesWhenNoneAreGiven) {
-  ::setenv(kTlsCaEnv, "/env/ca.pem", 1);
-  ::setenv(kTlsCertEnv, "/env/cert.pem", 1);
-  ::setenv(kTlsKeyEnv, "/env/key.pem", 1);
-  const TlsConfig from_env = ResolveTlsConfig(TlsConfig{});
-  TlsConfig flag;
-  flag.ca_file = "/flag/ca.pem";
-  const TlsConfig given = ResolveTlsConfig(flag);
-  ::unsetenv(kTlsCaEnv);
-  ::unsetenv(kTlsCertEnv);
-  ::unsetenv(kTlsKeyEnv);
-  EXPECT_EQ(from_env.ca_file, "/env/ca.pem");
-  EXPECT_EQ(from_env.cert_file, "/env/cert.pem");
-  EXPECT_EQ(from_env.key_file, "/env/key.pem");
-  EXPECT_EQ(given.ca_file, "/flag/ca.pem");
-  EXPECT_EQ(given.cert_file, "");
-  EXPECT_FALSE(ResolveTlsConfig(TlsConfig{}).enabled());
 }
 
 TEST_F(TlsTest, ConnectionsPerPeerAreBounded) {

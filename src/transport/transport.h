@@ -7,7 +7,8 @@
 //   UNAVAILABLE          cannot connect, connection reset or closed, server shutting down or at
 //                        its connection limit: retry, perhaps elsewhere;
 //   UNAUTHENTICATED      the server refused the auth token (the server logs a warning naming the
-//                        peer), or a TLS certificate was refused by either side (tls.h);
+//                        peer), or a TLS certificate was refused by either side
+//                        (src/net/tls_stream.h);
 //   FAILED_PRECONDITION  the peers speak different protocol versions (both are named), or one
 //                        speaks TLS and the other does not;
 //   RESOURCE_EXHAUSTED   the batch is larger than DataClientOptions::max_batch_bytes;
@@ -31,8 +32,8 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "croupier/batch.h"
+#include "src/net/tls_config.h"
 #include "src/transport/batch_source.h"
-#include "src/transport/tls.h"
 
 namespace croupier {
 
@@ -51,8 +52,8 @@ struct DataServerOptions {
   size_t max_request_bytes = 64 << 10;
   // A connection that has not completed its handshake by then is dropped.
   absl::Duration handshake_timeout = absl::Seconds(5);
-  // TLS (tls.h): with a certificate and key every connection must speak TLS; with a CA as well,
-  // clients must present a certificate it signed. None: plaintext.
+  // TLS (src/net/tls_config.h): with a certificate and key every connection must speak TLS; with a
+  // CA as well, clients must present a certificate it signed. None: plaintext.
   TlsConfig tls;
 };
 
@@ -78,7 +79,8 @@ struct DataClientOptions {
   uint64_t max_batch_bytes = uint64_t{4} << 30;
   // Concurrent calls beyond this wait for a free connection (until their deadline).
   size_t max_connections = 8;
-  // TLS (tls.h): any file given makes every connection TLS, verifying the server against the CA.
+  // TLS (src/net/tls_config.h): any file given makes every connection TLS, verifying the server
+  // against the CA.
   TlsConfig tls;
 };
 

@@ -1,6 +1,6 @@
 // Comparing auth tokens without a timing side channel.
-#ifndef CROUPIER_SRC_TRANSPORT_TOKEN_H_
-#define CROUPIER_SRC_TRANSPORT_TOKEN_H_
+#ifndef CROUPIER_SRC_NET_TOKEN_H_
+#define CROUPIER_SRC_NET_TOKEN_H_
 
 #include "absl/strings/string_view.h"
 
@@ -12,4 +12,4 @@ bool TokenMatches(absl::string_view presented, absl::string_view expected);
 
 }  // namespace croupier
 
-#endif  // CROUPIER_SRC_TRANSPORT_TOKEN_H_
+#endif  // CROUPIER_SRC_NET_TOKEN_H_

@@ -1,4 +1,4 @@
-#include "src/transport/socket.h"
+#include "src/net/socket.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "src/transport/token.h"
+#include "src/net/token.h"
 
 #include <cstddef>
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "src/transport/token.h"
+#include "src/net/token.h"
 
 #include <string>
 
@@ -7,7 +7,7 @@
 namespace croupier {
 namespace {
 
-TEST(TransportTokenTest, MatchesOnlyTheSameToken) {
+TEST(TokenTest, MatchesOnlyTheSameToken) {
   EXPECT_TRUE(TokenMatches("s3cret", "s3cret"));
   EXPECT_TRUE(TokenMatches("", ""));
   EXPECT_FALSE(TokenMatches("s3creT", "s3cret"));

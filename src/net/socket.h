@@ -1,11 +1,12 @@
-// The TCP transport's socket primitives. Every socket is non-blocking and every wait is a poll()
+// The socket primitives of every TCP connection croupier makes itself (the data plane's, and the
+// control plane's TLS probe, tls_probe.h). Every socket is non-blocking and every wait is a poll()
 // bounded by a deadline or a stall timeout, and woken by a WakeEvent, so that no call can hang
 // and cancelling or shutting down is prompt.
 //
 // Errors name the peer: UNAVAILABLE (refused, reset, closed by the peer), DEADLINE_EXCEEDED (the
 // wait ran out), CANCELLED (the WakeEvent fired).
-#ifndef CROUPIER_SRC_TRANSPORT_SOCKET_H_
-#define CROUPIER_SRC_TRANSPORT_SOCKET_H_
+#ifndef CROUPIER_SRC_NET_SOCKET_H_
+#define CROUPIER_SRC_NET_SOCKET_H_
 
 #include <sys/uio.h>
 
@@ -114,7 +115,7 @@ absl::StatusOr<size_t> RecvSome(int fd, char* dst, size_t n, const IoWait& wait,
 
 // Waits until `fd` is ready for poll `events` (readiness includes errors and hang-ups), the wait
 // runs out (DEADLINE_EXCEEDED "timed out <doing> <peer>", counting the stall from `progress`), or
-// the wake event fires (CANCELLED). For I/O layered on the socket (tls.h).
+// the wake event fires (CANCELLED). For I/O layered on the socket (tls_stream.h).
 absl::Status WaitReady(int fd, short events, const IoWait& wait, absl::Time progress,
                        absl::string_view doing, absl::string_view peer);
 
@@ -131,4 +132,4 @@ void CloseGracefully(Socket socket, absl::Duration linger);
 
 }  // namespace croupier::net
 
-#endif  // CROUPIER_SRC_TRANSPORT_SOCKET_H_
+#endif  // CROUPIER_SRC_NET_SOCKET_H_
