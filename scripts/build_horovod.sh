@@ -9,7 +9,7 @@
 # Horovod 0.28.1 (the newest release) does not build as released against PyTorch >= 2.1 and
 # TensorFlow 2.21; this script edits the unpacked sdist, and only these lines:
 #   - CMakeLists.txt and horovod/torch/CMakeLists.txt ask for C++14; PyTorch's headers need C++17
-#     (Horovod's later, unreleased sources ask for C++17 when PyTorch >= 2.1).
+#     (Horovod's own fix, merged after 0.28.1 and not released, does the same for PyTorch >= 2.1).
 #   - horovod/tensorflow/CMakeLists.txt compiles xla_mpi_ops.cc, which includes XLA headers that
 #     TensorFlow's wheel no longer ships where it expects them; those ops serve XLA on GPUs, so a
 #     CPU build leaves the file out.
