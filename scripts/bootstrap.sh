@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what croupier needs to build and test, and only what is missing: Debian packages for
-# the C++ side, and a virtual environment .venv with the Python packages. Safe to run again; a
+# the C++ side, a virtual environment .venv with the Python packages, and Horovod built for that
+# environment (scripts/build_horovod.sh, with its wheel cached). Safe to run again; a
 # second run with nothing missing takes about a second. Every other entry point calls it.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -40,4 +41,17 @@ if [[ ! -f "$stamp" ]]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check -r scripts/requirements-dev.txt
   rm -f .venv/.croupier-requirements-*
   touch "$stamp"
+fi
+
+# --- Horovod ----------------------------------------------------------------------------------
+# Built from PyPI's sdist for this environment's PyTorch and TensorFlow (scripts/build_horovod.sh:
+# about 4 minutes on 2 cores the first time; the wheel is kept in .cache/wheels/, so a new .venv
+# only installs it). The stamp names the requirements and the build script, so a change of either
+# checks again.
+hstamp=".venv/.croupier-horovod-$(cat scripts/requirements-dev.txt scripts/build_horovod.sh |
+  sha256sum | cut -c1-16)"
+if [[ ! -f "$hstamp" ]]; then
+  bash scripts/build_horovod.sh
+  rm -f .venv/.croupier-horovod-*
+  touch "$hstamp"
 fi

@@ -154,13 +154,17 @@ def test_errors_are_exceptions_of_their_code(cluster, dataset):
 
 @pytest.mark.parametrize("env,expected", [
     ({"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4"}, (2, 4)),
+    ({"HOROVOD_RANK": "3", "HOROVOD_SIZE": "4", "HOROVOD_LOCAL_RANK": "1"}, (3, 4)),
     ({"SLURM_PROCID": "5", "SLURM_NTASKS": "8"}, (5, 8)),
     ({"RANK": "1", "WORLD_SIZE": "2"}, (1, 2)),
     ({"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1", "b:1", "c:1"]},
                                "task": {"type": "worker", "index": 2}})}, (2, 3)),
     ({"TF_CONFIG": json.dumps({"cluster": {"chief": ["a:1"], "worker": ["b:1", "c:1"]},
                                "task": {"type": "worker", "index": 0}})}, (1, 3)),
-    # Two launchers that agree are fine (torchrun under Slurm).
+    # Two launchers that agree are fine (torchrun under Slurm; horovodrun's MPI mode sets
+    # OpenMPI's variables, its Gloo mode Horovod's).
+    ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "HOROVOD_RANK": "1",
+      "HOROVOD_SIZE": "2"}, (1, 2)),
     ({"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "RANK": "1", "WORLD_SIZE": "2"}, (1, 2)),
 ])
 def test_rank_and_world_come_from_each_launcher(env, expected):
@@ -173,6 +177,12 @@ def test_explicit_rank_wins_and_conflicts_or_absence_are_clear():
     with pytest.raises(errors.InvalidArgumentError, match="disagree.*SLURM_PROCID"):
         detect_rank_world(env={"RANK": "1", "WORLD_SIZE": "2", "SLURM_PROCID": "0",
                                "SLURM_NTASKS": "2"})
+    with pytest.raises(errors.InvalidArgumentError,
+                       match="disagree.*HOROVOD_RANK/HOROVOD_SIZE.*rank 2 of 4.*RANK/WORLD_SIZE"):
+        detect_rank_world(env={"HOROVOD_RANK": "2", "HOROVOD_SIZE": "4", "RANK": "0",
+                               "WORLD_SIZE": "4"})
+    with pytest.raises(errors.InvalidArgumentError, match="HOROVOD_SIZE='two'"):
+        detect_rank_world(env={"HOROVOD_RANK": "0", "HOROVOD_SIZE": "two"})
     with pytest.raises(errors.InvalidArgumentError, match="no rank and world size"):
         detect_rank_world(env={})
     with pytest.raises(errors.InvalidArgumentError, match="RANK='x'"):

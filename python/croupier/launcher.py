@@ -3,6 +3,7 @@
 Launchers and the variables they set, in the order they are read:
 
   OpenMPI (mpirun, horovodrun)   OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE
+  Horovod (horovodrun --gloo)    HOROVOD_RANK, HOROVOD_SIZE
   Slurm (srun)                   SLURM_PROCID, SLURM_NTASKS
   torchrun, torch.distributed    RANK, WORLD_SIZE
   TensorFlow (TF_CONFIG)         task.index among the cluster's worker (and chief) tasks
@@ -18,6 +19,7 @@ from croupier import errors
 
 _PAIRS = (
     ("OpenMPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("Horovod", "HOROVOD_RANK", "HOROVOD_SIZE"),
     ("Slurm", "SLURM_PROCID", "SLURM_NTASKS"),
     ("torchrun", "RANK", "WORLD_SIZE"),
 )
@@ -74,8 +76,8 @@ def detect_rank_world(rank=None, world=None, env=None):
         if not found:
             raise errors.InvalidArgumentError(
                 "no rank and world size: pass rank= and world=, or run under a launcher that "
-                "sets them (OMPI_COMM_WORLD_RANK/SIZE, SLURM_PROCID/NTASKS, RANK/WORLD_SIZE, "
-                "TF_CONFIG)")
+                "sets them (OMPI_COMM_WORLD_RANK/SIZE, HOROVOD_RANK/SIZE, SLURM_PROCID/NTASKS, "
+                "RANK/WORLD_SIZE, TF_CONFIG)")
         _, env_rank, env_world = found[0]
         rank = env_rank if rank is None else rank
         world = env_world if world is None else world
