@@ -12,7 +12,6 @@ docs/tensorflow.md says so. Every check is on record ids, i.e. on content, not o
 import json
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 import textwrap
@@ -25,53 +24,14 @@ import croupier
 
 tf = pytest.importorskip("tensorflow")
 import croupier.tf as ctf  # noqa: E402
+from tf_records import write_regression  # noqa: E402
+from workers import free_ports, run_all  # noqa: E402
 
 if not ctf.op_available():
     pytest.skip("the TensorFlow op was not built", allow_module_level=True)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FEATURES = "id:int64,x:float32[4],y:float32"
-
-
-def write_regression(path, n):
-    """n records: x = (i, 2i, 3i, 4i) / n, y = a fixed linear function of x."""
-    with tf.io.TFRecordWriter(str(path)) as w:
-        for i in range(n):
-            x = [(k + 1) * i / n for k in range(4)]
-            f = {
-                "id": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
-                "x": tf.train.Feature(float_list=tf.train.FloatList(value=x)),
-                "y": tf.train.Feature(float_list=tf.train.FloatList(value=[sum(x) / 2 - 0.25])),
-            }
-            w.write(tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString())
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-def run_all(procs, timeout):
-    """Waits for every process; kills them all at the deadline or at the first failure."""
-    deadline = time.monotonic() + timeout
-    try:
-        while any(p.poll() is None for p in procs):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"workers still running after {timeout} s (a hang)")
-            failed = [p for p in procs if p.poll() not in (None, 0)]
-            if failed:
-                raise AssertionError(f"a worker failed:\n{failed[0].stderr.read()[-4000:]}")
-            time.sleep(0.2)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
 
 
 _MWMS_WORKER = textwrap.dedent("""
@@ -122,7 +82,7 @@ _MWMS_WORKER = textwrap.dedent("""
 def test_multi_worker_mirrored_strategy_4_processes_each_read_their_rank_exactly_once(tmp_path):
     workers = 4
     path = tmp_path / "reg.tfrecord"
-    write_regression(path, 640)  # per epoch: 4 ranks x 10 steps x 16 records
+    write_regression(tf, path, 640)  # per epoch: 4 ranks x 10 steps x 16 records
     script = tmp_path / "worker.py"
     script.write_text(_MWMS_WORKER)
     with croupier.local_cluster(producers=2, work_dir=tmp_path / "cluster") as cluster:
@@ -201,7 +161,7 @@ _MIRRORED = textwrap.dedent("""
 def test_mirrored_strategy_gives_each_replica_its_own_ranks_batch_each_step(tmp_path):
     replicas = 2
     path = tmp_path / "reg.tfrecord"
-    write_regression(path, 320)
+    write_regression(tf, path, 320)
     script = tmp_path / "mirrored.py"
     script.write_text(_MIRRORED)
     with croupier.local_cluster(producers=1, work_dir=tmp_path / "cluster") as cluster:
