@@ -232,3 +232,98 @@ def test_a_tf_data_pipeline_served_as_the_producer_and_read_through_the_op(tmp_p
             stop.set()
             thread.join(10)
         assert served.get("n") == 24
+
+
+# Keras model.fit under MultiWorkerMirroredStrategy. tf.keras is tf_keras (Keras 2) here, through
+# TF_USE_LEGACY_KERAS=1: Keras 3.15.1's fit does not run under this strategy (docs/tensorflow.md).
+_FIT_WORKER = textwrap.dedent("""
+    import json, os, sys
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    import croupier
+    import tensorflow as tf
+    import croupier.tf as ctf
+    address, out, epochs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    seen = {}  # Keras epoch -> the record ids of each step this worker trained on
+
+    class Net(tf.keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = tf.keras.layers.Dense(1)
+
+        def call(self, inputs):
+            return self.dense(inputs["x"])[:, 0]
+
+        def train_step(self, data):
+            # What the step trains on, recorded as it runs (in the strategy's replica context).
+            tf.py_function(lambda ids: seen[current[0]].append(ids.numpy().tolist()),
+                           [data[0]["id"]], [])
+            return super().train_step(data)
+
+    current = [0]
+
+    class Epochs(tf.keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            current[0] = epoch
+            seen.setdefault(epoch, [])
+
+    with strategy.scope():
+        model = Net()
+        model.compile(tf.keras.optimizers.SGD(0.02), "mse")
+    # One rank per worker (TF_CONFIG), each worker's batch whole on its replica; Keras epoch e is
+    # croupier epoch e, and its steps are the job's (croupier.tf.keras_fit_inputs).
+    inputs = ctf.keras_fit_inputs(
+        strategy, address, "train",
+        map_fn=lambda b: ({"x": b["x"], "id": b["id"]}, b["y"]))
+    history = model.fit(**inputs, epochs=epochs, verbose=0, callbacks=[Epochs()])
+    task = json.loads(os.environ["TF_CONFIG"])["task"]
+    with open(out, "w") as f:
+        json.dump({"index": task["index"], "seen": {str(k): v for k, v in seen.items()},
+                   "loss": history.history["loss"],
+                   "weights": [w.ravel().tolist() for w in model.get_weights()]}, f)
+""")
+
+
+def start_workers(tmp_path, script, args, workers, tag=""):
+    """`workers` TensorFlow processes on loopback with one TF_CONFIG cluster; rank i = worker i."""
+    ports = free_ports(workers)
+    cluster_spec = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    procs = []
+    for i in range(workers):
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="",
+                   TF_CONFIG=json.dumps({"cluster": cluster_spec,
+                                         "task": {"type": "worker", "index": i}}))
+        procs.append(subprocess.Popen(
+            [sys.executable, str(script), *args(i)], env=env, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, text=True))
+    return procs
+
+
+@pytest.mark.timeout(300)
+def test_keras_fit_under_multi_worker_mirrored_strategy_4_processes_without_steps_per_epoch(
+        tmp_path):
+    workers, records, batch, epochs = 4, 640, 16, 2
+    path = tmp_path / "reg.tfrecord"
+    write_regression(tf, path, records)
+    script = tmp_path / "fit.py"
+    script.write_text(_FIT_WORKER)
+    with croupier.local_cluster(producers=2, work_dir=tmp_path / "cluster") as cluster:
+        cluster.create_job("train", str(path), FEATURES, batch, consumers=workers, seed=3,
+                           epochs=epochs)
+        procs = start_workers(tmp_path, script, lambda i: [
+            cluster.address, str(tmp_path / f"out{i}.json"), str(epochs)], workers)
+        run_all(procs, 240)
+    outs = sorted((json.loads((tmp_path / f"out{i}.json").read_text()) for i in range(workers)),
+                  key=lambda o: o["index"])
+    steps = records // batch // workers
+    for epoch in range(epochs):
+        plan = croupier.EpochPlan(records, batch, workers, seed=3, epoch=epoch)
+        for rank, o in enumerate(outs):
+            got = o["seen"][str(epoch)]
+            assert len(got) == steps, f"epoch {epoch} rank {rank}: {len(got)} steps, want {steps}"
+            want = [plan.batch(plan.global_batch(rank, s)).tolist() for s in range(steps)]
+            assert got == want, f"epoch {epoch} rank {rank}: not the plan's batches, in order"
+        ids = sorted(i for o in outs for b in o["seen"][str(epoch)] for i in b)
+        assert ids == list(range(records)), f"epoch {epoch}: not every record exactly once"
+    assert all(o["weights"] == outs[0]["weights"] for o in outs)  # the gradients were averaged
+    assert outs[0]["loss"][1] < outs[0]["loss"][0]

@@ -232,3 +232,35 @@ def dataset(dispatcher, job, rank=None, world=None, *, epoch=None, auth_token=No
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return ds.with_options(options)
+
+
+def keras_fit_inputs(strategy, dispatcher, job, map_fn=None, **dataset_options):
+    """The arguments of Keras's model.fit for `strategy` (MultiWorkerMirroredStrategy, one rank
+    per worker): {"x": a distributed dataset of this worker's rank, "steps_per_epoch": the job's
+    steps per epoch}, so that Keras epoch e reads croupier epoch e whole, and each step trains on
+    each worker's own batch. Use model.fit(**keras_fit_inputs(...), epochs=E, callbacks=...).
+
+    map_fn maps each element {feature: tensor} to what the model takes, e.g. (x, y). Other
+    arguments are those of dataset(). tf.keras must be Keras 2 (tf_keras, TF_USE_LEGACY_KERAS=1):
+    Keras 3's fit does not run under MultiWorkerMirroredStrategy (docs/tensorflow.md).
+
+    Why not model.fit(dataset(...)): Keras hands a plain dataset to
+    strategy.experimental_distribute_dataset, which takes each worker's batch for a global one
+    and keeps a 1/world slice of it on each worker; a distributed dataset keeps the batches whole,
+    but Keras then wants steps_per_epoch and keeps one iterator for every epoch. This gives both:
+    the dataset repeats (each repetition the next croupier epoch) and the steps are the job's."""
+    steps = []
+
+    def dataset_fn(context):
+        ds = dataset(dispatcher, job, **dataset_options)
+        steps.append(int(ds.cardinality()))
+        if map_fn is not None:
+            ds = ds.map(map_fn)
+        return ds.repeat()
+
+    dist = strategy.distribute_datasets_from_function(dataset_fn)
+    if not steps or steps[0] < 0:
+        raise tf.errors.FailedPreconditionError(
+            None, None, f"croupier job {job!r} has no fixed steps per epoch (not a dealt job): "
+            "Keras needs them for a distributed dataset")
+    return {"x": dist, "steps_per_epoch": steps[0]}
