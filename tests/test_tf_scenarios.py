@@ -18,6 +18,7 @@ import textwrap
 import threading
 import time
 
+import numpy as np
 import pytest
 
 import croupier
@@ -242,7 +243,10 @@ _FIT_WORKER = textwrap.dedent("""
     import croupier
     import tensorflow as tf
     import croupier.tf as ctf
-    address, out, epochs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    address, job, out, epochs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    backup = sys.argv[5] if len(sys.argv) > 5 else None    # BackupAndRestore's directory
+    die_at = int(sys.argv[6]) if len(sys.argv) > 6 else -1  # exit after this many steps
+    tf.keras.utils.set_random_seed(1)
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     seen = {}  # Keras epoch -> the record ids of each step this worker trained on
 
@@ -267,24 +271,42 @@ _FIT_WORKER = textwrap.dedent("""
             current[0] = epoch
             seen.setdefault(epoch, [])
 
+    def report():
+        task = json.loads(os.environ["TF_CONFIG"])["task"]
+        with open(out, "w") as f:
+            json.dump({"index": task["index"], "seen": {str(k): v for k, v in seen.items()},
+                       "loss": history.history["loss"] if history else None,
+                       "weights": [w.ravel().tolist() for w in model.get_weights()]}, f)
+
+    class Die(tf.keras.callbacks.Callback):
+        # A failure of every worker at once, after `die_at` steps (the backup is older).
+        steps = 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            Die.steps += 1
+            if Die.steps == die_at:
+                report()
+                os._exit(17)
+
+    history = None
     with strategy.scope():
         model = Net()
         model.compile(tf.keras.optimizers.SGD(0.02), "mse")
+    callbacks = [Epochs(), Die()]
+    if backup:
+        callbacks.insert(0, tf.keras.callbacks.BackupAndRestore(backup, save_freq=3))
     # One rank per worker (TF_CONFIG), each worker's batch whole on its replica; Keras epoch e is
     # croupier epoch e, and its steps are the job's (croupier.tf.keras_fit_inputs).
+    # With backup_dir, a restarted worker's dataset starts where Keras resumes from the backup.
     inputs = ctf.keras_fit_inputs(
-        strategy, address, "train",
-        map_fn=lambda b: ({"x": b["x"], "id": b["id"]}, b["y"]))
-    history = model.fit(**inputs, epochs=epochs, verbose=0, callbacks=[Epochs()])
-    task = json.loads(os.environ["TF_CONFIG"])["task"]
-    with open(out, "w") as f:
-        json.dump({"index": task["index"], "seen": {str(k): v for k, v in seen.items()},
-                   "loss": history.history["loss"],
-                   "weights": [w.ravel().tolist() for w in model.get_weights()]}, f)
+        strategy, address, job, map_fn=lambda b: ({"x": b["x"], "id": b["id"]}, b["y"]),
+        backup_dir=backup)
+    history = model.fit(**inputs, epochs=epochs, verbose=0, callbacks=callbacks)
+    report()
 """)
 
 
-def start_workers(tmp_path, script, args, workers, tag=""):
+def start_workers(tmp_path, script, args, workers):
     """`workers` TensorFlow processes on loopback with one TF_CONFIG cluster; rank i = worker i."""
     ports = free_ports(workers)
     cluster_spec = {"worker": [f"127.0.0.1:{p}" for p in ports]}
@@ -311,7 +333,7 @@ def test_keras_fit_under_multi_worker_mirrored_strategy_4_processes_without_step
         cluster.create_job("train", str(path), FEATURES, batch, consumers=workers, seed=3,
                            epochs=epochs)
         procs = start_workers(tmp_path, script, lambda i: [
-            cluster.address, str(tmp_path / f"out{i}.json"), str(epochs)], workers)
+            cluster.address, "train", str(tmp_path / f"out{i}.json"), str(epochs)], workers)
         run_all(procs, 240)
     outs = sorted((json.loads((tmp_path / f"out{i}.json").read_text()) for i in range(workers)),
                   key=lambda o: o["index"])
@@ -327,3 +349,62 @@ def test_keras_fit_under_multi_worker_mirrored_strategy_4_processes_without_step
         assert ids == list(range(records)), f"epoch {epoch}: not every record exactly once"
     assert all(o["weights"] == outs[0]["weights"] for o in outs)  # the gradients were averaged
     assert outs[0]["loss"][1] < outs[0]["loss"][0]
+
+
+def wait_for_exit(procs, code, timeout):
+    """Waits for every process to exit with `code`; kills them all at the deadline."""
+    deadline = time.monotonic() + timeout
+    try:
+        for p in procs:
+            p.wait(timeout=max(1, deadline - time.monotonic()))
+            assert p.returncode == code, f"exit {p.returncode}, not {code}:\n{p.stderr.read()[-4000:]}"
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+
+
+@pytest.mark.timeout(300)
+def test_keras_fit_resumes_mid_epoch_exactly_from_backup_and_restore(tmp_path):
+    """4 workers train 2 epochs with BackupAndRestore(save_freq=3) and all die after 17 steps
+    (epoch 1, step 6); the backup holds 15 (epoch 1 after step 4). Restarted, they resume at
+    epoch 1 step 5 with exactly the plan's batches from there, and end with the weights of an
+    uninterrupted run: every batch of the trajectory trained once, in order."""
+    workers, records, batch, epochs, steps = 4, 640, 16, 2, 10
+    path = tmp_path / "reg.tfrecord"
+    write_regression(tf, path, records)
+    script = tmp_path / "fit.py"
+    script.write_text(_FIT_WORKER)
+    backup = tmp_path / "backup"
+    out = lambda run, i: str(tmp_path / f"{run}{i}.json")  # noqa: E731
+    with croupier.local_cluster(producers=2, work_dir=tmp_path / "cluster") as cluster:
+        for job in ("reference", "train"):
+            cluster.create_job(job, str(path), FEATURES, batch, consumers=workers, seed=3,
+                               epochs=epochs)
+        run_all(start_workers(tmp_path, script, lambda i: [
+            cluster.address, "reference", out("ref", i), str(epochs)], workers), 240)
+        wait_for_exit(start_workers(tmp_path, script, lambda i: [
+            cluster.address, "train", out("died", i), str(epochs), str(backup), "17"], workers),
+            17, 240)
+        run_all(start_workers(tmp_path, script, lambda i: [
+            cluster.address, "train", out("resumed", i), str(epochs), str(backup)], workers),
+            240)
+    read = lambda run: sorted((json.loads(pathlib.Path(out(run, i)).read_text())  # noqa: E731
+                               for i in range(workers)), key=lambda o: o["index"])
+    ref, died, resumed = read("ref"), read("died"), read("resumed")
+    plan = croupier.EpochPlan(records, batch, workers, seed=3, epoch=1)
+    for rank in range(workers):
+        want = [plan.batch(plan.global_batch(rank, s)).tolist() for s in range(steps)]
+        assert len(died[rank]["seen"]["0"]) == steps
+        assert died[rank]["seen"]["1"] == want[:7], f"rank {rank}: before the failure"
+        assert "0" not in resumed[rank]["seen"], f"rank {rank}: epoch 0 trained again"
+        assert resumed[rank]["seen"]["1"] == want[5:], f"rank {rank}: not resumed at step 5"
+    # Epoch 1 in the trajectory kept (the backup's 5 steps, then the resumed 5): exactly once.
+    kept = sorted(i for r in range(workers) for b in died[r]["seen"]["1"][:5] + resumed[r]["seen"]["1"]
+                  for i in b)
+    assert kept == list(range(records))
+    assert all(o["weights"] == resumed[0]["weights"] for o in resumed)
+    np.testing.assert_allclose(np.concatenate([np.array(w) for w in resumed[0]["weights"]]),
+                               np.concatenate([np.array(w) for w in ref[0]["weights"]]),
+                               rtol=1e-6, atol=1e-7)
