@@ -5,8 +5,8 @@ OpenMPI's OMPI_COMM_WORLD_RANK/SIZE, as under horovodrun.
     mpirun -n 4 python examples/mpi_allreduce.py --dispatcher HOST:5050 --job train
 
 The model is a linear softmax classifier in numpy over the 64 `pixels` of the handwritten digits
-that scripts/demo_data.py writes. With --report FILE (rank r writes FILE.r) each rank records what it
-received, in the same format as examples/pytorch_ddp.py, so scripts/demo_train.py can check it.
+that scripts/demo_data.py writes. With --report FILE (rank r writes FILE.r) each rank records what
+it received, in the same format as examples/pytorch_ddp.py, so scripts/demo_train.py can check it.
 """
 import argparse
 import json

@@ -39,7 +39,8 @@ def test_the_demo_4_ddp_ranks_learn_the_digits_exactly_once(tmp_path):
          str(tmp_path / "train"), "--timeout", "180", "--plot", str(plot)],
         capture_output=True, text=True, timeout=220)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "demo passed: exactly once, equal steps, the planned deal; the model learnt" in proc.stdout
+    assert ("demo passed: exactly once, equal steps, the planned deal; the model learnt"
+            in proc.stdout)
     assert proc.stdout.count("exactly once: yes, equal steps: yes, the plan's batches: yes") == 15
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -357,7 +357,8 @@ def wait_for_exit(procs, code, timeout):
     try:
         for p in procs:
             p.wait(timeout=max(1, deadline - time.monotonic()))
-            assert p.returncode == code, f"exit {p.returncode}, not {code}:\n{p.stderr.read()[-4000:]}"
+            assert p.returncode == code, (
+                f"exit {p.returncode}, not {code}:\n{p.stderr.read()[-4000:]}")
     finally:
         for p in procs:
             if p.poll() is None:
@@ -401,8 +402,8 @@ def test_keras_fit_resumes_mid_epoch_exactly_from_backup_and_restore(tmp_path):
         assert "0" not in resumed[rank]["seen"], f"rank {rank}: epoch 0 trained again"
         assert resumed[rank]["seen"]["1"] == want[5:], f"rank {rank}: not resumed at step 5"
     # Epoch 1 in the trajectory kept (the backup's 5 steps, then the resumed 5): exactly once.
-    kept = sorted(i for r in range(workers) for b in died[r]["seen"]["1"][:5] + resumed[r]["seen"]["1"]
-                  for i in b)
+    kept = sorted(i for r in range(workers)
+                  for b in died[r]["seen"]["1"][:5] + resumed[r]["seen"]["1"] for i in b)
     assert kept == list(range(records))
     assert all(o["weights"] == resumed[0]["weights"] for o in resumed)
     np.testing.assert_allclose(np.concatenate([np.array(w) for w in resumed[0]["weights"]]),

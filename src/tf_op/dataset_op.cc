@@ -11,8 +11,8 @@
 //
 // Epochs: with epoch >= 0 every iterator reads that epoch; with epoch = -1 each new iterator reads
 // the next epoch. A rank's first iterator starts where the dispatcher registered the rank (its
-// last acknowledged position), as croupier.Consumer does, or at the op's start (epoch, step). An iterator saves and restores the
-// croupier position (epoch, step) through tf.train.Checkpoint.
+// last acknowledged position), as croupier.Consumer does, or at the op's start (epoch, step).
+// An iterator saves and restores the croupier position (epoch, step) through tf.train.Checkpoint.
 #include <atomic>
 #include <cstdint>
 #include <cstring>
