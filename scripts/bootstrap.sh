@@ -34,11 +34,14 @@ if [[ ! -x .venv/bin/python ]]; then
   say "creating .venv with $($python --version 2>&1)"
   "$python" -m venv .venv
 fi
-stamp=".venv/.croupier-requirements-$(sha256sum scripts/requirements-dev.txt | cut -c1-16)"
+stamp=".venv/.croupier-requirements-$(cat scripts/requirements-dev.txt \
+  scripts/requirements-nodeps.txt | sha256sum | cut -c1-16)"
 if [[ ! -f "$stamp" ]]; then
   say "installing Python packages into .venv"
   .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
   .venv/bin/python -m pip install -q --disable-pip-version-check -r scripts/requirements-dev.txt
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps \
+    -r scripts/requirements-nodeps.txt
   rm -f .venv/.croupier-requirements-*
   touch "$stamp"
 fi

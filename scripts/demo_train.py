@@ -5,16 +5,21 @@ with torch.distributed (gloo all-reduce), started the way torchrun would; with -
 are examples/mpi_allreduce.py under OpenMPI's mpirun, with an mpi4py all-reduce (the Horovod
 pattern).
 
-Starts a local_cluster (a dispatcher and 2 producers), creates a dealt job over the dataset,
-launches the trainers, then
-checks what croupier guarantees, on the record ids the trainers actually received:
+The data is what scripts/demo_data.py writes: handwritten digits in TFRecord files, and a held-out
+set (DATA_DIR/heldout.npz) that croupier never deals. Starts a local_cluster (a dispatcher and 2
+producers), creates a dealt job over the TFRecord files, launches the trainers, then checks what
+croupier guarantees, on the record ids the trainers actually received:
   - every record of each epoch's plan was seen exactly once across the ranks;
   - every rank took the same number of steps;
-  - each rank's batches are exactly the plan's, in order (the deal is deterministic).
-Prints per epoch the loss, records/s and each rank's batch count. Exits non-zero if a check fails.
+  - each rank's batches are exactly the plan's, in order (the deal is deterministic);
+and that the model learnt: its accuracy on the held-out digits (measured by rank 0 of the torch
+trainers) reaches --min-accuracy. Prints per epoch the loss, the held-out accuracy, records/s and
+each rank's batch count, and writes the loss and accuracy per epoch to WORK_DIR/../loss.png.
+Exits non-zero if a check fails.
 
 usage: .venv/bin/python scripts/demo_train.py DATA_DIR [--trainers 4] [--producers 2]
-       [--epochs 2] [--batch-size 64] [--seed 1] [--work-dir DIR] [--launcher torch|mpi]
+       [--epochs 15] [--batch-size 16] [--seed 1] [--work-dir DIR] [--launcher torch|mpi]
+       [--min-accuracy 0.95] [--plot FILE]
 """
 import argparse
 import collections
@@ -42,7 +47,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def launch_trainers(address, job, n, epochs, work_dir, timeout):
+FEATURES = "id:int64,label:int64,pixels:float32[64]"
+
+
+def launch_trainers(address, job, n, epochs, work_dir, timeout, heldout):
     """Starts n trainer processes the way torchrun would, waits for them, returns their reports."""
     port = free_port()
     procs, reports = [], []
@@ -54,7 +62,8 @@ def launch_trainers(address, job, n, epochs, work_dir, timeout):
         reports.append(report)
         procs.append(subprocess.Popen(
             [sys.executable, str(TRAINER), "--dispatcher", address, "--job", job,
-             "--epochs", str(epochs), "--report", str(report)], env=env))
+             "--epochs", str(epochs), "--report", str(report), "--heldout", str(heldout)],
+            env=env))
     deadline = time.monotonic() + timeout
     try:
         for rank, proc in enumerate(procs):
@@ -127,13 +136,39 @@ def check_epoch(reports, job, epoch, seed, batch_size):
                 break
     records = sum(len(b) for g in got for b in g["ids"])
     seconds = max(g["seconds"] for g in got)
-    print(f"epoch {epoch}: loss {got[0]['loss']:.3f}, {records} records in {seconds:.1f} s "
-          f"({records / seconds:,.0f} records/s), batches per rank {steps}")
+    accuracy = got[0].get("accuracy")
+    held = f", held-out accuracy {accuracy:.1%}" if accuracy is not None else ""
     exactly_once = len(seen) == sum(seen.values()) and seen == planned
-    print(f"  every planned record seen exactly once: {'yes' if exactly_once else 'NO'}; "
-          f"same steps on every rank: {'yes' if len(set(steps)) == 1 else 'NO'}; "
-          f"batches match the plan: {'yes' if not any('plan' in f for f in failures) else 'NO'}")
+    yes = lambda ok: "yes" if ok else "NO"  # noqa: E731
+    print(f"epoch {epoch:2d}: loss {got[0]['loss']:.3f}{held}; {records} records in "
+          f"{seconds:.2f} s, steps per rank {steps}; exactly once: {yes(exactly_once)}, "
+          f"equal steps: {yes(len(set(steps)) == 1)}, the plan's batches: "
+          f"{yes(not any('plan' in f for f in failures))}")
     return failures
+
+
+def plot_curves(report, path, launcher):
+    """Writes a PNG of the mean training loss (and the held-out accuracy, where measured) per
+    epoch."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    epochs = [e["epoch"] + 1 for e in report["epochs"]]
+    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=100)
+    ax.plot(epochs, [e["loss"] for e in report["epochs"]], "o-", color="tab:blue")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("mean training loss (cross-entropy)", color="tab:blue")
+    ax.set_ylim(bottom=0)
+    if all("accuracy" in e for e in report["epochs"]):
+        acc = ax.twinx()
+        acc.plot(epochs, [100 * e["accuracy"] for e in report["epochs"]], "s-", color="tab:green")
+        acc.set_ylabel("held-out accuracy (%)", color="tab:green")
+        acc.set_ylim(0, 100)
+    ax.set_title(f"make demo: {report['world']} ranks ({launcher}) fed by croupier, "
+                 "handwritten digits", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def main():
@@ -141,20 +176,24 @@ def main():
     parser.add_argument("data_dir")
     parser.add_argument("--trainers", type=int, default=4)
     parser.add_argument("--producers", type=int, default=2)
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--epochs", type=int, default=15)
+    parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--work-dir", default=str(ROOT / "demo-out" / "train"))
     parser.add_argument("--timeout", type=float, default=240)
     parser.add_argument("--launcher", choices=("torch", "mpi"), default="torch")
+    parser.add_argument("--min-accuracy", type=float, default=0.95,
+                        help="the held-out accuracy the torch trainers must reach")
+    parser.add_argument("--plot", help="the PNG of loss and accuracy per epoch "
+                        "(default: loss.png beside the work directory)")
     args = parser.parse_args()
     work_dir = pathlib.Path(args.work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
 
     print(f"starting a local cluster: 1 dispatcher, {args.producers} producers", flush=True)
     with croupier.local_cluster(producers=args.producers, work_dir=work_dir / "cluster") as cluster:
-        job = cluster.create_job("train", f"{args.data_dir}/*.tfrecord",
-                                 "id:int64,label:int64,image:bytes", args.batch_size,
+        job = cluster.create_job("train", f"{args.data_dir}/*.tfrecord", FEATURES,
+                                 args.batch_size,
                                  consumers=args.trainers, seed=args.seed, epochs=args.epochs,
                                  shuffle="global")
         print(f"job 'train': {job['num_records']} records, batches of {args.batch_size}, "
@@ -174,17 +213,29 @@ def main():
             else:
                 print(f"launching {args.trainers} trainers (torch.distributed, gloo)", flush=True)
                 reports = launch_trainers(cluster.address, "train", args.trainers, args.epochs,
-                                          work_dir, args.timeout)
+                                          work_dir, args.timeout,
+                                          pathlib.Path(args.data_dir) / "heldout.npz")
         finally:
             stop.set()
             progress.join()
     failures = []
     for epoch in range(args.epochs):
         failures += check_epoch(reports, job, epoch, args.seed, args.batch_size)
+    plot = pathlib.Path(args.plot) if args.plot else work_dir.parent / "loss.png"
+    plot_curves(reports[0], plot, args.launcher)
+    print(f"loss per epoch plotted in {plot}")
+    accuracy = reports[0]["epochs"][-1].get("accuracy")
+    if accuracy is not None:
+        print(f"held-out accuracy after {args.epochs} epochs: {accuracy:.1%} "
+              f"(required: {args.min_accuracy:.0%})")
+        if accuracy < args.min_accuracy:
+            failures.append(f"the model reached {accuracy:.1%} on the held-out digits, below "
+                            f"{args.min_accuracy:.0%}")
     if failures:
         print("demo FAILED:\n  " + "\n  ".join(failures))
         return 1
-    print("demo passed: exactly once, equal steps, the planned deal")
+    learnt = "; the model learnt" if accuracy is not None else ""
+    print(f"demo passed: exactly once, equal steps, the planned deal{learnt}")
     return 0
 
 

@@ -189,6 +189,27 @@ def test_checkpointed_iterator_resumes_the_data_exactly_in_a_new_process(tmp_pat
         assert got["next"] == want[1]
 
 
+@pytest.mark.timeout(120)
+def test_a_start_position_begins_the_first_iteration_there(tmp_path):
+    """start=(epoch, step), as from a trainer's own checkpoint: the first iteration reads that
+    epoch from that step, the next iteration the epoch after it."""
+    path = tmp_path / "mixed.tfrecord"
+    write_mixed_examples(tf, path, 80)
+    with croupier.local_cluster(producers=1, work_dir=tmp_path / "cluster") as cluster:
+        cluster.create_job("st", str(path), MIXED, 8, consumers=1, seed=7, epochs=3)
+        ref = ctf.dataset(cluster.address, "st", 0, 1, resume=False)
+        want = [[digest(b) for b in ref] for _ in range(3)]
+        del ref
+        gc.collect()
+        ds = ctf.dataset(cluster.address, "st", 0, 1, start=(1, 3))
+        assert [digest(b) for b in ds] == want[1][3:]
+        assert [digest(b) for b in ds] == want[2]
+        del ds
+        gc.collect()
+        with pytest.raises(tf.errors.InvalidArgumentError, match="start"):
+            ctf.dataset(cluster.address, "st", 0, 1, start=(1, -2))
+
+
 _ORDER = textwrap.dedent("""
     import sys
     if sys.argv[1] == "tensorflow-first":

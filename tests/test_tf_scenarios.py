@@ -12,66 +12,27 @@ docs/tensorflow.md says so. Every check is on record ids, i.e. on content, not o
 import json
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 import textwrap
 import threading
 import time
 
+import numpy as np
 import pytest
 
 import croupier
 
 tf = pytest.importorskip("tensorflow")
 import croupier.tf as ctf  # noqa: E402
+from tf_records import write_regression  # noqa: E402
+from workers import free_ports, run_all  # noqa: E402
 
 if not ctf.op_available():
     pytest.skip("the TensorFlow op was not built", allow_module_level=True)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FEATURES = "id:int64,x:float32[4],y:float32"
-
-
-def write_regression(path, n):
-    """n records: x = (i, 2i, 3i, 4i) / n, y = a fixed linear function of x."""
-    with tf.io.TFRecordWriter(str(path)) as w:
-        for i in range(n):
-            x = [(k + 1) * i / n for k in range(4)]
-            f = {
-                "id": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
-                "x": tf.train.Feature(float_list=tf.train.FloatList(value=x)),
-                "y": tf.train.Feature(float_list=tf.train.FloatList(value=[sum(x) / 2 - 0.25])),
-            }
-            w.write(tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString())
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-def run_all(procs, timeout):
-    """Waits for every process; kills them all at the deadline or at the first failure."""
-    deadline = time.monotonic() + timeout
-    try:
-        while any(p.poll() is None for p in procs):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"workers still running after {timeout} s (a hang)")
-            failed = [p for p in procs if p.poll() not in (None, 0)]
-            if failed:
-                raise AssertionError(f"a worker failed:\n{failed[0].stderr.read()[-4000:]}")
-            time.sleep(0.2)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
 
 
 _MWMS_WORKER = textwrap.dedent("""
@@ -122,7 +83,7 @@ _MWMS_WORKER = textwrap.dedent("""
 def test_multi_worker_mirrored_strategy_4_processes_each_read_their_rank_exactly_once(tmp_path):
     workers = 4
     path = tmp_path / "reg.tfrecord"
-    write_regression(path, 640)  # per epoch: 4 ranks x 10 steps x 16 records
+    write_regression(tf, path, 640)  # per epoch: 4 ranks x 10 steps x 16 records
     script = tmp_path / "worker.py"
     script.write_text(_MWMS_WORKER)
     with croupier.local_cluster(producers=2, work_dir=tmp_path / "cluster") as cluster:
@@ -201,7 +162,7 @@ _MIRRORED = textwrap.dedent("""
 def test_mirrored_strategy_gives_each_replica_its_own_ranks_batch_each_step(tmp_path):
     replicas = 2
     path = tmp_path / "reg.tfrecord"
-    write_regression(path, 320)
+    write_regression(tf, path, 320)
     script = tmp_path / "mirrored.py"
     script.write_text(_MIRRORED)
     with croupier.local_cluster(producers=1, work_dir=tmp_path / "cluster") as cluster:
@@ -272,3 +233,179 @@ def test_a_tf_data_pipeline_served_as_the_producer_and_read_through_the_op(tmp_p
             stop.set()
             thread.join(10)
         assert served.get("n") == 24
+
+
+# Keras model.fit under MultiWorkerMirroredStrategy. tf.keras is tf_keras (Keras 2) here, through
+# TF_USE_LEGACY_KERAS=1: Keras 3.15.1's fit does not run under this strategy (docs/tensorflow.md).
+_FIT_WORKER = textwrap.dedent("""
+    import json, os, sys
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    import croupier
+    import tensorflow as tf
+    import croupier.tf as ctf
+    address, job, out, epochs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    backup = sys.argv[5] if len(sys.argv) > 5 else None    # BackupAndRestore's directory
+    die_at = int(sys.argv[6]) if len(sys.argv) > 6 else -1  # exit after this many steps
+    tf.keras.utils.set_random_seed(1)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    seen = {}  # Keras epoch -> the record ids of each step this worker trained on
+
+    class Net(tf.keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = tf.keras.layers.Dense(1)
+
+        def call(self, inputs):
+            return self.dense(inputs["x"])[:, 0]
+
+        def train_step(self, data):
+            # What the step trains on, recorded as it runs (in the strategy's replica context).
+            tf.py_function(lambda ids: seen[current[0]].append(ids.numpy().tolist()),
+                           [data[0]["id"]], [])
+            return super().train_step(data)
+
+    current = [0]
+
+    class Epochs(tf.keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            current[0] = epoch
+            seen.setdefault(epoch, [])
+
+    def report():
+        task = json.loads(os.environ["TF_CONFIG"])["task"]
+        with open(out, "w") as f:
+            json.dump({"index": task["index"], "seen": {str(k): v for k, v in seen.items()},
+                       "loss": history.history["loss"] if history else None,
+                       "weights": [w.ravel().tolist() for w in model.get_weights()]}, f)
+
+    class Die(tf.keras.callbacks.Callback):
+        # A failure of every worker at once, after `die_at` steps (the backup is older).
+        steps = 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            Die.steps += 1
+            if Die.steps == die_at:
+                report()
+                os._exit(17)
+
+    history = None
+    with strategy.scope():
+        model = Net()
+        model.compile(tf.keras.optimizers.SGD(0.02), "mse")
+    callbacks = [Epochs(), Die()]
+    if backup:
+        callbacks.insert(0, tf.keras.callbacks.BackupAndRestore(backup, save_freq=3))
+    # One rank per worker (TF_CONFIG), each worker's batch whole on its replica; Keras epoch e is
+    # croupier epoch e, and its steps are the job's (croupier.tf.keras_fit_inputs).
+    # With backup_dir, a restarted worker's dataset starts where Keras resumes from the backup.
+    inputs = ctf.keras_fit_inputs(
+        strategy, address, job, map_fn=lambda b: ({"x": b["x"], "id": b["id"]}, b["y"]),
+        backup_dir=backup)
+    history = model.fit(**inputs, epochs=epochs, verbose=0, callbacks=callbacks)
+    report()
+""")
+
+
+def start_workers(tmp_path, script, args, workers):
+    """`workers` TensorFlow processes on loopback with one TF_CONFIG cluster; rank i = worker i."""
+    ports = free_ports(workers)
+    cluster_spec = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    procs = []
+    for i in range(workers):
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="",
+                   TF_CONFIG=json.dumps({"cluster": cluster_spec,
+                                         "task": {"type": "worker", "index": i}}))
+        procs.append(subprocess.Popen(
+            [sys.executable, str(script), *args(i)], env=env, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, text=True))
+    return procs
+
+
+@pytest.mark.timeout(300)
+def test_keras_fit_under_multi_worker_mirrored_strategy_4_processes_without_steps_per_epoch(
+        tmp_path):
+    workers, records, batch, epochs = 4, 640, 16, 2
+    path = tmp_path / "reg.tfrecord"
+    write_regression(tf, path, records)
+    script = tmp_path / "fit.py"
+    script.write_text(_FIT_WORKER)
+    with croupier.local_cluster(producers=2, work_dir=tmp_path / "cluster") as cluster:
+        cluster.create_job("train", str(path), FEATURES, batch, consumers=workers, seed=3,
+                           epochs=epochs)
+        procs = start_workers(tmp_path, script, lambda i: [
+            cluster.address, "train", str(tmp_path / f"out{i}.json"), str(epochs)], workers)
+        run_all(procs, 240)
+    outs = sorted((json.loads((tmp_path / f"out{i}.json").read_text()) for i in range(workers)),
+                  key=lambda o: o["index"])
+    steps = records // batch // workers
+    for epoch in range(epochs):
+        plan = croupier.EpochPlan(records, batch, workers, seed=3, epoch=epoch)
+        for rank, o in enumerate(outs):
+            got = o["seen"][str(epoch)]
+            assert len(got) == steps, f"epoch {epoch} rank {rank}: {len(got)} steps, want {steps}"
+            want = [plan.batch(plan.global_batch(rank, s)).tolist() for s in range(steps)]
+            assert got == want, f"epoch {epoch} rank {rank}: not the plan's batches, in order"
+        ids = sorted(i for o in outs for b in o["seen"][str(epoch)] for i in b)
+        assert ids == list(range(records)), f"epoch {epoch}: not every record exactly once"
+    assert all(o["weights"] == outs[0]["weights"] for o in outs)  # the gradients were averaged
+    assert outs[0]["loss"][1] < outs[0]["loss"][0]
+
+
+def wait_for_exit(procs, code, timeout):
+    """Waits for every process to exit with `code`; kills them all at the deadline."""
+    deadline = time.monotonic() + timeout
+    try:
+        for p in procs:
+            p.wait(timeout=max(1, deadline - time.monotonic()))
+            assert p.returncode == code, (
+                f"exit {p.returncode}, not {code}:\n{p.stderr.read()[-4000:]}")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+
+
+@pytest.mark.timeout(300)
+def test_keras_fit_resumes_mid_epoch_exactly_from_backup_and_restore(tmp_path):
+    """4 workers train 2 epochs with BackupAndRestore(save_freq=3) and all die after 17 steps
+    (epoch 1, step 6); the backup holds 15 (epoch 1 after step 4). Restarted, they resume at
+    epoch 1 step 5 with exactly the plan's batches from there, and end with the weights of an
+    uninterrupted run: every batch of the trajectory trained once, in order."""
+    workers, records, batch, epochs, steps = 4, 640, 16, 2, 10
+    path = tmp_path / "reg.tfrecord"
+    write_regression(tf, path, records)
+    script = tmp_path / "fit.py"
+    script.write_text(_FIT_WORKER)
+    backup = tmp_path / "backup"
+    out = lambda run, i: str(tmp_path / f"{run}{i}.json")  # noqa: E731
+    with croupier.local_cluster(producers=2, work_dir=tmp_path / "cluster") as cluster:
+        for job in ("reference", "train"):
+            cluster.create_job(job, str(path), FEATURES, batch, consumers=workers, seed=3,
+                               epochs=epochs)
+        run_all(start_workers(tmp_path, script, lambda i: [
+            cluster.address, "reference", out("ref", i), str(epochs)], workers), 240)
+        wait_for_exit(start_workers(tmp_path, script, lambda i: [
+            cluster.address, "train", out("died", i), str(epochs), str(backup), "17"], workers),
+            17, 240)
+        run_all(start_workers(tmp_path, script, lambda i: [
+            cluster.address, "train", out("resumed", i), str(epochs), str(backup)], workers),
+            240)
+    read = lambda run: sorted((json.loads(pathlib.Path(out(run, i)).read_text())  # noqa: E731
+                               for i in range(workers)), key=lambda o: o["index"])
+    ref, died, resumed = read("ref"), read("died"), read("resumed")
+    plan = croupier.EpochPlan(records, batch, workers, seed=3, epoch=1)
+    for rank in range(workers):
+        want = [plan.batch(plan.global_batch(rank, s)).tolist() for s in range(steps)]
+        assert len(died[rank]["seen"]["0"]) == steps
+        assert died[rank]["seen"]["1"] == want[:7], f"rank {rank}: before the failure"
+        assert "0" not in resumed[rank]["seen"], f"rank {rank}: epoch 0 trained again"
+        assert resumed[rank]["seen"]["1"] == want[5:], f"rank {rank}: not resumed at step 5"
+    # Epoch 1 in the trajectory kept (the backup's 5 steps, then the resumed 5): exactly once.
+    kept = sorted(i for r in range(workers)
+                  for b in died[r]["seen"]["1"][:5] + resumed[r]["seen"]["1"] for i in b)
+    assert kept == list(range(records))
+    assert all(o["weights"] == resumed[0]["weights"] for o in resumed)
+    np.testing.assert_allclose(np.concatenate([np.array(w) for w in resumed[0]["weights"]]),
+                               np.concatenate([np.array(w) for w in ref[0]["weights"]]),
+                               rtol=1e-6, atol=1e-7)

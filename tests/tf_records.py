@@ -38,6 +38,20 @@ def write_mixed_examples(tf, path, n):
             w.write(tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString())
 
 
+def write_regression(tf, path, n):
+    """n records: id i, x = (i, 2i, 3i, 4i) / n, y = a fixed linear function of x (FEATURES
+    "id:int64,x:float32[4],y:float32")."""
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for i in range(n):
+            x = [(k + 1) * i / n for k in range(4)]
+            f = {
+                "id": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
+                "x": tf.train.Feature(float_list=tf.train.FloatList(value=x)),
+                "y": tf.train.Feature(float_list=tf.train.FloatList(value=[sum(x) / 2 - 0.25])),
+            }
+            w.write(tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString())
+
+
 def regression_row(i):
     """Record i of write_regression_examples: x in [0, 1000), y = 2x plus a little noise (as
     doubles; the file holds them rounded to float32)."""

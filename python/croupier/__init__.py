@@ -5,8 +5,8 @@ order is a seeded, deterministic function of the job. See README.md and docs/.
 
 Consumer feeds a trainer; local_cluster runs a dispatcher and producers on this machine;
 create_job defines what they deal. The data layer (TFRecord files, tf.train.Example parsing,
-record indexes, epoch plans, batches) is here too. Framework adapters: croupier.torch and
-croupier.tf.
+record indexes, epoch plans, batches) is here too. Framework adapters: croupier.torch,
+croupier.tf and croupier.jax.
 """
 import os as _os
 import sys as _sys

@@ -137,17 +137,27 @@ def _load_op():
         return _op_module
 
 
-def _job_features(dispatcher, job, auth_token, timeout):
+def _job_info(dispatcher, job, auth_token, timeout):
+    """The job's entry in the dispatcher's status: {"spec": ..., "steps_per_epoch": ...}."""
     from croupier import cluster
     try:
         status = cluster.status(dispatcher, auth_token=auth_token, timeout=timeout)
     except errors.Error as e:
         raise _tf_error(e) from None
     for info in status.get("jobs", []):
-        spec = info.get("spec", info)
-        if spec.get("name") == job:
-            return spec["features"]
+        if info.get("spec", info).get("name") == job:
+            return info
     raise tf.errors.NotFoundError(None, None, f"no job {job!r} at the dispatcher {dispatcher}")
+
+
+def _job_features(dispatcher, job, auth_token, timeout):
+    info = _job_info(dispatcher, job, auth_token, timeout)
+    return info.get("spec", info)["features"]
+
+
+def _job_steps(dispatcher, job, auth_token, timeout):
+    """A dealt job's steps per epoch for each rank (0: not dealt)."""
+    return int(_job_info(dispatcher, job, auth_token, timeout).get("steps_per_epoch", 0))
 
 
 class _CroupierDataset(tf.data.Dataset):
@@ -167,7 +177,7 @@ class _CroupierDataset(tf.data.Dataset):
 
 
 def dataset(dispatcher, job, rank=None, world=None, *, epoch=None, auth_token=None,
-            timeout=60.0, prefetch=0, prefetch_bytes=256 << 20, resume=True):
+            timeout=60.0, prefetch=0, prefetch_bytes=256 << 20, resume=True, start=None):
     """Rank `rank` of `world` of croupier job `job` as a tf.data.Dataset of {feature: tensor},
     read by the native op (a C++ dataset kernel over croupier's consumer library).
 
@@ -181,6 +191,9 @@ def dataset(dispatcher, job, rank=None, world=None, *, epoch=None, auth_token=No
     epoch E. With resume=True (as croupier.Consumer) the first iteration starts at the rank's
     registered position and an epoch before it is empty; resume=False starts at (0, 0). A newer
     iterator takes the rank over from older ones, which then fail with FailedPreconditionError.
+    start=(epoch, step) starts the first iteration there instead: the position of a trainer's own
+    checkpoint (keras_backup_position reads it from Keras's BackupAndRestore), exact where the
+    dispatcher's registered position may be up to a second of batches behind.
     A bounded job's iteration past its last epoch is empty (epoch=None) or an
     InvalidArgumentError (epoch=E). A dealt job's cardinality is its steps per epoch.
 
@@ -215,7 +228,9 @@ def dataset(dispatcher, job, rank=None, world=None, *, epoch=None, auth_token=No
         dispatcher=dispatcher, job=job, rank=rank, world=world,
         epoch=-1 if epoch is None else int(epoch), auth_token=auth_token or "",
         timeout_seconds=float(timeout), prefetch_batches=int(prefetch),
-        prefetch_bytes=int(prefetch_bytes), resume=bool(resume), state_id=0, features=names, ragged=ragged,
+        prefetch_bytes=int(prefetch_bytes), resume=bool(resume), state_id=0,
+        start_epoch=-1 if start is None else int(start[0]),
+        start_step=-1 if start is None else int(start[1]), features=names, ragged=ragged,
         output_types=types, output_shapes=shapes)
     ds = _CroupierDataset(variant, raw_spec)
     if any(ragged):
@@ -232,3 +247,66 @@ def dataset(dispatcher, job, rank=None, world=None, *, epoch=None, auth_token=No
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return ds.with_options(options)
+
+
+def keras_backup_position(backup_dir, steps_per_epoch):
+    """(epoch, step) at which Keras 2's fit resumes from tf.keras.callbacks.BackupAndRestore(
+    backup_dir), or None when there is no backup yet: the step after the last saved batch (the
+    next epoch after its last step, or after an epoch-end backup), as tf_keras computes it."""
+    path = tf.train.latest_checkpoint(os.path.join(backup_dir, "chief"))
+    if path is None:
+        return None
+    reader = tf.train.load_checkpoint(path)
+    try:
+        epoch = int(reader.get_tensor("ckpt_saved_epoch/.ATTRIBUTES/VARIABLE_VALUE"))
+        batch = int(reader.get_tensor("ckpt_saved_batch/.ATTRIBUTES/VARIABLE_VALUE"))
+    except (tf.errors.NotFoundError, ValueError) as e:
+        raise tf.errors.InvalidArgumentError(
+            None, None, f"{path} is not a Keras BackupAndRestore checkpoint: {e}") from None
+    if epoch < 0:
+        return None
+    if batch < 0 or batch >= steps_per_epoch - 1:
+        return epoch + 1, 0
+    return epoch, batch + 1
+
+
+def keras_fit_inputs(strategy, dispatcher, job, map_fn=None, backup_dir=None,
+                     **dataset_options):
+    """The arguments of Keras's model.fit for `strategy` (MultiWorkerMirroredStrategy, one rank
+    per worker): {"x": a distributed dataset of this worker's rank, "steps_per_epoch": the job's
+    steps per epoch}, so that Keras epoch e reads croupier epoch e whole, and each step trains on
+    each worker's own batch. Use model.fit(**keras_fit_inputs(...), epochs=E, callbacks=...).
+
+    map_fn maps each element {feature: tensor} to what the model takes, e.g. (x, y). With
+    backup_dir (that of the fit's tf.keras.callbacks.BackupAndRestore), a restarted trainer's
+    dataset starts exactly where Keras resumes (keras_backup_position), mid-epoch included. Other
+    arguments are those of dataset(). tf.keras must be Keras 2 (tf_keras, TF_USE_LEGACY_KERAS=1):
+    Keras 3's fit does not run under MultiWorkerMirroredStrategy (docs/tensorflow.md).
+
+    Why not model.fit(dataset(...)): Keras hands a plain dataset to
+    strategy.experimental_distribute_dataset, which takes each worker's batch for a global one
+    and rebatches it (a worker trained on 4 of its 16 records a step, in a test of 4 workers);
+    a distributed dataset keeps the batches whole,
+    but Keras then wants steps_per_epoch and keeps one iterator for every epoch. This gives both:
+    the dataset repeats (each repetition the next croupier epoch) and the steps are the job's."""
+    steps = []
+
+    def dataset_fn(context):
+        options = dict(dataset_options)
+        if backup_dir is not None:
+            start = keras_backup_position(backup_dir, _job_steps(
+                dispatcher, job, options.get("auth_token"), options.get("timeout", 60.0)))
+            if start is not None:
+                options["start"] = start
+        ds = dataset(dispatcher, job, **options)
+        steps.append(int(ds.cardinality()))
+        if map_fn is not None:
+            ds = ds.map(map_fn)
+        return ds.repeat()
+
+    dist = strategy.distribute_datasets_from_function(dataset_fn)
+    if not steps or steps[0] < 0:
+        raise tf.errors.FailedPreconditionError(
+            None, None, f"croupier job {job!r} has no fixed steps per epoch (not a dealt job): "
+            "Keras needs them for a distributed dataset")
+    return {"x": dist, "steps_per_epoch": steps[0]}

@@ -11,8 +11,8 @@
 //
 // Epochs: with epoch >= 0 every iterator reads that epoch; with epoch = -1 each new iterator reads
 // the next epoch. A rank's first iterator starts where the dispatcher registered the rank (its
-// last acknowledged position), as croupier.Consumer does. An iterator saves and restores the
-// croupier position (epoch, step) through tf.train.Checkpoint.
+// last acknowledged position), as croupier.Consumer does, or at the op's start (epoch, step).
+// An iterator saves and restores the croupier position (epoch, step) through tf.train.Checkpoint.
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -118,7 +118,7 @@ class CroupierDatasetOp::Dataset : public data::DatasetBase {
   absl::Status AsGraphDefInternal(data::SerializationContext* ctx,
                                   DatasetGraphDefBuilder* b,
                                   ::tensorflow::Node** output) const override {
-    std::vector<::tensorflow::Node*> inputs(11);
+    std::vector<::tensorflow::Node*> inputs(13);
     TF_RETURN_IF_ERROR(b->AddScalar(::tensorflow::tstring(dispatcher_), &inputs[0]));
     TF_RETURN_IF_ERROR(b->AddScalar(::tensorflow::tstring(state_->job()), &inputs[1]));
     TF_RETURN_IF_ERROR(b->AddScalar(static_cast<int64_t>(state_->rank()), &inputs[2]));
@@ -130,6 +130,9 @@ class CroupierDatasetOp::Dataset : public data::DatasetBase {
     TF_RETURN_IF_ERROR(b->AddScalar(int64_t{1}, &inputs[8]));
     TF_RETURN_IF_ERROR(b->AddScalar(true, &inputs[9]));
     TF_RETURN_IF_ERROR(b->AddScalar(state_id_, &inputs[10]));
+    // No start: a rewrite finds the live state by its id, and the state keeps its start.
+    TF_RETURN_IF_ERROR(b->AddScalar(int64_t{-1}, &inputs[11]));
+    TF_RETURN_IF_ERROR(b->AddScalar(int64_t{-1}, &inputs[12]));
     ::tensorflow::AttrValue features, ragged, types, shapes;
     b->BuildAttrValue(features_, &features);
     b->BuildAttrValue(ragged_, &ragged);
@@ -368,6 +371,14 @@ void CroupierDatasetOp::MakeDataset(::tensorflow::OpKernelContext* ctx,
   bool resume = true;
   OP_REQUIRES_OK(ctx, ScalarInput(ctx, "resume", &resume));
   OP_REQUIRES_OK(ctx, ScalarInput(ctx, "state_id", &state_id));
+  int64_t start_epoch = -1, start_step = -1;
+  OP_REQUIRES_OK(ctx, ScalarInput(ctx, "start_epoch", &start_epoch));
+  OP_REQUIRES_OK(ctx, ScalarInput(ctx, "start_step", &start_step));
+  OP_REQUIRES(ctx,
+              (start_epoch == -1 && start_step == -1) || (start_epoch >= 0 && start_step >= 0),
+              absl::InvalidArgumentError(absl::StrCat(
+                  "croupier dataset: start (", start_epoch, ", ", start_step,
+                  ") must be an epoch and a step, both 0 or more (or both -1: none)")));
   OP_REQUIRES(ctx, world >= 1 && rank >= 0 && rank < world && world <= UINT32_MAX,
               absl::InvalidArgumentError(absl::StrCat(
                   "croupier dataset: rank ", rank, " is not in [0, world=", world, ")")));
@@ -402,8 +413,11 @@ void CroupierDatasetOp::MakeDataset(::tensorflow::OpKernelContext* ctx,
     char error[2048];
     const int code = api->connect(&options, &consumer, error, sizeof error);
     OP_REQUIRES(ctx, code == 0, ApiError(code, error));
+    const std::pair<uint64_t, uint64_t> start{static_cast<uint64_t>(start_epoch),
+                                              static_cast<uint64_t>(start_step)};
     state = std::make_shared<RankState>(api, consumer, job_s, static_cast<uint32_t>(rank),
-                                        static_cast<uint32_t>(world));
+                                        static_cast<uint32_t>(world),
+                                        start_epoch >= 0 ? &start : nullptr);
     state_id = Registry::Get().Add(state);
   }
   *output = new Dataset(ctx, std::move(state), state_id, std::string(dispatcher), epoch,
@@ -422,6 +436,8 @@ REGISTER_OP("CroupierDataset")
     .Input("prefetch_bytes: int64")
     .Input("resume: bool")
     .Input("state_id: int64")
+    .Input("start_epoch: int64")
+    .Input("start_step: int64")
     .Output("handle: variant")
     .Attr("features: list(string) >= 1")
     .Attr("ragged: list(bool) >= 1")

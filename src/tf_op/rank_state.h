@@ -21,10 +21,17 @@ namespace croupier_tf {
 // read_mu(), the slow path's own mutex.
 class RankState {
  public:
+  // The first iterator starts at `start` (epoch, step) when it is given (a trainer's own
+  // checkpoint, e.g. Keras's BackupAndRestore), else where the dispatcher registered the rank.
   RankState(const CroupierConsumerApi* api, CroupierConsumer* consumer, std::string job,
-            uint32_t rank, uint32_t world)
+            uint32_t rank, uint32_t world, const std::pair<uint64_t, uint64_t>* start = nullptr)
       : api_(api), consumer_(consumer), job_(std::move(job)), rank_(rank), world_(world) {
-    api_->registered_position(consumer_, &resume_epoch_, &resume_step_);
+    if (start != nullptr) {
+      resume_epoch_ = start->first;
+      resume_step_ = start->second;
+    } else {
+      api_->registered_position(consumer_, &resume_epoch_, &resume_step_);
+    }
     resume_ = resume_epoch_ != 0 || resume_step_ != 0;
     CroupierJobInfo info;
     api_->job_info(consumer_, &info);
