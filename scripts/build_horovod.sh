@@ -2,7 +2,7 @@
 # Builds Horovod from PyPI's source distribution for this machine's PyTorch and TensorFlow, with
 # Gloo and OpenMPI, and installs the wheel into .venv. The wheel is cached in .cache/wheels/,
 # keyed by the versions of Horovod, torch and TensorFlow, so that a second run only installs it.
-# It also installs tf-keras (Keras 2) without its dependencies, for Horovod's Keras wrappers.
+# Horovod's Keras wrappers need tf-keras (Keras 2): scripts/requirements-nodeps.txt installs it.
 # scripts/bootstrap.sh calls this once per version of scripts/requirements-dev.txt and of this
 # script (a stamp in .venv).
 #
@@ -24,7 +24,6 @@ cd "$root"
 say() { printf '[build_horovod] %s\n' "$*" >&2; }
 
 HOROVOD_VERSION="${HOROVOD_VERSION:-0.28.1}"
-TF_KERAS_VERSION=2.21.0  # Keras 2 for Horovod's Keras wrappers; matches tensorflow-cpu's version
 py="${CROUPIER_VENV_PYTHON:-$root/.venv/bin/python}"
 jobs="${HOROVOD_JOBS:-2}"
 force=0
@@ -89,5 +88,4 @@ fi
 
 say "installing $(basename "$wheel")"
 "$py" -m pip install -q --disable-pip-version-check --no-deps --force-reinstall "$wheel"
-"$py" -m pip install -q --disable-pip-version-check --no-deps "tf-keras==$TF_KERAS_VERSION"
 "$py" -c "import horovod.torch, horovod.tensorflow"
