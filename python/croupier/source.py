@@ -10,8 +10,9 @@ iterable).
 Several processes can serve one job for throughput (source_count=K, each with its own
 source_index k): the job's tasks (runs of T = job["batches_per_task"] batches) go to the sources
 in turn, so global batch g comes from source (g // T) % K as the
-((g // T) // K * T + g % T)-th batch that source yields in the epoch. Each source yields its own
-share; with deterministic sources the deal is deterministic.
+((g // T) // K * T + g % T)-th batch that source yields in the epoch (the job's own arithmetic,
+src/job/job.h, answers it: _croupier.JobSources). Each source yields its own share; with
+deterministic sources the deal is deterministic.
 
 What holds depends on the source (docs/python.md):
   - exactly once and equal steps hold always: every planned batch goes to one consumer, and every
@@ -22,6 +23,7 @@ What holds depends on the source (docs/python.md):
     them; a source with state_dict()/load_state_dict() is not used for that yet;
   - a crash of the serving process loses its buffered batches: nothing can make them again.
 """
+import json
 import time
 
 import numpy as np
@@ -175,18 +177,6 @@ class _Epochs:
                 return value
 
 
-def _last_task_end(epochs, dealt, per_task, count, index):
-    """(epoch, end batch) of the last task source `index` serves, or None for unbounded jobs."""
-    if epochs <= 0:
-        return None
-    tasks = -(-dealt // per_task)  # per epoch
-    for epoch in range(epochs - 1, -1, -1):
-        mine = [t for t in range(tasks) if t % count == index]
-        if mine:
-            return epoch, min((mine[-1] + 1) * per_task, dealt)
-    return None
-
-
 def serve(source, dispatcher, job, *, consumers=None, epochs=1, batches_per_epoch=None,
           features=None, mode="dealt", auth_token=None, buffer_bytes=256 << 20,
           bind="127.0.0.1", advertise_host="", timeout=60.0, stop=None, source_index=0,
@@ -224,10 +214,8 @@ def serve(source, dispatcher, job, *, consumers=None, epochs=1, batches_per_epoc
                       epochs=epochs, mode=mode, shuffle="none", source="python",
                       batches_per_epoch=batches_per_epoch, source_count=source_count,
                       exist_ok=True, auth_token=auth_token, timeout=timeout)
-    dealt = int(info["batches_per_epoch"])
-    per_task = int(info["batches_per_task"])
-    count = max(1, int(source_count))
-    last = _last_task_end(epochs, dealt, per_task, count, int(source_index))
+    sources = _croupier.JobSources(json.dumps(info))  # which batches are this source's
+    last = sources.last_task_end(int(source_index))
     if epochs > 0 and last is None:
         return 0  # more sources than tasks: this one has nothing to serve
     node = _croupier._SourceProducer(dispatcher, job, _token(auth_token), int(buffer_bytes),
@@ -248,7 +236,7 @@ def serve(source, dispatcher, job, *, consumers=None, epochs=1, batches_per_epoc
                 continue
             epoch, g = slot
             # This source's own numbering: it yields only the batches of its tasks.
-            index = g // per_task // count * per_task + g % per_task
+            index = sources.ordinal(epoch, g)
             try:
                 batch = epochs_source.get(epoch, index)
             except StopIteration:

@@ -14,6 +14,7 @@
 #include "proto/croupier.pb.h"
 #include "python/src/bindings.h"
 #include "python/src/status.h"
+#include "src/job/job.h"
 #include "src/node/producer_node.h"
 #include "src/rpc/dispatcher_client.h"
 #include "src/rpc/grpc_util.h"
@@ -225,6 +226,26 @@ void BindService(pyb::module_& m) {
       .def("batches_served", &PySourceProducer::BatchesServed)
       .def_property_readonly("data_address", &PySourceProducer::DataAddress)
       .def("close", &PySourceProducer::Close);
+
+  // Which batches are a source's (croupier.serve): the job's own arithmetic (src/job/job.h), so
+  // that Python does not compute it a second time.
+  pyb::class_<JobConfig>(m, "JobSources")
+      .def(pyb::init([](const std::string& info_json) {
+             v1::JobInfo info;
+             auto parsed = google::protobuf::util::JsonStringToMessage(info_json, &info);
+             if (!parsed.ok()) {
+               ThrowIfError(absl::InvalidArgumentError("job info: " + std::string(parsed.message())));
+             }
+             return Unwrap(ParseJobConfig(info));
+           }),
+           pyb::arg("info_json"), "The job's sources, from its JobInfo as JSON (create_job's).")
+      .def("source_of", &JobConfig::SourceOf, pyb::arg("epoch"), pyb::arg("batch"),
+           "Which source makes global batch `batch` of `epoch`.")
+      .def("ordinal", &JobConfig::SourceOrdinal, pyb::arg("epoch"), pyb::arg("batch"),
+           "Where global batch `batch` comes among the batches its source yields in `epoch`.")
+      .def("last_task_end", &JobConfig::LastTaskEnd, pyb::arg("source"),
+           "(epoch, end batch) of the last task `source` makes, or None (unbounded job, or a "
+           "source with no task).");
 
   m.def(
       "create_job",

@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/croupier.pb.h"
-#include "src/rpc/dispatcher_client.h"
+#include "src/control/control_plane.h"
 #include "src/transport/shm_transport.h"
 #include "src/transport/transport.h"
 
@@ -21,7 +21,7 @@ namespace croupier {
 // Thread-safe.
 class Peers {
  public:
-  Peers(rpc::DispatcherClient* dispatcher, std::string job, DataClientOptions client_options,
+  Peers(ControlPlane* dispatcher, std::string job, DataClientOptions client_options,
         ShmMode shm = ShmMode::kAuto)
       : dispatcher_(dispatcher),
         job_(std::move(job)),
@@ -52,7 +52,7 @@ class Peers {
     uint64_t end = 0;
     std::string address;
   };
-  rpc::DispatcherClient* const dispatcher_;
+  ControlPlane* const dispatcher_;
   const std::string job_;
   const DataClientOptions client_options_;
   const ShmMode shm_;

@@ -184,7 +184,7 @@ absl::StatusOr<v1::LocateResponse> DispatcherImpl::Locate(const v1::LocateReques
   absl::MutexLock lock(&mu_);
   if (request.remake_if_finished() && request.num_batches() == 1) {
     const DispatcherState::Job* job = state_.FindJob(request.job());
-    if (job != nullptr && job->mode == DealMode::kDealt) {
+    if (job != nullptr && job->config.dealt()) {
       const std::optional<DispatcherState::TaskKey> key =
           DispatcherState::FinishedTaskOf(*job, request.epoch(), request.first_batch());
       if (key) {
@@ -233,9 +233,9 @@ absl::StatusOr<v1::StatusResponse> DispatcherImpl::GetStatus(const v1::StatusReq
     out->set_seconds_since_heartbeat(absl::ToDoubleSeconds(now - heard));
     if (info != producer_info_.end()) {
       *out->mutable_stats() = info->second.stats;
-      out->set_batches_per_second(info->second.batches_per_second);
-      out->set_cpu_cores(info->second.cpu_cores);
-      out->set_busy_share(info->second.busy_share);
+      out->set_batches_per_second(info->second.rates.batches_per_second());
+      out->set_cpu_cores(info->second.rates.cpu_cores());
+      out->set_busy_share(info->second.rates.busy_share());
     }
   }
   for (const auto& [id, consumer] : state_.consumers()) {
@@ -251,8 +251,8 @@ absl::StatusOr<v1::StatusResponse> DispatcherImpl::GetStatus(const v1::StatusReq
       out->set_batches_received(info->second.batches_received);
       out->set_bytes_received(info->second.bytes_received);
       out->set_wait_seconds(info->second.wait_seconds);
-      out->set_batches_per_second(info->second.batches_per_second);
-      out->set_input_bound(info->second.input_bound);
+      out->set_batches_per_second(info->second.rates.batches_per_second());
+      out->set_input_bound(info->second.rates.input_bound());
     }
   }
   const ProducerAdvisor::Advice& advice = advisor_.advice();

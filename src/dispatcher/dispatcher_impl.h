@@ -29,6 +29,7 @@
 #include "src/dispatcher/dispatcher_state.h"
 #include "src/dispatcher/journal.h"
 #include "src/dispatcher/producer_advice.h"
+#include "src/dispatcher/rates.h"
 #include "src/dispatcher/work_waiters.h"
 
 namespace croupier {
@@ -159,15 +160,7 @@ class DispatcherImpl {
   struct ProducerInfo {
     absl::Time last_heartbeat = absl::InfinitePast();
     v1::ProducerStats stats;
-    bool has_rate_sample = false;
-    absl::Time rate_time;  // when stats.batches_made() was rate_batches
-    uint64_t rate_batches = 0;
-    double rate_cpu_seconds = 0;   // stats.cpu_seconds() then
-    double rate_make_seconds = 0;  // stats.make_seconds() then
-    bool rates_measured = false;   // the rates below are set
-    double batches_per_second = 0;
-    double cpu_cores = 0;
-    double busy_share = 0;  // of its worker threads' time, spent making batches
+    ProducerRates rates;
     absl::flat_hash_set<std::string> jobs_sent;
     std::vector<uint64_t> revoked;  // finished by delivery, to be told in the next response
   };
@@ -176,14 +169,7 @@ class DispatcherImpl {
     uint64_t batches_received = 0;
     uint64_t bytes_received = 0;
     double wait_seconds = 0;
-    // Rates between heartbeats, smoothed (ConsumerStatus.batches_per_second, input_bound).
-    bool has_rate_sample = false;
-    absl::Time rate_time;  // when batches_received and wait_seconds were these
-    uint64_t rate_batches = 0;
-    double rate_wait_seconds = 0;
-    bool rates_measured = false;
-    double batches_per_second = 0;
-    double input_bound = 0;
+    ConsumerRates rates;  // ConsumerStatus.batches_per_second, input_bound
   };
   // A CreateJob in progress (indexing outside the lock); `done` and `status` are guarded by mu_.
   struct PendingJob {

@@ -5,7 +5,6 @@
 
 #include <tuple>
 
-#include "src/dispatcher/deal.h"
 
 #include "absl/strings/str_cat.h"
 #include "croupier/plan.h"
@@ -73,8 +72,8 @@ absl::Status DispatcherState::ApplyJobCreated(const journal::JobCreated& u) {
                      ", but this dispatcher computes plan version ", kPlanVersion,
                      ": its batches would hold other records"));
   }
-  std::optional<DealMode> mode = ParseDealMode(spec.mode());
-  if (!mode) return Malformed(absl::StrCat("job '", spec.name(), "' has mode '", spec.mode(), "'"));
+  absl::StatusOr<JobConfig> config = ParseJobConfig(info);
+  if (!config.ok()) return Malformed(config.status().message());
   const uint64_t n = spec.num_consumers();
   if (n == 0 || info.batches_per_epoch() == 0 || info.batches_per_epoch() % n != 0 ||
       info.steps_per_epoch() != info.batches_per_epoch() / n || info.batches_per_task() == 0 ||
@@ -86,10 +85,10 @@ absl::Status DispatcherState::ApplyJobCreated(const journal::JobCreated& u) {
   }
   Job job;
   job.info = info;
-  job.mode = *mode;
+  job.config = *std::move(config);
   // A job resuming another's checkpoint starts its cursor there (deal.h).
   job.next_epoch = spec.start_epoch();
-  job.next_batch = deal::FirstBatch(info, spec.start_epoch());
+  job.next_batch = job.config.FirstBatch(spec.start_epoch());
   job.sequence = job_order_.size();
   job_order_.push_back(spec.name());
   jobs_.emplace(spec.name(), std::move(job));
@@ -108,7 +107,7 @@ absl::Status DispatcherState::ApplyProducerRegistered(const journal::ProducerReg
   }
   if (!u.source_job().empty()) {
     const Job* job = FindJob(u.source_job());
-    if (job == nullptr || job->info.spec().source() != "python") {
+    if (job == nullptr || !job->config.python()) {
       return DoesNotFit(absl::StrCat("producer ", u.producer_id(), " is the source of '",
                                      u.source_job(), "', which is not a Python job"));
     }
@@ -188,7 +187,7 @@ absl::Status DispatcherState::ApplyTaskAssigned(const journal::TaskAssigned& u) 
   const bool is_next =
       !is_orphan && !job->exhausted() && key == TaskKey(job->next_epoch, job->next_batch) &&
       task.first_batch() + task.num_batches() ==
-          TaskEnd(job->info, job->next_epoch, job->next_batch);
+          TaskEnd(job->config, job->next_epoch, job->next_batch);
   if (!is_orphan && !is_next) {
     return DoesNotFit(absl::StrCat(
         "task ", task.task_id(), " of job '", task.job(), "' covers ",
@@ -205,7 +204,7 @@ absl::Status DispatcherState::ApplyTaskAssigned(const journal::TaskAssigned& u) 
   } else {
     job->outstanding[key] = Outstanding{task.num_batches(), task.task_id(), u.producer_id()};
     std::tie(job->next_epoch, job->next_batch) =
-        NextTaskKey(job->info, TaskKey(job->next_epoch, job->next_batch));
+        NextTaskKey(job->config, TaskKey(job->next_epoch, job->next_batch));
     last_cut_job_ = task.job();
   }
   tasks_[task.task_id()] = task;
@@ -260,7 +259,7 @@ absl::Status DispatcherState::ApplyTaskRemade(const journal::TaskRemade& u) {
     return DoesNotFit(absl::StrCat("task_remade of job '", u.job(), "', which is unknown"));
   }
   const std::optional<TaskKey> key = FinishedTaskOf(*job, u.epoch(), u.first_batch());
-  if (job->mode != DealMode::kDealt || !key || key->second != u.first_batch()) {
+  if (!job->config.dealt() || !key || key->second != u.first_batch()) {
     return DoesNotFit(absl::StrCat("task_remade of job '", u.job(), "' epoch ", u.epoch(),
                                    " batch ", u.first_batch(),
                                    ", which is not the start of a finished task"));
@@ -270,7 +269,7 @@ absl::Status DispatcherState::ApplyTaskRemade(const journal::TaskRemade& u) {
 }
 
 void DispatcherState::ReopenTask(Job& job, const TaskKey& key) {
-  job.outstanding[key] = Outstanding{TaskEnd(job.info, key.first, key.second) - key.second, 0, 0};
+  job.outstanding[key] = Outstanding{TaskEnd(job.config, key.first, key.second) - key.second, 0, 0};
   orphans_.insert(OrphanKey{key.first, key.second, job.name()});
 }
 

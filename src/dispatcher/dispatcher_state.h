@@ -28,6 +28,7 @@
 #include "absl/strings/string_view.h"
 #include "proto/croupier.pb.h"
 #include "proto/journal.pb.h"
+#include "src/job/job.h"
 
 namespace croupier {
 
@@ -35,11 +36,6 @@ namespace croupier {
 // TasksReopened no longer marks the tasks producers hold (version 1 made them orphans when they
 // finished), so a journal of version 1 would not replay the same.
 inline constexpr int kJournalVersion = 2;
-
-// How a job deals its batches (JobSpec.mode).
-enum class DealMode { kDealt, kFirstCome };
-// "dealt" or "first_come"; nullopt for anything else.
-std::optional<DealMode> ParseDealMode(absl::string_view name);
 
 // Thread-compatible: DispatcherImpl guards it with its mutex.
 class DispatcherState {
@@ -56,7 +52,7 @@ class DispatcherState {
 
   struct Job {
     v1::JobInfo info;
-    DealMode mode = DealMode::kDealt;
+    JobConfig config;  // info, typed (src/job/job.h)
     uint64_t sequence = 0;  // creation order, from 0
     // The cursor: the first task not cut yet. next_batch < batches_per_epoch always.
     uint64_t next_epoch = 0;
@@ -160,11 +156,11 @@ class DispatcherState {
   static TaskKey FirstUndeliveredTask(const Job& job, uint64_t epoch, uint64_t step);
 
   // Where the task holding `batch` of `epoch` starts. Precondition: the batch is in the epoch.
-  static TaskKey TaskHolding(const v1::JobInfo& info, uint64_t epoch, uint64_t batch);
+  static TaskKey TaskHolding(const JobConfig& job, uint64_t epoch, uint64_t batch);
   // The range of the task at (epoch, batch) of a job: the batches it covers, [batch, result).
-  static uint64_t TaskEnd(const v1::JobInfo& info, uint64_t epoch, uint64_t batch);
+  static uint64_t TaskEnd(const JobConfig& job, uint64_t epoch, uint64_t batch);
   // Where the task after the one at `key` starts, in this epoch or a later one.
-  static TaskKey NextTaskKey(const v1::JobInfo& info, TaskKey key);
+  static TaskKey NextTaskKey(const JobConfig& job, TaskKey key);
 
   // The tasks a consumer taking position (epoch, step) needs made again: from the task holding
   // that position's first batch up to the cursor, those no longer outstanding (TasksReopened).

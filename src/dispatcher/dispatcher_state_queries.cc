@@ -4,7 +4,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "src/dispatcher/dispatcher_state.h"
-#include "src/dispatcher/deal.h"
 
 namespace croupier {
 namespace {
@@ -15,11 +14,6 @@ std::string Range(uint64_t epoch, uint64_t first, uint64_t num) {
 
 }  // namespace
 
-std::optional<DealMode> ParseDealMode(absl::string_view name) {
-  if (name == "dealt") return DealMode::kDealt;
-  if (name == "first_come") return DealMode::kFirstCome;
-  return std::nullopt;
-}
 
 bool DispatcherState::Job::exhausted() const {
   return info.spec().num_epochs() > 0 && next_epoch >= info.spec().num_epochs();
@@ -36,7 +30,7 @@ std::vector<DispatcherState::TaskKey> DispatcherState::TasksToReopen(const Job& 
   const TaskKey cursor(job.next_epoch, job.next_batch);
   for (TaskKey key = FirstUndeliveredTask(job, epoch, step); key < cursor;) {
     if (!job.outstanding.contains(key)) out.push_back(key);
-    key = NextTaskKey(job.info, key);
+    key = NextTaskKey(job.config, key);
   }
   return out;
 }
@@ -44,52 +38,43 @@ std::vector<DispatcherState::TaskKey> DispatcherState::TasksToReopen(const Job& 
 std::optional<DispatcherState::TaskKey> DispatcherState::FinishedTaskOf(const Job& job,
                                                                         uint64_t epoch,
                                                                         uint64_t batch) {
-  const v1::JobInfo& info = job.info;
-  if (batch < deal::FirstBatch(info, epoch) || batch >= deal::EndBatch(info, epoch)) {
-    return std::nullopt;
-  }
-  const TaskKey key = TaskHolding(info, epoch, batch);
+  const JobConfig& config = job.config;
+  if (batch < config.FirstBatch(epoch) || batch >= config.EndBatch(epoch)) return std::nullopt;
+  const TaskKey key = TaskHolding(config, epoch, batch);
   if (!job.IsCut(key.first, key.second) || job.outstanding.contains(key)) return std::nullopt;
   return key;
 }
 
-uint64_t DispatcherState::TaskEnd(const v1::JobInfo& info, uint64_t epoch, uint64_t batch) {
-  const uint64_t b = deal::EndBatch(info, epoch);
-  return batch >= b ? b : batch + std::min(info.batches_per_task(), b - batch);
+uint64_t DispatcherState::TaskEnd(const JobConfig& job, uint64_t epoch, uint64_t batch) {
+  return job.TaskEnd(epoch, batch);
 }
 
-DispatcherState::TaskKey DispatcherState::NextTaskKey(const v1::JobInfo& info, TaskKey key) {
-  key.second = TaskEnd(info, key.first, key.second);
+DispatcherState::TaskKey DispatcherState::NextTaskKey(const JobConfig& job, TaskKey key) {
+  key.second = job.TaskEnd(key.first, key.second);
   // Past an epoch's last task, or at an epoch that deals nothing: the next epoch's first task.
-  while (key.second >= deal::EndBatch(info, key.first)) {
+  while (key.second >= job.EndBatch(key.first)) {
     key.first += 1;
-    key.second = deal::FirstBatch(info, key.first);
-    if (deal::StepsInEpoch(info, key.first) > 0 || key.first > info.spec().start_epoch()) break;
+    key.second = job.FirstBatch(key.first);
+    if (job.StepsInEpoch(key.first) > 0 || key.first > job.start_epoch) break;
   }
   return key;
 }
 
 DispatcherState::TaskKey DispatcherState::FirstUndeliveredTask(const Job& job, uint64_t epoch,
                                                                uint64_t step) {
-  const v1::JobInfo& info = job.info;
-  const uint64_t first = deal::FirstBatch(info, epoch);
-  const uint64_t batch = first + step * info.spec().num_consumers();
-  if (batch >= deal::EndBatch(info, epoch)) {
-    return TaskKey(epoch + 1, deal::FirstBatch(info, epoch + 1));
-  }
-  return TaskHolding(info, epoch, batch);
+  const JobConfig& config = job.config;
+  const uint64_t batch = config.FirstBatch(epoch) + step * config.num_consumers();
+  if (batch >= config.EndBatch(epoch)) return TaskKey(epoch + 1, config.FirstBatch(epoch + 1));
+  return TaskHolding(config, epoch, batch);
 }
 
-DispatcherState::TaskKey DispatcherState::TaskHolding(const v1::JobInfo& info, uint64_t epoch,
+DispatcherState::TaskKey DispatcherState::TaskHolding(const JobConfig& job, uint64_t epoch,
                                                       uint64_t batch) {
-  // Tasks are cut from the epoch's first batch on, batches_per_task at a time.
-  const uint64_t first = deal::FirstBatch(info, epoch);
-  const uint64_t per_task = info.batches_per_task();
-  return TaskKey(epoch, first + (batch - first) / per_task * per_task);
+  return TaskKey(epoch, job.TaskStart(epoch, batch));
 }
 
 std::optional<DispatcherState::TaskKey> DispatcherState::DeliveredFrontier(const Job& job) const {
-  if (job.mode != DealMode::kDealt) return std::nullopt;
+  if (!job.config.dealt()) return std::nullopt;
   const uint32_t n = job.info.spec().num_consumers();
   if (job.rank_positions.size() < n) return std::nullopt;
   std::optional<TaskKey> frontier;
@@ -106,7 +91,7 @@ DispatcherState::TasksBefore(const Job& job, uint64_t epoch, uint64_t step) {
   const uint64_t n = job.info.spec().num_consumers();
   std::vector<std::pair<TaskKey, Outstanding>> out;
   for (const auto& [key, o] : job.outstanding) {
-    const uint64_t first = deal::FirstBatch(job.info, key.first);
+    const uint64_t first = job.config.FirstBatch(key.first);
     const uint64_t end_step = (key.second + o.num_batches - first + n - 1) / n;
     if (TaskKey(key.first, end_step) > TaskKey(epoch, step)) break;
     out.emplace_back(key, o);
@@ -122,14 +107,13 @@ absl::Status DispatcherState::CheckPosition(const Job& job, uint64_t epoch, uint
                                                    " is past the end of job '", spec.name(),
                                                    "', which has ", epochs, " epochs"));
   }
-  const bool dealt = job.mode == DealMode::kDealt;
   const uint64_t max_step =
-      dealt ? deal::StepsInEpoch(job.info, epoch) : job.info.batches_per_epoch();
+      job.config.dealt() ? job.config.StepsInEpoch(epoch) : job.config.batches_per_epoch;
   if (step > max_step) {
     return absl::InvalidArgumentError(absl::StrCat(
         "position epoch ", epoch, " step ", step, " is past the end of the epoch: job '",
         spec.name(), "' has ", max_step,
-        !dealt                                   ? std::string(" batches per epoch")
+        !job.config.dealt()                                 ? std::string(" batches per epoch")
         : max_step == job.info.steps_per_epoch() ? std::string(" steps per epoch")
                                                  : absl::StrCat(" steps in epoch ", epoch)));
   }

@@ -34,10 +34,10 @@ TEST(DispatcherStateTest, JobCreated) {
   const DispatcherState::Job* a = state.FindJob("a");
   ASSERT_NE(a, nullptr);
   EXPECT_EQ(a->sequence, 0u);
-  EXPECT_EQ(a->mode, DealMode::kDealt);
+  EXPECT_EQ(a->config.mode, DealMode::kDealt);
   EXPECT_EQ(a->next_epoch, 0u);
   EXPECT_EQ(a->next_batch, 0u);
-  EXPECT_EQ(state.FindJob("b")->mode, DealMode::kFirstCome);
+  EXPECT_EQ(state.FindJob("b")->config.mode, DealMode::kFirstCome);
   EXPECT_EQ(state.FindJob("b")->sequence, 1u);
   EXPECT_EQ(state.job_order(), (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(state.FindJob("c"), nullptr);

@@ -13,6 +13,7 @@
 #include "croupier/plan.h"
 #include "src/common/status_macros.h"
 #include "src/dispatcher/job_spec.h"
+#include "src/job/job.h"
 
 namespace croupier {
 namespace {
@@ -127,7 +128,7 @@ v1::JobInfo BuildPython(const v1::JobSpec& spec, uint32_t rounds_per_task) {
 
 absl::StatusOr<v1::JobInfo> Build(const v1::JobSpec& spec, IndexCache& cache, Env& env,
                                   uint32_t rounds_per_task) {
-  if (spec.source() == "python") return BuildPython(spec, rounds_per_task);
+  if (spec.source() == SourceKindName(SourceKind::kPython)) return BuildPython(spec, rounds_per_task);
   ASSIGN_OR_RETURN(std::vector<std::string> files, ExpandPatterns(spec, env));
   ASSIGN_OR_RETURN(std::unique_ptr<Dataset> dataset, Dataset::Open(files, cache));
   ASSIGN_OR_RETURN(std::vector<FeatureSpec> features, ParseFeatureSpecs(spec.features()));

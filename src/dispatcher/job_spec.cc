@@ -9,8 +9,7 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/text_format.h"
 #include "src/common/status_macros.h"
-#include "src/dispatcher/dispatcher_state.h"
-#include "src/transport/compression.h"
+#include "src/job/job.h"
 
 namespace croupier {
 namespace {
@@ -57,12 +56,18 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec) {
     return JobError(name, absl::InvalidArgumentError(what));
   };
   v1::JobSpec out = spec;
-  if (out.source().empty()) out.set_source("tfrecord");
-  const bool python = out.source() == "python";
-  if (!python && out.source() != "tfrecord") {
-    return invalid(
-        absl::StrCat("unknown source '", out.source(), "'; expected one of tfrecord, python"));
-  }
+  // Each named setting is parsed once here, into its type, and written back by its canonical
+  // name; the rest of the dispatcher reads them typed (JobConfig, src/job/job.h).
+  absl::StatusOr<SourceKind> source = ParseSourceKind(out.source().empty() ? "tfrecord" : out.source());
+  if (!source.ok()) return JobError(name, source.status());
+  out.set_source(std::string(SourceKindName(*source)));
+  const bool python = *source == SourceKind::kPython;
+  absl::StatusOr<DealMode> mode = ParseDealMode(out.mode().empty() ? kDefaultMode : out.mode());
+  if (!mode.ok()) return JobError(name, mode.status());
+  out.set_mode(std::string(DealModeName(*mode)));
+  absl::StatusOr<Codec> codec = ParseCodec(out.compression());
+  if (!codec.ok()) return JobError(name, codec.status());
+  out.set_compression(CodecName(*codec));
   if (python) {
     // Batches come from a Python iterable in its own order (croupier.serve): no files, no plan
     // shuffle, and only whole rounds of num_consumers batches are dealt.
@@ -86,15 +91,13 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec) {
     return invalid("source_batches_per_epoch and source_count are for python jobs only");
   }
   if (!python && spec.files().empty()) return invalid("no files given");
-  if (out.compression().empty()) out.set_compression("none");
-  if (absl::Status s = ParseCodec(out.compression()).status(); !s.ok()) return JobError(name, s);
-  if (python && out.compression() != "none") {
+  if (python && *codec != Codec::kNone) {
     return invalid(absl::StrCat("compression '", out.compression(),
                                 "' is for tfrecord jobs only; a python job's batches are sent "
                                 "as they are"));
   }
   if ((out.start_epoch() != 0 || out.start_batch() != 0) &&
-      (python || (!out.mode().empty() && out.mode() != kDefaultMode))) {
+      (python || *mode != DealMode::kDealt)) {
     return invalid("start_epoch and start_batch (resuming a checkpoint) are for dealt TFRecord "
                    "jobs only");
   }
@@ -109,11 +112,6 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec) {
   if (!features.ok()) return JobError(name, features.status());
   out.set_features(FormatFeatureSpecs(*features));
 
-  if (out.mode().empty()) out.set_mode(kDefaultMode);
-  if (!ParseDealMode(out.mode())) {
-    return invalid(
-        absl::StrCat("unknown mode '", out.mode(), "'; expected one of dealt, first_come"));
-  }
   if (out.shuffle().empty()) out.set_shuffle(kDefaultShuffle);
   if (absl::Status s = ParseShuffleMode(out.shuffle()).status(); !s.ok()) return JobError(name, s);
   if (out.remainder().empty()) out.set_remainder(kDefaultRemainder);

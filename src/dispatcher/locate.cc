@@ -1,6 +1,5 @@
 #include "src/dispatcher/locate.h"
 
-#include "src/dispatcher/deal.h"
 
 #include <algorithm>
 #include <string>
@@ -43,15 +42,15 @@ absl::StatusOr<v1::LocateResponse> LocateTasks(const DispatcherState& state,
   const uint64_t per_task = info.batches_per_task();
   const uint64_t end = request.first_batch() + request.num_batches();
   // The whole tasks covering the range: [pos, limit). Tasks are cut from the epoch's first batch
-  // (deal.h) on; batches before it are not dealt in this epoch.
-  const uint64_t first = deal::FirstBatch(info, epoch);
+  // (src/job/job.h) on; batches before it are not dealt in this epoch.
+  const uint64_t first = job->config.FirstBatch(epoch);
   if (request.first_batch() < first) {
     return absl::OutOfRangeError(absl::StrCat(
         "batch ", request.first_batch(), " of epoch ", epoch, " is not dealt: job '",
         request.job(), "' resumes at batch ", first, " of epoch ", epoch));
   }
   const uint64_t limit = std::min(
-      deal::EndBatch(info, epoch), first + (end - first + per_task - 1) / per_task * per_task);
+      job->config.EndBatch(epoch), first + (end - first + per_task - 1) / per_task * per_task);
   uint64_t pos = first + (request.first_batch() - first) / per_task * per_task;
   v1::LocateResponse response;
   while (pos < limit) {

@@ -19,22 +19,20 @@ v1::Task MakeTask(const DispatcherState& state, const std::string& job, uint64_t
   return task;
 }
 
-// Whether `producer` can make the batches of `job`'s task starting at `first_batch`: a Python
-// job's task t of an epoch comes from its source t % source_count.
+// Whether `producer` can make the batches of `job`'s task starting at `first_batch` of `epoch`: a
+// Python job's tasks come from its own sources (JobConfig::SourceOf).
 bool CanMake(const DispatcherState::Producer& producer, const DispatcherState::Job& job,
-             uint64_t first_batch) {
-  const v1::JobSpec& spec = job.info.spec();
-  if (spec.source() != "python") return producer.source_job.empty();
-  const uint64_t sources = std::max<uint32_t>(1, spec.source_count());
+             uint64_t epoch, uint64_t first_batch) {
+  if (!job.config.python()) return producer.source_job.empty();
   return producer.source_job == job.name() &&
-         first_batch / job.info.batches_per_task() % sources == producer.source_index;
+         job.config.SourceOf(epoch, first_batch) == producer.source_index;
 }
 
 // Whether `producer` should get a task of `job` now: one it can make, of a job that is not idle
 // (a new job is not: producers start on it before its consumers come).
 bool Wanted(const DispatcherState& state, const DispatcherState::Producer& producer,
-            const DispatcherState::Job& job, uint64_t first_batch) {
-  return CanMake(producer, job, first_batch) && !job.idle;
+            const DispatcherState::Job& job, uint64_t epoch, uint64_t first_batch) {
+  return CanMake(producer, job, epoch, first_batch) && !job.idle;
 }
 
 }  // namespace
@@ -43,7 +41,7 @@ std::optional<v1::Task> NextTask(const DispatcherState& state,
                                  const DispatcherState::Producer& producer) {
   for (const DispatcherState::OrphanKey& o : state.orphans()) {
     const DispatcherState::Job& job = *state.FindJob(o.job);
-    if (!Wanted(state, producer, job, o.first_batch)) continue;
+    if (!Wanted(state, producer, job, o.epoch, o.first_batch)) continue;
     const auto& outstanding = job.outstanding.at({o.epoch, o.first_batch});
     return MakeTask(state, o.job, o.epoch, o.first_batch, outstanding.num_batches);
   }
@@ -55,8 +53,8 @@ std::optional<v1::Task> NextTask(const DispatcherState& state,
   }
   for (size_t i = 0; i < order.size(); ++i) {
     const DispatcherState::Job& job = *state.FindJob(order[(start + i) % order.size()]);
-    if (job.exhausted() || !Wanted(state, producer, job, job.next_batch)) continue;
-    const uint64_t end = DispatcherState::TaskEnd(job.info, job.next_epoch, job.next_batch);
+    if (job.exhausted() || !Wanted(state, producer, job, job.next_epoch, job.next_batch)) continue;
+    const uint64_t end = DispatcherState::TaskEnd(job.config, job.next_epoch, job.next_batch);
     return MakeTask(state, job.name(), job.next_epoch, job.next_batch, end - job.next_batch);
   }
   return std::nullopt;

@@ -27,7 +27,7 @@ struct DispatcherNodeOptions {
   // consumers, tasks and positions. Created if missing; must be writable.
   std::string work_dir;
   std::string auth_token;  // empty: no authentication
-  // TLS on the gRPC port (src/transport/tls.h: with a CA, clients need certificates it signed);
+  // TLS on the gRPC port (src/net/tls_config.h: with a CA, clients need certificates it signed);
   // none given: $CROUPIER_TLS_CERT/_KEY/_CA, else plaintext.
   TlsConfig tls;
   // Limits of the gRPC server against floods and hostile clients: concurrent calls on one

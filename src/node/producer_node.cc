@@ -9,6 +9,7 @@
 #include "src/common/logging.h"
 #include "src/common/status_macros.h"
 #include "src/metrics/prometheus.h"
+#include "src/rpc/dispatcher_client.h"
 #include "src/rpc/grpc_util.h"
 #include "src/transport/shm_transport.h"
 
@@ -48,11 +49,15 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOp
   options.tls = ResolveTlsConfig(options.tls);
   std::unique_ptr<ProducerNode> node(new ProducerNode());
   node->options_ = options;
-  node->dispatcher_ = rpc::DispatcherClient::Create(
-      options.dispatcher, {.auth_token = options.auth_token,
-                           .call_timeout = absl::Seconds(10),
-                           .timeout = options.connect_timeout,
-                           .tls = options.tls});
+  if (options.control_plane) {
+    node->dispatcher_ = options.control_plane();
+  } else {
+    node->dispatcher_ = rpc::DispatcherClient::Create(
+        options.dispatcher, {.auth_token = options.auth_token,
+                             .call_timeout = absl::Seconds(10),
+                             .timeout = options.connect_timeout,
+                             .tls = options.tls});
+  }
   node->index_cache_ = std::make_unique<IndexCache>(options.index_cache_dir);
   if (options.cache_bytes > 0) {
     ASSIGN_OR_RETURN(node->record_cache_,

@@ -8,6 +8,7 @@
 #ifndef CROUPIER_SRC_NODE_PRODUCER_NODE_H_
 #define CROUPIER_SRC_NODE_PRODUCER_NODE_H_
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,20 +22,24 @@
 #include "src/producer/record_cache.h"
 #include "src/producer/sequential_source.h"
 #include "src/producer/task_runner.h"
-#include "src/rpc/dispatcher_client.h"
+#include "src/control/control_plane.h"
 #include "src/transport/transport.h"
 
 namespace croupier {
 
 struct ProducerNodeOptions {
   std::string dispatcher;  // host:port
+  // Where the control plane comes from: unset, a gRPC client of `dispatcher` (with auth_token,
+  // tls and connect_timeout); set, whatever it makes (an in-process dispatcher's client, for the
+  // in-process test cluster; `dispatcher` is then only a name for messages).
+  std::function<std::unique_ptr<ControlPlane>()> control_plane;
   std::string bind_address = "127.0.0.1";
   int port = 0;  // the data server's port; 0: any free port
   // The host consumers reach this producer at; empty: the bind address (or the host name when
   // binding to every interface).
   std::string advertise_host;
   std::string auth_token;
-  // TLS for the data port and the dispatcher connection (src/transport/tls.h); none given:
+  // TLS for the data port and the dispatcher connection (src/net/tls_config.h); none given:
   // $CROUPIER_TLS_CERT/_KEY/_CA, else plaintext.
   TlsConfig tls;
   // The data server's connection limits (DataServerOptions).
@@ -98,7 +103,7 @@ class ProducerNode {
   void AddTask(const v1::Task& task);
 
   ProducerNodeOptions options_;
-  std::unique_ptr<rpc::DispatcherClient> dispatcher_;
+  std::unique_ptr<ControlPlane> dispatcher_;
   std::unique_ptr<IndexCache> index_cache_;
   std::unique_ptr<RecordCache> record_cache_;
   // Exactly one of these holds the tasks: runner_ for TFRecord jobs, sequential_ for a Python job.

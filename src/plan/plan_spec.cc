@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "croupier/plan.h"
+#include "src/common/enum_names.h"
 #include "src/common/status_macros.h"
 
 namespace croupier {
@@ -17,42 +18,23 @@ absl::Status AtLeastOne(absl::string_view setting, uint64_t value) {
 
 }  // namespace
 
-absl::string_view ShuffleModeName(ShuffleMode mode) {
-  switch (mode) {
-    case ShuffleMode::kNone:
-      return "none";
-    case ShuffleMode::kGlobal:
-      return "global";
-    case ShuffleMode::kBlocks:
-      return "blocks";
-  }
-  return "invalid";
-}
+namespace {
 
-absl::string_view RemainderName(Remainder remainder) {
-  switch (remainder) {
-    case Remainder::kDrop:
-      return "drop";
-    case Remainder::kPad:
-      return "pad";
-  }
-  return "invalid";
-}
+constexpr EnumName<ShuffleMode> kShuffleNames[] = {
+    {ShuffleMode::kNone, "none"}, {ShuffleMode::kGlobal, "global"}, {ShuffleMode::kBlocks, "blocks"}};
+constexpr EnumName<Remainder> kRemainderNames[] = {{Remainder::kDrop, "drop"},
+                                                   {Remainder::kPad, "pad"}};
+
+}  // namespace
+
+absl::string_view ShuffleModeName(ShuffleMode mode) { return NameOf(kShuffleNames, mode); }
+absl::string_view RemainderName(Remainder remainder) { return NameOf(kRemainderNames, remainder); }
 
 absl::StatusOr<ShuffleMode> ParseShuffleMode(absl::string_view name) {
-  for (ShuffleMode mode : {ShuffleMode::kNone, ShuffleMode::kGlobal, ShuffleMode::kBlocks}) {
-    if (name == ShuffleModeName(mode)) return mode;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown shuffle mode '", name, "'; expected one of none, global, blocks"));
+  return ParseName(kShuffleNames, "shuffle mode", name);
 }
-
 absl::StatusOr<Remainder> ParseRemainder(absl::string_view name) {
-  for (Remainder remainder : {Remainder::kDrop, Remainder::kPad}) {
-    if (name == RemainderName(remainder)) return remainder;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown remainder policy '", name, "'; expected one of drop, pad"));
+  return ParseName(kRemainderNames, "remainder policy", name);
 }
 
 absl::Status ValidatePlanSpec(const PlanSpec& spec) {

@@ -20,7 +20,7 @@
 #include "absl/time/time.h"
 #include "croupier/batch.h"
 #include "src/common/clock.h"
-#include "src/transport/batch_source.h"
+#include "src/job/batch_key.h"
 
 namespace croupier {
 

@@ -10,7 +10,7 @@
 
 #include "proto/croupier.pb.h"
 #include "src/producer/batch_maker.h"
-#include "src/transport/batch_source.h"
+#include "src/job/batch_key.h"
 
 namespace croupier {
 

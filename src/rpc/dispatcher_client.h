@@ -1,6 +1,7 @@
-// A client of the dispatcher for producers, consumers and the command line. Each call retries
-// UNAVAILABLE with backoff (RetryWithBackoff) until its timeout, so a dispatcher that restarts is
-// waited for, and an unreachable one gives DEADLINE_EXCEEDED naming its address.
+// The control plane over gRPC (src/control/control_plane.h): a client of a dispatcher process for
+// producers, consumers and the command line. Each call retries UNAVAILABLE with backoff
+// (RetryWithBackoff) until its timeout, so a dispatcher that restarts is waited for, and an
+// unreachable one gives DEADLINE_EXCEEDED naming its address.
 #ifndef CROUPIER_SRC_RPC_DISPATCHER_CLIENT_H_
 #define CROUPIER_SRC_RPC_DISPATCHER_CLIENT_H_
 
@@ -12,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/croupier.grpc.pb.h"
+#include "src/control/control_plane.h"
 #include "src/net/tls_config.h"
 
 namespace croupier::rpc {
@@ -26,30 +28,26 @@ struct DispatcherClientOptions {
 };
 
 // Thread-safe.
-class DispatcherClient {
+class DispatcherClient final : public ControlPlane {
  public:
   static std::unique_ptr<DispatcherClient> Create(const std::string& address,
                                                   DispatcherClientOptions options = {});
 
-  absl::StatusOr<v1::CreateJobResponse> CreateJob(const v1::CreateJobRequest& request);
-  absl::StatusOr<v1::GetJobResponse> GetJob(const v1::GetJobRequest& request);
+  absl::StatusOr<v1::CreateJobResponse> CreateJob(const v1::CreateJobRequest& request) override;
+  absl::StatusOr<v1::GetJobResponse> GetJob(const v1::GetJobRequest& request) override;
   // A heartbeat that waits for work (wait_for_work_ms > 0) is tried once, not retried: the
   // dispatcher holds it, so a dispatcher that dies fails it at once, and a retry made while the
   // dispatcher restarts was seen to leave gRPC's connection attempts hanging for seconds after
   // it is back. Its caller beats again at the interval.
   absl::StatusOr<v1::ProducerHeartbeatResponse> ProducerHeartbeat(
-      const v1::ProducerHeartbeatRequest& request);
+      const v1::ProducerHeartbeatRequest& request) override;
   absl::StatusOr<v1::ConsumerHeartbeatResponse> ConsumerHeartbeat(
-      const v1::ConsumerHeartbeatRequest& request);
-  absl::StatusOr<v1::LocateResponse> Locate(const v1::LocateRequest& request);
-  absl::StatusOr<v1::StatusResponse> GetStatus(const v1::StatusRequest& request);
+      const v1::ConsumerHeartbeatRequest& request) override;
+  absl::StatusOr<v1::LocateResponse> Locate(const v1::LocateRequest& request) override;
+  absl::StatusOr<v1::StatusResponse> GetStatus(const v1::StatusRequest& request) override;
 
-  const std::string& address() const { return address_; }
-
-  // Cancels the calls in progress (they return CANCELLED at once, e.g. a heartbeat the
-  // dispatcher holds while waiting for work) and makes every later call return CANCELLED. For a
-  // component that stops. Thread-safe.
-  void Cancel();
+  const std::string& address() const override { return address_; }
+  void Cancel() override;
 
  private:
   DispatcherClient(std::string address, DispatcherClientOptions options);

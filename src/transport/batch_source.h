@@ -11,22 +11,10 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "croupier/batch.h"
-#include "src/transport/compression.h"
+#include "src/job/batch_key.h"
+#include "src/job/codec.h"
 
 namespace croupier {
-
-// Names one global batch of one epoch of one job.
-struct BatchKey {
-  std::string job;
-  uint64_t epoch = 0;
-  uint64_t batch = 0;
-
-  template <typename H>
-  friend H AbslHashValue(H h, const BatchKey& k) {
-    return H::combine(std::move(h), k.job, k.epoch, k.batch);
-  }
-  bool operator==(const BatchKey&) const = default;
-};
 
 // Thread-safe: a server calls it from many connections at once.
 class BatchSource {

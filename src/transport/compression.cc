@@ -15,31 +15,6 @@ constexpr int kZstdLevel = 1;
 
 }  // namespace
 
-absl::StatusOr<Codec> ParseCodec(absl::string_view name) {
-  if (name.empty() || name == "none") return Codec::kNone;
-  if (name == "zstd") return Codec::kZstd;
-  if (name == "lz4") return Codec::kLz4;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown compression '", name, "'; expected one of none, zstd, lz4"));
-}
-
-std::string CodecName(Codec codec) {
-  switch (codec) {
-    case Codec::kNone:
-      return "none";
-    case Codec::kZstd:
-      return "zstd";
-    case Codec::kLz4:
-      return "lz4";
-  }
-  return absl::StrCat("codec ", static_cast<uint32_t>(codec));
-}
-
-bool IsCompressingCodec(uint32_t value) {
-  return value == static_cast<uint32_t>(Codec::kZstd) ||
-         value == static_cast<uint32_t>(Codec::kLz4);
-}
-
 uint64_t MaxCompressibleBytes(Codec codec) {
   switch (codec) {
     case Codec::kZstd:

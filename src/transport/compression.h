@@ -9,22 +9,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "src/job/codec.h"
 
 namespace croupier {
-
-// The wire values of the codec field of a BATCH_COMPRESSED frame; kNone never appears there.
-enum class Codec : uint32_t {
-  kNone = 0,
-  kZstd = 1,
-  kLz4 = 2,
-};
-
-// "none" (or ""), "zstd", "lz4". INVALID_ARGUMENT naming the value otherwise.
-absl::StatusOr<Codec> ParseCodec(absl::string_view name);
-// "none", "zstd", "lz4"; "codec <n>" for a value that is not one.
-std::string CodecName(Codec codec);
-// Whether `value` (a wire field) names a codec other than kNone.
-bool IsCompressingCodec(uint32_t value);
 
 // The largest input Compress takes (lz4's limit, about 2 GiB). A larger batch is sent as is.
 uint64_t MaxCompressibleBytes(Codec codec);

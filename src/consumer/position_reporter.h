@@ -1,0 +1,85 @@
+// A consumer's standing with the dispatcher: its registration, the heartbeat thread that
+// acknowledges its position and statistics, and whether it still holds its rank. Knows nothing of
+// batches or producers (batch_fetcher.h fetches them).
+#ifndef CROUPIER_SRC_CONSUMER_POSITION_REPORTER_H_
+#define CROUPIER_SRC_CONSUMER_POSITION_REPORTER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "croupier/consumer.h"
+#include "proto/croupier.pb.h"
+#include "src/control/control_plane.h"
+
+namespace croupier {
+
+// What the dispatcher answered a registration.
+struct Registration {
+  uint64_t consumer_id = 0;
+  v1::JobInfo job;
+  ConsumerPosition position;  // where the consumer was registered
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+};
+
+// Registers rank `rank` of `world` of `job`, at the rank's last position with `resume`. A rank
+// still held by a consumer that just died is taken over once its holder has missed a few
+// heartbeats: ALREADY_EXISTS is retried until `timeout`. Errors as ConsumerHeartbeat's
+// (Consumer::Connect documents them).
+absl::StatusOr<Registration> RegisterConsumer(ControlPlane& control, const std::string& job,
+                                              uint32_t rank, uint32_t world, bool resume,
+                                              absl::Duration timeout);
+
+// Thread-safe. Starts its heartbeat thread at construction; Stop() (or the destructor) sends a
+// last heartbeat that frees the rank, keeping its position for the rank's next consumer.
+class PositionReporter {
+ public:
+  PositionReporter(ControlPlane* control, const Registration& registration, std::string job,
+                   uint32_t rank, uint32_t world);
+  ~PositionReporter();  // Stop()
+
+  ConsumerPosition position() const;
+  // Sets the position the next heartbeat acknowledges.
+  void SetPosition(ConsumerPosition position);
+  // One batch received, of `bytes`, after waiting `waited` for it.
+  void Received(uint64_t bytes, absl::Duration waited);
+  // Heartbeats now, on this thread, without waiting for the interval: a consumer going back
+  // acknowledges how far it got first (ConsumerImpl::StartEpoch).
+  void HeartbeatNow();
+  // Wakes the heartbeat thread to acknowledge the position now.
+  void Wake();
+  // OK, or ABORTED once the dispatcher said another consumer took this rank over (this one was
+  // silent too long): serving on would deal the rank's batches twice.
+  absl::Status Lost() const;
+  // Stops the thread after a last heartbeat that frees the rank. Idempotent.
+  void Stop();
+
+ private:
+  void Loop();
+  void Send(bool leaving);
+
+  ControlPlane* const control_;
+  const uint64_t id_;
+  const std::string job_;
+  const uint32_t rank_, world_;
+  const absl::Duration interval_;
+
+  mutable absl::Mutex mu_;
+  ConsumerPosition position_ ABSL_GUARDED_BY(mu_);
+  bool wake_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status lost_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t> batches_{0}, bytes_{0};
+  std::atomic<int64_t> wait_nanos_{0};
+  std::thread thread_;
+  std::once_flag stop_once_;
+};
+
+}  // namespace croupier
+
+#endif  // CROUPIER_SRC_CONSUMER_POSITION_REPORTER_H_

@@ -1,0 +1,27 @@
+// The name of one batch: global batch `batch` of epoch `epoch` of job `job`. What a consumer asks a
+// producer for, and what producers hold and serve.
+#ifndef CROUPIER_SRC_JOB_BATCH_KEY_H_
+#define CROUPIER_SRC_JOB_BATCH_KEY_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+namespace croupier {
+
+// Names one global batch of one epoch of one job.
+struct BatchKey {
+  std::string job;
+  uint64_t epoch = 0;
+  uint64_t batch = 0;
+
+  template <typename H>
+  friend H AbslHashValue(H h, const BatchKey& k) {
+    return H::combine(std::move(h), k.job, k.epoch, k.batch);
+  }
+  bool operator==(const BatchKey&) const = default;
+};
+
+}  // namespace croupier
+
+#endif  // CROUPIER_SRC_JOB_BATCH_KEY_H_

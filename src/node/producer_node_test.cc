@@ -1,0 +1,115 @@
+// ProducerNode's own logic on the in-process cluster: registration, its data address, start-up
+// against an unreachable dispatcher, a prompt shutdown while its heartbeat waits for work, and
+// rejoining a dispatcher that forgot it.
+#include "src/node/producer_node.h"
+
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/producer/producer_testing.h"
+#include "src/testing/test_cluster.h"
+
+namespace croupier {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::TestCluster;
+
+std::unique_ptr<TestCluster> Cluster(int producers, bool journal = true) {
+  auto cluster = TestCluster::Start({.producers = producers, .journal = journal});
+  EXPECT_TRUE(cluster.ok()) << cluster.status();
+  return *std::move(cluster);
+}
+
+// The data addresses of the producers the dispatcher knows.
+std::vector<std::string> KnownAddresses(TestCluster& cluster) {
+  std::vector<std::string> out;
+  auto status = cluster.Status();
+  EXPECT_TRUE(status.ok()) << status.status();
+  if (status.ok()) {
+    for (const auto& p : status->producers()) out.push_back(p.data_address());
+  }
+  return out;
+}
+
+TEST(ProducerNodeTest, RegistersWithItsDataAddress) {
+  auto cluster = Cluster(2);
+  EXPECT_NE(cluster->producer(0)->producer_id(), 0u);
+  EXPECT_NE(cluster->producer(0)->producer_id(), cluster->producer(1)->producer_id());
+  EXPECT_THAT(cluster->producer(0)->data_address(), HasSubstr("127.0.0.1:"));
+  EXPECT_THAT(KnownAddresses(*cluster),
+              ::testing::UnorderedElementsAre(cluster->producer(0)->data_address(),
+                                              cluster->producer(1)->data_address()));
+}
+
+TEST(ProducerNodeTest, AnUnreachableDispatcherAtStartIsADeadline) {
+  auto cluster = Cluster(0);
+  cluster->dispatcher().Crash();
+  ProducerNodeOptions options;
+  options.dispatcher = "in-process";
+  options.connect_timeout = absl::Milliseconds(300);
+  InProcessDispatcher* dispatcher = &cluster->dispatcher();
+  options.control_plane = [dispatcher] { return dispatcher->NewClient(absl::Milliseconds(300)); };
+  const absl::Time start = absl::Now();
+  auto node = ProducerNode::Start(options);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(node.status())) << node.status();
+  EXPECT_THAT(node.status().message(), HasSubstr("in-process"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST(ProducerNodeTest, ShutdownIsPromptWhileItsHeartbeatWaitsForWork) {
+  auto cluster = Cluster(1);
+  absl::SleepFor(absl::Milliseconds(300));  // idle: its heartbeats wait at the dispatcher
+  const absl::Time start = absl::Now();
+  cluster->StopProducer(0);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+}
+
+TEST(ProducerNodeTest, ADispatcherThatForgotItIsJoinedAgain) {
+  auto cluster = Cluster(1, /*journal=*/false);
+  const std::string address = cluster->producer(0)->data_address();
+  ASSERT_TRUE(cluster->dispatcher().Restart().ok());  // no journal: everything forgotten
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (KnownAddresses(*cluster).empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_THAT(KnownAddresses(*cluster), ::testing::ElementsAre(address));
+}
+
+TEST(ProducerNodeTest, MakesTheBatchesOfItsTasksAndReportsThemFinished) {
+  auto cluster = Cluster(1);
+  testing::WriteDataset(cluster->dir(), {16});
+  v1::JobSpec spec;
+  spec.set_name("train");
+  spec.add_files(cluster->dir() + "/part-*.tfrecord");
+  spec.set_features(testing::kFeatures);
+  spec.set_batch_size(4);
+  spec.set_num_consumers(1);
+  spec.set_num_epochs(1);
+  ASSERT_TRUE(cluster->CreateJob(spec).ok());
+  auto consumer = cluster->Connect("train", 0, 1);
+  ASSERT_TRUE(consumer.ok()) << consumer.status();
+  auto hashes = testing::ReadEpoch(**consumer, 0);
+  ASSERT_TRUE(hashes.ok()) << hashes.status();
+  EXPECT_EQ(hashes->size(), 4u);
+  // Every batch served: the producer reports its task finished, and holds nothing more.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < deadline) {
+    auto status = cluster->Status();
+    ASSERT_TRUE(status.ok());
+    if (status->producers_size() == 1 && status->producers(0).tasks_size() == 0 &&
+        status->producers(0).stats().batches_served() == 4) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  auto status = cluster->Status();
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->producers(0).tasks_size(), 0);
+  EXPECT_EQ(status->producers(0).stats().batches_made(), 4u);
+  EXPECT_EQ(status->producers(0).stats().batches_served(), 4u);
+}
+
+}  // namespace
+}  // namespace croupier

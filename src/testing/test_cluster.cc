@@ -1,0 +1,147 @@
+#include "src/testing/test_cluster.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "croupier/plan.h"
+#include "src/common/status_macros.h"
+#include "src/consumer/connect.h"
+#include "src/job/job.h"
+#include "src/producer/producer_testing.h"
+
+namespace croupier::testing {
+
+absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(TestClusterOptions options) {
+  std::unique_ptr<TestCluster> cluster(new TestCluster());
+  std::string tmpl =
+      (std::filesystem::temp_directory_path() / "croupier_cluster.XXXXXX").string();
+  if (::mkdtemp(tmpl.data()) == nullptr) {
+    return absl::InternalError(absl::StrCat("cannot make a directory like ", tmpl));
+  }
+  cluster->dir_ = tmpl;
+  cluster->options_ = std::move(options);
+  const TestClusterOptions& o = cluster->options_;
+  InProcessDispatcherOptions d;
+  d.dispatcher.heartbeat_interval = o.heartbeat_interval;
+  d.dispatcher.producer_timeout = o.producer_timeout;
+  d.dispatcher.consumer_timeout = o.consumer_timeout;
+  d.dispatcher.rounds_per_task = o.rounds_per_task;
+  d.dispatcher.index_cache_dir = cluster->dir_ + "/index";
+  if (o.journal) d.dispatcher.journal_path = cluster->dir_ + "/journal";
+  d.dispatcher.journal_sync = false;
+  d.tick_interval = std::min(o.heartbeat_interval, absl::Milliseconds(100));
+  ASSIGN_OR_RETURN(cluster->dispatcher_, InProcessDispatcher::Start(std::move(d)));
+  for (int i = 0; i < o.producers; ++i) RETURN_IF_ERROR(cluster->AddProducer().status());
+  return cluster;
+}
+
+TestCluster::~TestCluster() {
+  for (auto& producer : producers_) {
+    if (producer) producer->Shutdown();
+  }
+  producers_.clear();
+  dispatcher_.reset();
+  std::error_code ignored;
+  if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
+}
+
+absl::StatusOr<v1::JobInfo> TestCluster::CreateJob(const v1::JobSpec& spec) {
+  v1::CreateJobRequest request;
+  *request.mutable_spec() = spec;
+  ASSIGN_OR_RETURN(v1::CreateJobResponse response, dispatcher_->NewClient()->CreateJob(request));
+  return response.job();
+}
+
+absl::StatusOr<v1::StatusResponse> TestCluster::Status() {
+  return dispatcher_->NewClient()->GetStatus(v1::StatusRequest());
+}
+
+absl::StatusOr<size_t> TestCluster::AddProducer() {
+  ProducerNodeOptions options = options_.producer;
+  options.dispatcher = "in-process";
+  options.bind_address = "127.0.0.1";
+  options.port = 0;
+  options.index_cache_dir = dir_ + "/index";
+  InProcessDispatcher* dispatcher = dispatcher_.get();
+  const absl::Duration timeout = options.connect_timeout;
+  options.control_plane = [dispatcher, timeout] { return dispatcher->NewClient(timeout); };
+  ASSIGN_OR_RETURN(std::unique_ptr<ProducerNode> node, ProducerNode::Start(std::move(options)));
+  producers_.push_back(std::move(node));
+  return producers_.size() - 1;
+}
+
+void TestCluster::StopProducer(size_t i) {
+  if (producers_[i]) producers_[i]->Shutdown();
+}
+
+absl::StatusOr<std::unique_ptr<Consumer>> TestCluster::Connect(const std::string& job,
+                                                               uint32_t rank, uint32_t world,
+                                                               ConsumerOptions options) {
+  options.dispatcher = "in-process";
+  options.job = job;
+  options.rank = rank;
+  options.world = world;
+  return ConnectConsumer(options, dispatcher_->NewClient(options.timeout));
+}
+
+std::unique_ptr<TestCluster> ClusterWithDataset(TestClusterOptions options) {
+  std::unique_ptr<TestCluster> cluster = Must(TestCluster::Start(std::move(options)));
+  if (cluster) WriteDataset(cluster->dir(), {50, 40, 30});
+  return cluster;
+}
+
+v1::JobSpec DatasetSpec(const std::string& dir, uint32_t consumers, const std::string& mode) {
+  v1::JobSpec spec;
+  spec.set_name("train");
+  spec.add_files(dir + "/part-*.tfrecord");
+  spec.set_features(kFeatures);
+  spec.set_batch_size(4);
+  spec.set_num_consumers(consumers);
+  spec.set_seed(11);
+  spec.set_num_epochs(2);
+  spec.set_mode(mode);
+  return spec;
+}
+
+std::vector<std::vector<std::vector<int64_t>>> PlannedIds(const v1::JobInfo& job,
+                                                          uint64_t epoch) {
+  const JobConfig config = Must(ParseJobConfig(job));
+  const EpochPlan plan = Must(EpochPlan::Create(config.plan, epoch));
+  std::vector<std::vector<std::vector<int64_t>>> out(config.num_consumers());
+  for (uint64_t g = 0; g < plan.num_batches(); ++g) {
+    std::vector<int64_t> ids;
+    for (uint64_t id : plan.BatchRecords(g)) ids.push_back(static_cast<int64_t>(id));
+    out[g % config.num_consumers()].push_back(std::move(ids));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<uint64_t>> ReadEpoch(Consumer& consumer, uint64_t epoch,
+                                                uint64_t step) {
+  RETURN_IF_ERROR(consumer.StartEpoch(epoch, step));
+  std::vector<uint64_t> hashes;
+  while (true) {
+    ASSIGN_OR_RETURN(std::optional<Batch> batch, consumer.Next());
+    if (!batch) return hashes;
+    hashes.push_back(batch->ContentHash());
+  }
+}
+
+absl::StatusOr<std::vector<std::vector<int64_t>>> ReadEpochIds(Consumer& consumer,
+                                                               uint64_t epoch) {
+  RETURN_IF_ERROR(consumer.StartEpoch(epoch, 0));
+  std::vector<std::vector<int64_t>> out;
+  while (true) {
+    ASSIGN_OR_RETURN(std::optional<Batch> batch, consumer.Next());
+    if (!batch) return out;
+    const ColumnView* id = batch->view().Find("id");
+    if (id == nullptr) return absl::NotFoundError("the batch has no feature 'id'");
+    absl::Span<const int64_t> ids = id->ints();
+    out.emplace_back(ids.begin(), ids.end());
+  }
+}
+
+}  // namespace croupier::testing

@@ -1,0 +1,119 @@
+// The in-process test cluster: a dispatcher (InProcessDispatcher: DispatcherImpl without gRPC),
+// producers (ProducerNode, each with its real data server on 127.0.0.1, port 0) and consumers
+// (the real Consumer), all in one process. The control plane is called directly; the data plane
+// is the real TCP (and shared-memory) one. For tests of the service's logic: exactly-once, the
+// deal, failover, resume. What only real processes show (SIGKILL, signals, the network, TLS,
+// memory) stays with the multi-process tests in tests/.
+//
+//   ASSERT_OK_AND_ASSIGN(auto cluster, TestCluster::Start({.producers = 2}));
+//   std::vector<std::string> files = testing::WriteDataset(cluster->dir(), {40, 40});
+//   ASSERT_OK(cluster->CreateJob(spec).status());
+//   ASSERT_OK_AND_ASSIGN(auto consumer, cluster->Connect("train", /*rank=*/0, /*world=*/2));
+#ifndef CROUPIER_SRC_TESTING_TEST_CLUSTER_H_
+#define CROUPIER_SRC_TESTING_TEST_CLUSTER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "croupier/consumer.h"
+#include "proto/croupier.pb.h"
+#include "src/control/in_process.h"
+#include "src/node/producer_node.h"
+
+namespace croupier::testing {
+
+struct TestClusterOptions {
+  int producers = 1;
+  // Fast enough for tests: producers beat every 100 ms and expire after 1 s of silence.
+  absl::Duration heartbeat_interval = absl::Milliseconds(100);
+  absl::Duration producer_timeout = absl::Seconds(1);
+  absl::Duration consumer_timeout = absl::Seconds(5);
+  uint32_t rounds_per_task = 0;  // DispatcherOptions::rounds_per_task
+  // Journal the dispatcher's state (in dir()), so that RestartDispatcher() replays it.
+  bool journal = true;
+  // The template of every producer (dispatcher, control plane and index cache are set here).
+  ProducerNodeOptions producer;
+};
+
+// Thread-safe where its members are; Start and the destructor from one thread.
+class TestCluster {
+ public:
+  // A temporary directory (dir()), the dispatcher and options.producers producers.
+  static absl::StatusOr<std::unique_ptr<TestCluster>> Start(TestClusterOptions options = {});
+  ~TestCluster();  // stops every producer and the dispatcher, removes dir()
+
+  // A directory for the test's files, removed with the cluster.
+  const std::string& dir() const { return dir_; }
+
+  // CreateJob as a client would call it (exist_ok false).
+  absl::StatusOr<v1::JobInfo> CreateJob(const v1::JobSpec& spec);
+  absl::StatusOr<v1::StatusResponse> Status();
+
+  // Starts one more producer; returns its index.
+  absl::StatusOr<size_t> AddProducer();
+  size_t num_producers() const { return producers_.size(); }
+  ProducerNode* producer(size_t i) { return producers_[i].get(); }
+  // The producer stops at once, as a killed one: its data server closes, its heartbeats stop, and
+  // the dispatcher orphans its tasks once it expires (producer_timeout).
+  void StopProducer(size_t i);
+
+  // A consumer of rank `rank` of `world` of `job`, through an in-process control plane. `options`
+  // gives the rest (prefetch window, timeout, resume); dispatcher, job, rank and world are set.
+  absl::StatusOr<std::unique_ptr<Consumer>> Connect(const std::string& job, uint32_t rank,
+                                                    uint32_t world, ConsumerOptions options = {});
+
+  // The dispatcher, to crash it, restart it from its journal, or look at its state.
+  InProcessDispatcher& dispatcher() { return *dispatcher_; }
+
+ private:
+  TestCluster() = default;
+
+  TestClusterOptions options_;
+  std::string dir_;
+  std::unique_ptr<InProcessDispatcher> dispatcher_;
+  std::vector<std::unique_ptr<ProducerNode>> producers_;
+};
+
+// The value of `value`, failing the test (EXPECT) if it is an error.
+template <typename T>
+T Must(absl::StatusOr<T> value) {
+  EXPECT_TRUE(value.ok()) << value.status();
+  return *std::move(value);
+}
+
+#define CROUPIER_ASSERT_OK(expr)                            \
+  do {                                                      \
+    const absl::Status _s = (expr);                         \
+    ASSERT_TRUE(_s.ok()) << #expr << ": " << _s.ToString(); \
+  } while (0)
+
+// The records of the dataset the cluster tests deal: kDatasetRecords records of
+// src/producer/producer_testing.h's RecordOf (feature "id" is the global record id), in 3 files.
+inline constexpr int kDatasetRecords = 120;
+// A cluster (TestCluster::Start(options)) with that dataset written in its dir().
+std::unique_ptr<TestCluster> ClusterWithDataset(TestClusterOptions options = {});
+// Job "train" over that dataset: batches of 4, seed 11, 2 epochs, `consumers` ranks.
+v1::JobSpec DatasetSpec(const std::string& dir, uint32_t consumers,
+                        const std::string& mode = "dealt");
+// The record ids of every batch of `epoch` as the plan deals them: [rank][step] -> ids.
+std::vector<std::vector<std::vector<int64_t>>> PlannedIds(const v1::JobInfo& job,
+                                                          uint64_t epoch);
+
+// Every batch of `epoch` that `consumer` gets from step `step` on, as content hashes in step
+// order; the error of the first Next() that fails.
+absl::StatusOr<std::vector<uint64_t>> ReadEpoch(Consumer& consumer, uint64_t epoch,
+                                                uint64_t step = 0);
+
+// The global record ids (feature "id", an int64 scalar) of every batch `consumer` gets in
+// `epoch`, batch by batch.
+absl::StatusOr<std::vector<std::vector<int64_t>>> ReadEpochIds(Consumer& consumer,
+                                                               uint64_t epoch);
+
+}  // namespace croupier::testing
+
+#endif  // CROUPIER_SRC_TESTING_TEST_CLUSTER_H_
