@@ -25,6 +25,7 @@ import pytest
 
 import croupier
 from service_cluster import run
+import tf_records
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BIN = pathlib.Path(sys.executable).parent
@@ -130,27 +131,14 @@ def test_horovod_pytorch_4_ranks_fed_exactly_once_with_identical_weights(tmp_pat
     check_reports(report, 1024, 16)
 
 
-def write_regression(path, n):
-    """n records: id, x = (i, 2i, 3i, 4i) / n and y, a linear function of x."""
-    import tensorflow as tf
-    with tf.io.TFRecordWriter(str(path)) as w:
-        for i in range(n):
-            x = [(k + 1) * i / n for k in range(4)]
-            f = {
-                "id": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
-                "x": tf.train.Feature(float_list=tf.train.FloatList(value=x)),
-                "y": tf.train.Feature(float_list=tf.train.FloatList(value=[sum(x) / 2 - 0.25])),
-            }
-            w.write(tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString())
-
-
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("mode", ["gradient-tape", "keras-fit"])
 def test_horovod_tensorflow_4_ranks_read_through_the_op_exactly_once(tmp_path, mode):
     import croupier.tf as ctf
     assert ctf.op_available(), "the TensorFlow op was not built"
     path = tmp_path / "reg.tfrecord"
-    write_regression(path, 512)
+    import tensorflow as tf
+    tf_records.write_regression(tf, path, 512)
     report = tmp_path / "report"
     with croupier.local_cluster(producers=2, work_dir=tmp_path / "cluster") as cluster:
         cluster.create_job("train", str(path), "id:int64,x:float32[4],y:float32", 16,

@@ -88,16 +88,8 @@ def test_multi_worker_mirrored_strategy_4_processes_each_read_their_rank_exactly
     script.write_text(_MWMS_WORKER)
     with croupier.local_cluster(producers=2, work_dir=tmp_path / "cluster") as cluster:
         cluster.create_job("train", str(path), FEATURES, 16, consumers=workers, seed=3, epochs=2)
-        ports = free_ports(workers)
-        cluster_spec = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-        procs = []
-        for i in range(workers):
-            env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="",
-                       TF_CONFIG=json.dumps({"cluster": cluster_spec,
-                                             "task": {"type": "worker", "index": i}}))
-            procs.append(subprocess.Popen(
-                [sys.executable, str(script), cluster.address, str(tmp_path / f"out{i}.json")],
-                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        procs = start_workers(
+            tmp_path, script, lambda i: [cluster.address, str(tmp_path / f"out{i}.json")], workers)
         run_all(procs, 240)
     outs = [json.loads((tmp_path / f"out{i}.json").read_text()) for i in range(workers)]
     steps = 640 // 16 // workers  # per worker per epoch

@@ -1,5 +1,5 @@
-// The folders of TFRecord files written by TensorFlow that the io tests read. A test that needs one
-// skips, naming the folder and why, when it is absent:
+// The folders of TFRecord files written by TensorFlow that the io tests read, and how they read a
+// whole file (ReadAll). A test that needs a folder skips, naming it and why, when it is absent:
 //   auto dir = SharedTfrecordDir();
 //   if (!dir.ok()) GTEST_SKIP() << dir.status().message();
 #ifndef CROUPIER_SRC_IO_TESTDATA_DIRS_H_
@@ -9,10 +9,13 @@
 
 #include <filesystem>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "croupier/tfrecord.h"
 #include "src/common/env.h"
 #include "src/common/testing.h"
 
@@ -58,6 +61,23 @@ inline absl::StatusOr<std::string> TfWrittenTfrecordDir() {
         "writes it"));
   }
   return dir;
+}
+
+// Every record of the TFRecord file `path`, read until its end or the first error (a CRC that
+// does not match is one): the records read, and the final status.
+inline std::pair<std::vector<std::string>, absl::Status> ReadAll(const std::string& path,
+                                                                 size_t buffer_bytes = 4 << 20) {
+  std::vector<std::string> out;
+  RecordReaderOptions options;
+  options.buffer_bytes = buffer_bytes;
+  auto reader = RecordReader::Open(path, options);
+  if (!reader.ok()) return {out, reader.status()};
+  while (true) {
+    auto r = (*reader)->Next();
+    if (!r.ok()) return {out, r.status()};
+    if (!r->has_value()) return {out, absl::OkStatus()};
+    out.emplace_back(**r);
+  }
 }
 
 }  // namespace croupier::testing

@@ -19,6 +19,7 @@
 namespace croupier {
 namespace {
 
+using ::croupier::testing::ReadAll;
 using ::croupier::testing::ScopedTempDir;
 using ::croupier::testing::TfWrittenTfrecordDir;
 using ::testing::ElementsAre;
@@ -26,21 +27,6 @@ using ::testing::ElementsAre;
 // The counts tests/tf_records.py writes (TF_WRITTEN_COUNTS there).
 constexpr size_t kMixed = 300, kRegression = 804, kDetection = 2;
 
-// Reads until the end or the first error (a CRC that does not match is one).
-std::pair<std::vector<std::string>, absl::Status> ReadAll(const std::string& path,
-                                                          size_t buffer_bytes = 4 << 20) {
-  std::vector<std::string> out;
-  RecordReaderOptions options;
-  options.buffer_bytes = buffer_bytes;
-  auto reader = RecordReader::Open(path, options);
-  if (!reader.ok()) return {out, reader.status()};
-  while (true) {
-    auto r = (*reader)->Next();
-    if (!r.ok()) return {out, r.status()};
-    if (!r->has_value()) return {out, absl::OkStatus()};
-    out.emplace_back(**r);
-  }
-}
 
 std::string ReadBytes(const std::string& path) { return *ReadFileToString(*Env::Default(), path); }
 

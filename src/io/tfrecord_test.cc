@@ -16,6 +16,7 @@
 namespace croupier {
 namespace {
 
+using ::croupier::testing::ReadAll;
 using ::croupier::testing::ScopedTempDir;
 using ::croupier::testing::SharedTfrecordDir;
 using ::testing::HasSubstr;
@@ -27,21 +28,6 @@ void WriteRecords(const std::string& path, const std::vector<std::string>& recor
   ASSERT_TRUE((*writer)->Close().ok());
 }
 
-// Reads until the end or the first error; returns the records and the final status.
-std::pair<std::vector<std::string>, absl::Status> ReadAll(const std::string& path,
-                                                          size_t buffer_bytes = 4 << 20) {
-  std::vector<std::string> out;
-  RecordReaderOptions options;
-  options.buffer_bytes = buffer_bytes;
-  auto reader = RecordReader::Open(path, options);
-  if (!reader.ok()) return {out, reader.status()};
-  while (true) {
-    auto r = (*reader)->Next();
-    if (!r.ok()) return {out, r.status()};
-    if (!r->has_value()) return {out, absl::OkStatus()};
-    out.emplace_back(**r);
-  }
-}
 
 std::string ReadBytes(const std::string& path) {
   return *ReadFileToString(*Env::Default(), path);

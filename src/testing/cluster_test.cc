@@ -4,6 +4,7 @@
 #include "src/testing/test_cluster.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 #include <thread>
@@ -17,20 +18,37 @@
 namespace croupier::testing {
 namespace {
 
-// Reads `epoch` on every rank at once, each on its own thread; the ids per rank.
-std::vector<std::vector<std::vector<int64_t>>> ReadAllRanks(TestCluster& cluster, uint32_t world,
-                                                            uint64_t epoch,
-                                                            ConsumerOptions options = {}) {
+// Reads `epoch` on every rank at once, each on its own thread, waiting `per_batch` after each
+// batch; `meanwhile` runs on this thread while they read (a fault to inject). The ids per rank.
+std::vector<std::vector<std::vector<int64_t>>> ReadAllRanks(
+    TestCluster& cluster, uint32_t world, uint64_t epoch, ConsumerOptions options = {},
+    absl::Duration per_batch = absl::ZeroDuration(), const std::function<void()>& meanwhile = {}) {
   std::vector<std::vector<std::vector<int64_t>>> got(world);
   std::vector<std::thread> threads;
   for (uint32_t r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       auto consumer = Must(cluster.Connect("train", r, world, options));
-      if (consumer) got[r] = Must(ReadEpochIds(*consumer, epoch));
+      if (!consumer) return;
+      CROUPIER_ASSERT_OK(consumer->StartEpoch(epoch));
+      while (true) {
+        auto batch = Must(consumer->Next());
+        if (!batch) break;
+        absl::Span<const int64_t> ids = batch->view().Find("id")->ints();
+        got[r].emplace_back(ids.begin(), ids.end());
+        absl::SleepFor(per_batch);
+      }
     });
   }
+  if (meanwhile) meanwhile();
   for (auto& t : threads) t.join();
   return got;
+}
+
+// Epoch 0 of a 2-rank job on 2 producers with no fault: the ids per rank.
+std::vector<std::vector<std::vector<int64_t>>> FaultFreeRun() {
+  auto cluster = ClusterWithDataset({.producers = 2});
+  EXPECT_TRUE(cluster->CreateJob(DatasetSpec(cluster->dir(), 2)).ok());
+  return ReadAllRanks(*cluster, 2, 0);
 }
 
 TEST(ClusterTest, EveryRankGetsThePlansBatchesExactlyOnceWithThreeProducers) {
@@ -105,65 +123,33 @@ TEST(ClusterTest, FirstComeDealsEveryBatchOnceToConsumersOfDifferentSpeeds) {
 }
 
 TEST(ClusterTest, AStoppedProducersBatchesAreMadeAgainIdentically) {
-  // Reference: a fault-free run.
-  std::vector<std::vector<std::vector<int64_t>>> reference;
-  {
-    auto cluster = ClusterWithDataset({.producers = 2});
-    CROUPIER_ASSERT_OK(cluster->CreateJob(DatasetSpec(cluster->dir(), 2)).status());
-    reference = ReadAllRanks(*cluster, 2, 0);
-  }
+  const auto reference = FaultFreeRun();
+  // Tasks of one round, so that the stopped producer holds work when it stops mid-epoch.
   auto cluster = ClusterWithDataset({.producers = 2, .rounds_per_task = 1});
   CROUPIER_ASSERT_OK(cluster->CreateJob(DatasetSpec(cluster->dir(), 2)).status());
-  std::vector<std::vector<std::vector<int64_t>>> got(2);
-  std::vector<std::thread> threads;
-  for (uint32_t r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      auto consumer = Must(cluster->Connect("train", r, 2, {.prefetch_batches = 1}));
-      CROUPIER_ASSERT_OK(consumer->StartEpoch(0));
-      while (true) {
-        auto batch = Must(consumer->Next());
-        if (!batch) break;
-        absl::Span<const int64_t> ids = batch->view().Find("id")->ints();
-        got[r].emplace_back(ids.begin(), ids.end());
-        absl::SleepFor(absl::Milliseconds(30));  // the stop comes mid-epoch
-      }
-    });
-  }
-  absl::SleepFor(absl::Milliseconds(150));
-  cluster->StopProducer(0);
-  for (auto& t : threads) t.join();
+  const auto got = ReadAllRanks(*cluster, 2, 0, {.prefetch_batches = 1}, absl::Milliseconds(30),
+                                [&] {
+                                  absl::SleepFor(absl::Milliseconds(150));
+                                  cluster->StopProducer(0);
+                                });
   EXPECT_EQ(got, reference);
+  // The stopped producer expired and the other made its work: it alone is left.
+  const v1::StatusResponse status = Must(cluster->Status());
+  ASSERT_EQ(status.producers_size(), 1);
+  EXPECT_EQ(status.producers(0).data_address(), cluster->producer(1)->data_address());
 }
 
 TEST(ClusterTest, TheDispatcherCrashedMidEpochAndRestartedFromItsJournalLosesNothing) {
-  std::vector<std::vector<std::vector<int64_t>>> reference;
-  {
-    auto cluster = ClusterWithDataset({.producers = 2});
-    CROUPIER_ASSERT_OK(cluster->CreateJob(DatasetSpec(cluster->dir(), 2)).status());
-    reference = ReadAllRanks(*cluster, 2, 0);
-  }
+  const auto reference = FaultFreeRun();
   auto cluster = ClusterWithDataset({.producers = 2, .rounds_per_task = 1});
   CROUPIER_ASSERT_OK(cluster->CreateJob(DatasetSpec(cluster->dir(), 2)).status());
-  std::vector<std::vector<std::vector<int64_t>>> got(2);
-  std::vector<std::thread> threads;
-  for (uint32_t r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      auto consumer = Must(cluster->Connect("train", r, 2, {.prefetch_batches = 1}));
-      CROUPIER_ASSERT_OK(consumer->StartEpoch(0));
-      while (true) {
-        auto batch = Must(consumer->Next());
-        if (!batch) break;
-        absl::Span<const int64_t> ids = batch->view().Find("id")->ints();
-        got[r].emplace_back(ids.begin(), ids.end());
-        absl::SleepFor(absl::Milliseconds(20));
-      }
-    });
-  }
-  absl::SleepFor(absl::Milliseconds(150));
-  cluster->dispatcher().Crash();
-  absl::SleepFor(absl::Milliseconds(300));  // calls fail and are retried meanwhile
-  CROUPIER_ASSERT_OK(cluster->dispatcher().Restart());
-  for (auto& t : threads) t.join();
+  const auto got = ReadAllRanks(*cluster, 2, 0, {.prefetch_batches = 1}, absl::Milliseconds(20),
+                                [&] {
+                                  absl::SleepFor(absl::Milliseconds(150));
+                                  cluster->dispatcher().Crash();
+                                  absl::SleepFor(absl::Milliseconds(300));  // calls retry
+                                  CROUPIER_ASSERT_OK(cluster->dispatcher().Restart());
+                                });
   EXPECT_EQ(got, reference);
 }
 
