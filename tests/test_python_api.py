@@ -312,27 +312,6 @@ def test_files_tensorflow_writes_now_come_back_through_the_service(tf_written_tf
         assert [b["image/encoded"] for b in got] == [[jpeg], [jpeg]]
 
 
-@pytest.mark.timeout(90)
-def test_a_job_its_consumers_left_does_not_starve_another(tmp_path, dataset):
-    # One producer holding at most 2 tasks: job "left" takes its slots, then its only consumer
-    # reads two batches and closes. Its tasks go back to the dispatcher, so job "other" runs.
-    with croupier.local_cluster(producers=1, work_dir=tmp_path / "c", threads=1,
-                                producer_args=("--max-tasks", "2")) as cluster:
-        cluster.create_job("left", dataset, FEATURES, 10, consumers=1, seed=1, epochs=3)
-        with cluster.consumer("left", 0, 1) as feed:
-            it = feed.epoch(0)
-            next(it), next(it)
-        time.sleep(1.5)  # the producer's next heartbeat learns its tasks are taken back
-        cluster.create_job("other", dataset, FEATURES, 10, consumers=1, seed=2, epochs=1)
-        with cluster.consumer("other", 0, 1, timeout=20) as feed:
-            got = [b["id"].tolist() for b in feed.epoch(0)]
-        assert got == plan_ids(0, 1, 10, 2, 0)
-        # And "left" resumes where its consumer was when one comes back.
-        with cluster.consumer("left", 0, 1, timeout=20) as feed:
-            rest = [b["id"].tolist() for b in feed.epoch(0)]
-        assert rest == plan_ids(0, 1, 10, 1, 0)[2:]
-
-
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("new_world", [2, 8])
 def test_resuming_with_another_world_size_repeats_and_skips_nothing(tmp_path, dataset,

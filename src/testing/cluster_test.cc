@@ -197,5 +197,43 @@ TEST(ClusterTest, ResumingWithAnotherWorldSizeRepeatsAndSkipsNothing) {
   EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), seen.size()) << "a record twice";
 }
 
+TEST(ClusterTest, AJobItsConsumersLeftDoesNotStarveAnother) {
+  // One producer holding at most 2 tasks: job "train" takes its slots, then its only consumer
+  // reads two batches and closes. Its tasks go back to the dispatcher, so job "other" runs.
+  TestClusterOptions options{.producers = 1};
+  options.producer.runner.threads = 1;
+  options.producer.runner.max_tasks = 2;
+  auto cluster = ClusterWithDataset(std::move(options));
+  v1::JobSpec left = DatasetSpec(cluster->dir(), 1);
+  left.set_num_epochs(3);
+  const v1::JobInfo left_job = Must(cluster->CreateJob(left));
+  {
+    auto consumer = Must(cluster->Connect("train", 0, 1));
+    CROUPIER_ASSERT_OK(consumer->StartEpoch(0));
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE(Must(consumer->Next()).has_value());
+  }
+  v1::JobSpec other = DatasetSpec(cluster->dir(), 1);
+  other.set_name("other");
+  other.set_seed(12);
+  const v1::JobInfo other_job = Must(cluster->CreateJob(other));
+  {
+    auto consumer = Must(cluster->Connect("other", 0, 1, {.timeout = absl::Seconds(20)}));
+    EXPECT_EQ(Must(ReadEpochIds(*consumer, 0)), PlannedIds(other_job, 0)[0]);
+  }
+  // And "train" resumes where its consumer was when one comes back.
+  auto consumer = Must(cluster->Connect("train", 0, 1, {.timeout = absl::Seconds(20)}));
+  ASSERT_EQ(consumer->registered_position().step, 2u);
+  CROUPIER_ASSERT_OK(consumer->StartEpoch(0, 2));
+  std::vector<std::vector<int64_t>> rest;
+  while (true) {
+    auto batch = Must(consumer->Next());
+    if (!batch) break;
+    absl::Span<const int64_t> ids = batch->view().Find("id")->ints();
+    rest.emplace_back(ids.begin(), ids.end());
+  }
+  const auto planned = PlannedIds(left_job, 0)[0];
+  EXPECT_EQ(rest, std::vector<std::vector<int64_t>>(planned.begin() + 2, planned.end()));
+}
+
 }  // namespace
 }  // namespace croupier::testing
