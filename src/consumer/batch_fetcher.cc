@@ -16,7 +16,9 @@ constexpr absl::Duration kAttemptTimeout = absl::Seconds(5);
 // first_come: how long one attempt waits on one producer before trying the others.
 constexpr absl::Duration kAnyAttemptTimeout = absl::Milliseconds(200);
 
-bool Final(const absl::Status& s) { return absl::IsUnauthenticated(s) || absl::IsFailedPrecondition(s); }
+bool Final(const absl::Status& s) {
+  return absl::IsUnauthenticated(s) || absl::IsFailedPrecondition(s);
+}
 
 }  // namespace
 
@@ -31,8 +33,8 @@ absl::StatusOr<DataClient*> BatchFetcher::ClientFor(const std::string& address) 
 std::vector<absl::StatusOr<Batch>> BatchFetcher::FetchSteps(uint64_t epoch, uint64_t first,
                                                             uint32_t count) {
   const absl::Time deadline = absl::Now() + timeout_;
-  std::vector<absl::StatusOr<Batch>> results(
-      count, absl::UnavailableError("not fetched with its group"));
+  std::vector<absl::StatusOr<Batch>> results(count,
+                                             absl::UnavailableError("not fetched with its group"));
   std::vector<uint64_t> globals(count);
   for (uint32_t i = 0; i < count; ++i) globals[i] = job_.GlobalBatch(epoch, first + i, rank_);
   uint32_t i = 0;
@@ -57,8 +59,7 @@ std::vector<absl::StatusOr<Batch>> BatchFetcher::FetchSteps(uint64_t epoch, uint
   return results;
 }
 
-absl::StatusOr<Batch> BatchFetcher::FetchStep(uint64_t epoch, uint64_t step,
-                                              absl::Time deadline) {
+absl::StatusOr<Batch> BatchFetcher::FetchStep(uint64_t epoch, uint64_t step, absl::Time deadline) {
   const uint64_t g = job_.GlobalBatch(epoch, step, rank_);
   const BatchKey key{job_.name, epoch, g};
   absl::StatusOr<Batch> result = absl::UnavailableError("not fetched");
@@ -112,9 +113,9 @@ absl::StatusOr<Batch> BatchFetcher::FetchAny(uint64_t epoch) {
       }
     }
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "job '", job_.name, "' epoch ", epoch, ": no batch from any producer within ",
-          absl::FormatDuration(timeout_)));
+      return absl::DeadlineExceededError(absl::StrCat("job '", job_.name, "' epoch ", epoch,
+                                                      ": no batch from any producer within ",
+                                                      absl::FormatDuration(timeout_)));
     }
     if (addresses.empty()) closed_->WaitForNotificationWithTimeout(absl::Milliseconds(50));
   }

@@ -144,7 +144,7 @@ class ConsumerImpl final : public Consumer {
         prefetcher = std::move(prefetcher_);
       }
       if (prefetcher) prefetcher->Cancel();
-      reporter_.Stop();  // a last heartbeat frees the rank
+      reporter_.Stop();    // a last heartbeat frees the rank
       prefetcher.reset();  // joins its workers, unless a Next() on another thread still holds it
     });
   }
@@ -170,8 +170,8 @@ absl::Status CheckOptions(const ConsumerOptions& options) {
     return absl::InvalidArgumentError("a consumer needs a dispatcher address and a job name");
   }
   if (options.world == 0 || options.rank >= options.world) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank, " is not in [0, world ",
-                                                   options.world, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", options.rank, " is not in [0, world ", options.world, ")"));
   }
   return ParseShmMode(options.shm).status();
 }

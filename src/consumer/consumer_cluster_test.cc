@@ -42,7 +42,6 @@ TEST(ConsumerTest, ARestartedConsumerResumesItsRankWhereItLeftOff) {
   EXPECT_EQ(got, planned);
 }
 
-
 TEST(ConsumerTest, ARewindToACheckpointGetsTheSameBatchesAgain) {
   auto cluster = ClusterWithDataset({.producers = 2});
   CROUPIER_ASSERT_OK(cluster->CreateJob(DatasetSpec(cluster->dir(), 1)).status());
@@ -52,7 +51,6 @@ TEST(ConsumerTest, ARewindToACheckpointGetsTheSameBatchesAgain) {
   ASSERT_EQ(first.size(), 30u);
   EXPECT_EQ(second, std::vector<uint64_t>(first.begin() + 7, first.end()));
 }
-
 
 TEST(ConsumerTest, ConnectingNamesWhatIsWrong) {
   auto cluster = ClusterWithDataset({.producers = 1});
@@ -65,10 +63,9 @@ TEST(ConsumerTest, ConnectingNamesWhatIsWrong) {
   auto again = cluster->Connect("train", 0, 2, {.timeout = absl::Milliseconds(300)});
   EXPECT_TRUE(absl::IsAlreadyExists(again.status())) << again.status();
   EXPECT_TRUE(absl::IsFailedPrecondition(consumer->Next().status()));
-  EXPECT_TRUE(absl::IsOutOfRange(consumer->StartEpoch(2)));  // a 2-epoch job
+  EXPECT_TRUE(absl::IsOutOfRange(consumer->StartEpoch(2)));      // a 2-epoch job
   EXPECT_TRUE(absl::IsOutOfRange(consumer->StartEpoch(0, 16)));  // 15 steps
 }
-
 
 TEST(ConsumerTest, CloseWakesABlockedNextAndFreesTheRank) {
   auto cluster = ClusterWithDataset({.producers = 0});  // nothing will ever be made
@@ -86,7 +83,6 @@ TEST(ConsumerTest, CloseWakesABlockedNextAndFreesTheRank) {
   auto next = cluster->Connect("train", 0, 1, {.timeout = absl::Seconds(2)});
   EXPECT_TRUE(next.ok()) << next.status();
 }
-
 
 TEST(ConsumerTest, NoProducerIsADeadlineNamingTheBatch) {
   auto cluster = ClusterWithDataset({.producers = 0});

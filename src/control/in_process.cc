@@ -53,16 +53,16 @@ class InProcessControlPlane final : public ControlPlane {
     };
     auto answer = std::make_shared<Answer>();
     auto cancel = cancel_;
-    const absl::Status started = Attempt("ProducerHeartbeat", request.wait_for_work_ms() == 0,
-                                         [&](DispatcherImpl& impl) {
-      impl.ProducerHeartbeatOrWait(
-          request, [answer, cancel](absl::StatusOr<v1::ProducerHeartbeatResponse> result) {
-            absl::MutexLock lock(&cancel->mu);
-            answer->result = std::move(result);
-            answer->done = true;
-          });
-      return absl::OkStatus();
-    });
+    const absl::Status started =
+        Attempt("ProducerHeartbeat", request.wait_for_work_ms() == 0, [&](DispatcherImpl& impl) {
+          impl.ProducerHeartbeatOrWait(
+              request, [answer, cancel](absl::StatusOr<v1::ProducerHeartbeatResponse> result) {
+                absl::MutexLock lock(&cancel->mu);
+                answer->result = std::move(result);
+                answer->done = true;
+              });
+          return absl::OkStatus();
+        });
     if (!started.ok()) return started;
     absl::MutexLock lock(&cancel->mu);
     auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(cancel->mu) {

@@ -21,7 +21,8 @@ namespace croupier {
 
 struct InProcessDispatcherOptions {
   DispatcherOptions dispatcher;  // a journal_path makes Restart() replay it
-  absl::Duration tick_interval = absl::Milliseconds(100);  // DispatcherImpl::Tick, as a node's ticker
+  absl::Duration tick_interval =
+      absl::Milliseconds(100);      // DispatcherImpl::Tick, as a node's ticker
   std::string name = "in-process";  // the clients' address(), for messages
 };
 

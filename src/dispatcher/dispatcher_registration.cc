@@ -106,8 +106,9 @@ absl::StatusOr<uint64_t> DispatcherImpl::RegisterProducerLocked(const std::strin
   RETURN_IF_ERROR(ApplyLocked(update));
   producer_info_[id].last_heartbeat = now;
   Log(LogLevel::kInfo, "dispatcher",
-      absl::StrCat("producer ", id, " registered with data address ", data_address,
-                   source_job.empty() ? "" : absl::StrCat(", the source of job '", source_job, "'")));
+      absl::StrCat(
+          "producer ", id, " registered with data address ", data_address,
+          source_job.empty() ? "" : absl::StrCat(", the source of job '", source_job, "'")));
   return id;
 }
 
@@ -157,11 +158,14 @@ absl::StatusOr<uint64_t> DispatcherImpl::RegisterConsumerLocked(
     const absl::Duration takeover =
         std::min(options_.consumer_timeout, kTakeoverHeartbeats * options_.heartbeat_interval);
     if (age <= takeover) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("rank ", request.rank(), " of job '", name, "' is held by consumer ",
-                       holder_id, " (last heartbeat ", Secs(age), " ago); a rank is taken over "
-                       "after ", Secs(takeover), " without a heartbeat, or at once when its "
-                       "consumer closes"));
+      return absl::AlreadyExistsError(absl::StrCat("rank ", request.rank(), " of job '", name,
+                                                   "' is held by consumer ", holder_id,
+                                                   " (last heartbeat ", Secs(age),
+                                                   " ago); a rank is taken over "
+                                                   "after ",
+                                                   Secs(takeover),
+                                                   " without a heartbeat, or at once when its "
+                                                   "consumer closes"));
     }
     RETURN_IF_ERROR(RemoveConsumerLocked(
         holder_id,

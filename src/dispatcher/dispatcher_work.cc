@@ -163,8 +163,9 @@ std::vector<v1::Task> DispatcherImpl::LostTasksLocked(uint64_t id,
   }
   if (!lost.empty()) {
     Log(LogLevel::kInfo, "dispatcher",
-        absl::StrCat("producer ", id, " does not hold ", lost.size(),
-                     " of its tasks (a lost response, or a dispatcher restart): sending them again"));
+        absl::StrCat(
+            "producer ", id, " does not hold ", lost.size(),
+            " of its tasks (a lost response, or a dispatcher restart): sending them again"));
   }
   return lost;
 }
@@ -233,8 +234,8 @@ absl::Status DispatcherImpl::ReopenLocked(const std::string& name, uint64_t epoc
   update.mutable_tasks_reopened()->set_step(step);
   RETURN_IF_ERROR(ApplyLocked(update));
   Log(LogLevel::kInfo, "dispatcher",
-      absl::StrCat("job '", name, "': a consumer went back to epoch ", epoch, " step ", step,
-                   "; ", tasks, " finished tasks will be made again"));
+      absl::StrCat("job '", name, "': a consumer went back to epoch ", epoch, " step ", step, "; ",
+                   tasks, " finished tasks will be made again"));
   return absl::OkStatus();
 }
 

@@ -95,7 +95,8 @@ TEST(JournalCompatTest, AJournalOfTheCurrentVersionReplaysIntoTheSameState) {
 // The same updates applied now give the state the fixture holds: the fixture is not stale.
 TEST(JournalCompatTest, TheFixtureIsWhatThisCodeWouldWrite) {
   DispatcherState state;
-  for (const journal::Update& u : Updates()) ASSERT_TRUE(state.Apply(u).ok()) << u.ShortDebugString();
+  for (const journal::Update& u : Updates())
+    ASSERT_TRUE(state.Apply(u).ok()) << u.ShortDebugString();
   EXPECT_EQ(state.DebugString(), ReadText(Fixture("journal-v2.state")));
 }
 

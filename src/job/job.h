@@ -54,8 +54,8 @@ struct JobConfig {
   SourceKind source = SourceKind::kTfrecord;
   DealMode mode = DealMode::kDealt;
   Codec compression = Codec::kNone;
-  std::string features;   // the feature spec text, canonical
-  PlanSpec plan;          // num_records, seed, batch size, consumers, shuffle, remainder, blocks
+  std::string features;     // the feature spec text, canonical
+  PlanSpec plan;            // num_records, seed, batch size, consumers, shuffle, remainder, blocks
   uint64_t num_epochs = 0;  // 0: unbounded
   uint64_t batches_per_epoch = 0;  // global batches, a multiple of num_consumers
   uint64_t steps_per_epoch = 0;

@@ -102,7 +102,7 @@ TEST(JobConfigTest, SourcesSplitTheTasksAndNumberTheirBatchesWithoutGaps) {
   EXPECT_EQ(job.LastTaskEnd(0), std::make_pair(uint64_t{1}, uint64_t{14}));
   EXPECT_EQ(job.LastTaskEnd(1), std::make_pair(uint64_t{1}, uint64_t{8}));
   EXPECT_EQ(job.LastTaskEnd(3), std::nullopt);  // no such source
-  info.mutable_spec()->set_source_count(5);   // 4 tasks an epoch: source 4 makes none
+  info.mutable_spec()->set_source_count(5);     // 4 tasks an epoch: source 4 makes none
   EXPECT_EQ(ParseJobConfig(info)->LastTaskEnd(4), std::nullopt);
   info.mutable_spec()->set_num_epochs(0);
   EXPECT_EQ(ParseJobConfig(info)->LastTaskEnd(0), std::nullopt);  // unbounded

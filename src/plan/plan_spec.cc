@@ -20,8 +20,9 @@ absl::Status AtLeastOne(absl::string_view setting, uint64_t value) {
 
 namespace {
 
-constexpr EnumName<ShuffleMode> kShuffleNames[] = {
-    {ShuffleMode::kNone, "none"}, {ShuffleMode::kGlobal, "global"}, {ShuffleMode::kBlocks, "blocks"}};
+constexpr EnumName<ShuffleMode> kShuffleNames[] = {{ShuffleMode::kNone, "none"},
+                                                   {ShuffleMode::kGlobal, "global"},
+                                                   {ShuffleMode::kBlocks, "blocks"}};
 constexpr EnumName<Remainder> kRemainderNames[] = {{Remainder::kDrop, "drop"},
                                                    {Remainder::kPad, "pad"}};
 

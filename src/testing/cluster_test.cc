@@ -1,8 +1,6 @@
 // The service's guarantees on the in-process cluster (test_cluster.h): a real dispatcher logic,
 // real producers and consumers, in one process. Every check compares content: the record ids each
 // rank received against the plan, and content hashes against a fault-free run.
-#include "src/testing/test_cluster.h"
-
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -14,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/producer/producer_testing.h"
+#include "src/testing/test_cluster.h"
 
 namespace croupier::testing {
 namespace {
@@ -127,11 +126,11 @@ TEST(ClusterTest, AStoppedProducersBatchesAreMadeAgainIdentically) {
   // Tasks of one round, so that the stopped producer holds work when it stops mid-epoch.
   auto cluster = ClusterWithDataset({.producers = 2, .rounds_per_task = 1});
   CROUPIER_ASSERT_OK(cluster->CreateJob(DatasetSpec(cluster->dir(), 2)).status());
-  const auto got = ReadAllRanks(*cluster, 2, 0, {.prefetch_batches = 1}, absl::Milliseconds(30),
-                                [&] {
-                                  absl::SleepFor(absl::Milliseconds(150));
-                                  cluster->StopProducer(0);
-                                });
+  const auto got =
+      ReadAllRanks(*cluster, 2, 0, {.prefetch_batches = 1}, absl::Milliseconds(30), [&] {
+        absl::SleepFor(absl::Milliseconds(150));
+        cluster->StopProducer(0);
+      });
   EXPECT_EQ(got, reference);
   // The stopped producer expired and the other made its work: it alone is left.
   const v1::StatusResponse status = Must(cluster->Status());
@@ -143,13 +142,13 @@ TEST(ClusterTest, TheDispatcherCrashedMidEpochAndRestartedFromItsJournalLosesNot
   const auto reference = FaultFreeRun();
   auto cluster = ClusterWithDataset({.producers = 2, .rounds_per_task = 1});
   CROUPIER_ASSERT_OK(cluster->CreateJob(DatasetSpec(cluster->dir(), 2)).status());
-  const auto got = ReadAllRanks(*cluster, 2, 0, {.prefetch_batches = 1}, absl::Milliseconds(20),
-                                [&] {
-                                  absl::SleepFor(absl::Milliseconds(150));
-                                  cluster->dispatcher().Crash();
-                                  absl::SleepFor(absl::Milliseconds(300));  // calls retry
-                                  CROUPIER_ASSERT_OK(cluster->dispatcher().Restart());
-                                });
+  const auto got =
+      ReadAllRanks(*cluster, 2, 0, {.prefetch_batches = 1}, absl::Milliseconds(20), [&] {
+        absl::SleepFor(absl::Milliseconds(150));
+        cluster->dispatcher().Crash();
+        absl::SleepFor(absl::Milliseconds(300));  // calls retry
+        CROUPIER_ASSERT_OK(cluster->dispatcher().Restart());
+      });
   EXPECT_EQ(got, reference);
 }
 

@@ -16,8 +16,7 @@ namespace croupier::testing {
 
 absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(TestClusterOptions options) {
   std::unique_ptr<TestCluster> cluster(new TestCluster());
-  std::string tmpl =
-      (std::filesystem::temp_directory_path() / "croupier_cluster.XXXXXX").string();
+  std::string tmpl = (std::filesystem::temp_directory_path() / "croupier_cluster.XXXXXX").string();
   if (::mkdtemp(tmpl.data()) == nullptr) {
     return absl::InternalError(absl::StrCat("cannot make a directory like ", tmpl));
   }
@@ -106,8 +105,7 @@ v1::JobSpec DatasetSpec(const std::string& dir, uint32_t consumers, const std::s
   return spec;
 }
 
-std::vector<std::vector<std::vector<int64_t>>> PlannedIds(const v1::JobInfo& job,
-                                                          uint64_t epoch) {
+std::vector<std::vector<std::vector<int64_t>>> PlannedIds(const v1::JobInfo& job, uint64_t epoch) {
   const JobConfig config = Must(ParseJobConfig(job));
   const EpochPlan plan = Must(EpochPlan::Create(config.plan, epoch));
   std::vector<std::vector<std::vector<int64_t>>> out(config.num_consumers());
@@ -119,8 +117,7 @@ std::vector<std::vector<std::vector<int64_t>>> PlannedIds(const v1::JobInfo& job
   return out;
 }
 
-absl::StatusOr<std::vector<uint64_t>> ReadEpoch(Consumer& consumer, uint64_t epoch,
-                                                uint64_t step) {
+absl::StatusOr<std::vector<uint64_t>> ReadEpoch(Consumer& consumer, uint64_t epoch, uint64_t step) {
   RETURN_IF_ERROR(consumer.StartEpoch(epoch, step));
   std::vector<uint64_t> hashes;
   while (true) {
@@ -130,8 +127,7 @@ absl::StatusOr<std::vector<uint64_t>> ReadEpoch(Consumer& consumer, uint64_t epo
   }
 }
 
-absl::StatusOr<std::vector<std::vector<int64_t>>> ReadEpochIds(Consumer& consumer,
-                                                               uint64_t epoch) {
+absl::StatusOr<std::vector<std::vector<int64_t>>> ReadEpochIds(Consumer& consumer, uint64_t epoch) {
   RETURN_IF_ERROR(consumer.StartEpoch(epoch, 0));
   std::vector<std::vector<int64_t>> out;
   while (true) {

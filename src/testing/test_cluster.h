@@ -19,8 +19,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "gtest/gtest.h"
 #include "croupier/consumer.h"
+#include "gtest/gtest.h"
 #include "proto/croupier.pb.h"
 #include "src/control/in_process.h"
 #include "src/node/producer_node.h"
@@ -101,8 +101,7 @@ std::unique_ptr<TestCluster> ClusterWithDataset(TestClusterOptions options = {})
 v1::JobSpec DatasetSpec(const std::string& dir, uint32_t consumers,
                         const std::string& mode = "dealt");
 // The record ids of every batch of `epoch` as the plan deals them: [rank][step] -> ids.
-std::vector<std::vector<std::vector<int64_t>>> PlannedIds(const v1::JobInfo& job,
-                                                          uint64_t epoch);
+std::vector<std::vector<std::vector<int64_t>>> PlannedIds(const v1::JobInfo& job, uint64_t epoch);
 
 // Every batch of `epoch` that `consumer` gets from step `step` on, as content hashes in step
 // order; the error of the first Next() that fails.
@@ -111,8 +110,7 @@ absl::StatusOr<std::vector<uint64_t>> ReadEpoch(Consumer& consumer, uint64_t epo
 
 // The global record ids (feature "id", an int64 scalar) of every batch `consumer` gets in
 // `epoch`, batch by batch.
-absl::StatusOr<std::vector<std::vector<int64_t>>> ReadEpochIds(Consumer& consumer,
-                                                               uint64_t epoch);
+absl::StatusOr<std::vector<std::vector<int64_t>>> ReadEpochIds(Consumer& consumer, uint64_t epoch);
 
 }  // namespace croupier::testing
 
