@@ -132,8 +132,14 @@ TEST(ClusterTest, AStoppedProducersBatchesAreMadeAgainIdentically) {
         cluster->StopProducer(0);
       });
   EXPECT_EQ(got, reference);
-  // The stopped producer expired and the other made its work: it alone is left.
-  const v1::StatusResponse status = Must(cluster->Status());
+  // The stopped producer expires (producer_timeout) and the other one alone is left.
+  v1::StatusResponse status;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (true) {
+    status = Must(cluster->Status());
+    if (status.producers_size() == 1 || absl::Now() >= deadline) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
   ASSERT_EQ(status.producers_size(), 1);
   EXPECT_EQ(status.producers(0).data_address(), cluster->producer(1)->data_address());
 }
