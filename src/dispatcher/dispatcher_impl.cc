@@ -1,5 +1,6 @@
-// DispatcherImpl: construction, jobs, Locate and GetStatus. The heartbeats and expiry are in
-// dispatcher_heartbeats.cc.
+// DispatcherImpl: construction, jobs, Locate and GetStatus. Registration and expiry are in
+// dispatcher_registration.cc, the heartbeats' work (tasks, waiting, acknowledgements) in
+// dispatcher_work.cc.
 #include "src/dispatcher/dispatcher_impl.h"
 
 #include <utility>

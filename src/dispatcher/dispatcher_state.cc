@@ -86,7 +86,7 @@ absl::Status DispatcherState::ApplyJobCreated(const journal::JobCreated& u) {
   Job job;
   job.info = info;
   job.config = *std::move(config);
-  // A job resuming another's checkpoint starts its cursor there (deal.h).
+  // A job resuming another's checkpoint starts its cursor there (JobConfig::FirstBatch).
   job.next_epoch = spec.start_epoch();
   job.next_batch = job.config.FirstBatch(spec.start_epoch());
   job.sequence = job_order_.size();
