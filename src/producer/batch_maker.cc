@@ -69,6 +69,8 @@ absl::StatusOr<std::unique_ptr<BatchMaker>> BatchMaker::Create(const v1::JobInfo
   if (job.files().empty()) return absl::InvalidArgumentError(prefix + "the job has no files");
   auto features = ParseFeatureSpecs(job.spec().features());
   if (!features.ok()) return Prefixed(features.status(), prefix);
+  auto compression = ParseCodec(job.spec().compression());
+  if (!compression.ok()) return Prefixed(compression.status(), prefix);
 
   std::vector<std::string> paths;
   for (const v1::FileInfo& f : job.files()) paths.push_back(f.path());
@@ -95,14 +97,16 @@ absl::StatusOr<std::unique_ptr<BatchMaker>> BatchMaker::Create(const v1::JobInfo
         prefix, "the job plans ", job.batches_per_epoch(), " batches per epoch but this producer ",
         "plans ", plan.num_batches(), " (plan version ", kPlanVersion, ")"));
   }
-  return std::unique_ptr<BatchMaker>(new BatchMaker(job, *std::move(dataset), *std::move(features),
-                                                    spec, plan.num_batches(), record_cache, env));
+  return std::unique_ptr<BatchMaker>(new BatchMaker(job, *compression, *std::move(dataset),
+                                                    *std::move(features), spec, plan.num_batches(),
+                                                    record_cache, env));
 }
 
-BatchMaker::BatchMaker(v1::JobInfo job, std::unique_ptr<Dataset> dataset,
+BatchMaker::BatchMaker(v1::JobInfo job, Codec compression, std::unique_ptr<Dataset> dataset,
                        std::vector<FeatureSpec> features, PlanSpec spec, uint64_t batches_per_epoch,
                        RecordCache* record_cache, Env* env)
     : job_(std::move(job)),
+      compression_(compression),
       dataset_(std::move(dataset)),
       features_(std::move(features)),
       spec_(spec),

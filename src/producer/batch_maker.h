@@ -20,6 +20,7 @@
 #include "croupier/record_index.h"
 #include "proto/croupier.pb.h"
 #include "src/io/buffer_pool.h"
+#include "src/job/codec.h"
 
 namespace croupier {
 
@@ -78,6 +79,8 @@ class BatchMaker {
   const std::string& job_name() const { return job_.spec().name(); }
   const v1::JobInfo& job() const { return job_; }
   const PlanSpec& plan_spec() const { return spec_; }
+  // How the TCP data plane compresses this job's batches (JobSpec.compression, parsed once).
+  Codec compression() const { return compression_; }
   // Global batches per epoch.
   uint64_t batches_per_epoch() const { return batches_per_epoch_; }
   const Dataset& dataset() const { return *dataset_; }
@@ -95,8 +98,9 @@ class BatchMaker {
   // What one Make call needs besides the plan, pooled so that buffers keep their capacity.
   struct Scratch;
 
-  BatchMaker(v1::JobInfo job, std::unique_ptr<Dataset> dataset, std::vector<FeatureSpec> features,
-             PlanSpec spec, uint64_t batches_per_epoch, RecordCache* record_cache, Env* env);
+  BatchMaker(v1::JobInfo job, Codec compression, std::unique_ptr<Dataset> dataset,
+             std::vector<FeatureSpec> features, PlanSpec spec, uint64_t batches_per_epoch,
+             RecordCache* record_cache, Env* env);
   absl::StatusOr<const IndexedRecordFile*> OpenFile(size_t file) const;
   // `status` prefixed with the record's place: "record 7 of /data/a.tfrecord (byte 1234): ".
   absl::Status RecordError(size_t file, uint64_t record, const absl::Status& status) const;
@@ -127,6 +131,7 @@ class BatchMaker {
 
   // Constant after construction.
   const v1::JobInfo job_;
+  const Codec compression_;
   const std::unique_ptr<Dataset> dataset_;
   const std::vector<FeatureSpec> features_;
   const PlanSpec spec_;

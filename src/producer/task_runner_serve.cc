@@ -177,12 +177,12 @@ Codec TaskRunner::CompressionOf(absl::string_view job) {
   // A job's tasks all share its spec; the first one found answers.
   for (const auto& task : tasks_) {
     if (task->maker()->job_name() == job) {
-      return ParseCodec(task->maker()->job().spec().compression()).value_or(Codec::kNone);
+      return task->maker()->compression();
     }
   }
   for (const auto& task : retained_) {
     if (task->maker()->job_name() == job) {
-      return ParseCodec(task->maker()->job().spec().compression()).value_or(Codec::kNone);
+      return task->maker()->compression();
     }
   }
   return Codec::kNone;
