@@ -127,8 +127,9 @@ class ConsumerImpl final : public Consumer {
     RETURN_IF_ERROR(reporter_.Lost());
     const absl::Time start = absl::Now();
     auto batch = prefetcher->Next();
+    reporter_.Waited(absl::Now() - start);
     if (batch.ok() && batch->has_value()) {
-      reporter_.Received((*batch)->bytes().size(), absl::Now() - start);
+      reporter_.Received((*batch)->bytes().size());
       reporter_.SetPosition({epoch_, position().step + 1});
     }
     return batch;

@@ -63,10 +63,13 @@ void PositionReporter::SetPosition(ConsumerPosition position) {
   position_ = position;
 }
 
-void PositionReporter::Received(uint64_t bytes, absl::Duration waited) {
+void PositionReporter::Waited(absl::Duration waited) {
+  wait_nanos_ += absl::ToInt64Nanoseconds(waited);
+}
+
+void PositionReporter::Received(uint64_t bytes) {
   ++batches_;
   bytes_ += bytes;
-  wait_nanos_ += absl::ToInt64Nanoseconds(waited);
 }
 
 void PositionReporter::HeartbeatNow() { Send(/*leaving=*/false); }

@@ -46,8 +46,10 @@ class PositionReporter {
   ConsumerPosition position() const;
   // Sets the position the next heartbeat acknowledges.
   void SetPosition(ConsumerPosition position);
-  // One batch received, of `bytes`, after waiting `waited` for it.
-  void Received(uint64_t bytes, absl::Duration waited);
+  // Time a Next() spent waiting for data, whatever it returned.
+  void Waited(absl::Duration waited);
+  // One batch received, of `bytes`.
+  void Received(uint64_t bytes);
   // Heartbeats now, on this thread, without waiting for the interval: a consumer going back
   // acknowledges how far it got first (ConsumerImpl::StartEpoch).
   void HeartbeatNow();

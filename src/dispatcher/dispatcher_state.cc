@@ -187,7 +187,7 @@ absl::Status DispatcherState::ApplyTaskAssigned(const journal::TaskAssigned& u) 
   const bool is_next =
       !is_orphan && !job->exhausted() && key == TaskKey(job->next_epoch, job->next_batch) &&
       task.first_batch() + task.num_batches() ==
-          TaskEnd(job->config, job->next_epoch, job->next_batch);
+          job->config.TaskEnd(job->next_epoch, job->next_batch);
   if (!is_orphan && !is_next) {
     return DoesNotFit(absl::StrCat(
         "task ", task.task_id(), " of job '", task.job(), "' covers ",
@@ -269,7 +269,7 @@ absl::Status DispatcherState::ApplyTaskRemade(const journal::TaskRemade& u) {
 }
 
 void DispatcherState::ReopenTask(Job& job, const TaskKey& key) {
-  job.outstanding[key] = Outstanding{TaskEnd(job.config, key.first, key.second) - key.second, 0, 0};
+  job.outstanding[key] = Outstanding{job.config.TaskEnd(key.first, key.second) - key.second, 0, 0};
   orphans_.insert(OrphanKey{key.first, key.second, job.name()});
 }
 

@@ -157,8 +157,6 @@ class DispatcherState {
 
   // Where the task holding `batch` of `epoch` starts. Precondition: the batch is in the epoch.
   static TaskKey TaskHolding(const JobConfig& job, uint64_t epoch, uint64_t batch);
-  // The range of the task at (epoch, batch) of a job: the batches it covers, [batch, result).
-  static uint64_t TaskEnd(const JobConfig& job, uint64_t epoch, uint64_t batch);
   // Where the task after the one at `key` starts, in this epoch or a later one.
   static TaskKey NextTaskKey(const JobConfig& job, TaskKey key);
 

@@ -45,10 +45,6 @@ std::optional<DispatcherState::TaskKey> DispatcherState::FinishedTaskOf(const Jo
   return key;
 }
 
-uint64_t DispatcherState::TaskEnd(const JobConfig& job, uint64_t epoch, uint64_t batch) {
-  return job.TaskEnd(epoch, batch);
-}
-
 DispatcherState::TaskKey DispatcherState::NextTaskKey(const JobConfig& job, TaskKey key) {
   key.second = job.TaskEnd(key.first, key.second);
   // Past an epoch's last task, or at an epoch that deals nothing: the next epoch's first task.

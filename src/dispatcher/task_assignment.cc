@@ -54,7 +54,7 @@ std::optional<v1::Task> NextTask(const DispatcherState& state,
   for (size_t i = 0; i < order.size(); ++i) {
     const DispatcherState::Job& job = *state.FindJob(order[(start + i) % order.size()]);
     if (job.exhausted() || !Wanted(state, producer, job, job.next_epoch, job.next_batch)) continue;
-    const uint64_t end = DispatcherState::TaskEnd(job.config, job.next_epoch, job.next_batch);
+    const uint64_t end = job.config.TaskEnd(job.next_epoch, job.next_batch);
     return MakeTask(state, job.name(), job.next_epoch, job.next_batch, end - job.next_batch);
   }
   return std::nullopt;
