@@ -13,8 +13,11 @@
 #define CROUPIER_SRC_TESTING_TEST_CLUSTER_H_
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -79,11 +82,19 @@ class TestCluster {
   std::vector<std::unique_ptr<ProducerNode>> producers_;
 };
 
-// The value of `value`, failing the test (EXPECT) if it is an error.
+// The value of `value`. An error fails the test (EXPECT) and gives T's default value (an empty
+// optional, a null pointer), so that the caller's loop ends instead of reading an error as a
+// value; a T with no default value aborts the test binary, naming the error.
 template <typename T>
 T Must(absl::StatusOr<T> value) {
-  EXPECT_TRUE(value.ok()) << value.status();
-  return *std::move(value);
+  if (value.ok()) return *std::move(value);
+  ADD_FAILURE() << value.status();
+  if constexpr (std::is_default_constructible_v<T>) {
+    return T{};
+  } else {
+    std::fprintf(stderr, "Must: %s\n", value.status().ToString().c_str());
+    std::abort();
+  }
 }
 
 #define CROUPIER_ASSERT_OK(expr)                            \
