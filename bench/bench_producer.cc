@@ -14,7 +14,7 @@
 #include "croupier/example.h"
 #include "croupier/tfrecord.h"
 #include "proto/croupier.pb.h"
-#include "src/producer/batch_maker.h"
+#include "src/producer/tfrecord_maker.h"
 #include "src/producer/record_cache.h"
 #include "src/producer/task_runner.h"
 
@@ -103,7 +103,7 @@ void Run(const std::string& dir) {
   const double base = records / BestSeconds(3, [&] { SequentialDecode(paths); });
 
   for (const char* shuffle : {"none", "blocks", "global"}) {
-    auto maker = *BatchMaker::Create(Job(paths, shuffle), index);
+    auto maker = *TfrecordBatchMaker::Create(Job(paths, shuffle), index);
     uint64_t epoch = 0;
     const double secs = BestSeconds(3, [&] { MakeEpoch(*maker, epoch++); });
     Report("producer_batch_maker", std::string("shuffle ") + shuffle + ", 1 thread", "records/s",
@@ -115,7 +115,7 @@ void Run(const std::string& dir) {
     RecordCache::Options options;
     options.capacity_bytes = uint64_t{1} << 30;
     auto cache = *RecordCache::Create(options);
-    auto maker = *BatchMaker::Create(Job(paths, "global"), index, cache.get());
+    auto maker = *TfrecordBatchMaker::Create(Job(paths, "global"), index, cache.get());
     MakeEpoch(*maker, 0);  // fills the cache
     uint64_t epoch = 1;
     const double secs = BestSeconds(3, [&] { MakeEpoch(*maker, epoch++); });
@@ -124,7 +124,7 @@ void Run(const std::string& dir) {
   }
 
   {
-    std::shared_ptr<const BatchMaker> maker = *BatchMaker::Create(Job(paths, "blocks"), index);
+    std::shared_ptr<const BatchMaker> maker = *TfrecordBatchMaker::Create(Job(paths, "blocks"), index);
     const uint64_t n = maker->batches_per_epoch();
     const int threads = std::max(2u, std::thread::hardware_concurrency());
     uint64_t epoch = 0;

@@ -11,6 +11,7 @@
 #include "src/metrics/prometheus.h"
 #include "src/rpc/dispatcher_client.h"
 #include "src/rpc/grpc_util.h"
+#include "src/producer/tfrecord_maker.h"
 #include "src/transport/shm_transport.h"
 
 namespace croupier {
@@ -64,15 +65,20 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOp
                      RecordCache::Create({.capacity_bytes = options.cache_bytes,
                                           .dir = options.cache_dir}));
   }
-  BatchSource* source = nullptr;
-  if (options.source_job.empty()) {
-    node->runner_ = std::make_unique<TaskRunner>(options.runner);
-    source = node->runner_.get();
-  } else {
-    node->sequential_ = std::make_unique<SequentialSource>(SequentialSource::Options{
+  if (!options.source_job.empty() && !options.runner.makers) {
+    auto sequential = std::make_unique<SequentialSource>(SequentialSource::Options{
         .buffer_bytes = options.runner.buffer_bytes, .max_tasks = options.runner.max_tasks});
-    source = node->sequential_.get();
+    node->sequential_ = sequential.get();
+    node->holder_ = std::move(sequential);
+  } else {
+    TaskRunner::Options runner = options.runner;
+    if (!runner.makers) {
+      ProducerNode* raw = node.get();
+      runner.makers = [raw](const v1::JobInfo& job) { return raw->TfrecordMaker(job); };
+    }
+    node->holder_ = std::make_unique<TaskRunner>(std::move(runner));
   }
+  BatchSource* source = node->holder_.get();
   if (options.test_max_delay > absl::ZeroDuration()) {
     node->source_ = std::make_unique<DelayingSource>(source, options.test_max_delay);
     source = node->source_.get();
@@ -126,7 +132,7 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOp
                        status.set_producer_id(raw->producer_id());
                        status.set_data_address(raw->data_address_);
                        *status.mutable_stats() = raw->Stats();
-                       for (uint64_t t : raw->HeldTasks()) status.add_tasks(t);
+                       for (uint64_t t : raw->holder_->HeldTasks()) status.add_tasks(t);
                        return metrics::FormatProducerPrometheus(status);
                      }));
   }
@@ -144,83 +150,39 @@ uint64_t ProducerNode::producer_id() const {
   return producer_id_;
 }
 
-absl::StatusOr<std::shared_ptr<const BatchMaker>> ProducerNode::MakerFor(const v1::JobInfo& job) {
-  auto it = makers_.find(job.spec().name());
-  if (it != makers_.end()) return it->second;
+absl::StatusOr<std::shared_ptr<const BatchMaker>> ProducerNode::TfrecordMaker(
+    const v1::JobInfo& job) {
   ASSIGN_OR_RETURN(std::shared_ptr<const BatchMaker> maker,
-                   BatchMaker::Create(job, *index_cache_, record_cache_.get()));
-  makers_[job.spec().name()] = maker;
+                   TfrecordBatchMaker::Create(job, *index_cache_, record_cache_.get()));
   return maker;
 }
 
-std::vector<uint64_t> ProducerNode::HeldTasks() const {
-  return runner_ ? runner_->HeldTasks() : sequential_->HeldTasks();
-}
-
-std::vector<uint64_t> ProducerNode::TakeFinishedTasks() {
-  return runner_ ? runner_->TakeFinishedTasks() : sequential_->TakeFinishedTasks();
-}
-
-uint32_t ProducerNode::FreeTaskSlots() const {
-  return runner_ ? runner_->FreeTaskSlots() : sequential_->FreeTaskSlots();
-}
-
-void ProducerNode::RevokeTask(uint64_t task_id) {
-  if (runner_) {
-    runner_->RevokeTask(task_id);
-  } else {
-    sequential_->RevokeTask(task_id);
-  }
-}
-
 v1::ProducerStats ProducerNode::Stats() const {
-  // Both holders' Stats have these fields.
-  auto to_proto = [](const auto& stats) {
-    v1::ProducerStats s;
-    s.set_buffered_bytes(stats.buffered_bytes);
-    s.set_buffer_capacity_bytes(stats.buffer_capacity_bytes);
-    s.set_batches_made(stats.batches_made);
-    s.set_batches_served(stats.batches_served);
-    s.set_bytes_served(stats.bytes_served);
-    return s;
-  };
-  v1::ProducerStats s = runner_ ? to_proto(runner_->stats()) : to_proto(sequential_->stats());
+  v1::ProducerStats s = holder_->Report();
   struct rusage usage = {};
   if (::getrusage(RUSAGE_SELF, &usage) == 0) {
     auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
     s.set_cpu_seconds(seconds(usage.ru_utime) + seconds(usage.ru_stime));
   }
-  if (runner_) {
-    const TaskRunner::Stats stats = runner_->stats();
-    s.set_make_seconds(stats.make_seconds);
-    s.set_threads(stats.threads);
-  }
   return s;
 }
 
 void ProducerNode::AddTask(const v1::Task& task) {
-  absl::Status added;
-  if (sequential_) {
-    added = sequential_->AddTask(task);
-  } else {
-    auto it = makers_.find(task.job());
-    if (it == makers_.end()) {
-      v1::GetJobRequest get;
-      get.set_name(task.job());
-      auto job = dispatcher_->GetJob(get);
-      if (job.ok()) {
-        auto maker = MakerFor(job->job());
-        if (maker.ok()) it = makers_.find(task.job());
-      }
-    }
-    if (it == makers_.end()) {
+  auto it = jobs_.find(task.job());
+  if (it == jobs_.end()) {
+    // A job sent with an earlier answer that was lost, or to an earlier run of this producer.
+    v1::GetJobRequest get;
+    get.set_name(task.job());
+    auto job = dispatcher_->GetJob(get);
+    if (!job.ok()) {
       Log(LogLevel::kError, "producer",
           absl::StrCat("producer ", producer_id(), ": task ", task.task_id(), " of job '",
-                       task.job(), "' cannot be made: the job could not be opened"));
+                       task.job(), "' cannot be made: ", job.status().ToString()));
       return;
     }
-    added = runner_->AddTask(task, it->second);
+    it = jobs_.emplace(task.job(), job->job()).first;
   }
+  const absl::Status added = holder_->AddTask(task, it->second);
   if (!added.ok()) {
     Log(LogLevel::kError, "producer",
         absl::StrCat("producer ", producer_id(), ": task ", task.task_id(), " of job '",
@@ -231,8 +193,8 @@ void ProducerNode::AddTask(const v1::Task& task) {
 absl::Status ProducerNode::Heartbeat(bool wait_for_work) {
   // Held before finished: a task finishing in between is then in both lists (and finished by the
   // dispatcher), never in neither (which the dispatcher would take for a lost assignment).
-  const std::vector<uint64_t> held = HeldTasks();
-  std::vector<uint64_t> finished = TakeFinishedTasks();
+  const std::vector<uint64_t> held = holder_->HeldTasks();
+  std::vector<uint64_t> finished = holder_->TakeFinishedTasks();
   unreported_finished_.insert(unreported_finished_.end(), finished.begin(), finished.end());
   v1::ProducerHeartbeatRequest request;
   request.set_producer_id(producer_id());
@@ -240,7 +202,7 @@ absl::Status ProducerNode::Heartbeat(bool wait_for_work) {
   for (uint64_t t : unreported_finished_) request.add_finished_tasks(t);
   for (uint64_t t : held) request.add_held_tasks(t);
   request.set_held_tasks_reported(true);
-  request.set_free_task_slots(FreeTaskSlots());
+  request.set_free_task_slots(holder_->FreeTaskSlots());
   *request.mutable_stats() = Stats();
   if (wait_for_work && request.producer_id() != 0) {
     request.set_wait_for_work_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(interval_)));
@@ -257,7 +219,7 @@ absl::Status ProducerNode::Heartbeat(bool wait_for_work) {
     Log(LogLevel::kWarning, "producer",
         absl::StrCat("producer ", request.producer_id(), ": ", response.status().message(),
                      "; dropping its tasks and registering again"));
-    for (uint64_t t : HeldTasks()) RevokeTask(t);
+    for (uint64_t t : holder_->HeldTasks()) holder_->RevokeTask(t);
     unreported_finished_.clear();
     absl::MutexLock lock(&mu_);
     producer_id_ = 0;
@@ -274,16 +236,8 @@ absl::Status ProducerNode::Heartbeat(bool wait_for_work) {
   }
   work_available_ = response->new_tasks_size() > 0;
   if (request.wait_for_work_ms() > 0) dispatcher_waits_ = response->waits_for_work();
-  for (uint64_t t : response->revoked_tasks()) RevokeTask(t);
-  for (const v1::JobInfo& job : response->jobs()) {
-    if (sequential_) break;  // a Python job's batches come from its source, not from files
-    auto maker = MakerFor(job);
-    if (!maker.ok()) {
-      Log(LogLevel::kError, "producer",
-          absl::StrCat("producer ", producer_id(), ": job '", job.spec().name(),
-                       "' cannot be opened: ", maker.status().ToString()));
-    }
-  }
+  for (uint64_t t : response->revoked_tasks()) holder_->RevokeTask(t);
+  for (const v1::JobInfo& job : response->jobs()) jobs_[job.spec().name()] = job;
   for (const v1::Task& task : response->new_tasks()) AddTask(task);
   return absl::OkStatus();
 }
@@ -303,7 +257,7 @@ void ProducerNode::HeartbeatLoop() {
   while (!stop_.WaitForNotificationWithTimeout(kPoll)) {
     absl::Duration since = absl::Now() - last;
     bool due = since >= interval_;
-    const bool free = FreeTaskSlots() > 0;
+    const bool free = holder_->FreeTaskSlots() > 0;
     // Eager only while the dispatcher has work to give, so an idle producer beats at the interval.
     bool eager = work_available_ && free;
     // Not after a failed beat: the next one waits for the interval.
@@ -326,8 +280,7 @@ void ProducerNode::Shutdown() {
     // A heartbeat the dispatcher holds (waiting for work) must not hold the shutdown.
     if (dispatcher_) dispatcher_->Cancel();
     if (heartbeat_.joinable()) heartbeat_.join();
-    if (runner_) runner_->Shutdown();
-    if (sequential_) sequential_->Shutdown();
+    if (holder_) holder_->Shutdown();
     if (server_) server_->Shutdown();
     if (shm_server_) shm_server_->Shutdown();
     Log(LogLevel::kInfo, "producer",

@@ -2,9 +2,11 @@
 // heartbeat loop that reports to the dispatcher and takes new work. `croupier producer` is this
 // class and a signal handler.
 //
-// With source_job set, the producer is instead the source of a Python job (croupier.serve): a
-// SequentialSource holds its tasks, and the Python process feeds it (sequential()) batch by batch
-// in the order the tasks ask for.
+// Its tasks are held by a TaskHolder (src/producer/task_holder.h): a TaskRunner for addressable
+// jobs, whose batches the job's BatchMaker makes (TFRecord files by default; `makers` gives
+// others, e.g. a Python source's workers), or, for the stream of a Python job (croupier.serve,
+// source_job set and no makers), a SequentialSource that the Python process feeds
+// (sequential()) batch by batch in the order the tasks ask for.
 #ifndef CROUPIER_SRC_NODE_PRODUCER_NODE_H_
 #define CROUPIER_SRC_NODE_PRODUCER_NODE_H_
 
@@ -45,6 +47,8 @@ struct ProducerNodeOptions {
   // The data server's connection limits (DataServerOptions).
   size_t max_connections = 256;
   size_t max_connections_per_peer = 128;
+  // The worker threads, buffer and task slots. runner.makers unset: TFRecord makers reading
+  // through the index cache and the record cache below.
   TaskRunner::Options runner;
   // The record cache (tf.data's cache(); it keeps serialized records, which are decoded again):
   // 0 bytes disables it; an empty dir keeps it in memory.
@@ -55,8 +59,10 @@ struct ProducerNodeOptions {
   absl::Duration test_max_delay = absl::ZeroDuration();
   // How long the producer keeps retrying an unreachable dispatcher at start before giving up.
   absl::Duration connect_timeout = absl::Seconds(60);
-  // Non-empty: the producer is the source of this Python job, and takes no other work. Its
-  // buffer is runner.buffer_bytes and it holds up to runner.max_tasks tasks.
+  // Non-empty: the producer serves only this job, and takes no other work. For a stream
+  // (a "python" job) it is the job's source number source_index, its tasks are held by a
+  // SequentialSource (buffer runner.buffer_bytes, up to runner.max_tasks tasks); for an
+  // addressable Python job ("map"), `makers` makes its batches.
   std::string source_job;
   uint32_t source_index = 0;  // which of the job's sources
   // Prometheus metrics of this producer (GET /metrics: metrics::FormatProducerPrometheus) on
@@ -82,7 +88,7 @@ class ProducerNode {
   // The metrics server's port, or 0 without one.
   int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
   // The source of a Python job's batches (source_job set), else nullptr.
-  SequentialSource* sequential() const { return sequential_.get(); }
+  SequentialSource* sequential() const { return sequential_; }
   // Stops the heartbeats, the workers and the server promptly. Idempotent.
   void Shutdown();
 
@@ -93,12 +99,8 @@ class ProducerNode {
   // for this producer, up to one interval (ProducerHeartbeatRequest.wait_for_work_ms).
   absl::Status Heartbeat(bool wait_for_work = false);
   void HeartbeatLoop();
-  absl::StatusOr<std::shared_ptr<const BatchMaker>> MakerFor(const v1::JobInfo& job);
-  // The task holder's side of a heartbeat, whichever holds the tasks.
-  std::vector<uint64_t> HeldTasks() const;
-  std::vector<uint64_t> TakeFinishedTasks();
-  uint32_t FreeTaskSlots() const;
-  void RevokeTask(uint64_t task_id);
+  // The TFRecord maker of `job`, through the node's caches.
+  absl::StatusOr<std::shared_ptr<const BatchMaker>> TfrecordMaker(const v1::JobInfo& job);
   v1::ProducerStats Stats() const;
   void AddTask(const v1::Task& task);
 
@@ -106,10 +108,9 @@ class ProducerNode {
   std::unique_ptr<ControlPlane> dispatcher_;
   std::unique_ptr<IndexCache> index_cache_;
   std::unique_ptr<RecordCache> record_cache_;
-  // Exactly one of these holds the tasks: runner_ for TFRecord jobs, sequential_ for a Python job.
-  std::unique_ptr<TaskRunner> runner_;
-  std::unique_ptr<SequentialSource> sequential_;
-  std::unique_ptr<BatchSource> source_;  // runner_, or runner_ behind test delays
+  std::unique_ptr<TaskHolder> holder_;
+  SequentialSource* sequential_ = nullptr;  // holder_, when it is one
+  std::unique_ptr<BatchSource> source_;     // holder_ behind test delays
   std::unique_ptr<DataServer> server_;
   std::unique_ptr<MetricsServer> metrics_;
   std::unique_ptr<DataServer> shm_server_;  // null when shared memory is off or unavailable
@@ -119,7 +120,7 @@ class ProducerNode {
   uint64_t producer_id_ ABSL_GUARDED_BY(mu_) = 0;
   // Only the heartbeat thread touches these.
   std::vector<uint64_t> unreported_finished_;
-  absl::flat_hash_map<std::string, std::shared_ptr<const BatchMaker>> makers_;
+  absl::flat_hash_map<std::string, v1::JobInfo> jobs_;  // the jobs of the tasks given
   absl::Duration interval_ = absl::Seconds(1);
   bool work_available_ = true;
   // The dispatcher holds heartbeats that ask to wait for work (false for an older one).

@@ -1,25 +1,14 @@
 #include "src/producer/batch_maker.h"
 
-#include <algorithm>
-#include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "croupier/tfrecord.h"
-#include "src/common/env.h"
 #include "src/common/status_macros.h"
-#include "src/producer/record_cache.h"
 
 namespace croupier {
 namespace {
-
-// Scratch sets kept for reuse: about one per thread that makes batches at once.
-constexpr size_t kMaxPooledScratch = 64;
-// Runs of consecutive records read with one read: at least this many records, at most this many
-// bytes.
-constexpr size_t kMinRun = 2;
-constexpr uint64_t kMaxRunBytes = uint64_t{4} << 20;
 
 absl::Status Prefixed(const absl::Status& status, absl::string_view prefix) {
   return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
@@ -27,281 +16,43 @@ absl::Status Prefixed(const absl::Status& status, absl::string_view prefix) {
 
 }  // namespace
 
-struct BatchMaker::Scratch {
-  std::unique_ptr<BatchBuilder> builder;
-  std::vector<uint64_t> ids;
-  std::vector<Dataset::Location> locs;  // of ids
-  std::string buffer;  // a record read from a file or the cache
-  std::string run;     // consecutive records read together
-};
+BatchMaker::BatchMaker(v1::JobInfo job, JobConfig config)
+    : job_(std::move(job)), config_(std::move(config)) {}
 
-absl::StatusOr<PlanSpec> PlanSpecOfJob(const v1::JobInfo& job) {
-  const v1::JobSpec& js = job.spec();
-  const std::string prefix = absl::StrCat("job '", js.name(), "': ");
-  PlanSpec spec;
-  spec.num_records = job.num_records();
-  spec.seed = js.seed();
-  spec.batch_size = js.batch_size();
-  spec.num_consumers = js.num_consumers() == 0 ? 1 : js.num_consumers();
-  if (!js.shuffle().empty()) {
-    auto shuffle = ParseShuffleMode(js.shuffle());
-    if (!shuffle.ok()) return Prefixed(shuffle.status(), prefix);
-    spec.shuffle = *shuffle;
+absl::StatusOr<JobConfig> BatchMaker::CheckedConfig(const v1::JobInfo& job) {
+  ASSIGN_OR_RETURN(JobConfig config, ParseJobConfig(job));
+  const std::string prefix = absl::StrCat("job '", config.name, "': ");
+  if (config.plan.num_consumers == 0) config.plan.num_consumers = 1;
+  if (absl::Status valid = ValidatePlanSpec(config.plan); !valid.ok()) {
+    return Prefixed(valid, prefix);
   }
-  if (!js.remainder().empty()) {
-    auto remainder = ParseRemainder(js.remainder());
-    if (!remainder.ok()) return Prefixed(remainder.status(), prefix);
-    spec.remainder = *remainder;
-  }
-  if (js.block_size() != 0) spec.block_size = js.block_size();
-  if (js.window_blocks() != 0) spec.window_blocks = js.window_blocks();
-  absl::Status valid = ValidatePlanSpec(spec);
-  if (!valid.ok()) return Prefixed(valid, prefix);
-  return spec;
-}
-
-absl::StatusOr<std::unique_ptr<BatchMaker>> BatchMaker::Create(const v1::JobInfo& job,
-                                                               IndexCache& cache,
-                                                               RecordCache* record_cache,
-                                                               Env* env) {
-  const std::string& name = job.spec().name();
-  const std::string prefix = absl::StrCat("job '", name, "': ");
-  if (job.files().empty()) return absl::InvalidArgumentError(prefix + "the job has no files");
-  auto features = ParseFeatureSpecs(job.spec().features());
-  if (!features.ok()) return Prefixed(features.status(), prefix);
-  auto compression = ParseCodec(job.spec().compression());
-  if (!compression.ok()) return Prefixed(compression.status(), prefix);
-
-  std::vector<std::string> paths;
-  for (const v1::FileInfo& f : job.files()) paths.push_back(f.path());
-  auto dataset = Dataset::Open(paths, cache);
-  if (!dataset.ok()) return Prefixed(dataset.status(), prefix);
-  for (int i = 0; i < job.files_size(); ++i) {
-    const uint64_t now = (*dataset)->index(i).num_records();
-    if (now != job.files(i).num_records()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          prefix, job.files(i).path(), " holds ", now, " records but held ",
-          job.files(i).num_records(), " when the job was created: the file changed since"));
-    }
-  }
-  if (job.num_records() != (*dataset)->num_records()) {
-    return absl::FailedPreconditionError(absl::StrCat(prefix, "the job counts ", job.num_records(),
-                                                      " records but its files hold ",
-                                                      (*dataset)->num_records()));
-  }
-
-  ASSIGN_OR_RETURN(PlanSpec spec, PlanSpecOfJob(job));
-  ASSIGN_OR_RETURN(EpochPlan plan, EpochPlan::Create(spec, 0));
-  if (job.batches_per_epoch() != 0 && job.batches_per_epoch() != plan.num_batches()) {
+  ASSIGN_OR_RETURN(EpochPlan plan, EpochPlan::Create(config.plan, 0));
+  if (config.batches_per_epoch == 0) config.batches_per_epoch = plan.num_batches();
+  if (config.batches_per_epoch != plan.num_batches()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        prefix, "the job plans ", job.batches_per_epoch(), " batches per epoch but this producer ",
+        prefix, "the job plans ", config.batches_per_epoch, " batches per epoch but this producer ",
         "plans ", plan.num_batches(), " (plan version ", kPlanVersion, ")"));
   }
-  return std::unique_ptr<BatchMaker>(new BatchMaker(job, *compression, *std::move(dataset),
-                                                    *std::move(features), spec, plan.num_batches(),
-                                                    record_cache, env));
-}
-
-BatchMaker::BatchMaker(v1::JobInfo job, Codec compression, std::unique_ptr<Dataset> dataset,
-                       std::vector<FeatureSpec> features, PlanSpec spec, uint64_t batches_per_epoch,
-                       RecordCache* record_cache, Env* env)
-    : job_(std::move(job)),
-      compression_(compression),
-      dataset_(std::move(dataset)),
-      features_(std::move(features)),
-      spec_(spec),
-      batches_per_epoch_(batches_per_epoch),
-      record_cache_(record_cache),
-      env_(env != nullptr ? env : Env::Default()),
-      files_(new File[dataset_->num_files()]) {
-  if (record_cache_ != nullptr) {
-    for (size_t i = 0; i < dataset_->num_files(); ++i) {
-      files_[i].cache_id = record_cache_->FileId(dataset_->index(i));
-    }
-  }
-}
-
-BatchMaker::~BatchMaker() = default;
-
-absl::StatusOr<const IndexedRecordFile*> BatchMaker::OpenFile(size_t file) const {
-  File& f = files_[file];
-  absl::call_once(f.once,
-                  [&] { f.reader = IndexedRecordFile::Open(dataset_->shared_index(file), env_); });
-  if (!f.reader.ok()) return f.reader.status();
-  return f.reader->get();
-}
-
-std::unique_ptr<BatchMaker::Scratch> BatchMaker::GetScratch() const {
-  {
-    absl::MutexLock lock(&pool_mu_);
-    if (!pool_.empty()) {
-      std::unique_ptr<Scratch> scratch = std::move(pool_.back());
-      pool_.pop_back();
-      return scratch;
-    }
-  }
-  auto scratch = std::make_unique<Scratch>();
-  // The specs were validated by ParseFeatureSpecs, so this cannot fail.
-  scratch->builder = *BatchBuilder::Create(features_);
-  return scratch;
-}
-
-void BatchMaker::ReturnScratch(std::unique_ptr<Scratch> scratch) const {
-  absl::MutexLock lock(&pool_mu_);
-  if (pool_.size() < kMaxPooledScratch) pool_.push_back(std::move(scratch));
-}
-
-absl::Status BatchMaker::RecordError(size_t file, uint64_t record,
-                                     const absl::Status& status) const {
-  const RecordIndex& index = dataset_->index(file);
-  return Prefixed(status, absl::StrCat("record ", record, " of ", index.path, " (byte ",
-                                       index.offsets[record], "): "));
-}
-
-absl::Status BatchMaker::AddData(size_t file, uint64_t record, absl::string_view data,
-                                 Scratch& scratch) const {
-  absl::Status added = scratch.builder->AddRecord(data);
-  if (!added.ok()) return RecordError(file, record, added);
-  return absl::OkStatus();
-}
-
-absl::Status BatchMaker::ReadRecord(const Dataset::Location& loc, Scratch& scratch) const {
-  auto file = OpenFile(loc.file);
-  if (!file.ok()) return RecordError(loc.file, loc.record, file.status());
-  auto read = (*file)->Read(loc.record, scratch.run);
-  if (!read.ok()) return RecordError(loc.file, loc.record, read.status());
-  if (record_cache_ != nullptr) {
-    record_cache_->Insert(files_[loc.file].cache_id, loc.record, *read);
-  }
-  return AddData(loc.file, loc.record, *read, scratch);
-}
-
-BatchMaker::Run BatchMaker::FindRun(absl::Span<const uint64_t> ids, const Dataset::Location& loc,
-                                    Scratch& scratch) const {
-  const RecordIndex& index = dataset_->index(loc.file);
-  const uint64_t begin = index.offsets[loc.record];
-  Run run;
-  while (run.length < ids.size() && ids[run.length] == ids[0] + run.length &&
-         loc.record + run.length < index.num_records()) {
-    const uint64_t r = loc.record + run.length;
-    if (index.offsets[r] + index.data_length(r) + kRecordOverheadBytes - begin > kMaxRunBytes) {
-      break;
-    }
-    // Looked up last, so that every record looked up is either read in this run (a miss) or
-    // handed back (a hit): each counts once in the cache's stats.
-    if (record_cache_ != nullptr) {
-      run.next_hit = record_cache_->Lookup(files_[loc.file].cache_id, r, scratch.buffer);
-      if (run.next_hit) break;
-    }
-    ++run.length;
-  }
-  return run;
-}
-
-absl::Status BatchMaker::AddRun(const Dataset::Location& loc, size_t count,
-                                Scratch& scratch) const {
-  const RecordIndex& index = dataset_->index(loc.file);
-  File& f = files_[loc.file];
-  absl::call_once(f.run_once, [&] { f.run_reader = env_->OpenForRead(index.path); });
-  if (!f.run_reader.ok()) return RecordError(loc.file, loc.record, f.run_reader.status());
-  const uint64_t begin = index.offsets[loc.record];
-  const uint64_t last = loc.record + count - 1;
-  const uint64_t end = index.offsets[last] + index.data_length(last) + kRecordOverheadBytes;
-  scratch.run.resize(end - begin);
-  auto got = (*f.run_reader)->Read(begin, end - begin, scratch.run.data());
-  if (!got.ok()) return RecordError(loc.file, loc.record, got.status());
-  const absl::string_view span(scratch.run.data(), *got);
-  for (uint64_t r = loc.record; r <= last; ++r) {
-    const uint64_t at = index.offsets[r] - begin;
-    const uint64_t size = index.data_length(r) + kRecordOverheadBytes;
-    const uint64_t got = span.size() - std::min(at, span.size());
-    if (got < size) {
-      return RecordError(loc.file, r,
-                         RecordReadError(index, r, **f.run_reader, got, absl::OkStatus()));
-    }
-    auto data = CheckRecord(span.substr(at, size), index.path, index.offsets[r]);
-    if (!data.ok()) {
-      return RecordError(loc.file, r,
-                         RecordReadError(index, r, **f.run_reader, got, data.status()));
-    }
-    if (record_cache_ != nullptr) record_cache_->Insert(f.cache_id, r, *data);
-    RETURN_IF_ERROR(AddData(loc.file, r, *data, scratch));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status BatchMaker::AddRecords(Scratch& scratch) const {
-  const absl::Span<const uint64_t> ids(scratch.ids);
-  std::vector<Dataset::Location>& locs = scratch.locs;
-  locs.resize(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) locs[i] = dataset_->Locate(ids[i]);
-  // A cache hit found while extending the previous run: the record at ids[i].
-  std::optional<absl::string_view> hit;
-  bool looked_up = false;
-  // Records read on their own are read at random, each a miss in the CPU's caches (its index
-  // entry, then its bytes): ask for both a few records ahead, so that the misses overlap the
-  // work on the ones before. (Measured in the end-to-end job: the copy out of the mapping and
-  // the index lookup were about half of the producer's CPU.) A record that follows the one
-  // before it in its file is read with it, in one sequential read: nothing to ask for.
-  auto alone = [&](size_t j) { return j == 0 || ids[j] != ids[j - 1] + 1; };
-  size_t entry_ahead = 0, data_ahead = 0;
-  for (size_t i = 0; i < ids.size();) {
-    for (; entry_ahead < std::min(ids.size(), i + 2 * kReadAhead); ++entry_ahead) {
-      if (!alone(entry_ahead)) continue;
-      const Dataset::Location& ahead = locs[entry_ahead];
-      __builtin_prefetch(&dataset_->index(ahead.file).offsets[ahead.record], 0, 0);
-    }
-    for (; data_ahead < std::min(ids.size(), i + kReadAhead); ++data_ahead) {
-      if (!alone(data_ahead)) continue;
-      const Dataset::Location& ahead = locs[data_ahead];
-      if (auto file = OpenFile(ahead.file); file.ok()) (*file)->WillRead(ahead.record);
-    }
-    const Dataset::Location loc = locs[i];
-    if (record_cache_ != nullptr && !looked_up) {
-      hit = record_cache_->Lookup(files_[loc.file].cache_id, loc.record, scratch.buffer);
-    }
-    if (hit) {
-      RETURN_IF_ERROR(AddData(loc.file, loc.record, *hit, scratch));
-      hit.reset();
-      looked_up = false;
-      ++i;
-      continue;
-    }
-    // Consecutive records of a file (shuffle none, mostly) are read with one read.
-    const Run run = FindRun(ids.subspan(i), loc, scratch);
-    hit = run.next_hit;
-    looked_up = hit.has_value();
-    RETURN_IF_ERROR(run.length >= kMinRun ? AddRun(loc, run.length, scratch)
-                                          : ReadRecord(loc, scratch));
-    i += run.length;
-  }
-  return absl::OkStatus();
+  return config;
 }
 
 absl::StatusOr<Batch> BatchMaker::Make(uint64_t epoch, uint64_t batch) const {
   const std::string prefix =
       absl::StrCat("job '", job_name(), "' epoch ", epoch, " batch ", batch, ": ");
-  if (job_.spec().num_epochs() != 0 && epoch >= job_.spec().num_epochs()) {
-    return absl::OutOfRangeError(
-        absl::StrCat(prefix, "the job has ", job_.spec().num_epochs(), " epochs"));
+  if (config_.num_epochs != 0 && epoch >= config_.num_epochs) {
+    return absl::OutOfRangeError(absl::StrCat(prefix, "the job has ", config_.num_epochs,
+                                              " epochs"));
   }
-  if (batch >= batches_per_epoch_) {
+  if (batch >= batches_per_epoch()) {
     return absl::OutOfRangeError(
-        absl::StrCat(prefix, "an epoch of the job has ", batches_per_epoch_, " batches"));
+        absl::StrCat(prefix, "an epoch of the job has ", batches_per_epoch(), " batches"));
   }
-  auto plan = EpochPlan::Create(spec_, epoch);
+  auto plan = EpochPlan::Create(config_.plan, epoch);
   if (!plan.ok()) return Prefixed(plan.status(), prefix);
-
-  std::unique_ptr<Scratch> scratch = GetScratch();
-  scratch->ids.resize(spec_.batch_size);
-  plan->BatchRecords(batch, absl::MakeSpan(scratch->ids));
-  absl::Status added = AddRecords(*scratch);
-  // The builder holds part of a batch now: drop it rather than pool it.
-  if (!added.ok()) return Prefixed(added, prefix);
-  absl::StatusOr<Batch> made =
-      scratch->builder->Finish([this](size_t size) { return batch_buffers_.Get(size); });
+  std::vector<uint64_t> ids(config_.plan.batch_size);
+  plan->BatchRecords(batch, absl::MakeSpan(ids));
+  absl::StatusOr<Batch> made = MakeRecords(epoch, batch, ids);
   if (!made.ok()) return Prefixed(made.status(), prefix);
-  ReturnScratch(std::move(scratch));
   return made;
 }
 

@@ -1,149 +1,75 @@
-// Makes any batch of a job's epoch plan from the job's TFRecord files: the producer's input
-// pipeline for the native source.
+// What makes the batches of an addressable job: batch g of epoch e holds the records that the
+// epoch plan (croupier/plan.h) names for it, read from the job's source and, for a Python source,
+// transformed. One implementation per source kind: TfrecordBatchMaker (tfrecord_maker.h) reads
+// and decodes TFRecord files in C++; FunctionBatchMaker (function_maker.h) hands the records'
+// indexes to a function (the Python producer's workers). TaskRunner makes every task's batches
+// through this interface, whatever the source.
 #ifndef CROUPIER_SRC_PRODUCER_BATCH_MAKER_H_
 #define CROUPIER_SRC_PRODUCER_BATCH_MAKER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
-#include <optional>
 #include <string>
-#include <vector>
 
-#include "absl/base/call_once.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "croupier/batch.h"
-#include "croupier/dataset.h"
-#include "croupier/example.h"
 #include "croupier/plan.h"
-#include "croupier/record_index.h"
 #include "proto/croupier.pb.h"
-#include "src/io/buffer_pool.h"
 #include "src/job/codec.h"
+#include "src/job/job.h"
 
 namespace croupier {
 
-class Env;
-class RandomAccessFile;
-class RecordCache;
-
-// The plan spec of a job: num_records from `job`, the rest from its spec, with the defaults of an
-// empty or zero setting filled in (shuffle global, remainder drop, block_size 1024,
-// window_blocks 16; num_consumers 0, which the dispatcher refuses at creation, is taken as 1).
-// INVALID_ARGUMENT naming the job and the setting for a bad shuffle or remainder name, or a spec
-// ValidatePlanSpec refuses.
-absl::StatusOr<PlanSpec> PlanSpecOfJob(const v1::JobInfo& job);
-
-// Makes the batches of one job: for global batch g of epoch e, the records
-// EpochPlan(spec, e).BatchRecords(g), read from the files (or the RecordCache) and decoded in
-// order by a BatchBuilder. The same (epoch, batch) always gives bit-identical bytes, whichever
-// instance or thread makes it and whether or not the records came from a cache.
-//
-// Each file is opened on first use and stays open until destruction (one descriptor per file, and
-// a second one once consecutive records of the file are read together: see AddRun).
-//
-// Batches of 64 KiB and more are laid out in recycled buffers (BufferPool): at most
-// kFreeBatchBytes of buffers whose batches are gone are kept for the next ones.
+// The contract every maker keeps: the same (epoch, batch) always gives bit-identical bytes,
+// whichever instance or thread makes it and whenever. That is what lets any producer remake a
+// batch a failed one held, and a resumed job continue exactly.
 //
 // Thread-safe: Make may run on many threads at once.
 class BatchMaker {
  public:
-  static constexpr size_t kFreeBatchBytes = size_t{16} << 20;
-  static constexpr size_t kMinPooledBatchBytes = size_t{64} << 10;
-
-  // Opens the job's files (JobInfo.files: expanded paths, in global record order) as a Dataset
-  // through `cache`, and checks that they still hold the record counts the job was created with.
-  // Errors: FAILED_PRECONDITION naming the file whose record count changed (or a plan that
-  // disagrees with JobInfo.batches_per_epoch); INVALID_ARGUMENT for a bad feature or plan spec;
-  // errors of IndexCache::Get (NOT_FOUND for a missing file, DATA_LOSS for a corrupt one).
-  // `record_cache` may be null; otherwise it must outlive the maker. The records are read
-  // through `env` (nullptr: Env::Default()), which must outlive the maker.
-  static absl::StatusOr<std::unique_ptr<BatchMaker>> Create(const v1::JobInfo& job,
-                                                            IndexCache& cache,
-                                                            RecordCache* record_cache = nullptr,
-                                                            Env* env = nullptr);
-  ~BatchMaker();
+  virtual ~BatchMaker() = default;
   BatchMaker(const BatchMaker&) = delete;
   BatchMaker& operator=(const BatchMaker&) = delete;
 
-  // Global batch `batch` of epoch `epoch`. Errors name the job, epoch and batch, and for a bad
-  // record its file, number, byte offset and (for a decoding error) the feature, e.g.
-  //   job 'train' epoch 0 batch 12: record 7 of /data/a.tfrecord (byte 1234): feature 'label':
-  //   expected int64, found float_list
-  // Codes: DATA_LOSS for corrupt or truncated records, INVALID_ARGUMENT for a record that does
-  // not match the feature specs, OUT_OF_RANGE for a batch or epoch past the job's end, and I/O
-  // errors of reading the files.
+  // Global batch `batch` of epoch `epoch`: the records EpochPlan(plan, epoch).BatchRecords(batch),
+  // made by MakeRecords. Errors are prefixed with "job 'J' epoch E batch G: "; OUT_OF_RANGE for a
+  // batch or epoch past the job's end; the rest as MakeRecords gives them.
   absl::StatusOr<Batch> Make(uint64_t epoch, uint64_t batch) const;
 
-  const std::string& job_name() const { return job_.spec().name(); }
   const v1::JobInfo& job() const { return job_; }
-  const PlanSpec& plan_spec() const { return spec_; }
-  // How the TCP data plane compresses this job's batches (JobSpec.compression, parsed once).
-  Codec compression() const { return compression_; }
+  const JobConfig& config() const { return config_; }
+  const std::string& job_name() const { return config_.name; }
+  const PlanSpec& plan_spec() const { return config_.plan; }
   // Global batches per epoch.
-  uint64_t batches_per_epoch() const { return batches_per_epoch_; }
-  const Dataset& dataset() const { return *dataset_; }
+  uint64_t batches_per_epoch() const { return config_.batches_per_epoch; }
+  // How the TCP data plane compresses this job's batches.
+  Codec compression() const { return config_.compression; }
+
+ protected:
+  // `config` must be ParseJobConfig(job) with a plan that agrees with the job (CheckedConfig).
+  BatchMaker(v1::JobInfo job, JobConfig config);
+
+  // The typed job of `job`, checked against the epoch plan this build computes:
+  // FAILED_PRECONDITION if they disagree on the batches per epoch (another plan version);
+  // INVALID_ARGUMENT naming the job for a bad setting.
+  static absl::StatusOr<JobConfig> CheckedConfig(const v1::JobInfo& job);
+
+  // The batch of records `ids` (global record indexes, in batch order; their count is the batch
+  // size) as global batch `batch` of `epoch`. Errors name the record (its index, and its file and
+  // byte offset where it has one) and the feature; Make prefixes the batch.
+  virtual absl::StatusOr<Batch> MakeRecords(uint64_t epoch, uint64_t batch,
+                                            absl::Span<const uint64_t> ids) const = 0;
 
  private:
-  // One file of the dataset, opened on first use: an IndexedRecordFile for single records, and a
-  // second descriptor for runs of consecutive records read together.
-  struct File {
-    absl::once_flag once;
-    absl::StatusOr<std::unique_ptr<IndexedRecordFile>> reader;
-    absl::once_flag run_once;
-    absl::StatusOr<std::unique_ptr<RandomAccessFile>> run_reader;
-    uint32_t cache_id = 0;  // the file's id in the record cache
-  };
-  // What one Make call needs besides the plan, pooled so that buffers keep their capacity.
-  struct Scratch;
-
-  BatchMaker(v1::JobInfo job, Codec compression, std::unique_ptr<Dataset> dataset,
-             std::vector<FeatureSpec> features, PlanSpec spec, uint64_t batches_per_epoch,
-             RecordCache* record_cache, Env* env);
-  absl::StatusOr<const IndexedRecordFile*> OpenFile(size_t file) const;
-  // `status` prefixed with the record's place: "record 7 of /data/a.tfrecord (byte 1234): ".
-  absl::Status RecordError(size_t file, uint64_t record, const absl::Status& status) const;
-  // Decodes a record's data into the batch being built.
-  absl::Status AddData(size_t file, uint64_t record, absl::string_view data,
-                       Scratch& scratch) const;
-  // Reads one record (into the record cache too, if any) and adds it.
-  absl::Status ReadRecord(const Dataset::Location& loc, Scratch& scratch) const;
-  // How many records ahead AddRecords asks for the next records' bytes (and twice that, their
-  // index entries).
-  static constexpr size_t kReadAhead = 4;
-  // Reads the records scratch.ids, in order, into scratch.builder.
-  absl::Status AddRecords(Scratch& scratch) const;
-  // Records to read with one read.
-  struct Run {
-    size_t length = 1;
-    // The record cache hit that ended the run, if any: the record after it (data in
-    // scratch.buffer).
-    std::optional<absl::string_view> next_hit;
-  };
-  // The first of `ids` (at `loc`, not cached) and those following it that are the next records
-  // of the same file, fit one read, and are not in the record cache.
-  Run FindRun(absl::Span<const uint64_t> ids, const Dataset::Location& loc, Scratch& scratch) const;
-  // Reads records [loc.record, loc.record + count) of a file with one read and adds them.
-  absl::Status AddRun(const Dataset::Location& loc, size_t count, Scratch& scratch) const;
-  std::unique_ptr<Scratch> GetScratch() const;
-  void ReturnScratch(std::unique_ptr<Scratch> scratch) const;
-
-  // Constant after construction.
   const v1::JobInfo job_;
-  const Codec compression_;
-  const std::unique_ptr<Dataset> dataset_;
-  const std::vector<FeatureSpec> features_;
-  const PlanSpec spec_;
-  const uint64_t batches_per_epoch_;
-  RecordCache* const record_cache_;  // may be null
-  Env* const env_;
-  const std::unique_ptr<File[]> files_;
-  mutable BufferPool batch_buffers_{kFreeBatchBytes, kMinPooledBatchBytes};  // thread-safe
-
-  mutable absl::Mutex pool_mu_;
-  mutable std::vector<std::unique_ptr<Scratch>> pool_ ABSL_GUARDED_BY(pool_mu_);
+  const JobConfig config_;
 };
+
+// Makes the batch maker of a job, for the jobs a producer is given. Errors name the job.
+using MakerFactory =
+    std::function<absl::StatusOr<std::shared_ptr<const BatchMaker>>(const v1::JobInfo& job)>;
 
 }  // namespace croupier
 

@@ -6,7 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/testing.h"
-#include "src/producer/batch_maker.h"
+#include "src/producer/tfrecord_maker.h"
 #include "src/producer/producer_testing.h"
 
 namespace croupier {
@@ -42,12 +42,12 @@ class ProducerRecordCacheTest : public ::testing::Test {
   void SetUp() override {
     paths_ = WriteDataset(tmp_.path(), counts_);
     job_ = MakeJob(paths_, counts_);  // batch size 4, 2 consumers: 24 batches, no remainder
-    auto plain = BatchMaker::Create(job_, index_);
+    auto plain = TfrecordBatchMaker::Create(job_, index_);
     ASSERT_TRUE(plain.ok()) << plain.status();
     plain_ = *std::move(plain);
   }
-  std::unique_ptr<BatchMaker> Maker(RecordCache* cache) {
-    auto maker = BatchMaker::Create(job_, index_, cache);
+  std::unique_ptr<TfrecordBatchMaker> Maker(RecordCache* cache) {
+    auto maker = TfrecordBatchMaker::Create(job_, index_, cache);
     EXPECT_TRUE(maker.ok()) << maker.status();
     return maker.ok() ? *std::move(maker) : nullptr;
   }
@@ -57,7 +57,7 @@ class ProducerRecordCacheTest : public ::testing::Test {
   std::vector<std::string> paths_;
   v1::JobInfo job_;
   IndexCache index_{tmp_.Join("index")};
-  std::unique_ptr<BatchMaker> plain_;
+  std::unique_ptr<TfrecordBatchMaker> plain_;
 };
 
 TEST_F(ProducerRecordCacheTest, SecondEpochIsServedFromMemory) {

@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "croupier/batch.h"
 #include "proto/croupier.pb.h"
+#include "src/producer/task_holder.h"
 #include "src/transport/batch_source.h"
 
 namespace croupier {
@@ -33,7 +34,7 @@ namespace croupier {
 // task no longer held, is NOT_FOUND: nothing can make it again.
 //
 // Thread-safe.
-class SequentialSource : public BatchSource {
+class SequentialSource final : public TaskHolder {
  public:
   struct Options {
     uint64_t buffer_bytes = uint64_t{256} << 20;
@@ -54,17 +55,22 @@ class SequentialSource : public BatchSource {
   // held task in (epoch, batch) order (the feeder cannot go back); ALREADY_EXISTS for a task id
   // held already; UNAVAILABLE after Shutdown.
   absl::Status AddTask(const v1::Task& task);
+  // TaskHolder: the job is not needed (the feeder makes the batches).
+  absl::Status AddTask(const v1::Task& task, const v1::JobInfo& /*job*/) override {
+    return AddTask(task);
+  }
   // Drops a held task and its buffered batches; waiting requests get NOT_FOUND. Returns whether
   // the task was held.
-  bool RevokeTask(uint64_t task_id);
-  std::vector<uint64_t> TakeFinishedTasks();
-  std::vector<uint64_t> HeldTasks() const;
+  bool RevokeTask(uint64_t task_id) override;
+  std::vector<uint64_t> TakeFinishedTasks() override;
+  std::vector<uint64_t> HeldTasks() const override;
   // (epoch, end batch) of the latest task ever added, if any: how far the dispatcher has dealt.
   std::optional<std::pair<uint64_t, uint64_t>> LastTaskEnd() const;
-  uint32_t FreeTaskSlots() const;
+  uint32_t FreeTaskSlots() const override;
   Stats stats() const;
+  v1::ProducerStats Report() const override;
   // Wakes every waiter with UNAVAILABLE; later calls fail the same way. Idempotent.
-  void Shutdown();
+  void Shutdown() override;
 
   // The next batch the feeder must supply, once a held task has one and the buffer has room
   // (an empty buffer always has room, so one batch larger than the bound still passes).

@@ -122,6 +122,40 @@ std::vector<uint64_t> TaskRunner::HeldTasks() const {
   return ids;
 }
 
+absl::Status TaskRunner::AddTask(const v1::Task& task, const v1::JobInfo& job) {
+  std::shared_ptr<const BatchMaker> maker;
+  {
+    absl::MutexLock lock(&makers_mu_);
+    auto it = makers_.find(job.spec().name());
+    if (it != makers_.end()) {
+      maker = it->second;
+    } else {
+      if (!options_.makers) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "job '", job.spec().name(), "': this producer has no way to make its batches"));
+      }
+      absl::StatusOr<std::shared_ptr<const BatchMaker>> made = options_.makers(job);
+      if (!made.ok()) return made.status();
+      maker = *made;
+      makers_[job.spec().name()] = maker;
+    }
+  }
+  return AddTask(task, std::move(maker));
+}
+
+v1::ProducerStats TaskRunner::Report() const {
+  const Stats stats = this->stats();
+  v1::ProducerStats s;
+  s.set_buffered_bytes(stats.buffered_bytes);
+  s.set_buffer_capacity_bytes(stats.buffer_capacity_bytes);
+  s.set_batches_made(stats.batches_made);
+  s.set_batches_served(stats.batches_served);
+  s.set_bytes_served(stats.bytes_served);
+  s.set_make_seconds(stats.make_seconds);
+  s.set_threads(stats.threads);
+  return s;
+}
+
 TaskRunner::Stats TaskRunner::stats() const {
   const BatchBuffer::Stats buffer = buffer_.stats();
   absl::MutexLock lock(&mu_);

@@ -25,6 +25,7 @@
 #include "src/producer/batch_buffer.h"
 #include "src/producer/batch_maker.h"
 #include "src/producer/held_task.h"
+#include "src/producer/task_holder.h"
 #include "src/transport/batch_source.h"
 
 namespace croupier {
@@ -60,7 +61,7 @@ namespace croupier {
 // is still bad).
 //
 // Thread-safe. The destructor calls Shutdown.
-class TaskRunner : public BatchSource {
+class TaskRunner final : public TaskHolder {
  public:
   struct Options {
     int threads = 0;  // worker threads; 0: the hardware concurrency
@@ -68,6 +69,9 @@ class TaskRunner : public BatchSource {
     uint32_t max_tasks = 2;               // FreeTaskSlots() = max_tasks - tasks held
     uint32_t retain_finished_tasks = 16;  // finished tasks kept for late retries
     Clock* clock = nullptr;               // deadlines; nullptr: the real clock
+    // Makes the BatchMaker of each job AddTask(task, job) is given a task of, once per job.
+    // Unset: that AddTask fails (tests give makers to AddTask(task, maker) instead).
+    MakerFactory makers = nullptr;
     // For tests: each batch takes this much longer to make (a slow producer).
     absl::Duration test_make_delay = absl::ZeroDuration();
   };
@@ -99,22 +103,27 @@ class TaskRunner : public BatchSource {
   // held task; UNAVAILABLE after Shutdown. Tasks beyond max_tasks are accepted (the dispatcher
   // decides), and FreeTaskSlots() is then 0.
   absl::Status AddTask(const v1::Task& task, std::shared_ptr<const BatchMaker> maker);
+  // TaskHolder: the same, with the job's maker from Options::makers (made on the job's first
+  // task and kept); the factory's error, naming the job, if it cannot be made. A job whose maker
+  // failed is tried again at its next task.
+  absl::Status AddTask(const v1::Task& task, const v1::JobInfo& job) override;
 
   // Drops task `task_id` (held or finished): its buffered batches are freed, and requests waiting
   // for its batches fail with NOT_FOUND. Returns whether the task was known.
-  bool RevokeTask(uint64_t task_id);
+  bool RevokeTask(uint64_t task_id) override;
 
   // The tasks finished since the last call, each returned once, in the order they finished.
-  std::vector<uint64_t> TakeFinishedTasks();
+  std::vector<uint64_t> TakeFinishedTasks() override;
   // max_tasks minus the tasks held (not finished), or 0.
-  uint32_t FreeTaskSlots() const;
+  uint32_t FreeTaskSlots() const override;
   // The ids of the tasks held, in the order added.
-  std::vector<uint64_t> HeldTasks() const;
+  std::vector<uint64_t> HeldTasks() const override;
   Stats stats() const;
+  v1::ProducerStats Report() const override;
 
   // Stops the workers (each finishes the batch it is making) and fails every waiting and later
   // request with UNAVAILABLE. Idempotent.
-  void Shutdown();
+  void Shutdown() override;
 
   // BatchSource. GetBatch: NOT_FOUND ("producer does not hold batch 57 of job 'train' epoch 1")
   // if no held or retained task covers `key`. GetAnyBatch: OUT_OF_RANGE once every batch of the
@@ -188,6 +197,11 @@ class TaskRunner : public BatchSource {
   uint64_t bytes_served_ ABSL_GUARDED_BY(mu_) = 0;
   double make_seconds_ ABSL_GUARDED_BY(mu_) = 0;
   int threads_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // The makers of the jobs AddTask(task, job) was given, by job name.
+  absl::Mutex makers_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<const BatchMaker>> makers_
+      ABSL_GUARDED_BY(makers_mu_);
 
   absl::Mutex join_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::vector<std::thread> workers_ ABSL_GUARDED_BY(join_mu_);

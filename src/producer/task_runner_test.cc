@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "src/common/testing.h"
 #include "src/producer/producer_testing.h"
+#include "src/producer/tfrecord_maker.h"
 
 namespace croupier {
 namespace {
@@ -49,7 +50,7 @@ class ProducerTaskRunnerTest : public ::testing::Test {
   void Init(const JobOptions& options = {},
             const std::function<std::string(int64_t)>& record = nullptr) {
     paths_ = WriteDataset(tmp_.path(), counts_, record);
-    auto maker = BatchMaker::Create(MakeJob(paths_, counts_, options), index_, nullptr, &env_);
+    auto maker = TfrecordBatchMaker::Create(MakeJob(paths_, counts_, options), index_, nullptr, &env_);
     ASSERT_TRUE(maker.ok()) << maker.status();
     maker_ = *std::move(maker);
     ASSERT_EQ(maker_->batches_per_epoch(), 40u);
@@ -105,7 +106,7 @@ TEST_F(ProducerTaskRunnerTest, CompressionOfFollowsTheHeldJobsSpec) {
   EXPECT_EQ(runner.CompressionOf("train"), Codec::kNone);  // no task of it held
   v1::JobInfo job = MakeJob(paths_, counts_);
   job.mutable_spec()->set_compression("lz4");
-  auto maker = BatchMaker::Create(job, index_, nullptr, &env_);
+  auto maker = TfrecordBatchMaker::Create(job, index_, nullptr, &env_);
   ASSERT_TRUE(maker.ok()) << maker.status();
   ASSERT_TRUE(runner.AddTask(MakeTask(1, "train", 0, 0, 20), *std::move(maker)).ok());
   EXPECT_EQ(runner.CompressionOf("train"), Codec::kLz4);

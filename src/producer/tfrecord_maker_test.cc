@@ -1,4 +1,4 @@
-#include "src/producer/batch_maker.h"
+#include "src/producer/tfrecord_maker.h"
 
 #include <filesystem>
 #include <fstream>
@@ -21,8 +21,8 @@ using ::croupier::testing::WriteDataset;
 using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 
-std::unique_ptr<BatchMaker> MustCreate(const v1::JobInfo& job, IndexCache& cache) {
-  auto maker = BatchMaker::Create(job, cache);
+std::unique_ptr<TfrecordBatchMaker> MustCreate(const v1::JobInfo& job, IndexCache& cache) {
+  auto maker = TfrecordBatchMaker::Create(job, cache);
   EXPECT_TRUE(maker.ok()) << maker.status();
   return maker.ok() ? *std::move(maker) : nullptr;
 }
@@ -84,8 +84,10 @@ TEST(ProducerBatchMakerTest, DefaultsFillEmptySettings) {
   o.shuffle = "";
   o.remainder = "";
   o.num_consumers = 0;
-  auto spec = PlanSpecOfJob(MakeJob(paths, counts, o));
-  ASSERT_TRUE(spec.ok()) << spec.status();
+  IndexCache index(tmp.Join("index"));
+  auto maker = TfrecordBatchMaker::Create(MakeJob(paths, counts, o), index);
+  ASSERT_TRUE(maker.ok()) << maker.status();
+  const PlanSpec* spec = &(*maker)->plan_spec();
   EXPECT_EQ(spec->shuffle, ShuffleMode::kGlobal);
   EXPECT_EQ(spec->remainder, Remainder::kDrop);
   EXPECT_EQ(spec->block_size, 1024u);
@@ -132,7 +134,7 @@ TEST(ProducerBatchMakerTest, SameBytesAcrossInstancesAndThreads) {
 TEST(ProducerBatchMakerTest, LargeBatchesReuseTheBuffersOfBatchesThatAreGone) {
   ScopedTempDir tmp;
   const std::vector<int> counts = {64};
-  // 32 records of 4 KiB: batches of about 130 KiB, pooled (BatchMaker::kMinPooledBatchBytes).
+  // 32 records of 4 KiB: batches of about 130 KiB, pooled (TfrecordBatchMaker::kMinPooledBatchBytes).
   const auto paths = WriteDataset(tmp.path(), counts, [](int64_t id) {
     const float f = static_cast<float>(id);
     return EncodeExample({{"id", Feature::Ints({id})},
@@ -151,7 +153,7 @@ TEST(ProducerBatchMakerTest, LargeBatchesReuseTheBuffersOfBatchesThatAreGone) {
   {
     absl::StatusOr<Batch> a = maker->Make(0, 0);
     ASSERT_TRUE(a.ok()) << a.status();
-    ASSERT_GE(a->bytes().size(), BatchMaker::kMinPooledBatchBytes);
+    ASSERT_GE(a->bytes().size(), TfrecordBatchMaker::kMinPooledBatchBytes);
     first = a->bytes().data();
     first_hash = a->ContentHash();
   }
@@ -250,7 +252,7 @@ TEST(ProducerBatchMakerTest, ChangedFileIsFailedPrecondition) {
   IndexCache cache(tmp.Join("index"));
   ASSERT_NE(MustCreate(job, cache), nullptr);
   WriteDataset(tmp.path(), {10, 12});  // part-1 grows
-  auto maker = BatchMaker::Create(job, cache);
+  auto maker = TfrecordBatchMaker::Create(job, cache);
   ASSERT_EQ(maker.status().code(), absl::StatusCode::kFailedPrecondition) << maker.status();
   EXPECT_THAT(maker.status().message(), HasSubstr(paths[1]));
   EXPECT_THAT(maker.status().message(), HasSubstr("holds 12 records but held 10"));
@@ -264,18 +266,18 @@ TEST(ProducerBatchMakerTest, BadSpecsAndRangesAreNamed) {
 
   JobOptions o;
   o.shuffle = "sideways";
-  auto maker = BatchMaker::Create(MakeJob(paths, counts, o), cache);
+  auto maker = TfrecordBatchMaker::Create(MakeJob(paths, counts, o), cache);
   EXPECT_EQ(maker.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(maker.status().message(), HasSubstr("job 'train': "));
   EXPECT_THAT(maker.status().message(), HasSubstr("sideways"));
 
   o = JobOptions();
   o.features = "id:int64,id:float32";
-  maker = BatchMaker::Create(MakeJob(paths, counts, o), cache);
+  maker = TfrecordBatchMaker::Create(MakeJob(paths, counts, o), cache);
   EXPECT_EQ(maker.status().code(), absl::StatusCode::kInvalidArgument);
 
   v1::JobInfo missing = MakeJob({tmp.Join("absent.tfrecord")}, {16});
-  maker = BatchMaker::Create(missing, cache);
+  maker = TfrecordBatchMaker::Create(missing, cache);
   EXPECT_EQ(maker.status().code(), absl::StatusCode::kNotFound) << maker.status();
 
   auto ok = MustCreate(MakeJob(paths, counts), cache);

@@ -1,0 +1,133 @@
+#include "src/producer/function_maker.h"
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/producer/task_runner.h"
+
+namespace croupier {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A "map" job of `records` records in batches of 4 over 2 consumers, shuffled globally.
+v1::JobInfo MapJob(uint64_t records, uint64_t epochs = 2) {
+  v1::JobInfo info;
+  v1::JobSpec* spec = info.mutable_spec();
+  spec->set_name("mapped");
+  spec->set_batch_size(4);
+  spec->set_seed(7);
+  spec->set_num_consumers(2);
+  spec->set_num_epochs(epochs);
+  info.set_num_records(records);
+  return info;
+}
+
+// A batch of one int64 column "id": the record indexes it was given.
+absl::StatusOr<Batch> IdsBatch(absl::Span<const uint64_t> ids) {
+  const std::vector<int64_t> values(ids.begin(), ids.end());
+  const ColumnData column{.name = "id",
+                          .dtype = DType::kInt64,
+                          .variable_length = false,
+                          .dims = {},
+                          .num_values = values.size(),
+                          .values = absl::string_view(reinterpret_cast<const char*>(values.data()),
+                                                      values.size() * sizeof(int64_t)),
+                          .offsets = {},
+                          .row_splits = {}};
+  return Batch::FromColumns(values.size(), {&column, 1});
+}
+
+std::vector<int64_t> Ids(const Batch& batch) {
+  absl::Span<const int64_t> ids = batch.view().Find("id")->ints();
+  return {ids.begin(), ids.end()};
+}
+
+TEST(ProducerFunctionMakerTest, HandsThePlansRecordsOfEachBatchToTheFunction) {
+  const v1::JobInfo job = MapJob(40);
+  auto maker = FunctionBatchMaker::Create(
+      job, [](uint64_t, uint64_t, absl::Span<const uint64_t> ids) { return IdsBatch(ids); });
+  ASSERT_TRUE(maker.ok()) << maker.status();
+  EXPECT_EQ((*maker)->batches_per_epoch(), 10u);
+  for (uint64_t epoch = 0; epoch < 2; ++epoch) {
+    const EpochPlan plan = *EpochPlan::Create((*maker)->plan_spec(), epoch);
+    for (uint64_t g = 0; g < 10; ++g) {
+      auto batch = (*maker)->Make(epoch, g);
+      ASSERT_TRUE(batch.ok()) << batch.status();
+      const std::vector<uint64_t> planned = plan.BatchRecords(g);
+      EXPECT_EQ(Ids(*batch), std::vector<int64_t>(planned.begin(), planned.end()));
+    }
+  }
+}
+
+TEST(ProducerFunctionMakerTest, ErrorsNameTheBatchAndRangesAreChecked) {
+  auto maker = FunctionBatchMaker::Create(
+      MapJob(40), [](uint64_t epoch, uint64_t batch, absl::Span<const uint64_t> ids)
+                      -> absl::StatusOr<Batch> {
+        if (batch == 3) return absl::InvalidArgumentError("record 5: ValueError: bad pixel");
+        if (batch == 4) return IdsBatch(ids.subspan(1));  // a record short
+        return IdsBatch(ids);
+      });
+  ASSERT_TRUE(maker.ok()) << maker.status();
+  auto failed = (*maker)->Make(1, 3);
+  EXPECT_TRUE(absl::IsInvalidArgument(failed.status()));
+  EXPECT_THAT(failed.status().message(),
+              HasSubstr("job 'mapped' epoch 1 batch 3: record 5: ValueError: bad pixel"));
+  auto short_batch = (*maker)->Make(0, 4);
+  EXPECT_THAT(short_batch.status().message(), HasSubstr("holds 3 records; the plan names 4"));
+  EXPECT_TRUE(absl::IsOutOfRange((*maker)->Make(0, 10).status()));
+  EXPECT_TRUE(absl::IsOutOfRange((*maker)->Make(2, 0).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(FunctionBatchMaker::Create(MapJob(40), nullptr).status()));
+}
+
+TEST(ProducerFunctionMakerTest, ARunnerMakesAJobsTasksWithTheMakerOfItsFactory) {
+  std::atomic<int> created{0};
+  TaskRunner::Options options;
+  options.threads = 2;
+  options.makers = [&](const v1::JobInfo& job) -> absl::StatusOr<std::shared_ptr<const BatchMaker>> {
+    if (job.spec().name() != "mapped") {
+      return absl::FailedPreconditionError("job '" + job.spec().name() + "': not this one's");
+    }
+    ++created;
+    auto maker = FunctionBatchMaker::Create(
+        job, [](uint64_t, uint64_t, absl::Span<const uint64_t> ids) { return IdsBatch(ids); });
+    if (!maker.ok()) return maker.status();
+    return std::shared_ptr<const BatchMaker>(*std::move(maker));
+  };
+  TaskRunner runner(options);
+  const v1::JobInfo job = MapJob(40);
+  v1::Task task;
+  task.set_task_id(1);
+  task.set_job("mapped");
+  task.set_epoch(0);
+  task.set_first_batch(0);
+  task.set_num_batches(4);
+  ASSERT_TRUE(runner.AddTask(task, job).ok());
+  task.set_task_id(2);
+  task.set_first_batch(4);
+  ASSERT_TRUE(runner.AddTask(task, job).ok());
+  EXPECT_EQ(created.load(), 1) << "one maker per job";
+  const EpochPlan plan = *EpochPlan::Create(
+      PlanSpec{.num_records = 40, .seed = 7, .batch_size = 4, .num_consumers = 2}, 0);
+  for (uint64_t g = 0; g < 8; ++g) {
+    auto batch = runner.GetBatch({"mapped", 0, g}, absl::Now() + absl::Seconds(20));
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    const std::vector<uint64_t> planned = plan.BatchRecords(g);
+    EXPECT_EQ(Ids(*batch), std::vector<int64_t>(planned.begin(), planned.end()));
+  }
+  v1::JobInfo other = MapJob(40);
+  other.mutable_spec()->set_name("other");
+  task.set_job("other");
+  task.set_task_id(3);
+  const absl::Status refused = runner.AddTask(task, other);
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused));
+  EXPECT_THAT(refused.message(), HasSubstr("job 'other'"));
+}
+
+}  // namespace
+}  // namespace croupier

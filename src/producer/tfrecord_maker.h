@@ -1,0 +1,125 @@
+// Makes any batch of a job's epoch plan from the job's TFRecord files: the producer's input
+// pipeline for the native source (a BatchMaker, batch_maker.h).
+#ifndef CROUPIER_SRC_PRODUCER_TFRECORD_MAKER_H_
+#define CROUPIER_SRC_PRODUCER_TFRECORD_MAKER_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/call_once.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "croupier/batch.h"
+#include "croupier/dataset.h"
+#include "croupier/example.h"
+#include "croupier/plan.h"
+#include "croupier/record_index.h"
+#include "proto/croupier.pb.h"
+#include "src/io/buffer_pool.h"
+#include "src/producer/batch_maker.h"
+
+namespace croupier {
+
+class Env;
+class RandomAccessFile;
+class RecordCache;
+
+// Makes the batches of one TFRecord job: the records of each batch (BatchMaker::Make), read from
+// the files (or the RecordCache) and decoded in order by a BatchBuilder. The bytes are the same
+// whether or not the records came from a cache.
+//
+// Each file is opened on first use and stays open until destruction (one descriptor per file, and
+// a second one once consecutive records of the file are read together: see AddRun).
+//
+// Batches of 64 KiB and more are laid out in recycled buffers (BufferPool): at most
+// kFreeBatchBytes of buffers whose batches are gone are kept for the next ones.
+//
+// Thread-safe: Make may run on many threads at once.
+class TfrecordBatchMaker final : public BatchMaker {
+ public:
+  static constexpr size_t kFreeBatchBytes = size_t{16} << 20;
+  static constexpr size_t kMinPooledBatchBytes = size_t{64} << 10;
+
+  // Opens the job's files (JobInfo.files: expanded paths, in global record order) as a Dataset
+  // through `cache`, and checks that they still hold the record counts the job was created with.
+  // Errors: FAILED_PRECONDITION naming the file whose record count changed (or a plan that
+  // disagrees with JobInfo.batches_per_epoch); INVALID_ARGUMENT for a bad feature or plan spec;
+  // errors of IndexCache::Get (NOT_FOUND for a missing file, DATA_LOSS for a corrupt one).
+  // `record_cache` may be null; otherwise it must outlive the maker. The records are read
+  // through `env` (nullptr: Env::Default()), which must outlive the maker.
+  static absl::StatusOr<std::unique_ptr<TfrecordBatchMaker>> Create(const v1::JobInfo& job,
+                                                            IndexCache& cache,
+                                                            RecordCache* record_cache = nullptr,
+                                                            Env* env = nullptr);
+  ~TfrecordBatchMaker() override;
+
+  const Dataset& dataset() const { return *dataset_; }
+
+ private:
+  // One file of the dataset, opened on first use: an IndexedRecordFile for single records, and a
+  // second descriptor for runs of consecutive records read together.
+  struct File {
+    absl::once_flag once;
+    absl::StatusOr<std::unique_ptr<IndexedRecordFile>> reader;
+    absl::once_flag run_once;
+    absl::StatusOr<std::unique_ptr<RandomAccessFile>> run_reader;
+    uint32_t cache_id = 0;  // the file's id in the record cache
+  };
+  // What one Make call needs besides the plan, pooled so that buffers keep their capacity.
+  struct Scratch;
+
+  TfrecordBatchMaker(v1::JobInfo job, JobConfig config, std::unique_ptr<Dataset> dataset,
+                     std::vector<FeatureSpec> features, RecordCache* record_cache, Env* env);
+  // Errors name the record's file, number and byte offset, and for a decoding error the
+  // feature, e.g. "record 7 of /data/a.tfrecord (byte 1234): feature 'label': expected int64,
+  // found float_list". Codes: DATA_LOSS for corrupt or truncated records, INVALID_ARGUMENT for
+  // a record that does not match the feature specs, and I/O errors of reading the files.
+  absl::StatusOr<Batch> MakeRecords(uint64_t epoch, uint64_t batch,
+                                    absl::Span<const uint64_t> ids) const override;
+  absl::StatusOr<const IndexedRecordFile*> OpenFile(size_t file) const;
+  // `status` prefixed with the record's place: "record 7 of /data/a.tfrecord (byte 1234): ".
+  absl::Status RecordError(size_t file, uint64_t record, const absl::Status& status) const;
+  // Decodes a record's data into the batch being built.
+  absl::Status AddData(size_t file, uint64_t record, absl::string_view data,
+                       Scratch& scratch) const;
+  // Reads one record (into the record cache too, if any) and adds it.
+  absl::Status ReadRecord(const Dataset::Location& loc, Scratch& scratch) const;
+  // How many records ahead AddRecords asks for the next records' bytes (and twice that, their
+  // index entries).
+  static constexpr size_t kReadAhead = 4;
+  // Reads the records `ids`, in order, into scratch.builder.
+  absl::Status AddRecords(absl::Span<const uint64_t> ids, Scratch& scratch) const;
+  // Records to read with one read.
+  struct Run {
+    size_t length = 1;
+    // The record cache hit that ended the run, if any: the record after it (data in
+    // scratch.buffer).
+    std::optional<absl::string_view> next_hit;
+  };
+  // The first of `ids` (at `loc`, not cached) and those following it that are the next records
+  // of the same file, fit one read, and are not in the record cache.
+  Run FindRun(absl::Span<const uint64_t> ids, const Dataset::Location& loc, Scratch& scratch) const;
+  // Reads records [loc.record, loc.record + count) of a file with one read and adds them.
+  absl::Status AddRun(const Dataset::Location& loc, size_t count, Scratch& scratch) const;
+  std::unique_ptr<Scratch> GetScratch() const;
+  void ReturnScratch(std::unique_ptr<Scratch> scratch) const;
+
+  // Constant after construction.
+  const std::unique_ptr<Dataset> dataset_;
+  const std::vector<FeatureSpec> features_;
+  RecordCache* const record_cache_;  // may be null
+  Env* const env_;
+  const std::unique_ptr<File[]> files_;
+  mutable BufferPool batch_buffers_{kFreeBatchBytes, kMinPooledBatchBytes};  // thread-safe
+
+  mutable absl::Mutex pool_mu_;
+  mutable std::vector<std::unique_ptr<Scratch>> pool_ ABSL_GUARDED_BY(pool_mu_);
+};
+
+}  // namespace croupier
+
+#endif  // CROUPIER_SRC_PRODUCER_TFRECORD_MAKER_H_
