@@ -1,6 +1,7 @@
 """croupier.serve: a Python iterable as the producer of a job, over a real local_cluster. The
 serving side runs in a thread of the test process; consumers are croupier.Consumers. Checks are
 on content: each batch carries the index of the yield it came from."""
+import pathlib
 import threading
 import time
 
@@ -168,3 +169,51 @@ def test_two_sources_serve_one_job_interleaved_by_task(cluster):
     # Each source served exactly the batches of its own tasks.
     want = [sum(1 for g in range(40) if g // per_task % 2 == k) for k in range(2)]
     assert [s.join() for s in servers] == want
+
+
+@pytest.mark.timeout(60)
+def test_serve_stops_with_an_error_once_the_dispatcher_is_gone(tmp_path):
+    import sys
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    from service_cluster import Cluster, kill
+    with Cluster(tmp_path / "c") as c:
+        server = Server(numbered(6), c.address, "gone", consumers=1, epochs=0,
+                        batches_per_epoch=6, dispatcher_timeout=3.0)
+        feed = connect_to(c.address, "gone")
+        assert len(list(feed.epoch(0))) == 6
+        feed.close()
+        kill(c.dispatcher)
+        started = time.monotonic()
+        with pytest.raises(errors.UnavailableError, match="has not answered the source of job"):
+            server.join(timeout=30)
+        assert time.monotonic() - started < 20
+
+
+def connect_to(address, job):
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            return croupier.Consumer(address, job, 0, 1, timeout=20)
+        except errors.NotFoundError:
+            assert time.monotonic() < deadline, f"job {job} was not created"
+            time.sleep(0.05)
+
+
+@pytest.mark.timeout(60)
+def test_the_interpreter_exits_cleanly_while_serve_runs_in_a_daemon_thread(cluster):
+    import subprocess
+    import sys
+    script = (
+        "import threading, time, numpy as np, croupier\n"
+        "def source(epoch):\n"
+        "    for g in range(4):\n"
+        "        yield {'g': np.full(2, g, dtype=np.int64)}\n"
+        f"t = threading.Thread(target=croupier.serve, args=(source, {cluster.address!r}, 'd'),\n"
+        "                     kwargs=dict(consumers=1, epochs=0, batches_per_epoch=4),\n"
+        "                     daemon=True)\n"
+        "t.start()\n"
+        "time.sleep(2)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=40)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "terminate called" not in done.stderr

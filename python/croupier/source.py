@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from croupier import _croupier, errors
+from croupier import _croupier, _exit, errors
 from croupier.cluster import _token, create_job
 
 _DTYPES = {np.dtype(np.int64): "int64", np.dtype(np.float32): "float32"}
@@ -180,7 +180,7 @@ class _Epochs:
 def serve(source, dispatcher, job, *, consumers=None, epochs=1, batches_per_epoch=None,
           features=None, mode="dealt", auth_token=None, buffer_bytes=256 << 20,
           bind="127.0.0.1", advertise_host="", timeout=60.0, stop=None, source_index=0,
-          source_count=1):
+          source_count=1, dispatcher_timeout=120.0):
     """Serves `source` as the producer of Python job `job` until every batch of every epoch has
     been served (or forever, with epochs=0), or until `stop` (a threading.Event) is set, then
     returns the number of batches served. A source that runs out before batches_per_epoch is an
@@ -195,7 +195,11 @@ def serve(source, dispatcher, job, *, consumers=None, epochs=1, batches_per_epoc
     objects, as to_dict(bytes_as="buffer") gives), or (values, row_splits)
     for a variable length; the leading dimension is the batch. With source_count K > 1, K
     processes call serve() for the job, each with its source_index in [0, K), and
-    batches_per_epoch is the job's total over all sources."""
+    batches_per_epoch is the job's total over all sources.
+
+    If the dispatcher does not answer for `dispatcher_timeout` seconds (it is gone, or
+    unreachable), serve() stops and raises UnavailableError naming it and how long it has been
+    silent."""
     if consumers is None:
         from croupier.launcher import detect_rank_world
         _, consumers = detect_rank_world(0, None)
@@ -218,40 +222,63 @@ def serve(source, dispatcher, job, *, consumers=None, epochs=1, batches_per_epoc
     last = sources.last_task_end(int(source_index))
     if epochs > 0 and last is None:
         return 0  # more sources than tasks: this one has nothing to serve
-    node = _croupier._SourceProducer(dispatcher, job, _token(auth_token), int(buffer_bytes),
-                                     bind, advertise_host, float(timeout), int(source_index))
+    node = _exit.track(_croupier._SourceProducer(
+        dispatcher, job, _token(auth_token), int(buffer_bytes), bind, advertise_host,
+        float(timeout), int(source_index)))
+    # The node is closed inside running(): a thread in close() when the interpreter exits is
+    # waited for (croupier/_exit.py).
+    with _exit.running():
+        try:
+            return _serve_loop(node, sources, epochs_source, job, last, batches_per_epoch,
+                               dispatcher, dispatcher_timeout, timeout, stop)
+        except errors.Error:
+            if _exit.exiting.is_set():
+                return node.batches_served()  # closed by the exit: nothing went wrong
+            raise
+        finally:
+            node.close()
+
+
+def _serve_loop(node, sources, epochs_source, job, last, batches_per_epoch, dispatcher,
+                dispatcher_timeout, timeout, stop):
+    """serve()'s loop: supplies the slots the node asks for until the job is done."""
     ended = None  # (when, error) once the source ran out early
-    try:
-        while True:
-            if stop is not None and stop.is_set():
+    while True:
+        if stop is not None and stop.is_set():
+            return node.batches_served()
+        if _exit.exiting.is_set():
+            return node.batches_served()  # the interpreter is exiting
+        if ended is not None and time.monotonic() - ended[0] > min(timeout, 10.0):
+            raise ended[1]
+        silent = node.since_dispatcher_contact()
+        if silent > dispatcher_timeout:
+            raise errors.UnavailableError(
+                f"the dispatcher at {dispatcher} has not answered the source of job '{job}' "
+                f"for {silent:.0f} s (dispatcher_timeout {dispatcher_timeout:g} s): serving "
+                f"stops after {node.batches_served()} batches")
+        slot = node.next_slot(0.2)
+        if slot is None:
+            if last is not None and node.done_up_to(*last):
+                if ended is not None:
+                    raise ended[1]
                 return node.batches_served()
-            if ended is not None and time.monotonic() - ended[0] > min(timeout, 10.0):
-                raise ended[1]
-            slot = node.next_slot(0.2)
-            if slot is None:
-                if last is not None and node.done_up_to(*last):
-                    if ended is not None:
-                        raise ended[1]
-                    return node.batches_served()
-                continue
-            epoch, g = slot
-            # This source's own numbering: it yields only the batches of its tasks.
-            index = sources.ordinal(epoch, g)
-            try:
-                batch = epochs_source.get(epoch, index)
-            except StopIteration:
-                message = (f"the Python source of job '{job}' ended after "
-                           f"{epochs_source._next} batches of epoch {epoch}; the job deals "
-                           f"{batches_per_epoch} an epoch")
-                node.put_error(epoch, g, "OUT_OF_RANGE", message)
-                if ended is None:
-                    ended = (time.monotonic(), errors.OutOfRangeError(message))
-                continue
-            try:
-                num_records, columns = _columns(batch)
-            except errors.Error as e:
-                node.put_error(epoch, g, e.code, f"batch {index} of epoch {epoch}: {e}")
-                continue
-            node.put(epoch, g, num_records, columns)
-    finally:
-        node.close()
+            continue
+        epoch, g = slot
+        # This source's own numbering: it yields only the batches of its tasks.
+        index = sources.ordinal(epoch, g)
+        try:
+            batch = epochs_source.get(epoch, index)
+        except StopIteration:
+            message = (f"the Python source of job '{job}' ended after "
+                       f"{epochs_source._next} batches of epoch {epoch}; the job deals "
+                       f"{batches_per_epoch} an epoch")
+            node.put_error(epoch, g, "OUT_OF_RANGE", message)
+            if ended is None:
+                ended = (time.monotonic(), errors.OutOfRangeError(message))
+            continue
+        try:
+            num_records, columns = _columns(batch)
+        except errors.Error as e:
+            node.put_error(epoch, g, e.code, f"batch {index} of epoch {epoch}: {e}")
+            continue
+        node.put(epoch, g, num_records, columns)

@@ -10,4 +10,5 @@ PYBIND11_MODULE(_croupier, m) {
   croupier::py::BindPlan(m);
   croupier::py::BindBatch(m);
   croupier::py::BindService(m);
+  croupier::py::BindProduce(m);
 }

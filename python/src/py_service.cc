@@ -121,6 +121,9 @@ class PySourceProducer {
   }
 
   uint64_t BatchesServed() const { return node_->sequential()->stats().batches_served; }
+  double SinceDispatcherContact() const {
+    return absl::ToDoubleSeconds(node_->SinceDispatcherContact());
+  }
   std::string DataAddress() const { return node_->data_address(); }
 
   void Close() {
@@ -224,6 +227,8 @@ void BindService(pyb::module_& m) {
            pyb::arg("code"), pyb::arg("message"))
       .def("done_up_to", &PySourceProducer::DoneUpTo, pyb::arg("epoch"), pyb::arg("batch"))
       .def("batches_served", &PySourceProducer::BatchesServed)
+      .def("since_dispatcher_contact", &PySourceProducer::SinceDispatcherContact,
+           "Seconds since the dispatcher last answered this producer.")
       .def_property_readonly("data_address", &PySourceProducer::DataAddress)
       .def("close", &PySourceProducer::Close);
 

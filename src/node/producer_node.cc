@@ -150,6 +150,11 @@ uint64_t ProducerNode::producer_id() const {
   return producer_id_;
 }
 
+absl::Duration ProducerNode::SinceDispatcherContact() const {
+  absl::MutexLock lock(&mu_);
+  return absl::Now() - last_contact_;
+}
+
 absl::StatusOr<std::shared_ptr<const BatchMaker>> ProducerNode::TfrecordMaker(
     const v1::JobInfo& job) {
   ASSIGN_OR_RETURN(std::shared_ptr<const BatchMaker> maker,
@@ -266,6 +271,10 @@ void ProducerNode::HeartbeatLoop() {
     absl::Status s = Heartbeat(wait);
     last = absl::Now();
     last_heartbeat_ok_ = s.ok();
+    if (s.ok()) {
+      absl::MutexLock lock(&mu_);
+      last_contact_ = last;
+    }
     if (!s.ok() && !stop_.HasBeenNotified()) {
       Log(LogLevel::kWarning, "producer",
           absl::StrCat("producer ", producer_id(), ": heartbeat failed: ", s.ToString()));

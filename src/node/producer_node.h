@@ -19,6 +19,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "croupier/record_index.h"
 #include "src/node/metrics_server.h"
 #include "src/producer/record_cache.h"
@@ -85,6 +86,9 @@ class ProducerNode {
 
   const std::string& data_address() const { return data_address_; }
   uint64_t producer_id() const;
+  // How long since the dispatcher last answered a heartbeat (registration counts): a process
+  // embedding the producer (croupier.serve, croupier.produce) gives up once that is too long.
+  absl::Duration SinceDispatcherContact() const;
   // The metrics server's port, or 0 without one.
   int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
   // The source of a Python job's batches (source_job set), else nullptr.
@@ -118,6 +122,7 @@ class ProducerNode {
 
   mutable absl::Mutex mu_;
   uint64_t producer_id_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time last_contact_ ABSL_GUARDED_BY(mu_) = absl::Now();
   // Only the heartbeat thread touches these.
   std::vector<uint64_t> unreported_finished_;
   absl::flat_hash_map<std::string, v1::JobInfo> jobs_;  // the jobs of the tasks given

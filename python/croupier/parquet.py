@@ -1,0 +1,162 @@
+"""Parquet files as an addressable source of a map job (croupier.produce).
+
+    source = croupier.parquet.ParquetSource("data/*.parquet", columns=["image", "label"])
+    croupier.produce(source, "HOST:5050", "train", batch_size=64, consumers=4, epochs=3)
+
+Record i is row i of the files taken in sorted path order. A row is found through the files'
+row groups (their row counts are read from the footers at start), and get_many reads each row
+group a batch touches once, keeping the last few decoded row groups: a plan that reads in order
+(shuffle "none", or "blocks" with blocks of about a row group) decodes each row group about once
+an epoch; "global" may decode a row group per record when the files hold many row groups.
+
+Per column: numbers come as numpy scalars of the column's own type (int8 ... uint64, float16,
+float32, float64, bool); binary and string as bytes; a list column as a Python list of numpy
+scalars (a variable-length feature); a fixed-size list as a numpy array (a fixed shape).
+"""
+import bisect
+import collections
+import glob
+import os
+import threading
+
+import numpy as np
+
+from croupier import errors
+
+__all__ = ["ParquetSource"]
+
+
+def _expand(files):
+    if isinstance(files, (str, os.PathLike)):
+        files = [files]
+    paths = []
+    for f in files:
+        f = os.fspath(f)
+        matches = sorted(glob.glob(f)) if any(c in f for c in "*?[") else [f]
+        if not matches:
+            raise errors.NotFoundError(f"no Parquet file matches {f}")
+        paths.extend(matches)
+    if not paths:
+        raise errors.InvalidArgumentError("a ParquetSource needs at least one file")
+    return paths
+
+
+class ParquetSource:
+    """Rows of Parquet files, by index. Reads footers at creation; pyarrow is imported here."""
+
+    def __init__(self, files, columns=None, cached_row_groups=8):
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise errors.FailedPreconditionError(
+                "ParquetSource needs pyarrow (pip install pyarrow)") from None
+        self._pq = pq
+        self.paths = _expand(files)
+        self.columns = list(columns) if columns is not None else None
+        self._groups = []  # (path, row group, first row)
+        self._starts = []
+        total = 0
+        for path in self.paths:
+            try:
+                meta = pq.ParquetFile(path).metadata
+            except Exception as e:
+                raise errors.DataLossError(f"{path}: not a readable Parquet file: {e}") from None
+            if self.columns is not None:
+                names = set(meta.schema.to_arrow_schema().names)
+                missing = [c for c in self.columns if c not in names]
+                if missing:
+                    raise errors.InvalidArgumentError(
+                        f"{path} has no column {', '.join(missing)} (it has "
+                        f"{', '.join(sorted(names))})")
+            for rg in range(meta.num_row_groups):
+                rows = meta.row_group(rg).num_rows
+                if rows == 0:
+                    continue
+                self._groups.append((path, rg, total))
+                self._starts.append(total)
+                total += rows
+        self._len = total
+        self._cached = int(cached_row_groups)
+        self._cache = collections.OrderedDict()
+        self._files = {}
+        self._lock = threading.Lock()
+
+    def __len__(self):
+        return self._len
+
+    def __getitem__(self, i):
+        return self.get_many([i])[0]
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_pq"] = None
+        state["_cache"] = collections.OrderedDict()
+        state["_files"] = {}
+        state["_lock"] = None
+        return state
+
+    def __setstate__(self, state):
+        import pyarrow.parquet as pq
+        self.__dict__.update(state)
+        self._pq = pq
+        self._lock = threading.Lock()
+
+    def _locate(self, i):
+        i = int(i)
+        if not 0 <= i < self._len:
+            raise IndexError(f"row {i} of {self._len}")
+        k = bisect.bisect_right(self._starts, i) - 1
+        return k, i - self._starts[k]
+
+    def _row_group(self, k):
+        """Row group k (in the source's order) decoded as {column: numpy array of values}."""
+        with self._lock:
+            if k in self._cache:
+                self._cache.move_to_end(k)
+                return self._cache[k]
+        path, rg, _ = self._groups[k]
+        f = self._files.get(path)
+        if f is None:
+            f = self._files[path] = self._pq.ParquetFile(path)
+        try:
+            table = f.read_row_group(rg, columns=self.columns)
+        except Exception as e:
+            raise errors.DataLossError(f"{path} row group {rg}: {e}") from None
+        decoded = {name: _column_values(table.column(name)) for name in table.column_names}
+        with self._lock:
+            self._cache[k] = decoded
+            while len(self._cache) > self._cached:
+                self._cache.popitem(last=False)
+        return decoded
+
+    def get_many(self, ids):
+        """The rows `ids`, in order, as dicts {column: value}."""
+        located = [self._locate(i) for i in ids]
+        out = [None] * len(located)
+        for k in sorted({k for k, _ in located}):
+            columns = self._row_group(k)
+            for n, (kk, row) in enumerate(located):
+                if kk == k:
+                    out[n] = {name: values[row] for name, values in columns.items()}
+        return out
+
+
+def _column_values(column):
+    """A chunked arrow column as an indexable sequence of per-row values (see the module doc)."""
+    import pyarrow as pa
+    t = column.type
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_string(t) or \
+            pa.types.is_large_string(t):
+        return [v if isinstance(v, bytes) else (v.encode() if v is not None else b"")
+                for v in column.to_pylist()]
+    if pa.types.is_fixed_size_list(t):
+        flat = column.combine_chunks()
+        values = flat.flatten().to_numpy(zero_copy_only=False)
+        return values.reshape(len(flat), t.list_size)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        flat = column.combine_chunks()
+        values = flat.flatten().to_numpy(zero_copy_only=False)
+        offsets = flat.offsets.to_numpy()
+        return [list(values[offsets[r]:offsets[r + 1]]) for r in range(len(flat))]
+    values = column.to_numpy()
+    return [values[r] for r in range(len(values))] if values.dtype == object else values

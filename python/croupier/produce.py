@@ -1,0 +1,622 @@
+"""croupier.produce: the producers of a job whose records come from a Python source.
+
+    dataset = MyDataset()              # anything with __len__ and __getitem__(i)
+    croupier.produce(dataset, "HOST:5050", "train", batch_size=64, consumers=4, epochs=3,
+                     seed=1, transform=augment, workers=4)
+
+A "map" job is planned like a TFRecord job: the epoch plan (shuffle none, global or blocks, the
+remainder policy, the deal, resuming with another number of consumers) names the records of
+every batch by index, and a producer makes batch g of epoch e as:
+
+    records  = [source[i] for i in plan(e).batch_records(g)]     # or source.get_many(ids)
+    record_k = transform(record_k, rng(seed, e, i_k))             # per record, optional
+    batch    = collate(records)                                   # croupier's, or the user's
+    batch    = batch_transform(batch, rng(seed, e, g))            # per batch, optional
+
+Each random generator is numpy's default_rng over SeedSequence([seed, epoch, index, kind]) (kind
+0 for a record, 1 for a batch), never global state. So what a batch holds is a function of the
+plan, as for TFRecord jobs: any producer can make any batch, a producer killed mid-epoch has its
+batches made again bit-identically by another (or by itself after a restart), and a checkpoint
+resumes exactly. Several processes may call produce() for one job (on one machine or several):
+each is a producer of the job, and the dispatcher spreads the tasks over them.
+
+The transforms run in `workers` worker processes forked at start (before any thread of croupier's
+starts), each making whole batches; a batch comes back to the producer through shared memory in
+croupier's batch format, nothing pickled. workers=0 makes batches in the producer's own threads
+(for code that releases the GIL).
+"""
+import inspect
+import mmap
+import os
+import queue
+import signal
+import threading
+import time
+import traceback
+
+import numpy as np
+
+from croupier import _croupier, _exit, errors
+from croupier.cluster import _token, create_job, status
+from croupier.source import _columns, features_of
+
+__all__ = ["produce", "Pipeline", "record_rng", "batch_rng", "default_workers"]
+
+# Status codes passed back to C++ (absl::StatusCode).
+_INVALID_ARGUMENT = 3
+_INTERNAL = 13
+_CODES = {cls.code: code for code, cls in errors.BY_CODE.items()}
+
+
+def default_workers():
+    """The worker processes a producer starts by default: the cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def record_rng(seed, epoch, index):
+    """The random generator of record `index` (global record index) in `epoch`."""
+    return np.random.default_rng([int(seed), int(epoch), int(index), 0])
+
+
+def batch_rng(seed, epoch, batch):
+    """The random generator of global batch `batch` of `epoch`."""
+    return np.random.default_rng([int(seed), int(epoch), int(batch), 1])
+
+
+def _takes_rng(fn):
+    """Whether `fn` takes a second positional argument (the random generator)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
+
+
+def _describe(e):
+    text = str(e)
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+class _RecordError(Exception):
+    """A record's read or transform failed: names the record and the exception."""
+
+    def __init__(self, message, code=_INVALID_ARGUMENT):
+        super().__init__(message)
+        self.code = code
+
+
+def _as_value(value):
+    """A numpy array for tensors (torch, TensorFlow eager), else the value."""
+    if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
+        try:
+            return value.numpy()
+        except TypeError:  # a torch bfloat16 tensor: no numpy dtype of its own
+            import ml_dtypes
+            return value.view(__import__("torch").int16).numpy().view(ml_dtypes.bfloat16)
+    return value
+
+
+def default_collate(records, names=None):
+    """croupier's collation of records into a batch dict {name: column}.
+
+    A record is a dict {name: value} (or a tuple/list, named by `names`). Per feature:
+    bytes or str values make a bytes column; numbers and numpy arrays (tensors are converted)
+    are stacked as [num_records, *shape] in their own dtype, and every record must have the same
+    shape and dtype; Python lists make a variable-length column ((values, row_splits)), as do
+    arrays of different lengths for a feature whose spec says [*]."""
+    if not records:
+        raise _RecordError("a batch has no records")
+    first = records[0]
+    if not isinstance(first, dict):
+        if names is None or not isinstance(first, (tuple, list)):
+            raise _RecordError(
+                f"a record is a {type(first).__name__}; croupier collates dicts of feature name -> "
+                "value (or tuples, with names=('image', 'label') given to produce())")
+        records = [dict(zip(names, r)) for r in records]
+        first = records[0]
+    batch = {}
+    for name in first:
+        values = []
+        for k, r in enumerate(records):
+            if not isinstance(r, dict) or name not in r:
+                raise _RecordError(f"feature '{name}': missing from the batch's record {k}")
+            values.append(_as_value(r[name]))
+        v0 = values[0]
+        if isinstance(v0, (bytes, str)):
+            batch[name] = [v if isinstance(v, bytes) else str(v).encode() for v in values]
+        elif isinstance(v0, list):
+            # The dtype of the values (numpy scalars keep theirs), not float64 for an empty list.
+            dtype = next((np.asarray(v).dtype for v in values if len(v)), None)
+            arrays = [np.asarray(v, dtype=dtype) for v in values]
+            lengths = np.array([a.size for a in arrays], dtype=np.uint64)
+            splits = np.zeros(len(arrays) + 1, dtype=np.uint64)
+            np.cumsum(lengths, out=splits[1:])
+            batch[name] = (np.concatenate([a.reshape(-1) for a in arrays]) if arrays else
+                           np.zeros(0), splits)
+        else:
+            arrays = [np.asarray(v) for v in values]
+            a0 = arrays[0]
+            for k, a in enumerate(arrays):
+                if a.shape != a0.shape or a.dtype != a0.dtype:
+                    raise _RecordError(
+                        f"feature '{name}': the batch's record {k} is {a.dtype}{list(a.shape)}, "
+                        f"its record 0 {a0.dtype}{list(a0.shape)}; every record of a feature "
+                        "needs one dtype and shape (a Python list makes a variable length)")
+            batch[name] = np.stack(arrays)
+    return batch
+
+
+class Pipeline:
+    """What makes a map job's batches from record indexes: the source, the transforms and the
+    collation. A pure function of (seed, epoch, batch, record indexes)."""
+
+    def __init__(self, source, *, transform=None, batch_transform=None, collate=None,
+                 names=None, features=None, seed=0):
+        if not hasattr(source, "__getitem__") or not hasattr(source, "__len__"):
+            raise errors.InvalidArgumentError(
+                f"a map source needs __len__ and __getitem__(i); a {type(source).__name__} has "
+                "not both (croupier.serve() serves iterables)")
+        for name, fn in (("transform", transform), ("batch_transform", batch_transform),
+                         ("collate", collate)):
+            if fn is not None and not callable(fn):
+                raise errors.InvalidArgumentError(f"{name} must be callable, not "
+                                                  f"{type(fn).__name__}")
+        self.source = source
+        self.transform = transform
+        self.batch_transform = batch_transform
+        self.collate = collate
+        self.names = tuple(names) if names is not None else None
+        self.features = features
+        self.seed = int(seed)
+        self._record_rng = transform is not None and _takes_rng(transform)
+        self._batch_rng = batch_transform is not None and _takes_rng(batch_transform)
+        self._spec = None if features is None else _spec_of(features)
+
+    def __len__(self):
+        return len(self.source)
+
+    def read(self, ids):
+        """The records `ids` of the source, in order."""
+        get_many = getattr(self.source, "get_many", None)
+        if get_many is not None:
+            try:
+                records = list(get_many(ids))
+            except Exception as e:
+                raise _RecordError(f"records {_few(ids)}: {_describe(e)}") from e
+            if len(records) != len(ids):
+                raise _RecordError(f"get_many gave {len(records)} records for {len(ids)} indexes")
+            return records
+        out = []
+        for i in ids:
+            try:
+                out.append(self.source[int(i)])
+            except Exception as e:
+                raise _RecordError(f"record {int(i)}: {_describe(e)}") from e
+        return out
+
+    def batch_dict(self, epoch, g, ids):
+        """Batch g of `epoch`, of records `ids`, as a dict of columns (before the batch layout)."""
+        records = self.read(ids)
+        if self.transform is not None:
+            for k, i in enumerate(ids):
+                try:
+                    if self._record_rng:
+                        records[k] = self.transform(records[k], record_rng(self.seed, epoch, i))
+                    else:
+                        records[k] = self.transform(records[k])
+                except Exception as e:
+                    raise _RecordError(f"record {int(i)}: the transform raised {_describe(e)}") \
+                        from e
+        try:
+            if self.collate is not None:
+                batch = self.collate(records)
+            else:
+                batch = default_collate(records, self.names)
+                if self._spec is not None:
+                    _vary_as_spec(batch, self._spec)
+        except _RecordError:
+            raise
+        except Exception as e:
+            raise _RecordError(f"the collate function raised {_describe(e)}") from e
+        if self.batch_transform is not None:
+            try:
+                if self._batch_rng:
+                    batch = self.batch_transform(batch, batch_rng(self.seed, epoch, g))
+                else:
+                    batch = self.batch_transform(batch)
+            except Exception as e:
+                raise _RecordError(f"the batch transform raised {_describe(e)}") from e
+        return batch
+
+    def make(self, epoch, g, ids):
+        """Batch g of `epoch` as a croupier Batch, checked against the job's features."""
+        batch = self.batch_dict(epoch, g, ids)
+        try:
+            num_records, columns = _columns(batch)
+        except errors.Error as e:
+            raise _RecordError(str(e), _CODES.get(e.code, _INVALID_ARGUMENT)) from e
+        if num_records != len(ids):
+            raise _RecordError(f"the batch holds {num_records} records; the plan names {len(ids)}")
+        if self._spec is not None:
+            _check_spec(columns, self._spec)
+        return _croupier.batch_from_columns(num_records, columns)
+
+
+def _few(ids):
+    ids = [int(i) for i in ids]
+    return ", ".join(map(str, ids[:4])) + (", ..." if len(ids) > 4 else "")
+
+
+def _spec_of(features):
+    """{name: (dtype, shape or None)} of a feature spec text."""
+    return {name: (dtype, None if shape is None else list(shape))
+            for name, dtype, shape in _croupier.parse_feature_spec(features)}
+
+
+def _vary_as_spec(batch, spec):
+    """Turns stacked arrays of features the spec says are variable ([*]) into (values, splits)."""
+    for name, (_, shape) in spec.items():
+        value = batch.get(name)
+        if shape is None and isinstance(value, np.ndarray) and value.ndim >= 1:
+            rows = value.reshape(value.shape[0], -1)
+            splits = np.arange(rows.shape[0] + 1, dtype=np.uint64) * np.uint64(rows.shape[1])
+            batch[name] = (rows.reshape(-1), splits)
+
+
+def _check_spec(columns, spec):
+    """An error naming the feature if the columns do not match the job's feature spec."""
+    names = [c[0] for c in columns]
+    if sorted(names) != sorted(spec):
+        raise _RecordError(f"the batch's features {sorted(names)} are not the job's "
+                           f"{sorted(spec)}")
+    for name, dtype, variable, dims, *_ in columns:
+        want_dtype, want_shape = spec[name]
+        if dtype != want_dtype:
+            raise _RecordError(f"feature '{name}': {dtype}, but the job's features say "
+                               f"{want_dtype}")
+        if variable != (want_shape is None) or (not variable and list(dims) != want_shape):
+            have = "[*]" if variable else str(list(dims))
+            want = "[*]" if want_shape is None else str(want_shape)
+            raise _RecordError(f"feature '{name}': per-record shape {have}, but the job's "
+                               f"features say {want}")
+
+
+# --- Worker processes ---------------------------------------------------------------------------
+
+_INITIAL_SHM = 16 << 20
+
+
+def _die_with_parent():
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _worker_main(pipeline, conn, fd, capacity):
+    """A worker: makes the batches it is sent, into its shared memory, until its pipe closes."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the producer process decides when to stop
+    view = mmap.mmap(fd, capacity)
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):
+            return
+        epoch, g, ids = request
+        try:
+            batch = pipeline.make(epoch, g, ids)
+            size = batch.nbytes
+            if size > capacity:
+                capacity = max(size, capacity * 2)
+                view.close()
+                os.ftruncate(fd, capacity)
+                view = mmap.mmap(fd, capacity)
+            _croupier.batch_copy_into(batch, view)
+            reply = ("ok", size, capacity)
+        except _RecordError as e:
+            reply = ("error", e.code, str(e))
+        except Exception as e:  # a bug of croupier's or an unexpected failure: say where
+            reply = ("error", _INTERNAL,
+                     f"{_describe(e)}\n{''.join(traceback.format_exc(limit=4))}")
+        try:
+            conn.send(reply)
+        except (EOFError, OSError):
+            return
+
+
+class _Worker:
+    def __init__(self, ctx, pipeline, index):
+        self.index = index
+        self.fd = os.memfd_create(f"croupier-worker-{index}", 0)
+        self.capacity = _INITIAL_SHM
+        os.ftruncate(self.fd, self.capacity)
+        self.view = mmap.mmap(self.fd, self.capacity)
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_worker_main, args=(pipeline, child, self.fd,
+                                                              self.capacity),
+                                   name=f"croupier-worker-{index}", daemon=True)
+        self.process.start()
+        child.close()
+        self.dead = None  # why it cannot make batches any more
+
+    def make(self, epoch, g, ids):
+        """A Batch, or (code, message)."""
+        if self.dead is not None:
+            return (_INTERNAL, self.dead)
+        try:
+            self.conn.send((epoch, g, ids))
+            reply = self.conn.recv()
+        except (EOFError, OSError):
+            self.process.join(1.0)
+            code = self.process.exitcode
+            how = (f"killed by signal {-code}" if code is not None and code < 0
+                   else f"exit status {code}")
+            self.dead = (f"producer worker {self.index} (pid {self.process.pid}) died "
+                         f"({how}) while making batch {g} of epoch {epoch}")
+            return (_INTERNAL, self.dead)
+        if reply[0] != "ok":
+            return (reply[1], reply[2])
+        _, size, capacity = reply
+        if capacity != self.capacity:
+            self.view.close()
+            self.capacity = capacity
+            self.view = mmap.mmap(self.fd, capacity)
+        return _croupier.batch_from_buffer(memoryview(self.view)[:size])
+
+    def close(self):
+        try:
+            self.conn.close()
+        except OSError:
+            pass
+        self.process.join(2.0)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(2.0)
+        try:
+            self.view.close()
+        except BufferError:
+            pass
+        os.close(self.fd)
+
+
+class _WorkerPool:
+    """`count` worker processes, forked now. make() is called by the producer's threads."""
+
+    def __init__(self, pipeline, count):
+        import multiprocessing
+        ctx = multiprocessing.get_context("fork")
+        self._workers = []
+        try:
+            for k in range(count):
+                self._workers.append(_Worker(ctx, pipeline, k))
+        except BaseException:
+            self.close()
+            raise
+        self._idle = queue.SimpleQueue()
+        for w in self._workers:
+            self._idle.put(w)
+
+    def make(self, epoch, g, ids):
+        worker = self._idle.get()
+        try:
+            return worker.make(epoch, g, ids)
+        finally:
+            self._idle.put(worker)
+
+    def close(self):
+        for w in self._workers:
+            w.close()
+        self._workers = []
+
+
+def _in_process(pipeline):
+    def make(epoch, g, ids):
+        try:
+            return pipeline.make(epoch, g, ids)
+        except _RecordError as e:
+            return (e.code, str(e))
+        except Exception as e:
+            return (_INTERNAL, _describe(e))
+    return make
+
+
+# --- produce() ----------------------------------------------------------------------------------
+
+def _job_done(dispatcher, job, info, auth_token):
+    """Every rank of `job` has acknowledged the end of its last epoch (bounded jobs only)."""
+    epochs = int(info["spec"].get("num_epochs", 0))
+    if epochs == 0:
+        return False
+    steps = int(info["steps_per_epoch"])
+    world = int(info["spec"]["num_consumers"])
+    got = status(dispatcher, auth_token=auth_token)
+    positions = [p for p in got.get("rank_positions", []) if p.get("job") == job]
+    if len(positions) < world:
+        return False
+    return all((int(p.get("epoch", 0)), int(p.get("step", 0))) >= (epochs - 1, steps)
+               for p in positions)
+
+
+def produce(source, dispatcher, job, *, batch_size, consumers=None, epochs=1, seed=0,
+            shuffle="global", remainder="drop", block_size=0, window_blocks=0, mode="dealt",
+            transform=None, batch_transform=None, collate=None, names=None, features=None,
+            workers=None, threads=None, auth_token=None, buffer_bytes=256 << 20, max_tasks=2,
+            bind="127.0.0.1", advertise_host="", timeout=60.0, stop=None, resume_from=None,
+            dispatcher_timeout=120.0):
+    """Runs a producer of map job `job`, whose records are `source[i]` (any object with
+    __len__ and __getitem__; a `get_many(indexes)` method, if it has one, reads a batch's
+    records at once), until every rank has read the job's last epoch (epochs > 0) or `stop`
+    (a threading.Event) is set.
+
+    The job is created if it does not exist (or reused if it exists with the same spec):
+    `consumers` ranks (default: the launcher's world size), batches of `batch_size` records,
+    `epochs` (0: without end), the plan's `seed`, `shuffle` ("none", "global", "blocks"),
+    `remainder` ("drop", "pad"), `mode` ("dealt", "first_come"), `resume_from` (a consumer's
+    state_dict, to continue with another number of consumers). Several processes may call
+    produce() with the same arguments: each is one more producer of the job.
+
+    transform(record, rng) runs on every record (rng: record_rng(seed, epoch, index)); a
+    transform of one argument is called without it. collate(records) makes the batch dict
+    (default: default_collate, with `names` for tuple records). batch_transform(batch, rng)
+    runs on the collated batch (rng: batch_rng(seed, epoch, batch)). `features`: the job's
+    feature spec text ("image:uint8[32,32,3],label:int64,tokens:int32[*]"); default: read off
+    batch 0 of epoch 0, made at start, which also checks the source and transforms before any
+    consumer waits. A batch that fails reaches the consumer that needs it as the error, naming
+    the epoch, the batch, the record index and the exception.
+
+    `workers` worker processes (default: default_workers(); 0: none) make the batches; the
+    producer's own threads (`threads`, default max(workers, 1)) hand them out.
+
+    If the dispatcher does not answer for `dispatcher_timeout` seconds, produce() stops and
+    raises UnavailableError naming it."""
+    if consumers is None:
+        from croupier.launcher import detect_rank_world
+        _, consumers = detect_rank_world(0, None)
+    pipeline = Pipeline(source, transform=transform, batch_transform=batch_transform,
+                        collate=collate, names=names, features=features, seed=seed)
+    num_records = len(pipeline)
+    if num_records == 0:
+        raise errors.InvalidArgumentError(f"the source of job '{job}' is empty")
+    if workers is None:
+        workers = default_workers()
+    workers = int(workers)
+    if workers < 0:
+        raise errors.InvalidArgumentError(f"workers must be 0 or more, not {workers}")
+    plan = _croupier.EpochPlan(num_records, int(batch_size), int(consumers), seed=int(seed),
+                               epoch=0, shuffle=shuffle, remainder=remainder,
+                               block_size=int(block_size) or 1024,
+                               window_blocks=int(window_blocks) or 16)
+    if plan.num_batches == 0:
+        raise errors.InvalidArgumentError(
+            f"job '{job}': {num_records} records make no whole round of {consumers} batches of "
+            f"{batch_size}")
+    if features is None:
+        # Batch 0 of epoch 0, made here before anything starts: the job's features, and an early
+        # check of the source and the transforms (an error here is the caller's, not a trainer's).
+        try:
+            first = pipeline.make(0, 0, plan.batch_records(0))
+        except _RecordError as e:
+            raise errors.BY_CODE.get(e.code, errors.InternalError)(
+                f"job '{job}' epoch 0 batch 0: {e}") from None
+        features = features_of(first.to_dict())
+        pipeline.features = features
+        pipeline._spec = _spec_of(features)
+    # The workers are forked before croupier starts a thread of its own in this process. Every
+    # close is inside running(): a thread in one when the interpreter exits is waited for.
+    with _exit.running():
+        pool = _WorkerPool(pipeline, workers) if workers > 0 else None
+        make = pool.make if pool is not None else _in_process(pipeline)
+        node = None
+        try:
+            info = create_job(dispatcher, job, [], features, batch_size, consumers=consumers,
+                              seed=seed, epochs=epochs, shuffle=shuffle, remainder=remainder,
+                              mode=mode, block_size=block_size, window_blocks=window_blocks,
+                              source="map", num_records=num_records, resume_from=resume_from,
+                              exist_ok=True, auth_token=auth_token, timeout=timeout)
+            threads = int(threads) if threads is not None else max(workers, 1)
+            node = _exit.track(_croupier._MapProducer(
+                dispatcher, job, _token(auth_token), threads, int(buffer_bytes), int(max_tasks),
+                bind, advertise_host, float(timeout), make))
+            _wait_for_the_end(node, dispatcher, job, info, auth_token, stop, dispatcher_timeout)
+        except errors.Error:
+            if not _exit.exiting.is_set():
+                raise
+        finally:
+            if node is not None:
+                node.close()
+            if pool is not None:
+                pool.close()
+
+
+def _wait_for_the_end(node, dispatcher, job, info, auth_token, stop, dispatcher_timeout):
+    """Returns once every rank has read the job's last epoch, or `stop` is set."""
+    while True:
+        if stop is not None and stop.wait(1.0):
+            return
+        if stop is None:
+            _exit.exiting.wait(1.0)
+        if _exit.exiting.is_set():
+            return  # the interpreter is exiting
+        silent = node.since_dispatcher_contact()
+        if silent > dispatcher_timeout:
+            raise errors.UnavailableError(
+                f"the dispatcher at {dispatcher} has not answered the producer of job "
+                f"'{job}' for {silent:.0f} s (dispatcher_timeout {dispatcher_timeout:g} s)")
+        try:
+            if _job_done(dispatcher, job, info, auth_token):
+                return
+        except (errors.UnavailableError, errors.DeadlineExceededError):
+            pass  # the dispatcher restarts; the producer keeps retrying it on its own
+
+
+# --- python -m croupier.produce -----------------------------------------------------------------
+
+def _load(spec):
+    """The object `module:attribute` names."""
+    import importlib
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        raise errors.InvalidArgumentError(f"'{spec}' is not module:function")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:
+        raise errors.InvalidArgumentError(f"cannot import {module_name} (for {spec}): "
+                                          f"{_describe(e)}") from None
+    obj = module
+    for part in attribute.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise errors.InvalidArgumentError(f"{module_name} has no {attribute} (for {spec})") \
+                from None
+    return obj
+
+
+def main(argv=None):
+    """`python -m croupier.produce module:function --dispatcher HOST:PORT --job NAME`: a producer
+    of a map job, on any machine that can import `module`. function() returns produce()'s keyword
+    arguments as a dict (source, batch_size, transform, epochs, ...); the flags here set where it
+    serves and with how many workers."""
+    import argparse
+    parser = argparse.ArgumentParser(prog="python -m croupier.produce", description=main.__doc__)
+    parser.add_argument("pipeline", help="module:function returning produce()'s arguments")
+    parser.add_argument("--dispatcher", required=True)
+    parser.add_argument("--job", required=True)
+    parser.add_argument("--workers", type=int, default=None,
+                        help=f"worker processes (default {default_workers()}: the cores here)")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--auth-token", default=None)
+    parser.add_argument("--bind", default="127.0.0.1")
+    parser.add_argument("--advertise-host", default="")
+    parser.add_argument("--timeout", type=float, default=60.0)
+    args = parser.parse_args(argv)
+    try:
+        options = _load(args.pipeline)()
+        if not isinstance(options, dict) or "source" not in options:
+            raise errors.InvalidArgumentError(
+                f"{args.pipeline}() must return a dict of produce() arguments with 'source'")
+        options = dict(options)
+        source = options.pop("source")
+        for key in ("workers", "threads", "auth_token", "timeout"):
+            if getattr(args, key) is not None:
+                options[key] = getattr(args, key)
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        produce(source, args.dispatcher, args.job, bind=args.bind,
+                advertise_host=args.advertise_host, stop=stop, **options)
+    except errors.Error as e:
+        print(f"croupier.produce: {type(e).__name__}: {e}", flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,156 @@
+// The producer of an addressable Python source (croupier.produce): a ProducerNode whose batch
+// maker hands each batch's planned record indexes to a Python function (the worker pool of
+// python/croupier/produce.py). The plan, the tasks, the buffer and the data plane are C++'s.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "python/src/bindings.h"
+#include "python/src/status.h"
+#include "src/node/producer_node.h"
+#include "src/producer/function_maker.h"
+#include "src/rpc/grpc_util.h"
+
+namespace croupier::py {
+
+namespace pyb = pybind11;
+
+namespace {
+
+// A Python callable that C++ threads may hold and drop without the GIL.
+std::shared_ptr<pyb::object> Hold(pyb::object fn) {
+  return std::shared_ptr<pyb::object>(new pyb::object(std::move(fn)), [](pyb::object* o) {
+    pyb::gil_scoped_acquire gil;
+    delete o;
+  });
+}
+
+// Calls make(epoch, batch, ids) with the GIL: a Batch, or a (code, message) tuple for an error
+// (code: the numeric absl::StatusCode). A Python exception that escapes it is INTERNAL naming it.
+absl::StatusOr<Batch> CallMake(const pyb::object& make, uint64_t epoch, uint64_t batch,
+                               absl::Span<const uint64_t> ids) {
+  pyb::gil_scoped_acquire gil;
+  try {
+    pyb::array_t<uint64_t> array(static_cast<pyb::ssize_t>(ids.size()), ids.data());
+    pyb::object result = make(epoch, batch, array);
+    if (pyb::isinstance<Batch>(result)) return result.cast<Batch>();
+    auto error = result.cast<pyb::tuple>();
+    const int code = error[0].cast<int>();
+    if (code <= 0 || code > static_cast<int>(absl::StatusCode::kUnauthenticated)) {
+      return absl::InternalError(error[1].cast<std::string>());
+    }
+    return absl::Status(static_cast<absl::StatusCode>(code), error[1].cast<std::string>());
+  } catch (pyb::error_already_set& e) {
+    return absl::InternalError(absl::StrCat("the batch function raised ", e.what()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("the batch function's result: ", e.what()));
+  }
+}
+
+// Thread-compatible; close() may come from any thread.
+class PyMapProducer {
+ public:
+  explicit PyMapProducer(std::unique_ptr<ProducerNode> node) : node_(std::move(node)) {}
+  std::string DataAddress() const { return node_->data_address(); }
+  uint64_t ProducerId() const { return node_->producer_id(); }
+  double SinceDispatcherContact() const {
+    return absl::ToDoubleSeconds(node_->SinceDispatcherContact());
+  }
+  void Close() {
+    pyb::gil_scoped_release nogil;
+    node_->Shutdown();
+  }
+
+ private:
+  std::unique_ptr<ProducerNode> node_;
+};
+
+}  // namespace
+
+void BindProduce(pyb::module_& m) {
+  pyb::class_<PyMapProducer>(m, "_MapProducer",
+                             "The producer of a map job. Use croupier.produce.")
+      .def(pyb::init([](const std::string& dispatcher, const std::string& job,
+                        const std::string& auth_token, int threads, uint64_t buffer_bytes,
+                        uint32_t max_tasks, const std::string& bind,
+                        const std::string& advertise_host, double timeout, pyb::object make) {
+             ProducerNodeOptions o;
+             o.dispatcher = dispatcher;
+             o.bind_address = bind;
+             o.advertise_host = advertise_host;
+             o.auth_token = rpc::ResolveAuthToken(auth_token);
+             o.connect_timeout = absl::Seconds(timeout);
+             o.source_job = job;
+             o.runner.threads = threads;
+             o.runner.buffer_bytes = buffer_bytes;
+             o.runner.max_tasks = max_tasks;
+             std::shared_ptr<pyb::object> held = Hold(std::move(make));
+             o.runner.makers = [held](const v1::JobInfo& info)
+                 -> absl::StatusOr<std::shared_ptr<const BatchMaker>> {
+               auto maker = FunctionBatchMaker::Create(
+                   info, [held](uint64_t epoch, uint64_t batch, absl::Span<const uint64_t> ids) {
+                     return CallMake(*held, epoch, batch, ids);
+                   });
+               if (!maker.ok()) return maker.status();
+               return std::shared_ptr<const BatchMaker>(*std::move(maker));
+             };
+             absl::StatusOr<std::unique_ptr<ProducerNode>> node;
+             {
+               pyb::gil_scoped_release nogil;
+               node = ProducerNode::Start(std::move(o));
+             }
+             return std::make_unique<PyMapProducer>(Unwrap(std::move(node)));
+           }),
+           pyb::arg("dispatcher"), pyb::arg("job"), pyb::arg("auth_token"), pyb::arg("threads"),
+           pyb::arg("buffer_bytes"), pyb::arg("max_tasks"), pyb::arg("bind"),
+           pyb::arg("advertise_host"), pyb::arg("timeout"), pyb::arg("make"),
+           "Starts a producer serving only map job `job`; its worker threads call "
+           "make(epoch, batch, ids) for each batch, which returns a Batch or (code, message).")
+      .def_property_readonly("data_address", &PyMapProducer::DataAddress)
+      .def_property_readonly("producer_id", &PyMapProducer::ProducerId)
+      .def("since_dispatcher_contact", &PyMapProducer::SinceDispatcherContact,
+           "Seconds since the dispatcher last answered this producer.")
+      .def("close", &PyMapProducer::Close);
+
+  // The worker side: a batch goes back to the producer process through shared memory, as its
+  // bytes (the batch format is its own serialization: nothing is pickled).
+  m.def(
+      "batch_copy_into",
+      [](const Batch& batch, pyb::buffer out) {
+        pyb::buffer_info info = out.request(/*writable=*/true);
+        const absl::string_view bytes = batch.bytes();
+        if (static_cast<size_t>(info.size * info.itemsize) < bytes.size()) {
+          ThrowIfError(absl::ResourceExhaustedError(
+              absl::StrCat("a batch of ", bytes.size(), " bytes does not fit in ",
+                           info.size * info.itemsize)));
+        }
+        pyb::gil_scoped_release nogil;
+        std::memcpy(info.ptr, bytes.data(), bytes.size());
+        return bytes.size();
+      },
+      pyb::arg("batch"), pyb::arg("out"),
+      "Copies the batch's bytes into the writable buffer `out`; returns their count.");
+  m.def(
+      "batch_from_buffer",
+      [](pyb::buffer in) {
+        pyb::buffer_info info = in.request();
+        const absl::string_view bytes(static_cast<const char*>(info.ptr),
+                                      static_cast<size_t>(info.size * info.itemsize));
+        absl::StatusOr<Batch> batch;
+        {
+          pyb::gil_scoped_release nogil;
+          batch = Batch::FromBytes(bytes);
+        }
+        return Unwrap(std::move(batch));
+      },
+      pyb::arg("buffer"),
+      "A Batch holding a copy of the batch bytes in `buffer`, validated as received batches "
+      "are (DataLossError naming the inconsistency).");
+}
+
+}  // namespace croupier::py

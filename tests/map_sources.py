@@ -1,0 +1,82 @@
+"""The Python sources of the map-job tests (tests/test_produce.py), as `python -m croupier.produce
+map_sources:pipeline` imports them in producer processes. $MAP_TEST is a JSON object that picks
+the source and its settings, so that every producer of a test makes the same pipeline.
+
+Record i holds `id` (int64 i), `pixels` (uint8 [4, 4], a function of i) and `name` (bytes). The
+random transform adds `noise` (float32 [3], drawn from the record's generator) and flips the
+pixels when the generator says so: what a record holds after it is a function of (seed, epoch, i),
+which the tests recompute."""
+import json
+import os
+import time
+
+import numpy as np
+
+
+def record(i):
+    return {"id": np.int64(i),
+            "pixels": (np.arange(16, dtype=np.uint8).reshape(4, 4) + np.uint8(i % 200)),
+            "name": b"record-%d" % i}
+
+
+class Records:
+    """A map-style dataset of `n` records; record `fail_at` raises when read."""
+
+    def __init__(self, n, fail_at=-1, delay=0.0):
+        self.n, self.fail_at, self.delay = n, fail_at, delay
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        if i == self.fail_at:
+            raise ValueError(f"record {i} is unreadable")
+        if self.delay:
+            time.sleep(self.delay)
+        return record(i)
+
+
+def augment(rec, rng):
+    """The random per-record transform."""
+    out = dict(rec)
+    if rng.integers(0, 2):
+        out["pixels"] = rec["pixels"][:, ::-1].copy()
+    out["noise"] = rng.standard_normal(3).astype(np.float32)
+    return out
+
+
+def expected_record(seed, epoch, i):
+    """What record i of `epoch` holds after augment, recomputed."""
+    from croupier.produce import record_rng
+    return augment(record(i), record_rng(seed, epoch, i))
+
+
+def ragged(rec, rng):
+    """A transform whose `noise` has a record-dependent length: inconsistent shapes."""
+    out = dict(rec)
+    out["noise"] = rng.standard_normal(3 + int(rec["id"]) % 2).astype(np.float32)
+    return out
+
+
+def pipeline():
+    """produce()'s arguments, from $MAP_TEST."""
+    opts = json.loads(os.environ.get("MAP_TEST", "{}"))
+    kind = opts.get("kind", "records")
+    if kind == "parquet":
+        from croupier.parquet import ParquetSource
+        source = ParquetSource(opts["files"], columns=opts.get("columns"))
+        transform = None
+    else:
+        source = Records(opts.get("records", 96), fail_at=opts.get("fail_at", -1),
+                         delay=opts.get("delay", 0.0))
+        transform = {"augment": augment, "ragged": ragged, "none": None}[
+            opts.get("transform", "augment")]
+    out = {"source": source, "transform": transform, "batch_size": opts.get("batch_size", 4),
+           "consumers": opts.get("consumers", 2), "epochs": opts.get("epochs", 2),
+           "seed": opts.get("seed", 5), "shuffle": opts.get("shuffle", "global")}
+    for key in ("resume_from", "workers", "features", "max_tasks", "buffer_bytes"):
+        if key in opts:
+            out[key] = opts[key]
+    return out

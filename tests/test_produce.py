@@ -1,0 +1,209 @@
+"""croupier.produce: map jobs (records read by index from a Python source, transformed by the
+producers) with every guarantee of a TFRecord job, checked on content over real processes: a
+dispatcher and `croupier consume` processes from tests/service_cluster.py, and producers started
+as `python -m croupier.produce map_sources:pipeline` (tests/map_sources.py)."""
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import croupier
+from croupier import errors
+from croupier.produce import Pipeline, record_rng
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import map_sources  # noqa: E402
+from service_cluster import Cluster, batch_hashes, kill, read_batches  # noqa: E402
+
+TESTS = pathlib.Path(__file__).resolve().parent
+PYTHON_PATH = os.pathsep.join([str(TESTS), str(TESTS.parent / "python")])
+
+
+def start_producer(cluster, job, name, **opts):
+    """A `python -m croupier.produce` process serving map job `job` with $MAP_TEST = opts."""
+    env = dict(cluster.env, MAP_TEST=json.dumps(opts),
+               PYTHONPATH=os.pathsep.join([PYTHON_PATH, cluster.env.get("PYTHONPATH", "")]))
+    log = open(cluster.work_dir / f"{name}.log", "w")
+    workers = opts.get("workers", 1)
+    proc = subprocess.Popen([sys.executable, "-m", "croupier.produce", "map_sources:pipeline",
+                             "--dispatcher", cluster.address, "--job", job,
+                             "--workers", str(workers)],
+                            stdout=log, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
+    proc.log_path = cluster.work_dir / f"{name}.log"
+    cluster.procs.append(proc)
+    return proc
+
+
+def wait_for_job(cluster, job, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(j["spec"]["name"] == job for j in cluster.status().get("jobs", [])):
+            return
+        for p in cluster.procs:
+            if p.poll() not in (None, 0) and hasattr(p, "log_path"):
+                raise AssertionError(f"a process exited {p.returncode}:\n"
+                                     f"{p.log_path.read_text()[-3000:]}")
+        time.sleep(0.1)
+    raise AssertionError(f"job {job} was not created within {timeout} s")
+
+
+def run_job(work_dir, producers=1, workers=1, world=2, epochs=2, kill_after=None, **opts):
+    """Runs map job "m" with `producers` producer processes of `workers` workers each and `world`
+    consumer processes; `kill_after` (a number of batches) SIGKILLs producer 0 once rank 0 has
+    read that many, and starts a new one. Returns each rank's consumer output lines."""
+    opts = dict(opts, consumers=world, epochs=epochs)
+    with Cluster(work_dir, producer_timeout_ms=1500) as cluster:
+        procs = [start_producer(cluster, "m", f"producer{k}", workers=workers, **opts)
+                 for k in range(producers)]
+        wait_for_job(cluster, "m")
+        outs = [work_dir / f"rank{r}.jsonl" for r in range(world)]
+        extra = ["--prefetch", "1", "--slow-ms", "40"] if kill_after else []
+        consumers = [cluster.start_consumer("m", r, world, outs[r], epochs, *extra)
+                     for r in range(world)]
+        if kill_after:
+            deadline = time.monotonic() + 60
+            while not outs[0].exists() or len(read_batches(outs[0])) < kill_after:
+                assert time.monotonic() < deadline, "the consumers did not start"
+                time.sleep(0.05)
+            kill(procs[0], signal.SIGKILL)
+            start_producer(cluster, "m", "producer-restarted", workers=workers, **opts)
+        cluster.wait(consumers, timeout=120)
+    return [read_batches(o) for o in outs]
+
+
+def check_against_plan(per_rank, records, batch_size, seed, epochs, shuffle="global"):
+    """Every rank got the plan's batches in order (equal steps), every record once per epoch, and
+    each record holds what the transform makes of it for (seed, epoch, id)."""
+    world = len(per_rank)
+    for epoch in range(epochs):
+        plan = croupier.EpochPlan(records, batch_size, world, seed=seed, epoch=epoch,
+                                  shuffle=shuffle)
+        ids = []
+        for rank, batches in enumerate(per_rank):
+            mine = [b for b in batches if b["epoch"] == epoch]
+            assert [b["step"] for b in mine] == list(range(plan.steps_per_consumer)), \
+                f"rank {rank} epoch {epoch}: steps"
+            for b in mine:
+                assert b["ids"] == plan.batch(plan.global_batch(rank, b["step"])).tolist()
+                ids += b["ids"]
+        assert len(ids) == len(set(ids)) == plan.steps_per_consumer * world * batch_size
+
+
+@pytest.mark.timeout(120)
+def test_a_map_source_with_a_random_transform_is_dealt_as_planned(tmp_path):
+    per_rank = run_job(tmp_path / "run", records=96, batch_size=4)
+    check_against_plan(per_rank, 96, 4, seed=5, epochs=2)
+
+
+@pytest.mark.timeout(200)
+def test_same_bytes_with_one_or_three_producers_and_one_or_four_workers(tmp_path):
+    one = run_job(tmp_path / "one", producers=1, workers=1, records=96, batch_size=4)
+    many = run_job(tmp_path / "many", producers=3, workers=4, records=96, batch_size=4)
+    assert [batch_hashes(r) for r in one] == [batch_hashes(r) for r in many]
+    assert len(one[0]) == 2 * 12
+
+
+@pytest.mark.timeout(200)
+def test_a_producer_killed_mid_epoch_changes_no_byte(tmp_path):
+    reference = run_job(tmp_path / "ref", records=96, batch_size=4)
+    killed = run_job(tmp_path / "killed", records=96, batch_size=4, kill_after=5)
+    assert [batch_hashes(r) for r in killed] == [batch_hashes(r) for r in reference]
+
+
+def test_what_a_record_holds_is_a_function_of_seed_epoch_and_index():
+    pipe = Pipeline(map_sources.Records(40), transform=map_sources.augment, seed=5)
+    ids = np.array([7, 3, 30, 12], dtype=np.uint64)
+    a = pipe.make(1, 9, ids).to_dict()
+    b = pipe.make(1, 9, ids).to_dict()
+    assert a["noise"].tobytes() == b["noise"].tobytes()
+    for k, i in enumerate(ids):
+        want = map_sources.expected_record(5, 1, int(i))
+        np.testing.assert_array_equal(a["noise"][k], want["noise"])
+        np.testing.assert_array_equal(a["pixels"][k], want["pixels"])
+        assert a["id"][k] == i and a["name"][k] == b"record-%d" % i
+    other_epoch = pipe.make(2, 9, ids).to_dict()
+    assert other_epoch["noise"].tobytes() != a["noise"].tobytes()
+    # The generator is never global state.
+    np.random.seed(0)
+    assert pipe.make(1, 9, ids).to_dict()["noise"].tobytes() == a["noise"].tobytes()
+
+
+def test_a_transform_that_raises_names_the_record_and_the_exception():
+    pipe = Pipeline(map_sources.Records(40, fail_at=12), transform=map_sources.augment, seed=5)
+    with pytest.raises(Exception) as raised:
+        pipe.make(0, 3, np.array([1, 12, 5, 6], dtype=np.uint64))
+    assert "record 12: ValueError: record 12 is unreadable" in str(raised.value)
+
+
+def test_inconsistent_shapes_across_records_name_the_feature():
+    pipe = Pipeline(map_sources.Records(40), transform=map_sources.ragged, seed=5)
+    with pytest.raises(Exception) as raised:
+        pipe.make(0, 0, np.array([2, 3], dtype=np.uint64))
+    assert "feature 'noise'" in str(raised.value)
+
+
+def test_a_source_without_getitem_fails_at_once(tmp_path):
+    with pytest.raises(errors.InvalidArgumentError, match="__len__ and __getitem__"):
+        croupier.produce(iter(range(10)), "127.0.0.1:1", "j", batch_size=2, consumers=1)
+
+
+@pytest.mark.timeout(60)
+def test_a_transform_failing_on_the_first_batch_fails_at_start(tmp_path):
+    with Cluster(tmp_path / "c") as cluster:
+        with pytest.raises(errors.InvalidArgumentError, match="ValueError"):
+            croupier.produce(map_sources.Records(8, fail_at=0), cluster.address, "j",
+                             batch_size=2, consumers=1, shuffle="none", workers=0)
+        assert not cluster.status().get("jobs"), "no job is created for a source that fails"
+
+
+@pytest.mark.timeout(120)
+def test_a_failing_record_reaches_the_trainer_that_needs_it(tmp_path):
+    with Cluster(tmp_path / "c") as cluster:
+        # Record 30 is unreadable; batch 0 (records 0-3, shuffle none) is fine.
+        start_producer(cluster, "m", "producer0", records=48, fail_at=30, shuffle="none",
+                       consumers=2, epochs=1, batch_size=4)
+        wait_for_job(cluster, "m")
+        feeds = [croupier.Consumer(cluster.address, "m", r, 2, timeout=20) for r in range(2)]
+        # Global batch 7 holds records 28-31: rank 1's step 3. Rank 0 reads on its own thread.
+        got = []
+        reader = threading.Thread(target=lambda: got.extend(feeds[0].batches(0)), daemon=True)
+        reader.start()
+        steps = 0
+        with pytest.raises(errors.InvalidArgumentError) as raised:
+            for _ in feeds[1].batches(0):
+                steps += 1
+        reader.join(30)
+        assert steps == 3 and len(got) == 6
+        message = str(raised.value)
+        assert "epoch 0 batch 7" in message and "record 30" in message and \
+            "ValueError: record 30 is unreadable" in message, message
+        for f in feeds:
+            f.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_parquet_source_is_dealt_as_planned(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    files = []
+    for k in range(2):
+        ids = np.arange(k * 40, (k + 1) * 40, dtype=np.int64)
+        table = pa.table({"id": ids, "label": (ids % 10).astype(np.int32),
+                          "score": ids.astype(np.float32) / 2,
+                          "text": [f"row {i}" for i in ids],
+                          "tokens": pa.array([list(range(int(i) % 5)) for i in ids],
+                                             type=pa.list_(pa.int32()))})
+        path = tmp_path / f"part{k}.parquet"
+        pq.write_table(table, path, row_group_size=16)
+        files.append(str(path))
+    per_rank = run_job(tmp_path / "run", kind="parquet", files=files, records=80, batch_size=4,
+                       epochs=1)
+    check_against_plan(per_rank, 80, 4, seed=5, epochs=1)
