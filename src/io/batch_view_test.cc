@@ -206,10 +206,14 @@ TEST(ExampleBatchViewTest, ContentHashIsStableAndSpreads) {
 
 TEST(ExampleBatchViewTest, LayoutIsPinned) {
   // The same records must give the same bytes on every build and machine (determinism, G3). If
-  // this changes on purpose, bump kBatchFormatVersion and update docs/formats.md.
+  // this changes on purpose, bump kBatchFormatVersion and update docs/formats.md. (Version 1 gave
+  // 0xa625df61e9077049: the same bytes but for the version field.)
   Batch batch = SampleBatch();
   EXPECT_EQ(batch.bytes().size(), 1200u);
-  EXPECT_EQ(batch.ContentHash(), 11972220796048732233u);
+  EXPECT_EQ(batch.ContentHash(), 0xe401d885e59b9c78u);
+  std::string v1(batch.bytes());
+  v1[4] = 1;
+  EXPECT_EQ(ContentHash(v1), 0xa625df61e9077049u);
 }
 
 // --- every dtype ------------------------------------------------------------------------------
@@ -286,6 +290,13 @@ TEST(ExampleBatchViewTest, EveryDTypeRoundTripsAsItself) {
   }
   EXPECT_EQ(TouchEverything(copy->view()), TouchEverything(batch->view()));
   EXPECT_EQ(copy->ContentHash(), batch->ContentHash());
+}
+
+// A test vector for other readers and writers of every dtype (docs/formats.md).
+TEST(ExampleBatchViewTest, EveryDTypeLayoutIsPinned) {
+  Batch batch = *AllDTypes().Make();
+  EXPECT_EQ(batch.bytes().size(), 5344u);
+  EXPECT_EQ(batch.ContentHash(), 0xe15287063313661u);
 }
 
 TEST(ExampleBatchViewTest, TypedValuesReadEachDTypesBits) {

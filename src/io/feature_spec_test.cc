@@ -144,9 +144,9 @@ TEST(ExampleFeatureSpecTest, ValidateChecksStructuredSpecs) {
   absl::Status space = ValidateFeatureSpecs({Spec("x ", DType::kInt64)});
   EXPECT_TRUE(absl::IsInvalidArgument(space));
   EXPECT_THAT(space.message(), HasSubstr("feature 'x ': a feature name cannot start or end"));
-  absl::Status dtype = ValidateFeatureSpecs({Spec("x", static_cast<DType>(7))});
+  absl::Status dtype = ValidateFeatureSpecs({Spec("x", static_cast<DType>(14))});
   EXPECT_TRUE(absl::IsInvalidArgument(dtype));
-  EXPECT_THAT(dtype.message(), HasSubstr("unknown dtype value 7"));
+  EXPECT_THAT(dtype.message(), HasSubstr("unknown dtype value 14"));
 }
 
 }  // namespace
