@@ -37,8 +37,8 @@ def to_tensors(batch):
     for name, value in batch.items():
         if isinstance(value, np.ndarray):
             out[name] = _tensor(value)
-        elif isinstance(value, tuple):
-            out[name] = tuple(_tensor(v) for v in value)
+        elif isinstance(value, tuple):  # (values, row_splits); bytes values stay a list
+            out[name] = tuple(_tensor(v) if isinstance(v, np.ndarray) else v for v in value)
         else:
             out[name] = value
     return out
