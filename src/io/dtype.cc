@@ -56,8 +56,9 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown dtype '", name, "' (expected one of ",
-      absl::StrJoin(kDTypes, ", ",
-                    [](std::string* out, const DTypeInfo& info) { absl::StrAppend(out, info.name); }),
+      absl::StrJoin(
+          kDTypes, ", ",
+          [](std::string* out, const DTypeInfo& info) { absl::StrAppend(out, info.name); }),
       ")"));
 }
 
