@@ -69,6 +69,7 @@ absl::StatusOr<std::unique_ptr<BatchMaker>> BatchMaker::Create(const v1::JobInfo
   if (job.files().empty()) return absl::InvalidArgumentError(prefix + "the job has no files");
   auto features = ParseFeatureSpecs(job.spec().features());
   if (!features.ok()) return Prefixed(features.status(), prefix);
+  if (absl::Status s = CheckExampleFeatureSpecs(*features); !s.ok()) return Prefixed(s, prefix);
   auto compression = ParseCodec(job.spec().compression());
   if (!compression.ok()) return Prefixed(compression.status(), prefix);
 
@@ -141,7 +142,7 @@ std::unique_ptr<BatchMaker::Scratch> BatchMaker::GetScratch() const {
     }
   }
   auto scratch = std::make_unique<Scratch>();
-  // The specs were validated by ParseFeatureSpecs, so this cannot fail.
+  // Create checked the specs as BatchBuilder::Create does, so this cannot fail.
   scratch->builder = *BatchBuilder::Create(features_);
   return scratch;
 }
