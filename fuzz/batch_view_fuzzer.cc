@@ -26,6 +26,15 @@ uint64_t TouchEverything(const BatchView& view) {
     FUZZ_CHECK(!shape.empty(), "a shape");
     for (float f : c.floats()) sum += f > 0;
     for (int64_t v : c.ints()) sum += static_cast<uint64_t>(v);
+    for (uint8_t v : c.values_as<uint8_t>()) sum += v;
+    for (uint16_t v : c.values_as<uint16_t>()) sum += v;
+    for (uint32_t v : c.values_as<uint32_t>()) sum += v;
+    for (uint64_t v : c.values_as<uint64_t>()) sum += v;
+    if (c.dtype == DType::kBool) {
+      for (bool v : c.values_as<bool>()) sum += v;  // UBSan flags a byte other than 0 or 1
+    }
+    FUZZ_CHECK(c.dtype == DType::kBytes || c.values.size() == c.num_values * c.element_size(),
+               "values size");
     for (uint64_t s : c.row_splits) sum += s;
     if (c.dtype == DType::kBytes) {
       for (uint64_t i = 0; i < c.num_values; ++i) sum += c.bytes(i).size();

@@ -83,6 +83,8 @@ void CheckBatch(const BatchView& view, const std::vector<FeatureSpec>& specs,
           case DType::kInt64:
             FUZZ_CHECK(c.ints()[v] == f->ints[k], "int64 value");
             break;
+          default:
+            FUZZ_CHECK(false, "a builder column of an Example's dtype");
         }
       }
     }

@@ -133,6 +133,26 @@ void BatchSeeds() {
   }
   auto empty = *BatchBuilder::Create(*ParseFeatureSpecs("x:int64"));
   Write("batch_view", "no_records", std::string(empty->Finish()->bytes()));
+  // Every numeric dtype, fixed [2] and variable length, over 2 records (format version 2).
+  const std::string raw(16 * 3, '\1');  // bools are 0 or 1; other dtypes take any bytes
+  const int64_t dims[] = {2};
+  const uint64_t splits[] = {0, 3, 3};
+  std::vector<std::string> names;
+  for (uint8_t code = 1; code <= kLastDTypeCode; ++code) {
+    names.push_back(std::string("f") + std::string(DTypeName(static_cast<DType>(code))));
+    names.push_back(std::string("v") + std::string(DTypeName(static_cast<DType>(code))));
+  }
+  std::vector<ColumnData> columns;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const DType dtype = static_cast<DType>(1 + i / 2);
+    const bool variable = i % 2 == 1;
+    const uint64_t n = variable ? 3 : 4;
+    columns.push_back(ColumnData{names[i], dtype, variable,
+                                 variable ? absl::Span<const int64_t>() : dims, n,
+                                 absl::string_view(raw).substr(0, n * DTypeSize(dtype)), {},
+                                 variable ? splits : absl::Span<const uint64_t>()});
+  }
+  Write("batch_view", "every_dtype", std::string(Batch::FromColumns(2, columns)->bytes()));
 }
 
 std::string BatchBytes() {

@@ -127,8 +127,9 @@ def test_stop_ends_an_unbounded_serve(cluster):
 
 
 def test_what_cannot_be_served_is_refused_before_anything_starts(cluster):
-    with pytest.raises(errors.InvalidArgumentError, match="feature 'x' is float64"):
-        croupier.serve([{"x": np.zeros((2, 3))}], cluster.address, "f64", consumers=1)
+    with pytest.raises(errors.InvalidArgumentError, match="feature 'x' has dtype complex128"):
+        croupier.serve([{"x": np.zeros((2, 3), np.complex128)}], cluster.address, "c128",
+                       consumers=1)
     with pytest.raises(errors.InvalidArgumentError, match="must be a dict"):
         croupier.serve([(np.zeros(2), np.zeros(2))], cluster.address, "tuple", consumers=1)
     with pytest.raises(errors.InvalidArgumentError, match="pass batches_per_epoch"):

@@ -5,15 +5,17 @@
 // integer is little-endian; every padding byte is zero, so equal content gives equal bytes.
 //
 //   offset 0, the header, kBatchHeaderBytes (32) bytes:
-//     0  char[4] magic "CRBT"          4  u16 version (1)           6  u16 reserved, 0
+//     0  char[4] magic "CRBT"          4  u16 version (2; 1 is read) 6  u16 reserved, 0
 //     8  u64 total_size (the whole buffer)                          16 u64 num_records
 //     24 u32 num_columns               28 u32 meta_end (end of the metadata, see below)
 //   offset 32, num_columns descriptors of kBatchColumnBytes (88) bytes each:
-//     0  u8 dtype (DType: 0 bytes, 1 float32, 2 int64)
+//     0  u8 dtype (DType, croupier/dtype.h: 0 bytes, 1 float32, 2 int64, 3 bool, 4 int8,
+//        5 int16, 6 int32, 7 uint8, 8 uint16, 9 uint32, 10 uint64, 11 float16, 12 bfloat16,
+//        13 float64; a version 1 buffer holds codes 0 to 2 only)
 //     1  u8 flags (bit 0: variable length; other bits 0)            2  u16 reserved, 0
 //     4  u32 rank: dims in the per-record shape (0 for scalars and variable-length columns)
 //     8  u64 name_offset    16 u64 name_size    24 u64 dims_offset (int64[rank], 8-aligned)
-//     32 u64 num_values: numbers (float32/int64), or byte strings (bytes)
+//     32 u64 num_values: numbers (every dtype but bytes), or byte strings (bytes)
 //     40 u64 values_offset  48 u64 values_size
 //     56 u64 offsets_offset 64 u64 offsets_size (bytes columns; else both 0)
 //     72 u64 splits_offset  80 u64 splits_size  (variable-length columns; else both 0)
@@ -21,7 +23,8 @@
 //   padding to a multiple of 8, its dims as int64;
 //   then the arrays, column by column (values, offsets, splits), each starting at a multiple of
 //   kBatchAlignment (64) bytes after zero padding; total_size is the end of the last array.
-//     values:  float32 or int64 stacked as [num_records, *dims] (fixed) or flat (variable);
+//     values:  numbers of DTypeSize(dtype) bytes each (bool: 0 or 1; bfloat16: the upper 16 bits
+//              of a float32), stacked as [num_records, *dims] (fixed) or flat (variable);
 //              for bytes, the byte strings concatenated.
 //     offsets: u64[num_values + 1]: string i is values[offsets[i], offsets[i+1]).
 //     splits:  u64[num_records + 1] row splits: record r holds values [splits[r], splits[r+1]).
@@ -31,6 +34,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -40,12 +44,16 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "croupier/dtype.h"
 #include "croupier/example.h"
 
 namespace croupier {
 
 inline constexpr char kBatchMagic[4] = {'C', 'R', 'B', 'T'};
-inline constexpr uint16_t kBatchFormatVersion = 1;
+// The version this build writes. Version 2 added the dtype codes above 2 and changed nothing
+// else, so a reader takes versions 1 and 2.
+inline constexpr uint16_t kBatchFormatVersion = 2;
+inline constexpr uint16_t kOldestBatchFormatVersion = 1;
 inline constexpr size_t kBatchHeaderBytes = 32;
 inline constexpr size_t kBatchColumnBytes = 88;
 inline constexpr size_t kBatchAlignment = 64;
@@ -69,6 +77,18 @@ struct ColumnView {
   // The values as numbers; empty unless dtype matches.
   absl::Span<const float> floats() const;
   absl::Span<const int64_t> ints() const;
+  // Bytes of one value (DTypeSize): 1, 2, 4 or 8; 0 for a bytes column.
+  size_t element_size() const { return DTypeSize(dtype); }
+  // The values of a numeric column read as T, any type of element_size() bytes: e.g. values_as<
+  // uint8_t>() of a bool column (0 or 1, as Parse checks), values_as<uint16_t>() for the bit
+  // patterns of float16 and bfloat16, values_as<double>() of float64. Empty for a bytes column or
+  // a T of another size. The array is aligned for any T (kBatchAlignment).
+  template <typename T>
+  absl::Span<const T> values_as() const {
+    static_assert(std::is_trivially_copyable_v<T>);
+    if (dtype == DType::kBytes || sizeof(T) != element_size()) return {};
+    return absl::Span<const T>(reinterpret_cast<const T*>(values.data()), num_values);
+  }
   // Byte string i of a bytes column; requires i < num_values.
   absl::string_view bytes(uint64_t i) const {
     return values.substr(offsets[i], offsets[i + 1] - offsets[i]);
@@ -83,7 +103,9 @@ class BatchView {
  public:
   // Parses bytes received from anywhere without trusting them: every size and offset is checked
   // against the buffer, offsets and row splits are checked to be non-decreasing and in range, so
-  // that the view never reads out of bounds. DATA_LOSS naming the inconsistency otherwise;
+  // that the view never reads out of bounds; dtypes are checked to be known (to the buffer's
+  // version) and bool values to be 0 or 1. Versions kOldestBatchFormatVersion to
+  // kBatchFormatVersion are read. DATA_LOSS naming the inconsistency otherwise;
   // INVALID_ARGUMENT if the buffer address is not 8-byte aligned (the typed spans need it).
   static absl::StatusOr<BatchView> Parse(absl::string_view buffer);
 
@@ -155,7 +177,8 @@ class Batch {
 // Thread-compatible.
 class BatchBuilder {
  public:
-  // INVALID_ARGUMENT if the specs are not valid (ValidateFeatureSpecs).
+  // INVALID_ARGUMENT if the specs are not valid (ValidateFeatureSpecs) or name a dtype that a
+  // tf.train.Example cannot hold (CheckExampleFeatureSpecs).
   static absl::StatusOr<std::unique_ptr<BatchBuilder>> Create(std::vector<FeatureSpec> specs);
   ~BatchBuilder();
   BatchBuilder(const BatchBuilder&) = delete;

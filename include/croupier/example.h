@@ -18,16 +18,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "croupier/dtype.h"
 
 namespace croupier {
-
-// The element type of a feature. The numeric values are part of the batch layout (batch.h).
-enum class DType : uint8_t { kBytes = 0, kFloat32 = 1, kInt64 = 2 };
-
-// "bytes", "float32" or "int64".
-absl::string_view DTypeName(DType dtype);
-// The inverse of DTypeName; also accepts "float" for kFloat32. INVALID_ARGUMENT otherwise.
-absl::StatusOr<DType> ParseDType(absl::string_view name);
 
 // The largest rank of a fixed shape, and the most values one record may hold for one fixed-shape
 // feature. Both keep size arithmetic far from overflow.
@@ -38,7 +31,9 @@ inline constexpr int64_t kMaxValuesPerRecord = int64_t{1} << 32;
 //   - Fixed shape (variable_length false): every record holds exactly product(shape) values;
 //     shape {} is a scalar, exactly one value. Every dim is >= 1.
 //   - Variable length: any number of values per record (including none); shape must be empty.
-// For kBytes, a "value" is one byte string.
+// For kBytes, a "value" is one byte string. A spec may name any DType: a Python source's job
+// (croupier.serve) declares its columns with these specs too. Only bytes, float32 and int64 can
+// come from a tf.train.Example (CheckExampleFeatureSpecs).
 struct FeatureSpec {
   std::string name;
   DType dtype = DType::kBytes;
@@ -51,19 +46,26 @@ struct FeatureSpec {
 };
 
 // Checks a list of specs: at least one; names non-empty, unique, free of the characters ",:[]"
-// and not starting or ending with whitespace; shapes as described above. INVALID_ARGUMENT naming the offending feature otherwise.
+// and not starting or ending with whitespace; dtypes that are DTypes; shapes as described above.
+// INVALID_ARGUMENT naming the offending feature otherwise.
 absl::Status ValidateFeatureSpecs(absl::Span<const FeatureSpec> specs);
 
+// Checks that a tf.train.Example can hold every spec's dtype (IsExampleDType: bytes, float32,
+// int64), as reading TFRecord files needs. INVALID_ARGUMENT naming the first feature of another
+// dtype, e.g. "feature 'img' is uint8; a tf.train.Example holds bytes, float32 and int64 only".
+absl::Status CheckExampleFeatureSpecs(absl::Span<const FeatureSpec> specs);
+
 // Parses the command-line syntax: comma-separated items `name:dtype`, `name:dtype[d1,d2,...]` or
-// `name:dtype[*]` (variable length), e.g.
-//   image:bytes,label:int64,emb:float32[128],pix:float32[4,4],tokens:int64[*]
+// `name:dtype[*]` (variable length), where dtype is any DTypeName, e.g.
+//   image:bytes,label:int64,emb:float32[128],pix:uint8[4,4,3],mask:bool[*],x:bfloat16[8]
 // Spaces around items, names, dtypes and dims are ignored. INVALID_ARGUMENT names the bad item
 // and says what is wrong with it.
 absl::StatusOr<std::vector<FeatureSpec>> ParseFeatureSpecs(absl::string_view text);
 // The canonical text of `specs`; ParseFeatureSpecs(FormatFeatureSpecs(s)) == s for valid specs.
 std::string FormatFeatureSpecs(absl::Span<const FeatureSpec> specs);
 
-// One decoded tf.train.Feature. Only the list named by `dtype` is used, and only when kind_set.
+// One decoded tf.train.Feature. Only the list named by `dtype` (bytes, float32 or int64) is used,
+// and only when kind_set.
 struct Feature {
   // False when the Feature had none of bytes_list, float_list, int64_list: an empty list that
   // matches any dtype.

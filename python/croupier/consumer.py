@@ -127,8 +127,9 @@ class Consumer:
 
     def epoch(self, epoch, bytes_as="list"):
         """Iterates this rank's batches of `epoch` in step order, each a dict {feature name:
-        numpy array}. Fixed-shape numeric arrays are views of the received buffer (no copy) and
-        stay valid for as long as they are held; bytes features are lists of bytes, or with
+        numpy array}. Fixed-shape numeric arrays, each of its feature's dtype (bfloat16:
+        ml_dtypes.bfloat16), are views of the received buffer (no copy) and stay valid for as long
+        as they are held; bytes features are lists of bytes, or with
         bytes_as="buffer" croupier.BytesColumn objects (a uint8 values array and an int64 offsets
         array, views of the buffer: no Python object per string); variable-length features are
         (values, row_splits). With several ranks, each step is a tuple of dicts."""

@@ -13,8 +13,9 @@ Conventions (docs/integrations.md#jax):
   batch is split over its local devices (the local batch size must divide by their number).
 - The default sharding is data_sharding(): a 1-D mesh "data" over jax.devices(), the batch axis
   split on it. Give Feed(sharding=...) a NamedSharding of your own mesh to change that.
-- Numeric fixed-shape features become jax.Arrays; bytes and variable-length features cannot, and
-  are left out unless named in `features`, which is then an error naming the feature.
+- Numeric fixed-shape features become jax.Arrays of their dtype (bfloat16 included; without
+  jax_enable_x64, JAX itself narrows 64-bit ones to 32 bits); bytes and variable-length features
+  cannot, and are left out unless named in `features`, which is then an error naming the feature.
 """
 import jax
 import numpy as np

@@ -31,27 +31,42 @@ import numpy as np
 from croupier import _croupier, _exit, errors
 from croupier.cluster import _token, create_job
 
-_DTYPES = {np.dtype(np.int64): "int64", np.dtype(np.float32): "float32"}
+# The numeric dtypes a batch carries, by the names that numpy and croupier both give them
+# (bfloat16 is ml_dtypes.bfloat16, the type TensorFlow and JAX use too).
+_NUMERIC = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+            "float16", "bfloat16", "float32", "float64")
+
+
+def _tensor_to_numpy(value, name):
+    """A torch or TensorFlow (eager) tensor as a numpy array of its own dtype."""
+    if type(value).__module__.startswith("torch"):
+        import torch
+        value = value.detach()
+        if value.dtype == torch.bfloat16:  # numpy has no bfloat16: reinterpret the bits
+            import ml_dtypes
+            return value.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    try:
+        return value.numpy()
+    except TypeError as e:
+        raise errors.InvalidArgumentError(
+            f"feature '{name}' is a tensor of dtype {value.dtype}, which croupier cannot carry "
+            f"({e})") from None
 
 
 def _as_array(value, name):
-    """A numpy array (torch and TensorFlow tensors are converted), int64 or float32."""
+    """A numpy array (torch and TensorFlow tensors are converted), numeric of a dtype in _NUMERIC,
+    or of strings or objects (bytes)."""
     if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
-        value = value.numpy()  # torch.Tensor, tf.Tensor (eager)
+        value = _tensor_to_numpy(value, name)  # torch.Tensor, tf.Tensor (eager)
     arr = np.asarray(value)
-    if arr.dtype.kind in "iub":
-        arr = arr.astype(np.int64, copy=False)
-    elif arr.dtype == np.float32:
-        pass
-    elif arr.dtype.kind == "f":
-        raise errors.InvalidArgumentError(
-            f"feature '{name}' is {arr.dtype}; croupier carries float32, int64 and bytes: "
-            f"convert it (for example x.astype(np.float32))")
-    elif arr.dtype.kind in "SOU":
+    if arr.dtype.kind in "SOU":
         return arr
-    else:
-        raise errors.InvalidArgumentError(f"feature '{name}' has dtype {arr.dtype}, which "
-                                          "croupier cannot carry (float32, int64, bytes)")
+    if not arr.dtype.isnative:  # the batch is little-endian, like every machine croupier runs on
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    if arr.dtype.name not in _NUMERIC:
+        raise errors.InvalidArgumentError(
+            f"feature '{name}' has dtype {arr.dtype}, which croupier cannot carry (bytes, "
+            f"{', '.join(_NUMERIC)})")
     return np.ascontiguousarray(arr)
 
 
@@ -114,8 +129,11 @@ def _columns(batch):
             columns.append((str(name), "bytes", splits is not None, dims, b"".join(strings),
                             offsets, splits))
         else:
-            columns.append((str(name), _DTYPES[arr.dtype], splits is not None, dims,
-                            arr.reshape(-1), None, splits))
+            values = arr.reshape(-1)
+            if arr.dtype.name == "bfloat16":  # no buffer protocol for it: hand over its bits
+                values = values.view(np.uint16)
+            columns.append((str(name), arr.dtype.name, splits is not None, dims, values, None,
+                            splits))
     return num_records, columns
 
 
@@ -190,10 +208,11 @@ def serve(source, dispatcher, job, *, consumers=None, epochs=1, batches_per_epoc
     The job is created (or, if it exists with the same spec, reused): `consumers` ranks (default
     from the launcher's world size), `epochs` (0: without end), `batches_per_epoch` (default
     len(source)), `features` (default: read off the first batch), `mode` dealt or first_come.
-    Each batch is a dict {name: array}: numeric arrays int64 or float32 (other integer types become
-    int64; torch and TensorFlow tensors are converted), lists of bytes (or croupier.BytesColumn
-    objects, as to_dict(bytes_as="buffer") gives), or (values, row_splits)
-    for a variable length; the leading dimension is the batch. With source_count K > 1, K
+    Each batch is a dict {name: array}: numeric arrays, each carried in its own dtype (bool,
+    int8/16/32/64, uint8/16/32/64, float16, bfloat16 as ml_dtypes.bfloat16, float32, float64;
+    torch and TensorFlow tensors are converted, torch.bfloat16 without a float32 round trip),
+    lists of bytes (or croupier.BytesColumn objects, as to_dict(bytes_as="buffer") gives), or
+    (values, row_splits) for a variable length; the leading dimension is the batch. With source_count K > 1, K
     processes call serve() for the job, each with its source_index in [0, K), and
     batches_per_epoch is the job's total over all sources.
 

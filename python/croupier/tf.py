@@ -14,7 +14,8 @@ The from_generator fallback, through a croupier.Consumer:
             ...
 
 Elements are dicts {feature: tensor} after the job's feature spec: fixed shapes are dense tensors
-[batch, *shape], bytes are tf.string, and variable lengths are tf.RaggedTensor. The op hands
+[batch, *shape], each of its feature's dtype (bool, int8 ... uint64, float16, bfloat16, float32,
+float64; bytes are tf.string), and variable lengths are tf.RaggedTensor. The op hands
 TensorFlow the numeric arrays of the received buffer without a copy; from_generator copies them.
 """
 import ctypes
@@ -29,12 +30,17 @@ import tensorflow as tf
 from croupier import _croupier, errors
 from croupier.launcher import detect_rank_world
 
-_DTYPES = {"int64": tf.int64, "float32": tf.float32, "bytes": tf.string}
+# Each dtype of a feature spec as the tf dtype of the same bytes.
+_DTYPES = {"bytes": tf.string, "bool": tf.bool, "int8": tf.int8, "int16": tf.int16,
+           "int32": tf.int32, "int64": tf.int64, "uint8": tf.uint8, "uint16": tf.uint16,
+           "uint32": tf.uint32, "uint64": tf.uint64, "float16": tf.float16,
+           "bfloat16": tf.bfloat16, "float32": tf.float32, "float64": tf.float64}
 
 
 def output_signature(features):
     """{name: TensorSpec or RaggedTensorSpec} for a feature spec text such as
-    "image:bytes,label:int64,emb:float32[16],tokens:int64[*]"."""
+    "image:bytes,label:int64,emb:float32[16],tokens:int64[*],mask:bool[*],x:bfloat16[8]": each
+    dtype as its tf dtype (bytes: tf.string, float16: tf.float16, bfloat16: tf.bfloat16, ...)."""
     signature = {}
     for name, dtype, shape in _croupier.parse_feature_spec(features):
         if shape is None:

@@ -9,8 +9,9 @@
 
 The dataset yields whole batches (croupier batches them), so give it to a DataLoader with
 batch_size=None and num_workers=0, or iterate it directly: one consumer per rank lives in the
-process that iterates. Bytes features stay lists of bytes; variable-length features are
-(values, row_splits) tensors.
+process that iterates. Each numeric feature is a tensor of its own dtype (torch.bool,
+torch.int8 ... torch.uint64, torch.float16, torch.bfloat16, torch.float32, torch.float64). Bytes
+features stay lists of bytes; variable-length features are (values, row_splits) tensors.
 """
 import numpy as np
 import torch
@@ -23,7 +24,11 @@ def _tensor(array):
     # The batch's arrays are read-only views of its buffer (over shared memory, of a read-only
     # mapping, where a write kills the process). PyTorch has no read-only tensors and training code
     # writes into its inputs, so a read-only array is copied into a tensor of its own.
-    return torch.from_numpy(array if array.flags.writeable else array.copy())
+    if not array.flags.writeable:
+        array = array.copy()
+    if array.dtype.name == "bfloat16":  # ml_dtypes.bfloat16, which torch.from_numpy does not take
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
 
 
 def to_tensors(batch):
@@ -32,8 +37,8 @@ def to_tensors(batch):
     for name, value in batch.items():
         if isinstance(value, np.ndarray):
             out[name] = _tensor(value)
-        elif isinstance(value, tuple):
-            out[name] = tuple(_tensor(v) for v in value)
+        elif isinstance(value, tuple):  # (values, row_splits); bytes values stay a list
+            out[name] = tuple(_tensor(v) if isinstance(v, np.ndarray) else v for v in value)
         else:
             out[name] = value
     return out

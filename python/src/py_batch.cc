@@ -31,16 +31,33 @@ class Owner {
   pyb::capsule capsule_;
 };
 
-// A read-only numpy array over `data` (inside the batch buffer) whose base is the owner. A batch's
-// bytes are const: over shared memory they are a read-only mapping of the producer's segment, where
-// a write would kill the process, so numpy refuses writes ("assignment destination is read-only").
-template <typename T>
-pyb::array View(Owner& owner, const T* data, const std::vector<int64_t>& shape) {
-  static const T kEmpty{};
-  if (data == nullptr) data = &kEmpty;  // an empty column: numpy wants a pointer all the same
-  pyb::array_t<T> array(std::vector<pyb::ssize_t>(shape.begin(), shape.end()), data, owner.get());
+// A read-only numpy array of `dtype` over `data` (inside the batch buffer) whose base is the
+// owner. A batch's bytes are const: over shared memory they are a read-only mapping of the
+// producer's segment, where a write would kill the process, so numpy refuses writes ("assignment
+// destination is read-only").
+pyb::array View(Owner& owner, const pyb::dtype& dtype, const void* data,
+                const std::vector<int64_t>& shape) {
+  alignas(kBatchAlignment) static const char kEmpty[kBatchAlignment] = {};
+  if (data == nullptr) data = kEmpty;  // an empty column: numpy wants a pointer all the same
+  pyb::array array(dtype, std::vector<pyb::ssize_t>(shape.begin(), shape.end()), {}, data,
+                   owner.get());
   pyb::detail::array_proxy(array.ptr())->flags &= ~pyb::detail::npy_api::NPY_ARRAY_WRITEABLE_;
   return array;
+}
+
+template <typename T>
+pyb::array View(Owner& owner, const T* data, const std::vector<int64_t>& shape) {
+  return View(owner, pyb::dtype::of<T>(), data, shape);
+}
+
+// The numpy dtype of a numeric column: numpy's own, named as croupier names it (bool, int8, ...,
+// float64), and ml_dtypes.bfloat16 for bfloat16, which numpy lacks (the same bits: the upper 16 of
+// a float32; TensorFlow and JAX use the same type).
+pyb::dtype NumpyDType(DType dtype) {
+  if (dtype == DType::kBFloat16) {
+    return pyb::dtype::from_args(pyb::module_::import("ml_dtypes").attr("bfloat16"));
+  }
+  return pyb::dtype(std::string(DTypeName(dtype)));
 }
 
 // How to_dict() hands out bytes columns.
@@ -117,16 +134,11 @@ pyb::object BytesToPython(Owner& owner, const ColumnView& c, BytesAs as) {
 pyb::object ColumnToPython(Owner& owner, const Batch& batch, const ColumnView& c, BytesAs as) {
   const uint64_t n = batch.num_records();
   pyb::object values;
-  switch (c.dtype) {
-    case DType::kFloat32:
-      values = View<float>(owner, c.floats().data(), c.ValuesShape(n));
-      break;
-    case DType::kInt64:
-      values = View<int64_t>(owner, c.ints().data(), c.ValuesShape(n));
-      break;
-    case DType::kBytes:
-      values = BytesToPython(owner, c, as);
-      break;
+  if (c.dtype == DType::kBytes) {
+    values = BytesToPython(owner, c, as);
+  } else {
+    values = View(owner, NumpyDType(c.dtype), c.num_values == 0 ? nullptr : c.values.data(),
+                  c.ValuesShape(n));
   }
   if (!c.variable_length) return values;
   return pyb::make_tuple(values, View<uint64_t>(owner, c.row_splits.data(),
@@ -175,18 +187,22 @@ Batch BatchFromColumns(uint64_t num_records, const pyb::list& columns) {
     ColumnData& d = data[i];
     h.name = c[0].cast<std::string>();
     d.name = h.name;
-    const std::string dtype = c[1].cast<std::string>();
-    d.dtype = dtype == "int64"     ? DType::kInt64
-              : dtype == "float32" ? DType::kFloat32
-                                   : DType::kBytes;
+    d.dtype = Unwrap(ParseDType(c[1].cast<std::string>()));
     d.variable_length = c[2].cast<bool>();
     h.dims = c[3].cast<std::vector<int64_t>>();
     d.dims = h.dims;
     d.values = BufferBytes(c[4].cast<pyb::buffer>());
     d.offsets = U64Span(c[5], h.offsets);
     d.row_splits = U64Span(c[6], h.splits);
-    d.num_values = d.dtype == DType::kBytes ? (d.offsets.empty() ? 0 : d.offsets.size() - 1)
-                                            : d.values.size() / (d.dtype == DType::kInt64 ? 8 : 4);
+    if (d.dtype == DType::kBytes) {
+      d.num_values = d.offsets.empty() ? 0 : d.offsets.size() - 1;
+    } else if (d.values.size() % DTypeSize(d.dtype) != 0) {
+      ThrowIfError(absl::InvalidArgumentError(
+          "column '" + h.name + "': " + std::to_string(d.values.size()) + " bytes of values are no " +
+          "whole number of " + std::string(DTypeName(d.dtype)) + " values"));
+    } else {
+      d.num_values = d.values.size() / DTypeSize(d.dtype);
+    }
   }
   absl::StatusOr<Batch> batch;
   {
@@ -219,8 +235,8 @@ per feature, all in one contiguous buffer. Numeric arrays are zero-copy views of
             return out;
           },
           pyb::arg("bytes_as") = "list",
-          "{name: array}. Fixed shapes: an array [num_records, *shape], a view of the batch "
-          "buffer; bytes: a list of bytes (bytes_as='list', copies) or a BytesColumn "
+          "{name: array}. Fixed shapes: an array [num_records, *shape] of the column's dtype "
+          "(bfloat16: ml_dtypes.bfloat16), a view of the batch buffer; bytes: a list of bytes (bytes_as='list', copies) or a BytesColumn "
           "(bytes_as='buffer': a uint8 values array and an int64 offsets array, views of the "
           "buffer); variable length: a tuple (values, row_splits).");
 

@@ -48,6 +48,8 @@ pyb::object FeatureToPython(const Feature& f) {
       return pyb::array_t<float>(f.floats.size(), f.floats.data());
     case DType::kInt64:
       return pyb::array_t<int64_t>(f.ints.size(), f.ints.data());
+    default:  // a Feature holds bytes, float32 or int64 only
+      break;
   }
   return pyb::none();
 }

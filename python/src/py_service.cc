@@ -292,9 +292,7 @@ void BindService(pyb::module_& m) {
       [](const std::string& text) {
         pyb::list out;
         for (const FeatureSpec& f : Unwrap(ParseFeatureSpecs(text))) {
-          const char* dtype = f.dtype == DType::kFloat32 ? "float32"
-                              : f.dtype == DType::kInt64 ? "int64"
-                                                         : "bytes";
+          const std::string dtype(DTypeName(f.dtype));
           pyb::object shape = pyb::none();
           if (!f.variable_length) shape = pyb::cast(f.shape);
           out.append(pyb::make_tuple(f.name, dtype, shape));

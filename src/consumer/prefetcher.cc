@@ -106,7 +106,11 @@ void Prefetcher::Work() {
     --in_flight_;
     changed_.SignalAll();
     if (options_.any_order && absl::IsOutOfRange(result.status())) {
-      ++workers_done_;  // the epoch has nothing more to give this worker
+      // The epoch has nothing more to give this worker. The others may be waiting for this
+      // fetch to land before they issue (one at a time until a batch has landed): wake them, so
+      // that each finds the end for itself and the last one ends the caller's wait.
+      ++workers_done_;
+      can_issue_.SignalAll();
       return;
     }
     if (result.ok()) {

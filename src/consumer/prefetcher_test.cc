@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -152,6 +153,35 @@ TEST(PrefetcherTest, AnyOrderEndsWhenEveryWorkerRunsOut) {
     EXPECT_TRUE(seen.insert(SlotOf(**b)).second);
   }
   EXPECT_EQ(seen.size(), 20u);
+}
+
+// The epoch runs out before any batch lands (another consumer took them all, first_come): the
+// worker whose fetch ran out ends while the others wait for its fetch to land, and they must be
+// woken to find out too, or Next() waits forever.
+TEST(PrefetcherTest, AnyOrderEndsWhenTheFirstFetchRunsOutWhileTheOthersWait) {
+  absl::Notification release;
+  std::atomic<int> calls{0};
+  Prefetcher p({.first = 0, .end = UINT64_MAX, .max_batches = 4, .any_order = true},
+               [&](uint64_t) {
+                 if (calls++ == 0) release.WaitForNotification();
+                 return absl::StatusOr<Batch>(absl::OutOfRangeError("the epoch is finished"));
+               });
+  absl::Notification ended;
+  absl::StatusOr<std::optional<Batch>> got = absl::UnknownError("not returned");
+  std::thread caller([&] {
+    got = p.Next();
+    ended.Notify();
+  });
+  // The other workers wait for the first fetch (one at a time until a batch has landed).
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(calls.load(), 1);
+  release.Notify();
+  const bool returned = ended.WaitForNotificationWithTimeout(absl::Seconds(10));
+  EXPECT_TRUE(returned) << "Next() still waits: the idle workers were never woken";
+  if (!returned) p.Cancel();
+  caller.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_FALSE(got->has_value());
 }
 
 // Small batches go in groups: every slot is fetched exactly once (singly or in a group), in slot

@@ -26,6 +26,8 @@ absl::string_view ListName(DType dtype) {
       return "float_list";
     case DType::kInt64:
       return "int64_list";
+    default:  // a Feature holds bytes, float32 or int64 only
+      break;
   }
   return "unknown list";
 }
@@ -132,6 +134,7 @@ absl::StatusOr<v1::JobInfo> Build(const v1::JobSpec& spec, IndexCache& cache, En
   ASSIGN_OR_RETURN(std::vector<std::string> files, ExpandPatterns(spec, env));
   ASSIGN_OR_RETURN(std::unique_ptr<Dataset> dataset, Dataset::Open(files, cache));
   ASSIGN_OR_RETURN(std::vector<FeatureSpec> features, ParseFeatureSpecs(spec.features()));
+  RETURN_IF_ERROR(CheckExampleFeatureSpecs(features));
   if (dataset->num_records() == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the ", files.size(), files.size() == 1 ? " file holds" : " files hold", " no records"));

@@ -19,6 +19,7 @@ class BatchBuilder::Column {
   explicit Column(const FeatureSpec* spec)
       : spec_(spec),
         per_record_(spec->NumElements()),
+        // Create let through only the dtypes of an Example's lists (CheckExampleFeatureSpecs).
         want_(spec->dtype == DType::kBytes     ? wire::ListKind::kBytes
               : spec->dtype == DType::kFloat32 ? wire::ListKind::kFloat
                                                : wire::ListKind::kInt64) {}
@@ -165,6 +166,7 @@ class BatchBuilder::Column {
 
 absl::StatusOr<std::unique_ptr<BatchBuilder>> BatchBuilder::Create(std::vector<FeatureSpec> specs) {
   RETURN_IF_ERROR(ValidateFeatureSpecs(specs));
+  RETURN_IF_ERROR(CheckExampleFeatureSpecs(specs));
   return std::unique_ptr<BatchBuilder>(new BatchBuilder(std::move(specs)));
 }
 

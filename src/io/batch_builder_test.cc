@@ -217,5 +217,17 @@ TEST(ExampleBatchBuilderTest, CreateRejectsBadSpecs) {
   EXPECT_TRUE(absl::IsInvalidArgument(BatchBuilder::Create({}).status()));
 }
 
+// Records are tf.train.Examples: a builder reads bytes, float32 and int64 only, and says so when
+// a spec names another dtype instead of making columns it could never fill.
+TEST(ExampleBatchBuilderTest, CreateRefusesDTypesAnExampleCannotHold) {
+  for (const char* spec : {"x:uint8[4]", "x:bool", "x:bfloat16[*]", "x:float64", "x:int32"}) {
+    auto builder = BatchBuilder::Create(*ParseFeatureSpecs(std::string("id:int64,") + spec));
+    EXPECT_TRUE(absl::IsInvalidArgument(builder.status())) << spec << ": " << builder.status();
+    EXPECT_THAT(builder.status().message(), HasSubstr("feature 'x' is ")) << spec;
+    EXPECT_THAT(builder.status().message(), HasSubstr("a tf.train.Example holds bytes, float32 "
+                                                      "and int64 only"));
+  }
+}
+
 }  // namespace
 }  // namespace croupier

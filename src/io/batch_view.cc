@@ -84,22 +84,27 @@ absl::StatusOr<absl::Span<const uint64_t>> CheckSplits(absl::string_view name,
 }
 
 // Column `index` described by `d`; errors name the column by index, and by name once known.
-absl::StatusOr<ColumnView> ParseColumn(absl::string_view buf, uint64_t index, const Descriptor& d,
-                                       uint64_t num_records, uint64_t meta_begin,
-                                       uint64_t meta_end) {
+absl::StatusOr<ColumnView> ParseColumn(absl::string_view buf, uint16_t version, uint64_t index,
+                                       const Descriptor& d, uint64_t num_records,
+                                       uint64_t meta_begin, uint64_t meta_end) {
   ColumnView c;
   const uint64_t total = buf.size();
   std::string where = absl::StrCat("column ", index);
   auto fail = [&](absl::Status s) { return Corrupt(absl::StrCat(where, ": ", s.message())); };
-  if (d.dtype > static_cast<uint8_t>(DType::kInt64)) return fail(Bad("unknown dtype"));
   if ((d.flags & ~1u) != 0 || d.reserved != 0) return fail(Bad("unknown flags"));
-  c.dtype = static_cast<DType>(d.dtype);
   c.variable_length = (d.flags & 1) != 0;
   if (!Within(d.name_offset, d.name_size, meta_begin, meta_end)) {
     return fail(Bad("name out of bounds"));
   }
   c.name = buf.substr(d.name_offset, d.name_size);
   absl::StrAppend(&where, " ('", c.name, "')");
+  if (!IsDTypeCode(d.dtype)) return fail(Bad(absl::StrCat("unknown dtype ", d.dtype)));
+  c.dtype = static_cast<DType>(d.dtype);
+  if (version < 2 && !IsExampleDType(c.dtype)) {
+    return fail(Bad(absl::StrCat("dtype ", d.dtype, " (", DTypeName(c.dtype),
+                                 ") in a format version ", version,
+                                 " buffer, which has dtypes 0 to 2 only")));
+  }
   if (d.rank > kMaxFeatureRank || (c.variable_length && d.rank != 0) || d.dims_offset % 8 != 0 ||
       !Within(d.dims_offset, 8 * uint64_t{d.rank}, meta_begin, meta_end)) {
     return fail(Bad("bad rank or dims"));
@@ -133,10 +138,21 @@ absl::StatusOr<ColumnView> ParseColumn(absl::string_view buf, uint64_t index, co
     }
   }
   if (!is_bytes) {
-    uint64_t width = c.dtype == DType::kFloat32 ? 4 : 8;
+    const uint64_t width = DTypeSize(c.dtype);
     if (d.values_size % width != 0 || d.values_size / width != d.num_values) {
       return fail(Bad(
           absl::StrCat("values array of ", d.values_size, " bytes for ", d.num_values, " values")));
+    }
+    // A bool is one byte, 0 or 1: any other byte is no value of numpy's, TensorFlow's or C++'s
+    // bool (reading it as a C++ bool is undefined).
+    if (c.dtype == DType::kBool) {
+      for (uint64_t i = 0; i < d.num_values; ++i) {
+        if (static_cast<uint8_t>(c.values[i]) > 1) {
+          return fail(Bad(absl::StrCat("bool value ", i, " is ",
+                                       static_cast<int>(static_cast<uint8_t>(c.values[i])),
+                                       ", not 0 or 1")));
+        }
+      }
     }
   } else {
     auto offsets = CheckSplits("offsets", buf.substr(d.offsets_offset, d.offsets_size),
@@ -164,9 +180,10 @@ absl::StatusOr<BatchView> BatchView::Parse(absl::string_view buffer) {
     return Corrupt(absl::StrCat("only ", buffer.size(), " bytes, less than a header"));
   }
   if (std::memcmp(p, kBatchMagic, sizeof(kBatchMagic)) != 0) return Corrupt("bad magic");
-  if (uint16_t version = Load<uint16_t>(p + 4); version != kBatchFormatVersion) {
-    return Corrupt(
-        absl::StrCat("format version ", version, ", this reader knows ", kBatchFormatVersion));
+  const uint16_t version = Load<uint16_t>(p + 4);
+  if (version < kOldestBatchFormatVersion || version > kBatchFormatVersion) {
+    return Corrupt(absl::StrCat("format version ", version, ", this reader knows ",
+                                kOldestBatchFormatVersion, " to ", kBatchFormatVersion));
   }
   if (Load<uint16_t>(p + 6) != 0) return Corrupt("reserved header field is not zero");
   if (uint64_t total = Load<uint64_t>(p + 8); total != buffer.size()) {
@@ -189,7 +206,7 @@ absl::StatusOr<BatchView> BatchView::Parse(absl::string_view buffer) {
   for (uint64_t i = 0; i < num_columns; ++i) {
     Descriptor d = LoadDescriptor(p + kBatchHeaderBytes + i * kBatchColumnBytes);
     ASSIGN_OR_RETURN(ColumnView column,
-                     ParseColumn(buffer, i, d, view.num_records_, meta_begin, meta_end));
+                     ParseColumn(buffer, version, i, d, view.num_records_, meta_begin, meta_end));
     if (!names.insert(column.name).second) {
       return Corrupt(absl::StrCat("duplicate column name '", column.name, "'"));
     }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
 #include "croupier/batch.h"
 #include "croupier/example.h"
 #include "gmock/gmock.h"
@@ -43,6 +44,10 @@ uint64_t TouchEverything(const BatchView& view) {
     sum += c.name.size() + c.dims.size() + c.ValuesShape(view.num_records()).size();
     for (float f : c.floats()) sum += f > 0;
     for (int64_t v : c.ints()) sum += static_cast<uint64_t>(v);
+    for (uint8_t v : c.values_as<uint8_t>()) sum += v;
+    for (uint16_t v : c.values_as<uint16_t>()) sum += v;
+    for (uint32_t v : c.values_as<uint32_t>()) sum += v;
+    for (uint64_t v : c.values_as<uint64_t>()) sum += v;
     for (uint64_t s : c.row_splits) sum += s;
     if (c.dtype == DType::kBytes) {
       for (uint64_t i = 0; i < c.num_values; ++i) sum += c.bytes(i).size();
@@ -143,7 +148,10 @@ TEST(ExampleBatchViewTest, ErrorsNameTheColumnAndProblem) {
   bytes = std::string(SampleBatch().bytes());
   bytes[4] = 9;
   EXPECT_EQ(Batch::FromBytes(bytes).status().message(),
-            "corrupt batch: format version 9, this reader knows 1");
+            "corrupt batch: format version 9, this reader knows 1 to 2");
+  bytes[4] = 0;
+  EXPECT_EQ(Batch::FromBytes(bytes).status().message(),
+            "corrupt batch: format version 0, this reader knows 1 to 2");
 }
 
 TEST(ExampleBatchViewTest, MisalignedBufferIsRejected) {
@@ -198,10 +206,200 @@ TEST(ExampleBatchViewTest, ContentHashIsStableAndSpreads) {
 
 TEST(ExampleBatchViewTest, LayoutIsPinned) {
   // The same records must give the same bytes on every build and machine (determinism, G3). If
-  // this changes on purpose, bump kBatchFormatVersion and update docs/formats.md.
+  // this changes on purpose, bump kBatchFormatVersion and update docs/formats.md. (Version 1 gave
+  // 0xa625df61e9077049: the same bytes but for the version field.)
   Batch batch = SampleBatch();
   EXPECT_EQ(batch.bytes().size(), 1200u);
-  EXPECT_EQ(batch.ContentHash(), 11972220796048732233u);
+  EXPECT_EQ(batch.ContentHash(), 0xe401d885e59b9c78u);
+  std::string v1(batch.bytes());
+  v1[4] = 1;
+  EXPECT_EQ(ContentHash(v1), 0xa625df61e9077049u);
+}
+
+// --- every dtype ------------------------------------------------------------------------------
+
+// 3 records of one column per numeric dtype, fixed shape [2] ("f<dtype>") and variable length
+// ("v<dtype>", rows of 1, 0 and 3 values), and a bytes column. Every value's bytes differ from
+// its neighbours' so that any mix-up shows; bools are 0 and 1.
+class AllDTypes {
+ public:
+  AllDTypes() {
+    for (uint8_t code = 1; code <= kLastDTypeCode; ++code) {
+      const DType dtype = static_cast<DType>(code);
+      names_.push_back(absl::StrCat("f", DTypeName(dtype)));
+      names_.push_back(absl::StrCat("v", DTypeName(dtype)));
+      raw_.push_back(Raw(dtype, 6));
+      raw_.push_back(Raw(dtype, 4));
+    }
+    for (size_t i = 0; i < names_.size(); ++i) {
+      const DType dtype = static_cast<DType>(1 + i / 2);
+      const bool variable = i % 2 == 1;
+      columns_.push_back(ColumnData{names_[i], dtype, variable,
+                                    variable ? absl::Span<const int64_t>() : kDims,
+                                    raw_[i].size() / DTypeSize(dtype), raw_[i],
+                                    {}, variable ? kSplits : absl::Span<const uint64_t>()});
+    }
+    columns_.push_back(ColumnData{"s", DType::kBytes, false, {}, 3, "abcdef", kOffsets, {}});
+  }
+
+  // Values' bytes for n values of `dtype`.
+  static std::string Raw(DType dtype, size_t n) {
+    std::string raw(n * DTypeSize(dtype), '\0');
+    for (size_t i = 0; i < raw.size(); ++i) {
+      raw[i] = dtype == DType::kBool ? static_cast<char>(i % 2)
+                                     : static_cast<char>(static_cast<uint8_t>(dtype) * 37 + i * 11);
+    }
+    return raw;
+  }
+
+  const std::vector<ColumnData>& columns() const { return columns_; }
+  absl::StatusOr<Batch> Make() const { return Batch::FromColumns(3, columns_); }
+
+  static constexpr int64_t kDims[] = {2};
+  static constexpr uint64_t kSplits[] = {0, 1, 1, 4};
+  static constexpr uint64_t kOffsets[] = {0, 1, 3, 6};
+
+ private:
+  std::vector<std::string> names_, raw_;
+  std::vector<ColumnData> columns_;
+};
+
+TEST(ExampleBatchViewTest, EveryDTypeRoundTripsAsItself) {
+  AllDTypes all;
+  auto batch = all.Make();
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_EQ(At<uint16_t>(batch->bytes(), 4), 2u);  // what this build writes
+  auto copy = Batch::FromBytes(batch->bytes());
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  ASSERT_EQ(copy->view().columns().size(), all.columns().size());
+  for (size_t i = 0; i < all.columns().size(); ++i) {
+    const ColumnData& want = all.columns()[i];
+    const ColumnView& c = copy->view().columns()[i];
+    SCOPED_TRACE(want.name);
+    EXPECT_EQ(c.name, want.name);
+    EXPECT_EQ(c.dtype, want.dtype);
+    EXPECT_EQ(c.element_size(), DTypeSize(want.dtype));
+    EXPECT_EQ(c.variable_length, want.variable_length);
+    EXPECT_EQ(c.num_values, want.num_values);
+    EXPECT_EQ(c.values, want.values);
+    EXPECT_EQ(std::vector<int64_t>(c.dims.begin(), c.dims.end()),
+              std::vector<int64_t>(want.dims.begin(), want.dims.end()));
+    EXPECT_EQ(std::vector<uint64_t>(c.row_splits.begin(), c.row_splits.end()),
+              std::vector<uint64_t>(want.row_splits.begin(), want.row_splits.end()));
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(c.values.data()) % kBatchAlignment, 0u);
+  }
+  EXPECT_EQ(TouchEverything(copy->view()), TouchEverything(batch->view()));
+  EXPECT_EQ(copy->ContentHash(), batch->ContentHash());
+}
+
+// A test vector for other readers and writers of every dtype (docs/formats.md).
+TEST(ExampleBatchViewTest, EveryDTypeLayoutIsPinned) {
+  Batch batch = *AllDTypes().Make();
+  EXPECT_EQ(batch.bytes().size(), 5344u);
+  EXPECT_EQ(batch.ContentHash(), 0xe15287063313661u);
+}
+
+TEST(ExampleBatchViewTest, TypedValuesReadEachDTypesBits) {
+  const std::vector<uint16_t> bf16 = {0x3F80, 0xC000};  // 1.0 and -2.0: a float32's upper bits
+  const std::vector<double> f64 = {0.5, -1e300};
+  const std::vector<int8_t> i8 = {-128, 127};
+  const std::vector<uint8_t> flags = {1, 0};
+  const std::vector<uint64_t> u64 = {~uint64_t{0}, 1};
+  auto bytes_of = [](const auto& v) {
+    return absl::string_view(reinterpret_cast<const char*>(v.data()),
+                             v.size() * sizeof(v[0]));
+  };
+  std::vector<ColumnData> columns = {
+      {"bf16", DType::kBFloat16, false, {}, 2, bytes_of(bf16), {}, {}},
+      {"f64", DType::kFloat64, false, {}, 2, bytes_of(f64), {}, {}},
+      {"i8", DType::kInt8, false, {}, 2, bytes_of(i8), {}, {}},
+      {"flag", DType::kBool, false, {}, 2, bytes_of(flags), {}, {}},
+      {"u64", DType::kUInt64, false, {}, 2, bytes_of(u64), {}, {}}};
+  auto batch = Batch::FromColumns(2, columns);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  const BatchView& v = batch->view();
+  EXPECT_THAT(v.Find("bf16")->values_as<uint16_t>(), ::testing::ElementsAre(0x3F80, 0xC000));
+  EXPECT_THAT(v.Find("f64")->values_as<double>(), ::testing::ElementsAre(0.5, -1e300));
+  EXPECT_THAT(v.Find("i8")->values_as<int8_t>(), ::testing::ElementsAre(-128, 127));
+  EXPECT_THAT(v.Find("flag")->values_as<bool>(), ::testing::ElementsAre(true, false));
+  EXPECT_THAT(v.Find("u64")->values_as<uint64_t>(), ::testing::ElementsAre(~uint64_t{0}, 1u));
+  // A type of another size, or the other accessors, give nothing.
+  EXPECT_TRUE(v.Find("bf16")->values_as<float>().empty());
+  EXPECT_TRUE(v.Find("f64")->ints().empty());
+  EXPECT_TRUE(v.Find("f64")->floats().empty());
+  EXPECT_EQ(v.Find("f64")->values_as<int64_t>().size(), 2u);  // the bits, read as asked
+}
+
+TEST(ExampleBatchViewTest, AnUnknownDTypeIsDataLossNamingIt) {
+  std::string bytes(AllDTypes().Make()->bytes());
+  for (uint8_t code : {kLastDTypeCode + 1, 200, 255}) {
+    bytes[kBatchHeaderBytes] = static_cast<char>(code);  // column 0's dtype
+    auto batch = Batch::FromBytes(bytes);
+    EXPECT_TRUE(absl::IsDataLoss(batch.status())) << batch.status();
+    EXPECT_EQ(batch.status().message(),
+              absl::StrCat("corrupt batch: column 0 ('ffloat32'): unknown dtype ", code));
+  }
+  // A known code of another element size no longer fits the values array.
+  bytes[kBatchHeaderBytes] = static_cast<char>(DType::kInt16);
+  EXPECT_EQ(Batch::FromBytes(bytes).status().message(),
+            "corrupt batch: column 0 ('ffloat32'): values array of 24 bytes for 6 values");
+}
+
+TEST(ExampleBatchViewTest, BoolValuesMustBeZeroOrOne) {
+  const std::vector<uint8_t> flags = {0, 1, 2};
+  ColumnData c{"m", DType::kBool, false, {}, 3,
+               absl::string_view(reinterpret_cast<const char*>(flags.data()), 3), {}, {}};
+  auto made = Batch::FromColumns(3, {c});
+  EXPECT_TRUE(absl::IsInvalidArgument(made.status())) << made.status();
+  EXPECT_THAT(made.status().message(), HasSubstr("column 0 ('m'): bool value 2 is 2, not 0 or 1"));
+  Batch good = *AllDTypes().Make();
+  const size_t at = good.view().Find("fbool")->values.data() - good.bytes().data();
+  std::string bytes(good.bytes());
+  bytes[at + 3] = 7;
+  auto batch = Batch::FromBytes(bytes);
+  EXPECT_TRUE(absl::IsDataLoss(batch.status())) << batch.status();
+  EXPECT_THAT(batch.status().message(), HasSubstr("('fbool'): bool value 3 is 7, not 0 or 1"));
+}
+
+TEST(ExampleBatchViewTest, Version1BuffersStillParse) {
+  // A version 1 writer's batch is this build's bytes/float32/int64 batch with version 1.
+  std::string bytes(SampleBatch().bytes());
+  bytes[4] = 1;
+  auto old = Batch::FromBytes(bytes);
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(TouchEverything(old->view()), TouchEverything(SampleBatch().view()));
+  EXPECT_EQ(old->view().Find("tags")->bytes(0), "tag");
+  EXPECT_THAT(old->view().Find("tok")->ints(), ::testing::Each(42));
+  // Version 1 knows dtypes 0 to 2 only.
+  std::string all(AllDTypes().Make()->bytes());
+  all[4] = 1;
+  auto refused = Batch::FromBytes(all);
+  EXPECT_TRUE(absl::IsDataLoss(refused.status())) << refused.status();
+  EXPECT_EQ(refused.status().message(),
+            "corrupt batch: column 4 ('fbool'): dtype 3 (bool) in a format version 1 buffer, "
+            "which has dtypes 0 to 2 only");
+}
+
+TEST(ExampleBatchViewTest, RandomCorruptionOfEveryDTypeGivesAnErrorOrAConsistentView) {
+  std::string good(AllDTypes().Make()->bytes());
+  const size_t header = kBatchHeaderBytes + AllDTypes().columns().size() * kBatchColumnBytes;
+  std::mt19937_64 rng(11);
+  int accepted = 0;
+  for (int round = 0; round < 5000; ++round) {
+    std::string bytes = good;
+    for (int i = 0, flips = 1 + static_cast<int>(rng() % 3); i < flips; ++i) {
+      size_t limit = rng() % 4 == 0 ? bytes.size() : header;
+      bytes[rng() % limit] ^= static_cast<char>(1 << (rng() % 8));
+    }
+    auto batch = Batch::FromBytes(bytes);
+    if (batch.ok()) {
+      ++accepted;
+      TouchEverything(batch->view());
+    } else {
+      EXPECT_TRUE(absl::IsDataLoss(batch.status())) << batch.status();
+    }
+  }
+  EXPECT_GT(accepted, 0);
 }
 
 }  // namespace

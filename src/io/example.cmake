@@ -1,5 +1,6 @@
 # The tf.train.Example codec, the batch layout and its buffers (included by src/io/CMakeLists.txt).
 target_sources(croupier_core PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/dtype.cc
   ${CMAKE_CURRENT_LIST_DIR}/feature_spec.cc
   ${CMAKE_CURRENT_LIST_DIR}/example_wire.cc
   ${CMAKE_CURRENT_LIST_DIR}/example_parse.cc

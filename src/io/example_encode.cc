@@ -31,6 +31,8 @@ size_t ListSize(const Feature& f, bool packed) {
       for (int64_t v : f.ints) size += VarintSize(static_cast<uint64_t>(v));
       if (f.ints.empty()) return 0;
       return packed ? DelimitedSize(size) : size + f.ints.size();
+    default:  // a Feature holds bytes, float32 or int64 only
+      break;
   }
   return 0;
 }
@@ -74,6 +76,8 @@ void AppendList(const Feature& f, bool packed, std::string* out) {
         if (!packed) AppendTag(out, 1, wire::kVarint);
         AppendVarint(out, static_cast<uint64_t>(v));
       }
+      return;
+    default:  // a Feature holds bytes, float32 or int64 only
       return;
   }
 }

@@ -79,6 +79,8 @@ size_t Feature::size() const {
       return floats.size();
     case DType::kInt64:
       return ints.size();
+    default:  // a Feature holds bytes, float32 or int64 only
+      break;
   }
   return 0;
 }

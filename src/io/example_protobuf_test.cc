@@ -75,6 +75,8 @@ PbExample ToProto(const Example& example) {
         feature.mutable_int64_list();
         for (int64_t v : f.ints) feature.mutable_int64_list()->add_value(v);
         break;
+      default:  // a Feature holds bytes, float32 or int64 only
+        break;
     }
   }
   return pb;
@@ -145,6 +147,8 @@ std::string ListField(const Feature& f, bool packed, Len len) {
       }
       if (packed && !payload.empty()) list = len(1, payload);
       return len(3, list);
+    default:  // a Feature holds bytes, float32 or int64 only
+      break;
   }
   return "";
 }

@@ -1,4 +1,4 @@
-// Feature specs: dtype names, validation, and the `name:dtype[dims]` command-line syntax.
+// Feature specs: validation, and the `name:dtype[dims]` command-line syntax.
 #include <string>
 #include <vector>
 
@@ -88,7 +88,7 @@ absl::Status ValidateSpec(const FeatureSpec& spec) {
   if (absl::ascii_isspace(spec.name.front()) || absl::ascii_isspace(spec.name.back())) {
     return absl::InvalidArgumentError("a feature name cannot start or end with whitespace");
   }
-  if (spec.dtype != DType::kBytes && spec.dtype != DType::kFloat32 && spec.dtype != DType::kInt64) {
+  if (!IsDTypeCode(static_cast<uint8_t>(spec.dtype))) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown dtype value ", static_cast<int>(spec.dtype)));
   }
@@ -117,26 +117,6 @@ absl::Status ValidateSpec(const FeatureSpec& spec) {
 
 }  // namespace
 
-absl::string_view DTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kBytes:
-      return "bytes";
-    case DType::kFloat32:
-      return "float32";
-    case DType::kInt64:
-      return "int64";
-  }
-  return "unknown";
-}
-
-absl::StatusOr<DType> ParseDType(absl::string_view name) {
-  if (name == "bytes") return DType::kBytes;
-  if (name == "float32" || name == "float") return DType::kFloat32;
-  if (name == "int64") return DType::kInt64;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown dtype '", name, "' (expected bytes, float32 or int64)"));
-}
-
 int64_t FeatureSpec::NumElements() const {
   int64_t n = 1;
   for (int64_t dim : shape) n *= dim;
@@ -154,6 +134,18 @@ absl::Status ValidateFeatureSpecs(absl::Span<const FeatureSpec> specs) {
     }
     if (!names.insert(spec.name).second) {
       return absl::InvalidArgumentError(absl::StrCat("duplicate feature name '", spec.name, "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckExampleFeatureSpecs(absl::Span<const FeatureSpec> specs) {
+  for (const FeatureSpec& spec : specs) {
+    if (!IsExampleDType(spec.dtype)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("feature '", spec.name, "' is ", DTypeName(spec.dtype),
+                       "; a tf.train.Example holds bytes, float32 and int64 only, so TFRecord "
+                       "files cannot give it (a Python source, croupier.serve, can)"));
     }
   }
   return absl::OkStatus();

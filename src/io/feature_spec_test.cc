@@ -1,4 +1,5 @@
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "croupier/example.h"
@@ -54,7 +55,55 @@ TEST(ExampleFeatureSpecTest, DTypeNames) {
   EXPECT_EQ(DTypeName(DType::kInt64), "int64");
   EXPECT_EQ(*ParseDType("float"), DType::kFloat32);
   EXPECT_EQ(*ParseDType("float32"), DType::kFloat32);
-  EXPECT_TRUE(absl::IsInvalidArgument(ParseDType("float64").status()));
+  EXPECT_EQ(*ParseDType("float64"), DType::kFloat64);
+  EXPECT_EQ(*ParseDType("bfloat16"), DType::kBFloat16);
+  EXPECT_EQ(DTypeName(static_cast<DType>(kLastDTypeCode + 1)), "unknown");
+  absl::Status unknown = ParseDType("complex64").status();
+  EXPECT_TRUE(absl::IsInvalidArgument(unknown));
+  EXPECT_THAT(unknown.message(), HasSubstr("unknown dtype 'complex64' (expected one of bytes, "
+                                           "float32, int64, bool, int8"));
+}
+
+// Every code names itself, parses back, and has the documented size (docs/formats.md).
+TEST(ExampleFeatureSpecTest, EveryDTypeHasANameAndASize) {
+  const std::vector<std::pair<std::string, size_t>> table = {
+      {"bytes", 0},   {"float32", 4}, {"int64", 8},  {"bool", 1},     {"int8", 1},
+      {"int16", 2},   {"int32", 4},   {"uint8", 1},  {"uint16", 2},   {"uint32", 4},
+      {"uint64", 8},  {"float16", 2}, {"bfloat16", 2}, {"float64", 8}};
+  ASSERT_EQ(table.size(), kLastDTypeCode + 1u);
+  for (uint8_t code = 0; code <= kLastDTypeCode; ++code) {
+    const DType dtype = static_cast<DType>(code);
+    EXPECT_EQ(DTypeName(dtype), table[code].first) << int{code};
+    EXPECT_EQ(DTypeSize(dtype), table[code].second) << table[code].first;
+    EXPECT_EQ(*ParseDType(table[code].first), dtype);
+    EXPECT_EQ(IsExampleDType(dtype), code <= 2) << table[code].first;
+  }
+  EXPECT_FALSE(IsDTypeCode(kLastDTypeCode + 1));
+}
+
+TEST(ExampleFeatureSpecTest, TheSpecSyntaxNamesEveryDType) {
+  const std::string text =
+      "img:uint8[32,32,3],mask:bool[*],x:bfloat16[8],h:float16,d:float64[2],a:int8,b:int16[*],"
+      "c:int32,e:uint16,f:uint32[*],g:uint64,l:int64,s:bytes,w:float32[*]";
+  auto specs = ParseFeatureSpecs(text);
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  EXPECT_EQ((*specs)[0], Spec("img", DType::kUInt8, {32, 32, 3}));
+  EXPECT_EQ((*specs)[1], Spec("mask", DType::kBool, {}, true));
+  EXPECT_EQ((*specs)[2], Spec("x", DType::kBFloat16, {8}));
+  EXPECT_EQ(FormatFeatureSpecs(*specs), text);
+  EXPECT_TRUE(ValidateFeatureSpecs(*specs).ok());
+  ExpectSpecError("x:complex64", {"item 1 'x:complex64'", "unknown dtype 'complex64'"});
+}
+
+TEST(ExampleFeatureSpecTest, ExampleSpecsRefuseWhatAnExampleCannotHold) {
+  EXPECT_TRUE(CheckExampleFeatureSpecs(
+                  *ParseFeatureSpecs("img:bytes,label:int64,emb:float32[3],t:int64[*]"))
+                  .ok());
+  absl::Status status =
+      CheckExampleFeatureSpecs(*ParseFeatureSpecs("label:int64,img:uint8[4,4],m:bool"));
+  EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+  EXPECT_THAT(status.message(), HasSubstr("feature 'img' is uint8; a tf.train.Example holds "
+                                          "bytes, float32 and int64 only"));
 }
 
 TEST(ExampleFeatureSpecTest, ErrorsNameTheItemAndTheProblem) {
@@ -95,9 +144,9 @@ TEST(ExampleFeatureSpecTest, ValidateChecksStructuredSpecs) {
   absl::Status space = ValidateFeatureSpecs({Spec("x ", DType::kInt64)});
   EXPECT_TRUE(absl::IsInvalidArgument(space));
   EXPECT_THAT(space.message(), HasSubstr("feature 'x ': a feature name cannot start or end"));
-  absl::Status dtype = ValidateFeatureSpecs({Spec("x", static_cast<DType>(7))});
+  absl::Status dtype = ValidateFeatureSpecs({Spec("x", static_cast<DType>(14))});
   EXPECT_TRUE(absl::IsInvalidArgument(dtype));
-  EXPECT_THAT(dtype.message(), HasSubstr("unknown dtype value 7"));
+  EXPECT_THAT(dtype.message(), HasSubstr("unknown dtype value 14"));
 }
 
 }  // namespace

@@ -43,6 +43,7 @@ absl::StatusOr<std::unique_ptr<TfrecordBatchMaker>> TfrecordBatchMaker::Create(c
   if (job.files().empty()) return absl::InvalidArgumentError(prefix + "the job has no files");
   auto features = ParseFeatureSpecs(job.spec().features());
   if (!features.ok()) return Prefixed(features.status(), prefix);
+  if (absl::Status s = CheckExampleFeatureSpecs(*features); !s.ok()) return Prefixed(s, prefix);
   ASSIGN_OR_RETURN(JobConfig config, CheckedConfig(job));
 
   std::vector<std::string> paths;
@@ -105,7 +106,7 @@ std::unique_ptr<TfrecordBatchMaker::Scratch> TfrecordBatchMaker::GetScratch() co
     }
   }
   auto scratch = std::make_unique<Scratch>();
-  // The specs were validated by ParseFeatureSpecs, so this cannot fail.
+  // Create checked the specs as BatchBuilder::Create does, so this cannot fail.
   scratch->builder = *BatchBuilder::Create(features_);
   return scratch;
 }

@@ -3,6 +3,7 @@
 // rank received against the plan, and content hashes against a fault-free run.
 #include <algorithm>
 #include <functional>
+#include <latch>
 #include <map>
 #include <set>
 #include <thread>
@@ -98,9 +99,15 @@ TEST(ClusterTest, FirstComeDealsEveryBatchOnceToConsumersOfDifferentSpeeds) {
   std::vector<std::vector<int64_t>> ids(2);
   std::vector<size_t> batches(2);
   std::vector<std::thread> threads;
+  // Both start together, each prefetching one batch: the slow one holds at most two at a time,
+  // so the fast one takes more. (With the default window, the slow one's prefetch could take
+  // the whole epoch before the other had started: first_come allows it.)
+  std::latch started(2);
   for (uint32_t r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
-      auto consumer = Must(cluster->Connect("train", r, 2));
+      auto consumer = Must(cluster->Connect("train", r, 2, {.prefetch_batches = 1}));
+      started.arrive_and_wait();
+      if (!consumer) return;
       CROUPIER_ASSERT_OK(consumer->StartEpoch(0));
       while (true) {
         auto batch = Must(consumer->Next());

@@ -25,6 +25,44 @@ class BatchRef : public ::tensorflow::core::RefCounted {
   CroupierBatch* batch_;
 };
 
+// The TensorFlow dtype of a column's CROUPIER_DTYPE_* code; DT_INVALID for a code it does not
+// know. Each has the same element size and bytes: TensorFlow's bool is one byte, 0 or 1, and its
+// bfloat16 the upper 16 bits of a float32.
+inline ::tensorflow::DataType TfDataType(int dtype) {
+  switch (dtype) {
+    case CROUPIER_DTYPE_BYTES:
+      return ::tensorflow::DT_STRING;
+    case CROUPIER_DTYPE_FLOAT32:
+      return ::tensorflow::DT_FLOAT;
+    case CROUPIER_DTYPE_INT64:
+      return ::tensorflow::DT_INT64;
+    case CROUPIER_DTYPE_BOOL:
+      return ::tensorflow::DT_BOOL;
+    case CROUPIER_DTYPE_INT8:
+      return ::tensorflow::DT_INT8;
+    case CROUPIER_DTYPE_INT16:
+      return ::tensorflow::DT_INT16;
+    case CROUPIER_DTYPE_INT32:
+      return ::tensorflow::DT_INT32;
+    case CROUPIER_DTYPE_UINT8:
+      return ::tensorflow::DT_UINT8;
+    case CROUPIER_DTYPE_UINT16:
+      return ::tensorflow::DT_UINT16;
+    case CROUPIER_DTYPE_UINT32:
+      return ::tensorflow::DT_UINT32;
+    case CROUPIER_DTYPE_UINT64:
+      return ::tensorflow::DT_UINT64;
+    case CROUPIER_DTYPE_FLOAT16:
+      return ::tensorflow::DT_HALF;
+    case CROUPIER_DTYPE_BFLOAT16:
+      return ::tensorflow::DT_BFLOAT16;
+    case CROUPIER_DTYPE_FLOAT64:
+      return ::tensorflow::DT_DOUBLE;
+    default:
+      return ::tensorflow::DT_INVALID;
+  }
+}
+
 // A tensor's memory inside a batch buffer (64-byte aligned, as TensorFlow wants). Thread-safe:
 // immutable.
 class ColumnBuffer : public ::tensorflow::TensorBuffer {

@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "croupier/batch.h"
 #include "croupier/consumer.h"
+#include "croupier/dtype.h"
 
 struct CroupierConsumer {
   std::unique_ptr<croupier::Consumer> consumer;
@@ -26,6 +27,23 @@ struct CroupierBatch {
 
 namespace croupier {
 namespace {
+
+// The C codes are DType's values: BatchColumn hands the dtype over as it is.
+static_assert(CROUPIER_DTYPE_BYTES == static_cast<int>(DType::kBytes));
+static_assert(CROUPIER_DTYPE_FLOAT32 == static_cast<int>(DType::kFloat32));
+static_assert(CROUPIER_DTYPE_INT64 == static_cast<int>(DType::kInt64));
+static_assert(CROUPIER_DTYPE_BOOL == static_cast<int>(DType::kBool));
+static_assert(CROUPIER_DTYPE_INT8 == static_cast<int>(DType::kInt8));
+static_assert(CROUPIER_DTYPE_INT16 == static_cast<int>(DType::kInt16));
+static_assert(CROUPIER_DTYPE_INT32 == static_cast<int>(DType::kInt32));
+static_assert(CROUPIER_DTYPE_UINT8 == static_cast<int>(DType::kUInt8));
+static_assert(CROUPIER_DTYPE_UINT16 == static_cast<int>(DType::kUInt16));
+static_assert(CROUPIER_DTYPE_UINT32 == static_cast<int>(DType::kUInt32));
+static_assert(CROUPIER_DTYPE_UINT64 == static_cast<int>(DType::kUInt64));
+static_assert(CROUPIER_DTYPE_FLOAT16 == static_cast<int>(DType::kFloat16));
+static_assert(CROUPIER_DTYPE_BFLOAT16 == static_cast<int>(DType::kBFloat16));
+static_assert(CROUPIER_DTYPE_FLOAT64 == static_cast<int>(DType::kFloat64));
+static_assert(CROUPIER_DTYPE_FLOAT64 == kLastDTypeCode);
 
 int Fail(const absl::Status& status, char* error, size_t error_size) {
   if (error != nullptr && error_size > 0) {

@@ -20,7 +20,24 @@
 extern "C" {
 #endif
 
-#define CROUPIER_CONSUMER_API_VERSION 1
+/* 2: CroupierColumn.dtype may be any CROUPIER_DTYPE_* (version 1 had bytes, float32, int64). */
+#define CROUPIER_CONSUMER_API_VERSION 2
+
+/* The dtype codes of a column: croupier::DType (include/croupier/dtype.h), the batch layout's. */
+#define CROUPIER_DTYPE_BYTES 0
+#define CROUPIER_DTYPE_FLOAT32 1
+#define CROUPIER_DTYPE_INT64 2
+#define CROUPIER_DTYPE_BOOL 3 /* one byte, 0 or 1 */
+#define CROUPIER_DTYPE_INT8 4
+#define CROUPIER_DTYPE_INT16 5
+#define CROUPIER_DTYPE_INT32 6
+#define CROUPIER_DTYPE_UINT8 7
+#define CROUPIER_DTYPE_UINT16 8
+#define CROUPIER_DTYPE_UINT32 9
+#define CROUPIER_DTYPE_UINT64 10
+#define CROUPIER_DTYPE_FLOAT16 11
+#define CROUPIER_DTYPE_BFLOAT16 12 /* the upper 16 bits of a float32 */
+#define CROUPIER_DTYPE_FLOAT64 13
 
 typedef struct CroupierConsumer CroupierConsumer; /* one rank of a job, connected */
 typedef struct CroupierBatch CroupierBatch;       /* one received batch; released by the caller */
@@ -50,12 +67,13 @@ typedef struct {
 typedef struct {
   const char* name; /* not NUL-terminated */
   size_t name_size;
-  int dtype;           /* 0 bytes, 1 float32, 2 int64 */
+  int dtype;           /* a CROUPIER_DTYPE_* code */
   int variable_length; /* nonzero: values + row_splits */
   uint32_t rank;       /* dims of the per-record shape (fixed-shape columns) */
   const int64_t* dims;
   uint64_t num_values; /* numbers, or byte strings */
-  const void* values;  /* numbers [num_records, *dims] or flat; bytes: the strings concatenated */
+  const void* values; /* numbers [num_records, *dims] or flat, 64-byte aligned; bytes: the strings
+                         concatenated */
   uint64_t values_size;
   const uint64_t* offsets;    /* bytes: num_values + 1 entries, else NULL */
   const uint64_t* row_splits; /* variable length: num_records + 1 entries, else NULL */

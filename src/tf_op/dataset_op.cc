@@ -291,9 +291,10 @@ class CroupierDatasetOp::Dataset : public data::DatasetBase {
         };
         if (c == nullptr) return fail("is not in the batch");
         const DataType want = d.types_[output];
-        const DataType have = c->dtype == 1   ? ::tensorflow::DT_FLOAT
-                              : c->dtype == 2 ? ::tensorflow::DT_INT64
-                                              : ::tensorflow::DT_STRING;
+        const DataType have = TfDataType(c->dtype);
+        if (have == ::tensorflow::DT_INVALID) {
+          return fail(absl::StrCat("has dtype code ", c->dtype, ", which this op does not know"));
+        }
         if (want != have) {
           return fail(absl::StrCat("is ", ::tensorflow::DataTypeString(have),
                                                     ", the dataset declares ",
