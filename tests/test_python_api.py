@@ -138,7 +138,7 @@ def test_one_process_can_hold_several_ranks(cluster, dataset):
 @pytest.mark.timeout(60)
 def test_errors_are_exceptions_of_their_code(cluster, dataset):
     with pytest.raises(errors.NotFoundError, match="nope"):
-        cluster.consumer("nope", 0, 1, timeout=5)
+        cluster.consumer("nope", 0, 1, timeout=1)
     with pytest.raises(errors.InvalidArgumentError, match="no file matches"):
         cluster.create_job("bad", "/nonexistent/*.tfrecord", FEATURES, 8)
     with pytest.raises(errors.InvalidArgumentError, match="batch_size"):

@@ -117,7 +117,7 @@ def test_wrong_arguments_and_a_lost_dispatcher_raise_tf_errors_with_croupiers_me
         with pytest.raises(tf.errors.InvalidArgumentError, match="rank 3 is not in"):
             ctf.dataset(cluster.address, "mixed", 3, 2, timeout=10)
         with pytest.raises(tf.errors.NotFoundError, match="nosuchjob"):
-            ctf.dataset(cluster.address, "nosuchjob", 0, 1, timeout=10)
+            ctf.dataset(cluster.address, "nosuchjob", 0, 1, timeout=1)
         ds = ctf.dataset(cluster.address, "mixed", 0, 1, epoch=0, timeout=3, prefetch=1)
         old = iter(ds)
         assert next(old)["id"].numpy().tolist() == [0, 1]

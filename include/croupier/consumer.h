@@ -80,7 +80,8 @@ struct ConsumerPosition {
 class Consumer {
  public:
   // Registers rank `rank` with the dispatcher. Errors: DEADLINE_EXCEEDED naming the address when
-  // the dispatcher cannot be reached within `timeout`; NOT_FOUND for an unknown job;
+  // the dispatcher cannot be reached within `timeout`; NOT_FOUND for a job that does not exist
+  // within `timeout` (a trainer may start before its job is created: it waits, logging once);
   // INVALID_ARGUMENT for a world size that differs from the job's; ALREADY_EXISTS when another
   // live consumer holds the rank until `timeout` (one silent for 3 heartbeats is taken over, so a
   // restarted trainer waits a few seconds for its dead predecessor's rank); UNAUTHENTICATED;

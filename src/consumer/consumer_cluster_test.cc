@@ -55,7 +55,11 @@ TEST(ConsumerTest, ARewindToACheckpointGetsTheSameBatchesAgain) {
 TEST(ConsumerTest, ConnectingNamesWhatIsWrong) {
   auto cluster = ClusterWithDataset({.producers = 1});
   CROUPIER_ASSERT_OK(cluster->CreateJob(DatasetSpec(cluster->dir(), 2)).status());
-  EXPECT_TRUE(absl::IsNotFound(cluster->Connect("nope", 0, 2).status()));
+  const absl::Time start = absl::Now();
+  const auto unknown = cluster->Connect("nope", 0, 2, {.timeout = absl::Seconds(1)});
+  EXPECT_TRUE(absl::IsNotFound(unknown.status()));
+  EXPECT_THAT(unknown.status().message(), HasSubstr("'nope'"));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(700)) << "it waits for the job to exist";
   auto wrong_world = cluster->Connect("train", 0, 3);
   EXPECT_TRUE(absl::IsInvalidArgument(wrong_world.status())) << wrong_world.status();
   EXPECT_TRUE(absl::IsInvalidArgument(cluster->Connect("train", 2, 2).status()));

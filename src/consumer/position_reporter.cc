@@ -18,13 +18,26 @@ absl::StatusOr<Registration> RegisterConsumer(ControlPlane& control, const std::
   request.set_resume(resume);
   const absl::Time deadline = absl::Now() + timeout;
   absl::StatusOr<v1::ConsumerHeartbeatResponse> registered;
+  bool said_waiting = false;
   while (true) {
     registered = control.ConsumerHeartbeat(request);
-    if (!absl::IsAlreadyExists(registered.status()) ||
-        absl::Now() + absl::Milliseconds(250) >= deadline) {
-      break;
+    // ALREADY_EXISTS: a live consumer holds the rank (it is taken over once silent). NOT_FOUND:
+    // the job does not exist yet (launchers start trainers and producers together, and
+    // croupier.serve/produce create their job when they start): wait for it, saying so once.
+    const bool wait = absl::IsAlreadyExists(registered.status()) ||
+                      absl::IsNotFound(registered.status());
+    if (!wait || absl::Now() + absl::Milliseconds(250) >= deadline) break;
+    if (absl::IsNotFound(registered.status()) && !said_waiting) {
+      said_waiting = true;
+      Log(LogLevel::kInfo, "consumer",
+          absl::StrCat("job '", job, "' does not exist yet at ", control.address(),
+                       "; rank ", rank, " waits for it up to ", absl::FormatDuration(timeout)));
     }
     absl::SleepFor(absl::Milliseconds(250));
+  }
+  if (absl::IsNotFound(registered.status())) {
+    return absl::NotFoundError(absl::StrCat(registered.status().message(), "; waited ",
+                                            absl::FormatDuration(timeout), " for it"));
   }
   ASSIGN_OR_RETURN(v1::ConsumerHeartbeatResponse response, std::move(registered));
   Registration out;
