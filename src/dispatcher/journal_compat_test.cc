@@ -128,7 +128,7 @@ struct Settings {
 
 Settings SplitSettings(const std::string& dump) {
   static const std::regex kSetting(
-      R"( (shuffle|remainder|mode|source|compression): ("([a-z_0-9]*)"|([A-Z_0-9]+)))");
+      R"re( (shuffle|remainder|mode|source|compression): ("([a-z_0-9]*)"|([A-Z_0-9]+)))re");
   const google::protobuf::Descriptor* spec = v1::JobSpec::descriptor();
   Settings out;
   std::istringstream lines(dump);
@@ -183,10 +183,9 @@ TEST(JournalCompatTest, OpeningAVersion2JournalRewritesItInTheCurrentVersion) {
   ASSERT_TRUE(opened.ok()) << opened.status();
   EXPECT_EQ(opened->replay.version, 2u);
   EXPECT_EQ(opened->replay.valid_bytes, std::filesystem::file_size(path));
-  journal::Update idle;
-  idle.mutable_job_idle()->set_job("train");
-  ASSERT_TRUE(state.Apply(idle).ok());
-  ASSERT_TRUE(opened->writer->Append(idle).ok());
+  const journal::Update more = ProducerRegistered(3, "10.0.0.3:7000");
+  ASSERT_TRUE(state.Apply(more).ok());
+  ASSERT_TRUE(opened->writer->Append(more).ok());
   opened->writer.reset();
 
   DispatcherState again;

@@ -88,7 +88,7 @@ std::string ToUserJson(const google::protobuf::Message& message,
 
 absl::Status FromUserJson(absl::string_view json, google::protobuf::Message* message) {
   Value value;
-  if (auto s = google::protobuf::util::JsonStringToMessage(json, &value); !s.ok()) {
+  if (auto s = google::protobuf::util::JsonStringToMessage(std::string(json), &value); !s.ok()) {
     return absl::InvalidArgumentError(std::string(s.message()));
   }
   RETURN_IF_ERROR(Rename(message->GetDescriptor(), value, Direction::kFromText));

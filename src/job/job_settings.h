@@ -52,11 +52,11 @@ void SetTypedSettings(const TypedSettings& settings, v1::JobSpec& spec);
 // The settings as text, as the command line and the Python API give them; "" leaves a setting
 // UNSPECIFIED (its default).
 struct SettingsText {
-  std::string source;
-  std::string mode;
-  std::string shuffle;
-  std::string remainder;
-  std::string compression;
+  std::string source{};
+  std::string mode{};
+  std::string shuffle{};
+  std::string remainder{};
+  std::string compression{};
 };
 // Sets the five enum fields of `spec` from `text`. INVALID_ARGUMENT for a name that is not the
 // setting's, listing the accepted ones ("unknown shuffle mode 'x'; expected one of none, ...").
