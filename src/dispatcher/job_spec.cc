@@ -64,6 +64,10 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec) {
   TypedSettings settings = *typed;
   const bool python = settings.source == SourceKind::kPython;
   const bool map = settings.source == SourceKind::kMap;
+  // Jobs made by Python producers registered for them read no files.
+  if ((python || map) && !spec.files().empty()) {
+    return invalid(absl::StrCat("a ", SourceKindName(settings.source), " job reads no files"));
+  }
   if (python) {
     // Batches come from a Python iterable in its own order (croupier.serve): no plan shuffle,
     // and only whole rounds of num_consumers batches are dealt.
@@ -95,10 +99,6 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec) {
     return invalid(absl::StrCat("num_records is for map jobs only; a ",
                                 SourceKindName(settings.source), " job counts its records ",
                                 python ? "from source_batches_per_epoch" : "in its files"));
-  }
-  // Jobs made by Python producers registered for them read no files.
-  if ((python || map) && !spec.files().empty()) {
-    return invalid(absl::StrCat("a ", SourceKindName(settings.source), " job reads no files"));
   }
   if (!python && !map && spec.files().empty()) return invalid("no files given");
   if ((python || map) && settings.compression != Codec::kNone) {
