@@ -9,6 +9,7 @@
 #include "croupier/tfrecord.h"
 #include "src/common/env.h"
 #include "src/common/status_macros.h"
+#include "src/job/job_settings.h"
 #include "src/producer/record_cache.h"
 
 namespace croupier {
@@ -43,16 +44,12 @@ absl::StatusOr<PlanSpec> PlanSpecOfJob(const v1::JobInfo& job) {
   spec.seed = js.seed();
   spec.batch_size = js.batch_size();
   spec.num_consumers = js.num_consumers() == 0 ? 1 : js.num_consumers();
-  if (!js.shuffle().empty()) {
-    auto shuffle = ParseShuffleMode(js.shuffle());
-    if (!shuffle.ok()) return Prefixed(shuffle.status(), prefix);
-    spec.shuffle = *shuffle;
-  }
-  if (!js.remainder().empty()) {
-    auto remainder = ParseRemainder(js.remainder());
-    if (!remainder.ok()) return Prefixed(remainder.status(), prefix);
-    spec.remainder = *remainder;
-  }
+  auto shuffle = FromProto(js.shuffle());
+  if (!shuffle.ok()) return Prefixed(shuffle.status(), prefix);
+  spec.shuffle = *shuffle;
+  auto remainder = FromProto(js.remainder());
+  if (!remainder.ok()) return Prefixed(remainder.status(), prefix);
+  spec.remainder = *remainder;
   if (js.block_size() != 0) spec.block_size = js.block_size();
   if (js.window_blocks() != 0) spec.window_blocks = js.window_blocks();
   absl::Status valid = ValidatePlanSpec(spec);
@@ -70,7 +67,7 @@ absl::StatusOr<std::unique_ptr<BatchMaker>> BatchMaker::Create(const v1::JobInfo
   auto features = ParseFeatureSpecs(job.spec().features());
   if (!features.ok()) return Prefixed(features.status(), prefix);
   if (absl::Status s = CheckExampleFeatureSpecs(*features); !s.ok()) return Prefixed(s, prefix);
-  auto compression = ParseCodec(job.spec().compression());
+  auto compression = FromProto(job.spec().compression());
   if (!compression.ok()) return Prefixed(compression.status(), prefix);
 
   std::vector<std::string> paths;
