@@ -14,6 +14,7 @@
 #include "croupier/example.h"
 #include "croupier/tfrecord.h"
 #include "proto/croupier.pb.h"
+#include "src/job/job_settings.h"
 #include "src/producer/tfrecord_maker.h"
 #include "src/producer/record_cache.h"
 #include "src/producer/task_runner.h"
@@ -60,7 +61,7 @@ v1::JobInfo Job(const std::vector<std::string>& paths, const std::string& shuffl
   job.mutable_spec()->set_batch_size(kBatchSize);
   job.mutable_spec()->set_num_consumers(1);
   job.mutable_spec()->set_seed(3);
-  job.mutable_spec()->set_shuffle(shuffle);
+  (void)SetSettingsFromText({.shuffle = shuffle}, *job.mutable_spec());
   for (const auto& p : paths) {
     auto* f = job.add_files();
     f->set_path(p);

@@ -38,7 +38,7 @@ def slow_grpc_reader(address, streams):
     headers = b"".join(hpack_literal(n, v) for n, v in (
         (":method", "POST"), (":scheme", "http"),
         (":path", "/croupier.v1.Dispatcher/GetStatus"), (":authority", address),
-        ("content-type", "application/grpc"), ("te", "trailers"), ("croupier-protocol", "1"),
+        ("content-type", "application/grpc"), ("te", "trailers"), ("croupier-protocol", "2"),
         ("authorization", f"Bearer {TOKEN}")))
     for i in range(streams):
         stream = 2 * i + 1

@@ -5,6 +5,8 @@
 #include "absl/strings/str_split.h"
 #include "google/protobuf/util/json_util.h"
 #include "src/common/status_macros.h"
+#include "src/job/job_json.h"
+#include "src/job/job_settings.h"
 #include "src/rpc/dispatcher_client.h"
 #include "src/rpc/grpc_util.h"
 #include "tools/cli_args.h"
@@ -31,26 +33,25 @@ Common options: --auth-token TOKEN (or CROUPIER_AUTH_TOKEN), --timeout-ms MS (de
 
 void PrintJob(const v1::JobInfo& job, bool json) {
   if (json) {
-    std::string out;
     google::protobuf::util::JsonPrintOptions options;
     options.always_print_primitive_fields = true;
-    (void)google::protobuf::util::MessageToJsonString(job, &out, options);
-    std::printf("%s\n", out.c_str());
+    std::printf("%s\n", ToUserJson(job, options).c_str());
     return;
   }
   const v1::JobSpec& s = job.spec();
+  const SettingsText text = SettingsTextOf(s);
   std::printf(
       "job '%s': %llu records in %d files; batches of %u for %u consumers (%s, shuffle %s, "
       "remainder %s, seed %llu, %s)\n  %llu steps per epoch per consumer, %llu global batches per "
       "epoch, features %s\n",
       s.name().c_str(), static_cast<unsigned long long>(job.num_records()), job.files_size(),
-      s.batch_size(), s.num_consumers(), s.mode().c_str(), s.shuffle().c_str(),
-      s.remainder().c_str(), static_cast<unsigned long long>(s.seed()),
+      s.batch_size(), s.num_consumers(), text.mode.c_str(), text.shuffle.c_str(),
+      text.remainder.c_str(), static_cast<unsigned long long>(s.seed()),
       s.num_epochs() ? absl::StrCat(s.num_epochs(), " epochs").c_str() : "unbounded epochs",
       static_cast<unsigned long long>(job.steps_per_epoch()),
       static_cast<unsigned long long>(job.batches_per_epoch()), s.features().c_str());
-  if (!s.compression().empty() && s.compression() != "none") {
-    std::printf("  batches compressed with %s on TCP\n", s.compression().c_str());
+  if (!text.compression.empty() && text.compression != "none") {
+    std::printf("  batches compressed with %s on TCP\n", text.compression.c_str());
   }
 }
 
@@ -112,10 +113,16 @@ absl::Status JobCommand(const std::vector<std::string>& argv) {
   spec.set_window_blocks(static_cast<uint32_t>(window));
   spec.set_seed(seed);
   spec.set_num_epochs(epochs);
-  spec.set_shuffle(args.Get("shuffle"));
-  spec.set_remainder(args.Get("remainder"));
-  spec.set_mode(args.Get("mode"));
-  spec.set_compression(args.Get("compression"));
+  // The settings' text is parsed here, at the edge; the dispatcher receives the enums.
+  absl::Status settings = SetSettingsFromText({.mode = args.Get("mode"),
+                                               .shuffle = args.Get("shuffle"),
+                                               .remainder = args.Get("remainder"),
+                                               .compression = args.Get("compression")},
+                                              spec);
+  if (!settings.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job '", spec.name(), "': ", settings.message()));
+  }
   request.set_exist_ok(args.Has("exist-ok"));
   ASSIGN_OR_RETURN(auto response, client->CreateJob(request));
   PrintJob(response.job(), args.Has("json"));

@@ -13,6 +13,8 @@
 #include "absl/time/clock.h"
 #include "google/protobuf/util/json_util.h"
 #include "src/common/status_macros.h"
+#include "src/job/job_json.h"
+#include "src/job/job_settings.h"
 #include "src/rpc/dispatcher_client.h"
 #include "src/rpc/grpc_util.h"
 #include "tools/cli_args.h"
@@ -51,7 +53,7 @@ void Print(const std::string& address, const v1::StatusResponse& status) {
     std::printf("job '%s': %llu records, %u consumers, %llu steps per epoch, %s\n",
                 job.spec().name().c_str(), static_cast<unsigned long long>(job.num_records()),
                 job.spec().num_consumers(), static_cast<unsigned long long>(job.steps_per_epoch()),
-                job.spec().mode().c_str());
+                SettingsTextOf(job.spec()).mode.c_str());
     for (const v1::ConsumerStatus& c : status.consumers()) {
       if (c.job() != job.spec().name()) continue;
       // The rates are the dispatcher's, measured between the consumer's heartbeats.
@@ -115,11 +117,9 @@ absl::Status StatusCommand(const std::vector<std::string>& argv) {
   if (!args.Has("watch")) {
     ASSIGN_OR_RETURN(v1::StatusResponse status, client->GetStatus(v1::StatusRequest()));
     if (args.Has("json")) {
-      std::string out;
       google::protobuf::util::JsonPrintOptions options;
       options.always_print_primitive_fields = true;
-      (void)google::protobuf::util::MessageToJsonString(status, &out, options);
-      std::printf("%s\n", out.c_str());
+      std::printf("%s\n", ToUserJson(status, options).c_str());
     } else {
       Print(address, status);
     }

@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "croupier/batch.h"
+#include "croupier/deal_mode.h"
 
 namespace croupier {
 
@@ -61,7 +62,7 @@ struct ConsumerOptions {
 struct JobSummary {
   std::string name;
   std::string features;        // the feature spec text
-  std::string mode;            // "dealt" or "first_come"
+  DealMode mode = DealMode::kDealt;
   uint32_t num_consumers = 0;
   uint32_t batch_size = 0;
   uint64_t num_records = 0;

@@ -58,15 +58,18 @@ def _token(auth_token):
 def create_job(dispatcher, name, files, features, batch_size, *, consumers=1, seed=0, epochs=0,
                shuffle="global", remainder="drop", mode="dealt", block_size=0, window_blocks=0,
                source="tfrecord", batches_per_epoch=0, source_count=0, num_records=0,
-               resume_from=None,
-               compression="none", exist_ok=False, auth_token=None, timeout=60.0):
+               resume_from=None, compression="none", exist_ok=False, auth_token=None,
+               timeout=60.0):
     """Creates a job on the dispatcher and returns it as the dispatcher holds it (a dict: spec,
     files, num_records, batches_per_epoch, steps_per_epoch, ...). `files` is a glob, a path, or a
     list of them. A bad spec raises InvalidArgumentError naming the problem. With exist_ok, an
     identical existing job is returned instead of AlreadyExistsError. source="python" makes a job
-    that croupier.serve() feeds (no files; batches_per_epoch is what the source yields);
-    source="map" a job of `num_records` records read by index from a Python source, planned like
-    a TFRecord job, that croupier.produce() makes (no files).
+    that croupier.serve() feeds (no files; batches_per_epoch is what the source yields).
+    source="map" makes a job of an addressable Python source read by index, that
+    croupier.produce() makes (no files; num_records is how many records it holds; shuffle,
+    remainder and resume_from as for files). The settings are text here ("global",
+    "first_come", "zstd"); the module turns them into the wire's enums, and the returned dict
+    names them the same way.
     compression="zstd" or "lz4" makes producers compress the batches they send over TCP (the
     consumers receive the same bytes; docs/operations.md says when it pays).
 
@@ -92,12 +95,8 @@ def create_job(dispatcher, name, files, features, batch_size, *, consumers=1, se
             "mode": mode, "block_size": int(block_size), "window_blocks": int(window_blocks),
             "source": source, "source_batches_per_epoch": str(int(batches_per_epoch)),
             "source_count": int(source_count), "start_epoch": str(start_epoch),
-            "start_batch": str(start_batch)}
-    if num_records:
-        spec["num_records"] = str(int(num_records))
-    # Only when set: a module built before JobSpec.compression existed still takes the default.
-    if compression not in (None, "", "none"):
-        spec["compression"] = compression
+            "start_batch": str(start_batch), "num_records": str(int(num_records)),
+            "compression": compression or ""}
     text = _croupier.create_job(dispatcher, json.dumps(spec), bool(exist_ok),
                                 _token(auth_token), float(timeout))
     return json.loads(text)

@@ -15,6 +15,7 @@
 #include "python/src/bindings.h"
 #include "python/src/status.h"
 #include "src/job/job.h"
+#include "src/job/job_json.h"
 #include "src/node/producer_node.h"
 #include "src/rpc/dispatcher_client.h"
 #include "src/rpc/grpc_util.h"
@@ -63,7 +64,7 @@ class PyConsumer {
     pyb::dict d;
     d["name"] = j.name;
     d["features"] = j.features;
-    d["mode"] = j.mode;
+    d["mode"] = std::string(DealModeName(j.mode));
     d["num_consumers"] = j.num_consumers;
     d["batch_size"] = j.batch_size;
     d["num_records"] = j.num_records;
@@ -145,13 +146,13 @@ class PySourceProducer {
   std::unique_ptr<ProducerNode> node_;
 };
 
+// The JSON the Python API reads and writes has the job settings by their text names ("global",
+// "first_come"), the keyword arguments' values (src/job/job_json.h).
 std::string ToJson(const google::protobuf::Message& message) {
-  std::string out;
   google::protobuf::util::JsonPrintOptions options;
   options.always_print_primitive_fields = true;
   options.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
-  return out;
+  return ToUserJson(message, options);
 }
 
 std::unique_ptr<rpc::DispatcherClient> Client(const std::string& address,
@@ -237,7 +238,7 @@ void BindService(pyb::module_& m) {
   pyb::class_<JobConfig>(m, "JobSources")
       .def(pyb::init([](const std::string& info_json) {
              v1::JobInfo info;
-             auto parsed = google::protobuf::util::JsonStringToMessage(info_json, &info);
+             absl::Status parsed = FromUserJson(info_json, &info);
              if (!parsed.ok()) {
                ThrowIfError(absl::InvalidArgumentError("job info: " + std::string(parsed.message())));
              }
@@ -257,9 +258,7 @@ void BindService(pyb::module_& m) {
       [](const std::string& dispatcher, const std::string& spec_json, bool exist_ok,
          const std::string& auth_token, double timeout) {
         v1::CreateJobRequest request;
-        google::protobuf::util::JsonParseOptions parse;
-        auto parsed = google::protobuf::util::JsonStringToMessage(
-            spec_json, request.mutable_spec(), parse);
+        absl::Status parsed = FromUserJson(spec_json, request.mutable_spec());
         if (!parsed.ok()) {
           ThrowIfError(absl::InvalidArgumentError("job spec: " + std::string(parsed.message())));
         }

@@ -23,7 +23,7 @@ JobSummary Summarize(const JobConfig& job) {
   JobSummary s;
   s.name = job.name;
   s.features = job.features;
-  s.mode = std::string(DealModeName(job.mode));
+  s.mode = job.mode;
   s.num_consumers = job.num_consumers();
   s.batch_size = job.plan.batch_size;
   s.num_records = job.plan.num_records;

@@ -41,9 +41,9 @@ TEST_F(DispatcherCreateJobTest, CountsWithDrop) {
   EXPECT_EQ(info->files(1).num_records(), 0u);
   EXPECT_EQ(info->files(2).num_records(), 13u);
   // Defaults filled in.
-  EXPECT_EQ(info->spec().shuffle(), "global");
-  EXPECT_EQ(info->spec().remainder(), "drop");
-  EXPECT_EQ(info->spec().mode(), "dealt");
+  EXPECT_EQ(info->spec().shuffle(), v1::SHUFFLE_GLOBAL);
+  EXPECT_EQ(info->spec().remainder(), v1::REMAINDER_DROP);
+  EXPECT_EQ(info->spec().mode(), v1::DEAL_MODE_DEALT);
   EXPECT_EQ(info->spec().block_size(), 1024u);
   EXPECT_EQ(info->spec().window_blocks(), 16u);
   EXPECT_EQ(info->spec().features(), testing::kTestFeatures);
@@ -61,7 +61,7 @@ TEST_F(DispatcherCreateJobTest, CountsWithDrop) {
 TEST_F(DispatcherCreateJobTest, CountsWithPad) {
   WriteData({23});
   v1::JobSpec spec = Spec("train", 2, 3);
-  spec.set_remainder("pad");
+  spec.set_remainder(v1::REMAINDER_PAD);
   DispatcherOptions options;
   options.rounds_per_task = 2;
   Recreate(options);
@@ -195,7 +195,7 @@ TEST_F(DispatcherCreateJobTest, TooFewRecords) {
   ExpectRefused(Spec("train", 2, 3), absl::StatusCode::kInvalidArgument,
                 "num_records is 5, fewer than batch_size*num_consumers = 2*3 = 6");
   v1::JobSpec pad = Spec("train", 2, 3);
-  pad.set_remainder("pad");
+  pad.set_remainder(v1::REMAINDER_PAD);
   absl::StatusOr<v1::JobInfo> info = Create(pad);
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->batches_per_epoch(), 3u);
@@ -212,12 +212,12 @@ TEST_F(DispatcherCreateJobTest, SpecRefusalsNameTheJob) {
   v1::JobSpec spec = Spec("train", 2, 0);
   ExpectRefused(spec, absl::StatusCode::kInvalidArgument, "num_consumers is 0");
   spec = Spec("train", 2, 1);
-  spec.set_mode("round_robin");
-  ExpectRefused(spec, absl::StatusCode::kInvalidArgument, "unknown mode 'round_robin'");
+  spec.set_mode(static_cast<v1::DealMode>(5));
+  ExpectRefused(spec, absl::StatusCode::kInvalidArgument, "mode 5 is not a value");
   spec = Spec("train", 0, 1);
   ExpectRefused(spec, absl::StatusCode::kInvalidArgument, "batch_size is 0");
   spec = Spec("train", 2, 1);
-  spec.set_shuffle("blocks");
+  spec.set_shuffle(v1::SHUFFLE_BLOCKS);
   spec.set_window_blocks(0);  // a default, not an error
   EXPECT_TRUE(Create(spec).ok());
   auto bad_name = Create(Spec("no good", 2, 1));
@@ -237,8 +237,8 @@ TEST_F(DispatcherCreateJobTest, ExistingName) {
 
   // exist_ok with an identical spec, defaults spelled out or not, gives the existing job.
   v1::JobSpec explicit_defaults = Spec("train", 2, 2);
-  explicit_defaults.set_shuffle("global");
-  explicit_defaults.set_mode("dealt");
+  explicit_defaults.set_shuffle(v1::SHUFFLE_GLOBAL);
+  explicit_defaults.set_mode(v1::DEAL_MODE_DEALT);
   explicit_defaults.set_block_size(1024);
   auto same = Create(explicit_defaults, /*exist_ok=*/true);
   ASSERT_TRUE(same.ok()) << same.status();

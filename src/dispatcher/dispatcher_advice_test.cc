@@ -81,7 +81,7 @@ TEST_F(DispatcherAdviceTest, APythonJobsSourcesAndConsumersDoNotCount) {
   ASSERT_TRUE(Create([] {
                 v1::JobSpec spec;
                 spec.set_name("py");
-                spec.set_source("python");
+                spec.set_source(v1::SOURCE_KIND_PYTHON);
                 spec.set_features("x:int64");
                 spec.set_batch_size(1);
                 spec.set_num_consumers(1);

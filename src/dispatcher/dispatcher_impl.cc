@@ -14,6 +14,7 @@
 #include "src/dispatcher/job_builder.h"
 #include "src/dispatcher/job_spec.h"
 #include "src/dispatcher/locate.h"
+#include "src/job/job_settings.h"
 
 namespace croupier {
 
@@ -150,7 +151,7 @@ absl::StatusOr<v1::CreateJobResponse> DispatcherImpl::CreateJob(
       absl::StrCat("created job '", name, "': ", info->num_records(), " records in ",
                    info->files_size(), " files, ", info->batches_per_epoch(),
                    " batches per epoch of ", spec.batch_size(), ", dealt to ", spec.num_consumers(),
-                   " consumers (", spec.mode(), ")"));
+                   " consumers (", SettingsTextOf(info->spec()).mode, ")"));
   v1::CreateJobResponse response;
   *response.mutable_job() = *std::move(info);
   return response;

@@ -81,9 +81,9 @@ absl::StatusOr<uint64_t> DispatcherImpl::RegisterProducerLocked(const std::strin
     if (job == nullptr) {
       return absl::NotFoundError(absl::StrCat("no job '", source_job, "' to be the source of"));
     }
-    if (!job->config.python()) {
+    if (!job->config.made_by_sources()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "job '", source_job, "' reads TFRecord files; only a Python job takes a source"));
+          "job '", source_job, "' reads TFRecord files; only a python or map job takes a source"));
     }
     const uint32_t sources = std::max<uint32_t>(1, job->info.spec().source_count());
     if (source_index >= sources) {
@@ -248,12 +248,12 @@ void DispatcherImpl::Tick() {
 }
 
 void DispatcherImpl::UpdateAdviceLocked(absl::Time now) {
-  // Python jobs have their own sources, fixed by the job: only TFRecord jobs' demand, and the
-  // producers that serve them, count.
+  // Python and map jobs have their own producers, fixed by the job: only TFRecord jobs' demand,
+  // and the producers that serve them, count.
   std::vector<ProducerAdvisor::ConsumerLoad> consumers;
   for (const auto& [id, consumer] : state_.consumers()) {
     const DispatcherState::Job* job = state_.FindJob(consumer.job);
-    if (job == nullptr || job->config.python()) continue;
+    if (job == nullptr || job->config.made_by_sources()) continue;
     auto it = consumer_info_.find(id);
     if (it == consumer_info_.end() || !it->second.rates.measured()) continue;
     consumers.push_back({.batches_per_second = it->second.rates.batches_per_second(),

@@ -107,9 +107,9 @@ absl::Status DispatcherState::ApplyProducerRegistered(const journal::ProducerReg
   }
   if (!u.source_job().empty()) {
     const Job* job = FindJob(u.source_job());
-    if (job == nullptr || !job->config.python()) {
+    if (job == nullptr || !job->config.made_by_sources()) {
       return DoesNotFit(absl::StrCat("producer ", u.producer_id(), " is the source of '",
-                                     u.source_job(), "', which is not a Python job"));
+                                     u.source_job(), "', which is not a python or map job"));
     }
     if (u.source_index() >= std::max<uint32_t>(1, job->info.spec().source_count())) {
       return DoesNotFit(absl::StrCat("job '", u.source_job(), "' has no source ",

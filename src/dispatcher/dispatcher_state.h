@@ -34,8 +34,10 @@ namespace croupier {
 
 // The version of the journal's update semantics (proto/journal.proto). 2: TaskRemade; a
 // TasksReopened no longer marks the tasks producers hold (version 1 made them orphans when they
-// finished), so a journal of version 1 would not replay the same.
-inline constexpr int kJournalVersion = 2;
+// finished), so a journal of version 1 would not replay the same. 3: a job's settings are
+// JobSpec's enums, not text; a journal of version 2 is upgraded as it is replayed
+// (journal_upgrade.h).
+inline constexpr int kJournalVersion = 3;
 
 // Thread-compatible: DispatcherImpl guards it with its mutex.
 class DispatcherState {

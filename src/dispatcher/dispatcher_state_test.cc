@@ -52,8 +52,10 @@ TEST(DispatcherStateTest, BadJobCreatedRefused) {
                 "without a job name");
   ExpectRefused(state, JobCreated(FakeJob("b", 12, 2, 4), kPlanVersion + 1),
                 absl::StatusCode::kFailedPrecondition, "plan version");
-  ExpectRefused(state, JobCreated(FakeJob("b", 12, 2, 4, 0, "random")),
-                absl::StatusCode::kInvalidArgument, "mode 'random'");
+  v1::JobInfo unknown_mode = FakeJob("b", 12, 2, 4);
+  unknown_mode.mutable_spec()->set_mode(static_cast<v1::DealMode>(9));
+  ExpectRefused(state, JobCreated(unknown_mode), absl::StatusCode::kInvalidArgument,
+                "mode 9 is not a value this croupier knows");
   ExpectRefused(state, JobCreated(FakeJob("b", 12, 0, 4)), absl::StatusCode::kInvalidArgument,
                 "inconsistent counts");
   ExpectRefused(state, JobCreated(FakeJob("b", 13, 2, 4)), absl::StatusCode::kInvalidArgument,

@@ -128,9 +128,36 @@ v1::JobInfo BuildPython(const v1::JobSpec& spec, uint32_t rounds_per_task) {
   return info;
 }
 
+absl::Status CheckStartBatch(const v1::JobSpec& spec, const EpochPlan& plan) {
+  if (spec.start_batch() < plan.num_batches()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "start_batch ", spec.start_batch(), " is past the epoch's ", plan.num_batches(),
+      " batches (of ", spec.batch_size(), " records, for ", spec.num_consumers(), " consumers)"));
+}
+
+// A map job's records are numbered by the spec (num_records): its plan is a tfrecord job's, over
+// no files.
+absl::StatusOr<v1::JobInfo> BuildMap(const v1::JobSpec& spec, uint32_t rounds_per_task) {
+  ASSIGN_OR_RETURN(EpochPlan plan,
+                   EpochPlan::Create(MakePlanSpec(spec, spec.num_records()), /*epoch=*/0));
+  RETURN_IF_ERROR(CheckStartBatch(spec, plan));
+  if (rounds_per_task == 0) {
+    rounds_per_task =
+        AutoRoundsPerTask(plan.steps_per_consumer(), spec.num_consumers(), /*batch_bytes=*/0);
+  }
+  v1::JobInfo info;
+  *info.mutable_spec() = spec;
+  info.set_num_records(spec.num_records());
+  info.set_batches_per_epoch(plan.num_batches());
+  info.set_steps_per_epoch(plan.steps_per_consumer());
+  info.set_batches_per_task(uint64_t{spec.num_consumers()} * rounds_per_task);
+  return info;
+}
+
 absl::StatusOr<v1::JobInfo> Build(const v1::JobSpec& spec, IndexCache& cache, Env& env,
                                   uint32_t rounds_per_task) {
-  if (spec.source() == SourceKindName(SourceKind::kPython)) return BuildPython(spec, rounds_per_task);
+  if (spec.source() == v1::SOURCE_KIND_PYTHON) return BuildPython(spec, rounds_per_task);
+  if (spec.source() == v1::SOURCE_KIND_MAP) return BuildMap(spec, rounds_per_task);
   ASSIGN_OR_RETURN(std::vector<std::string> files, ExpandPatterns(spec, env));
   ASSIGN_OR_RETURN(std::unique_ptr<Dataset> dataset, Dataset::Open(files, cache));
   ASSIGN_OR_RETURN(std::vector<FeatureSpec> features, ParseFeatureSpecs(spec.features()));
@@ -142,12 +169,7 @@ absl::StatusOr<v1::JobInfo> Build(const v1::JobSpec& spec, IndexCache& cache, En
   RETURN_IF_ERROR(CheckFeatures(features, *dataset));
   ASSIGN_OR_RETURN(EpochPlan plan,
                    EpochPlan::Create(MakePlanSpec(spec, dataset->num_records()), /*epoch=*/0));
-  if (spec.start_batch() >= plan.num_batches()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "start_batch ", spec.start_batch(), " is past the epoch's ", plan.num_batches(),
-        " batches (of ", spec.batch_size(), " records, for ", spec.num_consumers(),
-        " consumers)"));
-  }
+  RETURN_IF_ERROR(CheckStartBatch(spec, plan));
   v1::JobInfo info;
   *info.mutable_spec() = spec;
   for (size_t f = 0; f < dataset->num_files(); ++f) {

@@ -17,7 +17,9 @@ namespace croupier {
 // features against the first record of the first non-empty file, and computes the counts:
 // batches_per_epoch from the epoch plan, batches_per_task = num_consumers * rounds_per_task, or,
 // for rounds_per_task 0, num_consumers * AutoRoundsPerTask(...) with the batch size estimated from
-// the files' bytes per record (a Python job: from the step count alone).
+// the files' bytes per record (a Python job: from the step count alone). A python or map job
+// reads no data: a python job's counts come from source_batches_per_epoch, a map job's from its
+// plan over spec.num_records records.
 // Errors, each prefixed with "job '<name>': ":
 //   INVALID_ARGUMENT  a pattern that matches no file (or whose directory cannot be read); a file
 //                     matched twice; files that hold no records; a feature absent from the

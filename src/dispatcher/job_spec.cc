@@ -10,17 +10,19 @@
 #include "google/protobuf/text_format.h"
 #include "src/common/status_macros.h"
 #include "src/job/job.h"
+#include "src/job/job_settings.h"
 
 namespace croupier {
 namespace {
 
-constexpr char kDefaultShuffle[] = "global";
-constexpr char kDefaultRemainder[] = "drop";
-constexpr char kDefaultMode[] = "dealt";
-
-// A field's value as text: strings quoted, repeated fields as [a, b].
+// A field's value as text: strings and settings (by their text names) quoted, repeated fields
+// as [a, b].
 std::string FieldText(const v1::JobSpec& spec, const google::protobuf::FieldDescriptor* field) {
   const google::protobuf::Reflection* reflection = spec.GetReflection();
+  if (field->enum_type() != nullptr && IsSettingEnum(field->enum_type())) {
+    return absl::StrCat("\"", SettingText(field->enum_type(), reflection->GetEnumValue(spec, field)),
+                        "\"");
+  }
   std::string out;
   if (!field->is_repeated()) {
     google::protobuf::TextFormat::PrintFieldValueToString(spec, field, -1, &out);
@@ -56,28 +58,26 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec) {
     return JobError(name, absl::InvalidArgumentError(what));
   };
   v1::JobSpec out = spec;
-  // Each named setting is parsed once here, into its type, and written back by its canonical
-  // name; the rest of the dispatcher reads them typed (JobConfig, src/job/job.h).
-  absl::StatusOr<SourceKind> source = ParseSourceKind(out.source().empty() ? "tfrecord" : out.source());
-  if (!source.ok()) return JobError(name, source.status());
-  out.set_source(std::string(SourceKindName(*source)));
-  const bool python = *source == SourceKind::kPython;
-  absl::StatusOr<DealMode> mode = ParseDealMode(out.mode().empty() ? kDefaultMode : out.mode());
-  if (!mode.ok()) return JobError(name, mode.status());
-  out.set_mode(std::string(DealModeName(*mode)));
-  absl::StatusOr<Codec> codec = ParseCodec(out.compression());
-  if (!codec.ok()) return JobError(name, codec.status());
-  out.set_compression(CodecName(*codec));
+  // The settings are typed from here on; the normalized spec holds each explicitly.
+  absl::StatusOr<TypedSettings> typed = TypedSettingsOf(spec);
+  if (!typed.ok()) return JobError(name, typed.status());
+  TypedSettings settings = *typed;
+  const bool python = settings.source == SourceKind::kPython;
+  const bool map = settings.source == SourceKind::kMap;
+  // Jobs made by Python producers registered for them read no files.
+  if ((python || map) && !spec.files().empty()) {
+    return invalid(absl::StrCat("a ", SourceKindName(settings.source), " job reads no files"));
+  }
   if (python) {
-    // Batches come from a Python iterable in its own order (croupier.serve): no files, no plan
-    // shuffle, and only whole rounds of num_consumers batches are dealt.
-    if (!spec.files().empty()) return invalid("a python job reads no files");
-    if (out.shuffle().empty()) out.set_shuffle("none");
-    if (out.shuffle() != "none") {
+    // Batches come from a Python iterable in its own order (croupier.serve): no plan shuffle,
+    // and only whole rounds of num_consumers batches are dealt.
+    if (spec.shuffle() == v1::SHUFFLE_UNSPECIFIED) settings.shuffle = ShuffleMode::kNone;
+    if (settings.shuffle != ShuffleMode::kNone) {
       return invalid(absl::StrCat("a python job deals batches in the order its source yields "
-                                  "them: shuffle must be none, not '", out.shuffle(), "'"));
+                                  "them: shuffle must be none, not '",
+                                  ShuffleModeName(settings.shuffle), "'"));
     }
-    if (!out.remainder().empty() && out.remainder() != kDefaultRemainder) {
+    if (settings.remainder != Remainder::kDrop) {
       return invalid("a python job drops the batches past the last whole round: remainder must "
                      "be drop");
     }
@@ -90,16 +90,28 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec) {
   } else if (out.source_batches_per_epoch() != 0 || out.source_count() != 0) {
     return invalid("source_batches_per_epoch and source_count are for python jobs only");
   }
-  if (!python && spec.files().empty()) return invalid("no files given");
-  if (python && *codec != Codec::kNone) {
-    return invalid(absl::StrCat("compression '", out.compression(),
-                                "' is for tfrecord jobs only; a python job's batches are sent "
-                                "as they are"));
+  if (map) {
+    // A map-style dataset read by index: its records are numbered, not in files.
+    if (out.num_records() == 0) {
+      return invalid("a map job needs num_records, the number of records its source holds");
+    }
+  } else if (out.num_records() != 0) {
+    return invalid(absl::StrCat("num_records is for map jobs only; a ",
+                                SourceKindName(settings.source), " job counts its records ",
+                                python ? "from source_batches_per_epoch" : "in its files"));
   }
+  if (!python && !map && spec.files().empty()) return invalid("no files given");
+  if ((python || map) && settings.compression != Codec::kNone) {
+    return invalid(absl::StrCat("compression '", CodecName(settings.compression),
+                                "' is for tfrecord jobs only; a ",
+                                SourceKindName(settings.source),
+                                " job's batches are sent as they are"));
+  }
+  SetTypedSettings(settings, out);
   if ((out.start_epoch() != 0 || out.start_batch() != 0) &&
-      (python || *mode != DealMode::kDealt)) {
-    return invalid("start_epoch and start_batch (resuming a checkpoint) are for dealt TFRecord "
-                   "jobs only");
+      (python || settings.mode != DealMode::kDealt)) {
+    return invalid("start_epoch and start_batch (resuming a checkpoint) are for dealt tfrecord "
+                   "and map jobs only");
   }
   if (out.num_epochs() != 0 && out.start_epoch() >= out.num_epochs()) {
     return invalid(absl::StrCat("start_epoch ", out.start_epoch(), " is past the job's ",
@@ -112,10 +124,6 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec) {
   if (!features.ok()) return JobError(name, features.status());
   out.set_features(FormatFeatureSpecs(*features));
 
-  if (out.shuffle().empty()) out.set_shuffle(kDefaultShuffle);
-  if (absl::Status s = ParseShuffleMode(out.shuffle()).status(); !s.ok()) return JobError(name, s);
-  if (out.remainder().empty()) out.set_remainder(kDefaultRemainder);
-  if (absl::Status s = ParseRemainder(out.remainder()).status(); !s.ok()) return JobError(name, s);
   const PlanSpec defaults;
   if (out.block_size() == 0) out.set_block_size(defaults.block_size);
   if (out.window_blocks() == 0) out.set_window_blocks(defaults.window_blocks);
@@ -133,9 +141,9 @@ PlanSpec MakePlanSpec(const v1::JobSpec& spec, uint64_t num_records) {
   plan.seed = spec.seed();
   plan.batch_size = spec.batch_size();
   plan.num_consumers = spec.num_consumers();
-  // Normalized specs hold valid names; the fallbacks only keep this total.
-  plan.shuffle = ParseShuffleMode(spec.shuffle()).value_or(ShuffleMode::kGlobal);
-  plan.remainder = ParseRemainder(spec.remainder()).value_or(Remainder::kDrop);
+  // Normalized specs hold valid values; the fallbacks only keep this total.
+  plan.shuffle = FromProto(spec.shuffle()).value_or(ShuffleMode::kGlobal);
+  plan.remainder = FromProto(spec.remainder()).value_or(Remainder::kDrop);
   plan.block_size = spec.block_size();
   plan.window_blocks = spec.window_blocks();
   return plan;
@@ -143,9 +151,11 @@ PlanSpec MakePlanSpec(const v1::JobSpec& spec, uint64_t num_records) {
 
 std::string DescribeSpecDifference(const v1::JobSpec& existing_spec,
                                    const v1::JobSpec& requested) {
-  // A job journaled before JobSpec.compression existed has it empty, which means "none".
+  // A job journaled before JobSpec.compression existed has it UNSPECIFIED, which means none.
   v1::JobSpec existing = existing_spec;
-  if (existing.compression().empty()) existing.set_compression("none");
+  if (existing.compression() == v1::COMPRESSION_UNSPECIFIED) {
+    existing.set_compression(v1::COMPRESSION_NONE);
+  }
   const google::protobuf::Descriptor* descriptor = v1::JobSpec::descriptor();
   std::vector<std::string> differences;
   for (int i = 0; i < descriptor->field_count(); ++i) {

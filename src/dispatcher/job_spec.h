@@ -20,13 +20,16 @@ inline constexpr size_t kMaxJobNameBytes = 128;
 // starting with a letter or a digit.
 absl::Status ValidateJobName(absl::string_view name);
 
-// Checks everything in `spec` that needs no data and returns it with the defaults filled in:
-// source "tfrecord", shuffle "global" ("none" for a python source, which allows nothing else),
-// remainder "drop", mode "dealt", block_size 1024, window_blocks 16, and the
-// features in their canonical text (FormatFeatureSpecs). INVALID_ARGUMENT, prefixed with
-// "job '<name>': ", names the first problem: the name, no files or an empty file pattern, the
-// feature spec text, the mode, shuffle or remainder name, num_consumers 0, and any plan setting out
-// of range (ValidatePlanSpec's message). Whether the files exist and hold enough records is
+// Checks everything in `spec` that needs no data and returns it with the defaults filled in,
+// every enum setting explicit: source tfrecord, shuffle global (none for a python source, which
+// allows nothing else), remainder drop, mode dealt, compression none, block_size 1024,
+// window_blocks 16, and the features in their canonical text (FormatFeatureSpecs). A map job,
+// like a python job, reads no files and is made by the Python producers registered for it; it
+// carries its record count (num_records) and has a plan like a tfrecord job. INVALID_ARGUMENT,
+// prefixed with "job '<name>': ", names the first problem: the name, an enum value this croupier
+// does not know, no files (tfrecord) or files (python, map), an empty file pattern, num_records
+// missing (map) or given (others), the feature spec text, num_consumers 0, and any plan setting
+// out of range (ValidatePlanSpec's message). Whether the files exist and hold enough records is
 // BuildJobInfo's business.
 absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec);
 

@@ -29,18 +29,19 @@ void ExpectInvalid(const v1::JobSpec& spec, const std::string& substring) {
 TEST(DispatcherJobSpecTest, DefaultsFilledIn) {
   absl::StatusOr<v1::JobSpec> spec = NormalizeJobSpec(Minimal());
   ASSERT_TRUE(spec.ok()) << spec.status();
-  EXPECT_EQ(spec->shuffle(), "global");
-  EXPECT_EQ(spec->remainder(), "drop");
-  EXPECT_EQ(spec->mode(), "dealt");
+  EXPECT_EQ(spec->source(), v1::SOURCE_KIND_TFRECORD);
+  EXPECT_EQ(spec->shuffle(), v1::SHUFFLE_GLOBAL);
+  EXPECT_EQ(spec->remainder(), v1::REMAINDER_DROP);
+  EXPECT_EQ(spec->mode(), v1::DEAL_MODE_DEALT);
   EXPECT_EQ(spec->block_size(), 1024u);
   EXPECT_EQ(spec->window_blocks(), 16u);
   EXPECT_EQ(spec->features(), "label:int64,image:bytes");
   EXPECT_EQ(spec->num_epochs(), 0u);
-  EXPECT_EQ(spec->compression(), "none");
+  EXPECT_EQ(spec->compression(), v1::COMPRESSION_NONE);
 }
 
 TEST(DispatcherJobSpecTest, Compression) {
-  for (const char* codec : {"none", "zstd", "lz4"}) {
+  for (v1::Compression codec : {v1::COMPRESSION_NONE, v1::COMPRESSION_ZSTD, v1::COMPRESSION_LZ4}) {
     v1::JobSpec in = Minimal();
     in.set_compression(codec);
     absl::StatusOr<v1::JobSpec> spec = NormalizeJobSpec(in);
@@ -48,16 +49,16 @@ TEST(DispatcherJobSpecTest, Compression) {
     EXPECT_EQ(spec->compression(), codec);
   }
   v1::JobSpec spec = Minimal();
-  spec.set_compression("gzip");
-  ExpectInvalid(spec, "job 'train': unknown compression 'gzip'; expected one of none, zstd, lz4");
+  spec.set_compression(static_cast<v1::Compression>(9));
+  ExpectInvalid(spec, "job 'train': compression 9 is not a value this croupier knows");
   spec = v1::JobSpec();
   spec.set_name("py");
-  spec.set_source("python");
+  spec.set_source(v1::SOURCE_KIND_PYTHON);
   spec.set_features("x:int64");
   spec.set_batch_size(4);
   spec.set_num_consumers(1);
   spec.set_source_batches_per_epoch(4);
-  spec.set_compression("zstd");
+  spec.set_compression(v1::COMPRESSION_ZSTD);
   ExpectInvalid(spec, "compression 'zstd' is for tfrecord jobs only");
 }
 
@@ -66,25 +67,25 @@ TEST(DispatcherJobSpecTest, AJobJournaledBeforeCompressionExistedMatchesNone) {
   v1::JobSpec old = requested;
   old.clear_compression();
   EXPECT_EQ(DescribeSpecDifference(old, requested), "");
-  requested.set_compression("zstd");
+  requested.set_compression(v1::COMPRESSION_ZSTD);
   EXPECT_EQ(DescribeSpecDifference(old, requested),
             "compression is \"none\" in the existing job, \"zstd\" in this request");
 }
 
 TEST(DispatcherJobSpecTest, GivenSettingsKept) {
   v1::JobSpec in = Minimal();
-  in.set_shuffle("blocks");
+  in.set_shuffle(v1::SHUFFLE_BLOCKS);
   in.set_block_size(64);
   in.set_window_blocks(4);
-  in.set_remainder("pad");
-  in.set_mode("first_come");
+  in.set_remainder(v1::REMAINDER_PAD);
+  in.set_mode(v1::DEAL_MODE_FIRST_COME);
   absl::StatusOr<v1::JobSpec> spec = NormalizeJobSpec(in);
   ASSERT_TRUE(spec.ok()) << spec.status();
-  EXPECT_EQ(spec->shuffle(), "blocks");
+  EXPECT_EQ(spec->shuffle(), v1::SHUFFLE_BLOCKS);
   EXPECT_EQ(spec->block_size(), 64u);
   EXPECT_EQ(spec->window_blocks(), 4u);
-  EXPECT_EQ(spec->remainder(), "pad");
-  EXPECT_EQ(spec->mode(), "first_come");
+  EXPECT_EQ(spec->remainder(), v1::REMAINDER_PAD);
+  EXPECT_EQ(spec->mode(), v1::DEAL_MODE_FIRST_COME);
 }
 
 TEST(DispatcherJobSpecTest, Names) {
@@ -114,14 +115,17 @@ TEST(DispatcherJobSpecTest, Refusals) {
   spec.set_features("");
   ExpectInvalid(spec, "job 'train': ");
   spec = Minimal();
-  spec.set_mode("broadcast");
-  ExpectInvalid(spec, "job 'train': unknown mode 'broadcast'; expected one of dealt, first_come");
+  spec.set_mode(static_cast<v1::DealMode>(7));
+  ExpectInvalid(spec, "job 'train': mode 7 is not a value this croupier knows");
   spec = Minimal();
-  spec.set_shuffle("random");
-  ExpectInvalid(spec, "job 'train': unknown shuffle mode 'random'");
+  spec.set_shuffle(static_cast<v1::Shuffle>(7));
+  ExpectInvalid(spec, "job 'train': shuffle mode 7 is not");
   spec = Minimal();
-  spec.set_remainder("keep");
-  ExpectInvalid(spec, "job 'train': unknown remainder policy 'keep'");
+  spec.set_remainder(static_cast<v1::Remainder>(7));
+  ExpectInvalid(spec, "job 'train': remainder policy 7 is not");
+  spec = Minimal();
+  spec.set_source(static_cast<v1::SourceKind>(7));
+  ExpectInvalid(spec, "job 'train': source 7 is not");
   spec = Minimal();
   spec.set_num_consumers(0);
   ExpectInvalid(spec, "job 'train': num_consumers is 0; it must be at least 1");
@@ -152,6 +156,85 @@ TEST(DispatcherJobSpecTest, DescribeSpecDifference) {
   EXPECT_THAT(DescribeSpecDifference(a, b),
               HasSubstr("files is [\"data/*.tfrecord\"] in the existing job, "
                         "[\"data/*.tfrecord\", \"more/*.tfrecord\"] in this request; batch_size"));
+}
+
+// A map job, like a python job, reads no files and is made by the Python producers registered
+// for it; it carries its record count and has a tfrecord job's plan.
+v1::JobSpec MapSpec() {
+  v1::JobSpec spec;
+  spec.set_name("m");
+  spec.set_source(v1::SOURCE_KIND_MAP);
+  spec.set_features("x:int64");
+  spec.set_batch_size(4);
+  spec.set_num_consumers(2);
+  spec.set_num_records(100);
+  return spec;
+}
+
+TEST(DispatcherJobSpecTest, AMapJobHasARecordCountAndATfrecordJobsPlan) {
+  absl::StatusOr<v1::JobSpec> spec = NormalizeJobSpec(MapSpec());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->source(), v1::SOURCE_KIND_MAP);
+  EXPECT_EQ(spec->shuffle(), v1::SHUFFLE_GLOBAL);
+  EXPECT_EQ(spec->remainder(), v1::REMAINDER_DROP);
+  EXPECT_EQ(spec->num_records(), 100u);
+  v1::JobSpec in = MapSpec();
+  in.set_shuffle(v1::SHUFFLE_BLOCKS);
+  in.set_remainder(v1::REMAINDER_PAD);
+  in.set_num_epochs(3);
+  in.set_start_epoch(1);
+  in.set_start_batch(6);
+  spec = NormalizeJobSpec(in);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->shuffle(), v1::SHUFFLE_BLOCKS);
+  EXPECT_EQ(spec->remainder(), v1::REMAINDER_PAD);
+}
+
+TEST(DispatcherJobSpecTest, AMapJobRefusesFilesAndTheStreamsSettings) {
+  v1::JobSpec spec = MapSpec();
+  spec.add_files("data/*.tfrecord");
+  ExpectInvalid(spec, "job 'm': a map job reads no files");
+  spec = MapSpec();
+  spec.clear_num_records();
+  ExpectInvalid(spec, "job 'm': a map job needs num_records");
+  spec = MapSpec();
+  spec.set_source_batches_per_epoch(10);
+  ExpectInvalid(spec, "source_batches_per_epoch and source_count are for python jobs only");
+  spec = MapSpec();
+  spec.set_compression(v1::COMPRESSION_LZ4);
+  ExpectInvalid(spec, "compression 'lz4' is for tfrecord jobs only; a map job's batches");
+  spec = Minimal();
+  spec.set_num_records(100);
+  ExpectInvalid(spec, "job 'train': num_records is for map jobs only; a tfrecord job counts its "
+                      "records in its files");
+}
+
+TEST(DispatcherJobSpecTest, APythonJobDefaultsToNoShuffleAndAllowsNoOther) {
+  v1::JobSpec in;
+  in.set_name("py");
+  in.set_source(v1::SOURCE_KIND_PYTHON);
+  in.set_features("x:int64");
+  in.set_batch_size(4);
+  in.set_num_consumers(2);
+  in.set_source_batches_per_epoch(4);
+  absl::StatusOr<v1::JobSpec> spec = NormalizeJobSpec(in);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->shuffle(), v1::SHUFFLE_NONE);
+  EXPECT_EQ(spec->source_count(), 1u);
+  in.set_shuffle(v1::SHUFFLE_GLOBAL);
+  ExpectInvalid(in, "shuffle must be none, not 'global'");
+  in.set_shuffle(v1::SHUFFLE_NONE);
+  in.set_num_records(8);
+  ExpectInvalid(in, "num_records is for map jobs only; a python job counts its records from "
+                    "source_batches_per_epoch");
+}
+
+TEST(DispatcherJobSpecTest, DifferencesNameTheSettingsByTheirText) {
+  v1::JobSpec a = *NormalizeJobSpec(Minimal());
+  v1::JobSpec b = a;
+  b.set_shuffle(v1::SHUFFLE_BLOCKS);
+  EXPECT_EQ(DescribeSpecDifference(a, b),
+            "shuffle is \"global\" in the existing job, \"blocks\" in this request");
 }
 
 }  // namespace

@@ -4,12 +4,14 @@
 #include <cstring>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "src/common/crc32c.h"
 #include "src/common/logging.h"
 #include "src/common/status_macros.h"
 #include "src/dispatcher/dispatcher_state.h"
+#include "src/dispatcher/journal_upgrade.h"
 #include "src/io/tfrecord_format.h"
 
 namespace croupier {
@@ -91,8 +93,9 @@ absl::StatusOr<std::optional<uint64_t>> NextValidEntry(Window& window, uint64_t 
   return std::nullopt;
 }
 
-absl::Status CheckHeader(Window& window, uint64_t size, const std::string& path,
-                         std::string& torn) {
+// The journal's version, checked; kJournalVersion for a header cut short (`torn` then says so).
+absl::StatusOr<uint32_t> CheckHeader(Window& window, uint64_t size, const std::string& path,
+                                     std::string& torn) {
   if (size < kJournalHeaderBytes) {
     // A crash while the header was being written leaves a prefix of it.
     ASSIGN_OR_RETURN(absl::string_view head, window.Get(0, size));
@@ -102,7 +105,7 @@ absl::Status CheckHeader(Window& window, uint64_t size, const std::string& path,
           absl::StrCat(path, " is not a croupier journal: no magic at byte 0"));
     }
     torn = absl::StrCat("a file header cut short (", size, " of ", kJournalHeaderBytes, " bytes)");
-    return absl::OkStatus();
+    return static_cast<uint32_t>(kJournalVersion);
   }
   ASSIGN_OR_RETURN(absl::string_view head, window.Get(0, kJournalHeaderBytes));
   if (head.substr(0, 8) != absl::string_view(kJournalMagic, 8)) {
@@ -114,13 +117,40 @@ absl::Status CheckHeader(Window& window, uint64_t size, const std::string& path,
         absl::StrCat("corrupt journal header at byte 0 of ", path, ": checksum mismatch"));
   }
   const uint32_t version = tfrecord::DecodeU32(head.data() + 8);
-  if (version != static_cast<uint32_t>(kJournalVersion)) {
+  if (version < kOldestJournalVersion || version > static_cast<uint32_t>(kJournalVersion)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "journal ", path, " has version ", version, ", but this dispatcher reads version ",
-        kJournalVersion, "; replay it with a dispatcher of version ", version,
-        " or move it away to start empty"));
+        "journal ", path, " has version ", version, ", but this dispatcher reads versions ",
+        kOldestJournalVersion, " to ", kJournalVersion, "; replay it with a dispatcher of version ",
+        version, " or move it away to start empty"));
   }
-  return absl::OkStatus();
+  return version;
+}
+
+// The version in the header of the journal at `path` (kJournalVersion for an empty file or a
+// header cut short): CheckHeader's errors.
+absl::StatusOr<uint32_t> FileVersion(Env& env, const std::string& path) {
+  ASSIGN_OR_RETURN(FileStat stat, env.Stat(path));
+  if (stat.size == 0) return static_cast<uint32_t>(kJournalVersion);
+  ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, env.OpenForRead(path));
+  Window window(*file, stat.size);
+  std::string torn;
+  return CheckHeader(window, stat.size, path, torn);
+}
+
+// Rewrites the journal at `path`, replayed as `updates`, in the current version, atomically.
+// Returns its size.
+absl::StatusOr<uint64_t> Rewrite(Env& env, const std::string& path,
+                                 const std::vector<journal::Update>& updates) {
+  std::string contents = JournalHeader();
+  for (const journal::Update& update : updates) {
+    std::string payload;
+    if (!update.SerializeToString(&payload)) {
+      return absl::InternalError(absl::StrCat("cannot serialize journal update for ", path));
+    }
+    contents += JournalEntry(payload);
+  }
+  RETURN_IF_ERROR(env.WriteFileAtomically(path, contents));
+  return contents.size();
 }
 
 std::string DirName(const std::string& path) {
@@ -157,11 +187,10 @@ absl::StatusOr<JournalReplay> ReadJournal(
   replay.file_bytes = stat.size;
   if (stat.size == 0) return replay;
   Window window(*file, stat.size);
-  RETURN_IF_ERROR(CheckHeader(window, stat.size, path, replay.torn));
+  ASSIGN_OR_RETURN(replay.version, CheckHeader(window, stat.size, path, replay.torn));
   if (!replay.torn.empty()) return replay;
 
   uint64_t offset = kJournalHeaderBytes;
-  journal::Update update;
   while (offset < stat.size) {
     ASSIGN_OR_RETURN(Entry entry, EntryAt(window, stat.size, offset));
     if (!entry.payload) {
@@ -174,10 +203,12 @@ absl::StatusOr<JournalReplay> ReadJournal(
       replay.torn = std::move(entry.why);
       break;
     }
-    if (!update.ParseFromArray(entry.payload->data(), static_cast<int>(entry.payload->size()))) {
+    absl::StatusOr<journal::Update> parsed = ParseJournalEntry(replay.version, *entry.payload);
+    if (!parsed.ok()) {
       return absl::DataLossError(absl::StrCat("journal entry at byte ", offset, " of ", path,
-                                              " is not a journal update"));
+                                              " is ", parsed.status().message()));
     }
+    const journal::Update& update = *parsed;
     const uint64_t length = entry.payload->size();
     if (absl::Status s = apply(update, offset); !s.ok()) {
       return absl::DataLossError(absl::StrCat("journal entry at byte ", offset, " of ", path,
@@ -301,7 +332,17 @@ absl::StatusOr<OpenedJournal> OpenJournal(
   OpenedJournal out;
   absl::StatusOr<FileStat> stat = env.Stat(path);
   if (stat.ok()) {
-    ASSIGN_OR_RETURN(out.replay, ReadJournal(env, path, apply));
+    // A journal of an older version is rewritten in the current one (its entries upgraded) before
+    // anything is appended: every entry of a file is in its header's version.
+    ASSIGN_OR_RETURN(const uint32_t version, FileVersion(env, path));
+    const bool upgrade = version != static_cast<uint32_t>(kJournalVersion);
+    std::vector<journal::Update> upgraded;
+    ASSIGN_OR_RETURN(out.replay,
+                     ReadJournal(env, path, [&](const journal::Update& u, uint64_t offset) {
+                       RETURN_IF_ERROR(apply(u, offset));
+                       if (upgrade) upgraded.push_back(u);
+                       return absl::OkStatus();
+                     }));
     if (!out.replay.torn.empty()) {
       Log(LogLevel::kWarning, "journal",
           absl::StrCat("journal ", path, ": torn final entry at byte ", out.replay.valid_bytes,
@@ -309,6 +350,14 @@ absl::StatusOr<OpenedJournal> OpenJournal(
                        out.replay.file_bytes - out.replay.valid_bytes,
                        " bytes), left by a crash while writing; cut away, the ",
                        out.replay.entries, " complete entries before it are kept"));
+    }
+    if (upgrade) {
+      ASSIGN_OR_RETURN(out.replay.valid_bytes, Rewrite(env, path, upgraded));
+      Log(LogLevel::kInfo, "journal",
+          absl::StrCat("journal ", path, ": rewrote its ", upgraded.size(),
+                       " entries from version ", version, " to version ", kJournalVersion,
+                       "; a dispatcher that reads only version ", version,
+                       " cannot replay it any more"));
     }
   } else if (!absl::IsNotFound(stat.status())) {
     return stat.status();

@@ -2,7 +2,8 @@
 // journal::Update (proto/journal.proto) in the order DispatcherState::Apply applied them, so that
 // replaying it into a fresh state rebuilds the state exactly (DispatcherImpl does, at start).
 //
-// Layout, little-endian, version kJournalVersion (dispatcher_state.h):
+// Layout, little-endian, version kJournalVersion (dispatcher_state.h; versions from
+// kOldestJournalVersion on are replayed, journal_upgrade.h):
 //   file header, 16 bytes:  "CRPJRNL\n" (8) | uint32 version | uint32 masked CRC-32C of the 12
 //                           bytes before it
 //   then entries, framed like TFRecord records (docs/formats.md, src/io/tfrecord_format.h):
@@ -55,6 +56,7 @@ std::string JournalEntry(absl::string_view payload);
 
 // What ReadJournal found.
 struct JournalReplay {
+  uint32_t version = 0;      // the file's journal version (0: an empty file)
   uint64_t entries = 0;      // entries applied
   uint64_t valid_bytes = 0;  // the header and the complete entries; 0 for an empty file
   uint64_t file_bytes = 0;
@@ -66,8 +68,9 @@ struct JournalReplay {
 // Reads the journal at `path` and calls `apply` with each complete entry in order, and its byte
 // offset. An empty file is an empty journal. A torn tail (see above; also a file shorter than its
 // header that begins like one) is reported in the result and not applied. Errors, each naming the
-// file and byte offset: NOT_FOUND if there is no file; FAILED_PRECONDITION naming both versions
-// if the journal has another version; DATA_LOSS for a file that is not a journal, a bad header, a
+// file and byte offset: NOT_FOUND if there is no file; FAILED_PRECONDITION naming the versions if
+// the journal has a version outside [kOldestJournalVersion, kJournalVersion] (the entries of an
+// older one are upgraded for `apply`, journal_upgrade.h); DATA_LOSS for a file that is not a journal, a bad header, a
 // corrupt entry followed by a valid one, an entry that does not parse, and an entry that `apply`
 // refuses (with apply's message).
 absl::StatusOr<JournalReplay> ReadJournal(
@@ -129,7 +132,9 @@ struct OpenedJournal {
 
 // Replays the journal at `path` into `apply` if the file exists, cuts a torn tail away (logging a
 // warning that names the file, the offset and why), and opens the journal for appending; a
-// missing file is created. ReadJournal's and JournalWriter::Open's errors.
+// missing file is created. A journal of an older version is first rewritten, atomically, in the
+// current version (its entries as `apply` saw them; a torn tail is left out); replay.valid_bytes
+// is then the rewritten file's size. ReadJournal's and JournalWriter::Open's errors.
 absl::StatusOr<OpenedJournal> OpenJournal(
     Env& env, const std::string& path,
     const std::function<absl::Status(const journal::Update&, uint64_t offset)>& apply,

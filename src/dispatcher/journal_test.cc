@@ -10,6 +10,7 @@
 #include "src/common/crc32c.h"
 #include "src/common/testing.h"
 #include "src/dispatcher/dispatcher_state.h"
+#include "src/dispatcher/journal_upgrade.h"
 #include "src/dispatcher/test_util.h"
 
 namespace croupier {
@@ -224,19 +225,23 @@ TEST(JournalTest, VersionMismatchNamesBothVersions) {
   ScopedTempDir tmp;
   const std::string path = tmp.Join(kJournalFileName);
   WriteJournal(path, History());
-  std::string other = ReadAll(path);
-  const uint32_t version = kJournalVersion + 1;
-  std::memcpy(other.data() + 8, &version, 4);
-  const uint32_t crc = crc32c::Mask(crc32c::Value(other.data(), 12));
-  std::memcpy(other.data() + 12, &crc, 4);
-  WriteAll(path, other);
-  std::vector<std::string> got;
-  auto replay = Replay(path, &got);
-  EXPECT_TRUE(absl::IsFailedPrecondition(replay.status())) << replay.status();
-  EXPECT_THAT(replay.status().message(),
-              HasSubstr(absl::StrCat("journal ", path, " has version ", version,
-                                     ", but this dispatcher reads version ", kJournalVersion)));
-  EXPECT_TRUE(got.empty());
+  const std::string written = ReadAll(path);
+  // A later version, and one older than the oldest this dispatcher upgrades.
+  for (const uint32_t version : {uint32_t{kJournalVersion} + 1, kOldestJournalVersion - 1}) {
+    std::string other = written;
+    std::memcpy(other.data() + 8, &version, 4);
+    const uint32_t crc = crc32c::Mask(crc32c::Value(other.data(), 12));
+    std::memcpy(other.data() + 12, &crc, 4);
+    WriteAll(path, other);
+    std::vector<std::string> got;
+    auto replay = Replay(path, &got);
+    EXPECT_TRUE(absl::IsFailedPrecondition(replay.status())) << replay.status();
+    EXPECT_THAT(replay.status().message(),
+                HasSubstr(absl::StrCat("journal ", path, " has version ", version,
+                                       ", but this dispatcher reads versions ",
+                                       kOldestJournalVersion, " to ", kJournalVersion)));
+    EXPECT_TRUE(got.empty());
+  }
 }
 
 TEST(JournalTest, NotAJournalAndBadHeaderAreDataLoss) {

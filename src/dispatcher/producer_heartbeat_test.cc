@@ -5,6 +5,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "src/common/protocol.h"
 #include "src/dispatcher/test_util.h"
 
 namespace croupier {
@@ -258,7 +259,7 @@ TEST_F(DispatcherProducerHeartbeatTest, StatusShowsStatsAndThroughput) {
   EXPECT_DOUBLE_EQ(p.seconds_since_heartbeat(), 1.5);
   EXPECT_THAT(p.tasks(), ::testing::ElementsAre(1));
   ASSERT_EQ(status->jobs_size(), 1);
-  EXPECT_EQ(status->protocol_version(), 1u);
+  EXPECT_EQ(status->protocol_version(), kProtocolVersion);
 }
 
 }  // namespace

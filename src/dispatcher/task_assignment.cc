@@ -20,12 +20,13 @@ v1::Task MakeTask(const DispatcherState& state, const std::string& job, uint64_t
 }
 
 // Whether `producer` can make the batches of `job`'s task starting at `first_batch` of `epoch`: a
-// Python job's tasks come from its own sources (JobConfig::SourceOf).
+// Python job's tasks come from its own sources (JobConfig::SourceOf), a map job's from any
+// producer registered for it.
 bool CanMake(const DispatcherState::Producer& producer, const DispatcherState::Job& job,
              uint64_t epoch, uint64_t first_batch) {
-  if (!job.config.python()) return producer.source_job.empty();
+  if (!job.config.made_by_sources()) return producer.source_job.empty();
   return producer.source_job == job.name() &&
-         job.config.SourceOf(epoch, first_batch) == producer.source_index;
+         (job.config.map() || job.config.SourceOf(epoch, first_batch) == producer.source_index);
 }
 
 // Whether `producer` should get a task of `job` now: one it can make, of a job that is not idle

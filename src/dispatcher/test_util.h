@@ -21,6 +21,7 @@
 #include "src/common/status_macros.h"
 #include "src/common/testing.h"
 #include "src/dispatcher/dispatcher_impl.h"
+#include "src/job/job_settings.h"
 
 namespace croupier::testing {
 
@@ -36,9 +37,8 @@ inline v1::JobInfo FakeJob(const std::string& name, uint64_t batches_per_epoch,
   spec->set_batch_size(2);
   spec->set_num_consumers(num_consumers);
   spec->set_num_epochs(num_epochs);
-  spec->set_mode(mode);
-  spec->set_shuffle("global");
-  spec->set_remainder("drop");
+  EXPECT_TRUE(
+      SetSettingsFromText({.mode = mode, .shuffle = "global", .remainder = "drop"}, *spec).ok());
   info.set_num_records(batches_per_epoch * 2);
   info.set_batches_per_epoch(batches_per_epoch);
   info.set_steps_per_epoch(num_consumers == 0 ? 0 : batches_per_epoch / num_consumers);
@@ -68,8 +68,8 @@ inline v1::JobInfo FakePythonJob(const std::string& name, uint64_t batches_per_e
                                  uint64_t num_epochs = 0) {
   v1::JobInfo info = FakeJob(name, batches_per_epoch, num_consumers, batches_per_task, num_epochs);
   info.mutable_spec()->clear_files();
-  info.mutable_spec()->set_source("python");
-  info.mutable_spec()->set_shuffle("none");
+  info.mutable_spec()->set_source(v1::SOURCE_KIND_PYTHON);
+  info.mutable_spec()->set_shuffle(v1::SHUFFLE_NONE);
   info.mutable_spec()->set_source_batches_per_epoch(batches_per_epoch);
   return info;
 }

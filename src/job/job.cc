@@ -5,12 +5,13 @@
 #include "absl/strings/str_cat.h"
 #include "src/common/enum_names.h"
 #include "src/common/status_macros.h"
+#include "src/job/job_settings.h"
 
 namespace croupier {
 namespace {
 
-constexpr EnumName<SourceKind> kSourceNames[] = {{SourceKind::kTfrecord, "tfrecord"},
-                                                 {SourceKind::kPython, "python"}};
+constexpr EnumName<SourceKind> kSourceNames[] = {
+    {SourceKind::kTfrecord, "tfrecord"}, {SourceKind::kPython, "python"}, {SourceKind::kMap, "map"}};
 constexpr EnumName<DealMode> kModeNames[] = {{DealMode::kDealt, "dealt"},
                                              {DealMode::kFirstCome, "first_come"}};
 
@@ -91,26 +92,18 @@ absl::StatusOr<JobConfig> ParseJobConfig(const v1::JobInfo& info) {
   };
   JobConfig job;
   job.name = spec.name();
-  auto source = ParseSourceKind(spec.source().empty() ? "tfrecord" : spec.source());
-  if (!source.ok()) return error(source.status());
-  job.source = *source;
-  auto mode = ParseDealMode(spec.mode().empty() ? "dealt" : spec.mode());
-  if (!mode.ok()) return error(mode.status());
-  job.mode = *mode;
-  auto codec = ParseCodec(spec.compression());
-  if (!codec.ok()) return error(codec.status());
-  job.compression = *codec;
-  auto shuffle = ParseShuffleMode(spec.shuffle().empty() ? "global" : spec.shuffle());
-  if (!shuffle.ok()) return error(shuffle.status());
-  auto remainder = ParseRemainder(spec.remainder().empty() ? "drop" : spec.remainder());
-  if (!remainder.ok()) return error(remainder.status());
+  absl::StatusOr<TypedSettings> settings = TypedSettingsOf(spec);
+  if (!settings.ok()) return error(settings.status());
+  job.source = settings->source;
+  job.mode = settings->mode;
+  job.compression = settings->compression;
   job.features = spec.features();
   job.plan.num_records = info.num_records();
   job.plan.seed = spec.seed();
   job.plan.batch_size = spec.batch_size();
   job.plan.num_consumers = spec.num_consumers();
-  job.plan.shuffle = *shuffle;
-  job.plan.remainder = *remainder;
+  job.plan.shuffle = settings->shuffle;
+  job.plan.remainder = settings->remainder;
   if (spec.block_size() != 0) job.plan.block_size = spec.block_size();
   if (spec.window_blocks() != 0) job.plan.window_blocks = spec.window_blocks();
   job.num_epochs = spec.num_epochs();

@@ -13,7 +13,8 @@
 // batches of an epoch, cut from its first dealt batch F on: task k covers
 // [F + k*T, min(F + (k+1)*T, EndBatch)). A Python job
 // (croupier.serve) is made by source_count processes: task k of an epoch is made by source
-// k % source_count, which yields the batches of its tasks in order.
+// k % source_count, which yields the batches of its tasks in order. A map job is made by the
+// Python producers registered for it, which read its records by index through the epoch plan.
 #ifndef CROUPIER_SRC_JOB_JOB_H_
 #define CROUPIER_SRC_JOB_JOB_H_
 
@@ -24,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "croupier/deal_mode.h"
 #include "croupier/plan.h"
 #include "proto/croupier.pb.h"
 #include "src/job/codec.h"
@@ -34,16 +36,13 @@ namespace croupier {
 enum class SourceKind {
   kTfrecord,  // TFRecord files through the epoch plan, made by any producer
   kPython,    // croupier.serve(): a Python iterable's batches, made by the job's own sources
-};
-// How a job deals its batches (JobSpec.mode).
-enum class DealMode {
-  kDealt,      // global batch g to rank g mod N as its step g div N: deterministic, equal steps
-  kFirstCome,  // any consumer takes the next ready batch
+  kMap,       // a map-style Python dataset read by index through the epoch plan, made by the
+              // Python producers registered for the job
 };
 
-// "tfrecord", "python"; "dealt", "first_come": the names of job specs and the command line.
+// "tfrecord", "python", "map": the names of the command line and the Python API (DealModeName
+// is in croupier/deal_mode.h).
 absl::string_view SourceKindName(SourceKind source);
-absl::string_view DealModeName(DealMode mode);
 // Inverses of the above; INVALID_ARGUMENT listing the accepted names for anything else.
 absl::StatusOr<SourceKind> ParseSourceKind(absl::string_view name);
 absl::StatusOr<DealMode> ParseDealMode(absl::string_view name);
@@ -65,7 +64,12 @@ struct JobConfig {
   uint32_t source_count = 1;  // python: how many processes serve the job
 
   uint32_t num_consumers() const { return plan.num_consumers; }
+  // The croupier.serve() stream only.
   bool python() const { return source == SourceKind::kPython; }
+  bool map() const { return source == SourceKind::kMap; }
+  // Made by Python producers registered for the job (ProducerHeartbeat's source_job), not by
+  // the producers of TFRecord jobs: a python or a map job. Such a job has no files.
+  bool made_by_sources() const { return python() || map(); }
   bool dealt() const { return mode == DealMode::kDealt; }
 
   // The deal (see above).

@@ -51,19 +51,27 @@ TEST(JobConfigTest, ParsesEveryTypedSettingAndDefaultsTheEmptyOnes) {
   EXPECT_EQ(job->compression, Codec::kNone);
   EXPECT_EQ(job->plan.shuffle, ShuffleMode::kGlobal);
   EXPECT_EQ(job->plan.remainder, Remainder::kDrop);
-  info.mutable_spec()->set_source("python");
-  info.mutable_spec()->set_mode("first_come");
-  info.mutable_spec()->set_shuffle("none");
-  info.mutable_spec()->set_compression("zstd");
+  info.mutable_spec()->set_source(v1::SOURCE_KIND_PYTHON);
+  info.mutable_spec()->set_mode(v1::DEAL_MODE_FIRST_COME);
+  info.mutable_spec()->set_shuffle(v1::SHUFFLE_NONE);
+  info.mutable_spec()->set_compression(v1::COMPRESSION_ZSTD);
   job = ParseJobConfig(info);
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_TRUE(job->python());
+  EXPECT_TRUE(job->made_by_sources());
+  EXPECT_FALSE(job->map());
   EXPECT_FALSE(job->dealt());
   EXPECT_EQ(job->compression, Codec::kZstd);
   EXPECT_EQ(job->plan.shuffle, ShuffleMode::kNone);
-  info.mutable_spec()->set_remainder("trim");
+  info.mutable_spec()->set_source(v1::SOURCE_KIND_MAP);
+  job = ParseJobConfig(info);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_TRUE(job->map());
+  EXPECT_TRUE(job->made_by_sources());
+  EXPECT_FALSE(job->python());
+  info.mutable_spec()->set_remainder(static_cast<v1::Remainder>(3));
   EXPECT_THAT(ParseJobConfig(info).status().message(),
-              HasSubstr("job 'j': unknown remainder policy 'trim'"));
+              HasSubstr("job 'j': remainder policy 3 is not a value this croupier knows"));
 }
 
 TEST(JobConfigTest, DealsWholeRoundsFromTheResumedBatch) {
@@ -89,7 +97,7 @@ TEST(JobConfigTest, DealsWholeRoundsFromTheResumedBatch) {
 // batches in order, with no gap: ordinals 0, 1, 2, ... in batch order.
 TEST(JobConfigTest, SourcesSplitTheTasksAndNumberTheirBatchesWithoutGaps) {
   v1::JobInfo info = Info(2, 14, 4, 2);
-  info.mutable_spec()->set_source("python");
+  info.mutable_spec()->set_source(v1::SOURCE_KIND_PYTHON);
   info.mutable_spec()->set_source_count(3);
   const JobConfig job = *ParseJobConfig(info);
   std::vector<std::vector<uint64_t>> ordinals(3);

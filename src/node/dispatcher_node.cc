@@ -6,23 +6,23 @@
 #include "src/common/env.h"
 #include "src/common/logging.h"
 #include "src/common/status_macros.h"
+#include "src/job/job_json.h"
 #include "src/metrics/prometheus.h"
 #include "src/rpc/grpc_util.h"
 
 namespace croupier {
 namespace {
 
-// The status as JSON, as `croupier status --json` prints it (proto3 JSON, every field).
+// The status as JSON, as `croupier status --json` prints it (proto3 JSON, every field, the job
+// settings by their text names).
 std::string StatusJson(const absl::StatusOr<v1::StatusResponse>& status) {
   if (!status.ok()) {
     return absl::StrCat("{\"error\": \"", absl::StatusCodeToString(status.status().code()),
                         "\"}\n");
   }
-  std::string out;
   google::protobuf::util::JsonPrintOptions options;
   options.always_print_primitive_fields = true;
-  (void)google::protobuf::util::MessageToJsonString(*status, &out, options);
-  return out + "\n";
+  return ToUserJson(*status, options) + "\n";
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "src/common/protocol.h"
 #include "src/common/testing.h"
 #include "src/rpc/dispatcher_client.h"
 
@@ -38,7 +39,7 @@ TEST(DispatcherNodeTest, TheRightTokenIsServedAndAWrongOneRefused) {
   EXPECT_GT(node->port(), 0);
   auto ok = Client(*node, "s3cret")->GetStatus(v1::StatusRequest());
   ASSERT_TRUE(ok.ok()) << ok.status();
-  EXPECT_EQ(ok->protocol_version(), 1u);
+  EXPECT_EQ(ok->protocol_version(), kProtocolVersion);
   auto wrong = Client(*node, "guess")->GetStatus(v1::StatusRequest());
   EXPECT_TRUE(absl::IsUnauthenticated(wrong.status())) << wrong.status();
   EXPECT_THAT(wrong.status().message(), HasSubstr("wrong auth token"));

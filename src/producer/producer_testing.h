@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "proto/croupier.pb.h"
 #include "src/common/env.h"
+#include "src/job/job_settings.h"
 
 namespace croupier::testing {
 
@@ -75,11 +76,11 @@ inline v1::JobInfo MakeJob(const std::vector<std::string>& paths, const std::vec
   spec.set_batch_size(o.batch_size);
   spec.set_num_consumers(o.num_consumers);
   spec.set_seed(o.seed);
-  spec.set_shuffle(o.shuffle);
-  spec.set_remainder(o.remainder);
+  EXPECT_TRUE(SetSettingsFromText(
+                  {.mode = o.mode, .shuffle = o.shuffle, .remainder = o.remainder}, spec)
+                  .ok());
   spec.set_block_size(o.block_size);
   spec.set_window_blocks(o.window_blocks);
-  spec.set_mode(o.mode);
   uint64_t total = 0;
   for (size_t i = 0; i < paths.size(); ++i) {
     v1::FileInfo* f = job.add_files();

@@ -105,7 +105,7 @@ TEST_F(ProducerTaskRunnerTest, CompressionOfFollowsTheHeldJobsSpec) {
   TaskRunner runner({.threads = 1});
   EXPECT_EQ(runner.CompressionOf("train"), Codec::kNone);  // no task of it held
   v1::JobInfo job = MakeJob(paths_, counts_);
-  job.mutable_spec()->set_compression("lz4");
+  job.mutable_spec()->set_compression(v1::COMPRESSION_LZ4);
   auto maker = TfrecordBatchMaker::Create(job, index_, nullptr, &env_);
   ASSERT_TRUE(maker.ok()) << maker.status();
   ASSERT_TRUE(runner.AddTask(MakeTask(1, "train", 0, 0, 20), *std::move(maker)).ok());

@@ -265,11 +265,12 @@ TEST(ProducerBatchMakerTest, BadSpecsAndRangesAreNamed) {
   IndexCache cache(tmp.Join("index"));
 
   JobOptions o;
-  o.shuffle = "sideways";
-  auto maker = TfrecordBatchMaker::Create(MakeJob(paths, counts, o), cache);
+  v1::JobInfo unknown_shuffle = MakeJob(paths, counts, o);
+  unknown_shuffle.mutable_spec()->set_shuffle(static_cast<v1::Shuffle>(9));
+  auto maker = TfrecordBatchMaker::Create(unknown_shuffle, cache);
   EXPECT_EQ(maker.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(maker.status().message(), HasSubstr("job 'train': "));
-  EXPECT_THAT(maker.status().message(), HasSubstr("sideways"));
+  EXPECT_THAT(maker.status().message(), HasSubstr("shuffle mode 9"));
 
   o = JobOptions();
   o.features = "id:int64,id:float32";

@@ -10,6 +10,7 @@
 #include "src/common/status_macros.h"
 #include "src/consumer/connect.h"
 #include "src/job/job.h"
+#include "src/job/job_settings.h"
 #include "src/producer/producer_testing.h"
 
 namespace croupier::testing {
@@ -101,7 +102,7 @@ v1::JobSpec DatasetSpec(const std::string& dir, uint32_t consumers, const std::s
   spec.set_num_consumers(consumers);
   spec.set_seed(11);
   spec.set_num_epochs(2);
-  spec.set_mode(mode);
+  EXPECT_TRUE(SetSettingsFromText({.mode = mode}, spec).ok());
   return spec;
 }
 

@@ -87,7 +87,7 @@ void JobInfo(const CroupierConsumer* c, CroupierJobInfo* out) {
   out->num_records = j.num_records;
   out->num_epochs = j.num_epochs;
   out->steps_per_epoch = j.steps_per_epoch;
-  out->dealt = j.mode == "dealt" ? 1 : 0;
+  out->dealt = j.mode == DealMode::kDealt ? 1 : 0;
 }
 
 void RegisteredPosition(const CroupierConsumer* c, uint64_t* epoch, uint64_t* step) {

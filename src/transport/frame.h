@@ -1,8 +1,9 @@
 // The data-plane wire format of the TCP transport: encoding and parsing only, no sockets.
 // docs/protocol.md describes the same format for reimplementers.
 //
-// Protocol version 1 (kProtocolVersion in src/common/protocol.h; bump it on any incompatible
-// change here). Every integer is little-endian; every reserved field is written 0 and must read 0.
+// Data-plane protocol version 1 is that of kProtocolVersion 1 (src/common/protocol.h; bump it on
+// any incompatible change here); kProtocolVersion 2 changed only the control plane. Every
+// integer is little-endian; every reserved field is written 0 and must read 0.
 //
 // A connection opens with the client's HELLO: 16 bytes, then the token:
 //   0 char[4] magic "CRDP"   4 u32 protocol version   8 u32 token_length (<= 4096)
@@ -13,7 +14,8 @@
 //
 // Data-plane versions: a client states kDataProtocolVersion (2) in its HELLO; a server accepts
 // kOldestDataProtocolVersion (1) to kDataProtocolVersion and answers HELLO_OK with the client's
-// version. Version 1 is the control plane's kProtocolVersion; version 2 adds pipelining.
+// version. Version 1 is that of the control plane's kProtocolVersion 1; version 2 adds
+// pipelining.
 //
 // Then the client sends request frames; the server answers each with one response frame, in the
 // order of the requests. A version-1 client sends one request at a time; a version-2 client may
@@ -65,11 +67,8 @@
 
 namespace croupier::frame {
 
-static_assert(kProtocolVersion == 1, "frame.h documents protocol version 1: update it");
-
 inline constexpr uint32_t kDataProtocolVersion = 2;
 inline constexpr uint32_t kOldestDataProtocolVersion = 1;
-static_assert(kOldestDataProtocolVersion == kProtocolVersion);
 
 inline constexpr char kHelloMagic[4] = {'C', 'R', 'D', 'P'};
 inline constexpr size_t kHelloPrefixBytes = 16;
