@@ -1,4 +1,4 @@
-"""The Python sources of the map-job tests (tests/test_produce.py), as `python -m croupier.produce
+"""The Python sources of the map-job tests (tests/test_produce.py), as `python -m croupier produce
 map_sources:pipeline` imports them in producer processes. $MAP_TEST is a JSON object that picks
 the source and its settings, so that every producer of a test makes the same pipeline.
 
@@ -49,7 +49,7 @@ def augment(rec, rng):
 
 def expected_record(seed, epoch, i):
     """What record i of `epoch` holds after augment, recomputed."""
-    from croupier.produce import record_rng
+    from croupier.pipeline import record_rng
     return augment(record(i), record_rng(seed, epoch, i))
 
 

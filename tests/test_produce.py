@@ -1,7 +1,7 @@
 """croupier.produce: map jobs (records read by index from a Python source, transformed by the
 producers) with every guarantee of a TFRecord job, checked on content over real processes: a
 dispatcher and `croupier consume` processes from tests/service_cluster.py, and producers started
-as `python -m croupier.produce map_sources:pipeline` (tests/map_sources.py)."""
+as `python -m croupier produce map_sources:pipeline` (tests/map_sources.py)."""
 import json
 import os
 import pathlib
@@ -16,7 +16,7 @@ import pytest
 
 import croupier
 from croupier import errors
-from croupier.produce import Pipeline, record_rng
+from croupier.pipeline import Pipeline, record_rng
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import map_sources  # noqa: E402
@@ -27,12 +27,12 @@ PYTHON_PATH = os.pathsep.join([str(TESTS), str(TESTS.parent / "python")])
 
 
 def start_producer(cluster, job, name, **opts):
-    """A `python -m croupier.produce` process serving map job `job` with $MAP_TEST = opts."""
+    """A `python -m croupier produce` process serving map job `job` with $MAP_TEST = opts."""
     env = dict(cluster.env, MAP_TEST=json.dumps(opts),
                PYTHONPATH=os.pathsep.join([PYTHON_PATH, cluster.env.get("PYTHONPATH", "")]))
     log = open(cluster.work_dir / f"{name}.log", "w")
     workers = opts.get("workers", 1)
-    proc = subprocess.Popen([sys.executable, "-m", "croupier.produce", "map_sources:pipeline",
+    proc = subprocess.Popen([sys.executable, "-m", "croupier", "produce", "map_sources:pipeline",
                              "--dispatcher", cluster.address, "--job", job,
                              "--workers", str(workers)],
                             stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -207,3 +207,41 @@ def test_a_parquet_source_is_dealt_as_planned(tmp_path):
     per_rank = run_job(tmp_path / "run", kind="parquet", files=files, records=80, batch_size=4,
                        epochs=1)
     check_against_plan(per_rank, 80, 4, seed=5, epochs=1)
+
+
+@pytest.mark.timeout(150)
+def test_a_checkpoint_resumes_a_map_job_exactly_and_with_another_world_size(tmp_path):
+    reference = run_job(tmp_path / "ref", records=96, batch_size=4, epochs=1)
+    with Cluster(tmp_path / "c") as cluster:
+        start_producer(cluster, "m", "producer0", records=96, batch_size=4, consumers=2,
+                       epochs=1)
+        wait_for_job(cluster, "m")
+        feeds = [croupier.Consumer(cluster.address, "m", r, 2, timeout=30) for r in range(2)]
+        got = [[], []]
+        for rank, feed in enumerate(feeds):
+            for _, batch in zip(range(5), feed.batches(0)):
+                got[rank].append(batch.content_hash)
+        states = [f.state_dict() for f in feeds]
+        for f in feeds:
+            f.close()
+        # Exact: new consumers from the checkpoint carry on where it was.
+        for rank in range(2):
+            feed = croupier.Consumer(cluster.address, "m", rank, 2, timeout=30)
+            feed.load_state_dict(states[rank])
+            got[rank] += [b.content_hash for b in feed.batches(0)]
+            feed.close()
+        assert [[int(h["hash"], 16) for h in r] for r in reference] == got
+        # Another world size: job "m3" over the same records, 3 ranks, from the checkpoint.
+        start_producer(cluster, "m3", "producer1", records=96, batch_size=4, consumers=3,
+                       epochs=1, resume_from=states[0])
+        wait_for_job(cluster, "m3")
+        ids = [int(i) for r in reference for h in r[:5] for i in h["ids"]]
+        outs = [tmp_path / f"m3-{r}.jsonl" for r in range(3)]
+        procs = [cluster.start_consumer("m3", r, 3, outs[r], 1) for r in range(3)]
+        cluster.wait(procs, timeout=60)
+        later = [read_batches(o) for o in outs]
+        assert len({len(r) for r in later}) == 1, "unequal steps"
+        for r in later:
+            ids += [i for b in r for i in b["ids"]]
+        assert len(ids) == len(set(ids)), "a record repeated across the checkpoint"
+        assert len(ids) >= 96 - 3 * 4, "more than the new job's dropped tail is missing"

@@ -37,7 +37,7 @@ from croupier._croupier import (
 from croupier.cluster import LocalCluster, create_job, croupier_binary, local_cluster, status
 from croupier.consumer import Consumer
 from croupier.launcher import detect_rank_world
-from croupier.produce import produce
+from croupier.pipeline import batch_rng, produce, record_rng
 from croupier.source import serve
 
 __version__ = "0.1.0"
@@ -63,7 +63,9 @@ __all__ = [
     "croupier_binary",
     "detect_rank_world",
     "local_cluster",
+    "batch_rng",
     "produce",
+    "record_rng",
     "serve",
     "status",
     "EpochPlan",

@@ -1,4 +1,5 @@
-"""croupier.produce: the producers of a job whose records come from a Python source.
+"""croupier.produce: the producers of a job whose records come from a Python source (this module,
+croupier.pipeline, holds produce() and what it is made of).
 
     dataset = MyDataset()              # anything with __len__ and __getitem__(i)
     croupier.produce(dataset, "HOST:5050", "train", batch_size=64, consumers=4, epochs=3,
@@ -501,7 +502,7 @@ def produce(source, dispatcher, job, *, batch_size, consumers=None, epochs=1, se
         # Batch 0 of epoch 0, made here before anything starts: the job's features, and an early
         # check of the source and the transforms (an error here is the caller's, not a trainer's).
         try:
-            first = pipeline.make(0, 0, plan.batch_records(0))
+            first = pipeline.make(0, 0, plan.batch(0))
         except _RecordError as e:
             raise errors.BY_CODE.get(e.code, errors.InternalError)(
                 f"job '{job}' epoch 0 batch 0: {e}") from None
@@ -556,7 +557,7 @@ def _wait_for_the_end(node, dispatcher, job, info, auth_token, stop, dispatcher_
             pass  # the dispatcher restarts; the producer keeps retrying it on its own
 
 
-# --- python -m croupier.produce -----------------------------------------------------------------
+# --- python -m croupier produce -----------------------------------------------------------------
 
 def _load(spec):
     """The object `module:attribute` names."""
@@ -580,12 +581,12 @@ def _load(spec):
 
 
 def main(argv=None):
-    """`python -m croupier.produce module:function --dispatcher HOST:PORT --job NAME`: a producer
+    """`python -m croupier produce module:function --dispatcher HOST:PORT --job NAME`: a producer
     of a map job, on any machine that can import `module`. function() returns produce()'s keyword
     arguments as a dict (source, batch_size, transform, epochs, ...); the flags here set where it
     serves and with how many workers."""
     import argparse
-    parser = argparse.ArgumentParser(prog="python -m croupier.produce", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m croupier produce", description=main.__doc__)
     parser.add_argument("pipeline", help="module:function returning produce()'s arguments")
     parser.add_argument("--dispatcher", required=True)
     parser.add_argument("--job", required=True)
@@ -613,10 +614,6 @@ def main(argv=None):
         produce(source, args.dispatcher, args.job, bind=args.bind,
                 advertise_host=args.advertise_host, stop=stop, **options)
     except errors.Error as e:
-        print(f"croupier.produce: {type(e).__name__}: {e}", flush=True)
+        print(f"croupier produce: {type(e).__name__}: {e}", flush=True)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
