@@ -245,3 +245,12 @@ def test_a_checkpoint_resumes_a_map_job_exactly_and_with_another_world_size(tmp_
             ids += [i for b in r for i in b["ids"]]
         assert len(ids) == len(set(ids)), "a record repeated across the checkpoint"
         assert len(ids) >= 96 - 3 * 4, "more than the new job's dropped tail is missing"
+
+
+@pytest.mark.timeout(120)
+def test_the_map_dataset_example_runs():
+    done = subprocess.run([sys.executable, str(TESTS.parent / "examples" / "map_dataset.py"),
+                           "--images", "256"], capture_output=True, text=True, timeout=100,
+                          env=dict(os.environ, PYTHONPATH=PYTHON_PATH))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "epoch 1: 256 images, 4 steps on each of 4 trainers, each image once" in done.stdout
