@@ -144,3 +144,26 @@ def test_tf_transform_refuses_worker_processes():
     with pytest.raises(errors.InvalidArgumentError, match="workers must be 0"):
         croupier.produce(map_sources_tf.JpegRecords(16), "127.0.0.1:1", "j", batch_size=4,
                          consumers=1, tf_transform=map_sources_tf.augment, workers=2)
+
+
+class Tokens:
+    """Records of a variable length: record i holds int32 tokens [0, i % 4) and a word."""
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        return {"tokens": np.arange(i % 4, dtype=np.int32), "word": f"w{i}"}
+
+
+def test_variable_lengths_in_and_out():
+    def fn(ds):
+        return ds.map(lambda r: {"doubled": r["tokens"] * 2, "n": tf.size(r["tokens"]),
+                                 "word": r["word"]})
+    pipe = Pipeline(Tokens(), tf_transform=fn, seed=5)
+    got = pipe.make(0, 0, np.array([1, 2, 3, 4], dtype=np.uint64)).to_dict()
+    values, splits = got["doubled"]
+    assert values.dtype == np.int32 and values.tolist() == [0, 0, 2, 0, 2, 4]
+    assert splits.tolist() == [0, 1, 3, 6, 6]
+    assert got["n"].tolist() == [1, 2, 3, 0]
+    assert [bytes(w) for w in got["word"]] == [b"w1", b"w2", b"w3", b"w4"]

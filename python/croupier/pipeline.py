@@ -488,9 +488,9 @@ def _job_done(dispatcher, job, info, auth_token):
 def produce(source, dispatcher, job, *, batch_size, consumers=None, epochs=1, seed=0,
             shuffle="global", remainder="drop", block_size=0, window_blocks=0, mode="dealt",
             transform=None, batch_transform=None, collate=None, names=None, features=None,
-            tf_transform=None, workers=None, threads=None, auth_token=None, buffer_bytes=256 << 20, max_tasks=2,
-            bind="127.0.0.1", advertise_host="", timeout=60.0, stop=None, resume_from=None,
-            dispatcher_timeout=120.0):
+            tf_transform=None, workers=None, threads=None, auth_token=None,
+            buffer_bytes=256 << 20, max_tasks=2, bind="127.0.0.1", advertise_host="", timeout=60.0,
+            stop=None, resume_from=None, dispatcher_timeout=120.0):
     """Runs a producer of map job `job`, whose records are `source[i]` (any object with
     __len__ and __getitem__; a `get_many(indexes)` method, if it has one, reads a batch's
     records at once), until every rank has read the job's last epoch (epochs > 0) or `stop`

@@ -18,7 +18,6 @@ function of (seed, epoch, batch, record indexes), like every map job's batch.
 
 This module imports TensorFlow; croupier.pipeline imports it only when tf_transform is given.
 """
-import threading
 
 import numpy as np
 
@@ -72,7 +71,6 @@ class TfTransform:
         self._tf = tf
         self.fn = fn
         self.seed = int(seed)
-        self._lock = threading.Lock()
         self._run = tf.function(self._graph, reduce_retracing=True, autograph=False)
 
     # -- inputs --------------------------------------------------------------------------------
