@@ -147,8 +147,10 @@ class TfTransform:
         except tf.errors.OpError as e:
             if "Dataset was empty" in str(e):
                 raise TfTransformError(self._count_message(0, n)) from None
-            raise TfTransformError(f"{self._who(records, epoch, ids)}the tf_transform failed: "
-                                  f"{_tf_message(e)}") from None
+            record = self._failing_record(records, epoch, ids)
+            who = "" if record is None else f"record {record}: "
+            raise TfTransformError(f"{who}the tf_transform failed: {_tf_message(e)}",
+                                   record) from None
         count = int(count)
         if count != n:
             raise TfTransformError(self._count_message(count, n))
@@ -161,9 +163,9 @@ class TfTransform:
                 "must keep one output per record, in order (a map: no filter, batch, shuffle, "
                 "take, skip or repeat; croupier batches)")
 
-    def _who(self, records, epoch, ids):
-        """'record I: ' for the first record whose pipeline fails alone, or '' if none does
-        (the records' outputs are functions of the record: run halves until one is left)."""
+    def _failing_record(self, records, epoch, ids):
+        """The index of the first record whose pipeline fails alone, or None if none does (a
+        record's output is a function of the record: run halves until one is left)."""
         tf = self._tf
 
         def fails(lo, hi):
@@ -181,9 +183,7 @@ class TfTransform:
                 hi = mid
             else:
                 lo = mid
-        if fails(lo, lo + 1):
-            return f"record {int(ids[lo])}: "
-        return ""
+        return int(ids[lo]) if fails(lo, lo + 1) else None
 
 
 def _count(outputs):
