@@ -650,7 +650,8 @@ def main(argv=None):
     parser.add_argument("--dispatcher", required=True)
     parser.add_argument("--job", required=True)
     parser.add_argument("--workers", type=int, default=None,
-                        help=f"worker processes (default {default_workers()}: the cores here)")
+                        help=f"worker processes (default {default_workers()}: the cores here; 0 "
+                             "with tf_transform, which forks none)")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--auth-token", default=None)
     parser.add_argument("--bind", default="127.0.0.1")
