@@ -12,6 +12,16 @@ records/s, for each system with the same total number of worker processes (--wor
   serve        croupier.serve(DataLoader(dataset, shuffle=True, num_workers=--workers)) in one
                process (a stream: no failover, no exact resume), 4 croupier.Consumer processes.
 
+and the TensorFlow pair (--systems tf,tfshard), the same images and transform as a tf.data
+pipeline (tf.io.decode_jpeg, tf.image.stateless_random_crop and _flip_left_right, normalise):
+
+  tf           croupier.produce(JPEG bytes, tf_transform=pipeline) in one producer process (no
+               worker processes: TensorFlow's parallel map in the producer), 4 croupier.Consumer
+               processes;
+  tfshard      what a TensorFlow user writes instead: 4 trainer processes, each running the
+               pipeline on its own shard (file list shuffled with one seed, ds.shard(4, rank),
+               read_file, map with AUTOTUNE, batch, prefetch).
+
 Every process imports and builds what it needs, then waits for one start signal; a system's
 figure is the records its 4 trainers received over the time from that signal to the last
 trainer's end (worker start-up included, for every system). The systems run in --rounds rounds
@@ -24,6 +34,7 @@ JSON lines on stdout: {"bench": "map", "case", "unit", "value", "baseline", "bas
 "ratio", "goal", "met", "note"}, and {"bench": "map", "system", "records_per_s", "samples"}.
 
 usage: .venv/bin/python bench/bench_map.py [--images 2048] [--workers 4] [--rounds 2] [--uint8]
+       [--systems croupier,dataloader,serve | tf,tfshard]
 """
 import argparse
 import io
@@ -90,11 +101,52 @@ def write_images(folder, count):
         Image.fromarray(base + noise).save(folder / f"{i:06d}.jpg", quality=90)
 
 
+class JpegBytes:
+    """A map-style source of the folder's JPEGs, not decoded: for the tf.data pipeline."""
+
+    def __init__(self, folder):
+        self.paths = sorted(pathlib.Path(folder).glob("*.jpg"))
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        return {"image": self.paths[i].read_bytes(), "label": np.int64(i % 10), "id": np.int64(i)}
+
+
+def tf_augment(record, uint8=False):
+    """The transform as TensorFlow ops, seeded by the record's int64 [2] seed."""
+    import tensorflow as tf
+    seed = record["croupier_seed"]
+    image = tf.io.decode_jpeg(record["image"], channels=3)
+    image = tf.image.stateless_random_crop(image, [CROP, CROP, 3], seed=seed)
+    image = tf.image.stateless_random_flip_left_right(
+        image, seed=tf.random.experimental.stateless_fold_in(seed, 1))
+    if not uint8:
+        image = (tf.cast(image, tf.float32) - MEAN) / STD
+    return {"image": image, "label": record["label"], "id": record["id"]}
+
+
 # --- Roles (each a process) ---------------------------------------------------------------------
 
 def wait_for(go):
     while not go.exists():
         time.sleep(0.002)
+
+
+def ready_then_wait(args, name):
+    """Says this process is set up (TensorFlow imported, its pipeline built), then waits for the
+    start signal: TensorFlow's import takes seconds of CPU in each process."""
+    pathlib.Path(f"{args.go}.ready-{name}").touch()
+    wait_for(pathlib.Path(args.go))
+
+
+def wait_ready(go, count, timeout=120):
+    deadline = time.monotonic() + timeout
+    while len(list(go.parent.glob(go.name + ".ready-*"))) < count:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{count} processes were not ready within {timeout} s")
+        time.sleep(0.05)
 
 
 def role_dataloader(args):
@@ -148,6 +200,45 @@ def role_producer(args):
           flush=True)
 
 
+def role_tf_producer(args):
+    import croupier
+    import tensorflow as tf
+    data = JpegBytes(args.images_dir)
+    uint8 = args.uint8
+
+    def pipeline(ds):
+        return ds.map(lambda r: tf_augment(r, uint8), num_parallel_calls=tf.data.AUTOTUNE,
+                      deterministic=True)
+    ready_then_wait(args, "producer")
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    croupier.produce(data, args.address, "bench", batch_size=BATCH, consumers=WORLD, epochs=1,
+                     seed=1, tf_transform=pipeline, workers=0)
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = own.ru_utime + own.ru_stime - before.ru_utime - before.ru_stime
+    print(json.dumps({"cpu": cpu}), flush=True)  # from the start signal: not the import
+
+
+def role_tf_shard(args):
+    import tensorflow as tf
+    paths = [str(p) for p in sorted(pathlib.Path(args.images_dir).glob("*.jpg"))]
+    order = np.random.default_rng(1).permutation(len(paths))  # one seed: the same on every rank
+    ids = tf.constant(order, tf.int64)
+    uint8 = args.uint8
+
+    def load(i):
+        record = {"image": tf.io.read_file(tf.gather(paths, i)), "label": i % 10, "id": i,
+                  "croupier_seed": tf.stack([tf.constant(1, tf.int64), i])}
+        return tf_augment(record, uint8)
+    ds = (tf.data.Dataset.from_tensor_slices(ids).shard(WORLD, args.rank)
+          .map(load, num_parallel_calls=tf.data.AUTOTUNE)
+          .batch(BATCH, drop_remainder=True).prefetch(2))
+    ready_then_wait(args, f"rank{args.rank}")
+    records = 0
+    for batch in ds:
+        records += int(batch["id"].shape[0])
+    print(json.dumps({"records": records, "end": time.time()}), flush=True)
+
+
 def role_serve(args):
     import croupier
     import torch
@@ -192,9 +283,12 @@ def finish(procs, timeout=600):
 def run_system(system, args, work):
     import croupier
     go = work / f"go-{system}-{time.monotonic_ns()}"
-    if system == "dataloader":
-        trainers = [spawn("dataloader", args, go=go, rank=r,
-                          loader_workers=max(1, args.workers // WORLD)) for r in range(WORLD)]
+    if system in ("dataloader", "tfshard"):
+        trainers = [spawn("dataloader" if system == "dataloader" else "tf_shard", args, go=go,
+                          rank=r, loader_workers=max(1, args.workers // WORLD))
+                    for r in range(WORLD)]
+        if system == "tfshard":
+            wait_ready(go, WORLD)
         time.sleep(3.0)  # imports and set-up, before the start
         start = time.time()
         go.touch()
@@ -204,10 +298,12 @@ def run_system(system, args, work):
     # the job at its end already.
     cluster_dir = pathlib.Path(tempfile.mkdtemp(prefix=f"cluster-{system}-", dir=work))
     with croupier.local_cluster(producers=0, work_dir=cluster_dir) as cluster:
-        role = "producer" if system == "croupier" else "serve"
+        role = {"croupier": "producer", "serve": "serve", "tf": "tf_producer"}[system]
         producer = spawn(role, args, go=go, address=cluster.address)
         trainers = [spawn("consumer", args, go=go, address=cluster.address, rank=r)
                     for r in range(WORLD)]
+        if system == "tf":
+            wait_ready(go, 1)
         time.sleep(3.0)
         start = time.time()
         go.touch()
@@ -254,7 +350,8 @@ def main():
     args = parser.parse_args()
     if args.role:
         {"dataloader": role_dataloader, "consumer": role_consumer, "producer": role_producer,
-         "serve": role_serve}[args.role](args)
+         "serve": role_serve, "tf_producer": role_tf_producer,
+         "tf_shard": role_tf_shard}[args.role](args)
         return
     if args.quick:
         args.images, args.rounds = 512, 1
@@ -271,7 +368,7 @@ def main():
                 rate, extra = run_system(system, args, work)
                 samples[system].append(rate)
                 extras.setdefault(system, []).append(extra)
-        alone = alone_cpu_per_record(args)
+        alone = alone_cpu_per_record(args) if "croupier" in systems else None
     rates = {s: float(np.median(v)) for s, v in samples.items()}
     kind = "uint8" if args.uint8 else "float32"
     for system, rate in rates.items():
@@ -296,6 +393,15 @@ def main():
                   f"{np.median([e['workers_cpu'] / e['records'] for e in runs]) * 1e3:.3f} ms/record, "
                   f"the producer process "
                   f"{np.median([e['parent_cpu'] / e['records'] for e in runs]) * 1e3:.3f} ms/record")
+    if "tf" in rates and "tfshard" in rates:
+        tf_rate = rates["tf"]
+        runs = [e for e in extras["tf"] if "cpu" in e]
+        cpu = float(np.median([e["cpu"] / e["records"] for e in runs])) * 1e3 if runs else None
+        emit(case=f"map job with tf_transform ({kind}) vs tf.data on each trainer's shard",
+             unit="records/s", value=tf_rate, baseline="tfshard",
+             baseline_value=rates["tfshard"], ratio=tf_rate / rates["tfshard"], goal=">= 1.0",
+             met=tf_rate / rates["tfshard"] >= 1.0,
+             note=f"producer CPU {cpu:.3f} ms/record" if cpu is not None else "")
 
 
 if __name__ == "__main__":

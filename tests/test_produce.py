@@ -26,13 +26,14 @@ TESTS = pathlib.Path(__file__).resolve().parent
 PYTHON_PATH = os.pathsep.join([str(TESTS), str(TESTS.parent / "python")])
 
 
-def start_producer(cluster, job, name, **opts):
-    """A `python -m croupier produce` process serving map job `job` with $MAP_TEST = opts."""
+def start_producer(cluster, job, name, pipeline="map_sources:pipeline", **opts):
+    """A `python -m croupier produce PIPELINE` process serving map job `job` with
+    $MAP_TEST = opts."""
     env = dict(cluster.env, MAP_TEST=json.dumps(opts),
                PYTHONPATH=os.pathsep.join([PYTHON_PATH, cluster.env.get("PYTHONPATH", "")]))
     log = open(cluster.work_dir / f"{name}.log", "w")
     workers = opts.get("workers", 1)
-    proc = subprocess.Popen([sys.executable, "-m", "croupier", "produce", "map_sources:pipeline",
+    proc = subprocess.Popen([sys.executable, "-m", "croupier", "produce", pipeline,
                              "--dispatcher", cluster.address, "--job", job,
                              "--workers", str(workers)],
                             stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -55,11 +56,12 @@ def wait_for_job(cluster, job, timeout=30):
     raise AssertionError(f"job {job} was not created within {timeout} s")
 
 
-def run_job(work_dir, producers=1, workers=1, world=2, epochs=2, kill_after=None, **opts):
+def run_job(work_dir, producers=1, workers=1, world=2, epochs=2, kill_after=None,
+            pipeline="map_sources:pipeline", **opts):
     """Runs map job "m" with `producers` producer processes of `workers` workers each and `world`
     consumer processes; `kill_after` (a number of batches) SIGKILLs producer 0 once rank 0 has
     read that many, and starts a new one. Returns each rank's consumer output lines."""
-    opts = dict(opts, consumers=world, epochs=epochs)
+    opts = dict(opts, consumers=world, epochs=epochs, pipeline=pipeline)
     with Cluster(work_dir, producer_timeout_ms=1500) as cluster:
         procs = [start_producer(cluster, "m", f"producer{k}", workers=workers, **opts)
                  for k in range(producers)]

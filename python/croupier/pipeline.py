@@ -25,6 +25,10 @@ The transforms run in `workers` worker processes forked at start (before any thr
 starts), each making whole batches; a batch comes back to the producer through shared memory in
 croupier's batch format, nothing pickled. workers=0 makes batches in the producer's own threads
 (for code that releases the GIL).
+
+tf_transform (a tf.data pipeline, croupier.tf_pipeline) replaces transform and collate: it runs
+in TensorFlow's runtime from the producer's own threads, with no worker process (forking once
+TensorFlow runs is unsafe).
 """
 import inspect
 import mmap
@@ -156,13 +160,13 @@ class Pipeline:
     collation. A pure function of (seed, epoch, batch, record indexes)."""
 
     def __init__(self, source, *, transform=None, batch_transform=None, collate=None,
-                 names=None, features=None, seed=0):
+                 names=None, features=None, seed=0, tf_transform=None):
         if not hasattr(source, "__getitem__") or not hasattr(source, "__len__"):
             raise errors.InvalidArgumentError(
                 f"a map source needs __len__ and __getitem__(i); a {type(source).__name__} has "
                 "not both (croupier.serve() serves iterables)")
         for name, fn in (("transform", transform), ("batch_transform", batch_transform),
-                         ("collate", collate)):
+                         ("collate", collate), ("tf_transform", tf_transform)):
             if fn is not None and not callable(fn):
                 raise errors.InvalidArgumentError(f"{name} must be callable, not "
                                                   f"{type(fn).__name__}")
@@ -176,6 +180,15 @@ class Pipeline:
         self._record_rng = transform is not None and _takes_rng(transform)
         self._batch_rng = batch_transform is not None and _takes_rng(batch_transform)
         self._spec = None if features is None else _spec_of(features)
+        self.tf_transform = tf_transform
+        self._tf = None
+        if tf_transform is not None:
+            if transform is not None or collate is not None or names is not None:
+                raise errors.InvalidArgumentError(
+                    "tf_transform replaces transform, collate and names (its outputs are "
+                    "collated by croupier); give batch_transform for the batch")
+            from croupier.tf_pipeline import TfTransform
+            self._tf = TfTransform(tf_transform, self.seed)
 
     def __len__(self):
         return len(self.source)
@@ -202,6 +215,14 @@ class Pipeline:
     def batch_dict(self, epoch, g, ids):
         """Batch g of `epoch`, of records `ids`, as a dict of columns (before the batch layout)."""
         records = self.read(ids)
+        if self._tf is not None:
+            batch = self._tf_batch(records, epoch, ids)
+        else:
+            batch = self._python_batch(records, epoch, ids)
+        return self._batch_transform(batch, epoch, g)
+
+    def _python_batch(self, records, epoch, ids):
+        """The records transformed one by one in Python and collated."""
         if self.transform is not None:
             for k, i in enumerate(ids):
                 try:
@@ -212,6 +233,22 @@ class Pipeline:
                 except Exception as e:
                     raise _RecordError(f"record {int(i)}: the transform raised {_describe(e)}") \
                         from e
+        return self._collate(records)
+
+    def _tf_batch(self, records, epoch, ids):
+        """The records through the tf_transform, in TensorFlow's runtime, and collated."""
+        from croupier.tf_pipeline import TfTransformError
+        try:
+            batch = self._tf(records, epoch, ids)
+        except TfTransformError as e:
+            raise _RecordError(str(e)) from None
+        except Exception as e:  # raised by the user's function while TensorFlow traced it
+            raise _RecordError(f"tf_transform raised {_describe(e)}") from e
+        if self._spec is not None:
+            _vary_as_spec(batch, self._spec)
+        return batch
+
+    def _collate(self, records):
         try:
             if self.collate is not None:
                 batch = self.collate(records)
@@ -223,6 +260,9 @@ class Pipeline:
             raise
         except Exception as e:
             raise _RecordError(f"the collate function raised {_describe(e)}") from e
+        return batch
+
+    def _batch_transform(self, batch, epoch, g):
         if self.batch_transform is not None:
             try:
                 if self._batch_rng:
@@ -448,9 +488,9 @@ def _job_done(dispatcher, job, info, auth_token):
 def produce(source, dispatcher, job, *, batch_size, consumers=None, epochs=1, seed=0,
             shuffle="global", remainder="drop", block_size=0, window_blocks=0, mode="dealt",
             transform=None, batch_transform=None, collate=None, names=None, features=None,
-            workers=None, threads=None, auth_token=None, buffer_bytes=256 << 20, max_tasks=2,
-            bind="127.0.0.1", advertise_host="", timeout=60.0, stop=None, resume_from=None,
-            dispatcher_timeout=120.0):
+            tf_transform=None, workers=None, threads=None, auth_token=None,
+            buffer_bytes=256 << 20, max_tasks=2, bind="127.0.0.1", advertise_host="", timeout=60.0,
+            stop=None, resume_from=None, dispatcher_timeout=120.0):
     """Runs a producer of map job `job`, whose records are `source[i]` (any object with
     __len__ and __getitem__; a `get_many(indexes)` method, if it has one, reads a batch's
     records at once), until every rank has read the job's last epoch (epochs > 0) or `stop`
@@ -475,21 +515,40 @@ def produce(source, dispatcher, job, *, batch_size, consumers=None, epochs=1, se
     `workers` worker processes (default: default_workers(); 0: none) make the batches; the
     producer's own threads (`threads`, default max(workers, 1)) hand them out.
 
+    tf_transform(ds) -> ds is a tf.data pipeline run on each batch's records instead of
+    transform and collate (croupier.tf_pipeline): `ds` has one element per record of the batch,
+    in plan order, holding the record's fields and "croupier_seed" (int64 [2], the record's seed
+    for tf.random.stateless_* ops: tf_pipeline.record_seed(seed, epoch, index)); it must return
+    one element per record, in order (a map), a dict of tensors that croupier collates. It runs
+    in TensorFlow's runtime, called from the producer's own threads (`threads`, default
+    max(2, default_workers())): no worker process is forked once TensorFlow runs, so `workers`
+    must be 0 or None.
+
     If the dispatcher does not answer for `dispatcher_timeout` seconds, produce() stops and
     raises UnavailableError naming it."""
     if consumers is None:
         from croupier.launcher import detect_rank_world
         _, consumers = detect_rank_world(0, None)
-    pipeline = Pipeline(source, transform=transform, batch_transform=batch_transform,
-                        collate=collate, names=names, features=features, seed=seed)
-    num_records = len(pipeline)
-    if num_records == 0:
-        raise errors.InvalidArgumentError(f"the source of job '{job}' is empty")
     if workers is None:
-        workers = default_workers()
+        workers = default_workers() if tf_transform is None else 0
     workers = int(workers)
     if workers < 0:
         raise errors.InvalidArgumentError(f"workers must be 0 or more, not {workers}")
+    if tf_transform is not None and workers > 0:
+        # Forking a process once TensorFlow has started its thread pools is unsafe, and it is
+        # started here (batch 0 is made before the workers would be forked).
+        raise errors.InvalidArgumentError(
+            f"job '{job}': tf_transform runs in the producer's own threads, TensorFlow's runtime "
+            f"doing the parallel work; workers must be 0 (not {workers}): no process is forked "
+            "once TensorFlow runs")
+    if tf_transform is not None and threads is None:
+        threads = max(2, default_workers())
+    pipeline = Pipeline(source, transform=transform, batch_transform=batch_transform,
+                        collate=collate, names=names, features=features, seed=seed,
+                        tf_transform=tf_transform)
+    num_records = len(pipeline)
+    if num_records == 0:
+        raise errors.InvalidArgumentError(f"the source of job '{job}' is empty")
     plan = _croupier.EpochPlan(num_records, int(batch_size), int(consumers), seed=int(seed),
                                epoch=0, shuffle=shuffle, remainder=remainder,
                                block_size=int(block_size) or 1024,
@@ -591,7 +650,8 @@ def main(argv=None):
     parser.add_argument("--dispatcher", required=True)
     parser.add_argument("--job", required=True)
     parser.add_argument("--workers", type=int, default=None,
-                        help=f"worker processes (default {default_workers()}: the cores here)")
+                        help=f"worker processes (default {default_workers()}: the cores here; 0 "
+                             "with tf_transform, which forks none)")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--auth-token", default=None)
     parser.add_argument("--bind", default="127.0.0.1")

@@ -1,0 +1,169 @@
+"""croupier.produce(tf_transform=...): a tf.data pipeline (decode JPEG, stateless random crop and
+flip, normalise) as a map job's transform, with every guarantee of a map job, checked over real
+processes: producers started as `python -m croupier produce map_sources_tf:pipeline`
+(tests/map_sources_tf.py), consumers and dispatcher from tests/service_cluster.py, through the
+helpers of tests/test_produce.py."""
+import pathlib
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+import croupier  # noqa: E402
+from croupier import errors  # noqa: E402
+from croupier.pipeline import Pipeline  # noqa: E402
+from croupier.tf_pipeline import record_seed  # noqa: E402
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import map_sources_tf  # noqa: E402
+from service_cluster import Cluster, batch_hashes  # noqa: E402
+from test_produce import check_against_plan, run_job, start_producer, wait_for_job  # noqa: E402
+
+PIPELINE = "map_sources_tf:pipeline"
+
+
+def run_tf_job(work_dir, **opts):
+    """run_job with the tf.data pipeline: no worker processes (tf_transform refuses them)."""
+    return run_job(work_dir, workers=0, pipeline=PIPELINE, **opts)
+
+
+def expected_hashes(per_rank, records, batch_size, seed):
+    """What each batch the consumers got must hash to: the batch made here, in this process, by
+    the same pipeline from (seed, epoch, batch, the plan's record ids)."""
+    pipe = Pipeline(map_sources_tf.JpegRecords(records), tf_transform=map_sources_tf.augment,
+                    seed=seed)
+    world = len(per_rank)
+    out = []
+    for rank, batches in enumerate(per_rank):
+        mine = []
+        for b in batches:
+            plan = croupier.EpochPlan(records, batch_size, world, seed=seed, epoch=b["epoch"])
+            g = plan.global_batch(rank, b["step"])
+            mine.append(pipe.make(b["epoch"], g, plan.batch(g)).content_hash)
+        out.append(mine)
+    return out
+
+
+def test_a_record_is_a_function_of_seed_epoch_and_index():
+    """Each record of a batch is the pipeline run on that record alone with its croupier_seed;
+    the epoch changes it; dtypes travel (uint8 stays uint8)."""
+    pipe = Pipeline(map_sources_tf.JpegRecords(40), tf_transform=map_sources_tf.augment, seed=5)
+    ids = np.array([7, 3, 30, 12], dtype=np.uint64)
+    a = pipe.make(1, 9, ids).to_dict()
+    assert a["pixels"].dtype == np.uint8 and a["pixels"].shape == (4, 24, 24, 3)
+    assert a["image"].dtype == np.float32 and a["id"].tolist() == ids.tolist()
+    for k, i in enumerate(ids):
+        record = map_sources_tf.JpegRecords(40)[int(i)]
+        record["croupier_seed"] = tf.constant(record_seed(5, 1, int(i)))
+        alone = map_sources_tf.augment_one({n: tf.constant(v) for n, v in record.items()})
+        np.testing.assert_array_equal(a["pixels"][k], alone["pixels"].numpy())
+        np.testing.assert_array_equal(a["image"][k], alone["image"].numpy())
+    assert pipe.make(1, 9, ids).to_dict()["image"].tobytes() == a["image"].tobytes()
+    assert pipe.make(2, 9, ids).to_dict()["image"].tobytes() != a["image"].tobytes()
+    tf.random.set_seed(123)  # global state plays no part
+    assert pipe.make(1, 9, ids).to_dict()["image"].tobytes() == a["image"].tobytes()
+
+
+@pytest.mark.timeout(150)
+def test_each_rank_gets_the_plans_records_made_by_the_pipeline(tmp_path):
+    per_rank = run_tf_job(tmp_path / "run", records=96, batch_size=4)
+    check_against_plan(per_rank, 96, 4, seed=5, epochs=2)
+    assert [[int(b["hash"], 16) for b in r] for r in per_rank] == \
+        expected_hashes(per_rank, 96, 4, seed=5)
+
+
+@pytest.mark.timeout(240)
+def test_same_bytes_with_one_or_two_producers_and_across_runs(tmp_path):
+    one = run_tf_job(tmp_path / "one", producers=1, records=96, batch_size=4)
+    two = run_tf_job(tmp_path / "two", producers=2, records=96, batch_size=4)
+    again = run_tf_job(tmp_path / "again", producers=1, records=96, batch_size=4)
+    assert len(one[0]) == 2 * 12
+    assert [batch_hashes(r) for r in two] == [batch_hashes(r) for r in one]
+    assert [batch_hashes(r) for r in again] == [batch_hashes(r) for r in one]
+
+
+@pytest.mark.timeout(240)
+def test_a_producer_killed_mid_epoch_changes_no_byte(tmp_path):
+    reference = run_tf_job(tmp_path / "ref", records=96, batch_size=4)
+    killed = run_tf_job(tmp_path / "killed", records=96, batch_size=4, kill_after=5)
+    assert [batch_hashes(r) for r in killed] == [batch_hashes(r) for r in reference]
+
+
+@pytest.mark.timeout(150)
+def test_a_corrupt_jpeg_reaches_the_trainer_that_needs_it(tmp_path):
+    with Cluster(tmp_path / "c") as cluster:
+        # Record 30 is no JPEG; batch 0 (records 0-3, shuffle none) is fine.
+        start_producer(cluster, "m", "producer0", pipeline=PIPELINE, workers=0, records=48,
+                       corrupt_at=30, shuffle="none", consumers=2, epochs=1, batch_size=4)
+        wait_for_job(cluster, "m", timeout=60)
+        feeds = [croupier.Consumer(cluster.address, "m", r, 2, timeout=30) for r in range(2)]
+        # Global batch 7 holds records 28-31: rank 1's step 3. Rank 0 reads on its own thread.
+        got = []
+        reader = threading.Thread(target=lambda: got.extend(feeds[0].batches(0)), daemon=True)
+        reader.start()
+        steps = 0
+        with pytest.raises(errors.InvalidArgumentError) as raised:
+            for _ in feeds[1].batches(0):
+                steps += 1
+        reader.join(30)
+        assert steps == 3 and len(got) == 6
+        message = str(raised.value)
+        assert "job 'm' epoch 0 batch 7: record 30: the tf_transform failed: " \
+               "InvalidArgumentError: " in message and "JPEG" in message, message
+        for f in feeds:
+            f.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_pipeline_that_filters_records_is_refused(tmp_path):
+    with Cluster(tmp_path / "c") as cluster:
+        with pytest.raises(errors.InvalidArgumentError) as raised:
+            croupier.produce(map_sources_tf.JpegRecords(16), cluster.address, "j", batch_size=4,
+                             consumers=1, shuffle="none", tf_transform=map_sources_tf.drop_some)
+        message = str(raised.value)
+        assert "job 'j' epoch 0 batch 0: tf_transform made 3 outputs of the batch's 4 records" \
+            in message and "one output per record" in message, message
+        assert not cluster.status().get("jobs"), "no job is created for a pipeline that fails"
+
+
+@pytest.mark.parametrize("fn, made", [
+    (lambda ds: map_sources_tf.augment(ds).repeat(2), "made more than 4 outputs"),
+    (lambda ds: map_sources_tf.augment(ds).take(0), "made 0 outputs"),
+    (lambda ds: map_sources_tf.augment(ds).batch(2), "made 2 outputs"),
+])
+def test_a_pipeline_that_changes_the_count_is_an_error(fn, made):
+    pipe = Pipeline(map_sources_tf.JpegRecords(16), tf_transform=fn, seed=5)
+    with pytest.raises(Exception, match=f"tf_transform {made} of the batch's 4 records"):
+        pipe.make(0, 1, np.arange(4, 8, dtype=np.uint64))
+
+
+def test_tf_transform_refuses_worker_processes():
+    with pytest.raises(errors.InvalidArgumentError, match="workers must be 0"):
+        croupier.produce(map_sources_tf.JpegRecords(16), "127.0.0.1:1", "j", batch_size=4,
+                         consumers=1, tf_transform=map_sources_tf.augment, workers=2)
+
+
+class Tokens:
+    """Records of a variable length: record i holds int32 tokens [0, i % 4) and a word."""
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        return {"tokens": np.arange(i % 4, dtype=np.int32), "word": f"w{i}"}
+
+
+def test_variable_lengths_in_and_out():
+    def fn(ds):
+        return ds.map(lambda r: {"doubled": r["tokens"] * 2, "n": tf.size(r["tokens"]),
+                                 "word": r["word"]})
+    pipe = Pipeline(Tokens(), tf_transform=fn, seed=5)
+    got = pipe.make(0, 0, np.array([1, 2, 3, 4], dtype=np.uint64)).to_dict()
+    values, splits = got["doubled"]
+    assert values.dtype == np.int32 and values.tolist() == [0, 0, 2, 0, 2, 4]
+    assert splits.tolist() == [0, 1, 3, 6, 6]
+    assert got["n"].tolist() == [1, 2, 3, 0]
+    assert [bytes(w) for w in got["word"]] == [b"w1", b"w2", b"w3", b"w4"]
