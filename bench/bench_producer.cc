@@ -15,9 +15,9 @@
 #include "croupier/tfrecord.h"
 #include "proto/croupier.pb.h"
 #include "src/job/job_settings.h"
-#include "src/producer/tfrecord_maker.h"
 #include "src/producer/record_cache.h"
 #include "src/producer/task_runner.h"
+#include "src/producer/tfrecord_maker.h"
 
 namespace croupier::bench {
 namespace {
@@ -125,7 +125,8 @@ void Run(const std::string& dir) {
   }
 
   {
-    std::shared_ptr<const BatchMaker> maker = *TfrecordBatchMaker::Create(Job(paths, "blocks"), index);
+    std::shared_ptr<const BatchMaker> maker =
+        *TfrecordBatchMaker::Create(Job(paths, "blocks"), index);
     const uint64_t n = maker->batches_per_epoch();
     const int threads = std::max(2u, std::thread::hardware_concurrency());
     uint64_t epoch = 0;

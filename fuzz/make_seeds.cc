@@ -147,9 +147,13 @@ void BatchSeeds() {
     const DType dtype = static_cast<DType>(1 + i / 2);
     const bool variable = i % 2 == 1;
     const uint64_t n = variable ? 3 : 4;
-    columns.push_back(ColumnData{names[i], dtype, variable,
-                                 variable ? absl::Span<const int64_t>() : dims, n,
-                                 absl::string_view(raw).substr(0, n * DTypeSize(dtype)), {},
+    columns.push_back(ColumnData{names[i],
+                                 dtype,
+                                 variable,
+                                 variable ? absl::Span<const int64_t>() : dims,
+                                 n,
+                                 absl::string_view(raw).substr(0, n * DTypeSize(dtype)),
+                                 {},
                                  variable ? splits : absl::Span<const uint64_t>()});
   }
   Write("batch_view", "every_dtype", std::string(Batch::FromColumns(2, columns)->bytes()));

@@ -197,9 +197,10 @@ Batch BatchFromColumns(uint64_t num_records, const pyb::list& columns) {
     if (d.dtype == DType::kBytes) {
       d.num_values = d.offsets.empty() ? 0 : d.offsets.size() - 1;
     } else if (d.values.size() % DTypeSize(d.dtype) != 0) {
-      ThrowIfError(absl::InvalidArgumentError(
-          "column '" + h.name + "': " + std::to_string(d.values.size()) + " bytes of values are no " +
-          "whole number of " + std::string(DTypeName(d.dtype)) + " values"));
+      ThrowIfError(absl::InvalidArgumentError("column '" + h.name +
+                                              "': " + std::to_string(d.values.size()) +
+                                              " bytes of values are no " + "whole number of " +
+                                              std::string(DTypeName(d.dtype)) + " values"));
     } else {
       d.num_values = d.values.size() / DTypeSize(d.dtype);
     }
@@ -236,7 +237,8 @@ per feature, all in one contiguous buffer. Numeric arrays are zero-copy views of
           },
           pyb::arg("bytes_as") = "list",
           "{name: array}. Fixed shapes: an array [num_records, *shape] of the column's dtype "
-          "(bfloat16: ml_dtypes.bfloat16), a view of the batch buffer; bytes: a list of bytes (bytes_as='list', copies) or a BytesColumn "
+          "(bfloat16: ml_dtypes.bfloat16), a view of the batch buffer; bytes: a list of bytes "
+          "(bytes_as='list', copies) or a BytesColumn "
           "(bytes_as='buffer': a uint8 values array and an int64 offsets array, views of the "
           "buffer); variable length: a tuple (values, row_splits).");
 

@@ -73,8 +73,7 @@ class PyMapProducer {
 }  // namespace
 
 void BindProduce(pyb::module_& m) {
-  pyb::class_<PyMapProducer>(m, "_MapProducer",
-                             "The producer of a map job. Use croupier.produce.")
+  pyb::class_<PyMapProducer>(m, "_MapProducer", "The producer of a map job. Use croupier.produce.")
       .def(pyb::init([](const std::string& dispatcher, const std::string& job,
                         const std::string& auth_token, int threads, uint64_t buffer_bytes,
                         uint32_t max_tasks, const std::string& bind,
@@ -90,8 +89,9 @@ void BindProduce(pyb::module_& m) {
              o.runner.buffer_bytes = buffer_bytes;
              o.runner.max_tasks = max_tasks;
              std::shared_ptr<pyb::object> held = Hold(std::move(make));
-             o.runner.makers = [held](const v1::JobInfo& info)
-                 -> absl::StatusOr<std::shared_ptr<const BatchMaker>> {
+             o.runner.makers =
+                 [held](
+                     const v1::JobInfo& info) -> absl::StatusOr<std::shared_ptr<const BatchMaker>> {
                auto maker = FunctionBatchMaker::Create(
                    info, [held](uint64_t epoch, uint64_t batch, absl::Span<const uint64_t> ids) {
                      return CallMake(*held, epoch, batch, ids);
@@ -125,9 +125,8 @@ void BindProduce(pyb::module_& m) {
         pyb::buffer_info info = out.request(/*writable=*/true);
         const absl::string_view bytes = batch.bytes();
         if (static_cast<size_t>(info.size * info.itemsize) < bytes.size()) {
-          ThrowIfError(absl::ResourceExhaustedError(
-              absl::StrCat("a batch of ", bytes.size(), " bytes does not fit in ",
-                           info.size * info.itemsize)));
+          ThrowIfError(absl::ResourceExhaustedError(absl::StrCat(
+              "a batch of ", bytes.size(), " bytes does not fit in ", info.size * info.itemsize)));
         }
         pyb::gil_scoped_release nogil;
         std::memcpy(info.ptr, bytes.data(), bytes.size());

@@ -200,8 +200,8 @@ void BindService(pyb::module_& m) {
                                 "The producer of a Python job. Use croupier.serve.")
       .def(pyb::init([](const std::string& dispatcher, const std::string& job,
                         const std::string& auth_token, uint64_t buffer_bytes,
-                        const std::string& bind, const std::string& advertise_host,
-                        double timeout, uint32_t source_index) {
+                        const std::string& bind, const std::string& advertise_host, double timeout,
+                        uint32_t source_index) {
              ProducerNodeOptions o;
              o.dispatcher = dispatcher;
              o.bind_address = bind;

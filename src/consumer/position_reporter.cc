@@ -24,14 +24,14 @@ absl::StatusOr<Registration> RegisterConsumer(ControlPlane& control, const std::
     // ALREADY_EXISTS: a live consumer holds the rank (it is taken over once silent). NOT_FOUND:
     // the job does not exist yet (launchers start trainers and producers together, and
     // croupier.serve/produce create their job when they start): wait for it, saying so once.
-    const bool wait = absl::IsAlreadyExists(registered.status()) ||
-                      absl::IsNotFound(registered.status());
+    const bool wait =
+        absl::IsAlreadyExists(registered.status()) || absl::IsNotFound(registered.status());
     if (!wait || absl::Now() + absl::Milliseconds(250) >= deadline) break;
     if (absl::IsNotFound(registered.status()) && !said_waiting) {
       said_waiting = true;
       Log(LogLevel::kInfo, "consumer",
-          absl::StrCat("job '", job, "' does not exist yet at ", control.address(),
-                       "; rank ", rank, " waits for it up to ", absl::FormatDuration(timeout)));
+          absl::StrCat("job '", job, "' does not exist yet at ", control.address(), "; rank ", rank,
+                       " waits for it up to ", absl::FormatDuration(timeout)));
     }
     absl::SleepFor(absl::Milliseconds(250));
   }

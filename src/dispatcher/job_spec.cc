@@ -20,8 +20,8 @@ namespace {
 std::string FieldText(const v1::JobSpec& spec, const google::protobuf::FieldDescriptor* field) {
   const google::protobuf::Reflection* reflection = spec.GetReflection();
   if (field->enum_type() != nullptr && IsSettingEnum(field->enum_type())) {
-    return absl::StrCat("\"", SettingText(field->enum_type(), reflection->GetEnumValue(spec, field)),
-                        "\"");
+    return absl::StrCat(
+        "\"", SettingText(field->enum_type(), reflection->GetEnumValue(spec, field)), "\"");
   }
   std::string out;
   if (!field->is_repeated()) {
@@ -73,9 +73,10 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec) {
     // and only whole rounds of num_consumers batches are dealt.
     if (spec.shuffle() == v1::SHUFFLE_UNSPECIFIED) settings.shuffle = ShuffleMode::kNone;
     if (settings.shuffle != ShuffleMode::kNone) {
-      return invalid(absl::StrCat("a python job deals batches in the order its source yields "
-                                  "them: shuffle must be none, not '",
-                                  ShuffleModeName(settings.shuffle), "'"));
+      return invalid(
+          absl::StrCat("a python job deals batches in the order its source yields "
+                       "them: shuffle must be none, not '",
+                       ShuffleModeName(settings.shuffle), "'"));
     }
     if (settings.remainder != Remainder::kDrop) {
       return invalid("a python job drops the batches past the last whole round: remainder must "
@@ -103,15 +104,15 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec) {
   if (!python && !map && spec.files().empty()) return invalid("no files given");
   if ((python || map) && settings.compression != Codec::kNone) {
     return invalid(absl::StrCat("compression '", CodecName(settings.compression),
-                                "' is for tfrecord jobs only; a ",
-                                SourceKindName(settings.source),
+                                "' is for tfrecord jobs only; a ", SourceKindName(settings.source),
                                 " job's batches are sent as they are"));
   }
   SetTypedSettings(settings, out);
   if ((out.start_epoch() != 0 || out.start_batch() != 0) &&
       (python || settings.mode != DealMode::kDealt)) {
-    return invalid("start_epoch and start_batch (resuming a checkpoint) are for dealt tfrecord "
-                   "and map jobs only");
+    return invalid(
+        "start_epoch and start_batch (resuming a checkpoint) are for dealt tfrecord "
+        "and map jobs only");
   }
   if (out.num_epochs() != 0 && out.start_epoch() >= out.num_epochs()) {
     return invalid(absl::StrCat("start_epoch ", out.start_epoch(), " is past the job's ",

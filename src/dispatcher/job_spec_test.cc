@@ -205,8 +205,9 @@ TEST(DispatcherJobSpecTest, AMapJobRefusesFilesAndTheStreamsSettings) {
   ExpectInvalid(spec, "compression 'lz4' is for tfrecord jobs only; a map job's batches");
   spec = Minimal();
   spec.set_num_records(100);
-  ExpectInvalid(spec, "job 'train': num_records is for map jobs only; a tfrecord job counts its "
-                      "records in its files");
+  ExpectInvalid(spec,
+                "job 'train': num_records is for map jobs only; a tfrecord job counts its "
+                "records in its files");
 }
 
 TEST(DispatcherJobSpecTest, APythonJobDefaultsToNoShuffleAndAllowsNoOther) {
@@ -225,8 +226,9 @@ TEST(DispatcherJobSpecTest, APythonJobDefaultsToNoShuffleAndAllowsNoOther) {
   ExpectInvalid(in, "shuffle must be none, not 'global'");
   in.set_shuffle(v1::SHUFFLE_NONE);
   in.set_num_records(8);
-  ExpectInvalid(in, "num_records is for map jobs only; a python job counts its records from "
-                    "source_batches_per_epoch");
+  ExpectInvalid(in,
+                "num_records is for map jobs only; a python job counts its records from "
+                "source_batches_per_epoch");
 }
 
 TEST(DispatcherJobSpecTest, DifferencesNameTheSettingsByTheirText) {

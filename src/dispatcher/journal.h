@@ -70,9 +70,9 @@ struct JournalReplay {
 // header that begins like one) is reported in the result and not applied. Errors, each naming the
 // file and byte offset: NOT_FOUND if there is no file; FAILED_PRECONDITION naming the versions if
 // the journal has a version outside [kOldestJournalVersion, kJournalVersion] (the entries of an
-// older one are upgraded for `apply`, journal_upgrade.h); DATA_LOSS for a file that is not a journal, a bad header, a
-// corrupt entry followed by a valid one, an entry that does not parse, and an entry that `apply`
-// refuses (with apply's message).
+// older one are upgraded for `apply`, journal_upgrade.h); DATA_LOSS for a file that is not a
+// journal, a bad header, a corrupt entry followed by a valid one, an entry that does not parse, and
+// an entry that `apply` refuses (with apply's message).
 absl::StatusOr<JournalReplay> ReadJournal(
     Env& env, const std::string& path,
     const std::function<absl::Status(const journal::Update&, uint64_t offset)>& apply);

@@ -101,9 +101,9 @@ absl::StatusOr<ColumnView> ParseColumn(absl::string_view buf, uint16_t version, 
   if (!IsDTypeCode(d.dtype)) return fail(Bad(absl::StrCat("unknown dtype ", d.dtype)));
   c.dtype = static_cast<DType>(d.dtype);
   if (version < 2 && !IsExampleDType(c.dtype)) {
-    return fail(Bad(absl::StrCat("dtype ", d.dtype, " (", DTypeName(c.dtype),
-                                 ") in a format version ", version,
-                                 " buffer, which has dtypes 0 to 2 only")));
+    return fail(
+        Bad(absl::StrCat("dtype ", d.dtype, " (", DTypeName(c.dtype), ") in a format version ",
+                         version, " buffer, which has dtypes 0 to 2 only")));
   }
   if (d.rank > kMaxFeatureRank || (c.variable_length && d.rank != 0) || d.dims_offset % 8 != 0 ||
       !Within(d.dims_offset, 8 * uint64_t{d.rank}, meta_begin, meta_end)) {

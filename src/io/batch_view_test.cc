@@ -234,10 +234,14 @@ class AllDTypes {
     for (size_t i = 0; i < names_.size(); ++i) {
       const DType dtype = static_cast<DType>(1 + i / 2);
       const bool variable = i % 2 == 1;
-      columns_.push_back(ColumnData{names_[i], dtype, variable,
+      columns_.push_back(ColumnData{names_[i],
+                                    dtype,
+                                    variable,
                                     variable ? absl::Span<const int64_t>() : kDims,
-                                    raw_[i].size() / DTypeSize(dtype), raw_[i],
-                                    {}, variable ? kSplits : absl::Span<const uint64_t>()});
+                                    raw_[i].size() / DTypeSize(dtype),
+                                    raw_[i],
+                                    {},
+                                    variable ? kSplits : absl::Span<const uint64_t>()});
     }
     columns_.push_back(ColumnData{"s", DType::kBytes, false, {}, 3, "abcdef", kOffsets, {}});
   }
@@ -306,8 +310,7 @@ TEST(ExampleBatchViewTest, TypedValuesReadEachDTypesBits) {
   const std::vector<uint8_t> flags = {1, 0};
   const std::vector<uint64_t> u64 = {~uint64_t{0}, 1};
   auto bytes_of = [](const auto& v) {
-    return absl::string_view(reinterpret_cast<const char*>(v.data()),
-                             v.size() * sizeof(v[0]));
+    return absl::string_view(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(v[0]));
   };
   std::vector<ColumnData> columns = {
       {"bf16", DType::kBFloat16, false, {}, 2, bytes_of(bf16), {}, {}},
@@ -347,8 +350,10 @@ TEST(ExampleBatchViewTest, AnUnknownDTypeIsDataLossNamingIt) {
 
 TEST(ExampleBatchViewTest, BoolValuesMustBeZeroOrOne) {
   const std::vector<uint8_t> flags = {0, 1, 2};
-  ColumnData c{"m", DType::kBool, false, {}, 3,
-               absl::string_view(reinterpret_cast<const char*>(flags.data()), 3), {}, {}};
+  ColumnData c{"m",   DType::kBool,
+               false, {},
+               3,     absl::string_view(reinterpret_cast<const char*>(flags.data()), 3),
+               {},    {}};
   auto made = Batch::FromColumns(3, {c});
   EXPECT_TRUE(absl::IsInvalidArgument(made.status())) << made.status();
   EXPECT_THAT(made.status().message(), HasSubstr("column 0 ('m'): bool value 2 is 2, not 0 or 1"));

@@ -67,9 +67,9 @@ TEST(ExampleFeatureSpecTest, DTypeNames) {
 // Every code names itself, parses back, and has the documented size (docs/formats.md).
 TEST(ExampleFeatureSpecTest, EveryDTypeHasANameAndASize) {
   const std::vector<std::pair<std::string, size_t>> table = {
-      {"bytes", 0},   {"float32", 4}, {"int64", 8},  {"bool", 1},     {"int8", 1},
-      {"int16", 2},   {"int32", 4},   {"uint8", 1},  {"uint16", 2},   {"uint32", 4},
-      {"uint64", 8},  {"float16", 2}, {"bfloat16", 2}, {"float64", 8}};
+      {"bytes", 0},  {"float32", 4}, {"int64", 8},    {"bool", 1},   {"int8", 1},
+      {"int16", 2},  {"int32", 4},   {"uint8", 1},    {"uint16", 2}, {"uint32", 4},
+      {"uint64", 8}, {"float16", 2}, {"bfloat16", 2}, {"float64", 8}};
   ASSERT_EQ(table.size(), kLastDTypeCode + 1u);
   for (uint8_t code = 0; code <= kLastDTypeCode; ++code) {
     const DType dtype = static_cast<DType>(code);

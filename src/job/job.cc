@@ -10,8 +10,9 @@
 namespace croupier {
 namespace {
 
-constexpr EnumName<SourceKind> kSourceNames[] = {
-    {SourceKind::kTfrecord, "tfrecord"}, {SourceKind::kPython, "python"}, {SourceKind::kMap, "map"}};
+constexpr EnumName<SourceKind> kSourceNames[] = {{SourceKind::kTfrecord, "tfrecord"},
+                                                 {SourceKind::kPython, "python"},
+                                                 {SourceKind::kMap, "map"}};
 constexpr EnumName<DealMode> kModeNames[] = {{DealMode::kDealt, "dealt"},
                                              {DealMode::kFirstCome, "first_come"}};
 

@@ -54,8 +54,7 @@ absl::Status Rename(const Descriptor* type, Value& value, Direction direction) {
     for (const std::string& key : {field->name(), field->json_name()}) {
       auto it = fields.find(key);
       if (it == fields.end()) continue;
-      if (field->is_repeated() && !field->is_map() &&
-          it->second.kind_case() == Value::kListValue) {
+      if (field->is_repeated() && !field->is_map() && it->second.kind_case() == Value::kListValue) {
         for (Value& item : *it->second.mutable_list_value()->mutable_values()) {
           RETURN_IF_ERROR(RenameField(field, item, direction));
         }

@@ -27,7 +27,6 @@ absl::StatusOr<Wire> WireOf(absl::string_view text, Parse parse) {
   return ToProto(typed);
 }
 
-
 }  // namespace
 
 absl::StatusOr<SourceKind> FromProto(v1::SourceKind value) {
@@ -174,8 +173,7 @@ absl::Status SetSettingsFromText(const SettingsText& text, v1::JobSpec& spec) {
   ASSIGN_OR_RETURN(v1::SourceKind source, WireOf<v1::SourceKind>(text.source, ParseSourceKind));
   ASSIGN_OR_RETURN(v1::DealMode mode, WireOf<v1::DealMode>(text.mode, ParseDealMode));
   ASSIGN_OR_RETURN(v1::Shuffle shuffle, WireOf<v1::Shuffle>(text.shuffle, ParseShuffleMode));
-  ASSIGN_OR_RETURN(v1::Remainder remainder,
-                   WireOf<v1::Remainder>(text.remainder, ParseRemainder));
+  ASSIGN_OR_RETURN(v1::Remainder remainder, WireOf<v1::Remainder>(text.remainder, ParseRemainder));
   ASSIGN_OR_RETURN(v1::Compression compression,
                    WireOf<v1::Compression>(text.compression, ParseCodec));
   spec.set_source(source);

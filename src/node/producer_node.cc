@@ -9,9 +9,9 @@
 #include "src/common/logging.h"
 #include "src/common/status_macros.h"
 #include "src/metrics/prometheus.h"
+#include "src/producer/tfrecord_maker.h"
 #include "src/rpc/dispatcher_client.h"
 #include "src/rpc/grpc_util.h"
-#include "src/producer/tfrecord_maker.h"
 #include "src/transport/shm_transport.h"
 
 namespace croupier {

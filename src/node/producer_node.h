@@ -21,11 +21,11 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "croupier/record_index.h"
+#include "src/control/control_plane.h"
 #include "src/node/metrics_server.h"
 #include "src/producer/record_cache.h"
 #include "src/producer/sequential_source.h"
 #include "src/producer/task_runner.h"
-#include "src/control/control_plane.h"
 #include "src/transport/transport.h"
 
 namespace croupier {

@@ -40,8 +40,8 @@ absl::StatusOr<Batch> BatchMaker::Make(uint64_t epoch, uint64_t batch) const {
   const std::string prefix =
       absl::StrCat("job '", job_name(), "' epoch ", epoch, " batch ", batch, ": ");
   if (config_.num_epochs != 0 && epoch >= config_.num_epochs) {
-    return absl::OutOfRangeError(absl::StrCat(prefix, "the job has ", config_.num_epochs,
-                                              " epochs"));
+    return absl::OutOfRangeError(
+        absl::StrCat(prefix, "the job has ", config_.num_epochs, " epochs"));
   }
   if (batch >= batches_per_epoch()) {
     return absl::OutOfRangeError(

@@ -67,8 +67,8 @@ TEST(ProducerFunctionMakerTest, HandsThePlansRecordsOfEachBatchToTheFunction) {
 
 TEST(ProducerFunctionMakerTest, ErrorsNameTheBatchAndRangesAreChecked) {
   auto maker = FunctionBatchMaker::Create(
-      MapJob(40), [](uint64_t epoch, uint64_t batch, absl::Span<const uint64_t> ids)
-                      -> absl::StatusOr<Batch> {
+      MapJob(40),
+      [](uint64_t epoch, uint64_t batch, absl::Span<const uint64_t> ids) -> absl::StatusOr<Batch> {
         if (batch == 3) return absl::InvalidArgumentError("record 5: ValueError: bad pixel");
         if (batch == 4) return IdsBatch(ids.subspan(1));  // a record short
         return IdsBatch(ids);
@@ -89,7 +89,8 @@ TEST(ProducerFunctionMakerTest, ARunnerMakesAJobsTasksWithTheMakerOfItsFactory) 
   std::atomic<int> created{0};
   TaskRunner::Options options;
   options.threads = 2;
-  options.makers = [&](const v1::JobInfo& job) -> absl::StatusOr<std::shared_ptr<const BatchMaker>> {
+  options.makers =
+      [&](const v1::JobInfo& job) -> absl::StatusOr<std::shared_ptr<const BatchMaker>> {
     if (job.spec().name() != "mapped") {
       return absl::FailedPreconditionError("job '" + job.spec().name() + "': not this one's");
     }

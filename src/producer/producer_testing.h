@@ -76,9 +76,9 @@ inline v1::JobInfo MakeJob(const std::vector<std::string>& paths, const std::vec
   spec.set_batch_size(o.batch_size);
   spec.set_num_consumers(o.num_consumers);
   spec.set_seed(o.seed);
-  EXPECT_TRUE(SetSettingsFromText(
-                  {.mode = o.mode, .shuffle = o.shuffle, .remainder = o.remainder}, spec)
-                  .ok());
+  EXPECT_TRUE(
+      SetSettingsFromText({.mode = o.mode, .shuffle = o.shuffle, .remainder = o.remainder}, spec)
+          .ok());
   spec.set_block_size(o.block_size);
   spec.set_window_blocks(o.window_blocks);
   uint64_t total = 0;

@@ -6,8 +6,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/testing.h"
-#include "src/producer/tfrecord_maker.h"
 #include "src/producer/producer_testing.h"
+#include "src/producer/tfrecord_maker.h"
 
 namespace croupier {
 namespace {

@@ -50,7 +50,8 @@ class ProducerTaskRunnerTest : public ::testing::Test {
   void Init(const JobOptions& options = {},
             const std::function<std::string(int64_t)>& record = nullptr) {
     paths_ = WriteDataset(tmp_.path(), counts_, record);
-    auto maker = TfrecordBatchMaker::Create(MakeJob(paths_, counts_, options), index_, nullptr, &env_);
+    auto maker =
+        TfrecordBatchMaker::Create(MakeJob(paths_, counts_, options), index_, nullptr, &env_);
     ASSERT_TRUE(maker.ok()) << maker.status();
     maker_ = *std::move(maker);
     ASSERT_EQ(maker_->batches_per_epoch(), 40u);

@@ -30,14 +30,12 @@ absl::Status Prefixed(const absl::Status& status, absl::string_view prefix) {
 struct TfrecordBatchMaker::Scratch {
   std::unique_ptr<BatchBuilder> builder;
   std::vector<Dataset::Location> locs;  // of ids
-  std::string buffer;  // a record read from a file or the cache
-  std::string run;     // consecutive records read together
+  std::string buffer;                   // a record read from a file or the cache
+  std::string run;                      // consecutive records read together
 };
 
-absl::StatusOr<std::unique_ptr<TfrecordBatchMaker>> TfrecordBatchMaker::Create(const v1::JobInfo& job,
-                                                               IndexCache& cache,
-                                                               RecordCache* record_cache,
-                                                               Env* env) {
+absl::StatusOr<std::unique_ptr<TfrecordBatchMaker>> TfrecordBatchMaker::Create(
+    const v1::JobInfo& job, IndexCache& cache, RecordCache* record_cache, Env* env) {
   const std::string& name = job.spec().name();
   const std::string prefix = absl::StrCat("job '", name, "': ");
   if (job.files().empty()) return absl::InvalidArgumentError(prefix + "the job has no files");
@@ -64,15 +62,14 @@ absl::StatusOr<std::unique_ptr<TfrecordBatchMaker>> TfrecordBatchMaker::Create(c
                                                       (*dataset)->num_records()));
   }
 
-  return std::unique_ptr<TfrecordBatchMaker>(
-      new TfrecordBatchMaker(job, std::move(config), *std::move(dataset), *std::move(features),
-                             record_cache, env));
+  return std::unique_ptr<TfrecordBatchMaker>(new TfrecordBatchMaker(
+      job, std::move(config), *std::move(dataset), *std::move(features), record_cache, env));
 }
 
 TfrecordBatchMaker::TfrecordBatchMaker(v1::JobInfo job, JobConfig config,
                                        std::unique_ptr<Dataset> dataset,
-                                       std::vector<FeatureSpec> features,
-                                       RecordCache* record_cache, Env* env)
+                                       std::vector<FeatureSpec> features, RecordCache* record_cache,
+                                       Env* env)
     : BatchMaker(std::move(job), std::move(config)),
       dataset_(std::move(dataset)),
       features_(std::move(features)),
@@ -117,14 +114,14 @@ void TfrecordBatchMaker::ReturnScratch(std::unique_ptr<Scratch> scratch) const {
 }
 
 absl::Status TfrecordBatchMaker::RecordError(size_t file, uint64_t record,
-                                     const absl::Status& status) const {
+                                             const absl::Status& status) const {
   const RecordIndex& index = dataset_->index(file);
   return Prefixed(status, absl::StrCat("record ", record, " of ", index.path, " (byte ",
                                        index.offsets[record], "): "));
 }
 
 absl::Status TfrecordBatchMaker::AddData(size_t file, uint64_t record, absl::string_view data,
-                                 Scratch& scratch) const {
+                                         Scratch& scratch) const {
   absl::Status added = scratch.builder->AddRecord(data);
   if (!added.ok()) return RecordError(file, record, added);
   return absl::OkStatus();
@@ -141,8 +138,9 @@ absl::Status TfrecordBatchMaker::ReadRecord(const Dataset::Location& loc, Scratc
   return AddData(loc.file, loc.record, *read, scratch);
 }
 
-TfrecordBatchMaker::Run TfrecordBatchMaker::FindRun(absl::Span<const uint64_t> ids, const Dataset::Location& loc,
-                                    Scratch& scratch) const {
+TfrecordBatchMaker::Run TfrecordBatchMaker::FindRun(absl::Span<const uint64_t> ids,
+                                                    const Dataset::Location& loc,
+                                                    Scratch& scratch) const {
   const RecordIndex& index = dataset_->index(loc.file);
   const uint64_t begin = index.offsets[loc.record];
   Run run;
@@ -164,7 +162,7 @@ TfrecordBatchMaker::Run TfrecordBatchMaker::FindRun(absl::Span<const uint64_t> i
 }
 
 absl::Status TfrecordBatchMaker::AddRun(const Dataset::Location& loc, size_t count,
-                                Scratch& scratch) const {
+                                        Scratch& scratch) const {
   const RecordIndex& index = dataset_->index(loc.file);
   File& f = files_[loc.file];
   absl::call_once(f.run_once, [&] { f.run_reader = env_->OpenForRead(index.path); });

@@ -51,10 +51,9 @@ class TfrecordBatchMaker final : public BatchMaker {
   // errors of IndexCache::Get (NOT_FOUND for a missing file, DATA_LOSS for a corrupt one).
   // `record_cache` may be null; otherwise it must outlive the maker. The records are read
   // through `env` (nullptr: Env::Default()), which must outlive the maker.
-  static absl::StatusOr<std::unique_ptr<TfrecordBatchMaker>> Create(const v1::JobInfo& job,
-                                                            IndexCache& cache,
-                                                            RecordCache* record_cache = nullptr,
-                                                            Env* env = nullptr);
+  static absl::StatusOr<std::unique_ptr<TfrecordBatchMaker>> Create(
+      const v1::JobInfo& job, IndexCache& cache, RecordCache* record_cache = nullptr,
+      Env* env = nullptr);
   ~TfrecordBatchMaker() override;
 
   const Dataset& dataset() const { return *dataset_; }

@@ -134,7 +134,8 @@ TEST(ProducerBatchMakerTest, SameBytesAcrossInstancesAndThreads) {
 TEST(ProducerBatchMakerTest, LargeBatchesReuseTheBuffersOfBatchesThatAreGone) {
   ScopedTempDir tmp;
   const std::vector<int> counts = {64};
-  // 32 records of 4 KiB: batches of about 130 KiB, pooled (TfrecordBatchMaker::kMinPooledBatchBytes).
+  // 32 records of 4 KiB: batches of about 130 KiB, pooled
+  // (TfrecordBatchMaker::kMinPooledBatchBytes).
   const auto paths = WriteDataset(tmp.path(), counts, [](int64_t id) {
     const float f = static_cast<float>(id);
     return EncodeExample({{"id", Feature::Ints({id})},

@@ -72,8 +72,8 @@ typedef struct {
   uint32_t rank;       /* dims of the per-record shape (fixed-shape columns) */
   const int64_t* dims;
   uint64_t num_values; /* numbers, or byte strings */
-  const void* values; /* numbers [num_records, *dims] or flat, 64-byte aligned; bytes: the strings
-                         concatenated */
+  const void* values;  /* numbers [num_records, *dims] or flat, 64-byte aligned; bytes: the strings
+                          concatenated */
   uint64_t values_size;
   const uint64_t* offsets;    /* bytes: num_values + 1 entries, else NULL */
   const uint64_t* row_splits; /* variable length: num_records + 1 entries, else NULL */
