@@ -302,8 +302,6 @@ def check_exactly_once(outs, reference, records, batch_size, seed, epochs=(0,),
     [(epoch, step, hash)] of a fault-free run of the same job: every rank got every planned step
     of every epoch once, in order, with bit-identical content (G1, G2, G3); and the record ids,
     across ranks, are exactly the plan's, none twice. Returns the number of batches checked."""
-    import croupier  # the Python package; only the checks need it
-    world = len(outs)
     per_rank = [read_batches(o) for o in outs]
     for rank, batches in enumerate(per_rank):
         got = batch_hashes(batches)
@@ -312,6 +310,16 @@ def check_exactly_once(outs, reference, records, batch_size, seed, epochs=(0,),
             f"rank {rank}: {len(got)} batches differ from the fault-free run's " \
             f"{len(reference[rank])}; first difference at " \
             f"{next((i for i, (a, b) in enumerate(zip(got, reference[rank])) if a != b), None)}"
+    check_plan_ids(per_rank, records, batch_size, seed, epochs, shuffle)
+    return sum(len(b) for b in per_rank)
+
+
+def check_plan_ids(per_rank, records, batch_size, seed, epochs=(0,), shuffle="global"):
+    """Checks each rank's consumer output lines (read_batches) against the epoch plan: every
+    rank took every step of each epoch in `epochs`, in order (G2), each batch holds the plan's
+    record ids, and across ranks every planned record came once (G1)."""
+    import croupier  # the Python package; only the checks need it
+    world = len(per_rank)
     for epoch in epochs:
         plan = croupier.EpochPlan(records, batch_size, world, seed=seed, epoch=epoch,
                                   shuffle=shuffle)
@@ -325,4 +333,3 @@ def check_exactly_once(outs, reference, records, batch_size, seed, epochs=(0,),
                 ids += b["ids"]
         assert len(ids) == len(set(ids)) == plan.steps_per_consumer * world * batch_size, \
             f"epoch {epoch}: records repeated or missing"
-    return sum(len(b) for b in per_rank)

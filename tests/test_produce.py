@@ -20,7 +20,8 @@ from croupier.pipeline import Pipeline, record_rng
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import map_sources  # noqa: E402
-from service_cluster import Cluster, batch_hashes, kill, read_batches  # noqa: E402
+from service_cluster import (Cluster, batch_hashes, check_plan_ids, kill,  # noqa: E402
+                             read_batches)
 
 TESTS = pathlib.Path(__file__).resolve().parent
 PYTHON_PATH = os.pathsep.join([str(TESTS), str(TESTS.parent / "python")])
@@ -82,21 +83,28 @@ def run_job(work_dir, producers=1, workers=1, world=2, epochs=2, kill_after=None
 
 
 def check_against_plan(per_rank, records, batch_size, seed, epochs, shuffle="global"):
-    """Every rank got the plan's batches in order (equal steps), every record once per epoch, and
-    each record holds what the transform makes of it for (seed, epoch, id)."""
-    world = len(per_rank)
-    for epoch in range(epochs):
-        plan = croupier.EpochPlan(records, batch_size, world, seed=seed, epoch=epoch,
-                                  shuffle=shuffle)
-        ids = []
-        for rank, batches in enumerate(per_rank):
-            mine = [b for b in batches if b["epoch"] == epoch]
-            assert [b["step"] for b in mine] == list(range(plan.steps_per_consumer)), \
-                f"rank {rank} epoch {epoch}: steps"
-            for b in mine:
-                assert b["ids"] == plan.batch(plan.global_batch(rank, b["step"])).tolist()
-                ids += b["ids"]
-        assert len(ids) == len(set(ids)) == plan.steps_per_consumer * world * batch_size
+    """Every rank got the plan's batches in order (equal steps), every record once per epoch."""
+    check_plan_ids(per_rank, records, batch_size, seed, range(epochs), shuffle)
+
+
+def error_of_rank_1(cluster, job):
+    """Reads epoch 0 of a 2-rank `job` whose global batch 7 (rank 1's step 3) fails: rank 0 reads
+    all of its 6 batches on a thread, rank 1 reads until the error. The error's message."""
+    feeds = [croupier.Consumer(cluster.address, job, r, 2, timeout=30) for r in range(2)]
+    got = []
+    reader = threading.Thread(target=lambda: got.extend(feeds[0].batches(0)), daemon=True)
+    reader.start()
+    steps = 0
+    try:
+        with pytest.raises(errors.InvalidArgumentError) as raised:
+            for _ in feeds[1].batches(0):
+                steps += 1
+        reader.join(30)
+        assert steps == 3 and len(got) == 6
+        return str(raised.value)
+    finally:
+        for f in feeds:
+            f.close()
 
 
 @pytest.mark.timeout(120)
@@ -173,22 +181,10 @@ def test_a_failing_record_reaches_the_trainer_that_needs_it(tmp_path):
         start_producer(cluster, "m", "producer0", records=48, fail_at=30, shuffle="none",
                        consumers=2, epochs=1, batch_size=4)
         wait_for_job(cluster, "m")
-        feeds = [croupier.Consumer(cluster.address, "m", r, 2, timeout=20) for r in range(2)]
-        # Global batch 7 holds records 28-31: rank 1's step 3. Rank 0 reads on its own thread.
-        got = []
-        reader = threading.Thread(target=lambda: got.extend(feeds[0].batches(0)), daemon=True)
-        reader.start()
-        steps = 0
-        with pytest.raises(errors.InvalidArgumentError) as raised:
-            for _ in feeds[1].batches(0):
-                steps += 1
-        reader.join(30)
-        assert steps == 3 and len(got) == 6
-        message = str(raised.value)
+        # Global batch 7 holds records 28-31.
+        message = error_of_rank_1(cluster, "m")
         assert "epoch 0 batch 7" in message and "record 30" in message and \
             "ValueError: record 30 is unreadable" in message, message
-        for f in feeds:
-            f.close()
 
 
 @pytest.mark.timeout(120)

@@ -102,13 +102,8 @@ SequentialSource::Stats SequentialSource::stats() const {
 
 v1::ProducerStats SequentialSource::Report() const {
   const Stats stats = this->stats();
-  v1::ProducerStats s;
-  s.set_buffered_bytes(stats.buffered_bytes);
-  s.set_buffer_capacity_bytes(stats.buffer_capacity_bytes);
-  s.set_batches_made(stats.batches_made);
-  s.set_batches_served(stats.batches_served);
-  s.set_bytes_served(stats.bytes_served);
-  return s;
+  return ToProducerStats({stats.buffered_bytes, stats.buffer_capacity_bytes, stats.batches_made,
+                          stats.batches_served, stats.bytes_served});
 }
 
 void SequentialSource::Shutdown() {

@@ -18,6 +18,24 @@
 
 namespace croupier {
 
+// The counters every holder reports, as the producer's heartbeat carries them.
+struct HolderCounters {
+  uint64_t buffered_bytes = 0;
+  uint64_t buffer_capacity_bytes = 0;
+  uint64_t batches_made = 0;
+  uint64_t batches_served = 0;
+  uint64_t bytes_served = 0;
+};
+inline v1::ProducerStats ToProducerStats(const HolderCounters& c) {
+  v1::ProducerStats s;
+  s.set_buffered_bytes(c.buffered_bytes);
+  s.set_buffer_capacity_bytes(c.buffer_capacity_bytes);
+  s.set_batches_made(c.batches_made);
+  s.set_batches_served(c.batches_served);
+  s.set_bytes_served(c.bytes_served);
+  return s;
+}
+
 // Thread-safe.
 class TaskHolder : public BatchSource {
  public:

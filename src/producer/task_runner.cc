@@ -145,12 +145,9 @@ absl::Status TaskRunner::AddTask(const v1::Task& task, const v1::JobInfo& job) {
 
 v1::ProducerStats TaskRunner::Report() const {
   const Stats stats = this->stats();
-  v1::ProducerStats s;
-  s.set_buffered_bytes(stats.buffered_bytes);
-  s.set_buffer_capacity_bytes(stats.buffer_capacity_bytes);
-  s.set_batches_made(stats.batches_made);
-  s.set_batches_served(stats.batches_served);
-  s.set_bytes_served(stats.bytes_served);
+  v1::ProducerStats s = ToProducerStats({stats.buffered_bytes, stats.buffer_capacity_bytes,
+                                         stats.batches_made, stats.batches_served,
+                                         stats.bytes_served});
   s.set_make_seconds(stats.make_seconds);
   s.set_threads(stats.threads);
   return s;
