@@ -1,6 +1,7 @@
 """croupier.serve: a Python iterable as the producer of a job, over a real local_cluster. The
 serving side runs in a thread of the test process; consumers are croupier.Consumers. Checks are
 on content: each batch carries the index of the yield it came from."""
+import os
 import pathlib
 import threading
 import time
@@ -218,3 +219,38 @@ def test_the_interpreter_exits_cleanly_while_serve_runs_in_a_daemon_thread(clust
                           timeout=40)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "terminate called" not in done.stderr
+
+
+@pytest.mark.timeout(120)
+def test_a_new_serving_process_takes_over_the_tasks_of_a_killed_one(tmp_path):
+    import subprocess
+    import sys
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    from service_cluster import Cluster, check_plan_ids, kill, read_batches
+    script = pathlib.Path(__file__).resolve().parent / "stream_source.py"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(pathlib.Path(croupier.__file__).parent.parent), os.environ.get("PYTHONPATH", "")]))
+
+    def start(cluster, name):
+        log = open(tmp_path / f"{name}.log", "w")
+        proc = subprocess.Popen([sys.executable, str(script), cluster.address, "s", "40"],
+                                stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+        cluster.procs.append(proc)
+        return proc
+
+    with Cluster(tmp_path / "c", producer_timeout_ms=1500) as cluster:
+        first = start(cluster, "serve0")
+        outs = [tmp_path / f"rank{r}.jsonl" for r in range(2)]
+        consumers = [cluster.start_consumer("s", r, 2, outs[r], 1, "--prefetch", "1",
+                                            "--slow-ms", "50") for r in range(2)]
+        deadline = time.monotonic() + 60
+        while not outs[0].exists() or len(read_batches(outs[0])) < 4:
+            assert time.monotonic() < deadline, "the consumers did not start"
+            time.sleep(0.05)
+        kill(first)  # SIGKILL, mid-epoch: its buffered batches are lost with it
+        start(cluster, "serve1")  # at once, before the dispatcher gives up on the dead one
+        cluster.wait(consumers, timeout=90)
+        per_rank = [read_batches(o) for o in outs]
+    # Every batch once, in plan order (shuffle none: batch g holds ids 4g..4g+3), equal steps.
+    check_plan_ids(per_rank, 160, 4, seed=0, shuffle="none")

@@ -153,6 +153,10 @@ def make_batch(batch):
     return _croupier.batch_from_columns(num_records, columns)
 
 
+class _CannotGoBack(errors.DataLossError):
+    """A batch a stream cannot make again."""
+
+
 class _Epochs:
     """The source's batches, epoch by epoch, with a peeked first batch put back."""
 
@@ -163,10 +167,19 @@ class _Epochs:
         self._next = 0  # the index the iterator yields next
         self._pushed = None
 
-    def _open(self, epoch):
+    def _open(self, epoch, wanted=0):
         iterable = self._source(epoch) if callable(self._source) and not hasattr(
             self._source, "__iter__") else self._source
-        self._it = iter(iterable)
+        it = iter(iterable)
+        if iterable is self._source and it is iterable and self._it is not None:
+            # An iterator (a generator object, say) is its own iterator: iterating it again goes
+            # on where it was, so it cannot give an epoch again, nor go back in one.
+            raise _CannotGoBack(
+                f"batch {wanted} of epoch {epoch} cannot be made: the source is a "
+                f"one-shot {type(iterable).__name__}; give serve() a function of the epoch or "
+                "an object that can be iterated again (a list, a DataLoader), or make the job a "
+                "map job (croupier.produce)")
+        self._it = it
         self._epoch, self._next = epoch, 0
 
     def peek(self, epoch):
@@ -178,12 +191,11 @@ class _Epochs:
         return self._pushed
 
     def get(self, epoch, index):
-        """Batch `index` of `epoch`; StopIteration if the source ends before it."""
+        """Batch `index` of `epoch`; StopIteration if the source ends before it. Going back (a
+        task a dead serving process left unfinished, taken over by this one) iterates the
+        epoch anew from its start; _CannotGoBack if the source cannot be iterated anew."""
         if epoch != self._epoch or index < self._next:
-            if self._epoch is not None and epoch == self._epoch:
-                raise errors.FailedPreconditionError(
-                    f"batch {index} of epoch {epoch} was asked for after batch {self._next - 1}")
-            self._open(epoch)
+            self._open(epoch, index)
             self._pushed = None
         while True:
             if self._pushed is not None:
@@ -287,6 +299,9 @@ def _serve_loop(node, sources, epochs_source, job, last, batches_per_epoch, disp
         index = sources.ordinal(epoch, g)
         try:
             batch = epochs_source.get(epoch, index)
+        except _CannotGoBack as e:
+            node.put_error(epoch, g, "DATA_LOSS", f"job '{job}': {e}")
+            continue
         except StopIteration:
             message = (f"the Python source of job '{job}' ended after "
                        f"{epochs_source._next} batches of epoch {epoch}; the job deals "

@@ -37,18 +37,27 @@ absl::Status SequentialSource::AddTask(const v1::Task& task) {
       return absl::AlreadyExistsError(absl::StrCat("task ", task.task_id(), " is held already"));
     }
   }
-  if (!held_.empty() && (held_.back().task.job() != task.job() ||
-                         !Before(held_.back().task, task))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "task ", task.task_id(), " (job '", task.job(), "' epoch ", task.epoch(), " batches [",
-        task.first_batch(), ", ", task.first_batch() + task.num_batches(),
-        ")) does not follow the held tasks: a sequential source cannot go back"));
+  // Tasks are held in (epoch, batch) order. One that comes before held ones is a task an earlier
+  // source left unfinished (it died): it goes in its place, and the feeder goes back for it
+  // (croupier.serve re-iterates the epoch when its source can, and fails those batches naming the
+  // loss when it cannot).
+  auto at = held_.end();
+  for (auto it = held_.begin(); it != held_.end(); ++it) {
+    const bool before = Before(task, it->task);
+    if (it->task.job() != task.job() || (!before && !Before(it->task, task))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "task ", task.task_id(), " (job '", task.job(), "' epoch ", task.epoch(),
+          " batches [", task.first_batch(), ", ", task.first_batch() + task.num_batches(),
+          ")) overlaps held task ", it->task.task_id(), " or is of another job"));
+    }
+    if (before && at == held_.end()) at = it;
   }
   Held h;
   h.task = task;
   h.slots.resize(task.num_batches());
-  held_.push_back(std::move(h));
-  last_end_ = std::make_pair(task.epoch(), task.first_batch() + task.num_batches());
+  held_.insert(at, std::move(h));
+  const std::pair<uint64_t, uint64_t> end(task.epoch(), task.first_batch() + task.num_batches());
+  if (!last_end_ || *last_end_ < end) last_end_ = end;
   changed_.SignalAll();
   return absl::OkStatus();
 }

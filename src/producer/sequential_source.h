@@ -51,9 +51,11 @@ class SequentialSource final : public TaskHolder {
   explicit SequentialSource(Options options);
   ~SequentialSource() override;
 
-  // Takes on `task`. INVALID_ARGUMENT for an empty task, or one that does not come after every
-  // held task in (epoch, batch) order (the feeder cannot go back); ALREADY_EXISTS for a task id
-  // held already; UNAVAILABLE after Shutdown.
+  // Takes on `task`, in its (epoch, batch) place among the held tasks. A task before held ones
+  // (one a dead source left unfinished, reassigned to this one) is held before them: NextSlot
+  // then asks the feeder to go back for its batches. INVALID_ARGUMENT for an empty task, one of
+  // another job than the held ones, or one that overlaps a held task; ALREADY_EXISTS for a task
+  // id held already; UNAVAILABLE after Shutdown.
   absl::Status AddTask(const v1::Task& task);
   // TaskHolder: the job is not needed (the feeder makes the batches).
   absl::Status AddTask(const v1::Task& task, const v1::JobInfo& /*job*/) override {
@@ -64,7 +66,7 @@ class SequentialSource final : public TaskHolder {
   bool RevokeTask(uint64_t task_id) override;
   std::vector<uint64_t> TakeFinishedTasks() override;
   std::vector<uint64_t> HeldTasks() const override;
-  // (epoch, end batch) of the latest task ever added, if any: how far the dispatcher has dealt.
+  // (epoch, end batch) of the furthest task ever added, if any: how far the dispatcher has dealt.
   std::optional<std::pair<uint64_t, uint64_t>> LastTaskEnd() const;
   uint32_t FreeTaskSlots() const override;
   Stats stats() const;

@@ -46,14 +46,26 @@ TEST(ProducerSequentialSourceTest, SlotsComeInOrderAcrossTasksAndEpochs) {
   EXPECT_EQ(source.NextSlot(Past()).status().code(), absl::StatusCode::kDeadlineExceeded);
 }
 
-TEST(ProducerSequentialSourceTest, ATaskBeforeTheHeldOnesIsRefused) {
+TEST(ProducerSequentialSourceTest, ATaskBeforeTheHeldOnesIsHeldFirstAndFedFirst) {
+  // A task of epoch 1 is held; then task 2 of epoch 0 comes, one a dead source left unfinished.
   SequentialSource source({});
-  ASSERT_TRUE(source.AddTask(MakeTask(1, 1, 0, 4)).ok());
-  absl::Status back = source.AddTask(MakeTask(2, 0, 8, 4));
-  EXPECT_EQ(back.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(back.message(), HasSubstr("cannot go back"));
+  ASSERT_TRUE(source.AddTask(MakeTask(1, 1, 0, 2)).ok());
+  ASSERT_TRUE(source.AddTask(MakeTask(2, 0, 8, 2)).ok());
+  EXPECT_THAT(source.HeldTasks(), ElementsAre(2, 1));
+  std::vector<BatchKey> keys;
+  for (int i = 0; i < 4; ++i) {
+    auto key = source.NextSlot(Soon());
+    ASSERT_TRUE(key.ok()) << key.status();
+    keys.push_back(*key);
+    ASSERT_TRUE(source.Put(*key, testing::MakeBatch(4096, i)).ok());
+  }
+  EXPECT_THAT(keys, ElementsAre(Key(0, 8), Key(0, 9), Key(1, 0), Key(1, 1)));
+  EXPECT_EQ(source.LastTaskEnd(), std::make_pair(uint64_t{1}, uint64_t{2}));
+  absl::Status overlap = source.AddTask(MakeTask(3, 0, 9, 4));
+  EXPECT_EQ(overlap.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(overlap.message(), HasSubstr("overlaps held task 2"));
   EXPECT_EQ(source.AddTask(MakeTask(1, 2, 0, 4)).code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_EQ(source.AddTask(MakeTask(3, 2, 0, 0)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(source.AddTask(MakeTask(4, 2, 0, 0)).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ProducerSequentialSourceTest, ServedBatchesFinishTheTaskAndCannotBeServedAgain) {
