@@ -201,9 +201,9 @@ void JournalSeeds() {
   spec->set_features("c:int64");
   spec->set_batch_size(2);
   spec->set_num_consumers(2);
-  spec->set_mode("dealt");
-  spec->set_shuffle("global");
-  spec->set_remainder("drop");
+  spec->set_mode(v1::DEAL_MODE_DEALT);
+  spec->set_shuffle(v1::SHUFFLE_GLOBAL);
+  spec->set_remainder(v1::REMAINDER_DROP);
   info->set_num_records(8);
   info->set_batches_per_epoch(4);
   info->set_steps_per_epoch(2);
