@@ -42,8 +42,8 @@ import traceback
 import numpy as np
 
 from croupier import _croupier, _exit, errors
-from croupier.cluster import _token, create_job, status
-from croupier.source import _columns, features_of
+from croupier.cluster import _die_with_parent, _token, create_job, status
+from croupier.source import _columns, _tensor_to_numpy, features_of
 
 __all__ = ["produce", "Pipeline", "record_rng", "batch_rng", "default_workers"]
 
@@ -94,25 +94,22 @@ class _RecordError(Exception):
         self.code = code
 
 
-def _as_value(value):
+def _as_value(value, name):
     """A numpy array for tensors (torch, TensorFlow eager), else the value."""
     if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
-        try:
-            return value.numpy()
-        except TypeError:  # a torch bfloat16 tensor: no numpy dtype of its own
-            import ml_dtypes
-            return value.view(__import__("torch").int16).numpy().view(ml_dtypes.bfloat16)
+        return _tensor_to_numpy(value, name)
     return value
 
 
-def default_collate(records, names=None):
+def default_collate(records, names=None, variable=()):
     """croupier's collation of records into a batch dict {name: column}.
 
     A record is a dict {name: value} (or a tuple/list, named by `names`). Per feature:
     bytes or str values make a bytes column; numbers and numpy arrays (tensors are converted)
     are stacked as [num_records, *shape] in their own dtype, and every record must have the same
     shape and dtype; Python lists make a variable-length column ((values, row_splits)), as do
-    arrays of different lengths for a feature whose spec says [*]."""
+    the values of the features named in `variable` (those the job's spec says are [*]), whatever
+    their lengths."""
     if not records:
         raise _RecordError("a batch has no records")
     first = records[0]
@@ -129,11 +126,11 @@ def default_collate(records, names=None):
         for k, r in enumerate(records):
             if not isinstance(r, dict) or name not in r:
                 raise _RecordError(f"feature '{name}': missing from the batch's record {k}")
-            values.append(_as_value(r[name]))
+            values.append(_as_value(r[name], name))
         v0 = values[0]
         if isinstance(v0, (bytes, str)):
             batch[name] = [v if isinstance(v, bytes) else str(v).encode() for v in values]
-        elif isinstance(v0, list):
+        elif isinstance(v0, list) or name in variable:
             # The dtype of the values (numpy scalars keep theirs), not float64 for an empty list.
             dtype = next((np.asarray(v).dtype for v in values if len(v)), None)
             arrays = [np.asarray(v, dtype=dtype) for v in values]
@@ -253,9 +250,9 @@ class Pipeline:
             if self.collate is not None:
                 batch = self.collate(records)
             else:
-                batch = default_collate(records, self.names)
-                if self._spec is not None:
-                    _vary_as_spec(batch, self._spec)
+                variable = () if self._spec is None else \
+                    {name for name, (_, shape) in self._spec.items() if shape is None}
+                batch = default_collate(records, self.names, variable)
         except _RecordError:
             raise
         except Exception as e:
@@ -299,7 +296,8 @@ def _spec_of(features):
 
 
 def _vary_as_spec(batch, spec):
-    """Turns stacked arrays of features the spec says are variable ([*]) into (values, splits)."""
+    """Turns stacked arrays (a tf_transform's outputs of equal lengths) of features the spec
+    says are variable ([*]) into (values, splits)."""
     for name, (_, shape) in spec.items():
         value = batch.get(name)
         if shape is None and isinstance(value, np.ndarray) and value.ndim >= 1:
@@ -329,15 +327,6 @@ def _check_spec(columns, spec):
 # --- Worker processes ---------------------------------------------------------------------------
 
 _INITIAL_SHM = 16 << 20
-
-
-def _die_with_parent():
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 def _worker_main(pipeline, conn, fd, capacity):

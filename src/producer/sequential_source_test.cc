@@ -28,19 +28,26 @@ absl::Time Past() { return absl::Now() - absl::Seconds(1); }
 
 BatchKey Key(uint64_t epoch, uint64_t batch) { return BatchKey{"py", epoch, batch}; }
 
+// Supplies the next `n` slots as the feeder would, each a batch of its own; their keys in order.
+std::vector<BatchKey> Feed(SequentialSource& source, int n) {
+  std::vector<BatchKey> keys;
+  for (int i = 0; i < n; ++i) {
+    auto key = source.NextSlot(Soon());
+    EXPECT_TRUE(key.ok()) << key.status();
+    if (!key.ok()) break;
+    keys.push_back(*key);
+    EXPECT_TRUE(source.Put(*key, testing::MakeBatch(4096, i)).ok());
+  }
+  return keys;
+}
+
 TEST(ProducerSequentialSourceTest, SlotsComeInOrderAcrossTasksAndEpochs) {
   SequentialSource source({.buffer_bytes = 1 << 20, .max_tasks = 3});
   ASSERT_TRUE(source.AddTask(MakeTask(1, 0, 0, 2)).ok());
   ASSERT_TRUE(source.AddTask(MakeTask(2, 0, 2, 1)).ok());
   ASSERT_TRUE(source.AddTask(MakeTask(3, 1, 0, 1)).ok());
   EXPECT_EQ(source.FreeTaskSlots(), 0u);
-  std::vector<BatchKey> keys;
-  for (int i = 0; i < 4; ++i) {
-    auto key = source.NextSlot(Soon());
-    ASSERT_TRUE(key.ok()) << key.status();
-    keys.push_back(*key);
-    ASSERT_TRUE(source.Put(*key, testing::MakeBatch(4096, i)).ok());
-  }
+  const std::vector<BatchKey> keys = Feed(source, 4);
   EXPECT_THAT(keys, ElementsAre(Key(0, 0), Key(0, 1), Key(0, 2), Key(1, 0)));
   EXPECT_EQ(source.LastTaskEnd(), std::make_pair(uint64_t{1}, uint64_t{1}));
   EXPECT_EQ(source.NextSlot(Past()).status().code(), absl::StatusCode::kDeadlineExceeded);
@@ -52,13 +59,7 @@ TEST(ProducerSequentialSourceTest, ATaskBeforeTheHeldOnesIsHeldFirstAndFedFirst)
   ASSERT_TRUE(source.AddTask(MakeTask(1, 1, 0, 2)).ok());
   ASSERT_TRUE(source.AddTask(MakeTask(2, 0, 8, 2)).ok());
   EXPECT_THAT(source.HeldTasks(), ElementsAre(2, 1));
-  std::vector<BatchKey> keys;
-  for (int i = 0; i < 4; ++i) {
-    auto key = source.NextSlot(Soon());
-    ASSERT_TRUE(key.ok()) << key.status();
-    keys.push_back(*key);
-    ASSERT_TRUE(source.Put(*key, testing::MakeBatch(4096, i)).ok());
-  }
+  const std::vector<BatchKey> keys = Feed(source, 4);
   EXPECT_THAT(keys, ElementsAre(Key(0, 8), Key(0, 9), Key(1, 0), Key(1, 1)));
   EXPECT_EQ(source.LastTaskEnd(), std::make_pair(uint64_t{1}, uint64_t{2}));
   absl::Status overlap = source.AddTask(MakeTask(3, 0, 9, 4));
