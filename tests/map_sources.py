@@ -20,10 +20,11 @@ def record(i):
 
 
 class Records:
-    """A map-style dataset of `n` records; record `fail_at` raises when read."""
+    """A map-style dataset of `n` records; record `fail_at`, and with fail_every = k the records
+    i with i % k == k - 1, raise when read."""
 
-    def __init__(self, n, fail_at=-1, delay=0.0):
-        self.n, self.fail_at, self.delay = n, fail_at, delay
+    def __init__(self, n, fail_at=-1, delay=0.0, fail_every=0):
+        self.n, self.fail_at, self.delay, self.fail_every = n, fail_at, delay, fail_every
 
     def __len__(self):
         return self.n
@@ -31,7 +32,7 @@ class Records:
     def __getitem__(self, i):
         if not 0 <= i < self.n:
             raise IndexError(i)
-        if i == self.fail_at:
+        if i == self.fail_at or (self.fail_every and i % self.fail_every == self.fail_every - 1):
             raise ValueError(f"record {i} is unreadable")
         if self.delay:
             time.sleep(self.delay)
@@ -70,13 +71,14 @@ def pipeline():
         transform = None
     else:
         source = Records(opts.get("records", 96), fail_at=opts.get("fail_at", -1),
-                         delay=opts.get("delay", 0.0))
+                         delay=opts.get("delay", 0.0), fail_every=opts.get("fail_every", 0))
         transform = {"augment": augment, "ragged": ragged, "none": None}[
             opts.get("transform", "augment")]
     out = {"source": source, "transform": transform, "batch_size": opts.get("batch_size", 4),
            "consumers": opts.get("consumers", 2), "epochs": opts.get("epochs", 2),
            "seed": opts.get("seed", 5), "shuffle": opts.get("shuffle", "global")}
-    for key in ("resume_from", "workers", "features", "max_tasks", "buffer_bytes"):
+    for key in ("resume_from", "workers", "features", "max_tasks", "buffer_bytes",
+                "skip_failing_records"):
         if key in opts:
             out[key] = opts[key]
     return out

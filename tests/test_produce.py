@@ -197,6 +197,82 @@ def test_a_failing_record_reaches_the_trainer_that_needs_it(tmp_path):
             "ValueError: record 30 is unreadable" in message, message
 
 
+class ManyAtOnce(map_sources.Records):
+    """Records with get_many, which raises when any of the records does."""
+
+    def get_many(self, ids):
+        return [self[int(i)] for i in ids]
+
+
+@pytest.mark.parametrize("source", [map_sources.Records, ManyAtOnce])
+def test_skip_failing_records_leaves_them_out_of_their_batch(source):
+    pipe = Pipeline(source(40, fail_every=4), transform=map_sources.augment, seed=5,
+                    skip_failing_records=True)
+    made = pipe.make(0, 3, np.array([1, 3, 5, 7, 6], dtype=np.uint64)).to_dict()
+    assert made["id"].tolist() == [1, 5, 6]
+    want = map_sources.expected_record(5, 0, 5)
+    np.testing.assert_array_equal(made["noise"][1], want["noise"])
+    with pytest.raises(Exception, match="every record of the batch failed; the first: record 3: "
+                                        "ValueError: record 3 is unreadable"):
+        pipe.make(0, 4, np.array([3, 7], dtype=np.uint64))
+    # A failing transform is skipped alike; without the setting it fails the batch.
+    def picky(rec):
+        if int(rec["id"]) == 2:
+            raise KeyError("no label")
+        return rec
+    skipping = Pipeline(source(40), transform=picky, skip_failing_records=True)
+    assert skipping.make(0, 0, np.arange(4, dtype=np.uint64)).to_dict()["id"].tolist() == [0, 1, 3]
+    with pytest.raises(Exception, match="record 2: the transform raised KeyError"):
+        Pipeline(source(40), transform=picky).make(0, 0, np.arange(4, dtype=np.uint64))
+
+
+@pytest.mark.timeout(120)
+def test_a_job_that_skips_failing_records_deals_the_rest_once_and_counts_them(tmp_path):
+    records, world = 48, 2
+    failing = {i for i in range(records) if i % 7 == 6}
+    with Cluster(tmp_path / "c") as cluster:
+        producer = start_producer(cluster, "m", "producer0", workers=2, records=records,
+                                  fail_every=7, skip_failing_records=True, consumers=world,
+                                  epochs=1, batch_size=4)
+        wait_for_job(cluster, "m")
+        job = next(j for j in croupier.status(cluster.address)["jobs"]
+                   if j["spec"]["name"] == "m")
+        assert job["spec"]["skip_failing_records"] is True
+        feeds = [croupier.Consumer(cluster.address, "m", r, world, timeout=30)
+                 for r in range(world)]
+        try:
+            steps = 12 // world
+            epochs = [f.batches(0) for f in feeds]
+            got = [[b.to_dict()["id"].tolist() for _, b in zip(range(steps - (r == 1)),
+                                                                 epochs[r])]
+                   for r in range(world)]
+            # Every batch made (rank 1's last waits in the buffer): the producer counted each
+            # record it left out once.
+            deadline = time.monotonic() + 30
+            while True:
+                skipped = sum(int(p["stats"]["records_skipped"])
+                              for p in croupier.status(cluster.address)["producers"])
+                if skipped == len(failing) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            assert skipped == len(failing)
+            got[1] += [b.to_dict()["id"].tolist() for b in epochs[1]]
+        finally:
+            for f in feeds:
+                f.close()
+        plan = croupier.EpochPlan(records, 4, world, seed=5, epoch=0)
+        for rank in range(world):
+            assert len(got[rank]) == steps
+            for step, ids in enumerate(got[rank]):
+                planned = plan.batch(plan.global_batch(rank, step)).tolist()
+                assert ids == [i for i in planned if i not in failing]
+        dealt = [i for r in got for ids in r for i in ids]
+        assert sorted(dealt) == sorted(set(range(records)) - failing)
+        cluster.wait([producer], timeout=30)
+        log = producer.log_path.read_text()
+        assert "record 13: ValueError: record 13 is unreadable; the record is left out" in log, log
+
+
 @pytest.mark.timeout(120)
 def test_a_parquet_source_is_dealt_as_planned(tmp_path):
     pa = pytest.importorskip("pyarrow")

@@ -117,6 +117,19 @@ def test_a_pipeline_that_filters_records_is_refused(tmp_path):
         assert not cluster.status().get("jobs"), "no job is created for a pipeline that fails"
 
 
+def test_skip_failing_records_finds_the_record_the_pipeline_fails_on_and_leaves_it_out():
+    pipe = Pipeline(map_sources_tf.JpegRecords(16, corrupt_at=5),
+                    tf_transform=map_sources_tf.augment, seed=5, skip_failing_records=True)
+    ids = np.array([4, 5, 6, 7], dtype=np.uint64)
+    made = pipe.make(0, 1, ids)
+    assert made.to_dict()["id"].tolist() == [4, 6, 7]
+    whole = Pipeline(map_sources_tf.JpegRecords(16), tf_transform=map_sources_tf.augment, seed=5)
+    want = whole.make(0, 1, ids).to_dict()["image"]
+    np.testing.assert_array_equal(made.to_dict()["image"], want[[0, 2, 3]])
+    with pytest.raises(Exception, match="record 5: the tf_transform failed"):
+        pipe.make(0, 2, np.array([5], dtype=np.uint64))
+
+
 @pytest.mark.parametrize("fn, made", [
     (lambda ds: map_sources_tf.augment(ds).repeat(2), "made more than 4 outputs"),
     (lambda ds: map_sources_tf.augment(ds).take(0), "made 0 outputs"),

@@ -58,8 +58,8 @@ def _token(auth_token):
 def create_job(dispatcher, name, files, features, batch_size, *, consumers=1, seed=0, epochs=0,
                shuffle="global", remainder="drop", mode="dealt", block_size=0, window_blocks=0,
                source="tfrecord", batches_per_epoch=0, source_count=0, num_records=0,
-               resume_from=None, compression="none", exist_ok=False, auth_token=None,
-               timeout=60.0):
+               resume_from=None, compression="none", skip_failing_records=False,
+               exist_ok=False, auth_token=None, timeout=60.0):
     """Creates a job on the dispatcher and returns it as the dispatcher holds it (a dict: spec,
     files, num_records, batches_per_epoch, steps_per_epoch, ...). `files` is a glob, a path, or a
     list of them. A bad spec raises InvalidArgumentError naming the problem. With exist_ok, an
@@ -72,6 +72,8 @@ def create_job(dispatcher, name, files, features, batch_size, *, consumers=1, se
     names them the same way.
     compression="zstd" or "lz4" makes producers compress the batches they send over TCP (the
     consumers receive the same bytes; docs/operations.md says when it pays).
+    skip_failing_records (map jobs): producers leave a record whose read or transform raises out
+    of its batch instead of failing the batch (croupier.produce says more).
 
     resume_from=state (a Consumer.state_dict() of another job over the same data, seed and batch
     size) makes this job continue that one with its own number of consumers: it deals nothing
@@ -96,7 +98,7 @@ def create_job(dispatcher, name, files, features, batch_size, *, consumers=1, se
             "source": source, "source_batches_per_epoch": str(int(batches_per_epoch)),
             "source_count": int(source_count), "start_epoch": str(start_epoch),
             "start_batch": str(start_batch), "num_records": str(int(num_records)),
-            "compression": compression or ""}
+            "compression": compression or "", "skip_failing_records": bool(skip_failing_records)}
     text = _croupier.create_job(dispatcher, json.dumps(spec), bool(exist_ok),
                                 _token(auth_token), float(timeout))
     return json.loads(text)

@@ -31,6 +31,7 @@ in TensorFlow's runtime from the producer's own threads, with no worker process 
 TensorFlow runs is unsafe).
 """
 import inspect
+import logging
 import mmap
 import os
 import queue
@@ -51,6 +52,7 @@ __all__ = ["produce", "Pipeline", "record_rng", "batch_rng", "default_workers"]
 _INVALID_ARGUMENT = 3
 _INTERNAL = 13
 _CODES = {cls.code: code for code, cls in errors.BY_CODE.items()}
+_log = logging.getLogger("croupier")
 
 
 def default_workers():
@@ -157,7 +159,8 @@ class Pipeline:
     collation. A pure function of (seed, epoch, batch, record indexes)."""
 
     def __init__(self, source, *, transform=None, batch_transform=None, collate=None,
-                 names=None, features=None, seed=0, tf_transform=None):
+                 names=None, features=None, seed=0, tf_transform=None,
+                 skip_failing_records=False):
         if not hasattr(source, "__getitem__") or not hasattr(source, "__len__"):
             raise errors.InvalidArgumentError(
                 f"a map source needs __len__ and __getitem__(i); a {type(source).__name__} has "
@@ -174,6 +177,7 @@ class Pipeline:
         self.names = tuple(names) if names is not None else None
         self.features = features
         self.seed = int(seed)
+        self.skip_failing_records = bool(skip_failing_records)
         self._record_rng = transform is not None and _takes_rng(transform)
         self._batch_rng = batch_transform is not None and _takes_rng(batch_transform)
         self._spec = None if features is None else _spec_of(features)
@@ -201,49 +205,89 @@ class Pipeline:
             if len(records) != len(ids):
                 raise _RecordError(f"get_many gave {len(records)} records for {len(ids)} indexes")
             return records
-        out = []
-        for i in ids:
-            try:
-                out.append(self.source[int(i)])
-            except Exception as e:
-                raise _RecordError(f"record {int(i)}: {_describe(e)}") from e
-        return out
+        return [self._read_one(i) for i in ids]
+
+    def _read_one(self, i):
+        try:
+            return self.source[int(i)]
+        except Exception as e:
+            raise _RecordError(f"record {int(i)}: {_describe(e)}") from e
 
     def batch_dict(self, epoch, g, ids):
-        """Batch g of `epoch`, of records `ids`, as a dict of columns (before the batch layout)."""
-        records = self.read(ids)
-        if self._tf is not None:
-            batch = self._tf_batch(records, epoch, ids)
+        """Batch g of `epoch`, of records `ids`, as a dict of columns (before the batch layout),
+        and the indexes of the records it holds (`ids`, less those skipped)."""
+        if self.skip_failing_records:
+            records, ids = self._records_skipping(epoch, ids)
         else:
-            batch = self._python_batch(records, epoch, ids)
-        return self._batch_transform(batch, epoch, g)
+            records = self.read(ids)
+            if self._tf is None:
+                records = [self._transform_one(r, epoch, i) for r, i in zip(records, ids)]
+        if self._tf is not None:
+            batch, ids = self._tf_batch(records, epoch, ids)
+        else:
+            batch = self._collate(records)
+        return self._batch_transform(batch, epoch, g), ids
 
-    def _python_batch(self, records, epoch, ids):
-        """The records transformed one by one in Python and collated."""
-        if self.transform is not None:
-            for k, i in enumerate(ids):
-                try:
-                    if self._record_rng:
-                        records[k] = self.transform(records[k], record_rng(self.seed, epoch, i))
-                    else:
-                        records[k] = self.transform(records[k])
-                except Exception as e:
-                    raise _RecordError(f"record {int(i)}: the transform raised {_describe(e)}") \
-                        from e
-        return self._collate(records)
+    def _transform_one(self, record, epoch, i):
+        if self.transform is None:
+            return record
+        try:
+            if self._record_rng:
+                return self.transform(record, record_rng(self.seed, epoch, i))
+            return self.transform(record)
+        except Exception as e:
+            raise _RecordError(f"record {int(i)}: the transform raised {_describe(e)}") from e
+
+    def _records_skipping(self, epoch, ids):
+        """(records, ids): the records that read (and, without tf_transform, transform) without
+        an exception, and their indexes; each one left out is logged. Reads one record at a
+        time when get_many fails, to find the failing ones."""
+        try:
+            records = self.read(ids)
+        except _RecordError:
+            records = None  # get_many failed: read one by one below
+        kept, kept_ids, first = [], [], None
+        for k, i in enumerate(ids):
+            try:
+                record = records[k] if records is not None else self._read_one(i)
+                if self._tf is None:
+                    record = self._transform_one(record, epoch, i)
+            except _RecordError as e:
+                first = first or str(e)
+                self._skipped(epoch, e)
+                continue
+            kept.append(record)
+            kept_ids.append(i)
+        if not kept:
+            raise _RecordError(f"every record of the batch failed; the first: {first}")
+        return kept, np.asarray(kept_ids, dtype=np.uint64)
+
+    @staticmethod
+    def _skipped(epoch, error):
+        _log.warning("epoch %d: %s; the record is left out of its batch (skip_failing_records)",
+                     epoch, error)
 
     def _tf_batch(self, records, epoch, ids):
-        """The records through the tf_transform, in TensorFlow's runtime, and collated."""
+        """(batch, ids): the records through the tf_transform, in TensorFlow's runtime, and
+        collated. With skip_failing_records, a record the function fails on is left out and the
+        rest run again."""
         from croupier.tf_pipeline import TfTransformError
-        try:
-            batch = self._tf(records, epoch, ids)
-        except TfTransformError as e:
-            raise _RecordError(str(e)) from None
-        except Exception as e:  # raised by the user's function while TensorFlow traced it
-            raise _RecordError(f"tf_transform raised {_describe(e)}") from e
+        while True:
+            try:
+                batch = self._tf(records, epoch, ids)
+                break
+            except TfTransformError as e:
+                if not self.skip_failing_records or e.record is None or len(ids) == 1:
+                    raise _RecordError(str(e)) from None
+                self._skipped(epoch, e)
+                k = [int(i) for i in ids].index(e.record)
+                records = records[:k] + records[k + 1:]
+                ids = np.delete(np.asarray(ids, dtype=np.uint64), k)
+            except Exception as e:  # raised by the user's function while TensorFlow traced it
+                raise _RecordError(f"tf_transform raised {_describe(e)}") from e
         if self._spec is not None:
             _vary_as_spec(batch, self._spec)
-        return batch
+        return batch, ids
 
     def _collate(self, records):
         try:
@@ -272,7 +316,7 @@ class Pipeline:
 
     def make(self, epoch, g, ids):
         """Batch g of `epoch` as a croupier Batch, checked against the job's features."""
-        batch = self.batch_dict(epoch, g, ids)
+        batch, ids = self.batch_dict(epoch, g, ids)
         try:
             num_records, columns = _columns(batch)
         except errors.Error as e:
@@ -477,7 +521,8 @@ def _job_done(dispatcher, job, info, auth_token):
 def produce(source, dispatcher, job, *, batch_size, consumers=None, epochs=1, seed=0,
             shuffle="global", remainder="drop", block_size=0, window_blocks=0, mode="dealt",
             transform=None, batch_transform=None, collate=None, names=None, features=None,
-            tf_transform=None, workers=None, threads=None, auth_token=None,
+            tf_transform=None, skip_failing_records=False, workers=None, threads=None,
+            auth_token=None,
             buffer_bytes=256 << 20, max_tasks=2, bind="127.0.0.1", advertise_host="", timeout=60.0,
             stop=None, resume_from=None, dispatcher_timeout=120.0):
     """Runs a producer of map job `job`, whose records are `source[i]` (any object with
@@ -500,6 +545,13 @@ def produce(source, dispatcher, job, *, batch_size, consumers=None, epochs=1, se
     batch 0 of epoch 0, made at start, which also checks the source and transforms before any
     consumer waits. A batch that fails reaches the consumer that needs it as the error, naming
     the epoch, the batch, the record index and the exception.
+
+    skip_failing_records=True (a setting of the job, so every producer skips alike): a record
+    whose read or transform raises is left out of its batch, which then holds fewer records,
+    instead of failing the batch; each is logged (logger "croupier") and counted in the
+    producers' status (stats.records_skipped) and metrics (croupier_producer_records_skipped_total).
+    A batch all of whose records fail is still an error. With tf_transform, a record the function
+    fails on is found (the batch's records run again in halves) and left out.
 
     `workers` worker processes (default: default_workers(); 0: none) make the batches; the
     producer's own threads (`threads`, default max(workers, 1)) hand them out.
@@ -534,7 +586,7 @@ def produce(source, dispatcher, job, *, batch_size, consumers=None, epochs=1, se
         threads = max(2, default_workers())
     pipeline = Pipeline(source, transform=transform, batch_transform=batch_transform,
                         collate=collate, names=names, features=features, seed=seed,
-                        tf_transform=tf_transform)
+                        tf_transform=tf_transform, skip_failing_records=skip_failing_records)
     num_records = len(pipeline)
     if num_records == 0:
         raise errors.InvalidArgumentError(f"the source of job '{job}' is empty")
@@ -568,7 +620,7 @@ def produce(source, dispatcher, job, *, batch_size, consumers=None, epochs=1, se
                               seed=seed, epochs=epochs, shuffle=shuffle, remainder=remainder,
                               mode=mode, block_size=block_size, window_blocks=window_blocks,
                               source="map", num_records=num_records, resume_from=resume_from,
-                              exist_ok=True, auth_token=auth_token, timeout=timeout)
+                              skip_failing_records=skip_failing_records, exist_ok=True, auth_token=auth_token, timeout=timeout)
             threads = int(threads) if threads is not None else max(workers, 1)
             node = _exit.track(_croupier._MapProducer(
                 dispatcher, job, _token(auth_token), threads, int(buffer_bytes), int(max_tasks),

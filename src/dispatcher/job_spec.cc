@@ -101,6 +101,10 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec) {
                                 SourceKindName(settings.source), " job counts its records ",
                                 python ? "from source_batches_per_epoch" : "in its files"));
   }
+  if (!map && spec.skip_failing_records()) {
+    return invalid(absl::StrCat("skip_failing_records is for map jobs only; a ",
+                                SourceKindName(settings.source), " job's bad input fails its batch"));
+  }
   if (!python && !map && spec.files().empty()) return invalid("no files given");
   if ((python || map) && settings.compression != Codec::kNone) {
     return invalid(absl::StrCat("compression '", CodecName(settings.compression),

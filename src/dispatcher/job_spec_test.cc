@@ -208,6 +208,14 @@ TEST(DispatcherJobSpecTest, AMapJobRefusesFilesAndTheStreamsSettings) {
   ExpectInvalid(spec,
                 "job 'train': num_records is for map jobs only; a tfrecord job counts its "
                 "records in its files");
+  spec = Minimal();
+  spec.set_skip_failing_records(true);
+  ExpectInvalid(spec, "job 'train': skip_failing_records is for map jobs only; a tfrecord job's");
+  spec = MapSpec();
+  spec.set_skip_failing_records(true);
+  absl::StatusOr<v1::JobSpec> skipping = NormalizeJobSpec(spec);
+  ASSERT_TRUE(skipping.ok()) << skipping.status();
+  EXPECT_TRUE(skipping->skip_failing_records());
 }
 
 TEST(DispatcherJobSpecTest, APythonJobDefaultsToNoShuffleAndAllowsNoOther) {

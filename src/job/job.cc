@@ -114,6 +114,7 @@ absl::StatusOr<JobConfig> ParseJobConfig(const v1::JobInfo& info) {
   job.start_epoch = spec.start_epoch();
   job.start_batch = spec.start_batch();
   job.source_count = std::max<uint32_t>(1, spec.source_count());
+  job.skip_failing_records = spec.skip_failing_records();
   return job;
 }
 

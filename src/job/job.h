@@ -62,6 +62,7 @@ struct JobConfig {
   uint64_t start_epoch = 0;  // resuming a checkpoint: see above
   uint64_t start_batch = 0;
   uint32_t source_count = 1;  // python: how many processes serve the job
+  bool skip_failing_records = false;  // map: a failing record is left out of its batch
 
   uint32_t num_consumers() const { return plan.num_consumers; }
   // The croupier.serve() stream only.

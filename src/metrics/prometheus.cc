@@ -70,6 +70,10 @@ void AppendProducerFamilies(std::string& out, const std::vector<const Producer*>
            "Time a producer spent making batches since it started, over all its threads: its "
            "rate over the threads is the share of its capacity in use.",
            [](const Producer& p) { return p.stats().make_seconds(); }},
+          {"croupier_producer_records_skipped_total", "counter",
+           "Records a producer left out of their batches because their read or transform failed "
+           "(a map job with skip_failing_records), since it started.",
+           [](const Producer& p) { return static_cast<double>(p.stats().records_skipped()); }},
           {"croupier_producer_threads", "gauge",
            "A producer's worker threads (0 for the source of a Python job).",
            [](const Producer& p) { return static_cast<double>(p.stats().threads()); }},

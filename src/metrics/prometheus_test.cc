@@ -55,6 +55,7 @@ TEST(MetricsPrometheusTest, TheAdviceAndCpuAreMetrics) {
   p->mutable_stats()->set_cpu_seconds(12.5);
   p->mutable_stats()->set_threads(8);
   p->mutable_stats()->set_make_seconds(40.25);
+  p->mutable_stats()->set_records_skipped(7);
   v1::ConsumerStatus* c = status.add_consumers();
   c->set_job("train");
   c->set_rank(0);
@@ -67,6 +68,8 @@ TEST(MetricsPrometheusTest, TheAdviceAndCpuAreMetrics) {
                               "croupier_producer_cpu_seconds_total{producer=\"4\",address=\"h:1\"} "
                               "12.5\n"));
   EXPECT_THAT(text, HasSubstr("croupier_producer_threads{producer=\"4\",address=\"h:1\"} 8\n"));
+  EXPECT_THAT(text,
+              HasSubstr("croupier_producer_records_skipped_total{producer=\"4\",address=\"h:1\"} 7"));
   EXPECT_THAT(text,
               HasSubstr("croupier_producer_make_seconds_total{producer=\"4\",address=\"h:1\"} "
                         "40.25\n"));

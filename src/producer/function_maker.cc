@@ -22,7 +22,11 @@ absl::StatusOr<std::unique_ptr<FunctionBatchMaker>> FunctionBatchMaker::Create(
 absl::StatusOr<Batch> FunctionBatchMaker::MakeRecords(uint64_t epoch, uint64_t batch,
                                                       absl::Span<const uint64_t> ids) const {
   absl::StatusOr<Batch> made = make_(epoch, batch, ids);
-  if (made.ok() && made->num_records() != ids.size()) {
+  if (!made.ok()) return made;
+  // With skip_failing_records the function leaves out the records that failed, never all.
+  const bool fewer_allowed = config().skip_failing_records && made->num_records() > 0;
+  if (made->num_records() > ids.size() ||
+      (made->num_records() < ids.size() && !fewer_allowed)) {
     return absl::InternalError(absl::StrCat("the batch holds ", made->num_records(),
                                             " records; the plan names ", ids.size()));
   }

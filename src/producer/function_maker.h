@@ -18,7 +18,8 @@ namespace croupier {
 
 // Makes global batch `batch` of `epoch` from the records `ids` (global record indexes, in batch
 // order). It must give the same bytes for the same arguments every time, on any producer: what a
-// batch holds is a function of the plan. Called on many threads at once.
+// batch holds is a function of the plan. Called on many threads at once. The batch holds one
+// record per id, or, in a job with skip_failing_records, at least one: those that did not fail.
 using RecordsFunction = std::function<absl::StatusOr<Batch>(uint64_t epoch, uint64_t batch,
                                                             absl::Span<const uint64_t> ids)>;
 

@@ -130,5 +130,65 @@ TEST(ProducerFunctionMakerTest, ARunnerMakesAJobsTasksWithTheMakerOfItsFactory) 
   EXPECT_THAT(refused.message(), HasSubstr("job 'other'"));
 }
 
+TEST(ProducerFunctionMakerTest, AJobThatSkipsFailingRecordsTakesShorterBatchesAndCountsThem) {
+  v1::JobInfo job = MapJob(40);
+  job.mutable_spec()->set_skip_failing_records(true);
+  // The function leaves out the records whose index is a multiple of 3; batch 9 loses them all.
+  auto skipping = [](uint64_t, uint64_t batch,
+                     absl::Span<const uint64_t> ids) -> absl::StatusOr<Batch> {
+    if (batch == 9) return IdsBatch({});
+    std::vector<uint64_t> kept;
+    for (uint64_t id : ids) {
+      if (id % 3 != 0) kept.push_back(id);
+    }
+    return IdsBatch(kept);
+  };
+  auto maker = FunctionBatchMaker::Create(job, skipping);
+  ASSERT_TRUE(maker.ok()) << maker.status();
+  const EpochPlan plan = *EpochPlan::Create((*maker)->plan_spec(), 0);
+  uint64_t left_out = 0;
+  uint64_t a_short_batch = 0;
+  for (uint64_t g = 0; g < 9; ++g) {
+    for (uint64_t id : plan.BatchRecords(g)) {
+      if (id % 3 == 0) {
+        ++left_out;
+        a_short_batch = g;
+      }
+    }
+  }
+  ASSERT_GT(left_out, 0u);
+  EXPECT_THAT((*maker)->Make(0, 9).status().message(), HasSubstr("holds 0 records"));
+
+  TaskRunner::Options options;
+  options.threads = 2;
+  options.makers =
+      [&](const v1::JobInfo& info) -> absl::StatusOr<std::shared_ptr<const BatchMaker>> {
+    auto made = FunctionBatchMaker::Create(info, skipping);
+    if (!made.ok()) return made.status();
+    return std::shared_ptr<const BatchMaker>(*std::move(made));
+  };
+  TaskRunner runner(options);
+  v1::Task task;
+  task.set_task_id(1);
+  task.set_job("mapped");
+  task.set_epoch(0);
+  task.set_first_batch(0);
+  task.set_num_batches(9);
+  ASSERT_TRUE(runner.AddTask(task, job).ok());
+  for (uint64_t g = 0; g < 9; ++g) {
+    auto batch = runner.GetBatch({"mapped", 0, g}, absl::Now() + absl::Seconds(20));
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    for (int64_t id : Ids(*batch)) EXPECT_NE(id % 3, 0);
+  }
+  EXPECT_EQ(runner.stats().records_skipped, left_out);
+  EXPECT_EQ(runner.Report().records_skipped(), left_out);
+
+  // Without the setting, a short batch is an error.
+  auto strict = FunctionBatchMaker::Create(MapJob(40), skipping);
+  ASSERT_TRUE(strict.ok());
+  EXPECT_THAT((*strict)->Make(0, a_short_batch).status().message(),
+              HasSubstr("the plan names 4"));
+}
+
 }  // namespace
 }  // namespace croupier

@@ -150,6 +150,7 @@ v1::ProducerStats TaskRunner::Report() const {
                                          stats.bytes_served});
   s.set_make_seconds(stats.make_seconds);
   s.set_threads(stats.threads);
+  s.set_records_skipped(stats.records_skipped);
   return s;
 }
 
@@ -162,6 +163,7 @@ TaskRunner::Stats TaskRunner::stats() const {
   s.buffer_capacity_bytes = buffer.capacity_bytes;
   s.batches_made = batches_made_;
   s.make_failures = make_failures_;
+  s.records_skipped = records_skipped_;
   s.batches_served = batches_served_;
   s.bytes_served = bytes_served_;
   s.tasks_held = tasks_.size();
@@ -248,6 +250,7 @@ TaskRunner::Made TaskRunner::TimedMake(const BatchMaker& maker, uint64_t epoch,
   const absl::Time start = absl::Now();
   if (options_.test_make_delay > absl::ZeroDuration()) absl::SleepFor(options_.test_make_delay);
   Made made{maker.Make(epoch, batch)};
+  made.planned_records = maker.plan_spec().batch_size;
   made.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return made;
 }
@@ -257,6 +260,9 @@ void TaskRunner::RecordMadeLocked(const Made& timed, bool log) {
   const absl::StatusOr<Batch>& made = timed.batch;
   if (made.ok()) {
     ++batches_made_;
+    if (made->num_records() < timed.planned_records) {
+      records_skipped_ += timed.planned_records - made->num_records();
+    }
     return;
   }
   ++make_failures_;

@@ -82,6 +82,8 @@ class TaskRunner final : public TaskHolder {
     uint64_t buffer_capacity_bytes = 0;
     uint64_t batches_made = 0;  // successfully, by workers or on demand
     uint64_t make_failures = 0;
+    // Records the plan named that a made batch left out (skip_failing_records).
+    uint64_t records_skipped = 0;
     uint64_t batches_served = 0;  // OnServed calls
     uint64_t bytes_served = 0;
     uint64_t tasks_held = 0;
@@ -151,6 +153,7 @@ class TaskRunner final : public TaskHolder {
   struct Made {
     absl::StatusOr<Batch> batch;
     double seconds = 0;
+    uint64_t planned_records = 0;  // the batch size: what the plan names
   };
 
   void Work();
@@ -193,6 +196,7 @@ class TaskRunner final : public TaskHolder {
   absl::flat_hash_set<std::string> probing_ ABSL_GUARDED_BY(mu_);
   uint64_t batches_made_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t make_failures_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t records_skipped_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t batches_served_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t bytes_served_ ABSL_GUARDED_BY(mu_) = 0;
   double make_seconds_ ABSL_GUARDED_BY(mu_) = 0;
