@@ -5,9 +5,11 @@ the source and its settings, so that every producer of a test makes the same pip
 Record i holds `id` (int64 i), `pixels` (uint8 [4, 4], a function of i) and `name` (bytes). The
 random transform adds `noise` (float32 [3], drawn from the record's generator) and flips the
 pixels when the generator says so: what a record holds after it is a function of (seed, epoch, i),
-which the tests recompute."""
+which the tests recompute. The Killing transform is augment in a process that SIGKILLs itself on
+some records: a worker process dying mid-batch."""
 import json
 import os
+import signal
 import time
 
 import numpy as np
@@ -54,6 +56,32 @@ def expected_record(seed, epoch, i):
     return augment(record(i), record_rng(seed, epoch, i))
 
 
+class Killing:
+    """augment, except that the process making a record in `records` SIGKILLs itself: the first
+    time any process makes it, when `marker_dir` is given (a file there, made atomically, says
+    it was done), else every time. A worker dying in the middle of a batch."""
+
+    def __init__(self, records, marker_dir=None):
+        self.records = {int(i) for i in records}
+        self.marker_dir = marker_dir
+
+    def __call__(self, rec, rng):
+        i = int(rec["id"])
+        if i in self.records and self._first_time(i):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return augment(rec, rng)
+
+    def _first_time(self, i):
+        if self.marker_dir is None:
+            return True
+        try:
+            os.close(os.open(os.path.join(self.marker_dir, f"killed-{i}"),
+                             os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False
+        return True
+
+
 def ragged(rec, rng):
     """A transform whose `noise` has a record-dependent length: inconsistent shapes."""
     out = dict(rec)
@@ -74,6 +102,8 @@ def pipeline():
                          delay=opts.get("delay", 0.0), fail_every=opts.get("fail_every", 0))
         transform = {"augment": augment, "ragged": ragged, "none": None}[
             opts.get("transform", "augment")]
+        if "kill" in opts:  # {"records": [...], "marker_dir": a folder or None}
+            transform = Killing(opts["kill"]["records"], opts["kill"].get("marker_dir"))
     out = {"source": source, "transform": transform, "batch_size": opts.get("batch_size", 4),
            "consumers": opts.get("consumers", 2), "epochs": opts.get("epochs", 2),
            "seed": opts.get("seed", 5), "shuffle": opts.get("shuffle", "global")}

@@ -5,6 +5,7 @@ as `python -m croupier produce map_sources:pipeline` (tests/map_sources.py)."""
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 
 import croupier
 from croupier import errors
-from croupier.pipeline import Pipeline, record_rng
+from croupier.pipeline import Pipeline, _WorkerPool, record_rng
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import map_sources  # noqa: E402
@@ -87,16 +88,17 @@ def check_against_plan(per_rank, records, batch_size, seed, epochs, shuffle="glo
     check_plan_ids(per_rank, records, batch_size, seed, range(epochs), shuffle)
 
 
-def error_of_rank_1(cluster, job):
-    """Reads epoch 0 of a 2-rank `job` whose global batch 7 (rank 1's step 3) fails: rank 0 reads
-    all of its 6 batches on a thread, rank 1 reads until the error. The error's message."""
+def error_of_rank_1(cluster, job, error=errors.InvalidArgumentError):
+    """Reads epoch 0 of a 2-rank `job` whose global batch 7 (rank 1's step 3) fails with `error`:
+    rank 0 reads all of its 6 batches on a thread, rank 1 reads until the error. The error's
+    message."""
     feeds = [croupier.Consumer(cluster.address, job, r, 2, timeout=30) for r in range(2)]
     got = []
     reader = threading.Thread(target=lambda: got.extend(feeds[0].batches(0)), daemon=True)
     reader.start()
     steps = 0
     try:
-        with pytest.raises(errors.InvalidArgumentError) as raised:
+        with pytest.raises(error) as raised:
             for _ in feeds[1].batches(0):
                 steps += 1
         reader.join(30)
@@ -105,6 +107,63 @@ def error_of_rank_1(cluster, job):
     finally:
         for f in feeds:
             f.close()
+
+
+def descendants(pid):
+    """The pids of the processes below `pid` (children, their children, ...), from /proc."""
+    children = {}
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue  # it exited meanwhile
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
+def left_behind(pids, timeout=10):
+    """Those of `pids` still present (running, or a zombie nobody reaped) after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [p for p in pids if pathlib.Path(f"/proc/{p}").exists()]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.05)
+
+
+def wait_dead(pids, timeout=10):
+    """Waits until every process of `pids` has exited (gone, or a zombie not reaped yet)."""
+    deadline = time.monotonic() + timeout
+    for pid in pids:
+        while True:
+            try:
+                state = pathlib.Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+            except FileNotFoundError:
+                break
+            if state == "Z":
+                break
+            assert time.monotonic() < deadline, f"process {pid} is still running"
+            time.sleep(0.01)
+
+
+def death_lines(log_path):
+    """The lines a producer logged about its dead workers."""
+    return [line for line in pathlib.Path(log_path).read_text().splitlines()
+            if "croupier produce: worker" in line and " died " in line]
+
+
+def records_not_in_the_first_batch(records, batch_size, world, seed, wanted):
+    """The records of `wanted` that batch 0 of epoch 0 does not hold: produce() makes that batch
+    in the producer process itself (to read the features), where a Killing record would kill the
+    producer rather than a worker."""
+    first = set(croupier.EpochPlan(records, batch_size, world, seed=seed, epoch=0,
+                                   shuffle="global").batch(0).tolist())
+    return [i for i in wanted if i not in first]
 
 
 @pytest.mark.timeout(120)
@@ -126,6 +185,146 @@ def test_a_producer_killed_mid_epoch_changes_no_byte(tmp_path):
     reference = run_job(tmp_path / "ref", records=96, batch_size=4)
     killed = run_job(tmp_path / "killed", records=96, batch_size=4, kill_after=5)
     assert [batch_hashes(r) for r in killed] == [batch_hashes(r) for r in reference]
+
+
+@pytest.mark.timeout(200)
+def test_workers_killed_mid_batch_change_no_byte(tmp_path):
+    """Three records SIGKILL the worker that makes them, the first time only: each batch in
+    flight is made again by a replacement worker, and the trainers get exactly the batches, and
+    the bytes, of the fault-free run."""
+    reference = run_job(tmp_path / "ref", workers=2, records=96, batch_size=4)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    doomed = records_not_in_the_first_batch(96, 4, 2, 5, [10, 41, 77, 90])[:3]
+    killed = run_job(tmp_path / "killed", workers=2, records=96, batch_size=4,
+                     kill={"records": doomed, "marker_dir": str(markers)})
+    assert sorted(p.name for p in markers.iterdir()) == sorted(f"killed-{i}" for i in doomed)
+    check_against_plan(killed, 96, 4, seed=5, epochs=2)
+    assert [batch_hashes(r) for r in killed] == [batch_hashes(r) for r in reference]
+    lines = death_lines(tmp_path / "killed" / "producer0.log")
+    assert len(lines) == len(doomed), lines
+    assert all("killed by signal 9, SIGKILL" in line and "makes the batch again" in line
+               for line in lines), lines
+
+
+@pytest.mark.timeout(120)
+def test_a_record_that_kills_every_worker_fails_its_batch_only(tmp_path):
+    with Cluster(tmp_path / "c") as cluster:
+        # Record 30 kills the worker that makes it, every time; batch 0 (records 0-3, shuffle
+        # none) is fine. Global batch 7 holds records 28-31: rank 1's step 3.
+        producer = start_producer(cluster, "m", "producer0", records=48, shuffle="none",
+                                  consumers=2, epochs=1, batch_size=4, workers=2,
+                                  kill={"records": [30]})
+        wait_for_job(cluster, "m")
+        message = error_of_rank_1(cluster, "m", errors.InternalError)
+        assert "epoch 0 batch 7" in message and "tried twice" in message and \
+            message.count("killed by signal 9, SIGKILL") == 2, message
+        # The producer may have made the batch more than once (ahead, then when asked): each
+        # death is one line, and the two the error names are among them.
+        lines = death_lines(producer.log_path)
+        assert all("batch 7 of epoch 0" in line for line in lines), lines
+        pids = re.findall(r"worker pid (\d+) \(killed by signal 9, SIGKILL\)", message)
+        assert len(pids) == 2, message
+        for pid in pids:
+            assert any(f"(pid {pid}) died (killed by signal 9, SIGKILL) while making batch 7 of "
+                       "epoch 0" in line for line in lines), (pid, lines)
+        # Rank 1's later steps still come, and the pool is still the zygote and 2 workers.
+        feed = croupier.Consumer(cluster.address, "m", 1, 2, timeout=30)
+        feed.load_state_dict({"format": 1, "job": "m", "world": 2, "ranks": [1], "epoch": 0,
+                              "step": 4})
+        assert [b.num_records for b in feed.batches(0)] == [4, 4]
+        feed.close()
+        processes = descendants(producer.pid)
+        assert len(processes) == 3, processes
+        kill(producer, signal.SIGTERM, timeout=30)
+        assert producer.returncode == 0, producer.log_path.read_text()[-3000:]
+        assert not left_behind(processes), "the producer left processes behind"
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_killed_between_batches_is_replaced(caplog):
+    pipe = Pipeline(map_sources.Records(40), transform=map_sources.augment, seed=5)
+    ids = np.array([7, 3, 30, 12], dtype=np.uint64)
+    want = pipe.make(1, 9, ids).content_hash
+    pool = _WorkerPool(pipe, 2)
+    first = pool.pids
+    try:
+        victim = first[1]
+        os.kill(victim, signal.SIGKILL)
+        wait_dead([victim])  # a zombie until the pool notices and the zygote reaps it
+        for _ in range(4):  # each worker's turn comes
+            assert pool.make(1, 9, ids).content_hash == want
+        now = pool.pids
+        assert len(now) == 3 and now[0] == first[0] and victim not in now
+        assert not left_behind([victim]), "the zygote reaped the dead worker"
+    finally:
+        pool.close()
+    assert not left_behind(first + now), "closing the pool ends the zygote and the workers"
+    lines = [r.getMessage() for r in caplog.records if r.name == "croupier.pipeline"]
+    assert len(lines) == 1 and f"(pid {victim}) died (killed by signal 9, SIGKILL) before it " \
+        "got batch 9 of epoch 1" in lines[0], lines
+
+
+@pytest.mark.timeout(60)
+def test_a_batch_whose_worker_dies_is_made_again_identically(tmp_path, caplog):
+    ids = np.array([7, 3, 30, 12], dtype=np.uint64)
+    want = Pipeline(map_sources.Records(40), transform=map_sources.augment, seed=5) \
+        .make(1, 9, ids).content_hash
+    pool = _WorkerPool(Pipeline(map_sources.Records(40), seed=5,
+                                transform=map_sources.Killing([30], str(tmp_path))), 2)
+    try:
+        assert pool.make(1, 9, ids).content_hash == want
+        assert pool.make(1, 9, ids).content_hash == want
+        pids = pool.pids
+        assert len(pids) == 3
+    finally:
+        pool.close()
+    assert not left_behind(pids)
+    lines = [r.getMessage() for r in caplog.records if r.name == "croupier.pipeline"]
+    assert len(lines) == 1 and "while making batch 9 of epoch 1" in lines[0] and \
+        "which makes the batch again" in lines[0], lines
+
+
+@pytest.mark.timeout(60)
+def test_a_batch_that_kills_every_worker_fails_and_replacing_stops_past_the_limit():
+    good = np.array([1, 2], dtype=np.uint64)
+    bad = np.array([12, 13], dtype=np.uint64)
+    want = Pipeline(map_sources.Records(40), transform=map_sources.augment, seed=5) \
+        .make(0, 1, good).content_hash
+    pool = _WorkerPool(Pipeline(map_sources.Records(40), seed=5,
+                                transform=map_sources.Killing([12])), 1, max_deaths=2)
+    try:
+        zygote = pool.pids[0]
+        code, message = pool.make(0, 2, bad)  # deaths 1 and 2: replaced both times
+        assert code == 13 and "batch 2 of epoch 0 was tried twice" in message, message
+        assert message.count("(killed by signal 9, SIGKILL)") == 2, message
+        assert len(pool.pids) == 2 and pool.make(0, 1, good).content_hash == want
+        code, message = pool.make(0, 2, bad)  # death 3: past the limit, not replaced
+        assert code == 13 and "not made again" in message and \
+            "3 workers of this producer died within 60 s, more than the 2" in message, message
+        assert pool.pids == [zygote]
+        code, message = pool.make(0, 1, good)
+        assert code == 13 and "no worker is left to make batch 1 of epoch 0" in message
+    finally:
+        pool.close()
+    assert not left_behind([zygote])
+
+
+@pytest.mark.timeout(60)
+def test_batches_fail_naming_the_zygote_once_it_is_gone():
+    pool = _WorkerPool(Pipeline(map_sources.Records(40), seed=5), 2)
+    try:
+        zygote = pool.pids[0]
+        os.kill(zygote, signal.SIGKILL)
+        wait_dead(pool.pids)  # its workers die with it
+        for _ in range(3):
+            code, message = pool.make(0, 1, np.array([1, 2], dtype=np.uint64))
+            assert code == 13 and f"the pool's zygote process (pid {zygote}) is gone (killed " \
+                "by signal 9, SIGKILL)" in message and "batch 1 of epoch 0" in message, message
+        assert pool.pids == [zygote]
+    finally:
+        pool.close()
+    assert not left_behind([zygote]), "the producer reaps its zygote"
 
 
 def test_what_a_record_holds_is_a_function_of_seed_epoch_and_index():

@@ -21,24 +21,32 @@ batches made again bit-identically by another (or by itself after a restart), an
 resumes exactly. Several processes may call produce() for one job (on one machine or several):
 each is a producer of the job, and the dispatcher spreads the tasks over them.
 
-The transforms run in `workers` worker processes forked at start (before any thread of croupier's
-starts), each making whole batches; a batch comes back to the producer through shared memory in
-croupier's batch format, nothing pickled. workers=0 makes batches in the producer's own threads
-(for code that releases the GIL).
+The transforms run in `workers` worker processes, each making whole batches; a batch comes back
+to the producer through shared memory in croupier's batch format, nothing pickled. The workers are
+forks of a "zygote" process that the producer forks at start (before any thread of croupier's
+starts), so that a worker that dies (OOM-killed, a crash in a decoder) can be replaced by a new
+fork at any time; the replacement makes the dead worker's batch again (_WorkerPool says when a
+batch fails instead, and when replacing stops). workers=0 makes batches in the producer's own
+threads (for code that releases the GIL).
 
 tf_transform (a tf.data pipeline, croupier.tf_pipeline) replaces transform and collate: it runs
 in TensorFlow's runtime from the producer's own threads, with no worker process (forking once
 TensorFlow runs is unsafe).
 """
+import collections
 import inspect
 import logging
 import mmap
 import os
-import queue
+import pickle
 import signal
+import socket
+import struct
+import sys
 import threading
 import time
 import traceback
+from multiprocessing.connection import Connection
 
 import numpy as np
 
@@ -46,13 +54,14 @@ from croupier import _croupier, _exit, errors
 from croupier.cluster import _die_with_parent, _token, create_job, status
 from croupier.source import _columns, _tensor_to_numpy, features_of
 
-__all__ = ["produce", "Pipeline", "record_rng", "batch_rng", "default_workers"]
+__all__ = ["produce", "Pipeline", "record_rng", "batch_rng", "default_workers",
+           "max_worker_deaths"]
 
 # Status codes passed back to C++ (absl::StatusCode).
 _INVALID_ARGUMENT = 3
 _INTERNAL = 13
 _CODES = {cls.code: code for code, cls in errors.BY_CODE.items()}
-_log = logging.getLogger("croupier")
+_log = logging.getLogger(__name__)
 
 
 def default_workers():
@@ -369,21 +378,104 @@ def _check_spec(columns, spec):
 
 
 # --- Worker processes ---------------------------------------------------------------------------
+#
+# The producer's C++ threads start once the pool exists, and forking a process that runs them is
+# unsafe. So the pool forks one single-threaded process at its creation, the zygote, which holds
+# the pipeline (it is a fork of the producer at that time), and every worker, the first ones and
+# the replacements of dead ones, is a fork of the zygote. The producer asks the zygote over a
+# SOCK_SEQPACKET socket pair, one small pickled message a request, passing a new worker's file
+# descriptors along (SCM_RIGHTS): its shared memory and its end of a socket pair, over which the
+# producer sends it record indexes and it answers with the size of the batch it wrote. The zygote
+# is the workers' parent: it reaps them and says how they died.
 
 _INITIAL_SHM = 16 << 20
+_REQUEST = struct.Struct("<QQ")  # epoch, batch; the record indexes follow, as uint64
+_CONTROL_BYTES = 1 << 16  # the largest message on the zygote's socket
+_REAP_GRACE = 2.0  # seconds a worker whose channel closed has to exit before it is SIGKILLed
+_CLOSE_GRACE = 5.0  # seconds the workers have to exit once the pool closes
+DEATH_WINDOW = 60.0  # seconds: the window of the replacement limit (see _WorkerPool)
 
 
-def _worker_main(pipeline, conn, fd, capacity):
-    """A worker: makes the batches it is sent, into its shared memory, until its pipe closes."""
-    _die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the producer process decides when to stop
+def max_worker_deaths(workers):
+    """How many worker deaths within DEATH_WINDOW seconds a pool of `workers` replaces."""
+    return max(10, 2 * workers)
+
+
+def _fork(main, *args, close=()):
+    """Forks a child that closes the objects in `close`, runs main(*args) and exits (status 0, or
+    1 if main raised), and returns its pid. The kernel kills the child when its parent dies; it
+    ignores SIGINT (its parent decides when it stops) and dies of SIGTERM."""
+    parent = os.getpid()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()  # else the child would write the parent's buffered output again
+        except Exception:  # noqa: BLE001 (a closed or odd stream is no reason not to fork)
+            pass
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        _die_with_parent()
+        if os.getppid() == parent:  # else the parent died before the kernel was told
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            for obj in close:
+                obj.close()
+            main(*args)
+            code = 0
+    except BaseException:  # noqa: BLE001 (the child must reach os._exit whatever happens)
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def _reap(pid, grace):
+    """Waits for child `pid` to exit, SIGKILLing it after `grace` seconds, and returns its wait
+    status (None if it is not a child of this process, or was reaped already)."""
+    deadline = time.monotonic() + grace
+    try:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return status
+            if time.monotonic() >= deadline:
+                os.kill(pid, signal.SIGKILL)
+                return os.waitpid(pid, 0)[1]
+            time.sleep(0.005)
+    except ChildProcessError:
+        return None
+
+
+def _how(status):
+    """How a process of wait status `status` ended, in words."""
+    if status is None:
+        return "how is unknown"
+    code = os.waitstatus_to_exitcode(status)
+    if code >= 0:
+        return f"exit status {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = "unnamed"
+    return f"killed by signal {-code}, {name}"
+
+
+def _worker_main(pipeline, channel, fd, capacity):
+    """A worker: makes the batches it is asked for, each into its shared memory `fd`, until its
+    channel (a socket's file descriptor) closes. A request is _REQUEST's epoch and batch and the
+    record indexes (uint64); the answer ("ok", size, capacity) says the batch's bytes are in the
+    first `size` bytes of the memory, now `capacity` bytes long, and ("error", code, message)
+    why there is no batch."""
+    conn = Connection(channel)
     view = mmap.mmap(fd, capacity)
     while True:
         try:
-            request = conn.recv()
+            request = conn.recv_bytes()
         except (EOFError, OSError):
             return
-        epoch, g, ids = request
+        epoch, g = _REQUEST.unpack_from(request)
+        ids = np.frombuffer(request, dtype=np.uint64, offset=_REQUEST.size).copy()
         try:
             batch = pipeline.make(epoch, g, ids)
             size = batch.nbytes
@@ -405,36 +497,155 @@ def _worker_main(pipeline, conn, fd, capacity):
             return
 
 
-class _Worker:
-    def __init__(self, ctx, pipeline, index):
-        self.index = index
-        self.fd = os.memfd_create(f"croupier-worker-{index}", 0)
-        self.capacity = _INITIAL_SHM
-        os.ftruncate(self.fd, self.capacity)
-        self.view = mmap.mmap(self.fd, self.capacity)
-        self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_worker_main, args=(pipeline, child, self.fd,
-                                                              self.capacity),
-                                   name=f"croupier-worker-{index}", daemon=True)
-        self.process.start()
-        child.close()
-        self.dead = None  # why it cannot make batches any more
-
-    def make(self, epoch, g, ids):
-        """A Batch, or (code, message)."""
-        if self.dead is not None:
-            return (_INTERNAL, self.dead)
+def _zygote_main(pipeline, control):
+    """The zygote: answers the requests on `control` until the producer closes its end, then
+    waits for its workers (they exit once the producer has closed their channels), SIGKILLing
+    those still running after _CLOSE_GRACE seconds. Requests and answers:
+      ("spawn", capacity) with the worker's memory and channel file descriptors: ("spawned", pid)
+        of a new worker, or ("error", message) if none could be forked;
+      ("reap", pid): ("reaped", wait status or None) once worker `pid` has exited (it is
+        SIGKILLed if it has not within _REAP_GRACE seconds)."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # reaping is its job, whatever the producer's
+    workers = set()
+    while True:
         try:
-            self.conn.send((epoch, g, ids))
+            data, fds, _, _ = socket.recv_fds(control, _CONTROL_BYTES, 2)
+        except OSError:
+            break
+        if not data:
+            break  # the producer closed its end
+        request = pickle.loads(data)
+        if request[0] == "spawn":
+            reply = _spawn_worker(pipeline, control, fds, request[1], workers)
+        else:
+            workers.discard(request[1])
+            reply = ("reaped", _reap(request[1], _REAP_GRACE))
+        try:
+            control.send(pickle.dumps(reply))
+        except OSError:
+            break
+    deadline = time.monotonic() + _CLOSE_GRACE
+    for pid in workers:
+        _reap(pid, max(0.0, deadline - time.monotonic()))
+
+
+def _spawn_worker(pipeline, control, fds, capacity, workers):
+    """Forks a worker on the file descriptors `fds` (its memory, its channel), which the zygote
+    closes then; adds its pid to `workers`. The answer to a "spawn" request."""
+    try:
+        if len(fds) != 2:
+            return ("error", f"a spawn request came with {len(fds)} file descriptors, not 2")
+        pid = _fork(_worker_main, pipeline, fds[1], fds[0], capacity, close=(control,))
+    except OSError as e:
+        return ("error", f"the zygote could not fork a worker: {_describe(e)}")
+    finally:
+        for fd in fds:
+            os.close(fd)
+    workers.add(pid)
+    return ("spawned", pid)
+
+
+class _ZygoteError(Exception):
+    """No worker can be made: the zygote is gone, or could not fork one."""
+
+
+class _Zygote:
+    """The producer's handle on the zygote process, which it forks now. Thread-safe."""
+
+    def __init__(self, pipeline):
+        self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.pid = _fork(_zygote_main, pipeline, theirs, close=(self._control,))
+        except BaseException:
+            self._control.close()
+            raise
+        finally:
+            theirs.close()
+        self._lock = threading.Lock()
+        self._gone = None  # why it answers no more
+
+    def spawn(self, memfd, channel, capacity):
+        """The pid of a new worker on those file descriptors (the zygote gets copies)."""
+        reply = self._ask(("spawn", capacity), (memfd, channel))
+        if reply[0] != "spawned":
+            raise _ZygoteError(reply[1])
+        return reply[1]
+
+    def reap(self, pid):
+        """The wait status of worker `pid` once it has exited (None if unknown)."""
+        return self._ask(("reap", pid))[1]
+
+    def _ask(self, request, fds=()):
+        with self._lock:
+            if self._gone is None:
+                try:
+                    if fds:
+                        socket.send_fds(self._control, [pickle.dumps(request)], list(fds))
+                    else:
+                        self._control.send(pickle.dumps(request))
+                    data = self._control.recv(_CONTROL_BYTES)
+                except OSError:
+                    data = b""
+                if data:
+                    return pickle.loads(data)
+                self._gone = (f"the pool's zygote process (pid {self.pid}) is gone "
+                              f"({_how(_reap(self.pid, _REAP_GRACE))}), and with it every "
+                              "worker: none can be replaced")
+            raise _ZygoteError(self._gone)
+
+    def close(self):
+        """Ends the zygote, which waits for its workers first; SIGKILLs it if it takes longer."""
+        with self._lock:
+            self._control.close()
+            if self._gone is None:
+                self._gone = "the pool is closed"
+                _reap(self.pid, _CLOSE_GRACE + 2.0)
+
+
+class _WorkerDied(Exception):
+    """A worker's channel closed: it died, before it got the request (`before`) or while it
+    made the batch."""
+
+    def __init__(self, before):
+        super().__init__()
+        self.before = before
+
+
+class _Worker:
+    """A worker process as the producer holds it: its pid, its channel, its shared memory."""
+
+    def __init__(self, zygote, index):
+        self.index = index
+        self.capacity = _INITIAL_SHM
+        self.fd = os.memfd_create(f"croupier-worker-{index}", 0)
+        self.view = self.conn = None
+        try:
+            os.ftruncate(self.fd, self.capacity)
+            self.view = mmap.mmap(self.fd, self.capacity)
+            ours, theirs = socket.socketpair()
+            try:
+                self.pid = zygote.spawn(self.fd, theirs.fileno(), self.capacity)
+            except BaseException:
+                ours.close()
+                raise
+            finally:
+                theirs.close()
+            self.conn = Connection(ours.detach())
+        except BaseException:
+            self.close()
+            raise
+
+    def make(self, request):
+        """The batch `request` (_REQUEST and the record indexes) asks for: a Batch, or (code,
+        message). Raises _WorkerDied if the worker's channel closes."""
+        try:
+            self.conn.send_bytes(request)
+        except OSError:
+            raise _WorkerDied(before=True) from None
+        try:
             reply = self.conn.recv()
         except (EOFError, OSError):
-            self.process.join(1.0)
-            code = self.process.exitcode
-            how = (f"killed by signal {-code}" if code is not None and code < 0
-                   else f"exit status {code}")
-            self.dead = (f"producer worker {self.index} (pid {self.process.pid}) died "
-                         f"({how}) while making batch {g} of epoch {epoch}")
-            return (_INTERNAL, self.dead)
+            raise _WorkerDied(before=False) from None
         if reply[0] != "ok":
             return (reply[1], reply[2])
         _, size, capacity = reply
@@ -444,50 +655,189 @@ class _Worker:
             self.view = mmap.mmap(self.fd, capacity)
         return _croupier.batch_from_buffer(memoryview(self.view)[:size])
 
-    def close(self):
-        try:
+    def close_channel(self):
+        """Closes the channel: a live worker exits when it reads its end."""
+        if self.conn is not None:
             self.conn.close()
-        except OSError:
-            pass
-        self.process.join(2.0)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join(2.0)
-        try:
-            self.view.close()
-        except BufferError:
-            pass
-        os.close(self.fd)
+            self.conn = None
+
+    def close(self):
+        self.close_channel()
+        if self.view is not None:
+            try:
+                self.view.close()
+            except BufferError:
+                pass
+            self.view = None
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 class _WorkerPool:
-    """`count` worker processes, forked now. make() is called by the producer's threads."""
+    """`count` worker processes, forked by a zygote process forked now (so before any thread of
+    croupier's starts). make() is called by the producer's threads.
 
-    def __init__(self, pipeline, count):
-        import multiprocessing
-        ctx = multiprocessing.get_context("fork")
-        self._workers = []
+    A worker that dies (its channel closes: OOM-killed, a crash in a decoder, a signal) is
+    replaced by a new fork of the zygote, and the batch it was making is made again by the
+    replacement. If the replacement dies making it too, the batch fails with an error naming both
+    deaths (pid, signal or exit status) and that it was tried twice, and the dead worker is
+    replaced again: the pool stays at `count` workers. Each death is logged as one line (logger
+    croupier.pipeline, level WARNING).
+
+    Replacing stops for good once more than `max_deaths` workers (default
+    max_worker_deaths(count)) have died within `window` seconds, or once a replacement cannot be
+    made (the zygote is gone, a fork failed): from then on a dead worker is not replaced, the batch
+    it was making fails naming the reason, and once no worker is left every batch fails so."""
+
+    def __init__(self, pipeline, count, max_deaths=None, window=DEATH_WINDOW):
+        self._max_deaths = max_worker_deaths(count) if max_deaths is None else int(max_deaths)
+        self._window = float(window)
+        self._deaths = collections.deque()  # monotonic times of the deaths within the window
+        self._stopped = None  # why no dead worker is replaced any more
+        self._closed = False
+        self._cond = threading.Condition()
+        self._workers = set()  # the live workers
+        self._replacing = 0  # dead workers being replaced now
+        self._idle = collections.deque()  # first in, first out: each worker takes its turn
+        self._zygote = _Zygote(pipeline)
         try:
             for k in range(count):
-                self._workers.append(_Worker(ctx, pipeline, k))
-        except BaseException:
+                worker = _Worker(self._zygote, k)
+                self._workers.add(worker)
+                self._idle.append(worker)
+        except BaseException as e:
             self.close()
+            if isinstance(e, _ZygoteError):
+                raise errors.InternalError(f"the producer's worker processes could not be "
+                                           f"started: {e}") from None
             raise
-        self._idle = queue.SimpleQueue()
-        for w in self._workers:
-            self._idle.put(w)
+
+    @property
+    def pids(self):
+        """The pids of the zygote and of the live workers (for tests and diagnostics)."""
+        with self._cond:
+            return [self._zygote.pid] + sorted(w.pid for w in self._workers)
 
     def make(self, epoch, g, ids):
-        worker = self._idle.get()
+        """Batch g of `epoch`, of records `ids`: a Batch, or (code, message)."""
+        request = _REQUEST.pack(int(epoch), int(g)) + \
+            np.ascontiguousarray(ids, dtype=np.uint64).tobytes()
+        deaths = []  # the workers that died making this batch, in words
+        worker = self._take()
+        while worker is not None:
+            try:
+                result = worker.make(request)
+            except _WorkerDied as died:
+                dead = worker
+                how = self._bury(dead)
+                if not died.before:
+                    deaths.append(f"worker pid {dead.pid} ({how})")
+                worker = self._replace(dead.index)
+                self._log_death(dead, how, died.before, epoch, g, worker, len(deaths))
+                if len(deaths) == 2:
+                    if worker is not None:
+                        self._give_back(worker)
+                    return (_INTERNAL,
+                            f"batch {g} of epoch {epoch} was tried twice and killed its worker "
+                            f"both times: {deaths[0]}, then {deaths[1]}; a record of it may "
+                            "crash the source or the transform every time")
+                continue
+            self._give_back(worker)
+            return result
+        if deaths:
+            return (_INTERNAL, f"{deaths[0]} died making batch {g} of epoch {epoch}, which is "
+                               f"not made again: {self._stopped}")
+        return (_INTERNAL, f"no worker is left to make batch {g} of epoch {epoch}: "
+                           f"{self._stopped}")
+
+    def _take(self):
+        """An idle worker, waiting for one; None once no worker is left."""
+        with self._cond:
+            while not self._idle and (self._workers or self._replacing):
+                self._cond.wait()
+            return self._idle.popleft() if self._idle else None
+
+    def _give_back(self, worker):
+        with self._cond:
+            if worker in self._workers:
+                self._idle.append(worker)
+                self._cond.notify()
+
+    def _bury(self, worker):
+        """Reaps a dead worker, frees what the producer held of it and counts its death; how it
+        died, in words."""
         try:
-            return worker.make(epoch, g, ids)
-        finally:
-            self._idle.put(worker)
+            how = _how(self._zygote.reap(worker.pid))
+        except _ZygoteError:
+            how = "how is unknown: the pool's zygote is gone"
+        worker.close()
+        now = time.monotonic()
+        with self._cond:
+            self._workers.discard(worker)
+            self._replacing += 1  # until _replace has replaced it or not
+            self._deaths.append(now)
+            while now - self._deaths[0] > self._window:
+                self._deaths.popleft()
+            if self._stopped is None and len(self._deaths) > self._max_deaths:
+                self._stopped = (f"{len(self._deaths)} workers of this producer died within "
+                                 f"{self._window:g} s, more than the {self._max_deaths} it "
+                                 "replaces: it replaces no more")
+        return how
+
+    def _replace(self, index):
+        """A new worker in place of dead worker `index` (buried), or None if replacing has
+        stopped."""
+        worker = None
+        with self._cond:
+            stopped = self._stopped is not None
+        if not stopped:
+            try:
+                worker = _Worker(self._zygote, index)
+            except (_ZygoteError, OSError) as e:
+                why = str(e) if isinstance(e, _ZygoteError) else \
+                    f"a worker could not be replaced: {_describe(e)}"
+                with self._cond:
+                    if self._stopped is None:
+                        self._stopped = why
+        with self._cond:
+            self._replacing -= 1
+            if worker is not None and not self._closed:
+                self._workers.add(worker)
+            elif worker is not None:
+                worker.close()  # the pool closed meanwhile
+                worker = None
+            self._cond.notify_all()  # make() calls waiting for a worker check if any is left
+        return worker
+
+    def _log_death(self, dead, how, before, epoch, g, new, attempts):
+        when = "before it got" if before else "while making"
+        if new is None:
+            then = f"not replaced: {self._stopped}"
+        elif attempts == 2:
+            then = f"replaced by pid {new.pid}; the batch fails, having killed 2 workers"
+        elif attempts == 1:
+            then = f"replaced by pid {new.pid}, which makes the batch again"
+        else:
+            then = f"replaced by pid {new.pid}, which makes the batch"
+        _log.warning("croupier produce: worker %d (pid %d) died (%s) %s batch %d of epoch %d; %s",
+                     dead.index, dead.pid, how, when, g, epoch, then)
 
     def close(self):
-        for w in self._workers:
+        """Ends every worker and the zygote, and waits for them."""
+        with self._cond:
+            self._closed = True
+            workers = list(self._workers)
+            self._workers.clear()
+            self._idle.clear()
+            if self._stopped is None:
+                self._stopped = "the producer is closing"
+            self._cond.notify_all()
+        for w in workers:
+            w.close_channel()  # each live worker exits when it reads the end of its channel
+        self._zygote.close()  # which waits for them
+        for w in workers:
             w.close()
-        self._workers = []
 
 
 def _in_process(pipeline):
@@ -548,13 +898,21 @@ def produce(source, dispatcher, job, *, batch_size, consumers=None, epochs=1, se
 
     skip_failing_records=True (a setting of the job, so every producer skips alike): a record
     whose read or transform raises is left out of its batch, which then holds fewer records,
-    instead of failing the batch; each is logged (logger "croupier") and counted in the
+    instead of failing the batch; each is logged (logger "croupier.pipeline") and counted in the
     producers' status (stats.records_skipped) and metrics (croupier_producer_records_skipped_total).
     A batch all of whose records fail is still an error. With tf_transform, a record the function
     fails on is found (the batch's records run again in halves) and left out.
 
     `workers` worker processes (default: default_workers(); 0: none) make the batches; the
-    producer's own threads (`threads`, default max(workers, 1)) hand them out.
+    producer's own threads (`threads`, default max(workers, 1)) hand them out. A worker that dies
+    (OOM-killed, a crash in native code, a signal) is replaced, and the batch it was making is
+    made again by the replacement, identical; a batch that kills that worker too fails (INTERNAL)
+    with an error naming the epoch, the batch, both workers' pids and how they died, and says it
+    was tried twice, while the other batches go on. Each death is logged as one line (logger
+    croupier.pipeline, WARNING). Replacing stops for good once more than
+    max_worker_deaths(workers) = max(10, 2 * workers) workers have died within DEATH_WINDOW (60)
+    seconds, or once no worker can be forked: dead workers are then not replaced, their batches
+    fail naming why, and once none is left every batch fails so (restart the producer).
 
     tf_transform(ds) -> ds is a tf.data pipeline run on each batch's records instead of
     transform and collate (croupier.tf_pipeline): `ds` has one element per record of the batch,
