@@ -78,7 +78,7 @@ def pipeline():
            "batch_size": opts.get("batch_size", 4), "consumers": opts.get("consumers", 2),
            "epochs": opts.get("epochs", 2), "seed": opts.get("seed", 5),
            "shuffle": opts.get("shuffle", "global")}
-    for key in ("workers", "threads", "max_tasks"):
+    for key in ("workers", "threads", "max_tasks", "resume_from"):
         if key in opts:
             out[key] = opts[key]
     return out

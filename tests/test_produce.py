@@ -494,11 +494,18 @@ def test_a_parquet_source_is_dealt_as_planned(tmp_path):
 
 @pytest.mark.timeout(150)
 def test_a_checkpoint_resumes_a_map_job_exactly_and_with_another_world_size(tmp_path):
-    reference = run_job(tmp_path / "ref", records=96, batch_size=4, epochs=1)
+    check_resume(tmp_path)
+
+
+def check_resume(tmp_path, pipeline="map_sources:pipeline", workers=1):
+    """A checkpoint of map job "m" (2 ranks, 5 steps read) resumes it exactly in new consumers,
+    and with 3 ranks in job "m3" (resume_from): checked against a run without a checkpoint."""
+    reference = run_job(tmp_path / "ref", records=96, batch_size=4, epochs=1, pipeline=pipeline,
+                        workers=workers)
     with Cluster(tmp_path / "c") as cluster:
-        start_producer(cluster, "m", "producer0", records=96, batch_size=4, consumers=2,
-                       epochs=1)
-        wait_for_job(cluster, "m")
+        start_producer(cluster, "m", "producer0", pipeline=pipeline, workers=workers, records=96,
+                       batch_size=4, consumers=2, epochs=1)
+        wait_for_job(cluster, "m", timeout=60)
         feeds = [croupier.Consumer(cluster.address, "m", r, 2, timeout=30) for r in range(2)]
         got = [[], []]
         for rank, feed in enumerate(feeds):
@@ -515,9 +522,9 @@ def test_a_checkpoint_resumes_a_map_job_exactly_and_with_another_world_size(tmp_
             feed.close()
         assert [[int(h["hash"], 16) for h in r] for r in reference] == got
         # Another world size: job "m3" over the same records, 3 ranks, from the checkpoint.
-        start_producer(cluster, "m3", "producer1", records=96, batch_size=4, consumers=3,
-                       epochs=1, resume_from=states[0])
-        wait_for_job(cluster, "m3")
+        start_producer(cluster, "m3", "producer1", pipeline=pipeline, workers=workers, records=96,
+                       batch_size=4, consumers=3, epochs=1, resume_from=states[0])
+        wait_for_job(cluster, "m3", timeout=60)
         ids = [int(i) for r in reference for h in r[:5] for i in h["ids"]]
         outs = [tmp_path / f"m3-{r}.jsonl" for r in range(3)]
         procs = [cluster.start_consumer("m3", r, 3, outs[r], 1) for r in range(3)]

@@ -19,8 +19,8 @@ from croupier.tf_pipeline import record_seed  # noqa: E402
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import map_sources_tf  # noqa: E402
 from service_cluster import Cluster, batch_hashes  # noqa: E402
-from test_produce import (check_against_plan, error_of_rank_1, run_job,  # noqa: E402
-                          start_producer, wait_for_job)
+from test_produce import (check_against_plan, check_resume, error_of_rank_1,  # noqa: E402
+                          run_job, start_producer, wait_for_job)
 
 PIPELINE = "map_sources_tf:pipeline"
 
@@ -90,6 +90,11 @@ def test_a_producer_killed_mid_epoch_changes_no_byte(tmp_path):
     reference = run_tf_job(tmp_path / "ref", records=96, batch_size=4)
     killed = run_tf_job(tmp_path / "killed", records=96, batch_size=4, kill_after=5)
     assert [batch_hashes(r) for r in killed] == [batch_hashes(r) for r in reference]
+
+
+@pytest.mark.timeout(240)
+def test_a_checkpoint_resumes_exactly_and_with_another_world_size(tmp_path):
+    check_resume(tmp_path, pipeline=PIPELINE, workers=0)
 
 
 @pytest.mark.timeout(150)
