@@ -97,6 +97,61 @@ def test_a_consumer_resuming_mid_epoch_gets_the_rest_and_the_source_skips_ahead(
     server.join()
 
 
+class Stateful:
+    """An iterable source with state_dict()/load_state_dict(): batch g of an epoch holds g (as
+    numbered() makes it); `made` lists the batches it made, in order."""
+
+    def __init__(self, batches):
+        self.batches, self.start, self.made = batches, 0, []
+        self._yielded = 0
+
+    def __iter__(self):
+        start, self.start = self.start, 0
+        for g in range(start, self.batches):
+            self.made.append(g)
+            self._yielded = g + 1
+            yield {"g": np.full(4, g, dtype=np.int64)}
+
+    def state_dict(self):
+        return {"next": self._yielded}
+
+    def load_state_dict(self, state):
+        self.start = state["next"]
+
+
+@pytest.mark.timeout(90)
+def test_a_resumed_source_starts_from_its_saved_state_not_from_the_epochs_start(tmp_path):
+    states = tmp_path / "states"
+    # A first run of the job saves the source's state at every task boundary.
+    with croupier.local_cluster(producers=0, work_dir=tmp_path / "c1") as first:
+        server = Server(Stateful(24), first.address, "r", consumers=1, epochs=1,
+                        batches_per_epoch=24, state_dir=states)
+        feed = connect(first, "r", 0, 1)
+        assert [int(b["g"][0]) for b in feed.epoch(0)] == list(range(24))
+        feed.close()
+        server.join()
+        every = int(first.status()["jobs"][0]["batches_per_task"])
+    saved = sorted(int(p.stem.split("batch")[1]) for p in states.glob("r-source0-epoch0-*.pkl"))
+    assert saved == list(range(every, 25, every))
+    # The whole job restarted from a checkpoint at step 13: the new serving process loads the
+    # last state at or before batch 13 and makes no batch before it.
+    with croupier.local_cluster(producers=0, work_dir=tmp_path / "c2") as second:
+        source = Stateful(24)
+        server = Server(source, second.address, "r", consumers=1, epochs=1,
+                        batches_per_epoch=24, state_dir=states)
+        feed = connect(second, "r", 0, 1)
+        feed.load_state_dict({"format": 1, "job": "r", "world": 1, "epoch": 0, "step": 13})
+        assert [int(b["g"][0]) for b in feed.epoch(0)] == list(range(13, 24))
+        feed.close()
+        server.join()
+    point = max(n for n in saved if n <= 13)
+    assert source.made[0] == 0 and source.made[1] == point, source.made[:4]  # batch 0: peeked
+    assert source.made[1:] == list(range(point, 24))
+    with pytest.raises(errors.InvalidArgumentError, match="state_dir is for a source with"):
+        croupier.serve(numbered(4), "127.0.0.1:1", "x", consumers=1, batches_per_epoch=4,
+                       state_dir=states)
+
+
 @pytest.mark.timeout(60)
 def test_a_source_that_ends_early_is_a_clear_error_at_the_consumer(cluster):
     server = Server(numbered(5), cluster.address, "short", consumers=1, epochs=1,

@@ -19,11 +19,18 @@ What holds depends on the source (docs/python.md):
     consumer gets len(source) // N batches per epoch (the last len(source) % N are not dealt);
   - determinism holds when the source yields the same batches in the same order each time it is
     iterated for an epoch (a seeded pipeline);
-  - resuming from a checkpoint skips the batches before the resumed position by iterating past
-    them; a source with state_dict()/load_state_dict() is not used for that yet;
+  - resuming from a checkpoint, or going back for a dead serving process's tasks, skips the
+    batches before the position by iterating past them; with state_dir, a source that has
+    state_dict()/load_state_dict() (torchdata's StatefulDataLoader, say) has its state saved
+    at every task boundary and is loaded from the last saved point at or before the position
+    instead (_SavedStates);
   - a crash of the serving process loses its buffered batches: nothing can make them again.
 """
 import json
+import os
+import pathlib
+import pickle
+import re
 import time
 
 import numpy as np
@@ -157,11 +164,64 @@ class _CannotGoBack(errors.DataLossError):
     """A batch a stream cannot make again."""
 
 
-class _Epochs:
-    """The source's batches, epoch by epoch, with a peeked first batch put back."""
+class _SavedStates:
+    """A source's state_dict() at points of each epoch, in files of a folder, so that a serving
+    process can start an epoch at a saved point instead of iterating from its start: file
+    JOB-sourceK-epochE-batchN.pkl holds the state after the source yielded its first N batches
+    of epoch E (load_state_dict(state), then iter(source), yields batch N on). States of epochs
+    before the one before the newest are removed."""
 
-    def __init__(self, source):
+    def __init__(self, folder, job, source_index, every):
+        self.folder = pathlib.Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.prefix = f"{job}-source{int(source_index)}-"
+        self.every = max(1, int(every))
+        self._pattern = re.compile(re.escape(self.prefix) + r"epoch(\d+)-batch(\d+)\.pkl")
+
+    def _saved(self):
+        """{(epoch, batch): path} of the states in the folder."""
+        out = {}
+        for path in self.folder.glob(self.prefix + "*.pkl"):
+            m = self._pattern.fullmatch(path.name)
+            if m:
+                out[(int(m.group(1)), int(m.group(2)))] = path
+        return out
+
+    def save(self, source, epoch, n):
+        """Saves the state of `source`, which has yielded `n` batches of `epoch`, if n is a
+        saving point."""
+        if n % self.every:
+            return
+        path = self.folder / f"{self.prefix}epoch{epoch}-batch{n}.pkl"
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        with open(tmp, "wb") as f:
+            pickle.dump(source.state_dict(), f)
+        os.replace(tmp, path)
+        for (e, _), old in self._saved().items():
+            if e + 1 < epoch:
+                old.unlink(missing_ok=True)
+
+    def best(self, epoch, wanted):
+        """(n, state) of the latest saved point n <= wanted of `epoch` (n > 0), or None. A file
+        that cannot be read is passed over."""
+        points = sorted((n for (e, n) in self._saved() if e == epoch and 0 < n <= wanted),
+                        reverse=True)
+        for n in points:
+            try:
+                with open(self.folder / f"{self.prefix}epoch{epoch}-batch{n}.pkl", "rb") as f:
+                    return n, pickle.load(f)
+            except (OSError, EOFError, pickle.UnpicklingError):
+                continue
+        return None
+
+
+class _Epochs:
+    """The source's batches, epoch by epoch, with a peeked first batch put back; with `states`
+    (a _SavedStates), the source's state saved at its points and loaded to go to a batch."""
+
+    def __init__(self, source, states=None):
         self._source = source
+        self._states = states
         self._epoch = None
         self._it = None
         self._next = 0  # the index the iterator yields next
@@ -170,6 +230,12 @@ class _Epochs:
     def _open(self, epoch, wanted=0):
         iterable = self._source(epoch) if callable(self._source) and not hasattr(
             self._source, "__iter__") else self._source
+        saved = self._states.best(epoch, wanted) if self._states is not None else None
+        if saved is not None:
+            self._source.load_state_dict(saved[1])
+            self._it = iter(self._source)
+            self._epoch, self._next = epoch, saved[0]
+            return
         it = iter(iterable)
         if iterable is self._source and it is iterable and self._it is not None:
             # An iterator (a generator object, say) is its own iterator: iterating it again goes
@@ -190,11 +256,20 @@ class _Epochs:
             raise errors.InvalidArgumentError(f"the source yields no batch in epoch {epoch}")
         return self._pushed
 
+    def _worth_a_jump(self, epoch, index):
+        """Whether a saved point lies between the next batch and `index`, at least a saving
+        interval ahead: loading it skips iterating up to it."""
+        if self._states is None or index - self._next < self._states.every:
+            return False
+        best = self._states.best(epoch, index)
+        return best is not None and best[0] > self._next
+
     def get(self, epoch, index):
         """Batch `index` of `epoch`; StopIteration if the source ends before it. Going back (a
         task a dead serving process left unfinished, taken over by this one) iterates the
-        epoch anew from its start; _CannotGoBack if the source cannot be iterated anew."""
-        if epoch != self._epoch or index < self._next:
+        epoch anew from its start, or from a saved state at or before it; _CannotGoBack if the
+        source cannot be iterated anew."""
+        if epoch != self._epoch or index < self._next or self._worth_a_jump(epoch, index):
             self._open(epoch, index)
             self._pushed = None
         while True:
@@ -203,6 +278,8 @@ class _Epochs:
             else:
                 value = next(self._it)
             self._next += 1
+            if self._states is not None:
+                self._states.save(self._source, epoch, self._next)
             if self._next - 1 == index:
                 return value
 
@@ -210,7 +287,7 @@ class _Epochs:
 def serve(source, dispatcher, job, *, consumers=None, epochs=1, batches_per_epoch=None,
           features=None, mode="dealt", auth_token=None, buffer_bytes=256 << 20,
           bind="127.0.0.1", advertise_host="", timeout=60.0, stop=None, source_index=0,
-          source_count=1, dispatcher_timeout=120.0):
+          source_count=1, dispatcher_timeout=120.0, state_dir=None):
     """Serves `source` as the producer of Python job `job` until every batch of every epoch has
     been served (or forever, with epochs=0), or until `stop` (a threading.Event) is set, then
     returns the number of batches served. A source that runs out before batches_per_epoch is an
@@ -230,7 +307,17 @@ def serve(source, dispatcher, job, *, consumers=None, epochs=1, batches_per_epoc
 
     If the dispatcher does not answer for `dispatcher_timeout` seconds (it is gone, or
     unreachable), serve() stops and raises UnavailableError naming it and how long it has been
-    silent."""
+    silent.
+
+    state_dir: for a source with state_dict() and load_state_dict() (torchdata's
+    StatefulDataLoader, or a class of a user's): serve() saves source.state_dict() in this
+    folder (pickled, one file per point) after every job["batches_per_task"] batches the source
+    yields in an epoch, and a serving process that must start an epoch past its beginning (a
+    consumer resumed from a checkpoint, the tasks of a dead serving process) loads the last
+    saved point at or before it, load_state_dict(state) then iter(source), instead of iterating
+    from the start. The contract: after load_state_dict of a state taken once n batches of an
+    epoch were yielded, iter(source) yields batch n of that epoch on. A folder every serving
+    process of the job can reach (one machine, or a shared file system)."""
     if consumers is None:
         from croupier.launcher import detect_rank_world
         _, consumers = detect_rank_world(0, None)
@@ -240,6 +327,11 @@ def serve(source, dispatcher, job, *, consumers=None, epochs=1, batches_per_epoc
         except TypeError:
             raise errors.InvalidArgumentError(
                 "the source has no len(): pass batches_per_epoch") from None
+    if state_dir is not None and not (hasattr(source, "state_dict") and
+                                      hasattr(source, "load_state_dict")):
+        raise errors.InvalidArgumentError(
+            f"state_dir is for a source with state_dict() and load_state_dict(); a "
+            f"{type(source).__name__} has not both")
     epochs_source = _Epochs(source)
     first = epochs_source.peek(0)
     if features is None:
@@ -250,6 +342,9 @@ def serve(source, dispatcher, job, *, consumers=None, epochs=1, batches_per_epoc
                       batches_per_epoch=batches_per_epoch, source_count=source_count,
                       exist_ok=True, auth_token=auth_token, timeout=timeout)
     sources = _croupier.JobSources(json.dumps(info))  # which batches are this source's
+    if state_dir is not None:
+        epochs_source._states = _SavedStates(state_dir, job, source_index,
+                                             info["batches_per_task"])
     last = sources.last_task_end(int(source_index))
     if epochs > 0 and last is None:
         return 0  # more sources than tasks: this one has nothing to serve
