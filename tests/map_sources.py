@@ -6,10 +6,12 @@ Record i holds `id` (int64 i), `pixels` (uint8 [4, 4], a function of i) and `nam
 random transform adds `noise` (float32 [3], drawn from the record's generator) and flips the
 pixels when the generator says so: what a record holds after it is a function of (seed, epoch, i),
 which the tests recompute. The Killing transform is augment in a process that SIGKILLs itself on
-some records: a worker process dying mid-batch."""
+some records: a worker process dying mid-batch. Decoding is a deterministic decode (for the
+record cache) that can leave a file per call, so that a test counts the calls of every process."""
 import json
 import os
 import signal
+import tempfile
 import time
 
 import numpy as np
@@ -82,6 +84,31 @@ class Killing:
         return True
 
 
+class Decoding:
+    """A deterministic decode: adds `level` (float32 [4, 4], the pixels over 255) to a record.
+    With `marker_dir`, each call leaves a new file there, decoded-<record>-<unique>, in whatever
+    process it runs."""
+
+    def __init__(self, marker_dir=None):
+        self.marker_dir = marker_dir
+
+    def __call__(self, rec):
+        if self.marker_dir is not None:
+            fd, _ = tempfile.mkstemp(prefix=f"decoded-{int(rec['id'])}-", dir=self.marker_dir)
+            os.close(fd)
+        return dict(rec, level=rec["pixels"].astype(np.float32) / 255)
+
+
+def decoded_records(marker_dir):
+    """{record index: how many times Decoding decoded it}, from the files in `marker_dir`."""
+    counts = {}
+    for name in os.listdir(marker_dir):
+        if name.startswith("decoded-"):
+            i = int(name.split("-")[1])
+            counts[i] = counts.get(i, 0) + 1
+    return counts
+
+
 def ragged(rec, rng):
     """A transform whose `noise` has a record-dependent length: inconsistent shapes."""
     out = dict(rec)
@@ -107,8 +134,10 @@ def pipeline():
     out = {"source": source, "transform": transform, "batch_size": opts.get("batch_size", 4),
            "consumers": opts.get("consumers", 2), "epochs": opts.get("epochs", 2),
            "seed": opts.get("seed", 5), "shuffle": opts.get("shuffle", "global")}
+    if "decode" in opts:  # {"marker_dir": a folder or None}
+        out["decode"] = Decoding(opts["decode"].get("marker_dir"))
     for key in ("resume_from", "workers", "features", "max_tasks", "buffer_bytes",
-                "skip_failing_records"):
+                "skip_failing_records", "cache_bytes"):
         if key in opts:
             out[key] = opts[key]
     return out

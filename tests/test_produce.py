@@ -2,13 +2,18 @@
 producers) with every guarantee of a TFRecord job, checked on content over real processes: a
 dispatcher and `croupier consume` processes from tests/service_cluster.py, and producers started
 as `python -m croupier produce map_sources:pipeline` (tests/map_sources.py)."""
+import collections
+import errno
 import json
+import mmap
 import os
 import pathlib
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -18,6 +23,7 @@ import pytest
 import croupier
 from croupier import errors
 from croupier.pipeline import Pipeline, _WorkerPool, record_rng
+from croupier.record_cache import RecordCache, _pid_namespace, default_root, summary
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import map_sources  # noqa: E402
@@ -546,3 +552,326 @@ def test_the_map_dataset_example_runs():
                           env=dict(os.environ, PYTHONPATH=PYTHON_PATH))
     assert done.returncode == 0, done.stderr[-3000:]
     assert "epoch 1: 256 images, 4 steps on each of 4 trainers, each image once" in done.stdout
+
+
+# --- The record cache (decode=, cache_bytes=) ---------------------------------------------------
+
+CACHE_ROOT = pathlib.Path(default_root())
+
+
+class CountingRecords(map_sources.Records):
+    """Records that count their reads, per record index."""
+
+    def __init__(self, n, **options):
+        super().__init__(n, **options)
+        self.reads = collections.Counter()
+
+    def __getitem__(self, i):
+        self.reads[int(i)] += 1
+        return super().__getitem__(i)
+
+
+class CountingRecordsMany(CountingRecords):
+    """CountingRecords with get_many."""
+
+    def get_many(self, ids):
+        return [self[int(i)] for i in ids]
+
+
+class CountingDecode(map_sources.Decoding):
+    """map_sources.Decoding that counts its calls, per record index (in this process)."""
+
+    def __init__(self, fail_at=-1):
+        super().__init__()
+        self.calls = collections.Counter()
+        self.fail_at = fail_at
+
+    def __call__(self, rec):
+        self.calls[int(rec["id"])] += 1
+        if int(rec["id"]) == self.fail_at:
+            raise KeyError("no label")
+        return super().__call__(rec)
+
+
+def uncached(records=40):
+    """The pipeline of the record cache tests, without a cache."""
+    return Pipeline(map_sources.Records(records), decode=map_sources.Decoding(),
+                    transform=map_sources.augment, seed=5)
+
+
+def record_files(path):
+    return sorted((p.name for p in pathlib.Path(path).iterdir() if p.name.isdigit()), key=int)
+
+
+def caches_of(pid):
+    """The record caches on /dev/shm that process `pid` made."""
+    return list(CACHE_ROOT.glob(f"croupier-cache-*-{pid}-*"))
+
+
+@pytest.mark.parametrize("source", [CountingRecords, CountingRecordsMany])
+def test_a_record_cache_reads_and_decodes_each_record_once_and_changes_no_byte(source):
+    data, decode, plain = source(40), CountingDecode(), uncached()
+    batches = [np.array(ids, dtype=np.uint64) for ids in ([7, 3, 30, 12], [0, 1, 2, 39], [5, 6])]
+    with Pipeline(data, decode=decode, transform=map_sources.augment, seed=5,
+                  cache_bytes=1 << 20) as cached:
+        path = pathlib.Path(cached.cache_stats()["path"])
+        assert path.parent == CACHE_ROOT and path.is_dir()
+        for epoch in (0, 1):
+            for g, ids in enumerate(batches):
+                assert cached.make(epoch, g, ids).content_hash == \
+                    plain.make(epoch, g, ids).content_hash
+            # Epoch 0 read and decoded each record once; epoch 1 read and decoded none.
+            everyone = {int(i): 1 for ids in batches for i in ids}
+            assert dict(data.reads) == everyone and dict(decode.calls) == everyone
+        stats = cached.cache_stats()
+        assert (stats["hits"], stats["misses"], stats["records"]) == (10, 10, 10)
+        assert stats["bytes"] == 10 * mmap.PAGESIZE and not stats["full"]
+        assert record_files(path) == sorted(map(str, everyone), key=int)
+    assert not path.exists(), "closing the pipeline removes its cache"
+    # Without a cache, the pipeline reads and decodes every time.
+    again = Pipeline(source(40), decode=CountingDecode(), transform=map_sources.augment, seed=5)
+    again.make(0, 0, batches[0])
+    again.make(1, 0, batches[0])
+    assert set(again.source.reads.values()) == set(again.decode.calls.values()) == {2}
+
+
+def test_a_record_cache_of_the_sources_records_without_decode():
+    data = CountingRecords(40)
+    plain = Pipeline(map_sources.Records(40), transform=map_sources.augment, seed=5)
+    ids = np.array([4, 9, 2], dtype=np.uint64)
+    with Pipeline(data, transform=map_sources.augment, seed=5, cache_bytes=1 << 20) as cached:
+        for epoch in (0, 1):
+            assert cached.make(epoch, 0, ids).content_hash == plain.make(epoch, 0, ids).content_hash
+        assert dict(data.reads) == {4: 1, 9: 1, 2: 1}
+
+
+def test_a_full_record_cache_adds_no_more_records():
+    page = mmap.PAGESIZE  # each record's file takes one page
+    decode, plain = CountingDecode(), uncached()
+    ids = np.arange(6, dtype=np.uint64)
+    with Pipeline(map_sources.Records(40), decode=decode, transform=map_sources.augment,
+                  seed=5, cache_bytes=3 * page + page // 2) as cached:
+        assert cached.make(0, 0, ids).content_hash == plain.make(0, 0, ids).content_hash
+        stats = cached.cache_stats()
+        assert stats["full"] and (stats["records"], stats["bytes"]) == (3, 3 * page)
+        assert stats["not_added"] == 3 and record_files(stats["path"]) == ["0", "1", "2"]
+        decode.calls.clear()
+        assert cached.make(1, 0, ids).content_hash == plain.make(1, 0, ids).content_hash
+        assert dict(decode.calls) == {3: 1, 4: 1, 5: 1}, "the records kept are not decoded again"
+        stats = cached.cache_stats()
+        assert (stats["records"], stats["hits"], stats["misses"], stats["not_added"]) == \
+            (3, 3, 9, 6)
+        assert "; full (14336 bytes): 6 records made while it was full were not added" in \
+            summary(stats)
+
+
+@pytest.mark.parametrize("damage", ["a flipped bit", "truncated", "empty", "another record's"])
+def test_a_corrupt_record_cache_file_is_a_miss_and_made_again(damage, caplog):
+    decode, plain = CountingDecode(), uncached()
+    ids = np.arange(4, dtype=np.uint64)
+    with Pipeline(map_sources.Records(40), decode=decode, transform=map_sources.augment,
+                  seed=5, cache_bytes=1 << 20) as cached:
+        cached.make(0, 0, ids)
+        path = pathlib.Path(cached.cache_stats()["path"])
+        data = bytearray((path / "2").read_bytes())
+        if damage == "a flipped bit":
+            data[-3] ^= 0x10  # in the bytes of an array: pickle alone would not see it
+        elif damage == "truncated":
+            data = data[:len(data) // 2]
+        elif damage == "empty":
+            data = b""
+        else:
+            data = (path / "1").read_bytes()
+        (path / "2").write_bytes(data)
+        decode.calls.clear()
+        assert cached.make(1, 0, ids).content_hash == plain.make(1, 0, ids).content_hash
+        assert dict(decode.calls) == {2: 1}
+        stats = cached.cache_stats()
+        assert stats["corrupt"] == 1 and stats["records"] == 4 and record_files(path) == \
+            ["0", "1", "2", "3"]
+        decode.calls.clear()
+        assert cached.make(2, 0, ids).content_hash == plain.make(2, 0, ids).content_hash
+        assert not decode.calls, "the file made again is whole"
+    lines = [r.getMessage() for r in caplog.records if "the file of record 2 is corrupt" in
+             r.getMessage()]
+    assert len(lines) == 1 and "the record is made again" in lines[0], lines
+
+
+def test_records_pickle_refuses_or_dev_shm_cannot_hold_are_made_each_time(monkeypatch, caplog):
+    """A record that pickle cannot take is not kept (counted, logged once); a write that finds
+    /dev/shm full makes the cache full (logged)."""
+    import croupier.record_cache as record_cache
+
+    def with_a_lock(rec):
+        return dict(rec, lock=threading.Lock())
+
+    def without_it(rec):
+        return {k: v for k, v in rec.items() if k != "lock"}
+    ids = np.arange(3, dtype=np.uint64)
+    want = Pipeline(map_sources.Records(40), seed=5).make(0, 0, ids).content_hash
+    with Pipeline(map_sources.Records(40), decode=with_a_lock, transform=without_it,
+                  cache_bytes=1 << 20, seed=5) as cached:
+        for epoch in (0, 1):
+            assert cached.make(epoch, 0, ids).content_hash == want
+        stats = cached.cache_stats()
+        assert (stats["uncacheable"], stats["records"], stats["misses"]) == (6, 0, 6)
+        assert "; 6 records could not be serialized" in summary(stats)
+    assert sum("cannot be kept (TypeError" in r.getMessage() for r in caplog.records) == 1
+
+    def no_space(path, parts):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(record_cache, "_write_file", no_space)
+    with Pipeline(map_sources.Records(40), cache_bytes=1 << 20, seed=5) as cached:
+        assert cached.make(0, 0, ids).content_hash == want
+        stats = cached.cache_stats()
+        assert stats["full"] and (stats["records"], stats["bytes"], stats["not_added"]) == \
+            (0, 0, 3)
+    assert any("is out of space (No space left on device) at 0 bytes in 0 records" in
+               r.getMessage() for r in caplog.records)
+
+
+def test_a_decode_that_raises_names_the_record_and_is_skipped_like_a_read():
+    ids = np.arange(4, dtype=np.uint64)
+    with pytest.raises(Exception, match="record 2: the decode raised KeyError"):
+        Pipeline(map_sources.Records(40), decode=CountingDecode(fail_at=2)).make(0, 0, ids)
+    decode = CountingDecode(fail_at=2)
+    with Pipeline(map_sources.Records(40), decode=decode, skip_failing_records=True,
+                  cache_bytes=1 << 20) as cached:
+        for epoch in (0, 1):
+            assert cached.make(epoch, 0, ids).to_dict()["id"].tolist() == [0, 1, 3]
+        assert cached.cache_stats()["records"] == 3, "a record that failed is not kept"
+        # Epoch 0: records 0-2 as a batch, which fails at 2, then one by one (and each kept);
+        # epoch 1: record 2 alone, twice: as the batch's only miss, then one by one.
+        assert dict(decode.calls) == {0: 2, 1: 2, 2: 4, 3: 1}
+
+
+def test_decode_and_cache_bytes_are_checked():
+    with pytest.raises(errors.InvalidArgumentError, match="decode must be callable"):
+        Pipeline(map_sources.Records(4), decode="yes")
+    with pytest.raises(errors.InvalidArgumentError, match="cache_bytes must be 0"):
+        Pipeline(map_sources.Records(4), cache_bytes=-1)
+
+
+def test_a_cache_left_by_a_killed_producer_is_removed_by_the_next():
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    prefix = f"croupier-cache-{_pid_namespace()}-"
+    stale = pathlib.Path(tempfile.mkdtemp(prefix=f"{prefix}{gone.pid}-", dir=CACHE_ROOT))
+    live = pathlib.Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=CACHE_ROOT))
+    (stale / "7").write_bytes(b"a record")
+    try:
+        with RecordCache(1 << 20) as cache:
+            assert pathlib.Path(cache.path).is_dir()
+            assert not stale.exists() and live.exists()
+        assert not pathlib.Path(cache.path).exists()
+    finally:
+        shutil.rmtree(stale, ignore_errors=True)
+        shutil.rmtree(live, ignore_errors=True)
+
+
+@pytest.mark.timeout(60)
+def test_workers_needing_the_same_records_at_once_decode_each_once(tmp_path):
+    """Two workers make batches of the same 8 records at the same time (reads are slow): one
+    claims and decodes them, the other waits for its claims and finds them in the cache."""
+    ids = np.arange(8, dtype=np.uint64)
+    want = [uncached().make(0, g, ids).content_hash for g in range(2)]
+    pipe = Pipeline(map_sources.Records(40, delay=0.05), transform=map_sources.augment, seed=5,
+                    decode=map_sources.Decoding(str(tmp_path)), cache_bytes=1 << 20)
+    with pipe:
+        pool = _WorkerPool(pipe, 2)
+        try:
+            got = [None, None]
+            makers = [threading.Thread(target=lambda g=g: got.__setitem__(
+                g, pool.make(0, g, ids).content_hash)) for g in range(2)]
+            for t in makers:
+                t.start()
+            for t in makers:
+                t.join(30)
+            assert got == want
+            pids = pool.pids
+        finally:
+            pool.close()
+        assert map_sources.decoded_records(tmp_path) == {i: 1 for i in range(8)}
+        stats = pipe.cache_stats()
+        assert (stats["hits"], stats["misses"]) == (8, 8)
+        path = pathlib.Path(stats["path"])
+        assert path.is_dir(), "the workers leave the cache to the process that made it"
+    assert not path.exists() and not left_behind(pids)
+
+
+@pytest.mark.timeout(120)
+def test_a_record_cache_with_workers_0_decodes_each_record_once(tmp_path):
+    """produce() with workers=0 (the producer's own threads) and a record cache, read by 2
+    ranks for 2 epochs: each batch is the pipeline's without a cache, each record decoded once,
+    and produce() returns the counts and removes the cache."""
+    records, world, epochs = 48, 2, 2
+    decode = CountingDecode()
+    plain = uncached(records)
+    with Cluster(tmp_path / "c") as cluster:
+        done = {}
+
+        def producer():
+            done.update(croupier.produce(
+                map_sources.Records(records), cluster.address, "m", batch_size=4,
+                consumers=world, epochs=epochs, seed=5, transform=map_sources.augment,
+                decode=decode, cache_bytes=1 << 20, workers=0, threads=2))
+        running = threading.Thread(target=producer, daemon=True)
+        running.start()
+        got = [[] for _ in range(world)]
+
+        def read(rank):
+            feed = croupier.Consumer(cluster.address, "m", rank, world, timeout=30)
+            for epoch in range(epochs):
+                got[rank] += [(epoch, step, b.content_hash)
+                              for step, b in enumerate(feed.batches(epoch))]
+            feed.close()
+        readers = [threading.Thread(target=read, args=(r,), daemon=True) for r in range(world)]
+        for t in readers:
+            t.start()
+        for t in readers:
+            t.join(60)
+        running.join(60)
+        assert not running.is_alive(), "produce() did not return"
+    for rank in range(world):
+        assert len(got[rank]) == epochs * records // 4 // world
+        for epoch, step, content in got[rank]:
+            plan = croupier.EpochPlan(records, 4, world, seed=5, epoch=epoch)
+            g = plan.global_batch(rank, step)
+            assert content == plain.make(epoch, g, plan.batch(g)).content_hash
+    assert dict(decode.calls) == {i: 1 for i in range(records)}
+    stats = done["record_cache"]
+    assert stats["misses"] == records and stats["hits"] >= records + 4  # batch 0 made twice
+    assert stats["records"] == records and not pathlib.Path(stats["path"]).exists()
+
+
+@pytest.mark.timeout(200)
+def test_a_record_cache_shared_by_two_workers_changes_no_byte_over_two_epochs(tmp_path):
+    """A map job of 2 epochs whose producer has 2 workers, decode and a record cache: the same
+    bytes as the job without the cache, each record decoded once in all, the counts printed,
+    and the cache on /dev/shm gone once the producer has returned."""
+    options = dict(workers=2, records=96, batch_size=4)
+    reference = run_job(tmp_path / "ref", decode={"marker_dir": None}, **options)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    with Cluster(tmp_path / "cached", producer_timeout_ms=1500) as cluster:
+        producer = start_producer(cluster, "m", "producer0", consumers=2, epochs=2,
+                                  decode={"marker_dir": str(markers)}, cache_bytes=16 << 20,
+                                  **options)
+        wait_for_job(cluster, "m")
+        assert len(caches_of(producer.pid)) == 1
+        outs = [tmp_path / f"rank{r}.jsonl" for r in range(2)]
+        consumers = [cluster.start_consumer("m", r, 2, outs[r], 2) for r in range(2)]
+        cluster.wait(consumers, timeout=120)
+        cluster.wait([producer], timeout=60)
+        cached = [read_batches(o) for o in outs]
+    log = producer.log_path.read_text()
+    assert producer.returncode == 0, log[-3000:]
+    check_against_plan(cached, 96, 4, seed=5, epochs=2)
+    assert [batch_hashes(r) for r in cached] == [batch_hashes(r) for r in reference]
+    assert map_sources.decoded_records(markers) == {i: 1 for i in range(96)}
+    counts = re.search(r"job 'm': record cache: (\d+) hits, (\d+) misses, (\d+) bytes in (\d+) "
+                       r"records$", log, re.M)
+    assert counts, log[-3000:]
+    hits, misses, nbytes, held = map(int, counts.groups())
+    assert misses == 96 and hits >= 96 + 4 and held == 96 and nbytes == 96 * mmap.PAGESIZE
+    assert not caches_of(producer.pid), "the producer removed its cache"

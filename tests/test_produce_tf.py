@@ -173,3 +173,37 @@ def test_variable_lengths_in_and_out():
     assert splits.tolist() == [0, 1, 3, 6, 6]
     assert got["n"].tolist() == [1, 2, 3, 0]
     assert [bytes(w) for w in got["word"]] == [b"w1", b"w2", b"w3", b"w4"]
+
+
+def test_a_record_cache_before_a_tf_transform():
+    """decode (PIL's JPEG decode, in Python) and a record cache before a tf_transform (random
+    crop and flip): the second epoch decodes nothing, and the bytes are the uncached pipeline's."""
+    import collections
+    import io
+
+    from PIL import Image
+    calls = collections.Counter()
+
+    def decode(record):
+        calls[int(record["id"])] += 1
+        image = np.asarray(Image.open(io.BytesIO(record["image"])).convert("RGB"))
+        return dict(record, image=image)
+
+    def crop_and_flip(ds):
+        def one(r):
+            image = tf.image.stateless_random_crop(r["image"], [24, 24, 3], seed=r["croupier_seed"])
+            return {"pixels": tf.image.stateless_random_flip_left_right(
+                image, seed=tf.random.experimental.stateless_fold_in(r["croupier_seed"], 1)),
+                "id": r["id"]}
+        return ds.map(one, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+    ids = np.array([7, 3, 30, 12], dtype=np.uint64)
+    plain = Pipeline(map_sources_tf.JpegRecords(40), decode=decode, tf_transform=crop_and_flip,
+                     seed=5)
+    want = [plain.make(epoch, 1, ids).content_hash for epoch in (0, 1)]
+    calls.clear()
+    with Pipeline(map_sources_tf.JpegRecords(40), decode=decode, tf_transform=crop_and_flip,
+                  seed=5, cache_bytes=1 << 20) as cached:
+        assert [cached.make(epoch, 1, ids).content_hash for epoch in (0, 1)] == want
+        assert dict(calls) == {int(i): 1 for i in ids}
+        assert cached.make(0, 1, ids).to_dict()["pixels"].dtype == np.uint8

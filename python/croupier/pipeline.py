@@ -10,6 +10,7 @@ remainder policy, the deal, resuming with another number of consumers) names the
 every batch by index, and a producer makes batch g of epoch e as:
 
     records  = [source[i] for i in plan(e).batch_records(g)]     # or source.get_many(ids)
+    record_k = decode(record_k)                                   # per record, optional
     record_k = transform(record_k, rng(seed, e, i_k))             # per record, optional
     batch    = collate(records)                                   # croupier's, or the user's
     batch    = batch_transform(batch, rng(seed, e, g))            # per batch, optional
@@ -20,6 +21,11 @@ plan, as for TFRecord jobs: any producer can make any batch, a producer killed m
 batches made again bit-identically by another (or by itself after a restart), and a checkpoint
 resumes exactly. Several processes may call produce() for one job (on one machine or several):
 each is a producer of the job, and the dispatcher spreads the tasks over them.
+
+decode is deterministic (a function of the record, no generator), so what it makes can be kept:
+with cache_bytes, a record cache on /dev/shm shared by the producer's processes
+(croupier.record_cache) holds decode's outputs by record index, and the epochs after the first
+run only the random part (transform, batch_transform).
 
 The transforms run in `workers` worker processes, each making whole batches; a batch comes back
 to the producer through shared memory in croupier's batch format, nothing pickled. The workers are
@@ -52,6 +58,7 @@ import numpy as np
 
 from croupier import _croupier, _exit, errors
 from croupier.cluster import _die_with_parent, _token, create_job, status
+from croupier.record_cache import RecordCache, summary
 from croupier.source import _columns, _tensor_to_numpy, features_of
 
 __all__ = ["produce", "Pipeline", "record_rng", "batch_rng", "default_workers",
@@ -164,22 +171,35 @@ def default_collate(records, names=None, variable=()):
 
 
 class Pipeline:
-    """What makes a map job's batches from record indexes: the source, the transforms and the
-    collation. A pure function of (seed, epoch, batch, record indexes)."""
+    """What makes a map job's batches from record indexes: the source, the decode, the transforms
+    and the collation. A pure function of (seed, epoch, batch, record indexes).
+
+    decode(record) -> record (deterministic: a function of the record alone, no generator) runs
+    on each record read from the source, before transform. With cache_bytes > 0, what it makes
+    (the source's records themselves without decode) is kept in a RecordCache on /dev/shm of at
+    most cache_bytes bytes, shared with the processes forked from this one, and a record found
+    there is neither read nor decoded again. close() (or leaving a `with` block) removes the
+    cache."""
 
     def __init__(self, source, *, transform=None, batch_transform=None, collate=None,
                  names=None, features=None, seed=0, tf_transform=None,
-                 skip_failing_records=False):
+                 skip_failing_records=False, decode=None, cache_bytes=0):
         if not hasattr(source, "__getitem__") or not hasattr(source, "__len__"):
             raise errors.InvalidArgumentError(
                 f"a map source needs __len__ and __getitem__(i); a {type(source).__name__} has "
                 "not both (croupier.serve() serves iterables)")
         for name, fn in (("transform", transform), ("batch_transform", batch_transform),
-                         ("collate", collate), ("tf_transform", tf_transform)):
+                         ("collate", collate), ("tf_transform", tf_transform),
+                         ("decode", decode)):
             if fn is not None and not callable(fn):
                 raise errors.InvalidArgumentError(f"{name} must be callable, not "
                                                   f"{type(fn).__name__}")
+        cache_bytes = int(cache_bytes or 0)
+        if cache_bytes < 0:
+            raise errors.InvalidArgumentError(f"cache_bytes must be 0 (no cache) or more, not "
+                                              f"{cache_bytes}")
         self.source = source
+        self.decode = decode
         self.transform = transform
         self.batch_transform = batch_transform
         self.collate = collate
@@ -199,9 +219,29 @@ class Pipeline:
                     "collated by croupier); give batch_transform for the batch")
             from croupier.tf_pipeline import TfTransform
             self._tf = TfTransform(tf_transform, self.seed)
+        # Last, once nothing can fail: the cache's directory is removed by close().
+        self._cache = RecordCache(cache_bytes) if cache_bytes > 0 else None
 
     def __len__(self):
         return len(self.source)
+
+    def cache_stats(self):
+        """The record cache's counts (RecordCache.stats(): hits, misses, bytes, records, ...),
+        or None without a cache."""
+        return None if self._cache is None else self._cache.stats()
+
+    def close(self):
+        """Removes the record cache, if any (in the process that made the pipeline; a fork of it
+        only lets go of its handles). The pipeline makes batches without a cache afterwards."""
+        cache, self._cache = self._cache, None
+        if cache is not None:
+            cache.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
     def read(self, ids):
         """The records `ids` of the source, in order."""
@@ -222,13 +262,41 @@ class Pipeline:
         except Exception as e:
             raise _RecordError(f"record {int(i)}: {_describe(e)}") from e
 
+    def load(self, ids):
+        """The records `ids` as the transform takes them: read from the source and decoded, or
+        found in the record cache (then neither read nor decoded)."""
+        return self._load(ids, self._read_and_decode)
+
+    def _load_one(self, i):
+        """Record i as load() gives it, read with source[i] (not get_many)."""
+        return self._load([i], lambda ids: [self._decode_one(self._read_one(ids[0]), ids[0])])[0]
+
+    def _load(self, ids, make):
+        if self._cache is None:
+            return make(ids)
+        return self._cache.load(ids, make)
+
+    def _read_and_decode(self, ids):
+        records = self.read(ids)
+        if self.decode is None:
+            return records
+        return [self._decode_one(r, i) for r, i in zip(records, ids)]
+
+    def _decode_one(self, record, i):
+        if self.decode is None:
+            return record
+        try:
+            return self.decode(record)
+        except Exception as e:
+            raise _RecordError(f"record {int(i)}: the decode raised {_describe(e)}") from e
+
     def batch_dict(self, epoch, g, ids):
         """Batch g of `epoch`, of records `ids`, as a dict of columns (before the batch layout),
         and the indexes of the records it holds (`ids`, less those skipped)."""
         if self.skip_failing_records:
             records, ids = self._records_skipping(epoch, ids)
         else:
-            records = self.read(ids)
+            records = self.load(ids)
             if self._tf is None:
                 records = [self._transform_one(r, epoch, i) for r, i in zip(records, ids)]
         if self._tf is not None:
@@ -248,17 +316,17 @@ class Pipeline:
             raise _RecordError(f"record {int(i)}: the transform raised {_describe(e)}") from e
 
     def _records_skipping(self, epoch, ids):
-        """(records, ids): the records that read (and, without tf_transform, transform) without
-        an exception, and their indexes; each one left out is logged. Reads one record at a
-        time when get_many fails, to find the failing ones."""
+        """(records, ids): the records that read, decode (and, without tf_transform, transform)
+        without an exception, and their indexes; each one left out is logged. Loads one record
+        at a time when the batch's records fail together, to find the failing ones."""
         try:
-            records = self.read(ids)
+            records = self.load(ids)
         except _RecordError:
-            records = None  # get_many failed: read one by one below
+            records = None  # get_many or a decode failed: load one by one below
         kept, kept_ids, first = [], [], None
         for k, i in enumerate(ids):
             try:
-                record = records[k] if records is not None else self._read_one(i)
+                record = records[k] if records is not None else self._load_one(i)
                 if self._tf is None:
                     record = self._transform_one(record, epoch, i)
             except _RecordError as e:
@@ -871,10 +939,10 @@ def _job_done(dispatcher, job, info, auth_token):
 def produce(source, dispatcher, job, *, batch_size, consumers=None, epochs=1, seed=0,
             shuffle="global", remainder="drop", block_size=0, window_blocks=0, mode="dealt",
             transform=None, batch_transform=None, collate=None, names=None, features=None,
-            tf_transform=None, skip_failing_records=False, workers=None, threads=None,
-            auth_token=None,
-            buffer_bytes=256 << 20, max_tasks=2, bind="127.0.0.1", advertise_host="", timeout=60.0,
-            stop=None, resume_from=None, dispatcher_timeout=120.0):
+            tf_transform=None, skip_failing_records=False, decode=None, cache_bytes=0,
+            workers=None, threads=None, auth_token=None, buffer_bytes=256 << 20, max_tasks=2,
+            bind="127.0.0.1", advertise_host="", timeout=60.0, stop=None, resume_from=None,
+            dispatcher_timeout=120.0):
     """Runs a producer of map job `job`, whose records are `source[i]` (any object with
     __len__ and __getitem__; a `get_many(indexes)` method, if it has one, reads a batch's
     records at once), until every rank has read the job's last epoch (epochs > 0) or `stop`
@@ -896,8 +964,27 @@ def produce(source, dispatcher, job, *, batch_size, consumers=None, epochs=1, se
     consumer waits. A batch that fails reaches the consumer that needs it as the error, naming
     the epoch, the batch, the record index and the exception.
 
+    decode(record) -> record runs on every record read from the source, before transform. The
+    caller promises that it is deterministic: a function of the record alone (no generator, no
+    global state, no clock), as a JPEG decode is. With cache_bytes > 0, what decode makes (without
+    decode: the source's records themselves) is kept by global record index in a record cache
+    (croupier.record_cache) that all the workers of this producer share: a directory on /dev/shm
+    (shared memory) made before the workers are forked and removed when produce() returns, on
+    error too. A record found there is neither read from the source nor decoded again, so the
+    epochs after the first run only transform and batch_transform, and every batch holds the same
+    bytes as without the cache. It holds at most cache_bytes bytes (counted in whole pages);
+    once a record does not fit it is full and adds no more (nothing is evicted; the other
+    records are read and decoded each time). A record is decoded once per producer even when
+    workers need it at once (they wait for the one making it). A cache file that is corrupt or
+    unreadable is a miss: removed, made again. Each producer has its own cache.
+
+    Returns {"record_cache": counts} (None without a cache): hits, misses (records made),
+    bytes and records held, not_added (made while it was full), corrupt, full, capacity, path
+    (RecordCache.stats()); the same counts are logged as one line on the logger
+    croupier.pipeline (INFO): "record cache: H hits, M misses, B bytes in F records".
+
     skip_failing_records=True (a setting of the job, so every producer skips alike): a record
-    whose read or transform raises is left out of its batch, which then holds fewer records,
+    whose read, decode or transform raises is left out of its batch, which then holds fewer records,
     instead of failing the batch; each is logged (logger "croupier.pipeline") and counted in the
     producers' status (stats.records_skipped) and metrics (croupier_producer_records_skipped_total).
     A batch all of whose records fail is still an error. With tf_transform, a record the function
@@ -921,7 +1008,8 @@ def produce(source, dispatcher, job, *, batch_size, consumers=None, epochs=1, se
     one element per record, in order (a map), a dict of tensors that croupier collates. It runs
     in TensorFlow's runtime, called from the producer's own threads (`threads`, default
     max(2, default_workers())): no worker process is forked once TensorFlow runs, so `workers`
-    must be 0 or None.
+    must be 0 or None. decode and the record cache work with it too: the records that go into
+    the tf.data pipeline are decode's outputs, from the cache when it holds them.
 
     If the dispatcher does not answer for `dispatcher_timeout` seconds, produce() stops and
     raises UnavailableError naming it."""
@@ -944,54 +1032,64 @@ def produce(source, dispatcher, job, *, batch_size, consumers=None, epochs=1, se
         threads = max(2, default_workers())
     pipeline = Pipeline(source, transform=transform, batch_transform=batch_transform,
                         collate=collate, names=names, features=features, seed=seed,
-                        tf_transform=tf_transform, skip_failing_records=skip_failing_records)
-    num_records = len(pipeline)
-    if num_records == 0:
-        raise errors.InvalidArgumentError(f"the source of job '{job}' is empty")
-    plan = _croupier.EpochPlan(num_records, int(batch_size), int(consumers), seed=int(seed),
-                               epoch=0, shuffle=shuffle, remainder=remainder,
-                               block_size=int(block_size) or 1024,
-                               window_blocks=int(window_blocks) or 16)
-    if plan.num_batches == 0:
-        raise errors.InvalidArgumentError(
-            f"job '{job}': {num_records} records make no whole round of {consumers} batches of "
-            f"{batch_size}")
-    if features is None:
-        # Batch 0 of epoch 0, made here before anything starts: the job's features, and an early
-        # check of the source and the transforms (an error here is the caller's, not a trainer's).
-        try:
-            first = pipeline.make(0, 0, plan.batch(0))
-        except _RecordError as e:
-            raise errors.BY_CODE.get(e.code, errors.InternalError)(
-                f"job '{job}' epoch 0 batch 0: {e}") from None
-        features = features_of(first.to_dict())
-        pipeline.features = features
-        pipeline._spec = _spec_of(features)
-    # The workers are forked before croupier starts a thread of its own in this process. Every
-    # close is inside running(): a thread in one when the interpreter exits is waited for.
-    with _exit.running():
-        pool = _WorkerPool(pipeline, workers) if workers > 0 else None
-        make = pool.make if pool is not None else _in_process(pipeline)
-        node = None
-        try:
-            info = create_job(dispatcher, job, [], features, batch_size, consumers=consumers,
-                              seed=seed, epochs=epochs, shuffle=shuffle, remainder=remainder,
-                              mode=mode, block_size=block_size, window_blocks=window_blocks,
-                              source="map", num_records=num_records, resume_from=resume_from,
-                              skip_failing_records=skip_failing_records, exist_ok=True, auth_token=auth_token, timeout=timeout)
-            threads = int(threads) if threads is not None else max(workers, 1)
-            node = _exit.track(_croupier._MapProducer(
-                dispatcher, job, _token(auth_token), threads, int(buffer_bytes), int(max_tasks),
-                bind, advertise_host, float(timeout), make))
-            _wait_for_the_end(node, dispatcher, job, info, auth_token, stop, dispatcher_timeout)
-        except errors.Error:
-            if not _exit.exiting.is_set():
-                raise
-        finally:
-            if node is not None:
-                node.close()
-            if pool is not None:
-                pool.close()
+                        tf_transform=tf_transform, skip_failing_records=skip_failing_records,
+                        decode=decode, cache_bytes=cache_bytes)
+    try:
+        num_records = len(pipeline)
+        if num_records == 0:
+            raise errors.InvalidArgumentError(f"the source of job '{job}' is empty")
+        plan = _croupier.EpochPlan(num_records, int(batch_size), int(consumers), seed=int(seed),
+                                   epoch=0, shuffle=shuffle, remainder=remainder,
+                                   block_size=int(block_size) or 1024,
+                                   window_blocks=int(window_blocks) or 16)
+        if plan.num_batches == 0:
+            raise errors.InvalidArgumentError(
+                f"job '{job}': {num_records} records make no whole round of {consumers} batches of "
+                f"{batch_size}")
+        if features is None:
+            # Batch 0 of epoch 0, made here before anything starts: the job's features, and an
+            # early check of the source and the transforms (an error here is the caller's, not a
+            # trainer's). With a record cache, its records are the cache's first.
+            try:
+                first = pipeline.make(0, 0, plan.batch(0))
+            except _RecordError as e:
+                raise errors.BY_CODE.get(e.code, errors.InternalError)(
+                    f"job '{job}' epoch 0 batch 0: {e}") from None
+            features = features_of(first.to_dict())
+            pipeline.features = features
+            pipeline._spec = _spec_of(features)
+        # The workers are forked before croupier starts a thread of its own in this process. Every
+        # close is inside running(): a thread in one when the interpreter exits is waited for.
+        with _exit.running():
+            pool = _WorkerPool(pipeline, workers) if workers > 0 else None
+            make = pool.make if pool is not None else _in_process(pipeline)
+            node = None
+            try:
+                info = create_job(dispatcher, job, [], features, batch_size, consumers=consumers,
+                                  seed=seed, epochs=epochs, shuffle=shuffle, remainder=remainder,
+                                  mode=mode, block_size=block_size, window_blocks=window_blocks,
+                                  source="map", num_records=num_records, resume_from=resume_from,
+                                  skip_failing_records=skip_failing_records, exist_ok=True,
+                                  auth_token=auth_token, timeout=timeout)
+                threads = int(threads) if threads is not None else max(workers, 1)
+                node = _exit.track(_croupier._MapProducer(
+                    dispatcher, job, _token(auth_token), threads, int(buffer_bytes), int(max_tasks),
+                    bind, advertise_host, float(timeout), make))
+                _wait_for_the_end(node, dispatcher, job, info, auth_token, stop, dispatcher_timeout)
+            except errors.Error:
+                if not _exit.exiting.is_set():
+                    raise
+            finally:
+                if node is not None:
+                    node.close()
+                if pool is not None:
+                    pool.close()
+    finally:
+        cache = pipeline.cache_stats()
+        pipeline.close()  # after the workers have exited: removes the record cache
+        if cache is not None:
+            _log.info("croupier produce: job '%s': %s", job, summary(cache))
+    return {"record_cache": cache}
 
 
 def _wait_for_the_end(node, dispatcher, job, info, auth_token, stop, dispatcher_timeout):
@@ -1042,7 +1140,8 @@ def main(argv=None):
     """`python -m croupier produce module:function --dispatcher HOST:PORT --job NAME`: a producer
     of a map job, on any machine that can import `module`. function() returns produce()'s keyword
     arguments as a dict (source, batch_size, transform, epochs, ...); the flags here set where it
-    serves and with how many workers."""
+    serves, with how many workers and how large a record cache. Prints the record cache's counts
+    when it ends, if it had one."""
     import argparse
     parser = argparse.ArgumentParser(prog="python -m croupier produce", description=main.__doc__)
     parser.add_argument("pipeline", help="module:function returning produce()'s arguments")
@@ -1052,6 +1151,9 @@ def main(argv=None):
                         help=f"worker processes (default {default_workers()}: the cores here; 0 "
                              "with tf_transform, which forks none)")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--cache-bytes", type=int, default=None,
+                        help="the record cache's size on /dev/shm, in bytes (default: what the "
+                             "function returns, or 0: none)")
     parser.add_argument("--auth-token", default=None)
     parser.add_argument("--bind", default="127.0.0.1")
     parser.add_argument("--advertise-host", default="")
@@ -1064,14 +1166,17 @@ def main(argv=None):
                 f"{args.pipeline}() must return a dict of produce() arguments with 'source'")
         options = dict(options)
         source = options.pop("source")
-        for key in ("workers", "threads", "auth_token", "timeout"):
+        for key in ("workers", "threads", "cache_bytes", "auth_token", "timeout"):
             if getattr(args, key) is not None:
                 options[key] = getattr(args, key)
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         signal.signal(signal.SIGINT, lambda *_: stop.set())
-        produce(source, args.dispatcher, args.job, bind=args.bind,
-                advertise_host=args.advertise_host, stop=stop, **options)
+        done = produce(source, args.dispatcher, args.job, bind=args.bind,
+                       advertise_host=args.advertise_host, stop=stop, **options)
+        if done["record_cache"] is not None:
+            print(f"croupier produce: job '{args.job}': {summary(done['record_cache'])}",
+                  flush=True)
     except errors.Error as e:
         print(f"croupier produce: {type(e).__name__}: {e}", flush=True)
         return 1

@@ -1,0 +1,499 @@
+"""The record cache of a map job's producer: croupier.produce(..., decode=fn, cache_bytes=N).
+
+What decode(record) made of record i (or, without decode, the source's record i itself) is kept in
+shared memory, keyed by the global record index i, for every process of one producer: the
+producer and all its worker processes (forks of its zygote) read and add to one cache. A record
+found there is neither read from the source nor decoded again; so in the epochs after the first,
+only the random part of the pipeline (transform, batch_transform) runs again. decode must be
+deterministic (a function of the record alone), which is what makes the cache invisible: a batch
+holds the same bytes with it and without it.
+
+Layout: a directory on /dev/shm (tmpfs: its files are memory, not disk), private to the user (mode
+0700), named croupier-cache-<pid namespace>-<pid>-<random>, made by the producer before it forks
+its workers and removed by it when it stops (RecordCache.close):
+
+    state        the counters (_STATE, mmap'd by every process) and the locks: byte 0 of the file
+                 locks the counters, byte _CLAIMS + i is the claim of record i (fcntl record locks,
+                 which the kernel releases when the process holding them dies)
+    <i>          record i: _HEADER, the lengths of the out-of-band buffers, a pickle (protocol 5)
+                 of the record, then each buffer (the arrays' bytes) at a 64-byte boundary. The
+                 header holds a CRC-32 of everything after it: a file that does not check (or
+                 cannot be read) is a miss, removed and made again, never data.
+    .tmp-...     a record being written; hard-linked to <i> once whole (atomic, and never replaces
+                 a file that is there), then unlinked.
+
+The budget: a record's file counts in whole pages (what tmpfs takes of memory), and is added only
+if it fits in what is left of `capacity`. The first record that does not fit makes the cache full:
+from then on no record is added (nothing is evicted), and the records not added are counted.
+
+Claims: a process (or thread) that misses records claims them (in increasing index order, so that
+two claimants cannot deadlock), looks again, and makes only those still missing; another process
+that needs one of them meanwhile waits for the claim and then finds it in the cache. So a record
+is made once per producer, not once per worker, even when batches that share it are made at once
+(the end of an epoch and the start of the next).
+"""
+import contextlib
+import errno
+import fcntl
+import logging
+import mmap
+import os
+import pickle
+import re
+import shutil
+import struct
+import tempfile
+import threading
+import weakref
+import zlib
+
+import numpy as np
+
+__all__ = ["RecordCache", "default_root", "summary"]
+
+_log = logging.getLogger(__name__)
+
+_PREFIX = "croupier-cache-"
+_PAGE = mmap.PAGESIZE
+_ALIGN = 64  # each out-of-band buffer starts at a multiple of this in the file
+_MAGIC = b"CRPCACHE"
+# magic, record index, file size, pickle length, number of buffers, CRC-32 of the rest
+_HEADER = struct.Struct("<8sQQQQI4x")
+_LENGTH = struct.Struct("<Q")
+_FIELDS = ("bytes", "records", "hits", "misses", "not_added", "corrupt", "uncacheable", "full")
+_STATE = struct.Struct(f"<{len(_FIELDS)}Q")
+_CLAIMS = 4096  # byte _CLAIMS + i of the state file is the claim of record i
+
+
+def default_root():
+    """Where caches are made: /dev/shm (shared memory) if there is one, else the temp folder."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+
+
+class RecordCache:
+    """A cache of records by global record index, shared by this process and its forks (made
+    before they are forked), holding at most `capacity` bytes (counted in whole pages).
+
+    load(ids, make) is the whole interface of a pipeline: the records `ids`, from the cache where
+    it holds them, the others from make(). stats() gives the counts; close() removes the
+    directory (in the process that made the cache only). Thread-safe, and safe across the
+    processes that share it."""
+
+    def __init__(self, capacity, root=None):
+        capacity = int(capacity)
+        if capacity <= 0:
+            raise ValueError(f"a record cache needs a capacity above 0 bytes, not {capacity}")
+        root = root or default_root()
+        _sweep(root)
+        self.capacity = capacity
+        self.path = tempfile.mkdtemp(prefix=f"{_PREFIX}{_pid_namespace()}-{os.getpid()}-",
+                                     dir=root)
+        self._owner = os.getpid()
+        self._remove = weakref.finalize(self, _remove_tree, self.path, self._owner)
+        self._fd = self._state = None
+        try:
+            self._fd = os.open(os.path.join(self.path, "state"),
+                               os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            os.ftruncate(self._fd, _STATE.size)
+            self._state = mmap.mmap(self._fd, _STATE.size)
+        except BaseException:
+            self.close()
+            raise
+        self._pid = None
+        self._in_this_process()
+        _warn_if_small(root, capacity)
+
+    # -- the interface -------------------------------------------------------------------------
+
+    def load(self, ids, make):
+        """The records `ids` (global record indexes), in order. Each one the cache holds is read
+        from it (a new object each time); the others are made by make(indexes) -> records (the
+        same count, in order), called at most once, with the missing indexes in the order of
+        `ids` (a numpy array if `ids` is one, as a source's get_many would get them without a
+        cache), and added while there is room. Whatever make raises goes through (nothing is
+        added then). Counts hits (records found) and misses (records made)."""
+        self._in_this_process()
+        given, ids = ids, [int(i) for i in ids]
+        out = [self._get(i) for i in ids]
+        missing = [k for k, r in enumerate(out) if r is None]
+        made = not_added = 0
+        try:
+            if missing:
+                with self._claims(sorted({ids[k] for k in missing})):
+                    for k in missing:  # made by another process or thread while we waited?
+                        out[k] = self._get(ids[k], claimed=True)
+                    still = [k for k in missing if out[k] is None]
+                    if still:
+                        records = make(given[still] if isinstance(given, np.ndarray) else
+                                       [given[k] for k in still])
+                        made = len(still)
+                        kept = set()
+                        for k, record in zip(still, records):
+                            out[k] = record
+                            if ids[k] not in kept:  # an index twice in `ids`: added once
+                                kept.add(ids[k])
+                                not_added += self._put(ids[k], record) is False
+        finally:
+            found = len(ids) - sum(r is None for r in out) - made
+            self._add(hits=found, misses=made, not_added=not_added)
+        return out
+
+    def stats(self):
+        """The counts, as a dict: hits, misses (records made), bytes and records held,
+        not_added (records made while the cache was full), corrupt (files found corrupt, made
+        again), uncacheable (records that could not be serialized), full (bool), capacity,
+        path."""
+        with self._counters() as values:
+            got = dict(zip(_FIELDS, values))
+        got["full"] = bool(got["full"])
+        got["capacity"] = self.capacity
+        got["path"] = self.path
+        return got
+
+    def close(self):
+        """Lets go of the shared memory and, in the process that made the cache, removes its
+        directory. Safe to call more than once."""
+        if self._state is not None:
+            self._state.close()
+            self._state = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if os.getpid() == self._owner:
+            self._remove()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- records -------------------------------------------------------------------------------
+
+    def _file(self, i):
+        return os.path.join(self.path, str(i))
+
+    def _get(self, i, claimed=False):
+        """Record i from its file, or None if there is none or it is corrupt or unreadable. With
+        `claimed` (the caller holds record i's claim, so no one else writes it), a bad file is
+        removed and counted."""
+        path = self._file(i)
+        try:
+            data = _read_file(path)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            if claimed:
+                self._drop(i, path, f"unreadable: {e}")
+            return None
+        try:
+            return _decode(i, data)
+        except Exception as e:  # noqa: BLE001 (whatever is wrong with the file, it is a miss)
+            if claimed:
+                self._drop(i, path, f"corrupt: {type(e).__name__}: {e}")
+            return None
+
+    def _drop(self, i, path, why):
+        """Removes record i's bad file, gives its pages back to the budget and counts it."""
+        try:
+            size = os.stat(path).st_size
+            os.unlink(path)
+        except OSError:
+            return
+        _log.warning("record cache %s: the file of record %d is %s; the record is made again",
+                     self.path, i, why)
+        self._add(bytes=-_pages(size), records=-1, corrupt=1)
+
+    def _put(self, i, record):
+        """Adds record i if there is room. True if it is in the cache now, False if there was no
+        room for it (the cache is full), None if it could not be kept (pickle refused it, a
+        write failed)."""
+        if self._is_full():
+            return False
+        try:
+            parts, size = _encode(i, record)
+        except Exception as e:  # noqa: BLE001 (an object pickle cannot take is not cached)
+            self._add(uncacheable=1)
+            self._warn_once("uncacheable", "record cache %s: record %d cannot be kept "
+                            "(%s: %s); such records are made again each time",
+                            self.path, i, type(e).__name__, e)
+            return None
+        pages = _pages(size)
+        if not self._reserve(pages):
+            return False
+        tmp = os.path.join(self.path, f".tmp-{os.getpid()}-{threading.get_ident()}-{i}")
+        try:
+            _write_file(tmp, parts)
+            os.link(tmp, self._file(i))  # atomic; fails if the file is there
+            return True
+        except FileExistsError:
+            self._add(bytes=-pages, records=-1)  # another process added it meanwhile
+            return True
+        except OSError as e:
+            self._add(bytes=-pages, records=-1)
+            if e.errno in (errno.ENOSPC, errno.ENOMEM, errno.EDQUOT):
+                self._set_full()
+                held = self.stats()
+                self._warn_once("space", "record cache %s: %s is out of space (%s) at %d bytes "
+                                "in %d records: the cache adds no more records",
+                                self.path, os.path.dirname(self.path), e.strerror,
+                                held["bytes"], held["records"])
+                return False
+            self._warn_once("write", "record cache %s: record %d could not be written (%s); it "
+                            "is not kept", self.path, i, e)
+            return None
+        finally:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+    # -- the shared counters -------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _counters(self):
+        """The counters as a list (in _FIELDS order), under the lock of every process and
+        thread; written back when the block ends without an exception."""
+        self._in_this_process()
+        with self._lock:
+            fcntl.lockf(self._fd, fcntl.LOCK_EX, 1, 0)
+            try:
+                values = list(_STATE.unpack_from(self._state))
+                yield values
+                _STATE.pack_into(self._state, 0, *values)
+            finally:
+                fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, 0)
+
+    def _add(self, **deltas):
+        if not any(deltas.values()):
+            return
+        with self._counters() as values:
+            for name, delta in deltas.items():
+                k = _FIELDS.index(name)
+                values[k] = max(0, values[k] + int(delta))
+
+    def _reserve(self, size):
+        """Takes `size` bytes of the budget for one record; False (and the cache is full from
+        now on) if they do not fit."""
+        with self._counters() as values:
+            bytes_held, records = values[0], values[1]
+            if values[-1] or bytes_held + size > self.capacity:
+                values[-1] = 1
+                return False
+            values[0], values[1] = bytes_held + size, records + 1
+            return True
+
+    def _is_full(self):
+        return bool(_STATE.unpack_from(self._state)[-1])  # a word: no lock needed to read it
+
+    def _set_full(self):
+        with self._counters() as values:
+            values[-1] = 1
+
+    # -- claims --------------------------------------------------------------------------------
+
+    def _in_this_process(self):
+        """Makes this process's thread locks: in a fork, anew (the parent's copies could be
+        held by threads that do not exist here)."""
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._lock = threading.Lock()  # the counters, with byte 0's fcntl lock
+            self._guard = threading.Lock()  # self._claimed
+            self._claimed = {}  # record index -> [threading.Lock, threads using it]
+            self._warned = set()
+
+    @contextlib.contextmanager
+    def _claims(self, ids):
+        """Holds the claims of records `ids` (distinct, in increasing order: every claimant
+        takes them in that order, so none waits for another that waits for it) for the block:
+        no other thread or process of the producer makes those records meanwhile. A claim the
+        kernel refuses (EDEADLK, ENOLCK) is not held: the record may then be made twice, never
+        wrongly."""
+        held = []
+        try:
+            for i in ids:
+                held.append(self._claim(i))
+            yield
+        finally:
+            for i, locked in reversed(held):
+                self._release(i, locked)
+
+    def _claim(self, i):
+        """Waits for record i's claim: this process's thread lock of it, then the fcntl lock of
+        byte _CLAIMS + i (fcntl locks belong to a process, not a thread). (i, whether the fcntl
+        lock is held)."""
+        with self._guard:
+            entry = self._claimed.setdefault(i, [threading.Lock(), 0])
+            entry[1] += 1
+        entry[0].acquire()
+        try:
+            fcntl.lockf(self._fd, fcntl.LOCK_EX, 1, _CLAIMS + i)
+            return i, True
+        except OSError:
+            return i, False
+
+    def _release(self, i, locked):
+        if locked:
+            fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, _CLAIMS + i)
+        with self._guard:
+            entry = self._claimed[i]
+            entry[0].release()
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self._claimed[i]
+
+    def _warn_once(self, kind, *args):
+        if kind not in self._warned:
+            self._warned.add(kind)
+            _log.warning(*args)
+
+
+def summary(stats):
+    """The counts of stats() in one line: "record cache: H hits, M misses, B bytes in F
+    records", and what went wrong, if anything."""
+    text = (f"record cache: {stats['hits']} hits, {stats['misses']} misses, {stats['bytes']} "
+            f"bytes in {stats['records']} records")
+    if stats["full"]:
+        text += (f"; full ({stats['capacity']} bytes): {stats['not_added']} records made while "
+                 "it was full were not added")
+    if stats["corrupt"]:
+        text += f"; {stats['corrupt']} corrupt files made again"
+    if stats["uncacheable"]:
+        text += f"; {stats['uncacheable']} records could not be serialized"
+    return text
+
+
+# --- The file of a record -----------------------------------------------------------------------
+
+def _pages(size):
+    return -(-int(size) // _PAGE) * _PAGE
+
+
+def _encode(index, record):
+    """The file of record `index`: (the parts to write in order, their total size). Arrays
+    (and whatever supports pickle's protocol 5 buffers) are written out of band, as raw bytes."""
+    buffers = []
+    data = pickle.dumps(record, protocol=5, buffer_callback=buffers.append)
+    raws = [b.raw() for b in buffers]
+    parts = [b"".join(_LENGTH.pack(r.nbytes) for r in raws), data]
+    size = _HEADER.size + len(parts[0]) + len(data)
+    for raw in raws:
+        pad = -size % _ALIGN
+        if pad:
+            parts.append(bytes(pad))
+        parts.append(raw)
+        size += pad + raw.nbytes
+    crc = 0
+    for part in parts:
+        crc = zlib.crc32(part, crc)
+    return [_HEADER.pack(_MAGIC, index, size, len(data), len(raws), crc)] + parts, size
+
+
+def _decode(index, data):
+    """Record `index` from its file's bytes `data` (a bytearray: the arrays are views of it,
+    aligned and writable). Raises ValueError if the file is not record `index`'s, whole."""
+    if len(data) < _HEADER.size:
+        raise ValueError(f"{len(data)} bytes, shorter than a header")
+    magic, got, size, length, count, crc = _HEADER.unpack_from(data)
+    if magic != _MAGIC or got != index or size != len(data):
+        raise ValueError("not a record file of this record, or not whole")
+    view = memoryview(data)
+    if zlib.crc32(view[_HEADER.size:]) != crc:
+        raise ValueError("its CRC-32 does not match")
+    offset = _HEADER.size + count * _LENGTH.size
+    lengths = [_LENGTH.unpack_from(data, _HEADER.size + k * _LENGTH.size)[0] for k in range(count)]
+    pickled = view[offset:offset + length]
+    offset += length
+    buffers = []
+    for n in lengths:
+        offset += -offset % _ALIGN
+        buffers.append(view[offset:offset + n])
+        offset += n
+    if offset != size:
+        raise ValueError("its parts do not add up to its size")
+    return pickle.loads(pickled, buffers=buffers)
+
+
+def _read_file(path):
+    """The whole file as a bytearray (os calls: a file object costs more than the read)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = bytearray(os.fstat(fd).st_size)
+        view = memoryview(data)
+        done = 0
+        while done < len(data):
+            n = os.readv(fd, [view[done:]])
+            if not n:
+                raise OSError(errno.EIO, "the file ended early")
+            done += n
+    finally:
+        os.close(fd)
+    return data
+
+
+def _write_file(path, parts):
+    """A new file of the bytes of `parts`, in order."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        views = [memoryview(p).cast("B") for p in parts]
+        while views:
+            n = os.writev(fd, views)
+            while views and n >= len(views[0]):
+                n -= len(views[0])
+                views.pop(0)
+            if views:
+                views[0] = views[0][n:]
+    finally:
+        os.close(fd)
+
+
+# --- Directories --------------------------------------------------------------------------------
+
+def _remove_tree(path, owner):
+    if os.getpid() == owner:  # never from a fork
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _pid_namespace():
+    """An id of this process's pid namespace (0 if unknown): pids are compared only within one."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _sweep(root):
+    """Removes the caches in `root` that producers left when they were killed (SIGKILL, a crash)
+    before they could remove them: those of this pid namespace whose process is gone."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    namespace = _pid_namespace()
+    for name in names:
+        m = re.fullmatch(rf"{_PREFIX}(\d+)-(\d+)-\w+", name)
+        if m and int(m.group(1)) == namespace and not _alive(int(m.group(2))):
+            _log.info("record cache: removing %s, left by process %s, which is gone",
+                      os.path.join(root, name), m.group(2))
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
+def _warn_if_small(root, capacity):
+    try:
+        st = os.statvfs(root)
+    except OSError:
+        return
+    free = st.f_bavail * st.f_frsize
+    if free < capacity:
+        _log.warning("record cache: %s has %d bytes free, less than the cache's %d: the cache "
+                     "will be full when %s is", root, free, capacity, root)
