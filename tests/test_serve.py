@@ -134,14 +134,27 @@ def test_a_resumed_source_starts_from_its_saved_state_not_from_the_epochs_start(
     saved = sorted(int(p.stem.split("batch")[1]) for p in states.glob("r-source0-epoch0-*.pkl"))
     assert saved == list(range(every, 25, every))
     # The whole job restarted from a checkpoint at step 13: the new serving process loads the
-    # last state at or before batch 13 and makes no batch before it.
+    # last state at or before batch 13 and makes no batch before it. The consumer is at its
+    # position before the source starts (else the source may be given batch 0 first).
     with croupier.local_cluster(producers=0, work_dir=tmp_path / "c2") as second:
+        croupier.create_job(second.address, "r", [], "g:int64", 4, consumers=1, epochs=1,
+                            shuffle="none", source="python", batches_per_epoch=24)
+        feed = connect(second, "r", 0, 1)
+        feed.load_state_dict({"format": 1, "job": "r", "world": 1, "epoch": 0, "step": 13})
+        got = []
+        reader = threading.Thread(target=lambda: got.extend(int(b["g"][0])
+                                                            for b in feed.epoch(0)), daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 20
+        while not any(int(p.get("step", 0)) == 13 for p in
+                      croupier.status(second.address).get("rank_positions", [])):
+            assert time.monotonic() < deadline, "the consumer did not register at step 13"
+            time.sleep(0.05)
         source = Stateful(24)
         server = Server(source, second.address, "r", consumers=1, epochs=1,
                         batches_per_epoch=24, state_dir=states)
-        feed = connect(second, "r", 0, 1)
-        feed.load_state_dict({"format": 1, "job": "r", "world": 1, "epoch": 0, "step": 13})
-        assert [int(b["g"][0]) for b in feed.epoch(0)] == list(range(13, 24))
+        reader.join(30)
+        assert got == list(range(13, 24))
         feed.close()
         server.join()
     point = max(n for n in saved if n <= 13)
