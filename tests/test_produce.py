@@ -305,8 +305,12 @@ def test_a_batch_that_kills_every_worker_fails_and_replacing_stops_past_the_limi
         assert code == 13 and "batch 2 of epoch 0 was tried twice" in message, message
         assert message.count("(killed by signal 9, SIGKILL)") == 2, message
         assert len(pool.pids) == 2 and pool.make(0, 1, good).content_hash == want
-        code, message = pool.make(0, 2, bad)  # death 3: past the limit, not replaced
-        assert code == 13 and "not made again" in message and \
+        pids = pool.pids
+        code, again = pool.make(0, 2, bad)  # remembered: fails at once, no worker dies
+        assert code == 13 and again == f"{message} (not tried again)", again
+        assert pool.pids == pids
+        code, message = pool.make(0, 3, bad)  # death 3: past the limit, not replaced
+        assert code == 13 and "batch 3 of epoch 0, which is not made again" in message and \
             "3 workers of this producer died within 60 s, more than the 2" in message, message
         assert pool.pids == [zygote]
         code, message = pool.make(0, 1, good)

@@ -750,8 +750,9 @@ class _WorkerPool:
     replaced by a new fork of the zygote, and the batch it was making is made again by the
     replacement. If the replacement dies making it too, the batch fails with an error naming both
     deaths (pid, signal or exit status) and that it was tried twice, and the dead worker is
-    replaced again: the pool stays at `count` workers. Each death is logged as one line (logger
-    croupier.pipeline, level WARNING).
+    replaced again: the pool stays at `count` workers. Such a batch is remembered: asked for
+    again, it fails at once with the same error, without killing more workers. Each death is
+    logged as one line (logger croupier.pipeline, level WARNING).
 
     Replacing stops for good once more than `max_deaths` workers (default
     max_worker_deaths(count)) have died within `window` seconds, or once a replacement cannot be
@@ -762,6 +763,7 @@ class _WorkerPool:
         self._max_deaths = max_worker_deaths(count) if max_deaths is None else int(max_deaths)
         self._window = float(window)
         self._deaths = collections.deque()  # monotonic times of the deaths within the window
+        self._poisoned = {}  # (epoch, batch): the error of a batch that killed two workers
         self._stopped = None  # why no dead worker is replaced any more
         self._closed = False
         self._cond = threading.Condition()
@@ -789,6 +791,10 @@ class _WorkerPool:
 
     def make(self, epoch, g, ids):
         """Batch g of `epoch`, of records `ids`: a Batch, or (code, message)."""
+        with self._cond:
+            poisoned = self._poisoned.get((int(epoch), int(g)))
+        if poisoned is not None:
+            return (_INTERNAL, f"{poisoned} (not tried again)")
         request = _REQUEST.pack(int(epoch), int(g)) + \
             np.ascontiguousarray(ids, dtype=np.uint64).tobytes()
         deaths = []  # the workers that died making this batch, in words
@@ -806,10 +812,12 @@ class _WorkerPool:
                 if len(deaths) == 2:
                     if worker is not None:
                         self._give_back(worker)
-                    return (_INTERNAL,
-                            f"batch {g} of epoch {epoch} was tried twice and killed its worker "
-                            f"both times: {deaths[0]}, then {deaths[1]}; a record of it may "
-                            "crash the source or the transform every time")
+                    message = (f"batch {g} of epoch {epoch} was tried twice and killed its "
+                               f"worker both times: {deaths[0]}, then {deaths[1]}; a record of "
+                               "it may crash the source or the transform every time")
+                    with self._cond:
+                        self._poisoned[(int(epoch), int(g))] = message
+                    return (_INTERNAL, message)
                 continue
             self._give_back(worker)
             return result
