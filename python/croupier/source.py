@@ -201,12 +201,15 @@ class _SavedStates:
             if e + 1 < epoch:
                 old.unlink(missing_ok=True)
 
+    def points(self, epoch, wanted):
+        """The saved points n of `epoch` with 0 < n <= wanted, latest first."""
+        return sorted((n for (e, n) in self._saved() if e == epoch and 0 < n <= wanted),
+                      reverse=True)
+
     def best(self, epoch, wanted):
         """(n, state) of the latest saved point n <= wanted of `epoch` (n > 0), or None. A file
         that cannot be read is passed over."""
-        points = sorted((n for (e, n) in self._saved() if e == epoch and 0 < n <= wanted),
-                        reverse=True)
-        for n in points:
+        for n in self.points(epoch, wanted):
             try:
                 with open(self.folder / f"{self.prefix}epoch{epoch}-batch{n}.pkl", "rb") as f:
                     return n, pickle.load(f)
@@ -261,8 +264,8 @@ class _Epochs:
         interval ahead: loading it skips iterating up to it."""
         if self._states is None or index - self._next < self._states.every:
             return False
-        best = self._states.best(epoch, index)
-        return best is not None and best[0] > self._next
+        points = self._states.points(epoch, index)
+        return bool(points) and points[0] > self._next
 
     def get(self, epoch, index):
         """Batch `index` of `epoch`; StopIteration if the source ends before it. Going back (a
