@@ -32,10 +32,9 @@ test: build
 test-cpp:
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) --timeout 600
 
-# Two pytest processes (pytest-xdist): the suite's tests run real processes that often wait, so
-# two at a time take about 0.65 of the time of one after the other (docs/architecture.md,
-# Conventions). PYTEST_WORKERS=0 runs them one after the other.
-PYTEST_WORKERS ?= 2
+# PYTEST_WORKERS=2 runs the Python tests in two pytest processes (pytest-xdist): about 0.65 of the
+# time, but not the default yet (docs/architecture.md, Conventions, says why). 0: one process.
+PYTEST_WORKERS ?= 0
 test-python:
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS)
 
