@@ -194,6 +194,39 @@ def test_a_producer_killed_mid_epoch_changes_no_byte(tmp_path):
 
 
 @pytest.mark.timeout(200)
+def test_a_producer_whose_zygote_dies_leaves_and_the_other_makes_its_batches(tmp_path):
+    """SIGKILL of producer 0's zygote (and so of its workers) mid-epoch, with a second, healthy
+    producer. Before, every consumer exited within 2 s with INTERNAL ('no worker is left') and
+    most records were never delivered. Now producer 0 leaves the job at once (its batches were
+    UNAVAILABLE meanwhile, which consumers retry) and exits 1 naming its zygote; producer 1 makes
+    its tasks, and every rank gets the plan's batches, each record once. The producer timeout
+    (60 s) is beyond the consumers' deadline (30 s): only the leaving can hand the tasks over."""
+    world, epochs, records = 2, 2, 960  # 120 steps an epoch at 30 ms: the kill lands early
+    opts = dict(consumers=world, epochs=epochs, records=records, batch_size=4, workers=2)
+    with Cluster(tmp_path, producer_timeout_ms=60000) as cluster:
+        procs = [start_producer(cluster, "m", f"producer{k}", **opts) for k in range(2)]
+        wait_for_job(cluster, "m")
+        outs = [tmp_path / f"rank{r}.jsonl" for r in range(world)]
+        consumers = [cluster.start_consumer("m", r, world, outs[r], epochs, "--prefetch", "1",
+                                            "--slow-ms", "30") for r in range(world)]
+        deadline = time.monotonic() + 60
+        while not outs[0].exists() or len(read_batches(outs[0])) < 5:
+            assert time.monotonic() < deadline, "the consumers did not start"
+            time.sleep(0.05)
+        zygote = next(pid for pid in descendants(procs[0].pid)
+                      if pathlib.Path(f"/proc/{pid}/stat").read_text()
+                      .rpartition(")")[2].split()[1] == str(procs[0].pid))
+        os.kill(zygote, signal.SIGKILL)
+        assert procs[0].wait(timeout=30) == 1
+        log = procs[0].log_path.read_text()
+        assert "left it: its worker pool can make no batch any more" in log, log[-3000:]
+        assert f"zygote process (pid {zygote}) is gone" in log, log[-3000:]
+        cluster.wait(consumers, timeout=120)
+    per_rank = [read_batches(o) for o in outs]
+    check_against_plan(per_rank, records, 4, seed=5, epochs=epochs)
+
+
+@pytest.mark.timeout(200)
 def test_workers_killed_mid_batch_change_no_byte(tmp_path):
     """Three records SIGKILL the worker that makes them, the first time only: each batch in
     flight is made again by a replacement worker, and the trainers get exactly the batches, and
@@ -310,11 +343,13 @@ def test_a_batch_that_kills_every_worker_fails_and_replacing_stops_past_the_limi
         assert code == 13 and again == f"{message} (not tried again)", again
         assert pool.pids == pids
         code, message = pool.make(0, 3, bad)  # death 3: past the limit, not replaced
-        assert code == 13 and "batch 3 of epoch 0, which is not made again" in message and \
+        assert code == 14 and "batch 3 of epoch 0, which this producer does not make again" \
+            in message and \
             "3 workers of this producer died within 60 s, more than the 2" in message, message
         assert pool.pids == [zygote]
         code, message = pool.make(0, 1, good)
-        assert code == 13 and "no worker is left to make batch 1 of epoch 0" in message
+        assert code == 14 and "has no worker left to make batch 1 of epoch 0" in message
+        assert pool.broken is not None and "more than the 2" in pool.broken
     finally:
         pool.close()
     assert not left_behind([zygote])
@@ -329,11 +364,13 @@ def test_batches_fail_naming_the_zygote_once_it_is_gone():
         wait_dead(pool.pids)  # its workers die with it
         for _ in range(3):
             code, message = pool.make(0, 1, np.array([1, 2], dtype=np.uint64))
-            assert code == 13 and f"the pool's zygote process (pid {zygote}) is gone (killed " \
+            assert code == 14 and f"the pool's zygote process (pid {zygote}) is gone (killed " \
                 "by signal 9, SIGKILL)" in message and "batch 1 of epoch 0" in message, message
         assert pool.pids == [zygote]
+        assert "zygote" in pool.broken  # produce() then leaves the job
     finally:
         pool.close()
+    assert pool.broken is None  # closed: nothing to leave
     assert not left_behind([zygote]), "the producer reaps its zygote"
 
 

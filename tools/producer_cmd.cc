@@ -1,5 +1,7 @@
 // croupier producer: runs a producer until SIGINT or SIGTERM.
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +18,10 @@
 
 namespace croupier::cli {
 namespace {
+
+// Set once ProducerNode::Start has returned; the signal that came after it.
+std::atomic<bool> started{false};
+std::atomic<int> received{0};
 
 constexpr char kProducerUsage[] = R"(usage: croupier producer --dispatcher HOST:PORT [--port P]
          [--bind ADDR] [--advertise-host HOST] [--threads N] [--buffer-bytes B]
@@ -100,14 +106,33 @@ absl::Status ProducerCommand(const std::vector<std::string>& argv) {
     Log(LogLevel::kWarning, "producer",
         absl::StrCat("freed batches may stay in the process's memory: ", s.message()));
   }
-  ASSIGN_OR_RETURN(auto node, ProducerNode::Start(options));
+  // A signal while the producer still waits for the dispatcher (up to --connect-timeout-ms) stops
+  // it at once: nothing is held yet, nothing to hand back.
+  std::thread watcher([dispatcher = options.dispatcher] {
+    const int sig = WaitForTerminationSignal();
+    if (!started.load()) {
+      Log(LogLevel::kInfo, "producer",
+          absl::StrCat("signal ", sig, " while waiting for the dispatcher at ", dispatcher,
+                       ": stopping"));
+      std::_Exit(0);
+    }
+    received.store(sig);
+  });
+  absl::StatusOr<std::unique_ptr<ProducerNode>> started_node = ProducerNode::Start(options);
+  started.store(true);
+  if (!started_node.ok()) {
+    watcher.detach();  // the process ends with the error
+    return started_node.status();
+  }
+  std::unique_ptr<ProducerNode> node = *std::move(started_node);
   if (args.Has("metrics-port-file")) {
     RETURN_IF_ERROR(Env::Default()->WriteFileAtomically(
         args.Get("metrics-port-file"), absl::StrCat(node->metrics_port(), "\n")));
   }
-  int sig = WaitForTerminationSignal();
-  Log(LogLevel::kInfo, "producer", absl::StrCat("signal ", sig, ": shutting down"));
-  node->Shutdown();
+  watcher.join();
+  Log(LogLevel::kInfo, "producer",
+      absl::StrCat("signal ", received.load(), ": leaving (handing its tasks back) and stopping"));
+  node->Leave();
   return absl::OkStatus();
 }
 

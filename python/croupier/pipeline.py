@@ -67,6 +67,9 @@ __all__ = ["produce", "Pipeline", "record_rng", "batch_rng", "default_workers",
 # Status codes passed back to C++ (absl::StatusCode).
 _INVALID_ARGUMENT = 3
 _INTERNAL = 13
+# The producer's own trouble (its pool can make no batch), not the batch's: a consumer asks the
+# dispatcher again, and gets the batch from another producer once this one has left.
+_UNAVAILABLE = 14
 _CODES = {cls.code: code for code, cls in errors.BY_CODE.items()}
 _log = logging.getLogger(__name__)
 
@@ -757,7 +760,9 @@ class _WorkerPool:
     Replacing stops for good once more than `max_deaths` workers (default
     max_worker_deaths(count)) have died within `window` seconds, or once a replacement cannot be
     made (the zygote is gone, a fork failed): from then on a dead worker is not replaced, the batch
-    it was making fails naming the reason, and once no worker is left every batch fails so."""
+    it was making fails naming the reason, and once no worker is left every batch fails so, as
+    UNAVAILABLE: the producer's trouble, not the batch's (`broken` says why; produce() then leaves
+    the job, and its tasks go to the other producers at once)."""
 
     def __init__(self, pipeline, count, max_deaths=None, window=DEATH_WINDOW):
         self._max_deaths = max_worker_deaths(count) if max_deaths is None else int(max_deaths)
@@ -822,10 +827,19 @@ class _WorkerPool:
             self._give_back(worker)
             return result
         if deaths:
-            return (_INTERNAL, f"{deaths[0]} died making batch {g} of epoch {epoch}, which is "
-                               f"not made again: {self._stopped}")
-        return (_INTERNAL, f"no worker is left to make batch {g} of epoch {epoch}: "
-                           f"{self._stopped}")
+            return (_UNAVAILABLE, f"{deaths[0]} died making batch {g} of epoch {epoch}, which "
+                                  f"this producer does not make again: {self._stopped}")
+        return (_UNAVAILABLE, f"this producer has no worker left to make batch {g} of epoch "
+                              f"{epoch}: {self._stopped}")
+
+    @property
+    def broken(self):
+        """Why the pool can make no batch any more (no worker is left and none will be
+        replaced), or None while it can."""
+        with self._cond:
+            if self._closed or self._stopped is None or self._workers or self._replacing:
+                return None
+            return self._stopped
 
     def _take(self):
         """An idle worker, waiting for one; None once no worker is left."""
@@ -1083,7 +1097,8 @@ def produce(source, dispatcher, job, *, batch_size, consumers=None, epochs=1, se
                 node = _exit.track(_croupier._MapProducer(
                     dispatcher, job, _token(auth_token), threads, int(buffer_bytes), int(max_tasks),
                     bind, advertise_host, float(timeout), make))
-                _wait_for_the_end(node, dispatcher, job, info, auth_token, stop, dispatcher_timeout)
+                _wait_for_the_end(node, pool, dispatcher, job, info, auth_token, stop,
+                                  dispatcher_timeout)
             except errors.Error:
                 if not _exit.exiting.is_set():
                     raise
@@ -1100,9 +1115,18 @@ def produce(source, dispatcher, job, *, batch_size, consumers=None, epochs=1, se
     return {"record_cache": cache}
 
 
-def _wait_for_the_end(node, dispatcher, job, info, auth_token, stop, dispatcher_timeout):
-    """Returns once every rank has read the job's last epoch, or `stop` is set."""
+def _wait_for_the_end(node, pool, dispatcher, job, info, auth_token, stop, dispatcher_timeout):
+    """Returns once every rank has read the job's last epoch, or `stop` is set. Raises
+    UnavailableError once the worker pool can make no batch (the caller's node.close() then
+    leaves the job: its tasks go to the other producers at once)."""
     while True:
+        broken = pool.broken if pool is not None else None
+        if broken is not None:
+            _log.error("croupier produce: job '%s': this producer leaves the job, its worker pool "
+                       "can make no batch any more: %s", job, broken)
+            raise errors.UnavailableError(
+                f"the producer of job '{job}' left it: its worker pool can make no batch any "
+                f"more: {broken}")
         if stop is not None and stop.wait(1.0):
             return
         if stop is None:

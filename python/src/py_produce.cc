@@ -63,7 +63,7 @@ class PyMapProducer {
   }
   void Close() {
     pyb::gil_scoped_release nogil;
-    node_->Shutdown();
+    node_->Leave();  // its unfinished tasks go to the other producers at once
   }
 
  private:

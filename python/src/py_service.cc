@@ -129,7 +129,7 @@ class PySourceProducer {
 
   void Close() {
     pyb::gil_scoped_release nogil;
-    node_->Shutdown();
+    node_->Leave();  // its unfinished tasks go to the other producers at once
   }
 
  private:

@@ -17,10 +17,17 @@ absl::Status RetryWithBackoff(absl::string_view what, absl::Time deadline,
   thread_local std::minstd_rand rng(std::random_device{}());
   absl::Duration backoff = options.initial_backoff;
   absl::Status last;
+  const absl::Time start = clock->Now();
+  absl::Time say_at = start + options.say_after;
   for (int attempt = 0;; ++attempt) {
     last = fn(attempt);
     if (last.ok() || !retryable(last)) return last;
-    absl::Duration left = deadline - clock->Now();
+    const absl::Time now = clock->Now();
+    if (options.still_waiting && now >= say_at && now < deadline) {
+      options.still_waiting(now - start, last);
+      say_at = now + options.say_every;
+    }
+    absl::Duration left = deadline - now;
     if (left <= absl::ZeroDuration()) {
       return absl::DeadlineExceededError(absl::StrCat(what, ": gave up after ", attempt + 1,
                                                       " attempts; last error: ",

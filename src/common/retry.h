@@ -20,6 +20,11 @@ struct RetryOptions {
   // DEADLINE_EXCEEDED of a single attempt.
   std::function<bool(const absl::Status&)> retryable = nullptr;
   Clock* clock = nullptr;  // nullptr: Clock::Real()
+  // Called when the retries have gone on for `say_after` without success, then every
+  // `say_every`: how long so far, and the last error. A process that waits says what for.
+  std::function<void(absl::Duration waited, const absl::Status& last)> still_waiting = nullptr;
+  absl::Duration say_after = absl::Seconds(2);
+  absl::Duration say_every = absl::Seconds(10);
 };
 
 // Calls fn until it returns OK or a non-retryable error, or until `deadline`. On giving up at the

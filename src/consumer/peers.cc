@@ -32,16 +32,21 @@ absl::StatusOr<std::string> Peers::Locate(uint64_t epoch, uint64_t batch, bool r
   request.set_remake_if_finished(true);
   ASSIGN_OR_RETURN(v1::LocateResponse response, dispatcher_->Locate(request));
   std::string address;
+  std::string why;
   absl::MutexLock lock(&mu_);
   auto& ranges = tasks_[epoch];
   for (const auto& t : response.tasks()) {
     const uint64_t first = t.task().first_batch(), end = first + t.task().num_batches();
     ranges[first] = Range{end, t.producer_address()};
-    if (first <= batch && batch < end) address = t.producer_address();
+    if (first <= batch && batch < end) {
+      address = t.producer_address();
+      why = t.waiting_for();
+    }
   }
   if (address.empty()) {
     return absl::UnavailableError(absl::StrCat("batch ", batch, " of job '", job_, "' epoch ",
-                                               epoch, " is not assigned to a producer yet"));
+                                               epoch, " is not assigned to a producer yet",
+                                               why.empty() ? "" : absl::StrCat(": ", why)));
   }
   return address;
 }

@@ -27,11 +27,18 @@ absl::StatusOr<Registration> RegisterConsumer(ControlPlane& control, const std::
     const bool wait =
         absl::IsAlreadyExists(registered.status()) || absl::IsNotFound(registered.status());
     if (!wait || absl::Now() + absl::Milliseconds(250) >= deadline) break;
-    if (absl::IsNotFound(registered.status()) && !said_waiting) {
+    if (!said_waiting) {
+      // Said at once, with what the dispatcher knows: a typo in the job's name shows now, not at
+      // the deadline.
       said_waiting = true;
-      Log(LogLevel::kInfo, "consumer",
-          absl::StrCat("job '", job, "' does not exist yet at ", control.address(), "; rank ", rank,
-                       " waits for it up to ", absl::FormatDuration(timeout)));
+      Log(LogLevel::kWarning, "consumer",
+          absl::IsNotFound(registered.status())
+              ? absl::StrCat("dispatcher ", control.address(), ": ", registered.status().message(),
+                             "; rank ", rank, " waits up to ", absl::FormatDuration(timeout),
+                             " for it to be created")
+              : absl::StrCat("dispatcher ", control.address(), ": ", registered.status().message(),
+                             "; rank ", rank, " waits up to ", absl::FormatDuration(timeout),
+                             " for it to be free"));
     }
     absl::SleepFor(absl::Milliseconds(250));
   }

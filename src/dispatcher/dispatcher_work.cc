@@ -22,6 +22,7 @@ absl::StatusOr<v1::ProducerHeartbeatResponse> DispatcherImpl::ProducerHeartbeat(
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
   uint64_t id = request.producer_id();
+  if (id == 0 && request.leaving()) return v1::ProducerHeartbeatResponse();  // never registered
   if (id == 0) {
     ASSIGN_OR_RETURN(id, RegisterProducerLocked(request.data_address(), request.source_job(),
                                                 request.source_index(), now));
@@ -59,6 +60,11 @@ absl::StatusOr<v1::ProducerHeartbeatResponse> DispatcherImpl::ProducerHeartbeat(
   v1::ProducerHeartbeatResponse response;
   response.set_producer_id(id);
   response.set_heartbeat_interval_ms(HeartbeatIntervalMs());
+  if (request.leaving()) {
+    // Its other tasks become orphans now, and wake the producers waiting for work.
+    RETURN_IF_ERROR(RemoveProducerLocked(id, "it left"));
+    return response;
+  }
   uint32_t slots = std::min(request.free_task_slots(), kMaxTasksPerHeartbeat);
   for (v1::Task& task : LostTasksLocked(id, request, info)) {
     // Lost tasks take the slots first: the producer counted them as free.

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "src/dispatcher/task_assignment.h"
 
 namespace croupier {
 
@@ -64,8 +65,11 @@ absl::StatusOr<v1::LocateResponse> LocateTasks(const DispatcherState& state,
       const DispatcherState::Outstanding& o = it->second;
       task->set_task_id(o.task_id);
       task->set_num_batches(o.num_batches);
-      if (o.producer_id != 0)
+      if (o.producer_id != 0) {
         loc->set_producer_address(state.FindProducer(o.producer_id)->data_address);
+      } else {
+        loc->set_waiting_for(WhyNotAssigned(state, *job, epoch, pos));
+      }
       pos += o.num_batches;
       continue;
     }
@@ -79,6 +83,7 @@ absl::StatusOr<v1::LocateResponse> LocateTasks(const DispatcherState& state,
     if (finished && job->next_epoch == epoch) run_end = std::min(run_end, job->next_batch);
     task->set_num_batches(run_end - pos);
     loc->set_finished(finished);
+    if (!finished) loc->set_waiting_for(WhyNotAssigned(state, *job, epoch, pos));
     pos = run_end;
   }
   auto next = job->outstanding.lower_bound({epoch, 0});

@@ -262,5 +262,55 @@ TEST_F(DispatcherProducerHeartbeatTest, StatusShowsStatsAndThroughput) {
   EXPECT_EQ(status->protocol_version(), kProtocolVersion);
 }
 
+TEST_F(DispatcherProducerHeartbeatTest, ALeavingProducersTasksGoToAnotherAtOnce) {
+  auto first = Producer(0, "h:1", 2);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(Cuts(*first).size(), 2u);
+  auto second = Producer(0, "h:2", 0);
+  ASSERT_TRUE(second.ok()) << second.status();
+  // Batch 0's task is producer 1's; the consumer would be sent there.
+  auto located = Locate("train", 0, 0, 1);
+  ASSERT_TRUE(located.ok()) << located.status();
+  EXPECT_EQ(located->tasks(0).producer_address(), "h:1");
+
+  // Producer 1 leaves, having finished its first task: the other becomes an orphan now, not
+  // after the producer timeout, and the answer gives it nothing.
+  v1::ProducerHeartbeatRequest leave;
+  leave.set_producer_id(1);
+  leave.set_data_address("h:1");
+  leave.add_finished_tasks(1);
+  leave.set_free_task_slots(2);
+  leave.set_leaving(true);
+  auto left = impl_->ProducerHeartbeat(leave);
+  ASSERT_TRUE(left.ok()) << left.status();
+  EXPECT_TRUE(left->new_tasks().empty());
+  located = Locate("train", 0, 8, 1);
+  ASSERT_TRUE(located.ok()) << located.status();
+  EXPECT_TRUE(located->tasks(0).producer_address().empty());
+  EXPECT_THAT(located->tasks(0).waiting_for(), HasSubstr("producer 2 at h:2 holds 0 tasks"));
+  auto taken = Producer(2, "h:2", 1);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  ASSERT_EQ(Cuts(*taken).size(), 1u);
+  EXPECT_EQ(std::get<3>(Cuts(*taken)[0]), 8u);  // the orphan first
+  // Producer 1 is gone: its next heartbeat is told so.
+  auto after = Producer(1, "h:1", 2);
+  EXPECT_EQ(after.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(after.status().message()), HasSubstr("it left"));
+}
+
+TEST_F(DispatcherProducerHeartbeatTest, ABatchNotAssignedYetSaysWhy) {
+  // No producer at all.
+  auto located = Locate("train", 0, 0, 1);
+  ASSERT_TRUE(located.ok()) << located.status();
+  EXPECT_THAT(located->tasks(0).waiting_for(), HasSubstr("no producer is registered"));
+  // A producer with its slots full: the task waits behind what it holds.
+  ASSERT_TRUE(Producer(0, "h:1", 1).ok());
+  located = Locate("train", 0, 8, 1);
+  ASSERT_TRUE(located.ok()) << located.status();
+  EXPECT_THAT(located->tasks(0).waiting_for(),
+              HasSubstr("producer 1 at h:1 holds 1 tasks, the first batches [0, 8) of job "
+                        "'train' epoch 0"));
+}
+
 }  // namespace
 }  // namespace croupier

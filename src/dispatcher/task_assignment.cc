@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace croupier {
 namespace {
@@ -59,6 +60,39 @@ std::optional<v1::Task> NextTask(const DispatcherState& state,
     return MakeTask(state, job.name(), job.next_epoch, job.next_batch, end - job.next_batch);
   }
   return std::nullopt;
+}
+
+std::string WhyNotAssigned(const DispatcherState& state, const DispatcherState::Job& job,
+                           uint64_t epoch, uint64_t first_batch) {
+  if (job.idle) return absl::StrCat("job '", job.name(), "' is idle: no consumer holds a rank");
+  std::vector<std::string> busy;
+  for (const auto& [id, producer] : state.producers()) {
+    if (!CanMake(producer, job, epoch, first_batch)) continue;
+    std::string holds = absl::StrCat("producer ", id, " at ", producer.data_address, " holds ",
+                                     producer.tasks.size(), " tasks");
+    if (!producer.tasks.empty()) {
+      if (const v1::Task* t = state.FindTask(*producer.tasks.begin())) {
+        absl::StrAppend(&holds, ", the first batches [", t->first_batch(), ", ",
+                        t->first_batch() + t->num_batches(), ") of job '", t->job(), "' epoch ",
+                        t->epoch());
+      }
+    }
+    busy.push_back(std::move(holds));
+  }
+  if (busy.empty()) {
+    if (job.config.map()) {
+      return absl::StrCat("no producer of map job '", job.name(),
+                          "' is registered: start croupier.produce() for it");
+    }
+    if (job.config.python()) {
+      return absl::StrCat("source ", job.config.SourceOf(epoch, first_batch), " of job '",
+                          job.name(), "' (croupier.serve) is not registered");
+    }
+    return absl::StrCat("no producer is registered (", state.producers().size(),
+                        " producers serve only Python jobs): start croupier producer");
+  }
+  return absl::StrCat("every producer that can make it is busy and has not taken its task yet (",
+                      absl::StrJoin(busy, "; "), ")");
 }
 
 }  // namespace croupier

@@ -4,6 +4,7 @@
 #define CROUPIER_SRC_DISPATCHER_TASK_ASSIGNMENT_H_
 
 #include <optional>
+#include <string>
 
 #include "proto/croupier.pb.h"
 #include "src/dispatcher/dispatcher_state.h"
@@ -22,6 +23,12 @@ namespace croupier {
 // Applying TaskAssigned{task, producer} for the result always succeeds (for a known producer).
 std::optional<v1::Task> NextTask(const DispatcherState& state,
                                  const DispatcherState::Producer& producer);
+
+// Why batch `first_batch` of `epoch` of `job` (its task not assigned to anyone) waits, in words,
+// for a consumer's error: no producer can make the job (and which kind it needs), the job is
+// idle, or every producer that can make it is busy, with what it holds.
+std::string WhyNotAssigned(const DispatcherState& state, const DispatcherState::Job& job,
+                           uint64_t epoch, uint64_t first_batch);
 
 }  // namespace croupier
 

@@ -74,6 +74,10 @@ void AppendProducerFamilies(std::string& out, const std::vector<const Producer*>
            "Records a producer left out of their batches because their read or transform failed "
            "(a map job with skip_failing_records), since it started.",
            [](const Producer& p) { return static_cast<double>(p.stats().records_skipped()); }},
+          {"croupier_producer_batches_evicted_total", "counter",
+           "Made batches a producer dropped unserved because their rank fell behind or went past "
+           "them; a rank that asks for one later has it made again.",
+           [](const Producer& p) { return static_cast<double>(p.stats().batches_evicted()); }},
           {"croupier_producer_threads", "gauge",
            "A producer's worker threads (0 for the source of a Python job).",
            [](const Producer& p) { return static_cast<double>(p.stats().threads()); }},

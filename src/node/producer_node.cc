@@ -50,15 +50,7 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOp
   options.tls = ResolveTlsConfig(options.tls);
   std::unique_ptr<ProducerNode> node(new ProducerNode());
   node->options_ = options;
-  if (options.control_plane) {
-    node->dispatcher_ = options.control_plane();
-  } else {
-    node->dispatcher_ = rpc::DispatcherClient::Create(
-        options.dispatcher, {.auth_token = options.auth_token,
-                             .call_timeout = absl::Seconds(10),
-                             .timeout = options.connect_timeout,
-                             .tls = options.tls});
-  }
+  node->dispatcher_ = node->MakeControlPlane(options.connect_timeout);
   node->index_cache_ = std::make_unique<IndexCache>(options.index_cache_dir);
   if (options.cache_bytes > 0) {
     ASSIGN_OR_RETURN(node->record_cache_,
@@ -282,13 +274,56 @@ void ProducerNode::HeartbeatLoop() {
   }
 }
 
-void ProducerNode::Shutdown() {
-  std::call_once(shutdown_once_, [this] {
+void ProducerNode::Leave(absl::Duration timeout) {
+  std::call_once(leave_once_, [&] {
+    StopHeartbeats();
+    const uint64_t id = producer_id();
+    if (id == 0) return;  // not registered: nothing to hand back
+    // A control plane of its own: the heartbeats' one is cancelled, and this call must be short.
+    std::unique_ptr<ControlPlane> dispatcher = MakeControlPlane(timeout);
+    v1::ProducerHeartbeatRequest request;
+    request.set_producer_id(id);
+    request.set_data_address(data_address_);
+    std::vector<uint64_t> finished = holder_->TakeFinishedTasks();
+    unreported_finished_.insert(unreported_finished_.end(), finished.begin(), finished.end());
+    for (uint64_t t : unreported_finished_) request.add_finished_tasks(t);
+    request.set_leaving(true);
+    absl::StatusOr<v1::ProducerHeartbeatResponse> left = dispatcher->ProducerHeartbeat(request);
+    if (left.ok()) {
+      Log(LogLevel::kInfo, "producer",
+          absl::StrCat("producer ", id, " left: its unfinished tasks go to the other producers"));
+    } else {
+      Log(LogLevel::kWarning, "producer",
+          absl::StrCat("producer ", id, " could not tell the dispatcher it leaves (",
+                       left.status().ToString(), "); its tasks go to the other producers once "
+                       "the dispatcher's producer timeout passes"));
+    }
+  });
+  Shutdown();
+}
+
+std::unique_ptr<ControlPlane> ProducerNode::MakeControlPlane(absl::Duration timeout) const {
+  if (options_.control_plane) return options_.control_plane();
+  return rpc::DispatcherClient::Create(options_.dispatcher,
+                                       {.auth_token = options_.auth_token,
+                                        .call_timeout = std::min(timeout, absl::Seconds(10)),
+                                        .timeout = timeout,
+                                        .tls = options_.tls});
+}
+
+void ProducerNode::StopHeartbeats() {
+  std::call_once(stop_heartbeats_once_, [this] {
     if (!stop_.HasBeenNotified()) stop_.Notify();
-    if (metrics_) metrics_->Stop();
     // A heartbeat the dispatcher holds (waiting for work) must not hold the shutdown.
     if (dispatcher_) dispatcher_->Cancel();
     if (heartbeat_.joinable()) heartbeat_.join();
+  });
+}
+
+void ProducerNode::Shutdown() {
+  std::call_once(shutdown_once_, [this] {
+    if (metrics_) metrics_->Stop();
+    StopHeartbeats();
     if (holder_) holder_->Shutdown();
     if (server_) server_->Shutdown();
     if (shm_server_) shm_server_->Shutdown();

@@ -93,8 +93,14 @@ class ProducerNode {
   int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
   // The source of a Python job's batches (source_job set), else nullptr.
   SequentialSource* sequential() const { return sequential_; }
-  // Stops the heartbeats, the workers and the server promptly. Idempotent.
+  // Stops the heartbeats, the workers and the server promptly, without a word to the dispatcher
+  // (as a crash would: it reassigns the tasks once the producer timeout passes). Idempotent.
   void Shutdown();
+  // Leaves the cluster: stops the heartbeats, tells the dispatcher (a heartbeat with `leaving`,
+  // within `timeout`), which reassigns this producer's unfinished tasks to the others at once, then
+  // Shutdown(). A dispatcher that cannot be reached within `timeout` only delays the reassignment
+  // to the producer timeout. What SIGTERM does to `croupier producer`. Idempotent.
+  void Leave(absl::Duration timeout = absl::Seconds(1));
 
  private:
   class DelayingSource;
@@ -107,6 +113,10 @@ class ProducerNode {
   absl::StatusOr<std::shared_ptr<const BatchMaker>> TfrecordMaker(const v1::JobInfo& job);
   v1::ProducerStats Stats() const;
   void AddTask(const v1::Task& task);
+  // A control plane to the dispatcher whose calls give up after `timeout`.
+  std::unique_ptr<ControlPlane> MakeControlPlane(absl::Duration timeout) const;
+  // Stops the heartbeat thread (cancelling a heartbeat the dispatcher holds). Idempotent.
+  void StopHeartbeats();
 
   ProducerNodeOptions options_;
   std::unique_ptr<ControlPlane> dispatcher_;
@@ -135,6 +145,8 @@ class ProducerNode {
   absl::Notification stop_;
   std::thread heartbeat_;
   std::once_flag shutdown_once_;
+  std::once_flag leave_once_;
+  std::once_flag stop_heartbeats_once_;
 };
 
 }  // namespace croupier

@@ -42,7 +42,7 @@ TEST(ProducerHeldTaskTest, BatchesMoveForwardAndFinishOnce) {
   EXPECT_TRUE(held.Hand(1));  // a request took batch 1 before any worker
   EXPECT_FALSE(held.Hand(1));
   EXPECT_EQ(held.NextPending(), 2u);
-  held.SetReady(0);
+  held.SetReady(0, absl::UnixEpoch());
   EXPECT_TRUE(held.HasUnhanded());
   EXPECT_TRUE(held.Hand(0));
   EXPECT_TRUE(held.Hand(2));
@@ -54,6 +54,32 @@ TEST(ProducerHeldTaskTest, BatchesMoveForwardAndFinishOnce) {
   EXPECT_TRUE(held.Serve(1));
   EXPECT_EQ(held.state(1), State::kServed);
   EXPECT_FALSE(held.dropped());
+}
+
+TEST(ProducerHeldTaskTest, AMadeTaskHoldsNoSlotAndIsDoneOnceNothingIsOwedToARequester) {
+  HeldTask held(Task(3, 0, 4), nullptr);
+  EXPECT_EQ(held.Unmade(), 4u);
+  held.SetMaking(0);
+  held.SetMaking(1);
+  EXPECT_EQ(held.Unmade(), 4u);  // being made still holds the slot
+  held.SetReady(0, absl::UnixEpoch());
+  held.SetReady(1, absl::UnixEpoch() + absl::Seconds(1));
+  EXPECT_EQ(held.ready_since(1), absl::UnixEpoch() + absl::Seconds(1));
+  EXPECT_TRUE(held.Hand(2));  // a request makes batch 2 itself
+  held.SetMaking(3);
+  held.SetReady(3, absl::UnixEpoch());
+  EXPECT_EQ(held.Unmade(), 0u);  // every batch made: no slot, though none is served yet
+  EXPECT_FALSE(held.Done());
+  EXPECT_FALSE(held.Serve(0));
+  EXPECT_FALSE(held.Evict(2));   // only a ready batch can be evicted
+  EXPECT_FALSE(held.Evict(1));   // batch 1 evicted: its rank did not come
+  EXPECT_EQ(held.state(1), State::kEvicted);
+  EXPECT_FALSE(held.Fail(2));    // batch 2's make failed, and its requester was told
+  EXPECT_FALSE(held.Fail(2));    // once
+  EXPECT_TRUE(held.Hand(1));     // the rank came after all: made again, and served
+  EXPECT_FALSE(held.Serve(1));   // counted done once
+  EXPECT_TRUE(held.Serve(3));
+  EXPECT_TRUE(held.Done());
 }
 
 }  // namespace

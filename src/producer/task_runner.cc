@@ -12,8 +12,24 @@ namespace {
 // How long a worker waiting for buffer room sleeps before looking again at which batch is next
 // (room changes wake it sooner).
 constexpr absl::Duration kRoomRecheck = absl::Milliseconds(100);
+// The least time between two scans for stale batches (EvictStaleLocked).
+constexpr absl::Duration kEvictScanGap = absl::Milliseconds(50);
 
 using State = HeldTask::State;
+
+// Where global batch `batch` of `epoch` falls in a dealt job's deal: its rank, and its position
+// (epoch, step) as one ordered number.
+struct Dealt {
+  uint32_t rank = 0;
+  uint64_t position = 0;
+};
+Dealt DealtOf(const JobConfig& config, uint64_t epoch, uint64_t batch) {
+  const uint64_t n = std::max<uint64_t>(1, config.num_consumers());
+  const uint64_t first = config.FirstBatch(epoch);
+  const uint64_t offset = batch >= first ? batch - first : 0;
+  return Dealt{static_cast<uint32_t>(offset % n),
+               epoch * (config.steps_per_epoch + 1) + offset / n};
+}
 
 }  // namespace
 
@@ -105,14 +121,99 @@ bool TaskRunner::RevokeTask(uint64_t task_id) {
 
 std::vector<uint64_t> TaskRunner::TakeFinishedTasks() {
   absl::MutexLock lock(&mu_);
+  // Made tasks kept for ranks that do not ask: at the cap, what is stale goes, so that the slots
+  // free up (the workers evict when they lack buffer room).
+  if (AtMadeTaskCapLocked()) EvictStaleLocked();
   return std::exchange(finished_, {});
+}
+
+bool TaskRunner::AtMadeTaskCapLocked() const {
+  return tasks_.size() >= uint64_t{options_.max_tasks} + options_.max_made_tasks;
 }
 
 uint32_t TaskRunner::FreeTaskSlots() const {
   absl::MutexLock lock(&mu_);
-  return tasks_.size() >= options_.max_tasks
-             ? 0
-             : options_.max_tasks - static_cast<uint32_t>(tasks_.size());
+  if (AtMadeTaskCapLocked()) return 0;
+  uint32_t making = 0;
+  for (const auto& t : tasks_) making += t->Unmade() > 0 ? 1 : 0;
+  return making >= options_.max_tasks ? 0 : options_.max_tasks - making;
+}
+
+void TaskRunner::FinishLocked(std::shared_ptr<HeldTask> task) {
+  auto it = std::find(tasks_.begin(), tasks_.end(), task);
+  if (it == tasks_.end()) return;  // finished or revoked already
+  task->Drop();
+  finished_.push_back(task->id());
+  retained_.push_back(task);
+  tasks_.erase(it);
+  while (retained_.size() > options_.retain_finished_tasks) retained_.pop_front();
+}
+
+void TaskRunner::MarkFailedLocked(const BatchKey& key) {
+  for (const auto& t : tasks_) {
+    if (!t->Covers(key)) continue;
+    if (t->Fail(key.batch - t->first())) FinishLocked(t);
+    return;
+  }
+}
+
+void TaskRunner::NoteServedLocked(const BatchKey& key) {
+  const std::shared_ptr<HeldTask> task = FindLocked(key);
+  if (task == nullptr) return;
+  const JobConfig& config = task->maker()->config();
+  if (!config.dealt()) return;
+  std::vector<RankServed>& ranks = served_[key.job];
+  ranks.resize(std::max<size_t>(1, config.num_consumers()));
+  const Dealt at = DealtOf(config, key.epoch, key.batch);
+  RankServed& rank = ranks[at.rank];
+  if (!rank.any || at.position > rank.position) rank.position = at.position;
+  rank.any = true;
+}
+
+bool TaskRunner::StaleLocked(const HeldTask& task, uint64_t index, absl::Time now) const {
+  if (task.state(index) != State::kReady) return false;
+  if (now - task.ready_since(index) < options_.stale_after) return false;
+  const JobConfig& config = task.maker()->config();
+  if (!config.dealt()) return false;  // first_come: any consumer takes any batch
+  auto it = served_.find(task.task().job());
+  if (it == served_.end()) return false;
+  const Dealt at = DealtOf(config, task.task().epoch(), task.first() + index);
+  const std::vector<RankServed>& ranks = it->second;
+  if (at.rank < ranks.size() && ranks[at.rank].any && ranks[at.rank].position > at.position) {
+    return true;  // its rank went past it (served elsewhere, or it went on without it)
+  }
+  const uint64_t rounds = std::max<uint64_t>(
+      1, config.batches_per_task / std::max<uint64_t>(1, config.num_consumers()));
+  for (const RankServed& rank : ranks) {
+    if (rank.any && rank.position >= at.position + rounds) return true;  // a task behind
+  }
+  return false;
+}
+
+uint64_t TaskRunner::EvictStaleLocked() {
+  const absl::Time now = clock_->Now();
+  // A full buffer is the normal state of a producer faster than its consumers: its workers look
+  // for room every kRoomRecheck, and a scan each time would cost a full pass over the held
+  // batches. One scan per kEvictScanGap is enough for batches that wait stale_after anyway.
+  if (now < last_evict_scan_ + kEvictScanGap) return 0;
+  last_evict_scan_ = now;
+  uint64_t evicted = 0;
+  std::vector<std::shared_ptr<HeldTask>> done;
+  for (const auto& t : tasks_) {
+    if (t->Ready() == 0) continue;
+    for (uint64_t i = 0; i < t->size(); ++i) {
+      if (!StaleLocked(*t, i, now)) continue;
+      const BatchKey key = t->Key(i);
+      buffer_.Discard(key, absl::NotFoundError(absl::StrCat(
+                               "batch ", key.batch, " of job '", key.job, "' epoch ", key.epoch,
+                               " was evicted")));
+      ++evicted;
+      if (t->Evict(i)) done.push_back(t);
+    }
+  }
+  for (const auto& t : done) FinishLocked(t);
+  batches_evicted_ += evicted;
+  return evicted;
 }
 
 std::vector<uint64_t> TaskRunner::HeldTasks() const {
@@ -151,6 +252,7 @@ v1::ProducerStats TaskRunner::Report() const {
   s.set_make_seconds(stats.make_seconds);
   s.set_threads(stats.threads);
   s.set_records_skipped(stats.records_skipped);
+  s.set_batches_evicted(stats.batches_evicted);
   return s;
 }
 
@@ -167,6 +269,7 @@ TaskRunner::Stats TaskRunner::stats() const {
   s.batches_served = batches_served_;
   s.bytes_served = bytes_served_;
   s.tasks_held = tasks_.size();
+  s.batches_evicted = batches_evicted_;
   s.make_seconds = make_seconds_;
   s.threads = threads_;
   return s;
@@ -204,8 +307,10 @@ void TaskRunner::Work() {
       auto estimate = estimates_.find(job);
       claim.probe = estimate == estimates_.end();
       claim.reserved = claim.probe ? 0 : estimate->second;
-      // Claiming and reserving under one lock keeps reservations in batch order.
-      claimed = buffer_.TryReserve(claim.reserved);
+      // Claiming and reserving under one lock keeps reservations in batch order. No room: what
+      // no rank is coming for makes way for what they are.
+      claimed = buffer_.TryReserve(claim.reserved) ||
+                (EvictStaleLocked() > 0 && buffer_.TryReserve(claim.reserved));
       if (claimed) {
         claim.task->SetMaking(claim.index);
         if (claim.probe) probing_.insert(job);
@@ -237,10 +342,12 @@ void TaskRunner::FinishClaimLocked(const Claim& claim, Made timed) {
     buffer_.Unreserve(claim.reserved);
     return;
   }
+  const bool failed = !made.ok();
   if (buffer_.PutReserved(key, std::move(made), claim.reserved)) {
     MarkHandedLocked(task, claim.index);  // went straight to a waiting request
+    if (failed) MarkFailedLocked(key);
   } else {
-    task.SetReady(claim.index);
+    task.SetReady(claim.index, clock_->Now());
   }
 }
 

@@ -51,10 +51,21 @@ namespace croupier {
 // whose delivery then fails cannot be offered again (the consumer never learnt its index), so its
 // task does not finish; what happens to it is the dispatcher's call.
 //
-// A task is finished once every one of its batches has been served (OnServed). It then stops
-// counting against max_tasks and is reported once by TakeFinishedTasks; the last
-// retain_finished_tasks finished tasks are kept so that a late retry of one of their batches is
-// still remade rather than refused.
+// Slots and tasks (docs/protocol.md, "Slots, done tasks and eviction"): a task holds one of the
+// max_tasks slots only while some of its batches are still to be made. Once every batch is made
+// (or failed), the slot is free for the next task, whether or not the consumers have taken the
+// batches: a rank that does not read, or a batch that failed, holds no slot that other ranks and
+// jobs need. A task is done, reported once by TakeFinishedTasks and no longer held, once every
+// batch is served, evicted, or failed and handed to its requester; the last
+// retain_finished_tasks done tasks are kept so that a late request for one of their batches is
+// remade rather than refused.
+//
+// Eviction (dealt jobs): a ready batch is stale once it has waited stale_after and its rank has
+// been served a later step, or has fallen a whole task's rounds behind the rank served furthest
+// on this producer. When a worker finds no buffer room, or more than max_made_tasks made tasks are
+// held, stale batches are dropped from the buffer; a rank that asks for one later has it made
+// again on demand (identical bytes: the content is a function of the plan). So a rank's trouble
+// costs that rank a remake, and never the other ranks their producers.
 //
 // A batch that fails to be made is logged once and handed to its requester as the error, and is
 // not retried by the workers; a later request remakes it on demand (and fails again if the data
@@ -66,8 +77,13 @@ class TaskRunner final : public TaskHolder {
   struct Options {
     int threads = 0;  // worker threads; 0: the hardware concurrency
     uint64_t buffer_bytes = uint64_t{256} << 20;
-    uint32_t max_tasks = 2;               // FreeTaskSlots() = max_tasks - tasks held
-    uint32_t retain_finished_tasks = 16;  // finished tasks kept for late retries
+    uint32_t max_tasks = 2;               // tasks with batches still to make, at most
+    uint32_t retain_finished_tasks = 16;  // done tasks kept for late retries
+    // Made tasks (nothing left to make, not done) held beyond max_tasks before FreeTaskSlots() is
+    // 0 and stale batches are evicted whatever the buffer's fill.
+    uint32_t max_made_tasks = 64;
+    // How long a ready batch waits before it may be evicted as stale (see above).
+    absl::Duration stale_after = absl::Seconds(1);
     Clock* clock = nullptr;               // deadlines; nullptr: the real clock
     // Makes the BatchMaker of each job AddTask(task, job) is given a task of, once per job.
     // Unset: that AddTask fails (tests give makers to AddTask(task, maker) instead).
@@ -87,6 +103,7 @@ class TaskRunner final : public TaskHolder {
     uint64_t batches_served = 0;  // OnServed calls
     uint64_t bytes_served = 0;
     uint64_t tasks_held = 0;
+    uint64_t batches_evicted = 0;  // stale batches dropped from the buffer unserved
     // Wall time spent making batches, by the workers and on demand, since the start: over
     // threads and elapsed time, the share of the producer's making capacity it used.
     double make_seconds = 0;
@@ -116,7 +133,8 @@ class TaskRunner final : public TaskHolder {
 
   // The tasks finished since the last call, each returned once, in the order they finished.
   std::vector<uint64_t> TakeFinishedTasks() override;
-  // max_tasks minus the tasks held (not finished), or 0.
+  // max_tasks minus the tasks with batches still to make, or 0; 0 too while max_tasks +
+  // max_made_tasks tasks are held.
   uint32_t FreeTaskSlots() const override;
   // The ids of the tasks held, in the order added.
   std::vector<uint64_t> HeldTasks() const override;
@@ -178,6 +196,17 @@ class TaskRunner final : public TaskHolder {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Counts a made batch or a failure and the time it took, and logs the failure if `log`.
   void RecordMadeLocked(const Made& made, bool log) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Done: no longer held, reported once, retained for late requests.
+  void FinishLocked(std::shared_ptr<HeldTask> task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records that batch `key`'s make failed and its requester was told.
+  void MarkFailedLocked(const BatchKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Remembers that `key` was served, for the staleness of its job's other batches.
+  void NoteServedLocked(const BatchKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool StaleLocked(const HeldTask& task, uint64_t index, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Evicts every stale ready batch; returns how many.
+  uint64_t EvictStaleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool AtMadeTaskCapLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const Options options_;
@@ -199,6 +228,15 @@ class TaskRunner final : public TaskHolder {
   uint64_t records_skipped_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t batches_served_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t bytes_served_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t batches_evicted_ ABSL_GUARDED_BY(mu_) = 0;
+  // How far each rank of each dealt job has been served on this producer: the furthest position
+  // (epoch, step), as epoch * (steps_per_epoch + 1) + step, if any.
+  struct RankServed {
+    bool any = false;
+    uint64_t position = 0;
+  };
+  absl::flat_hash_map<std::string, std::vector<RankServed>> served_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_evict_scan_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   double make_seconds_ ABSL_GUARDED_BY(mu_) = 0;
   int threads_ ABSL_GUARDED_BY(mu_) = 0;
 

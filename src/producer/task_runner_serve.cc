@@ -73,10 +73,13 @@ absl::StatusOr<Batch> TaskRunner::GetBatch(const BatchKey& key, absl::Time deadl
         std::optional<absl::StatusOr<Batch>> got = buffer_.TryTake(key);
         if (!got) return absl::UnavailableError("the producer is shutting down");
         MarkHandedLocked(*task, index);
+        if (!got->ok()) MarkFailedLocked(key);
         return *std::move(got);
       }
       case State::kHanded:  // handed out before: a retry, remade here
       case State::kServed:
+      case State::kEvicted:  // dropped unserved: made again here
+        MarkHandedLocked(*task, index);
         break;
     }
   }
@@ -85,7 +88,12 @@ absl::StatusOr<Batch> TaskRunner::GetBatch(const BatchKey& key, absl::Time deadl
     if (!got.ok()) return std::move(got).status();
     return std::move(got->second);
   }
-  return MakeNow(*task->maker(), key.epoch, key.batch, first);
+  absl::StatusOr<Batch> made = MakeNow(*task->maker(), key.epoch, key.batch, first);
+  if (!made.ok()) {
+    absl::MutexLock lock(&mu_);
+    MarkFailedLocked(key);
+  }
+  return made;
 }
 
 absl::StatusOr<std::pair<uint64_t, Batch>> TaskRunner::GetAnyBatch(absl::string_view job,
@@ -115,7 +123,10 @@ absl::StatusOr<std::pair<uint64_t, Batch>> TaskRunner::GetAnyBatch(absl::string_
           MarkHandedLocked(*t, got->first - t->first());
         }
       }
-      if (!got->second.ok()) return std::move(got->second).status();
+      if (!got->second.ok()) {
+        MarkFailedLocked(BatchKey{job_name, epoch, got->first});
+        return std::move(got->second).status();
+      }
       return std::make_pair(got->first, *std::move(got->second));
     }
     // Else one nobody has started, made here.
@@ -136,7 +147,11 @@ absl::StatusOr<std::pair<uint64_t, Batch>> TaskRunner::GetAnyBatch(absl::string_
   if (ticket) return buffer_.Wait(*std::move(ticket), deadline);
   const uint64_t batch = task->first() + index;
   absl::StatusOr<Batch> made = MakeNow(*task->maker(), epoch, batch, /*first=*/true);
-  if (!made.ok()) return std::move(made).status();
+  if (!made.ok()) {
+    absl::MutexLock lock(&mu_);
+    MarkFailedLocked(BatchKey{job_name, epoch, batch});
+    return std::move(made).status();
+  }
   return std::make_pair(batch, *std::move(made));
 }
 
@@ -153,6 +168,7 @@ void TaskRunner::OnServed(const BatchKey& key, uint64_t bytes) {
   absl::MutexLock lock(&mu_);
   ++batches_served_;
   bytes_served_ += bytes;
+  NoteServedLocked(key);
   auto it = std::find_if(tasks_.begin(), tasks_.end(),
                          [&key](const std::shared_ptr<HeldTask>& t) { return t->Covers(key); });
   if (it == tasks_.end()) return;  // finished already, or revoked
@@ -163,13 +179,7 @@ void TaskRunner::OnServed(const BatchKey& key, uint64_t bytes) {
     buffer_.Discard(key, absl::NotFoundError(KeyText(key) + " was served already"));
   }
   MarkHandedLocked(task, index);
-  if (!task.Serve(index)) return;
-  // Finished: every batch served.
-  task.Drop();
-  finished_.push_back(task.id());
-  retained_.push_back(std::move(*it));
-  tasks_.erase(it);
-  while (retained_.size() > options_.retain_finished_tasks) retained_.pop_front();
+  if (task.Serve(index)) FinishLocked(*it);  // done
 }
 
 Codec TaskRunner::CompressionOf(absl::string_view job) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "src/common/logging.h"
 #include "src/common/retry.h"
 #include "src/net/tls_probe.h"
 #include "src/rpc/grpc_util.h"
@@ -103,8 +104,17 @@ absl::StatusOr<Response> DispatcherClient::Call(const char* name, const Request&
         return result;
       },
       RetryOptions{.retryable = [retry](const absl::Status& s) {
-        return retry && absl::IsUnavailable(s);
-      }});
+                     return retry && absl::IsUnavailable(s);
+                   },
+                   // Every process that waits for the dispatcher says so within seconds, with
+                   // the address and why, not only at its deadline.
+                   .still_waiting = [&](absl::Duration waited, const absl::Status& last) {
+                     Log(LogLevel::kWarning, "client",
+                         absl::StrCat(what, ": no answer for ", absl::FormatDuration(
+                                                                    absl::Trunc(waited, absl::Seconds(1))),
+                                      " (", last.message(), "); trying until ",
+                                      absl::FormatDuration(options_.timeout), " have passed"));
+                   }});
   if (!status.ok()) {
     return absl::Status(status.code(), absl::StrCat(status.message(), ConnectionHint(status)));
   }

@@ -12,6 +12,7 @@
 #include "croupier/plan.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "src/common/status_macros.h"
 #include "src/producer/producer_testing.h"
 #include "src/testing/test_cluster.h"
 
@@ -245,6 +246,136 @@ TEST(ClusterTest, AJobItsConsumersLeftDoesNotStarveAnother) {
   }
   const auto planned = PlannedIds(left_job, 0)[0];
   EXPECT_EQ(rest, std::vector<std::vector<int64_t>>(planned.begin() + 2, planned.end()));
+}
+
+
+// Reads every step of `epoch` of `job` as rank `rank` of `world`: the ids per step, or the error
+// of the first step that fails.
+absl::StatusOr<std::vector<std::vector<int64_t>>> ReadRank(TestCluster& cluster,
+                                                           const std::string& job, uint32_t rank,
+                                                           uint32_t world, uint64_t epoch) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Consumer> consumer,
+                   cluster.Connect(job, rank, world, {.timeout = absl::Seconds(8)}));
+  return ReadEpochIds(*consumer, epoch);
+}
+
+// One producer with 2 task slots; job "train" has 3 ranks, of which rank 2 registers and reads
+// nothing. Before a slot was making capacity, ranks 0 and 1 stalled after the two tasks the
+// producer held (their batches were made, rank 2's were never taken) until their timeout, and job
+// "other" on the same producer got nothing. Now both jobs' readers finish their epochs, and rank 2,
+// reading at last, gets the plan's batches: each record exactly once.
+TEST(ClusterTest, AStuckRankCostsOnlyItself) {
+  TestClusterOptions options{.producers = 1, .rounds_per_task = 1};
+  options.producer.runner.threads = 2;
+  options.producer.runner.max_tasks = 2;
+  auto cluster = ClusterWithDataset(std::move(options));
+  const v1::JobInfo job = Must(cluster->CreateJob(DatasetSpec(cluster->dir(), 3)));
+  v1::JobSpec other_spec = DatasetSpec(cluster->dir(), 1);
+  other_spec.set_name("other");
+  const v1::JobInfo other = Must(cluster->CreateJob(other_spec));
+  auto stuck = Must(cluster->Connect("train", 2, 3));  // registered, never reads
+  ASSERT_NE(stuck, nullptr);
+  const auto planned = PlannedIds(job, 0);
+  std::vector<absl::StatusOr<std::vector<std::vector<int64_t>>>> got(3);
+  std::thread other_reader([&] {
+    EXPECT_EQ(Must(ReadRank(*cluster, "other", 0, 1, 0)), PlannedIds(other, 0)[0]);
+  });
+  std::vector<std::thread> readers;
+  for (uint32_t r = 0; r < 2; ++r) {
+    readers.emplace_back([&, r] { got[r] = ReadRank(*cluster, "train", r, 3, 0); });
+  }
+  for (auto& t : readers) t.join();
+  other_reader.join();
+  for (uint32_t r = 0; r < 2; ++r) {
+    ASSERT_TRUE(got[r].ok()) << "rank " << r << ": " << got[r].status();
+    EXPECT_EQ(*got[r], planned[r]) << "rank " << r;
+  }
+  // Rank 2 reads at last.
+  EXPECT_EQ(Must(ReadEpochIds(*stuck, 0)), planned[2]);
+}
+
+// Record 17 cannot be made into a batch (a feature is missing): without shuffling it is in batch 4,
+// rank 1's step 1, in the epoch's second task. Rank 1 gets that error, naming the record, and
+// reads no further; the other ranks read their whole epoch. Before, the failed task kept its
+// producer slot, and so did every later task (rank 1's batches were never taken): ranks 0 and 2
+// stalled after two tasks until their deadline.
+TEST(ClusterTest, AFailedBatchFailsOnlyTheRankThatNeedsIt) {
+  TestClusterOptions options{.producers = 1, .rounds_per_task = 1};
+  options.producer.runner.max_tasks = 2;
+  auto cluster = Must(TestCluster::Start(std::move(options)));
+  ASSERT_NE(cluster, nullptr);
+  WriteDataset(cluster->dir(), {50, 40, 30}, [](int64_t id) {
+    Example e = RecordOf(id);
+    if (id == 17) e.pop_back();  // no "name"
+    return EncodeExample(e);
+  });
+  v1::JobSpec spec = DatasetSpec(cluster->dir(), 3);
+  spec.set_shuffle(v1::SHUFFLE_NONE);
+  const v1::JobInfo job = Must(cluster->CreateJob(spec));
+  const auto planned = PlannedIds(job, 0);
+  uint32_t bad_rank = 3;
+  size_t bad_step = 0;
+  for (uint32_t r = 0; r < 3; ++r) {
+    for (size_t s = 0; s < planned[r].size(); ++s) {
+      if (std::count(planned[r][s].begin(), planned[r][s].end(), 17) > 0) {
+        bad_rank = r;
+        bad_step = s;
+      }
+    }
+  }
+  ASSERT_EQ(bad_rank, 1u);
+  ASSERT_EQ(bad_step, 1u);
+  std::vector<std::vector<std::vector<int64_t>>> got(3);
+  std::vector<absl::Status> ended(3);
+  std::vector<std::thread> readers;
+  for (uint32_t r = 0; r < 3; ++r) {
+    readers.emplace_back([&, r] {
+      auto consumer = Must(cluster->Connect("train", r, 3, {.timeout = absl::Seconds(8)}));
+      if (!consumer) return;
+      ended[r] = consumer->StartEpoch(0);
+      while (ended[r].ok()) {
+        absl::StatusOr<std::optional<Batch>> batch = consumer->Next();
+        if (!batch.ok()) {
+          ended[r] = batch.status();
+          break;
+        }
+        if (!batch->has_value()) break;
+        absl::Span<const int64_t> ids = (*batch)->view().Find("id")->ints();
+        got[r].emplace_back(ids.begin(), ids.end());
+      }
+    });
+  }
+  for (auto& t : readers) t.join();
+  for (uint32_t r = 0; r < 3; ++r) {
+    if (r == bad_rank) {
+      EXPECT_THAT(ended[r].message(), ::testing::HasSubstr("record 17 of"));
+      EXPECT_THAT(ended[r].message(), ::testing::HasSubstr("feature 'name'"));
+      EXPECT_EQ(got[r], std::vector<std::vector<int64_t>>(planned[r].begin(),
+                                                          planned[r].begin() + bad_step));
+    } else {
+      EXPECT_TRUE(ended[r].ok()) << "rank " << r << ": " << ended[r];
+      EXPECT_EQ(got[r], planned[r]) << "rank " << r;
+    }
+  }
+}
+
+// A producer that leaves (SIGTERM, or a pool that can make nothing) hands its tasks back at once:
+// with a producer timeout far beyond the consumers' deadline, the ranks still read the plan's
+// batches, exactly once, from the producer that stays.
+TEST(ClusterTest, ALeavingProducersTasksAreMadeByAnotherAtOnce) {
+  TestClusterOptions options{.producers = 2, .producer_timeout = absl::Seconds(60),
+                             .rounds_per_task = 1};
+  auto cluster = ClusterWithDataset(std::move(options));
+  const v1::JobInfo job = Must(cluster->CreateJob(DatasetSpec(cluster->dir(), 2)));
+  const absl::Time start = absl::Now();
+  const auto got = ReadAllRanks(*cluster, 2, 0, {.prefetch_batches = 1, .timeout = absl::Seconds(8)},
+                                absl::Milliseconds(20), [&] {
+                                  absl::SleepFor(absl::Milliseconds(100));
+                                  cluster->producer(0)->Leave();
+                                });
+  const auto planned = PlannedIds(job, 0);
+  for (uint32_t r = 0; r < 2; ++r) EXPECT_EQ(got[r], planned[r]) << "rank " << r;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(8));
 }
 
 }  // namespace
