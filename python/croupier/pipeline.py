@@ -664,6 +664,21 @@ class _Zygote:
                               "worker: none can be replaced")
             raise _ZygoteError(self._gone)
 
+    def gone(self):
+        """Why the zygote answers no more (it exited, and its workers with it), or None while it
+        runs. Looks without asking it anything: a zombie is reaped here."""
+        with self._lock:
+            if self._gone is None:
+                try:
+                    done, status = os.waitpid(self.pid, os.WNOHANG)
+                except ChildProcessError:
+                    done, status = self.pid, None
+                if done:
+                    self._gone = (f"the pool's zygote process (pid {self.pid}) is gone "
+                                  f"({_how(status)}), and with it every worker: none can be "
+                                  "replaced")
+            return self._gone
+
     def close(self):
         """Ends the zygote, which waits for its workers first; SIGKILLs it if it takes longer."""
         with self._lock:
@@ -837,9 +852,11 @@ class _WorkerPool:
         """Why the pool can make no batch any more (no worker is left and none will be
         replaced), or None while it can."""
         with self._cond:
-            if self._closed or self._stopped is None or self._workers or self._replacing:
+            if self._closed:
                 return None
-            return self._stopped
+            if self._stopped is not None and not self._workers and not self._replacing:
+                return self._stopped
+        return self._zygote.gone()  # its workers die with it, whether asked for a batch or not
 
     def _take(self):
         """An idle worker, waiting for one; None once no worker is left."""
