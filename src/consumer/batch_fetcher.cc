@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "src/common/logging.h"
 #include "src/common/retry.h"
 #include "src/common/status_macros.h"
 
@@ -83,7 +84,17 @@ absl::StatusOr<Batch> BatchFetcher::FetchStep(uint64_t epoch, uint64_t step, abs
         return result.status();
       },
       RetryOptions{.initial_backoff = absl::Milliseconds(2),
-                   .max_backoff = absl::Milliseconds(50)});
+                   .max_backoff = absl::Milliseconds(50),
+                   // A rank that waits says what for within seconds, not only at its deadline.
+                   .still_waiting = [&](absl::Duration waited, const absl::Status& last) {
+                     Log(LogLevel::kWarning, "consumer",
+                         absl::StrCat("job '", job_.name, "' rank ", rank_, " epoch ", epoch,
+                                      " step ", step, ": waiting ",
+                                      absl::FormatDuration(absl::Trunc(waited, absl::Seconds(1))),
+                                      " so far for global batch ", g, " (", last.message(),
+                                      "); gives up at its deadline, ",
+                                      absl::FormatDuration(timeout_), " after the step began"));
+                   }});
   if (!status.ok()) {
     return absl::Status(status.code(),
                         absl::StrCat(status.message(), " [last producer: ", where, "]"));

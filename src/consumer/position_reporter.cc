@@ -31,14 +31,12 @@ absl::StatusOr<Registration> RegisterConsumer(ControlPlane& control, const std::
       // Said at once, with what the dispatcher knows: a typo in the job's name shows now, not at
       // the deadline.
       said_waiting = true;
+      // The message names the dispatcher already (the control plane's prefix).
       Log(LogLevel::kWarning, "consumer",
-          absl::IsNotFound(registered.status())
-              ? absl::StrCat("dispatcher ", control.address(), ": ", registered.status().message(),
-                             "; rank ", rank, " waits up to ", absl::FormatDuration(timeout),
-                             " for it to be created")
-              : absl::StrCat("dispatcher ", control.address(), ": ", registered.status().message(),
-                             "; rank ", rank, " waits up to ", absl::FormatDuration(timeout),
-                             " for it to be free"));
+          absl::StrCat(registered.status().message(), "; rank ", rank, " waits up to ",
+                       absl::FormatDuration(timeout),
+                       absl::IsNotFound(registered.status()) ? " for the job to be created"
+                                                             : " for the rank to be free"));
     }
     absl::SleepFor(absl::Milliseconds(250));
   }

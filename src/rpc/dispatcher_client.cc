@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "src/common/logging.h"
 #include "src/common/retry.h"
@@ -42,6 +43,11 @@ DispatcherClient::DispatcherClient(std::string address, DispatcherClientOptions 
 
 std::string DispatcherClient::ConnectionHint(const absl::Status& status) const {
   if (!absl::IsUnavailable(status) && !absl::IsDeadlineExceeded(status)) return "";
+  // Nothing listens there (or a firewall rejects): TLS is not the cause, the address is.
+  if (absl::StrContains(status.message(), "Connection refused")) {
+    return absl::StrCat(" (nothing accepts connections at ", address_,
+                        ": is the dispatcher running, and is this its address and port?)");
+  }
   // gRPC says "Socket closed" or "Connection reset" when the two sides disagree on TLS.
   if (options_.tls.enabled()) {
     return " (this client uses TLS: is the dispatcher started with --tls-cert, and does its "
