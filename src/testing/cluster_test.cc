@@ -2,6 +2,7 @@
 // real producers and consumers, in one process. Every check compares content: the record ids each
 // rank received against the plan, and content hashes against a fault-free run.
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <latch>
 #include <map>
@@ -376,6 +377,71 @@ TEST(ClusterTest, ALeavingProducersTasksAreMadeByAnotherAtOnce) {
   const auto planned = PlannedIds(job, 0);
   for (uint32_t r = 0; r < 2; ++r) EXPECT_EQ(got[r], planned[r]) << "rank " << r;
   EXPECT_LT(absl::Now() - start, absl::Seconds(8));
+}
+
+// Producers come and go: through a 3-epoch job, a producer joins or one leaves every 100 ms (at
+// least one stays). Each rank gets exactly the bytes of a run with 2 fixed producers: a batch's
+// content does not depend on which producer made it, so an engine may scale producers freely.
+TEST(ClusterTest, ProducersThatComeAndGoChangeNoByte) {
+  constexpr uint32_t kWorld = 3;
+  constexpr uint64_t kEpochs = 3;
+  auto run = [&](bool churn) {
+    TestClusterOptions options{.producers = churn ? 1 : 2, .producer_timeout = absl::Seconds(60),
+                               .rounds_per_task = 1};
+    auto cluster = ClusterWithDataset(std::move(options));
+    v1::JobSpec spec = DatasetSpec(cluster->dir(), kWorld);
+    spec.set_num_epochs(kEpochs);
+    EXPECT_TRUE(cluster->CreateJob(spec).ok());
+    std::atomic<bool> done{false};
+    int joined = 0, left = 0;
+    std::thread churner([&] {
+      if (!churn) return;
+      size_t oldest = 0;  // producers [oldest, num_producers()) are live
+      for (int i = 0; !done.load(); ++i) {
+        absl::SleepFor(absl::Milliseconds(100));
+        const size_t live = cluster->num_producers() - oldest;
+        if (i % 2 == 0 || live == 1) {
+          EXPECT_TRUE(cluster->AddProducer().ok());
+          ++joined;
+        } else {
+          cluster->producer(oldest++)->Leave();
+          ++left;
+        }
+      }
+    });
+    std::vector<std::vector<uint64_t>> hashes(kWorld);
+    std::vector<std::thread> readers;
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      readers.emplace_back([&, r] {
+        auto consumer = Must(cluster->Connect("train", r, kWorld,
+                                              {.prefetch_batches = 1, .timeout = absl::Seconds(20)}));
+        if (!consumer) return;
+        for (uint64_t e = 0; e < kEpochs; ++e) {
+          CROUPIER_ASSERT_OK(consumer->StartEpoch(e));
+          while (true) {
+            auto batch = Must(consumer->Next());
+            if (!batch) break;
+            hashes[r].push_back(batch->ContentHash());
+            absl::SleepFor(absl::Milliseconds(25));
+          }
+        }
+      });
+    }
+    for (auto& t : readers) t.join();
+    done = true;
+    churner.join();
+    if (churn) {
+      EXPECT_GE(joined, 3) << "the run was too short to churn";
+      EXPECT_GE(left, 2) << "the run was too short to churn";
+    }
+    return hashes;
+  };
+  const auto fixed = run(false);
+  const auto churned = run(true);
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(fixed[r].size(), 10u * kEpochs);  // 30 batches an epoch over 3 ranks
+    EXPECT_EQ(churned[r], fixed[r]) << "rank " << r;
+  }
 }
 
 }  // namespace
