@@ -981,7 +981,7 @@ def produce(source, dispatcher, job, *, batch_size, consumers=None, epochs=1, se
             tf_transform=None, skip_failing_records=False, decode=None, cache_bytes=0,
             workers=None, threads=None, auth_token=None, buffer_bytes=256 << 20, max_tasks=2,
             bind="127.0.0.1", advertise_host="", timeout=60.0, stop=None, resume_from=None,
-            dispatcher_timeout=120.0):
+            dispatcher_timeout=120.0, _on_serving=None):
     """Runs a producer of map job `job`, whose records are `source[i]` (any object with
     __len__ and __getitem__; a `get_many(indexes)` method, if it has one, reads a batch's
     records at once), until every rank has read the job's last epoch (epochs > 0) or `stop`
@@ -1114,6 +1114,8 @@ def produce(source, dispatcher, job, *, batch_size, consumers=None, epochs=1, se
                 node = _exit.track(_croupier._MapProducer(
                     dispatcher, job, _token(auth_token), threads, int(buffer_bytes), int(max_tasks),
                     bind, advertise_host, float(timeout), make))
+                if _on_serving is not None:
+                    _on_serving()  # the command line's graceful stop (main)
                 _wait_for_the_end(node, pool, dispatcher, job, info, auth_token, stop,
                                   dispatcher_timeout)
             except errors.Error:
@@ -1219,10 +1221,19 @@ def main(argv=None):
             if getattr(args, key) is not None:
                 options[key] = getattr(args, key)
         stop = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        signal.signal(signal.SIGINT, lambda *_: stop.set())
+
+        def graceful():
+            # Once serving: a signal stops the producer cleanly (it leaves the job, handing its
+            # tasks back). Until then the default action ends the process at once: a Python handler
+            # would run only after the wait for the dispatcher (up to --timeout) returned.
+            signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            signal.signal(signal.SIGINT, lambda *_: stop.set())
+
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         done = produce(source, args.dispatcher, args.job, bind=args.bind,
-                       advertise_host=args.advertise_host, stop=stop, **options)
+                       advertise_host=args.advertise_host, stop=stop, _on_serving=graceful,
+                       **options)
         if done["record_cache"] is not None:
             print(f"croupier produce: job '{args.job}': {summary(done['record_cache'])}",
                   flush=True)
