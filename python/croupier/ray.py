@@ -1,0 +1,277 @@
+"""croupier on a Ray cluster: the dispatcher and the producers as Ray actors, placed by Ray, and
+the producers' number set by the caller or by the dispatcher's advice.
+
+    import croupier.ray
+    service = croupier.ray.Service(producers=2)          # on the Ray cluster ray.init() joined
+    service.create_job("train", "/data/*.tfrecord", "image:bytes,label:int64", batch_size=64,
+                       consumers=4, seed=1, epochs=2)
+    # In each Ray Train worker (TorchTrainer's train_loop_per_worker):
+    feed = croupier.ray.consumer(service.address, "train")   # rank and world from Ray Train
+    service.scale(4)                                      # producers join and leave at any time
+    service.shutdown()
+
+Each croupier process (`croupier dispatcher`, `croupier producer`) is the child of one actor,
+which starts it, waits until it is ready, and stops it with SIGTERM (a producer then leaves the
+cluster and its tasks go to the other producers at once; docs/protocol.md, "Shutdown and
+leaving"); the process dies with its actor. A producer actor that dies (its node lost) is
+restarted by Ray (max_restarts), and its new producer registers anew: a batch's bytes do not
+depend on which producer made it, so adding, removing or restarting producers changes no byte a
+trainer gets. The dispatcher actor is not restarted: its journal is in `work_dir` on the node it
+runs on (give that node durable disk, e.g. with `dispatcher_options={"resources": ...}`).
+
+Producers here serve TFRecord jobs (`croupier producer`). Needs the `ray` package (pinned in
+scripts/requirements-dev.txt) and the `croupier` command on every node (croupier_binary()).
+"""
+import contextlib
+import os
+import pathlib
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+
+import ray
+
+from croupier import errors
+from croupier.cluster import _die_with_parent, create_job, croupier_binary, status
+
+__all__ = ["Service", "consumer"]
+
+
+@ray.remote(num_cpus=0)
+class _Process:
+    """One croupier command, run as this actor's child process."""
+
+    def __init__(self, name, args, work_dir, env=None):
+        self.name = name
+        self.work_dir = pathlib.Path(work_dir)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.work_dir / f"{name}.log"
+        self.host = ray.util.get_node_ip_address()
+        with open(self.log_path, "a") as log:
+            self.proc = subprocess.Popen([croupier_binary(), *args], stdout=log,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=dict(os.environ, **(env or {})),
+                                         start_new_session=True, preexec_fn=_die_with_parent)
+
+    def wait_for_file(self, path, timeout):
+        """The contents of `path` once the process has written it."""
+        path = pathlib.Path(path)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if path.exists() and path.read_text().strip():
+                return path.read_text().strip()
+            if self.proc.poll() is not None:
+                raise errors.UnavailableError(
+                    f"croupier {self.name} exited with {self.proc.returncode} before it was "
+                    f"ready: {self.log_tail()}")
+            time.sleep(0.02)
+        raise errors.DeadlineExceededError(
+            f"croupier {self.name} was not ready within {timeout} s: {self.log_tail()}")
+
+    def node_ip(self):
+        return self.host
+
+    def pid(self):
+        return self.proc.pid
+
+    def running(self):
+        return self.proc.poll() is None
+
+    def log_tail(self, chars=2000):
+        try:
+            return self.log_path.read_text()[-chars:]
+        except OSError:
+            return ""
+
+    def stop(self, grace=10.0):
+        """SIGTERM, then SIGKILL after `grace` seconds; the exit status."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        return self.proc.returncode
+
+
+class Service:
+    """A croupier dispatcher and `producers` producers as Ray actors.
+
+    work_dir: where the dispatcher keeps its journal and every process its log (default: a new
+    temporary folder; it must exist on the nodes that run them). bind: the interface the processes
+    listen on ("0.0.0.0", the default, for a multi-node cluster; "127.0.0.1" on one machine); they
+    advertise their node's IP. producer_args: extra `croupier producer` flags (e.g. ["--threads",
+    "4"]). producer_options / dispatcher_options: Ray actor options (num_cpus, resources,
+    scheduling_strategy); a producer asks for 1 CPU by default, so that Ray places it (and, with
+    an autoscaler, adds nodes for it). auth_token: the token every process presents."""
+
+    def __init__(self, producers=1, *, work_dir=None, bind="0.0.0.0", producer_args=(),
+                 producer_options=None, dispatcher_options=None, auth_token=None,
+                 ready_timeout=60.0):
+        if not ray.is_initialized():
+            raise errors.FailedPreconditionError(
+                "croupier.ray.Service needs a Ray cluster: call ray.init() first")
+        self._tmp = None
+        if work_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="croupier-ray-")
+            work_dir = self._tmp.name
+        self.work_dir = str(work_dir)
+        self.auth_token = auth_token
+        self._bind = bind
+        self._producer_args = [str(a) for a in producer_args]
+        self._producer_options = dict({"num_cpus": 1, "max_restarts": -1},
+                                      **(producer_options or {}))
+        self._ready_timeout = float(ready_timeout)
+        self._env = {"CROUPIER_AUTH_TOKEN": auth_token} if auth_token else {}
+        self._lock = threading.Lock()
+        self._producers = []  # actors, oldest first
+        self._count = 0  # producers started so far: their names
+        self._autoscaler = None
+        self._stop_autoscaling = threading.Event()
+        port_file = pathlib.Path(self.work_dir) / "dispatcher.port"
+        with contextlib.suppress(FileNotFoundError):
+            port_file.unlink()
+        options = dict({"max_restarts": 0}, **(dispatcher_options or {}))
+        self._dispatcher = _Process.options(**options).remote(
+            "dispatcher", ["dispatcher", "--bind", bind, "--port", "0", "--port-file",
+                           str(port_file), "--work-dir", str(pathlib.Path(self.work_dir) /
+                                                             "dispatcher")],
+            self.work_dir, self._env)
+        try:
+            port = ray.get(self._dispatcher.wait_for_file.remote(str(port_file),
+                                                                 self._ready_timeout))
+            host = "127.0.0.1" if bind == "127.0.0.1" else ray.get(
+                self._dispatcher.node_ip.remote())
+            self.address = f"{host}:{port}"
+            self.scale(producers)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    # --- producers ------------------------------------------------------------------------------
+
+    @property
+    def producers(self):
+        """How many producer actors this service runs now."""
+        with self._lock:
+            return len(self._producers)
+
+    def scale(self, count, timeout=None):
+        """Runs `count` producers: starts new ones (and waits until they have registered), or
+        stops the newest ones (each leaves: its tasks go to the others at once). Returns the
+        number before."""
+        count = int(count)
+        if count < 0:
+            raise errors.InvalidArgumentError(f"a service runs 0 or more producers, not {count}")
+        timeout = self._ready_timeout if timeout is None else float(timeout)
+        with self._lock:
+            before = len(self._producers)
+            while len(self._producers) < count:
+                self._count += 1
+                args = ["producer", "--dispatcher", self.address, "--bind", self._bind,
+                        *self._producer_args]
+                actor = _Process.options(**self._producer_options).remote(
+                    f"producer{self._count}", args, self.work_dir, self._env)
+                self._producers.append(actor)
+            leaving = []
+            while len(self._producers) > count:
+                leaving.append(self._producers.pop())
+        for actor in leaving:
+            with contextlib.suppress(Exception):
+                ray.get(actor.stop.remote(), timeout=30)
+            ray.kill(actor, no_restart=True)
+        if count > before:
+            self._wait_for_producers(count, timeout)
+        return before
+
+    def _wait_for_producers(self, count, timeout):
+        deadline = time.monotonic() + timeout
+        while True:
+            live = len(self.status().get("producers", []))
+            if live >= count:
+                return
+            if time.monotonic() > deadline:
+                tails = ray.get([a.log_tail.remote(500) for a in self._producers])
+                raise errors.DeadlineExceededError(
+                    f"{live} of {count} producers registered with {self.address} within "
+                    f"{timeout:g} s; their logs end: {tails}")
+            time.sleep(0.1)
+
+    def autoscale(self, min_producers=1, max_producers=8, interval=5.0):
+        """Sets the number of producers to the dispatcher's recommendation (status
+        producer_advice.recommended, docs/operations.md "How many producers"), within
+        [min_producers, max_producers], every `interval` seconds, on a thread, until
+        stop_autoscaling() or shutdown(). The recommendation counts the consumers of TFRecord
+        jobs; while it is 0 (still measuring) nothing changes."""
+        if not 0 <= int(min_producers) <= int(max_producers):
+            raise errors.InvalidArgumentError(
+                f"min_producers {min_producers} and max_producers {max_producers} are not a range")
+        self.stop_autoscaling()
+        self._stop_autoscaling.clear()
+
+        def run():
+            while not self._stop_autoscaling.wait(interval):
+                try:
+                    advice = self.status().get("producer_advice", {})
+                    wanted = int(advice.get("recommended", 0))
+                    if wanted > 0:
+                        wanted = max(int(min_producers), min(int(max_producers), wanted))
+                        if wanted != self.producers:
+                            self.scale(wanted)
+                except errors.Error:
+                    pass  # the dispatcher is busy or restarting: the next round tries again
+
+        self._autoscaler = threading.Thread(target=run, name="croupier-ray-autoscale",
+                                            daemon=True)
+        self._autoscaler.start()
+
+    def stop_autoscaling(self):
+        self._stop_autoscaling.set()
+        if self._autoscaler is not None:
+            self._autoscaler.join()
+            self._autoscaler = None
+
+    # --- jobs and status ------------------------------------------------------------------------
+
+    def create_job(self, name, files, features, batch_size, **options):
+        """croupier.create_job() on this service's dispatcher."""
+        options.setdefault("auth_token", self.auth_token)
+        return create_job(self.address, name, files, features, batch_size, **options)
+
+    def status(self):
+        return status(self.address, auth_token=self.auth_token)
+
+    def shutdown(self):
+        """Stops the autoscaler, the producers (each leaves) and the dispatcher. Idempotent."""
+        self.stop_autoscaling()
+        with contextlib.suppress(Exception):
+            if getattr(self, "address", None):
+                self.scale(0)
+        dispatcher, self._dispatcher = getattr(self, "_dispatcher", None), None
+        if dispatcher is not None:
+            with contextlib.suppress(Exception):
+                ray.get(dispatcher.stop.remote(), timeout=30)
+            ray.kill(dispatcher, no_restart=True)
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown()
+
+
+def consumer(dispatcher, job, **options):
+    """A croupier.Consumer of `job` for this Ray Train worker: its rank and world size are the
+    worker's (ray.train.get_context()). Call it inside train_loop_per_worker."""
+    import ray.train
+    from croupier.consumer import Consumer
+    context = ray.train.get_context()
+    return Consumer(dispatcher, job, context.get_world_rank(), context.get_world_size(), **options)

@@ -1,0 +1,121 @@
+"""croupier.ray on a real local Ray cluster (ray.init on this machine): the dispatcher and the
+producers as Ray actors, trainers under Ray Train's TorchTrainer reading their ranks, and
+producers scaled up and down while they read. Checked on content: every rank gets exactly the
+plan's record ids, every record once per epoch."""
+import json
+import os
+import pathlib
+import sys
+import threading
+import time
+
+import pytest
+
+ray = pytest.importorskip("ray")
+pytest.importorskip("ray.train.torch")
+
+import croupier  # noqa: E402
+import croupier.ray  # noqa: E402
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from service_cluster import synth_dataset  # noqa: E402
+
+FEATURES = "id:int64,label:int64,image:bytes"
+RECORDS, BATCH, WORLD, SEED, EPOCHS = 480, 8, 2, 4, 2
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory):
+    """A Ray cluster of this machine, for the module; every Ray process is gone at the end."""
+    tmp = tmp_path_factory.mktemp("ray")
+    here = pathlib.Path(__file__).resolve().parent
+    path = os.pathsep.join([str(here), str(here.parent / "python"), os.environ.get("PYTHONPATH", "")])
+    # Loopback only: Ray would otherwise use this machine's interface address. No token file in
+    # the home folder: the cluster is this test's, on loopback.
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
+             _node_ip_address="127.0.0.1", _temp_dir=str(tmp / "r"),
+             runtime_env={"env_vars": {"PYTHONPATH": path}})
+    yield tmp
+    ray.shutdown()
+
+
+def planned(epoch):
+    plan = croupier.EpochPlan(RECORDS, BATCH, WORLD, seed=SEED, epoch=epoch, shuffle="global")
+    return [[plan.batch(s * WORLD + r).tolist() for s in range(plan.steps_per_consumer)]
+            for r in range(WORLD)]
+
+
+def train_loop(config):
+    """A Ray Train worker: reads every epoch through croupier and writes the ids it got."""
+    import croupier.ray
+    import ray.train
+    feed = croupier.ray.consumer(config["address"], "train", timeout=60)
+    rank = ray.train.get_context().get_world_rank()
+    got = []
+    for epoch in range(config["epochs"]):
+        ids = []
+        for batch in feed.epoch(epoch):
+            ids.append(batch["id"].tolist())
+            time.sleep(config["pause"])  # a training step
+        got.append(ids)
+    feed.close()
+    pathlib.Path(config["out"], f"rank{rank}.json").write_text(json.dumps(got))
+
+
+@pytest.mark.timeout(300)
+def test_ray_train_workers_read_the_plan_while_producers_are_scaled(ray_cluster, tmp_path):
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+    files = synth_dataset(tmp_path / "data", RECORDS, files=2, image_bytes=32)
+    out = tmp_path / "out"
+    out.mkdir()
+    with croupier.ray.Service(producers=1, work_dir=tmp_path / "service",
+                              bind="127.0.0.1") as service:
+        service.create_job("train", [str(f) for f in files], FEATURES, BATCH, consumers=WORLD,
+                           seed=SEED, epochs=EPOCHS)
+        scaled = []
+
+        def scale():
+            for n in (3, 1, 2):  # producers join and leave while the trainers read
+                time.sleep(1.5)
+                service.scale(n)
+                scaled.append(n)
+
+        scaler = threading.Thread(target=scale)
+        scaler.start()
+        trainer = TorchTrainer(
+            train_loop,
+            train_loop_config={"address": service.address, "epochs": EPOCHS, "out": str(out),
+                               "pause": 0.05},
+            scaling_config=ScalingConfig(num_workers=WORLD, use_gpu=False,
+                                         resources_per_worker={"CPU": 0.5}),
+            run_config=RunConfig(storage_path=str(tmp_path / "train"), name="croupier"))
+        trainer.fit()
+        scaler.join()
+        assert scaled == [3, 1, 2]
+        assert service.producers == 2
+    for r in range(WORLD):
+        got = json.loads((out / f"rank{r}.json").read_text())
+        assert got == [planned(e)[r] for e in range(EPOCHS)], f"rank {r}"
+
+
+def test_a_service_needs_a_ray_cluster_first(monkeypatch):
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    with pytest.raises(croupier.errors.FailedPreconditionError, match="ray.init"):
+        croupier.ray.Service()
+
+
+@pytest.mark.timeout(120)
+def test_shutdown_leaves_no_croupier_process(ray_cluster, tmp_path):
+    service = croupier.ray.Service(producers=2, work_dir=tmp_path / "s", bind="127.0.0.1")
+    pids = ray.get([p.pid.remote() for p in service._producers]) + \
+        [ray.get(service._dispatcher.pid.remote())]
+    assert len(service.status()["producers"]) == 2
+    service.shutdown()
+    deadline = time.monotonic() + 10
+    while any(pathlib.Path(f"/proc/{p}").exists() for p in pids):
+        assert time.monotonic() < deadline, "a croupier process outlived its service"
+        time.sleep(0.05)
+    logs = "".join(p.read_text() for p in (tmp_path / "s").glob("producer*.log"))
+    assert logs.count("leaving (handing its tasks back)") == 2, logs
