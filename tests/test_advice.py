@@ -6,8 +6,10 @@ the dispatcher says 1 and why; a fast producer feeding a slow consumer is enough
 shortened (--advice-smoothing-ms 3000, --advice-hold-ms 2000) so that each case settles in
 seconds; src/dispatcher/producer_advice_test.cc checks the logic itself against exact loads.
 """
+import json
 import math
 import time
+import urllib.request
 
 import pytest
 
@@ -37,13 +39,25 @@ def advice_when(cluster, done, timeout):
         time.sleep(0.5)
 
 
+def scale_json(port_file):
+    """The dispatcher's /api/scale, what an engine's autoscaler (KEDA's metrics-api) reads."""
+    port = int(port_file.read_text())
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/scale", timeout=10) as answer:
+        return json.loads(answer.read())
+
+
 def test_a_slowed_producer_makes_the_dispatcher_ask_for_more(tmp_path, dataset):
-    with Cluster(tmp_path / "c", dispatcher_args=DAMPING) as cluster:
+    port_file = tmp_path / "metrics.port"
+    with Cluster(tmp_path / "c", dispatcher_args=DAMPING + [
+            "--metrics-port", "0", "--metrics-port-file", str(port_file)]) as cluster:
         cluster.add_producer("--test-make-delay-ms", "60")
         cluster.create_job("slow", dataset, FEATURES, 16, 1, seed=1, epochs=0)
         cluster.start_consumer("slow", 0, 1, tmp_path / "r0.jsonl", 1000, "--slow-ms", "10",
                                "--quiet")
         status = advice_when(cluster, lambda s: s["producerAdvice"]["recommended"] >= 2, 40)
+        scale = scale_json(port_file)["producers"]
+        assert scale["measured"] is True and scale["recommended"] >= 2, scale
+        assert scale["registered"] == 1 and scale["reason"], scale
     advice = status["producerAdvice"]
     consumer = status["consumers"][0]
     producer = status["producers"][0]

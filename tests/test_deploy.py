@@ -120,6 +120,57 @@ def _yaml_docs():
     return docs
 
 
+# The Kubernetes version the manifests are validated against (kubernetes-validate's bundled
+# schemas, offline).
+KUBERNETES_VERSION = "1.31"
+
+
+def test_every_manifest_validates_against_the_kubernetes_schema():
+    """kubernetes-validate, strict (unknown fields refused), against KUBERNETES_VERSION, for every
+    manifest of a core kind. KEDA's ScaledObject is a CRD with no schema there: its fields are
+    checked by test_the_autoscalers_size_the_producers_to_the_dispatchers_figure."""
+    kv = pytest.importorskip("kubernetes_validate")
+    yaml = pytest.importorskip("yaml")
+    checked = 0
+    for path in sorted(K8S.rglob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc is None or doc["kind"] in ("Kustomization", "ScaledObject"):
+                continue
+            kv.validate(doc, KUBERNETES_VERSION, strict=True)  # raises ValidationError
+            checked += 1
+    assert checked >= 6  # PVC, Service, StatefulSet, Deployment, Job, HorizontalPodAutoscaler
+
+
+def test_the_autoscalers_size_the_producers_to_the_dispatchers_figure():
+    yaml = pytest.importorskip("yaml")
+    docs = {d["kind"]: d for p in K8S.glob("*.yaml") for d in yaml.safe_load_all(p.read_text())
+            if d is not None}
+    producers = docs["Deployment"]["metadata"]["name"]
+    service = docs["Service"]
+    metrics_port = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "metrics")
+    keda = yaml.safe_load((K8S / "autoscale" / "keda-scaledobject.yaml").read_text())
+    assert keda["spec"]["scaleTargetRef"]["name"] == producers
+    (trigger,) = keda["spec"]["triggers"]
+    assert trigger["type"] == "metrics-api" and trigger["metricType"] == "AverageValue"
+    assert trigger["metadata"]["url"] == \
+        f"http://{service['metadata']['name']}:{metrics_port}/api/scale"
+    # The dispatcher's /api/scale answers {"producers": {"recommended": N, ...}}
+    # (tests/test_advice.py reads it from a real dispatcher).
+    assert trigger["metadata"]["valueLocation"] == "producers.recommended"
+    assert trigger["metadata"]["targetValue"] == "1"
+    hpa = yaml.safe_load((K8S / "autoscale" / "hpa-external.yaml").read_text())
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
+                                             "name": producers}
+    (metric,) = hpa["spec"]["metrics"]
+    # A gauge the dispatcher's /metrics serves (docs/metrics.md).
+    assert metric["external"]["metric"]["name"] == "croupier_producers_recommended"
+    assert "croupier_producers_recommended" in (ROOT / "docs" / "metrics.md").read_text()
+    for scaler in (keda["spec"], hpa["spec"]):
+        low = scaler.get("minReplicaCount", scaler.get("minReplicas"))
+        high = scaler.get("maxReplicaCount", scaler.get("maxReplicas"))
+        assert 1 <= low <= high
+
+
 def _pod_spec(doc):
     if doc["kind"] in ("StatefulSet", "Deployment", "Job"):
         return doc["spec"]["template"]["spec"]

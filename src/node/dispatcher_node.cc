@@ -25,6 +25,30 @@ std::string StatusJson(const absl::StatusOr<v1::StatusResponse>& status) {
   return ToUserJson(*status, options) + "\n";
 }
 
+// What an engine's autoscaler reads (docs/operations.md, "Scaling the producers"): the number of
+// `croupier producer` processes the dispatcher recommends, in the shape a KEDA metrics-api
+// trigger reads (valueLocation "producers.recommended"). While the dispatcher is still measuring
+// the figure is the number registered, so that nothing scales on a guess.
+std::string ScaleJson(const absl::StatusOr<v1::StatusResponse>& status) {
+  if (!status.ok()) {
+    return absl::StrCat("{\"error\": \"", absl::StatusCodeToString(status.status().code()),
+                        "\"}\n");
+  }
+  const v1::ProducerAdvice& advice = status->producer_advice();
+  const uint32_t recommended =
+      advice.recommended() > 0 ? advice.recommended() : advice.producers();
+  std::string reason = advice.reason();
+  std::string escaped;
+  for (char c : reason) {
+    if (c == '"' || c == '\\') escaped.push_back('\\');
+    if (static_cast<unsigned char>(c) >= 0x20) escaped.push_back(c);
+  }
+  return absl::StrCat("{\"producers\": {\"recommended\": ", recommended,
+                      ", \"measured\": ", advice.recommended() > 0 ? "true" : "false",
+                      ", \"registered\": ", advice.producers(), ", \"target\": ", advice.target(),
+                      ", \"reason\": \"", escaped, "\"}}\n");
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DispatcherNode>> DispatcherNode::Start(
@@ -90,6 +114,8 @@ absl::StatusOr<std::unique_ptr<DispatcherNode>> DispatcherNode::Start(
         {"/api/status", "application/json",
          [raw] { return StatusJson(raw->impl_->GetStatus(v1::StatusRequest())); }},
         {"/api/history", "application/json", [raw] { return raw->history_.ToJson(); }},
+        {"/api/scale", "application/json",
+         [raw] { return ScaleJson(raw->impl_->GetStatus(v1::StatusRequest())); }},
     };
     ASSIGN_OR_RETURN(node->metrics_, MetricsServer::Start(options.bind_address,
                                                           options.metrics_port, std::move(routes)));
