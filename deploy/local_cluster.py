@@ -1,7 +1,7 @@
 """One machine: a dispatcher, producers and N trainer processes, all started from Python.
 
     python deploy/local_cluster.py --files '/data/train/*.tfrecord' \\
-        --features image:bytes,label:int64 --trainers 4 [--producers 2] [--epochs 1] \\
+        --features image:bytes,label:int64 --trainers 4 [--producers 2|auto] [--epochs 1] \\
         [--batch-size 64] [--seed 0] [--report-dir DIR] [-- TRAINER COMMAND...]
 
 croupier.local_cluster starts the dispatcher and the producers as child processes on free loopback
@@ -27,7 +27,8 @@ def main():
     parser.add_argument("--files", required=True, help="the job's TFRecord files (a glob)")
     parser.add_argument("--features", required=True, help="e.g. image:bytes,label:int64")
     parser.add_argument("--trainers", type=int, default=2)
-    parser.add_argument("--producers", type=int, default=2)
+    parser.add_argument("--producers", default="2",
+                        help="how many producers, or 'auto': the dispatcher's recommendation")
     parser.add_argument("--job", default="train")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=64)
@@ -42,7 +43,8 @@ def main():
     args = parser.parse_args()
     command = [a for a in args.trainer if a != "--"] or [sys.executable, str(HERE / "trainer.py")]
 
-    with croupier.local_cluster(producers=args.producers, work_dir=args.work_dir) as cluster:
+    producers = args.producers if args.producers == "auto" else int(args.producers)
+    with croupier.local_cluster(producers=producers, work_dir=args.work_dir) as cluster:
         job = cluster.create_job(args.job, args.files, args.features, args.batch_size,
                                  consumers=args.trainers, seed=args.seed, epochs=args.epochs,
                                  exist_ok=True)

@@ -113,8 +113,16 @@ class LocalCluster:
     """A dispatcher and producers on this machine, as child processes. Use local_cluster()."""
 
     def __init__(self, producers=1, *, work_dir=None, auth_token=None, threads=None,
-                 buffer_bytes=None, producer_args=(), dispatcher_args=(), ready_timeout=30.0):
+                 buffer_bytes=None, producer_args=(), dispatcher_args=(), ready_timeout=30.0,
+                 max_producers=None, autoscale_interval=5.0):
         self._tmp = None
+        self.autoscaler = None
+        auto = producers == "auto"
+        if auto:
+            producers = 1
+        elif not isinstance(producers, int) or producers < 0:
+            raise errors.InvalidArgumentError(
+                f"producers is a number of producers or 'auto', not {producers!r}")
         if work_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="croupier-")
             work_dir = self._tmp.name
@@ -145,6 +153,12 @@ class LocalCluster:
             for _ in range(producers):
                 self.add_producer(wait=False)
             self.wait_for_producers(producers, ready_timeout)
+            if auto:
+                from croupier.autoscale import Autoscaler
+                high = max_producers if max_producers is not None else max(1, os.cpu_count() or 1)
+                self.autoscaler = Autoscaler(self.status, lambda: len(self.live_producers),
+                                             self.scale, min_producers=1, max_producers=high,
+                                             interval=autoscale_interval).start()
         except BaseException:
             self.close()
             raise
@@ -193,11 +207,33 @@ class LocalCluster:
             self.wait_for_producers(n + 1, timeout)
         return proc
 
+    @property
+    def live_producers(self):
+        return [p for p in self.producers if p.poll() is None]
+
+    def scale(self, count, timeout=30.0):
+        """Runs `count` producers: starts new ones and waits until they have registered, or stops
+        the newest ones (SIGTERM: each leaves, and its tasks go to the others at once)."""
+        live = self.live_producers
+        for proc in reversed(live[count:]):
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        for _ in range(len(live), count):
+            self.add_producer(wait=False)
+        if count > len(live):
+            self.wait_for_producers(count, timeout)
+
     def wait_for_producers(self, count, timeout):
         deadline = time.monotonic() + timeout
         while True:
             for p in self.producers:
-                if p.poll() is not None:
+                if p.poll() is not None and p.returncode != 0:
                     raise errors.UnavailableError(
                         f"{p.name} exited with {p.returncode}: {self.log_tail(p)}")
             live = len(self.status()["producers"])
@@ -225,6 +261,9 @@ class LocalCluster:
     def close(self, grace=5.0):
         """Stops every process (SIGTERM, then SIGKILL after `grace` seconds) and waits for it.
         Idempotent."""
+        if self.autoscaler is not None:
+            self.autoscaler.stop()
+            self.autoscaler = None
         for proc in self.processes:
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -259,6 +298,11 @@ def local_cluster(producers=1, **options):
             cluster.create_job("train", "data/*.tfrecord", "image:bytes,label:int64",
                                batch_size=64, consumers=4, seed=1)
             ...  # trainers: croupier.Consumer(cluster.address, "train", rank, 4)
+
+    producers="auto" starts one and then follows the dispatcher's recommended number of producers
+    (docs/operations.md, "How many producers"), between 1 and max_producers (default: the cores
+    here), checked every autoscale_interval seconds (croupier.autoscale.Autoscaler); a producer
+    scaled away leaves, handing its tasks back, and no trainer sees a byte change.
 
     Options: work_dir (default: a temporary directory, removed at the end), auth_token, threads
     and buffer_bytes (per producer), producer_args and dispatcher_args (extra command-line flags),

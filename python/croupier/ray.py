@@ -34,6 +34,7 @@ import time
 import ray
 
 from croupier import errors
+from croupier.autoscale import Autoscaler
 from croupier.cluster import _die_with_parent, create_job, croupier_binary, status
 
 __all__ = ["Service", "consumer"]
@@ -132,7 +133,6 @@ class Service:
         self._producers = []  # actors, oldest first
         self._count = 0  # producers started so far: their names
         self._autoscaler = None
-        self._stop_autoscaling = threading.Event()
         port_file = pathlib.Path(self.work_dir) / "dispatcher.port"
         with contextlib.suppress(FileNotFoundError):
             port_file.unlink()
@@ -203,37 +203,19 @@ class Service:
             time.sleep(0.1)
 
     def autoscale(self, min_producers=1, max_producers=8, interval=5.0):
-        """Sets the number of producers to the dispatcher's recommendation (status
-        producer_advice.recommended, docs/operations.md "How many producers"), within
+        """Sets the number of producers to the dispatcher's recommendation, within
         [min_producers, max_producers], every `interval` seconds, on a thread, until
-        stop_autoscaling() or shutdown(). The recommendation counts the consumers of TFRecord
-        jobs; while it is 0 (still measuring) nothing changes."""
-        if not 0 <= int(min_producers) <= int(max_producers):
-            raise errors.InvalidArgumentError(
-                f"min_producers {min_producers} and max_producers {max_producers} are not a range")
+        stop_autoscaling() or shutdown() (croupier.autoscale.Autoscaler). Returns the
+        Autoscaler."""
         self.stop_autoscaling()
-        self._stop_autoscaling.clear()
-
-        def run():
-            while not self._stop_autoscaling.wait(interval):
-                try:
-                    advice = self.status().get("producer_advice", {})
-                    wanted = int(advice.get("recommended", 0))
-                    if wanted > 0:
-                        wanted = max(int(min_producers), min(int(max_producers), wanted))
-                        if wanted != self.producers:
-                            self.scale(wanted)
-                except errors.Error:
-                    pass  # the dispatcher is busy or restarting: the next round tries again
-
-        self._autoscaler = threading.Thread(target=run, name="croupier-ray-autoscale",
-                                            daemon=True)
-        self._autoscaler.start()
+        self._autoscaler = Autoscaler(self.status, lambda: self.producers, self.scale,
+                                      min_producers=min_producers, max_producers=max_producers,
+                                      interval=interval).start()
+        return self._autoscaler
 
     def stop_autoscaling(self):
-        self._stop_autoscaling.set()
         if self._autoscaler is not None:
-            self._autoscaler.join()
+            self._autoscaler.stop()
             self._autoscaler = None
 
     # --- jobs and status ------------------------------------------------------------------------

@@ -1,0 +1,74 @@
+"""Acting on the dispatcher's recommended number of producers: one loop, whatever starts and stops
+the producers (local_cluster's child processes, croupier.ray's actors).
+
+The figure is the dispatcher's (docs/operations.md, "How many producers": demand over capacity,
+smoothed, held and with a hysteresis), so this loop adds no damping of its own: every `interval`
+seconds it reads status producer_advice.recommended and, when it differs from the number running,
+asks `scale` for it, within [min_producers, max_producers]. While the dispatcher is still
+measuring (recommended 0) nothing changes. A producer stopped this way leaves the cluster (its
+tasks go to the others at once); one started registers and takes work at once. Neither changes a
+byte any trainer gets.
+"""
+import threading
+
+from croupier import errors
+
+__all__ = ["Autoscaler"]
+
+
+class Autoscaler:
+    """Runs `scale(n)` whenever the dispatcher's recommendation, bounded, differs from
+    `current()`. `status()` returns the dispatcher's status (a dict). Thread-safe; start() runs
+    the loop on a daemon thread until stop()."""
+
+    def __init__(self, status, current, scale, *, min_producers=1, max_producers=8,
+                 interval=5.0):
+        if not 0 <= int(min_producers) <= int(max_producers):
+            raise errors.InvalidArgumentError(
+                f"min_producers {min_producers} and max_producers {max_producers} are not a range")
+        if float(interval) <= 0:
+            raise errors.InvalidArgumentError(f"interval must be positive, not {interval}")
+        self._status, self._current, self._scale = status, current, scale
+        self.min_producers, self.max_producers = int(min_producers), int(max_producers)
+        self.interval = float(interval)
+        self._stop = threading.Event()
+        self._thread = None
+        self.changes = []  # (before, after) of each change made, in order
+
+    def wanted(self):
+        """The number of producers to run now, or None while the dispatcher is measuring."""
+        recommended = int(self._status().get("producer_advice", {}).get("recommended", 0))
+        if recommended <= 0:
+            return None
+        return max(self.min_producers, min(self.max_producers, recommended))
+
+    def step(self):
+        """One round: scales if needed; returns the number wanted (None: nothing to do)."""
+        wanted = self.wanted()
+        if wanted is not None:
+            before = self._current()
+            if wanted != before:
+                self._scale(wanted)
+                self.changes.append((before, wanted))
+        return wanted
+
+    def start(self):
+        self.stop()
+        self._stop.clear()
+
+        def run():
+            while not self._stop.wait(self.interval):
+                try:
+                    self.step()
+                except errors.Error:
+                    pass  # the dispatcher is busy or restarting: the next round tries again
+
+        self._thread = threading.Thread(target=run, name="croupier-autoscale", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
