@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""The autoscaler against fixed numbers of producers, on a job whose producers are the bottleneck.
+
+Each producer has one thread and every batch costs it a fixed 40 ms more to make
+(`--test-make-delay-ms`: a cost that sleeps, so that producers scale on 2 cores): one producer
+makes about 25 batches/s. Two trainers (croupier.Consumer on threads) take batches as fast as they
+come. Runs, one after the other, each `--seconds` long:
+  - fixed: 1, 2, 3 and 4 producers (croupier.local_cluster(producers=k));
+  - auto: croupier.local_cluster(producers="auto", max_producers=4), starting from 1, with the
+    dispatcher's damping shortened (--advice-smoothing-ms 3000, --advice-hold-ms 2000) and the
+    loop checking every second; after the run's first part the trainers slow down (50 ms a step)
+    for `--slow-seconds`, to see it scale in.
+Figures, each against a baseline measured in this run (JSON lines for bench/run.py):
+  - throughput (batches/s over the run, after `--warmup` s) of auto / of the best fixed count
+    (goal >= 0.9);
+  - producer-seconds (live producers integrated over the same window) of auto / of that fixed run
+    (goal <= 1.1);
+  - the trainers' input-bound share (time waiting in next()) once auto has settled (goal <= 0.10);
+  - the time until auto reached the count it kept (goal <= 30 s);
+  - the producers left once the trainers slowed (goal: fewer than at the peak);
+  - the batches' content: each rank's hashes of auto equal those of the fixed runs (goal: equal).
+
+usage: .venv/bin/python bench/bench_autoscale.py [--seconds 40] [--warmup 5] [--quick]
+"""
+import argparse
+import json
+import pathlib
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "python"))
+sys.path.insert(0, str(ROOT / "tests"))
+import croupier  # noqa: E402
+from service_cluster import synth_dataset  # noqa: E402
+
+FEATURES = "id:int64,label:int64,image:bytes"
+RECORDS, BATCH, WORLD, SEED = 4096, 16, 2, 7
+DELAY_MS = 40
+DAMPING = ["--advice-smoothing-ms", "3000", "--advice-hold-ms", "2000"]
+
+
+class Trainers:
+    """WORLD consumers on threads, each reading the job's epochs; records per-step timestamps,
+    content hashes and time spent waiting."""
+
+    def __init__(self, cluster, pause=lambda: 0.0):
+        self.pause = pause
+        self.stop = threading.Event()
+        self.times = [[] for _ in range(WORLD)]
+        self.hashes = [[] for _ in range(WORLD)]
+        self.waits = [[] for _ in range(WORLD)]  # (time, seconds waited for that batch)
+        self.errors = []
+        self.threads = [threading.Thread(target=self.read, args=(cluster, r), daemon=True)
+                        for r in range(WORLD)]
+        for t in self.threads:
+            t.start()
+
+    def read(self, cluster, rank):
+        try:
+            feed = cluster.consumer("bench", rank, WORLD, timeout=120)
+            epoch = 0
+            while not self.stop.is_set():
+                it = iter(feed.batches(epoch))
+                while not self.stop.is_set():
+                    began = time.monotonic()
+                    batch = next(it, None)
+                    if batch is None:
+                        break
+                    now = time.monotonic()
+                    self.waits[rank].append((now, now - began))
+                    self.times[rank].append(now)
+                    self.hashes[rank].append(batch.content_hash)
+                    if self.pause():
+                        time.sleep(self.pause())
+                epoch += 1
+            feed.close()
+        except Exception as e:  # reported by the run
+            self.errors.append(f"rank {rank}: {type(e).__name__}: {e}")
+
+    def join(self):
+        self.stop.set()
+        for t in self.threads:
+            t.join(60)
+        if self.errors:
+            raise RuntimeError("; ".join(self.errors))
+
+
+def run(files, workdir, producers, seconds, warmup, slow_seconds=0.0):
+    """One run; returns its figures."""
+    auto = producers == "auto"
+    slow = {"on": False}
+    with croupier.local_cluster(producers=producers, max_producers=4, autoscale_interval=1.0,
+                                work_dir=workdir, dispatcher_args=DAMPING,
+                                producer_args=["--threads", "1", "--test-make-delay-ms",
+                                               str(DELAY_MS)]) as cluster:
+        cluster.create_job("bench", [str(f) for f in files], FEATURES, BATCH, consumers=WORLD,
+                           seed=SEED, epochs=0)
+        start = time.monotonic()
+        counts = []  # (time, live producers), sampled
+        trainers = Trainers(cluster, pause=lambda: 0.05 if slow["on"] else 0.0)
+        end = start + seconds
+        while time.monotonic() < end + slow_seconds:
+            now = time.monotonic()
+            if now >= end and not slow["on"]:
+                slow["on"] = True
+            counts.append((now, len(cluster.live_producers)))
+            time.sleep(0.1)
+        trainers.join()
+        changes = list(cluster.autoscaler.changes) if auto else []
+    window = (start + warmup, end)
+    batches = sum(1 for ts in trainers.times for t in ts if window[0] <= t < window[1])
+    span = window[1] - window[0]
+    producer_seconds = sum(c * 0.1 for t, c in counts if window[0] <= t < window[1])
+    # When the count last changed during the fast part, and what it settled at.
+    fast = [(t, c) for t, c in counts if t < end]
+    settled_at, final = start, fast[-1][1]
+    for (t0, c0), (t1, c1) in zip(fast, fast[1:]):
+        if c1 != c0:
+            settled_at = t1
+    waited = sum(w for ws in trainers.waits for t, w in ws if settled_at <= t < end)
+    wall = WORLD * max(1e-9, end - settled_at)
+    return {
+        "producers": producers,
+        "batches_per_s": batches / span,
+        "producer_seconds": producer_seconds,
+        "input_bound_after_settling": waited / wall,
+        "settle_s": settled_at - start,
+        "settled_count": final,
+        "peak": max(c for _, c in counts),
+        "after_slowdown": counts[-1][1],
+        "changes": changes,
+        "hashes": trainers.hashes,
+    }
+
+
+def line(case, unit, value, baseline, baseline_value, goal, met):
+    ratio = value / baseline_value if baseline_value else None
+    print(json.dumps({"bench": "autoscale", "case": case, "unit": unit, "value": value,
+                      "baseline": baseline, "baseline_value": baseline_value, "ratio": ratio,
+                      "goal": goal, "met": bool(met)}), flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=40.0)
+    parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--slow-seconds", type=float, default=25.0)
+    parser.add_argument("--quick", action="store_true", help="shorter runs (20 s, 2 s warm-up)")
+    args = parser.parse_args()
+    if args.quick:
+        args.seconds, args.warmup, args.slow_seconds = 20.0, 2.0, 15.0
+    with tempfile.TemporaryDirectory(prefix="croupier-bench-autoscale-") as tmp:
+        tmp = pathlib.Path(tmp)
+        files = synth_dataset(tmp / "data", RECORDS, files=2, image_bytes=64)
+        fixed = [run(files, tmp / f"fixed{k}", k, args.seconds, args.warmup) for k in (1, 2, 3, 4)]
+        auto = run(files, tmp / "auto", "auto", args.seconds, args.warmup, args.slow_seconds)
+    for f in fixed:
+        print(json.dumps({"bench": "autoscale", "run": f"fixed {f['producers']}",
+                          "batches_per_s": round(f["batches_per_s"], 1),
+                          "producer_seconds": round(f["producer_seconds"], 1)}), flush=True)
+    print(json.dumps({"bench": "autoscale", "run": "auto", "changes": auto["changes"],
+                      "batches_per_s": round(auto["batches_per_s"], 1),
+                      "producer_seconds": round(auto["producer_seconds"], 1),
+                      "settle_s": round(auto["settle_s"], 1), "peak": auto["peak"],
+                      "after_slowdown": auto["after_slowdown"]}), flush=True)
+    best = max(fixed, key=lambda f: f["batches_per_s"])
+    # The fewest producers within 5% of the best throughput: what a user would pick.
+    best = min((f for f in fixed if f["batches_per_s"] >= 0.95 * best["batches_per_s"]),
+               key=lambda f: f["producers"])
+    name = f"{best['producers']} fixed producers"
+    line("throughput, auto / best fixed", "batches/s", auto["batches_per_s"], name,
+         best["batches_per_s"], ">= 0.9", auto["batches_per_s"] >= 0.9 * best["batches_per_s"])
+    line("producer-seconds, auto / best fixed", "producer-s", auto["producer_seconds"], name,
+         best["producer_seconds"], "<= 1.1",
+         auto["producer_seconds"] <= 1.1 * best["producer_seconds"])
+    line("input-bound share once settled (auto)", "share", auto["input_bound_after_settling"],
+         None, None, "<= 0.10", auto["input_bound_after_settling"] <= 0.10)
+    line("time to settle (auto)", "s", auto["settle_s"], None, None, "<= 30",
+         auto["settle_s"] <= 30)
+    line("producers after the trainers slowed (auto)", "producers", auto["after_slowdown"],
+         "the peak", auto["peak"], "< peak", auto["after_slowdown"] < auto["peak"])
+    steps = min(min(len(h) for h in r["hashes"]) for r in [*fixed, auto])
+    same = all(r["hashes"][k][:steps] == fixed[0]["hashes"][k][:steps]
+               for r in [*fixed, auto] for k in range(WORLD))
+    line(f"same bytes as the fixed runs (first {steps} steps of each rank)", "equal",
+         1.0 if same else 0.0, "1 fixed producer", 1.0, "equal", same)
+
+
+if __name__ == "__main__":
+    main()
