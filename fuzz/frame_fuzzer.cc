@@ -73,8 +73,8 @@ void Server(Stream in) {
     FUZZ_CHECK(absl::IsDataLoss(hello.status()), "hello errors are DATA_LOSS");
     return;
   }
-  FUZZ_CHECK(hello->token_length <= frame::kMaxTokenBytes, "token bounded before reading it");
-  if (!in.Take(hello->token_length, token)) return;
+  FUZZ_CHECK(hello->payload_length <= frame::kMaxTokenBytes, "payload bounded before reading it");
+  if (!in.Take(hello->payload_length, token)) return;
   FUZZ_CHECK(frame::EncodeHello(hello->version, token) == std::string(prefix) + std::string(token),
              "hello encodes back");
   while (true) {

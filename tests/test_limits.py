@@ -4,6 +4,9 @@ against the dispatcher and a producer, while a normal job runs. The dispatcher m
 responsive (status RPC latency), the memory of both must stay bounded, and the consumers must
 still get every batch once.
 """
+import hashlib
+import hmac
+import os
 import socket
 import struct
 import time
@@ -48,9 +51,31 @@ def slow_grpc_reader(address, streams):
     return s
 
 
-def data_hello():
-    token = TOKEN.encode()
-    return b"CRDP" + struct.pack("<III", 1, len(token), 0) + token
+def recv_exactly(s, n):
+    data = b""
+    while len(data) < n:
+        got = s.recv(n - len(data))
+        if not got:
+            raise EOFError("the data server closed the connection")
+        data += got
+    return data
+
+
+def data_handshake(s):
+    """The data plane's challenge and response (docs/protocol.md "Handshake"), proving TOKEN."""
+    def field(b):
+        return struct.pack("<I", len(b)) + b
+    nonce = os.urandom(32)
+    s.sendall(b"CRDP" + struct.pack("<III", 3, len(nonce), 0) + nonce)
+    kind, _, n = struct.unpack("<IIQ", recv_exactly(s, 16))
+    assert kind == 22, f"frame type {kind} in place of CHALLENGE"
+    server_nonce = recv_exactly(s, n)[:32]
+    proof = hmac.new(TOKEN.encode(), field(b"croupier data v3 client") + field(nonce) +
+                     field(server_nonce), hashlib.sha256).digest()
+    s.sendall(struct.pack("<IIQ", 23, 0, len(proof)) + proof)
+    kind, _, n = struct.unpack("<IIQ", recv_exactly(s, 16))
+    recv_exactly(s, n)
+    assert kind == 16, f"frame type {kind} in place of HELLO_OK"
 
 
 def data_request(job, epoch, batch):
@@ -66,7 +91,8 @@ def slow_data_reader(address, source_ip, job, batches):
     s.bind((source_ip, 0))
     s.settimeout(5)
     s.connect((host, int(port)))
-    s.sendall(data_hello() + b"".join(data_request(job, 0, b) for b in range(batches)))
+    data_handshake(s)
+    s.sendall(b"".join(data_request(job, 0, b) for b in range(batches)))
     return s
 
 
@@ -105,7 +131,8 @@ def test_floods_leave_the_dispatcher_responsive_and_memory_bounded(tmp_path):
                 opened.append(s)
             for _ in range(40):
                 opened.append(slow_grpc_reader(cluster.address, 64))
-            # The producer: 150 connections from 127.0.0.2 (past its limit of 32 per address),
+            # The producer: 150 silent connections from 127.0.0.2 (past its 16 handshake slots per
+            # address, each held until the handshake timeout),
             # and 12 slow readers from 127.0.0.3 asking for 8 batches each and reading none.
             refused = 0
             for _ in range(150):

@@ -47,7 +47,12 @@ struct DataServerOptions {
   // Connections beyond this are refused with UNAVAILABLE.
   size_t max_connections = 256;
   // And beyond this many from one IP address, so that one host cannot take every slot.
+  // Both count only authenticated connections: those whose client has proved the token (any
+  // client, when the server has none).
   size_t max_connections_per_peer = 128;
+  // Connections still in their handshake beyond this are refused with UNAVAILABLE (and beyond 16
+  // from one IP address over TCP); each holds its slot for at most handshake_timeout.
+  size_t max_handshakes = 64;
   // A request frame larger than this is malformed: the server drops the connection.
   size_t max_request_bytes = 64 << 10;
   // A connection that has not completed its handshake by then is dropped.
