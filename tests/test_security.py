@@ -6,9 +6,12 @@
   TCP, with `--shm on` they fail naming the address.
 - A client without the token reconnecting in a loop to a producer's data port: the consumers with
   the token still get their batches, and the producer's log stays small.
+- 1,100 idle connections to a dispatcher started under a soft limit of 1,024 descriptors: it has
+  raised the limit, and status works during and after the flood.
 """
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -16,7 +19,7 @@ import time
 
 import pytest
 
-from service_cluster import Cluster, read_batches, synth_dataset
+from service_cluster import Cluster, read_batches, run, synth_dataset
 
 FEATURES = "id:int64,label:int64,image:bytes"
 RECORDS = 1200
@@ -189,3 +192,32 @@ def test_a_client_without_the_token_in_a_loop_holds_no_slot_and_floods_no_log(tm
     assert "are only counted" in log and "more connections from 127.0.0.1" in log, log[-3000:]
     ids = [i for o in outs for b in read_batches(o) for i in b["ids"]]
     assert len(ids) == len(set(ids)) == RECORDS // BATCH // 2 * 2 * BATCH  # equal steps
+
+
+def status_works(cluster, timeout_ms=10000):
+    proc = run("status", cluster.address, "--auth-token", TOKEN, "--timeout-ms", timeout_ms,
+               env=cluster.env, timeout=60, check=False)
+    return proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.skipif(not shutil.which("prlimit"), reason="needs prlimit (util-linux)")
+@pytest.mark.timeout(180)
+def test_the_dispatcher_takes_its_hard_descriptor_limit_and_outlives_a_flood(tmp_path):
+    """A dispatcher started under the common soft limit of 1,024 descriptors (hard 4,096) raises
+    it, so that 1,100 idle connections leave status working during and after the flood."""
+    opened = []
+    with Cluster(tmp_path / "cluster", auth_token=TOKEN,
+                 dispatcher_prefix=["prlimit", "--nofile=1024:4096"]) as cluster:
+        log = cluster.dispatcher.log_path.read_text()
+        assert "raised the limit of open descriptors from 1024 to 4096" in log, log
+        try:
+            for _ in range(1100):
+                opened.append(socket.create_connection(("127.0.0.1", cluster.port), timeout=5))
+            ok, err = status_works(cluster)
+            assert ok, f"status failed during the flood: {err}"
+        finally:
+            for s in opened:
+                s.close()
+        ok, err = status_works(cluster)
+        assert ok, f"status failed after the flood: {err}"
+        assert cluster.dispatcher.poll() is None
