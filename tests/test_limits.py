@@ -4,15 +4,13 @@ against the dispatcher and a producer, while a normal job runs. The dispatcher m
 responsive (status RPC latency), the memory of both must stay bounded, and the consumers must
 still get every batch once.
 """
-import hashlib
-import hmac
-import os
 import socket
 import struct
 import time
 
 import pytest
 
+import data_wire
 from service_cluster import Cluster, read_batches, rss_bytes, run
 
 FEATURES = "id:int64,label:int64,image:bytes"
@@ -51,33 +49,6 @@ def slow_grpc_reader(address, streams):
     return s
 
 
-def recv_exactly(s, n):
-    data = b""
-    while len(data) < n:
-        got = s.recv(n - len(data))
-        if not got:
-            raise EOFError("the data server closed the connection")
-        data += got
-    return data
-
-
-def data_handshake(s):
-    """The data plane's challenge and response (docs/protocol.md "Handshake"), proving TOKEN."""
-    def field(b):
-        return struct.pack("<I", len(b)) + b
-    nonce = os.urandom(32)
-    s.sendall(b"CRDP" + struct.pack("<III", 3, len(nonce), 0) + nonce)
-    kind, _, n = struct.unpack("<IIQ", recv_exactly(s, 16))
-    assert kind == 22, f"frame type {kind} in place of CHALLENGE"
-    server_nonce = recv_exactly(s, n)[:32]
-    proof = hmac.new(TOKEN.encode(), field(b"croupier data v3 client") + field(nonce) +
-                     field(server_nonce), hashlib.sha256).digest()
-    s.sendall(struct.pack("<IIQ", 23, 0, len(proof)) + proof)
-    kind, _, n = struct.unpack("<IIQ", recv_exactly(s, 16))
-    recv_exactly(s, n)
-    assert kind == 16, f"frame type {kind} in place of HELLO_OK"
-
-
 def data_request(job, epoch, batch):
     body = struct.pack("<QQQII", epoch, batch, 60000, len(job), 0) + job.encode()
     return struct.pack("<IIQ", 1, 0, len(body)) + body  # GET_BATCH
@@ -91,7 +62,7 @@ def slow_data_reader(address, source_ip, job, batches):
     s.bind((source_ip, 0))
     s.settimeout(5)
     s.connect((host, int(port)))
-    data_handshake(s)
+    data_wire.handshake(s, TOKEN)
     s.sendall(b"".join(data_request(job, 0, b) for b in range(batches)))
     return s
 
