@@ -31,8 +31,8 @@ void RefusalLog::Note(absl::string_view host, absl::string_view peer, absl::stri
     Log(LogLevel::kWarning, kComponent,
         absl::StrCat(name_, " refuses ", peer, ": ", reason,
                      kind.logged == kRefusalsLoggedPerInterval
-                         ? absl::StrCat(" (more such refusals in the next ",
-                                        absl::FormatDuration(interval_), " are only counted)")
+                         ? absl::StrCat(" (more such refusals are only counted, until ",
+                                        absl::FormatDuration(interval_), " after the first)")
                          : ""));
     return;
   }
