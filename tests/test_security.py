@@ -185,7 +185,7 @@ def test_a_client_without_the_token_in_a_loop_holds_no_slot_and_floods_no_log(tm
                 s.close()
         grown = producer.log_path.stat().st_size - log_before
         log = producer.log_path.read_text()
-    print(f"{attempts} connections without the token in 15 s; the producer's log grew by "
+    print(f"\n{attempts} connections without the token in 15 s; the producer's log grew by "
           f"{grown} bytes")
     assert attempts > 500
     assert grown < 64 << 10, log[-3000:]
