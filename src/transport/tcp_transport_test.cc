@@ -232,6 +232,41 @@ TEST_F(TcpTransportTest, ClientRefusesAServerOfAnotherVersion) {
               HasSubstr(absl::StrCat("this client version ", frame::kDataProtocolVersion)));
 }
 
+// A server of an older version (2) reads the HELLO prefix and its payload, which are frozen
+// across versions, and answers ERROR: the client reports the server's reason, and it sent no token.
+TEST_F(TcpTransportTest, AnOlderServerSaysWhyItCannotTalkAndGetsNoToken) {
+  auto listener = net::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  const std::string address = absl::StrCat("127.0.0.1:", net::LocalPort(listener->fd()));
+  std::string payload;
+  std::thread server([&] {
+    pollfd p{listener->fd(), POLLIN, 0};
+    if (::poll(&p, 1, 10000) != 1) return;
+    net::Socket socket(::accept4(listener->fd(), nullptr, nullptr, SOCK_NONBLOCK));
+    const net::IoWait wait{.deadline = In(absl::Seconds(5))};
+    char prefix[frame::kHelloPrefixBytes];
+    if (!net::RecvAll(socket.fd(), prefix, sizeof(prefix), wait, "client").ok()) return;
+    auto hello = frame::ParseHelloPrefix(absl::string_view(prefix, sizeof(prefix)));
+    if (!hello.ok()) return;
+    payload.resize(hello->payload_length);
+    if (!net::RecvAll(socket.fd(), payload.data(), payload.size(), wait, "client").ok()) return;
+    SendRaw(socket, frame::EncodeError(absl::FailedPreconditionError(absl::StrCat(
+                        "protocol version mismatch: the data server speaks version 2 (and down to "
+                        "1), the client version ",
+                        hello->version))));
+    ClosedByPeer(socket);
+  });
+  auto client = Transport::Tcp()->Connect(address, ClientOptions());
+  server.join();
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kFailedPrecondition) << client.status();
+  EXPECT_THAT(client.status().message(),
+              HasSubstr(absl::StrCat("data server ", address,
+                                     ": protocol version mismatch: the data server speaks "
+                                     "version 2 (and down to 1), the client version 3")));
+  EXPECT_EQ(payload.size(), kNonceBytes);
+  EXPECT_EQ(payload.find(kToken), std::string::npos);
+}
+
 struct Garbage {
   std::string name;
   bool after_handshake;
