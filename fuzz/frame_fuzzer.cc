@@ -73,8 +73,8 @@ void Server(Stream in) {
     FUZZ_CHECK(absl::IsDataLoss(hello.status()), "hello errors are DATA_LOSS");
     return;
   }
-  FUZZ_CHECK(hello->token_length <= frame::kMaxTokenBytes, "token bounded before reading it");
-  if (!in.Take(hello->token_length, token)) return;
+  FUZZ_CHECK(hello->payload_length <= frame::kMaxTokenBytes, "payload bounded before reading it");
+  if (!in.Take(hello->payload_length, token)) return;
   FUZZ_CHECK(frame::EncodeHello(hello->version, token) == std::string(prefix) + std::string(token),
              "hello encodes back");
   while (true) {
@@ -84,6 +84,18 @@ void Server(Stream in) {
     if (!h.ok()) {
       FUZZ_CHECK(absl::IsDataLoss(h.status()), "header errors are DATA_LOSS");
       return;
+    }
+    if (h->type == static_cast<uint32_t>(frame::FrameType::kAuth)) {
+      // Bounded before reading, as the server does.
+      if (h->length > kProofBytes || !in.Take(h->length, body)) return;
+      auto proof = frame::ParseAuth(body);
+      if (!proof.ok()) {
+        FUZZ_CHECK(absl::IsDataLoss(proof.status()), "AUTH errors are DATA_LOSS");
+        return;
+      }
+      FUZZ_CHECK(frame::EncodeAuth(*proof) == std::string(header) + std::string(body),
+                 "AUTH encodes back");
+      continue;
     }
     if (h->type != static_cast<uint32_t>(frame::FrameType::kGetBatch) &&
         h->type != static_cast<uint32_t>(frame::FrameType::kGetAny)) {
@@ -169,6 +181,23 @@ void Client(Stream in) {
   if (!h.ok()) return;
   if (h->type == static_cast<uint32_t>(frame::FrameType::kError))
     return ClientError(*h, header, in);
+  if (h->type == static_cast<uint32_t>(frame::FrameType::kChallenge)) {
+    // Bounded before reading, as the client does.
+    if (h->length > kNonceBytes + kProofBytes || !in.Take(h->length, body)) return;
+    auto challenge = frame::ParseChallenge(body);
+    if (!challenge.ok()) {
+      FUZZ_CHECK(absl::IsDataLoss(challenge.status()), "CHALLENGE errors are DATA_LOSS");
+      return;
+    }
+    FUZZ_CHECK(frame::EncodeChallenge(challenge->nonce, challenge->proof) ==
+                   std::string(header) + std::string(body),
+               "CHALLENGE encodes back");
+    if (!in.Take(frame::kHeaderBytes, header)) return;
+    h = frame::ParseHeader(header);
+    if (!h.ok()) return;
+    if (h->type == static_cast<uint32_t>(frame::FrameType::kError))
+      return ClientError(*h, header, in);
+  }
   if (h->type != static_cast<uint32_t>(frame::FrameType::kHelloOk) ||
       h->length != frame::kHelloOkBytes || !in.Take(frame::kHelloOkBytes, body)) {
     return;

@@ -169,14 +169,20 @@ std::string BatchBytes() {
 void FrameSeeds() {
   frame::Request get{frame::FrameType::kGetBatch, "train", 1, 7, 5000};
   frame::Request any{frame::FrameType::kGetAny, "j", 0, 0, frame::kNoTimeout};
+  const std::string nonce(kNonceBytes, 'n');
   Write("frame", "server",
-        std::string(1, '\0') + frame::EncodeHello(1, "token") + frame::EncodeRequest(get) +
+        std::string(1, '\0') + frame::EncodeHello(frame::kDataProtocolVersion, nonce) +
+            frame::EncodeAuth(std::string(kProofBytes, 'p')) + frame::EncodeRequest(get) +
             frame::EncodeRequest(any));
-  Write("frame", "server_no_token", std::string(1, '\0') + frame::EncodeHello(1, ""));
+  Write("frame", "server_no_token",
+        std::string(1, '\0') + frame::EncodeHello(frame::kDataProtocolVersion, nonce) +
+            frame::EncodeAuth(""));
   const std::string batch = BatchBytes();
   const auto prefix = frame::EncodeBatchPrefix(7, batch.size());
   Write("frame", "client",
-        std::string(1, '\1') + frame::EncodeHelloOk(1) + std::string(prefix.data(), prefix.size()) +
+        std::string(1, '\1') + frame::EncodeChallenge(nonce, std::string(kProofBytes, 'p')) +
+            frame::EncodeHelloOk(frame::kDataProtocolVersion) +
+            std::string(prefix.data(), prefix.size()) +
             batch + frame::EncodeError(absl::NotFoundError("no job 'x'")));
   for (Codec codec : {Codec::kZstd, Codec::kLz4}) {
     const std::string compressed = Compress(codec, batch).value();

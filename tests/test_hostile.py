@@ -16,6 +16,7 @@ import urllib.request
 import pytest
 
 import croupier
+import data_wire
 from service_cluster import Cluster, read_batches, run, wait_for_file
 
 FEATURES = "id:int64,label:int64,image:bytes"
@@ -226,11 +227,7 @@ def test_a_consumer_fetching_another_ranks_batches_takes_nothing_from_it(tmp_pat
         plan = croupier.EpochPlan(RECORDS, 16, 2, seed=3, epoch=0, shuffle="global")
         taken = 0
         with socket.create_connection((host, int(port)), timeout=10) as s:
-            token = TOKEN.encode()
-            s.sendall(b"CRDP" + struct.pack("<III", 1, len(token), 0) + token)
-            kind, _, length = struct.unpack("<IIQ", data_frame(s, 16))
-            assert kind == 16, "no HELLO_OK"
-            data_frame(s, length)
+            data_wire.handshake(s, TOKEN)
             for step in range(plan.steps_per_consumer):
                 g = plan.global_batch(1, step)
                 body = struct.pack("<QQQII", 0, g, 5000, 5, 0) + b"train"

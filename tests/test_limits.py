@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+import data_wire
 from service_cluster import Cluster, read_batches, rss_bytes, run
 
 FEATURES = "id:int64,label:int64,image:bytes"
@@ -48,11 +49,6 @@ def slow_grpc_reader(address, streams):
     return s
 
 
-def data_hello():
-    token = TOKEN.encode()
-    return b"CRDP" + struct.pack("<III", 1, len(token), 0) + token
-
-
 def data_request(job, epoch, batch):
     body = struct.pack("<QQQII", epoch, batch, 60000, len(job), 0) + job.encode()
     return struct.pack("<IIQ", 1, 0, len(body)) + body  # GET_BATCH
@@ -66,7 +62,8 @@ def slow_data_reader(address, source_ip, job, batches):
     s.bind((source_ip, 0))
     s.settimeout(5)
     s.connect((host, int(port)))
-    s.sendall(data_hello() + b"".join(data_request(job, 0, b) for b in range(batches)))
+    data_wire.handshake(s, TOKEN)
+    s.sendall(b"".join(data_request(job, 0, b) for b in range(batches)))
     return s
 
 
@@ -105,7 +102,8 @@ def test_floods_leave_the_dispatcher_responsive_and_memory_bounded(tmp_path):
                 opened.append(s)
             for _ in range(40):
                 opened.append(slow_grpc_reader(cluster.address, 64))
-            # The producer: 150 connections from 127.0.0.2 (past its limit of 32 per address),
+            # The producer: 150 silent connections from 127.0.0.2 (past its 16 handshake slots per
+            # address, each held until the handshake timeout),
             # and 12 slow readers from 127.0.0.3 asking for 8 batches each and reading none.
             refused = 0
             for _ in range(150):

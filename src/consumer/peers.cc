@@ -1,6 +1,7 @@
 #include "src/consumer/peers.h"
 
 #include "absl/strings/str_cat.h"
+#include "src/common/logging.h"
 #include "src/common/status_macros.h"
 
 namespace croupier {
@@ -86,6 +87,14 @@ absl::StatusOr<DataClient*> Peers::Client(const std::string& address) {
       return absl::Status(connected.status().code(),
                           absl::StrCat("shared memory is required (CROUPIER_SHM=on) for producer ",
                                        address, ": ", connected.status().message()));
+    }
+    // Something listens on the producer's shared-memory name and cannot prove the token: another
+    // process took the name (the producer then serves over TCP only), or a producer of another
+    // cluster. Say so, and use TCP, where the producer proves itself in its turn.
+    if (absl::IsUnauthenticated(connected.status())) {
+      Log(LogLevel::kWarning, "consumer",
+          absl::StrCat("not using shared memory for producer ", address, ": ",
+                       connected.status().message(), "; using TCP"));
     }
   }
   if (!connected.ok()) connected = Transport::Tcp()->Connect(address, client_options_);

@@ -47,6 +47,7 @@ absl::StatusOr<Registration> RegisterConsumer(ControlPlane& control, const std::
   ASSIGN_OR_RETURN(v1::ConsumerHeartbeatResponse response, std::move(registered));
   Registration out;
   out.consumer_id = response.consumer_id();
+  out.lease = response.lease();
   out.job = response.job();
   out.position = ConsumerPosition{response.epoch(), response.step()};
   out.heartbeat_interval = absl::Milliseconds(
@@ -61,6 +62,7 @@ PositionReporter::PositionReporter(ControlPlane* control, const Registration& re
                                    std::string job, uint32_t rank, uint32_t world)
     : control_(control),
       id_(registration.consumer_id),
+      lease_(registration.lease),
       job_(std::move(job)),
       rank_(rank),
       world_(world),
@@ -130,6 +132,7 @@ void PositionReporter::Send(bool leaving) {
   if (!Lost().ok()) return;
   v1::ConsumerHeartbeatRequest request;
   request.set_consumer_id(id_);
+  request.set_lease(lease_);
   request.set_job(job_);
   request.set_rank(rank_);
   request.set_world(world_);
@@ -141,9 +144,10 @@ void PositionReporter::Send(bool leaving) {
   request.set_wait_seconds(wait_nanos_ / 1e9);
   request.set_leaving(leaving);
   auto response = control_->ConsumerHeartbeat(request);
-  if (absl::IsNotFound(response.status())) {
+  if (absl::IsNotFound(response.status()) || absl::IsPermissionDenied(response.status())) {
     // Removed: another consumer took the rank over (this one was silent too long), or it
-    // expired. Serving on would deal this rank's batches twice, so the consumer stops.
+    // expired; or the dispatcher does not know this consumer's lease. Serving on would deal this
+    // rank's batches twice, so the consumer stops.
     const absl::Status lost = absl::AbortedError(
         absl::StrCat("job '", job_, "' rank ", rank_, ": this consumer lost its rank (",
                      response.status().message(), "); connect again"));

@@ -22,6 +22,7 @@ namespace croupier {
 // What the dispatcher answered a registration.
 struct Registration {
   uint64_t consumer_id = 0;
+  std::string lease;  // what every later heartbeat carries (ConsumerHeartbeatRequest.lease)
   v1::JobInfo job;
   ConsumerPosition position;  // where the consumer was registered
   absl::Duration heartbeat_interval = absl::Seconds(1);
@@ -67,6 +68,7 @@ class PositionReporter {
 
   ControlPlane* const control_;
   const uint64_t id_;
+  const std::string lease_;
   const std::string job_;
   const uint32_t rank_, world_;
   const absl::Duration interval_;

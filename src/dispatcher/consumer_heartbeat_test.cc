@@ -1,8 +1,10 @@
 // ConsumerHeartbeat: registration, ranks, expiry and takeover, positions.
+#include <filesystem>
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "src/dispatcher/journal.h"
 #include "src/dispatcher/test_util.h"
 
 namespace croupier {
@@ -95,6 +97,7 @@ TEST_F(DispatcherConsumerHeartbeatTest, LeavingFreesTheRankAndResumeStartsWhereI
   ASSERT_TRUE(Consumer(1, "train", 2, 4, 1, 3).ok());
   v1::ConsumerHeartbeatRequest leave;
   leave.set_consumer_id(1);
+  leave.set_lease(Lease(1));
   leave.set_epoch(1);
   leave.set_step(4);
   leave.set_leaving(true);
@@ -220,6 +223,7 @@ TEST_F(DispatcherConsumerHeartbeatTest, PositionsAndStats) {
   ASSERT_TRUE(Consumer(0, "train", 3, 4).ok());
   v1::ConsumerHeartbeatRequest request;
   request.set_consumer_id(1);
+  request.set_lease(Lease(1));
   request.set_job("train");
   request.set_rank(3);
   request.set_world(4);
@@ -251,9 +255,83 @@ TEST_F(DispatcherConsumerHeartbeatTest, PositionsAndStats) {
   // A heartbeat that gives only the id and position is fine.
   v1::ConsumerHeartbeatRequest bare;
   bare.set_consumer_id(1);
+  bare.set_lease(Lease(1));
   bare.set_epoch(1);
   ASSERT_TRUE(impl_->ConsumerHeartbeat(bare).ok());
   EXPECT_EQ(StatusOf(1)->epoch(), 1u);
+}
+
+// Registration returns a lease, a random secret; a heartbeat for a consumer that does not carry
+// its lease (another holder of the token naming the consumer's id, which status shows) is refused
+// naming the consumer, not the lease, and changes nothing: the rank is not freed, the position
+// does not move.
+TEST_F(DispatcherConsumerHeartbeatTest, AHeartbeatWithoutItsLeaseIsRefusedAndChangesNothing) {
+  ASSERT_TRUE(Consumer(0, "train", 2, 4, 0, 1).ok());  // consumer 1, the victim
+  ASSERT_TRUE(Consumer(0, "train", 1, 4).ok());        // consumer 2, the thief
+  ASSERT_EQ(Lease(1).size(), 16u);
+  EXPECT_NE(Lease(1), Lease(2));
+  for (const std::string& lease : {std::string(), Lease(2), std::string(16, '\0')}) {
+    v1::ConsumerHeartbeatRequest theft;
+    theft.set_consumer_id(1);
+    theft.set_lease(lease);
+    theft.set_epoch(0);
+    theft.set_step(4);
+    theft.set_leaving(true);
+    auto r = impl_->ConsumerHeartbeat(theft);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kPermissionDenied) << r.status();
+    EXPECT_THAT(std::string(r.status().message()),
+                HasSubstr(lease.empty() ? "consumer 1: the heartbeat carries no lease"
+                                        : "consumer 1: the heartbeat carries another lease"));
+    EXPECT_EQ(std::string(r.status().message()).find(Lease(1)), std::string::npos);
+    const v1::ConsumerStatus* victim = StatusOf(1);
+    ASSERT_NE(victim, nullptr) << "the rank was freed";
+    EXPECT_EQ(victim->step(), 1u) << "the position moved";
+  }
+  // Taking the rank over still needs it to be free: it is held, by a live consumer.
+  ExpectError(Consumer(0, "train", 2, 4), absl::StatusCode::kAlreadyExists, "held by consumer 1");
+  // The consumer itself, with its lease, reports and leaves.
+  ASSERT_TRUE(Consumer(1, "train", 2, 4, 0, 3).ok());
+  EXPECT_EQ(StatusOf(1)->step(), 3u);
+}
+
+// The lease is journaled with the registration: a restarted dispatcher knows it. And consumers
+// replayed from a journal written before leases (their ConsumerRegistered has none) are trusted
+// as before: their heartbeats need no lease.
+TEST_F(DispatcherConsumerHeartbeatTest, TheLeaseSurvivesARestartAndOldJournalsStillReplay) {
+  DispatcherOptions options;
+  options.journal_path = dir_.Join("journal");
+  options.journal_sync = false;
+  impl_.reset();
+  Recreate(options);
+  ASSERT_TRUE(Create(Spec("train", 2, 4, /*num_epochs=*/2)).ok());
+  ASSERT_TRUE(Consumer(0, "train", 1, 4).ok());  // consumer 1
+  impl_.reset();
+  Recreate(options);
+  v1::ConsumerHeartbeatRequest theft;
+  theft.set_consumer_id(1);
+  theft.set_leaving(true);
+  EXPECT_EQ(impl_->ConsumerHeartbeat(theft).status().code(), absl::StatusCode::kPermissionDenied);
+  ASSERT_TRUE(Consumer(1, "train", 1, 4, 0, 2).ok());  // with the lease registration returned
+  ASSERT_TRUE(Consumer(1, "train", 1, 4, 0, 2).ok());
+  EXPECT_EQ(StatusOf(1)->step(), 2u);
+
+  // A registration as a dispatcher before leases journaled it: consumer 2, rank 3, no lease.
+  impl_.reset();
+  {
+    const uint64_t size = std::filesystem::file_size(options.journal_path);
+    auto writer =
+        JournalWriter::Open(*Env::Default(), options.journal_path, size, {.sync = false});
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    ASSERT_TRUE((*writer)->Append(testing::ConsumerRegistered(2, "train", 3)).ok());
+  }
+  Recreate(options);
+  v1::ConsumerHeartbeatRequest old;
+  old.set_consumer_id(2);
+  old.set_step(1);
+  auto r = impl_->ConsumerHeartbeat(old);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(StatusOf(2)->step(), 1u);
+  EXPECT_EQ(impl_->ConsumerHeartbeat(theft).status().code(), absl::StatusCode::kPermissionDenied);
 }
 
 }  // namespace

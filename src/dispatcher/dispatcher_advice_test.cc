@@ -42,7 +42,10 @@ class DispatcherAdviceTest : public testing::DispatcherTest {
     request.set_world(2);
     request.set_batches_received(batches);
     request.set_wait_seconds(waited);
-    ASSERT_TRUE(impl_->ConsumerHeartbeat(request).ok());
+    if (id != 0) request.set_lease(Lease(id));
+    auto r = impl_->ConsumerHeartbeat(request);
+    ASSERT_TRUE(r.ok()) << r.status();
+    if (id == 0) leases_[r->consumer_id()] = r->lease();
   }
 };
 

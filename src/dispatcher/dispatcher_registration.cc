@@ -13,6 +13,7 @@
 #include "src/dispatcher/job_spec.h"
 #include "src/dispatcher/locate.h"
 #include "src/dispatcher/task_assignment.h"
+#include "src/net/token.h"
 
 namespace croupier {
 namespace {
@@ -21,6 +22,8 @@ namespace {
 constexpr size_t kMaxRemembered = 1024;
 // A consumer silent for this many heartbeat intervals may be replaced by a new one of its rank.
 constexpr int kTakeoverHeartbeats = 3;
+// The random bytes of a consumer's lease (ConsumerHeartbeatRequest.lease).
+constexpr size_t kConsumerLeaseBytes = 16;
 // How long producers replayed from the journal may take, beyond their timeout, to send their
 // first heartbeat to a restarted dispatcher (their clients back off while it is down).
 constexpr absl::Duration kRestartGrace = absl::Seconds(5);
@@ -171,9 +174,12 @@ absl::StatusOr<uint64_t> DispatcherImpl::RegisterConsumerLocked(
         holder_id,
         absl::StrCat("replaced by consumer ", id, " after ", Secs(age), " without a heartbeat")));
   }
+  // The consumer's capability: only the process that registered can report for it or leave.
+  ASSIGN_OR_RETURN(std::string lease, RandomBytes(kConsumerLeaseBytes));
   journal::Update update;
   journal::ConsumerRegistered* registered = update.mutable_consumer_registered();
   registered->set_consumer_id(id);
+  registered->set_lease(std::move(lease));
   registered->set_job(name);
   registered->set_rank(request.rank());
   registered->set_epoch(position.first);

@@ -317,7 +317,8 @@ absl::Status DispatcherState::ApplyConsumerRegistered(const journal::ConsumerReg
                                    "' is held by consumer ", holder->id));
   }
   if (absl::Status s = CheckPosition(*job, u.epoch(), u.step()); !s.ok()) return s;
-  consumers_[u.consumer_id()] = Consumer{u.consumer_id(), u.job(), u.rank(), u.epoch(), u.step()};
+  consumers_[u.consumer_id()] =
+      Consumer{u.consumer_id(), u.job(), u.rank(), u.epoch(), u.step(), u.lease()};
   Job* mutable_job = MutableJob(u.job());
   mutable_job->rank_positions[u.rank()] = TaskKey(u.epoch(), u.step());
   mutable_job->idle = false;

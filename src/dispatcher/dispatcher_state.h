@@ -89,6 +89,9 @@ class DispatcherState {
     uint32_t rank = 0;
     uint64_t epoch = 0;  // the acknowledged position: the next step it will take
     uint64_t step = 0;
+    // The secret its heartbeats carry (ConsumerRegistered.lease); empty for a consumer replayed
+    // from a journal written before leases.
+    std::string lease;
   };
 
   // An orphan, in the order orphans are assigned again: lowest (epoch, batch) first, then by job

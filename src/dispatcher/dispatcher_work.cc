@@ -14,6 +14,7 @@
 #include "src/dispatcher/job_spec.h"
 #include "src/dispatcher/locate.h"
 #include "src/dispatcher/task_assignment.h"
+#include "src/net/token.h"
 
 namespace croupier {
 
@@ -186,6 +187,14 @@ absl::StatusOr<v1::ConsumerHeartbeatResponse> DispatcherImpl::ConsumerHeartbeat(
   } else {
     const DispatcherState::Consumer* consumer = state_.FindConsumer(id);
     if (consumer == nullptr) return UnknownConsumer(id);
+    // A consumer replayed from a journal written before leases has none: it is trusted as before.
+    if (!consumer->lease.empty() && !TokenMatches(request.lease(), consumer->lease)) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "consumer ", id, ": the heartbeat ",
+          request.lease().empty() ? "carries no lease" : "carries another lease",
+          "; only the process that registered consumer ", id,
+          " (with the lease its registration returned) may report for it or close it"));
+    }
     if (!request.job().empty() &&
         (request.job() != consumer->job || request.rank() != consumer->rank)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -216,6 +225,7 @@ absl::StatusOr<v1::ConsumerHeartbeatResponse> DispatcherImpl::ConsumerHeartbeat(
   response.set_heartbeat_interval_ms(HeartbeatIntervalMs());
   response.set_epoch(consumer.epoch);
   response.set_step(consumer.step);
+  if (request.consumer_id() == 0) response.set_lease(consumer.lease);
   if (request.leaving()) {
     RETURN_IF_ERROR(RemoveConsumerLocked(id, "it closed"));
     return response;

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -224,6 +225,7 @@ class FaultyEnv : public Env {
 class DispatcherTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    leases_.clear();
     clock_ = std::make_unique<FakeClock>();
     Recreate(DispatcherOptions{});
   }
@@ -290,7 +292,16 @@ class DispatcherTest : public ::testing::Test {
     request.set_world(world);
     request.set_epoch(epoch);
     request.set_step(step);
-    return impl_->ConsumerHeartbeat(request);
+    if (id != 0) request.set_lease(Lease(id));
+    auto response = impl_->ConsumerHeartbeat(request);
+    if (id == 0 && response.ok()) leases_[response->consumer_id()] = response->lease();
+    return response;
+  }
+
+  // The lease the registration of consumer `id` through Consumer() returned ("" if none did).
+  std::string Lease(uint64_t id) const {
+    auto it = leases_.find(id);
+    return it == leases_.end() ? "" : it->second;
   }
 
   absl::StatusOr<v1::LocateResponse> Locate(const std::string& job, uint64_t epoch, uint64_t first,
@@ -306,6 +317,8 @@ class DispatcherTest : public ::testing::Test {
   ScopedTempDir dir_;
   std::unique_ptr<FakeClock> clock_;
   std::unique_ptr<DispatcherImpl> impl_;
+  // Consumer id -> the lease its registration returned (Consumer() sends it).
+  std::map<uint64_t, std::string> leases_;
 };
 
 }  // namespace croupier::testing

@@ -7,6 +7,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -339,6 +340,28 @@ void CloseGracefully(Socket socket, absl::Duration linger) {
     drained += *got;
   }
   socket.Close();
+}
+
+absl::StatusOr<OpenFileLimit> RaiseOpenFileLimit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot read the limit of open descriptors: ", std::strerror(errno)));
+  }
+  // An unlimited hard limit is capped by the kernel's nr_open (1,048,576 by default).
+  constexpr rlim_t kUnlimitedCap = rlim_t{1} << 20;
+  OpenFileLimit out{.before = limit.rlim_cur, .after = limit.rlim_cur};
+  const rlim_t target = limit.rlim_max == RLIM_INFINITY ? kUnlimitedCap : limit.rlim_max;
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < target) {
+    limit.rlim_cur = target;
+    if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+      return absl::InternalError(absl::StrCat("cannot raise the limit of open descriptors from ",
+                                              out.before, " to ", target, ": ",
+                                              std::strerror(errno)));
+    }
+    out.after = target;
+  }
+  return out;
 }
 
 }  // namespace croupier::net

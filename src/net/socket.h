@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -129,6 +130,18 @@ bool PeerHungUp(int fd);
 // Half-closes, discards what the peer still sends for up to `linger` (so that closing with
 // unread input does not turn into a reset that destroys the last frame we sent), then closes.
 void CloseGracefully(Socket socket, absl::Duration linger);
+
+// The soft limit of this process's open descriptors (RLIMIT_NOFILE) before and after
+// RaiseOpenFileLimit.
+struct OpenFileLimit {
+  uint64_t before = 0;
+  uint64_t after = 0;  // the hard limit, unless the hard limit is unlimited (then 1,048,576)
+};
+// Raises the soft limit of open descriptors to the hard limit, so that a flood of connections
+// meets the hard limit rather than the common soft default of 1,024 (a server out of descriptors
+// cannot accept even the connection that would ask it how it is). INTERNAL naming the cause when
+// the limit cannot be read or set. Not thread-safe with other changes of the limit.
+absl::StatusOr<OpenFileLimit> RaiseOpenFileLimit();
 
 }  // namespace croupier::net
 

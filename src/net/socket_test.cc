@@ -1,5 +1,7 @@
 #include "src/net/socket.h"
 
+#include <sys/resource.h>
+
 #include <memory>
 #include <string>
 #include <thread>
@@ -77,6 +79,24 @@ TEST(SocketTest, WaitsEndAtTheDeadlineOrWhenWoken) {
   }
   EXPECT_TRUE(hung_up);
   EXPECT_TRUE(PeerHungUpOrSpoke(server.fd()));
+}
+
+// The soft limit rises to the hard limit; the test lowers the soft limit first and puts it back.
+TEST(SocketTest, RaiseOpenFileLimitTakesTheHardLimit) {
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max <= 256) GTEST_SKIP() << "hard limit too low";
+  rlimit lowered = saved;
+  lowered.rlim_cur = 256;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &lowered), 0);
+  auto raised = RaiseOpenFileLimit();
+  rlimit now{};
+  ::getrlimit(RLIMIT_NOFILE, &now);
+  ::setrlimit(RLIMIT_NOFILE, &saved);
+  ASSERT_TRUE(raised.ok()) << raised.status();
+  EXPECT_EQ(raised->before, 256u);
+  EXPECT_GT(raised->after, 256u);
+  EXPECT_EQ(now.rlim_cur, raised->after);
 }
 
 }  // namespace

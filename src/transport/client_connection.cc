@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/common/status_macros.h"
+#include "src/net/token.h"
 
 namespace croupier {
 
@@ -35,10 +36,8 @@ absl::Status ClientConnection::UnexpectedFrame(uint32_t type) const {
       absl::DataLossError(absl::StrCat("frame type ", type, " in answer to a request")));
 }
 
-absl::Status ClientConnection::Handshake(uint32_t version, absl::string_view token,
-                                         absl::Time deadline) {
-  const net::IoWait wait{.deadline = deadline, .wake = cancel_};
-  const absl::Status sent = SendAll(frame::EncodeHello(version, token), wait);
+absl::StatusOr<frame::FrameHeader> ClientConnection::ReadHandshakeFrame(
+    const absl::Status& sent, const net::IoWait& wait) {
   // Read the answer even when sending failed: a server that refused us may have said why before
   // it closed.
   const absl::Status got = Fill(frame::kHeaderBytes, wait);
@@ -56,9 +55,49 @@ absl::Status ClientConnection::Handshake(uint32_t version, absl::string_view tok
   if (!h.ok()) return Malformed(h.status());
   in_.Consume(frame::kHeaderBytes);
   if (h->type == static_cast<uint32_t>(frame::FrameType::kError)) return ReadError(h->length);
-  if (h->type != static_cast<uint32_t>(frame::FrameType::kHelloOk) ||
-      h->length != frame::kHelloOkBytes) {
-    return Malformed(absl::DataLossError(absl::StrCat("frame type ", h->type, " of ", h->length,
+  return *h;
+}
+
+absl::Status ClientConnection::Handshake(uint32_t version, absl::string_view token,
+                                         absl::Time deadline) {
+  const net::IoWait wait{.deadline = deadline, .wake = cancel_};
+  ASSIGN_OR_RETURN(const std::string client_nonce, RandomBytes(kNonceBytes));
+  absl::Status sent = SendAll(frame::EncodeHello(version, client_nonce), wait);
+  ASSIGN_OR_RETURN(frame::FrameHeader h, ReadHandshakeFrame(sent, wait));
+  if (h.type != static_cast<uint32_t>(frame::FrameType::kChallenge) ||
+      (h.length != kNonceBytes && h.length != kNonceBytes + kProofBytes)) {
+    return Malformed(absl::DataLossError(absl::StrCat("frame type ", h.type, " of ", h.length,
+                                                      " bytes in answer to the handshake")));
+  }
+  RETURN_IF_ERROR(Fill(h.length, wait));
+  absl::StatusOr<frame::Challenge> challenge = frame::ParseChallenge(in_.data().substr(0, h.length));
+  in_.Consume(h.length);
+  if (!challenge.ok()) return Malformed(challenge.status());
+  // The server proves that it holds the token before this client sends anything but its nonce or
+  // accepts any batch: a process squatting the server's address, or a server of another cluster,
+  // learns nothing and serves nothing.
+  if (!token.empty()) {
+    if (challenge->proof.empty()) {
+      return absl::UnauthenticatedError(absl::StrCat(
+          peer_, " has no auth token and this client has one: refusing it (a producer started "
+                 "without the cluster's token, or another process listening on its address)"));
+    }
+    if (!ProofMatches(challenge->proof, token, frame::ProofLabel(version, /*by_server=*/true),
+                      client_nonce, challenge->nonce)) {
+      return absl::UnauthenticatedError(absl::StrCat(
+          peer_, " did not prove that it holds this client's auth token: refusing it (a producer "
+                 "with another token, or another process listening on its address)"));
+    }
+  }
+  const std::string proof =
+      token.empty() ? std::string()
+                    : TokenProof(token, frame::ProofLabel(version, /*by_server=*/false),
+                                 client_nonce, challenge->nonce);
+  sent = SendAll(frame::EncodeAuth(proof), wait);
+  ASSIGN_OR_RETURN(h, ReadHandshakeFrame(sent, wait));
+  if (h.type != static_cast<uint32_t>(frame::FrameType::kHelloOk) ||
+      h.length != frame::kHelloOkBytes) {
+    return Malformed(absl::DataLossError(absl::StrCat("frame type ", h.type, " of ", h.length,
                                                       " bytes in answer to the handshake")));
   }
   RETURN_IF_ERROR(Fill(frame::kHelloOkBytes, wait));

@@ -68,10 +68,14 @@ class ClientConnection {
   ClientConnection(absl::string_view address, uint64_t max_batch_bytes,
                    const net::WakeEvent* cancel);
 
-  // Sends HELLO (`version`, `token`) and reads the answer by `deadline`, even when sending
+  // The challenge and response of protocol `version` (frame.h) by `deadline`: sends HELLO with a
+  // fresh nonce, checks the server's proof of `token` (when not empty) before sending anything
+  // else, answers with its own proof and reads HELLO_OK. Each answer is read even when sending
   // failed (a server that refused us may have said why). UNAVAILABLE when no answer comes
-  // ("handshake with data server <address> failed: ..."); the server's ERROR as its code says;
-  // FAILED_PRECONDITION for HELLO_OK with another version; DATA_LOSS for anything else.
+  // ("handshake with data server <address> failed: ..."); UNAUTHENTICATED naming the address when
+  // this client has a token and the server does not prove it holds it (no proof, or a wrong one);
+  // the server's ERROR as its code says; FAILED_PRECONDITION for HELLO_OK with another version;
+  // DATA_LOSS for anything else. The token itself never crosses the connection.
   absl::Status Handshake(uint32_t version, absl::string_view token, absl::Time deadline);
 
   // The byte stream. Errors as src/net/socket.h's, naming peer_.
@@ -108,6 +112,10 @@ class ClientConnection {
   const net::WakeEvent* const cancel_;
 
  private:
+  // The header of the next handshake frame, not ERROR (read and returned as its error); `sent`
+  // is how sending what it answers went.
+  absl::StatusOr<frame::FrameHeader> ReadHandshakeFrame(const absl::Status& sent,
+                                                        const net::IoWait& wait);
   // Reads one answer frame; `answer_wait` bounds the wait for its first byte.
   Answer ReadAnswer(const net::IoWait& answer_wait);
   // Reads the body of an ERROR frame of `length` bytes and returns the error it carries.

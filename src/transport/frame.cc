@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "src/net/token.h"
 
 namespace croupier::frame {
 namespace {
@@ -37,12 +38,12 @@ absl::string_view CutUtf8(absl::string_view s, size_t n) {
 
 }  // namespace
 
-std::string EncodeHello(uint32_t version, absl::string_view token) {
+std::string EncodeHello(uint32_t version, absl::string_view payload) {
   std::string out(kHelloPrefixBytes, '\0');
   std::memcpy(out.data(), kHelloMagic, sizeof(kHelloMagic));
   Put<uint32_t>(out.data() + 4, version);
-  Put<uint32_t>(out.data() + 8, static_cast<uint32_t>(token.size()));
-  out.append(token.data(), token.size());
+  Put<uint32_t>(out.data() + 8, static_cast<uint32_t>(payload.size()));
+  out.append(payload.data(), payload.size());
   return out;
 }
 
@@ -55,15 +56,49 @@ absl::StatusOr<HelloPrefix> ParseHelloPrefix(absl::string_view prefix) {
   }
   HelloPrefix hello;
   hello.version = Get<uint32_t>(prefix.data() + 4);
-  hello.token_length = Get<uint32_t>(prefix.data() + 8);
+  hello.payload_length = Get<uint32_t>(prefix.data() + 8);
   if (Get<uint32_t>(prefix.data() + 12) != 0) {
     return absl::DataLossError("reserved field of hello is not 0");
   }
-  if (hello.token_length > kMaxTokenBytes) {
-    return absl::DataLossError(absl::StrCat("hello token of ", hello.token_length,
+  if (hello.payload_length > kMaxTokenBytes) {
+    return absl::DataLossError(absl::StrCat("hello payload of ", hello.payload_length,
                                             " bytes exceeds the limit of ", kMaxTokenBytes));
   }
   return hello;
+}
+
+std::string ProofLabel(uint32_t version, bool by_server) {
+  return absl::StrCat("croupier data v", version, by_server ? " server" : " client");
+}
+
+std::string EncodeChallenge(absl::string_view nonce, absl::string_view proof) {
+  std::string out = Frame(FrameType::kChallenge, nonce.size() + proof.size());
+  std::memcpy(out.data() + kHeaderBytes, nonce.data(), nonce.size());
+  if (!proof.empty()) {
+    std::memcpy(out.data() + kHeaderBytes + nonce.size(), proof.data(), proof.size());
+  }
+  return out;
+}
+
+absl::StatusOr<Challenge> ParseChallenge(absl::string_view body) {
+  if (body.size() != kNonceBytes && body.size() != kNonceBytes + kProofBytes) {
+    return absl::DataLossError(absl::StrCat("CHALLENGE body of ", body.size(), " bytes"));
+  }
+  return Challenge{std::string(body.substr(0, kNonceBytes)),
+                   std::string(body.substr(kNonceBytes))};
+}
+
+std::string EncodeAuth(absl::string_view proof) {
+  std::string out = Frame(FrameType::kAuth, proof.size());
+  if (!proof.empty()) std::memcpy(out.data() + kHeaderBytes, proof.data(), proof.size());
+  return out;
+}
+
+absl::StatusOr<std::string> ParseAuth(absl::string_view body) {
+  if (!body.empty() && body.size() != kProofBytes) {
+    return absl::DataLossError(absl::StrCat("AUTH body of ", body.size(), " bytes"));
+  }
+  return std::string(body);
 }
 
 std::array<char, kHeaderBytes> EncodeHeader(FrameType type, uint64_t length) {

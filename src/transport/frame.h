@@ -5,17 +5,34 @@
 // any incompatible change here); kProtocolVersion 2 changed only the control plane. Every
 // integer is little-endian; every reserved field is written 0 and must read 0.
 //
-// A connection opens with the client's HELLO: 16 bytes, then the token:
-//   0 char[4] magic "CRDP"   4 u32 protocol version   8 u32 token_length (<= 4096)
-//   12 u32 reserved          16 token_length bytes of auth token
-// The server answers with one frame, HELLO_OK or ERROR; after ERROR it closes the connection.
-// The 16-byte HELLO prefix and the HELLO_OK and ERROR frames are frozen across protocol versions,
-// so that peers of different versions can always tell each other why they cannot talk.
+// A connection opens with the client's HELLO: 16 bytes, then a payload:
+//   0 char[4] magic "CRDP"   4 u32 protocol version   8 u32 payload_length (<= 4096)
+//   12 u32 reserved          16 payload_length bytes
+// The payload is, from version 3, the client's nonce (kNonceBytes random bytes); in versions 1
+// and 2 it was the auth token itself. A server reads the whole payload whatever the version, and
+// answers a version it does not speak with ERROR (and closes). The 16-byte HELLO prefix and the
+// HELLO_OK and ERROR frames are frozen across protocol versions, so that peers of different
+// versions can always tell each other why they cannot talk.
 //
-// Data-plane versions: a client states kDataProtocolVersion (2) in its HELLO; a server accepts
-// kOldestDataProtocolVersion (1) to kDataProtocolVersion and answers HELLO_OK with the client's
+// Version 3: mutual authentication by challenge and response; the token never crosses the
+// connection. To a HELLO of its version the server answers CHALLENGE (or ERROR):
+// type 22 CHALLENGE (server -> client), body 32 or 64 bytes:
+//   0 the server's nonce (kNonceBytes random bytes)   32 the server's proof (kProofBytes), present
+//   only when the server has a token: TokenProof(token, ProofLabel(version, server), client
+//   nonce, server nonce) (src/net/token.h).
+// The client checks the proof before it sends anything else. A client with a token refuses a
+// server without a proof or with a wrong one (UNAUTHENTICATED naming the address) and closes the
+// connection: it has sent nothing but its nonce. Otherwise it sends
+// type 23 AUTH (client -> server), body 0 or 32 bytes: the client's proof, TokenProof(token,
+//   ProofLabel(version, client), client nonce, server nonce); empty when the client has no token.
+// The server with a token checks it and answers HELLO_OK, or ERROR UNAUTHENTICATED (and closes);
+// a server without a token answers HELLO_OK to any AUTH.
+//
+// Data-plane versions: a client states kDataProtocolVersion (3) in its HELLO; a server accepts
+// kOldestDataProtocolVersion (3) to kDataProtocolVersion and answers HELLO_OK with the client's
 // version. Version 1 is that of the control plane's kProtocolVersion 1; version 2 adds
-// pipelining.
+// pipelining; version 3 replaces the token in the HELLO by challenge and response (a version-3
+// server refuses versions 1 and 2, whose clients send the token in the clear).
 //
 // Then the client sends request frames; the server answers each with one response frame, in the
 // order of the requests. A version-1 client sends one request at a time; a version-2 client may
@@ -64,11 +81,12 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "src/common/protocol.h"
+#include "src/net/token.h"
 
 namespace croupier::frame {
 
-inline constexpr uint32_t kDataProtocolVersion = 2;
-inline constexpr uint32_t kOldestDataProtocolVersion = 1;
+inline constexpr uint32_t kDataProtocolVersion = 3;
+inline constexpr uint32_t kOldestDataProtocolVersion = 3;
 
 inline constexpr char kHelloMagic[4] = {'C', 'R', 'D', 'P'};
 inline constexpr size_t kHelloPrefixBytes = 16;
@@ -95,16 +113,18 @@ enum class FrameType : uint32_t {
   kError = 17,
   kBatch = 18,
   kBatchCompressed = 21,  // 19 and 20 are the shared-memory frames (shm_transport.h)
+  kChallenge = 22,
+  kAuth = 23,
 };
 
-// The HELLO, token included.
-std::string EncodeHello(uint32_t version, absl::string_view token);
+// The HELLO, payload included (the client's nonce from version 3).
+std::string EncodeHello(uint32_t version, absl::string_view payload);
 struct HelloPrefix {
   uint32_t version = 0;
-  uint32_t token_length = 0;
+  uint32_t payload_length = 0;
 };
 // Parses the first kHelloPrefixBytes of a HELLO. DATA_LOSS on a wrong magic, reserved bits or a
-// token longer than kMaxTokenBytes. The version is returned, not checked.
+// payload longer than kMaxTokenBytes. The version is returned, not checked.
 absl::StatusOr<HelloPrefix> ParseHelloPrefix(absl::string_view prefix);
 
 struct FrameHeader {
@@ -134,6 +154,25 @@ absl::StatusOr<Request> ParseRequest(const FrameHeader& header, absl::string_vie
 // which the server's read of the next frame reports). Lets a server see whether the next answer
 // could go out with the one it is about to write.
 std::optional<Request> PeekGetBatch(absl::string_view buffered);
+
+// The label of a proof (TokenProof, src/net/token.h) in protocol `version`, by the server or by
+// the client: "croupier data v<version> server" or "... client". Tying the proof to the version
+// keeps a proof made for one transport (their versions differ) from passing on another, and to
+// the direction keeps a peer from answering a challenge with the other side's proof.
+std::string ProofLabel(uint32_t version, bool by_server);
+
+// Whole CHALLENGE frame: `nonce` (kNonceBytes) then `proof` (empty or kProofBytes).
+std::string EncodeChallenge(absl::string_view nonce, absl::string_view proof);
+struct Challenge {
+  std::string nonce;
+  std::string proof;  // empty: the server has no token
+};
+// DATA_LOSS when the body is neither 32 nor 64 bytes.
+absl::StatusOr<Challenge> ParseChallenge(absl::string_view body);
+// Whole AUTH frame carrying `proof` (empty or kProofBytes).
+std::string EncodeAuth(absl::string_view proof);
+// The proof of an AUTH body. DATA_LOSS when the body is neither 0 nor 32 bytes.
+absl::StatusOr<std::string> ParseAuth(absl::string_view body);
 
 // Whole HELLO_OK frame, and its body's parser (DATA_LOSS when malformed).
 std::string EncodeHelloOk(uint32_t version);

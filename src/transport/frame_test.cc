@@ -25,7 +25,7 @@ TEST(TransportFrameTest, HelloLayoutIsPinned) {
   auto prefix = ParseHelloPrefix(absl::string_view(hello).substr(0, kHelloPrefixBytes));
   ASSERT_TRUE(prefix.ok()) << prefix.status();
   EXPECT_EQ(prefix->version, 1u);
-  EXPECT_EQ(prefix->token_length, 3u);
+  EXPECT_EQ(prefix->payload_length, 3u);
 }
 
 TEST(TransportFrameTest, HelloPrefixRejectsWhatIsNotAHello) {
@@ -38,6 +38,33 @@ TEST(TransportFrameTest, HelloPrefixRejectsWhatIsNotAHello) {
   hello = EncodeHello(1, std::string(kMaxTokenBytes + 1, 't')).substr(0, kHelloPrefixBytes);
   EXPECT_THAT(ParseHelloPrefix(hello).status().message(), HasSubstr("exceeds the limit of 4096"));
   EXPECT_EQ(ParseHelloPrefix("CRDP").status().code(), absl::StatusCode::kDataLoss);
+}
+
+// CHALLENGE carries the server's nonce and, when it has a token, its proof; AUTH the client's
+// proof or nothing. Other lengths are malformed.
+TEST(TransportFrameTest, ChallengeAndAuthRoundTrip) {
+  const std::string nonce(kNonceBytes, 'n'), proof(kProofBytes, 'p');
+  for (const std::string& with : {std::string(), proof}) {
+    const std::string challenge = EncodeChallenge(nonce, with);
+    auto header = ParseHeader(Header(challenge));
+    ASSERT_TRUE(header.ok());
+    EXPECT_EQ(header->type, static_cast<uint32_t>(FrameType::kChallenge));
+    EXPECT_EQ(header->length, kNonceBytes + with.size());
+    auto parsed = ParseChallenge(Body(challenge));
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(parsed->nonce, nonce);
+    EXPECT_EQ(parsed->proof, with);
+    const std::string auth = EncodeAuth(with);
+    EXPECT_EQ(ParseHeader(Header(auth))->type, static_cast<uint32_t>(FrameType::kAuth));
+    auto got = ParseAuth(Body(auth));
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, with);
+  }
+  EXPECT_EQ(ParseChallenge(std::string(33, 'x')).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(ParseChallenge("").status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(ParseAuth(std::string(31, 'x')).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(ProofLabel(3, true), ProofLabel(3, false));
+  EXPECT_NE(ProofLabel(3, true), ProofLabel(1004, true));
 }
 
 TEST(TransportFrameTest, RequestsRoundTrip) {

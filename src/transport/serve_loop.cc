@@ -19,9 +19,63 @@ constexpr char kComponent[] = "transport";
 
 }  // namespace
 
+void RefusalLog::Note(absl::string_view host, absl::string_view peer, absl::string_view reason) {
+  absl::MutexLock lock(&mu_);
+  FlushLocked(/*all=*/false);
+  const absl::Time now = now_();
+  auto [it, inserted] = kinds_.try_emplace({std::string(host), std::string(reason)});
+  Kind& kind = it->second;
+  if (inserted) kind.start = now;
+  if (kind.logged < kRefusalsLoggedPerInterval) {
+    ++kind.logged;
+    Log(LogLevel::kWarning, kComponent,
+        absl::StrCat(name_, " refuses ", peer, ": ", reason,
+                     kind.logged == kRefusalsLoggedPerInterval
+                         ? absl::StrCat(" (more such refusals are only counted, until ",
+                                        absl::FormatDuration(interval_), " after the first)")
+                         : ""));
+    return;
+  }
+  ++kind.suppressed;
+}
+
+void RefusalLog::Flush(bool all) {
+  absl::MutexLock lock(&mu_);
+  FlushLocked(all);
+}
+
+void RefusalLog::FlushLocked(bool all) {
+  const absl::Time now = now_();
+  for (auto it = kinds_.begin(); it != kinds_.end();) {
+    Kind& kind = it->second;
+    if (!all && now - kind.start < interval_) {
+      ++it;
+      continue;
+    }
+    if (kind.suppressed > 0) {
+      Log(LogLevel::kWarning, kComponent,
+          absl::StrCat(name_, " refused ", kind.suppressed, " more connections from ",
+                       it->first.first, " in the last ", absl::FormatDuration(interval_), ": ",
+                       it->first.second));
+    }
+    kinds_.erase(it++);
+  }
+}
+
+const net::WakeEvent* ConnectionSlot::stop() const { return loop_->stop_.get(); }
+
+absl::Status ConnectionSlot::Authenticated() { return loop_->Authenticate(id_); }
+
+void ConnectionSlot::LogRefusal(absl::string_view peer, absl::string_view reason) {
+  loop_->refusals_.Note(host_, peer, reason);
+}
+
 absl::Status ValidateDataServerOptions(const DataServerOptions& options) {
   if (options.max_connections == 0) {
     return absl::InvalidArgumentError("data server max_connections must be at least 1");
+  }
+  if (options.max_handshakes == 0) {
+    return absl::InvalidArgumentError("data server max_handshakes must be at least 1");
   }
   if (options.max_request_bytes < frame::kRequestFixedBytes) {
     return absl::InvalidArgumentError(absl::StrCat("data server max_request_bytes ",
@@ -49,7 +103,10 @@ absl::StatusOr<std::unique_ptr<ServeLoop>> ServeLoop::Start(net::Socket listener
 
 ServeLoop::ServeLoop(net::Socket listener, ServeLoopOptions options,
                      std::unique_ptr<net::WakeEvent> stop)
-    : options_(std::move(options)), stop_(std::move(stop)), listener_(std::move(listener)) {}
+    : options_(std::move(options)),
+      stop_(std::move(stop)),
+      refusals_(options_.name),
+      listener_(std::move(listener)) {}
 
 ServeLoop::~ServeLoop() { Shutdown(); }
 
@@ -64,6 +121,8 @@ void ServeLoop::Shutdown() {
       for (auto& [id, running] : running_) threads.push_back(std::move(running.thread));
       running_.clear();
       per_host_.clear();
+      handshaking_per_host_.clear();
+      handshaking_ = authenticated_ = 0;
       for (auto& thread : finished_) threads.push_back(std::move(thread));
       finished_.clear();
     }
@@ -76,6 +135,7 @@ void ServeLoop::Shutdown() {
 void ServeLoop::AcceptLoop() {
   while (!stop_->notified()) {
     JoinFinished();
+    refusals_.Flush();
     pollfd fds[2] = {{listener_.fd(), POLLIN, 0}, {stop_->fd(), POLLIN, 0}};
     // The timeout only bounds how long ended connection threads wait to be joined.
     if (::poll(fds, 2, /*timeout_ms=*/1000) <= 0 || fds[1].revents != 0) continue;
@@ -104,37 +164,71 @@ void ServeLoop::Admit(net::Socket socket) {
   std::string refusal;
   {
     absl::MutexLock lock(&mu_);
-    size_t& from_host = per_host_[host];
-    if (running_.size() < options_.max_connections &&
-        from_host < options_.max_connections_per_peer) {
+    // A connection proves nothing before its handshake: it counts only against the handshake
+    // slots, and takes no slot from the authenticated clients of its host.
+    size_t& from_host = handshaking_per_host_[host];
+    if (handshaking_ < options_.max_handshakes &&
+        from_host < options_.max_handshakes_per_peer) {
+      ++handshaking_;
       ++from_host;
       const uint64_t id = next_id_++;
       // Started under the lock so that the thread's Finished(id) finds its entry.
-      running_.emplace(id,
-                       Running{.thread = std::thread([this, id, s = std::move(socket)]() mutable {
-                                 options_.serve(std::move(s), stop_.get());
-                                 Finished(id);
-                               }),
-                               .host = std::move(host)});
+      running_.emplace(
+          id, Running{.thread = std::thread([this, id, host, s = std::move(socket)]() mutable {
+                        ConnectionSlot slot(this, id, std::move(host));
+                        options_.serve(std::move(s), &slot);
+                        Finished(id);
+                      }),
+                      .host = host});
       return;
     }
-    if (from_host == 0) per_host_.erase(host);
-    refusal = running_.size() >= options_.max_connections
-                  ? absl::StrCat("the data server is at its limit of ", options_.max_connections,
-                                 " connections")
-                  : absl::StrCat("the data server is at its limit of ",
-                                 options_.max_connections_per_peer, " connections from ", host);
+    if (from_host == 0) handshaking_per_host_.erase(host);
+    refusal = handshaking_ >= options_.max_handshakes
+                  ? absl::StrCat("the data server has ", options_.max_handshakes,
+                                 " connections in their handshake already")
+                  : absl::StrCat("the data server has ", options_.max_handshakes_per_peer,
+                                 " connections from ", host, " in their handshake already");
   }
   const std::string peer = options_.peer_name(socket.fd());
-  Log(LogLevel::kWarning, kComponent,
-      absl::StrCat(options_.name, " refuses ", peer, ": ", refusal));
-  // The client reads this in place of HELLO_OK; short waits keep the acceptor responsive.
+  refusals_.Note(host, peer, refusal);
+  // The client reads this in place of its handshake's answer; short waits keep the acceptor
+  // responsive.
   if (options_.send_refusal) {
     net::SendAll(socket.fd(), frame::EncodeError(absl::UnavailableError(refusal)),
                  net::IoWait{.deadline = absl::Now() + absl::Milliseconds(20)}, peer)
         .IgnoreError();
   }
   net::CloseGracefully(std::move(socket), absl::Milliseconds(20));
+}
+
+absl::Status ServeLoop::Authenticate(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  auto it = running_.find(id);
+  if (it == running_.end()) return absl::CancelledError("the data server is stopping");
+  Running& running = it->second;
+  if (running.authenticated) return absl::OkStatus();
+  size_t& from_host = per_host_[running.host];
+  if (authenticated_ < options_.max_connections &&
+      from_host < options_.max_connections_per_peer) {
+    ++from_host;
+    ++authenticated_;
+    EndHandshake(running.host);
+    running.authenticated = true;
+    return absl::OkStatus();
+  }
+  if (from_host == 0) per_host_.erase(running.host);
+  return absl::UnavailableError(
+      authenticated_ >= options_.max_connections
+          ? absl::StrCat("the data server is at its limit of ", options_.max_connections,
+                         " connections")
+          : absl::StrCat("the data server is at its limit of ", options_.max_connections_per_peer,
+                         " connections from ", running.host));
+}
+
+void ServeLoop::EndHandshake(const std::string& host) {
+  --handshaking_;
+  auto it = handshaking_per_host_.find(host);
+  if (it != handshaking_per_host_.end() && --it->second == 0) handshaking_per_host_.erase(it);
 }
 
 void ServeLoop::JoinFinished() {
@@ -150,8 +244,13 @@ void ServeLoop::Finished(uint64_t id) {
   absl::MutexLock lock(&mu_);
   auto it = running_.find(id);
   if (it == running_.end()) return;  // Shutdown has taken the thread to join it
-  auto from_host = per_host_.find(it->second.host);
-  if (from_host != per_host_.end() && --from_host->second == 0) per_host_.erase(from_host);
+  if (it->second.authenticated) {
+    --authenticated_;
+    auto from_host = per_host_.find(it->second.host);
+    if (from_host != per_host_.end() && --from_host->second == 0) per_host_.erase(from_host);
+  } else {
+    EndHandshake(it->second.host);
+  }
   finished_.push_back(std::move(it->second.thread));
   running_.erase(it);
 }

@@ -1,6 +1,13 @@
 // The accept loop of every data server (TCP with or without TLS, shared memory): an acceptor
 // thread and one thread per admitted connection, within connection limits, until Shutdown;
 // written once over what a transport does with an accepted socket.
+//
+// Slots: a connection that has not proved the token yet holds one of a few handshake slots
+// (max_handshakes, for at most the handshake timeout); only once authenticated
+// (ConnectionSlot::Authenticated) does it take one of the max_connections slots in all and of
+// the max_connections_per_peer slots of its host. So a client without the token, however often it
+// reconnects, never holds the slots of the consumers that have it. Refusals are logged through a
+// RefusalLog: the first few of each kind, then one summary line per interval.
 #ifndef CROUPIER_SRC_TRANSPORT_SERVE_LOOP_H_
 #define CROUPIER_SRC_TRANSPORT_SERVE_LOOP_H_
 
@@ -10,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/call_once.h"
@@ -18,10 +26,84 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "src/net/socket.h"
 #include "src/transport/transport.h"
 
 namespace croupier {
+
+// Connections in their handshake at once, by default: enough for every consumer of a producer to
+// reconnect together, few enough that threads and descriptors stay bounded under a flood.
+inline constexpr size_t kDefaultMaxHandshakes = 64;
+// And from one host (as ServeLoopOptions::admit names it), so that one host's flood leaves the
+// other hosts' clients room to authenticate.
+inline constexpr size_t kDefaultMaxHandshakesPerPeer = 16;
+// A refusal log's interval, and how many refusals of one kind (host and reason) it logs one by
+// one in each interval before it only counts them.
+inline constexpr absl::Duration kRefusalLogInterval = absl::Seconds(10);
+inline constexpr int kRefusalsLoggedPerInterval = 3;
+
+// Logs refused connections without letting a client that is refused in a loop fill the log: per
+// kind (host, reason), the first kRefusalsLoggedPerInterval of an interval as they come, then a
+// count, logged as "<name> refused <n> more connections from <host> in the last 10s: <reason>"
+// at the first refusal or Flush after the interval. Thread-safe.
+class RefusalLog {
+ public:
+  // `now` is the clock (tests pass their own).
+  explicit RefusalLog(std::string name, std::function<absl::Time()> now = &absl::Now,
+                      absl::Duration interval = kRefusalLogInterval)
+      : name_(std::move(name)), now_(std::move(now)), interval_(interval) {}
+  ~RefusalLog() { Flush(/*all=*/true); }
+
+  // One refusal of `peer` (as logs name it) from `host`, for `reason`.
+  void Note(absl::string_view host, absl::string_view peer, absl::string_view reason)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Logs the counts of the intervals that have ended (`all`: of every interval).
+  void Flush(bool all = false) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Kind {
+    absl::Time start;
+    int logged = 0;
+    uint64_t suppressed = 0;
+  };
+  void FlushLocked(bool all) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string name_;
+  const std::function<absl::Time()> now_;
+  const absl::Duration interval_;
+  absl::Mutex mu_;
+  // (host, reason) -> its current interval.
+  absl::flat_hash_map<std::pair<std::string, std::string>, Kind> kinds_ ABSL_GUARDED_BY(mu_);
+};
+
+class ServeLoop;
+
+// What a connection thread holds of its server: the stop event, and its slot, which moves from
+// the handshake slots to the authenticated ones. Thread-compatible: used by its connection's
+// thread only; the loop outlives it.
+class ConnectionSlot {
+ public:
+  // Fires at Shutdown: every wait of the connection must poll it, so that it ends promptly.
+  const net::WakeEvent* stop() const;
+  // The client has proved the token (or the server has none): takes one of the max_connections
+  // slots and one of its host's max_connections_per_peer. UNAVAILABLE "the data server is at its
+  // limit of <n> connections[ from <host>]" when full (logged here, rate-limited); the caller
+  // sends it as an ERROR and closes.
+  absl::Status Authenticated();
+  // Logs the refusal of this connection for `reason`, rate-limited (RefusalLog).
+  void LogRefusal(absl::string_view peer, absl::string_view reason);
+
+ private:
+  friend class ServeLoop;
+  ConnectionSlot(ServeLoop* loop, uint64_t id, std::string host)
+      : loop_(loop), id_(id), host_(std::move(host)) {}
+  ServeLoop* const loop_;
+  const uint64_t id_;
+  const std::string host_;
+};
 
 // INVALID_ARGUMENT naming the option for DataServerOptions no data server can work with
 // (max_connections, max_request_bytes, handshake_timeout, auth_token). A transport checks its own
@@ -31,9 +113,12 @@ absl::Status ValidateDataServerOptions(const DataServerOptions& options);
 struct ServeLoopOptions {
   // Names the server in logs: "data server 127.0.0.1:7001", "shared-memory data server @...".
   std::string name;
-  // Connections beyond these are refused: in all, and per host as `admit` names it.
+  // Authenticated connections beyond these are refused: in all, and per host as `admit` names it.
   size_t max_connections = 256;
   size_t max_connections_per_peer = 128;
+  // Connections in their handshake beyond these are refused at once: in all, and per host.
+  size_t max_handshakes = kDefaultMaxHandshakes;
+  size_t max_handshakes_per_peer = kDefaultMaxHandshakesPerPeer;
   // Whether a refused client is sent an ERROR frame UNAVAILABLE saying why before the close (a
   // TLS client expects a TLS handshake first: it sees the close, which is UNAVAILABLE too).
   bool send_refusal = true;
@@ -42,9 +127,9 @@ struct ServeLoopOptions {
   std::function<std::string(int fd)> admit;
   // The client's name in logs ("10.0.0.7:41234", "pid 42").
   std::function<std::string(int fd)> peer_name;
-  // Serves one admitted connection on its own thread until the connection ends. `stop` fires at
-  // Shutdown: every wait of the connection must poll it, so that it ends promptly.
-  std::function<void(net::Socket socket, const net::WakeEvent* stop)> serve;
+  // Serves one admitted connection on its own thread until the connection ends; it calls
+  // slot->Authenticated() once the client has proved the token, before answering HELLO_OK.
+  std::function<void(net::Socket socket, ConnectionSlot* slot)> serve;
 };
 
 // Accepts on a listening socket and serves each connection on a thread of its own. A thread per
@@ -69,9 +154,14 @@ class ServeLoop {
   ServeLoop(net::Socket listener, ServeLoopOptions options, std::unique_ptr<net::WakeEvent> stop);
 
   void AcceptLoop();
-  // Starts a connection thread, or refuses the connection when at max_connections or at
-  // max_connections_per_peer for its host.
+  friend class ConnectionSlot;
+  // Starts a connection thread in a handshake slot, or refuses the connection when they are all
+  // taken.
   void Admit(net::Socket socket) ABSL_LOCKS_EXCLUDED(mu_);
+  // ConnectionSlot::Authenticated.
+  absl::Status Authenticate(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  // A connection from `host` leaves its handshake slot.
+  void EndHandshake(const std::string& host) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Joins the threads of connections that have ended.
   void JoinFinished() ABSL_LOCKS_EXCLUDED(mu_);
   // Called by a connection thread as its last act.
@@ -80,6 +170,7 @@ class ServeLoop {
   // Constant after construction.
   const ServeLoopOptions options_;
   const std::unique_ptr<net::WakeEvent> stop_;  // fired by Shutdown; every wait polls it
+  RefusalLog refusals_;                         // thread-safe
 
   // Used by the acceptor thread only, then closed by Shutdown once that thread has ended.
   net::Socket listener_;
@@ -91,9 +182,14 @@ class ServeLoop {
   struct Running {
     std::thread thread;
     std::string host;  // what the connection counts against max_connections_per_peer
+    bool authenticated = false;  // holds an authenticated slot, else a handshake slot
   };
   absl::flat_hash_map<uint64_t, Running> running_ ABSL_GUARDED_BY(mu_);
+  size_t handshaking_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t authenticated_ ABSL_GUARDED_BY(mu_) = 0;
+  // Authenticated connections per host, and connections in their handshake per host.
   absl::flat_hash_map<std::string, size_t> per_host_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, size_t> handshaking_per_host_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> finished_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -22,11 +22,12 @@ constexpr absl::Duration kSliceSlack = absl::Milliseconds(10);
 ServerConnection::ServerConnection(std::string peer, absl::string_view kind,
                                    uint32_t oldest_version, uint32_t version,
                                    const DataServerOptions& options, BatchSource* source,
-                                   const net::WakeEvent* stop)
+                                   ConnectionSlot* slot)
     : peer_(std::move(peer)),
       options_(options),
       source_(source),
-      stop_(stop),
+      slot_(slot),
+      stop_(slot->stop()),
       kind_(kind),
       oldest_version_(oldest_version),
       version_(version) {}
@@ -35,8 +36,15 @@ void ServerConnection::Run() {
   absl::Status status = StartSession();
   if (status.ok()) status = Handshake();
   if (!status.ok()) {
-    LogClose("handshake", status);
     if (absl::IsCancelled(status)) return;  // the socket closes with this object
+    // Before the handshake ends the client has proved nothing: whatever went wrong is logged
+    // rate-limited, as the refusals are, so that a client failing in a loop cannot fill the log.
+    if (!refused_) {
+      LogRefusal(absl::IsDataLoss(status)
+                     ? absl::StrCat("malformed handshake: ", status.message())
+                     : std::string("it did not complete the handshake (it closed the connection, "
+                                   "or was silent past the handshake timeout)"));
+    }
     CloseGracefully(kRefusalLinger);
     return;
   }
@@ -94,31 +102,80 @@ absl::Status ServerConnection::Handshake() {
     return RefuseBadHello(absl::string_view(prefix, sizeof(prefix)), parsed.status());
   }
   const frame::HelloPrefix hello = *parsed;
-  // Read the token even when the version differs: leaving bytes unread would make our close a
+  // Read the payload even when the version differs: leaving bytes unread would make our close a
   // reset, which can destroy the error frame before the client reads it.
-  std::string token(hello.token_length, '\0');
-  RETURN_IF_ERROR(RecvAll(token.data(), token.size(), wait));
+  std::string client_nonce(hello.payload_length, '\0');
+  RETURN_IF_ERROR(RecvAll(client_nonce.data(), client_nonce.size(), wait));
   if (hello.version < oldest_version_ || hello.version > version_) {
     const absl::Status mismatch = absl::FailedPreconditionError(
         absl::StrCat("protocol version mismatch: the data server speaks version ", version_,
                      " (and down to ", oldest_version_, "), the client version ", hello.version));
-    Log(LogLevel::kWarning, kComponent, absl::StrCat("refusing ", peer_, ": ", mismatch.message()));
+    LogRefusal(mismatch.message());
     SendError(mismatch).IgnoreError();
     return mismatch;
   }
-  // A server without a token is open, as the dispatcher is: a client configured with a token for
-  // a cluster that has none still connects.
-  if (!options_.auth_token.empty() && !TokenMatches(token, options_.auth_token)) {
+  if (client_nonce.size() != kNonceBytes) {
+    return absl::DataLossError(absl::StrCat("hello nonce of ", client_nonce.size(),
+                                            " bytes; version ", hello.version, " sends ",
+                                            kNonceBytes));
+  }
+  // Challenge: our nonce, and our proof that we hold the token, which the client checks before
+  // it sends anything else. A server without a token sends no proof: a client with a token then
+  // refuses it.
+  ASSIGN_OR_RETURN(const std::string server_nonce, RandomBytes(kNonceBytes));
+  const bool has_token = !options_.auth_token.empty();
+  const std::string proof =
+      has_token ? TokenProof(options_.auth_token, frame::ProofLabel(hello.version, true),
+                             client_nonce, server_nonce)
+                : std::string();
+  RETURN_IF_ERROR(SendAll(frame::EncodeChallenge(server_nonce, proof), wait));
+
+  // The client's AUTH, or its close when our proof did not convince it.
+  char header[frame::kHeaderBytes];
+  const absl::Status got = RecvAll(header, sizeof(header), wait);
+  if (absl::IsUnavailable(got)) {
+    const absl::Status left = absl::UnauthenticatedError(
+        "the client left after the challenge (it holds another auth token, or this server has "
+        "none and the client has one)");
+    LogRefusal(left.message());
+    return left;
+  }
+  RETURN_IF_ERROR(got);
+  ASSIGN_OR_RETURN(const frame::FrameHeader h,
+                   frame::ParseHeader(absl::string_view(header, sizeof(header))));
+  if (h.type != static_cast<uint32_t>(frame::FrameType::kAuth) || h.length > kProofBytes) {
+    return absl::DataLossError(absl::StrCat("frame type ", h.type, " of ", h.length,
+                                            " bytes in place of AUTH"));
+  }
+  std::string body(h.length, '\0');
+  RETURN_IF_ERROR(RecvAll(body.data(), body.size(), wait));
+  ASSIGN_OR_RETURN(const std::string client_proof, frame::ParseAuth(body));
+  // A server without a token is open, as the dispatcher is: any client connects.
+  if (has_token && !ProofMatches(client_proof, options_.auth_token,
+                                 frame::ProofLabel(hello.version, false), client_nonce,
+                                 server_nonce)) {
     const absl::Status refused = absl::UnauthenticatedError(
-        token.empty() ? "the data server requires an auth token and none was given"
-                      : "the data server refused the auth token");
-    Log(LogLevel::kWarning, kComponent,
-        absl::StrCat("refusing ", peer_, ": ", token.empty() ? "no" : "wrong", " auth token"));
+        client_proof.empty() ? "the data server requires an auth token and none was given"
+                             : "the data server refused the auth token");
+    LogRefusal(client_proof.empty() ? "no auth token" : "wrong auth token");
     SendError(refused).IgnoreError();
     return refused;
   }
-  // The client's own version: an older client is served as before (it never pipelines).
+  // Only now does the connection count against the limits of authenticated connections.
+  if (const absl::Status admitted = slot_->Authenticated(); !admitted.ok()) {
+    if (!absl::IsCancelled(admitted)) {
+      LogRefusal(admitted.message());
+      SendError(admitted).IgnoreError();
+    }
+    return admitted;
+  }
+  // The client's own version.
   return SendAll(frame::EncodeHelloOk(hello.version), wait);
+}
+
+void ServerConnection::LogRefusal(absl::string_view reason) {
+  refused_ = true;
+  slot_->LogRefusal(peer_, reason);
 }
 
 absl::StatusOr<std::optional<frame::Request>> ServerConnection::ReadRequest() {

@@ -22,6 +22,7 @@
 #include "src/transport/batch_source.h"
 #include "src/transport/frame.h"
 #include "src/transport/recv_buffer.h"
+#include "src/transport/serve_loop.h"
 #include "src/transport/transport.h"
 
 namespace croupier {
@@ -57,10 +58,11 @@ class ServerConnection {
  protected:
   // `peer` names the client in messages ("client <ip:port>"); `kind` names the connection in
   // logs ("connection", "shared-memory connection"); a HELLO must carry a version in
-  // [oldest_version, version].
+  // [oldest_version, version]. `slot` is the connection's place in its ServeLoop: its stop event,
+  // its authenticated slot and its refusal log.
   ServerConnection(std::string peer, absl::string_view kind, uint32_t oldest_version,
                    uint32_t version, const DataServerOptions& options, BatchSource* source,
-                   const net::WakeEvent* stop);
+                   ConnectionSlot* slot);
 
   // The byte stream. Errors as src/net/socket.h's, naming peer_.
   virtual absl::Status SendAll(absl::string_view bytes, const net::IoWait& wait) = 0;
@@ -100,15 +102,22 @@ class ServerConnection {
   absl::Status RecvAll(char* dst, size_t n, const net::IoWait& wait);
   // Sends an ERROR frame carrying `status`.
   absl::Status SendError(const absl::Status& status);
+  // Logs the refusal of this client for `reason` (rate-limited, ConnectionSlot::LogRefusal); the
+  // close that follows is then not logged again.
+  void LogRefusal(absl::string_view reason);
 
   // Constant after construction.
   const std::string peer_;
   const DataServerOptions& options_;
   BatchSource* const source_;
+  ConnectionSlot* const slot_;
   const net::WakeEvent* const stop_;
 
  private:
+  // The challenge and response (frame.h); takes an authenticated slot before HELLO_OK. Every
+  // refusal is logged here (rate-limited) and sets refused_.
   absl::Status Handshake();
+
   // The next request, or nullopt when the client closed the connection between requests.
   absl::StatusOr<std::optional<frame::Request>> ReadRequest();
   // Answers one request into the held answers. An error means the connection must be closed.
@@ -132,6 +141,7 @@ class ServerConnection {
   };
 
   const std::string kind_;
+  bool refused_ = false;  // the handshake refused the client, and logged why
   const uint32_t oldest_version_;
   const uint32_t version_;
   net::RecvBuffer in_;          // received and not parsed yet: pipelined requests (frame.h)

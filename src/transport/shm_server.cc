@@ -32,10 +32,10 @@ constexpr size_t kPoolFreeBytes = size_t{64} << 20;
 class ShmServerConnection final : public ServerConnection {
  public:
   ShmServerConnection(net::Socket socket, const DataServerOptions& options, BatchSource* source,
-                      const net::WakeEvent* stop, ShmSegmentPool* pool)
+                      ConnectionSlot* slot, ShmSegmentPool* pool)
       : ServerConnection(absl::StrCat("client ", net::UnixPeerName(socket.fd())),
                          "shared-memory connection", kOldestShmProtocolVersion,
-                         kShmProtocolVersion, options, source, stop),
+                         kShmProtocolVersion, options, source, slot),
         socket_(std::move(socket)),
         pool_(pool) {}
   // Segments still leased to the client are dropped, not reused: it may still hold their batches.
@@ -141,12 +141,14 @@ class ShmDataServer final : public DataServer {
                 .max_connections = options_.max_connections,
                 // Every client is on this host: the limit in all is the only one.
                 .max_connections_per_peer = std::numeric_limits<size_t>::max(),
+                .max_handshakes = options_.max_handshakes,
+                .max_handshakes_per_peer = options_.max_handshakes,
                 .send_refusal = true,
                 .admit = [](int) { return std::string("this host"); },
                 .peer_name = [](int fd) { return net::UnixPeerName(fd); },
                 .serve =
-                    [this](net::Socket socket, const net::WakeEvent* stop) {
-                      ShmServerConnection(std::move(socket), options_, source_, stop, &pool_)
+                    [this](net::Socket socket, ConnectionSlot* slot) {
+                      ShmServerConnection(std::move(socket), options_, source_, slot, &pool_)
                           .Run();
                     }}));
     return absl::OkStatus();

@@ -52,10 +52,11 @@ namespace croupier {
 // The version in the HELLO and HELLO_OK of the shared-memory socket: its own, so that a client
 // and a server built from different versions of this file refuse each other at the handshake
 // (FAILED_PRECONDITION), and a consumer in auto mode falls back to TCP. Bump it on any change.
-// 1003 adds pipelining, as version 2 of the TCP protocol (frame.h); a server accepts 1002 too
-// and answers with the client's version.
-inline constexpr uint32_t kShmProtocolVersion = 1003;
-inline constexpr uint32_t kOldestShmProtocolVersion = 1002;
+// 1003 adds pipelining, as version 2 of the TCP protocol (frame.h); 1004 the challenge and
+// response of version 3 (the token never crosses the socket, and a consumer with a token refuses
+// a process that squats the name without it). A server accepts 1004 only.
+inline constexpr uint32_t kShmProtocolVersion = 1004;
+inline constexpr uint32_t kOldestShmProtocolVersion = 1004;
 inline constexpr uint32_t kShmBatchFrameType = 19;
 inline constexpr size_t kShmBatchBodyBytes = 24;
 inline constexpr uint32_t kShmReleaseFrameType = 20;

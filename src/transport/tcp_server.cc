@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -63,6 +64,9 @@ absl::StatusOr<std::unique_ptr<DataServer>> TcpDataServer::Start(const DataServe
           ServeLoopOptions{.name = absl::StrCat("data server ", server->address_),
                            .max_connections = options.max_connections,
                            .max_connections_per_peer = options.max_connections_per_peer,
+                           .max_handshakes = options.max_handshakes,
+                           .max_handshakes_per_peer =
+                               std::min(kDefaultMaxHandshakesPerPeer, options.max_handshakes),
                            .send_refusal = server->tls_ == nullptr,
                            .admit =
                                [](int fd) {
@@ -71,9 +75,9 @@ absl::StatusOr<std::unique_ptr<DataServer>> TcpDataServer::Start(const DataServe
                                },
                            .peer_name = [](int fd) { return net::PeerName(fd); },
                            .serve =
-                               [s](net::Socket socket, const net::WakeEvent* stop) {
+                               [s](net::Socket socket, ConnectionSlot* slot) {
                                  TcpServerConnection(std::move(socket), s->options_, s->source_,
-                                                     stop, s->tls_.get())
+                                                     slot, s->tls_.get())
                                      .Run();
                                }}));
   Log(LogLevel::kInfo, kComponent,

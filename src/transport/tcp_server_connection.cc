@@ -21,11 +21,11 @@ constexpr size_t kMaxHeldBytes = size_t{256} << 10;
 }  // namespace
 
 TcpServerConnection::TcpServerConnection(net::Socket socket, const DataServerOptions& options,
-                                         BatchSource* source, const net::WakeEvent* stop,
+                                         BatchSource* source, ConnectionSlot* slot,
                                          const net::TlsContext* tls)
     : ServerConnection(absl::StrCat("client ", net::PeerName(socket.fd())), "connection",
                        frame::kOldestDataProtocolVersion, frame::kDataProtocolVersion, options,
-                       source, stop),
+                       source, slot),
       stream_(std::move(socket)),
       tls_(tls) {}
 
@@ -56,24 +56,23 @@ absl::Status TcpServerConnection::StartSession() {
         "this data server requires TLS; give the client a CA (--tls-ca or CROUPIER_TLS_CA)" +
         std::string(tls_->requires_client_cert() ? " and a certificate and key" : ""));
     if (hello.ok()) {
-      // A croupier client without TLS: read its token (see Handshake) and tell it why.
-      std::string token(hello->token_length, '\0');
-      if (stream_.RecvAll(token.data(), token.size(), wait, peer_).ok()) {
+      // A croupier client without TLS: read its payload (see Handshake) and tell it why.
+      std::string payload(hello->payload_length, '\0');
+      if (stream_.RecvAll(payload.data(), payload.size(), wait, peer_).ok()) {
         SendError(refused).IgnoreError();
       }
-      Log(LogLevel::kWarning, kComponent,
-          absl::StrCat("refusing ", peer_, ": a plaintext croupier client on a TLS port"));
+      LogRefusal("a plaintext croupier client on a TLS port");
     } else {
-      Log(LogLevel::kWarning, kComponent,
-          absl::StrCat("refusing ", peer_, ": it does not speak TLS (its first bytes are neither ",
-                       "a TLS handshake nor a croupier HELLO)"));
+      LogRefusal(
+          "it does not speak TLS (its first bytes are neither a TLS handshake nor a croupier "
+          "HELLO)");
     }
     return refused;
   }
   const absl::Status status = stream_.StartTls(*tls_, "", wait, peer_);
   if (!status.ok() && !absl::IsCancelled(status)) {
-    Log(LogLevel::kWarning, kComponent, absl::StrCat("refusing ", peer_, ": ", status.message()));
-    return absl::UnauthenticatedError(status.message());  // logged here; LogClose stays quiet
+    LogRefusal(status.message());
+    return absl::UnauthenticatedError(status.message());
   }
   return status;
 }
@@ -82,10 +81,10 @@ absl::Status TcpServerConnection::RefuseBadHello(absl::string_view prefix,
                                                  absl::Status parse_error) {
   if (!stream_.tls() && static_cast<unsigned char>(prefix[0]) == 0x16 &&
       static_cast<unsigned char>(prefix[1]) == 0x03) {
-    Log(LogLevel::kWarning, kComponent,
-        absl::StrCat("refusing ", peer_, ": it speaks TLS and this data server does not (start ",
-                     "the producer with --tls-cert and --tls-key)"));
-    return absl::UnauthenticatedError("a TLS client on a plaintext port");  // logged above
+    LogRefusal(
+        "it speaks TLS and this data server does not (start the producer with --tls-cert and "
+        "--tls-key)");
+    return absl::UnauthenticatedError("a TLS client on a plaintext port");
   }
   return parse_error;
 }

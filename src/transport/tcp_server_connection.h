@@ -20,6 +20,7 @@
 #include "src/net/tls_stream.h"
 #include "src/transport/batch_source.h"
 #include "src/transport/frame.h"
+#include "src/transport/serve_loop.h"
 #include "src/transport/server_connection.h"
 #include "src/transport/transport.h"
 
@@ -30,7 +31,7 @@ class TcpServerConnection final : public ServerConnection {
  public:
   // `tls` null: plaintext; else the client must complete a TLS handshake first.
   TcpServerConnection(net::Socket socket, const DataServerOptions& options, BatchSource* source,
-                      const net::WakeEvent* stop, const net::TlsContext* tls);
+                      ConnectionSlot* slot, const net::TlsContext* tls);
 
  private:
   absl::Status SendAll(absl::string_view bytes, const net::IoWait& wait) override;

@@ -83,16 +83,14 @@ bool ClosedByPeer(const net::Socket& socket, absl::Duration within = absl::Secon
 // A completed handshake with a real server.
 net::Socket RawHandshake(const std::string& address) {
   net::Socket socket = RawConnect(address);
-  SendRaw(socket, frame::EncodeHello(kProtocolVersion, kToken));
-  auto answer = ReadFrame(socket);
-  EXPECT_TRUE(answer.ok()) << answer.status();
-  if (answer.ok()) {
-    EXPECT_EQ(answer->header.type, static_cast<uint32_t>(frame::FrameType::kHelloOk));
-  }
+  const absl::Status done =
+      testing::RawClientHandshake(socket.fd(), frame::kDataProtocolVersion, kToken);
+  EXPECT_TRUE(done.ok()) << done;
   return socket;
 }
 
-// A one-connection server that plays `script` after reading the client's hello. Thread-compatible.
+// A one-connection server that plays `script` after the client's HELLO and AUTH (its CHALLENGE
+// proves kToken); the script answers AUTH. Thread-compatible.
 class FakeServer {
  public:
   explicit FakeServer(std::function<void(net::Socket&)> script) {
@@ -104,10 +102,8 @@ class FakeServer {
       pollfd p{listener_.fd(), POLLIN, 0};
       if (::poll(&p, 1, 10000) != 1) return;
       net::Socket socket(::accept4(listener_.fd(), nullptr, nullptr, SOCK_NONBLOCK));
-      char hello[frame::kHelloPrefixBytes + sizeof(kToken) - 1];
-      if (!net::RecvAll(socket.fd(), hello, sizeof(hello),
-                        net::IoWait{.deadline = In(absl::Seconds(5))}, "client")
-               .ok()) {
+      if (testing::RawServerHandshake(socket.fd(), frame::kDataProtocolVersion, kToken)
+              .auth.empty()) {
         return;
       }
       script(socket);
@@ -219,7 +215,7 @@ TEST_F(TcpTransportTest, VersionMismatchIsRefusedNamingBothVersions) {
               HasSubstr(absl::StrCat("speaks version ", frame::kDataProtocolVersion)));
   EXPECT_THAT(error->message,
               HasSubstr(absl::StrCat("client version ", frame::kDataProtocolVersion + 1)));
-  EXPECT_THAT(log, HasSubstr("refusing client 127.0.0.1:"));
+  EXPECT_THAT(log, HasSubstr("refuses client 127.0.0.1:"));
 }
 
 TEST_F(TcpTransportTest, ClientRefusesAServerOfAnotherVersion) {
@@ -234,6 +230,41 @@ TEST_F(TcpTransportTest, ClientRefusesAServerOfAnotherVersion) {
                                      frame::kDataProtocolVersion + 1)));
   EXPECT_THAT(client.status().message(),
               HasSubstr(absl::StrCat("this client version ", frame::kDataProtocolVersion)));
+}
+
+// A server of an older version (2) reads the HELLO prefix and its payload, which are frozen
+// across versions, and answers ERROR: the client reports the server's reason, and it sent no token.
+TEST_F(TcpTransportTest, AnOlderServerSaysWhyItCannotTalkAndGetsNoToken) {
+  auto listener = net::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  const std::string address = absl::StrCat("127.0.0.1:", net::LocalPort(listener->fd()));
+  std::string payload;
+  std::thread server([&] {
+    pollfd p{listener->fd(), POLLIN, 0};
+    if (::poll(&p, 1, 10000) != 1) return;
+    net::Socket socket(::accept4(listener->fd(), nullptr, nullptr, SOCK_NONBLOCK));
+    const net::IoWait wait{.deadline = In(absl::Seconds(5))};
+    char prefix[frame::kHelloPrefixBytes];
+    if (!net::RecvAll(socket.fd(), prefix, sizeof(prefix), wait, "client").ok()) return;
+    auto hello = frame::ParseHelloPrefix(absl::string_view(prefix, sizeof(prefix)));
+    if (!hello.ok()) return;
+    payload.resize(hello->payload_length);
+    if (!net::RecvAll(socket.fd(), payload.data(), payload.size(), wait, "client").ok()) return;
+    SendRaw(socket, frame::EncodeError(absl::FailedPreconditionError(absl::StrCat(
+                        "protocol version mismatch: the data server speaks version 2 (and down to "
+                        "1), the client version ",
+                        hello->version))));
+    ClosedByPeer(socket);
+  });
+  auto client = Transport::Tcp()->Connect(address, ClientOptions());
+  server.join();
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kFailedPrecondition) << client.status();
+  EXPECT_THAT(client.status().message(),
+              HasSubstr(absl::StrCat("data server ", address,
+                                     ": protocol version mismatch: the data server speaks "
+                                     "version 2 (and down to 1), the client version 3")));
+  EXPECT_EQ(payload.size(), kNonceBytes);
+  EXPECT_EQ(payload.find(kToken), std::string::npos);
 }
 
 struct Garbage {
@@ -281,7 +312,9 @@ TEST_F(TcpTransportTest, GarbageClosesThatConnectionOnlyAndIsLogged) {
       EXPECT_TRUE(ClosedByPeer(socket));
     }
     const std::string log = ::testing::internal::GetCapturedStderr();
-    EXPECT_THAT(log, HasSubstr("closing the connection from client 127.0.0.1:"));
+    EXPECT_THAT(log, HasSubstr(garbage.after_handshake
+                                   ? "closing the connection from client 127.0.0.1:"
+                                   : "refuses client 127.0.0.1:"));
     EXPECT_THAT(log, HasSubstr(garbage.logged));
     ExpectServes();
   }
@@ -301,37 +334,37 @@ TEST_F(TcpTransportTest, SilentClientIsDroppedAfterTheHandshakeTimeout) {
   ExpectServes();
 }
 
-// A version-1 client (no pipelining) is still served: the server answers with its version.
-// And requests written back to back (pipelined, version 2) are answered in order, the ready
-// ones in one write.
-TEST_F(TcpTransportTest, VersionOneClientsAndPipelinedRequestsAreServed) {
+// Clients of versions 1 and 2 (which sent the token in the HELLO) are refused, saying why. And
+// requests written back to back (pipelined) are answered in order, the ready ones in one write.
+TEST_F(TcpTransportTest, OlderClientsAreRefusedAndPipelinedRequestsAreServed) {
   StartServer();
-  for (uint64_t i = 0; i < 3; ++i) source_.Put({"train", 0, i}, testing::MakeBatch(4096, i));
-  for (uint32_t version : {frame::kOldestDataProtocolVersion, frame::kDataProtocolVersion}) {
+  for (uint32_t version : {1u, 2u}) {
     SCOPED_TRACE(absl::StrCat("version ", version));
     net::Socket socket = RawConnect(server_->address());
     SendRaw(socket, frame::EncodeHello(version, kToken));
-    auto hello = ReadFrame(socket);
-    ASSERT_TRUE(hello.ok()) << hello.status();
-    ASSERT_EQ(hello->header.type, static_cast<uint32_t>(frame::FrameType::kHelloOk));
-    auto answered = frame::ParseHelloOk(hello->body);
-    ASSERT_TRUE(answered.ok());
-    EXPECT_EQ(*answered, version);
-    const size_t pipelined = version == frame::kDataProtocolVersion ? 3 : 1;
-    std::string requests;
-    for (uint64_t i = 0; i < pipelined; ++i) {
-      frame::AppendRequest({frame::FrameType::kGetBatch, "train", 0, i, 5000}, &requests);
-    }
-    SendRaw(socket, requests);
-    for (uint64_t i = 0; i < pipelined; ++i) {
-      auto got = ReadFrame(socket);
-      ASSERT_TRUE(got.ok()) << got.status();
-      ASSERT_EQ(got->header.type, static_cast<uint32_t>(frame::FrameType::kBatch));
-      EXPECT_EQ(frame::ParseBatchIndex(got->body.substr(0, 8)), i);
-      auto batch = Batch::FromBytes(absl::string_view(got->body).substr(8));
-      ASSERT_TRUE(batch.ok()) << batch.status();
-      EXPECT_EQ(batch->ContentHash(), testing::MakeBatch(4096, i).ContentHash());
-    }
+    auto answer = ReadFrame(socket);
+    ASSERT_TRUE(answer.ok()) << answer.status();
+    ASSERT_EQ(answer->header.type, static_cast<uint32_t>(frame::FrameType::kError));
+    auto error = frame::ParseError(answer->body);
+    ASSERT_TRUE(error.ok());
+    EXPECT_EQ(error->code, absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(error->message, HasSubstr(absl::StrCat("the client version ", version)));
+  }
+  for (uint64_t i = 0; i < 3; ++i) source_.Put({"train", 0, i}, testing::MakeBatch(4096, i));
+  net::Socket socket = RawHandshake(server_->address());
+  std::string requests;
+  for (uint64_t i = 0; i < 3; ++i) {
+    frame::AppendRequest({frame::FrameType::kGetBatch, "train", 0, i, 5000}, &requests);
+  }
+  SendRaw(socket, requests);
+  for (uint64_t i = 0; i < 3; ++i) {
+    auto got = ReadFrame(socket);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->header.type, static_cast<uint32_t>(frame::FrameType::kBatch));
+    EXPECT_EQ(frame::ParseBatchIndex(got->body.substr(0, 8)), i);
+    auto batch = Batch::FromBytes(absl::string_view(got->body).substr(8));
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    EXPECT_EQ(batch->ContentHash(), testing::MakeBatch(4096, i).ContentHash());
   }
 }
 

@@ -7,8 +7,9 @@
 //   UNAVAILABLE          cannot connect, connection reset or closed, server shutting down or at
 //                        its connection limit: retry, perhaps elsewhere;
 //   UNAUTHENTICATED      the server refused the auth token (the server logs a warning naming the
-//                        peer), or a TLS certificate was refused by either side
-//                        (src/net/tls_stream.h);
+//                        peer), the server did not prove that it holds the client's token (it has
+//                        another or none: a process squatting its address, for one), or a TLS
+//                        certificate was refused by either side (src/net/tls_stream.h);
 //   FAILED_PRECONDITION  the peers speak different protocol versions (both are named), or one
 //                        speaks TLS and the other does not;
 //   RESOURCE_EXHAUSTED   the batch is larger than DataClientOptions::max_batch_bytes;
@@ -41,13 +42,19 @@ struct DataServerOptions {
   // Numeric address or host name to listen on; port 0 picks a free port (see DataServer::port).
   std::string bind_address = "127.0.0.1";
   int port = 0;
-  // Clients must present this token; empty means no authentication (any token is accepted, as
-  // by the dispatcher).
+  // Clients must prove that they hold this token, and the server proves it to them (challenge and
+  // response, frame.h; the token never crosses the connection). Empty: no authentication; any
+  // client is served, and a client that has a token refuses this server.
   std::string auth_token;
   // Connections beyond this are refused with UNAVAILABLE.
   size_t max_connections = 256;
   // And beyond this many from one IP address, so that one host cannot take every slot.
+  // Both count only authenticated connections: those whose client has proved the token (any
+  // client, when the server has none).
   size_t max_connections_per_peer = 128;
+  // Connections still in their handshake beyond this are refused with UNAVAILABLE (and beyond 16
+  // from one IP address over TCP); each holds its slot for at most handshake_timeout.
+  size_t max_handshakes = 64;
   // A request frame larger than this is malformed: the server drops the connection.
   size_t max_request_bytes = 64 << 10;
   // A connection that has not completed its handshake by then is dropped.
@@ -72,6 +79,9 @@ class DataServer {
 };
 
 struct DataClientOptions {
+  // The client proves it, and refuses a server that does not prove it in turn (UNAUTHENTICATED
+  // naming the address) before sending anything else. Empty: no authentication; any server is
+  // accepted.
   std::string auth_token;
   // Bounds connecting plus the handshake, for each connection of the pool.
   absl::Duration connect_timeout = absl::Seconds(5);

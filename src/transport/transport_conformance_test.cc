@@ -1,4 +1,6 @@
 // The suite every Transport must pass: add a transport to kTransports and it runs all of these.
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,6 +17,11 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "src/net/socket.h"
+#include "src/net/token.h"
+#include "src/transport/frame.h"
+#include "src/transport/shm_socket.h"
+#include "src/transport/shm_transport.h"
 #include "src/transport/transport.h"
 #include "src/transport/transport_testing.h"
 
@@ -31,9 +38,59 @@ absl::Time In(absl::Duration d) { return absl::Now() + d; }
 // How a server's log names this process as a client: by address over TCP, by pid over a Unix
 // socket.
 std::string ClientInLogs(const Transport* transport) {
-  if (transport->name() == "shm") return absl::StrCat("refusing client pid ", ::getpid());
-  return "refusing client 127.0.0.1:";
+  if (transport->name() == "shm") return absl::StrCat("refuses client pid ", ::getpid());
+  return "refuses client 127.0.0.1:";
 }
+
+// The version a transport's client speaks.
+uint32_t VersionOf(const Transport* transport) {
+  return transport->name() == "shm" ? kShmProtocolVersion : frame::kDataProtocolVersion;
+}
+
+// A process on a transport's address that is not a croupier server of this cluster: it accepts
+// one connection, plays the server's side of the handshake with the CHALLENGE `proof` (forged,
+// or none), and records what the client sends. Thread-compatible.
+class Squatter {
+ public:
+  Squatter(const Transport* transport, std::string proof) {
+    absl::StatusOr<net::Socket> listener;
+    if (transport->name() == "shm") {
+      static int n = 0;
+      address_ = absl::StrCat("@croupier-test-squatter-", ::getpid(), "-", n++);
+      listener = net::ListenUnix(address_);
+    } else {
+      listener = net::Listen("127.0.0.1", 0);
+      if (listener.ok()) address_ = absl::StrCat("127.0.0.1:", net::LocalPort(listener->fd()));
+    }
+    EXPECT_TRUE(listener.ok()) << listener.status();
+    listener_ = *std::move(listener);
+    thread_ = std::thread([this, version = VersionOf(transport), proof = std::move(proof)] {
+      pollfd p{listener_.fd(), POLLIN, 0};
+      if (::poll(&p, 1, 10000) != 1) return;
+      net::Socket socket(::accept4(listener_.fd(), nullptr, nullptr, SOCK_NONBLOCK));
+      seen_ = testing::RawServerHandshake(socket.fd(), version, "", proof);
+      // What a forger would send next, were the client still listening.
+      net::SendAll(socket.fd(), frame::EncodeHelloOk(version),
+                   net::IoWait{.deadline = In(absl::Seconds(1))}, "client")
+          .IgnoreError();
+    });
+  }
+  // What the client sent; waits for the squatter to finish.
+  const testing::SeenHandshake& Seen() {
+    if (thread_.joinable()) thread_.join();
+    return seen_;
+  }
+  ~Squatter() {
+    if (thread_.joinable()) thread_.join();
+  }
+  const std::string& address() const { return address_; }
+
+ private:
+  std::string address_;
+  net::Socket listener_;
+  std::thread thread_;
+  testing::SeenHandshake seen_;
+};
 
 class TransportTest : public ::testing::TestWithParam<Transport*> {
  protected:
@@ -376,16 +433,38 @@ TEST_P(TransportTest, SeveralClientsAtOnce) {
   EXPECT_EQ(good.load(), 8 * 20);
 }
 
+// A client with another token: the server's proof does not match it, so the client refuses the
+// server before answering; the server sees the client leave after its challenge.
 TEST_P(TransportTest, WrongTokenIsUnauthenticatedAndLogged) {
   StartServer();
   ::testing::internal::CaptureStderr();
   DataClientOptions options;
   options.auth_token = "not-the-token";
   auto client = TryConnect(options);
+  absl::SleepFor(absl::Milliseconds(300));  // the server logs once it sees the close
   const std::string log = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(client.status().code(), absl::StatusCode::kUnauthenticated) << client.status();
-  EXPECT_THAT(client.status().message(), HasSubstr("refused the auth token"));
+  EXPECT_THAT(client.status().message(), HasSubstr("did not prove that it holds"));
   EXPECT_THAT(client.status().message(), HasSubstr(server_->address()));
+  EXPECT_THAT(log, HasSubstr(ClientInLogs(GetParam())));
+  EXPECT_THAT(log, HasSubstr("the client left after the challenge"));
+}
+
+// A client that skips checking the server's proof and answers with a proof of another token is
+// refused by the server.
+TEST_P(TransportTest, AWrongProofIsRefusedByTheServerAndLogged) {
+  StartServer();
+  ::testing::internal::CaptureStderr();
+  absl::StatusOr<net::Socket> socket =
+      GetParam()->name() == "shm"
+          ? net::DialUnix(server_->address(), net::IoWait{.deadline = In(absl::Seconds(5))})
+          : net::Dial(server_->address(), net::IoWait{.deadline = In(absl::Seconds(5))});
+  ASSERT_TRUE(socket.ok()) << socket.status();
+  const absl::Status done =
+      testing::RawClientHandshake(socket->fd(), VersionOf(GetParam()), "not-the-token");
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(done.code(), absl::StatusCode::kUnauthenticated) << done;
+  EXPECT_THAT(done.message(), HasSubstr("refused the auth token"));
   EXPECT_THAT(log, HasSubstr(ClientInLogs(GetParam())));
   EXPECT_THAT(log, HasSubstr("wrong auth token"));
 }
@@ -402,17 +481,126 @@ TEST_P(TransportTest, MissingTokenIsUnauthenticatedAndLogged) {
   EXPECT_THAT(log, HasSubstr("no auth token"));
 }
 
-TEST_P(TransportTest, AServerWithoutATokenAcceptsAnyTokenLikeTheDispatcher) {
+// A server without a token serves clients without one, as a dispatcher without a token does; a
+// client with a token refuses it, since it cannot prove that it holds the token.
+TEST_P(TransportTest, AServerWithoutATokenServesOnlyClientsWithoutOne) {
   StartServer({}, /*open=*/true);
   source_.Put({"job", 0, 3}, testing::MakeBatch(4 << 10, 3));
-  for (const char* token : {"", "some-token"}) {
-    DataClientOptions options;
-    options.auth_token = token;
-    auto client = GetParam()->Connect(server_->address(), options);
-    ASSERT_TRUE(client.ok()) << token << ": " << client.status();
-    auto batch = (*client)->Fetch({"job", 0, 3}, In(absl::Seconds(10)));
-    EXPECT_TRUE(batch.ok()) << batch.status();
+  auto client = GetParam()->Connect(server_->address(), DataClientOptions{});
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto batch = (*client)->Fetch({"job", 0, 3}, In(absl::Seconds(10)));
+  EXPECT_TRUE(batch.ok()) << batch.status();
+  DataClientOptions options;
+  options.auth_token = "some-token";
+  auto refused = GetParam()->Connect(server_->address(), options);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnauthenticated) << refused.status();
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr(absl::StrCat(server_->address(), " has no auth token")));
+}
+
+// A server with another token (or a process replaying a proof it does not understand) is refused
+// by the client before the client sends anything secret: its HELLO carries a random nonce, not
+// the token, and after the CHALLENGE it closes without an AUTH.
+TEST_P(TransportTest, AServerWithAnotherTokenIsRefusedBeforeTheClientSendsAnythingSecret) {
+  // The squatter proves "other-token", over whatever nonce the client sent.
+  Squatter squatter(GetParam(), std::string(kProofBytes, '\x5a'));
+  DataClientOptions options;
+  options.auth_token = kToken;
+  auto client = GetParam()->Connect(squatter.address(), options);
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kUnauthenticated) << client.status();
+  EXPECT_THAT(client.status().message(),
+              HasSubstr(absl::StrCat("data server ", squatter.address(),
+                                     " did not prove that it holds this client's auth token")));
+  const testing::SeenHandshake& seen = squatter.Seen();
+  ASSERT_EQ(seen.hello.size(), frame::kHelloPrefixBytes + kNonceBytes);
+  EXPECT_EQ(seen.hello.find(kToken), std::string::npos) << "the token crossed the connection";
+  EXPECT_TRUE(seen.auth.empty()) << "the client answered a server that proved nothing";
+  EXPECT_TRUE(seen.closed_after_challenge);
+
+  // And a real server started with another token.
+  DataServerOptions other;
+  other.auth_token = "other-token";
+  auto server = GetParam()->StartServer(other, &source_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto refused = GetParam()->Connect((*server)->address(), options);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnauthenticated) << refused.status();
+  EXPECT_THAT(refused.status().message(), HasSubstr((*server)->address()));
+  (*server)->Shutdown();
+}
+
+// A process that took a server's address and has no token (it can only claim to have none) is
+// refused by a client with a token, which then sent it nothing but its nonce and took no batch.
+TEST_P(TransportTest, ASquattingServerIsRefused) {
+  Squatter squatter(GetParam(), /*proof=*/"");
+  DataClientOptions options;
+  options.auth_token = kToken;
+  auto client = GetParam()->Connect(squatter.address(), options);
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kUnauthenticated) << client.status();
+  EXPECT_THAT(client.status().message(),
+              HasSubstr(absl::StrCat("data server ", squatter.address(), " has no auth token")));
+  const testing::SeenHandshake& seen = squatter.Seen();
+  EXPECT_EQ(seen.hello.find(kToken), std::string::npos);
+  EXPECT_TRUE(seen.auth.empty());
+  EXPECT_TRUE(seen.closed_after_challenge);
+}
+
+// Connections that have not proved the token hold no authenticated slot: clients refused for
+// their token, and clients still silent in their handshake, leave every slot to the clients
+// with the token. Silent ones beyond max_handshakes are refused at once, and the refusals are
+// logged a few at a time, not one line each.
+TEST_P(TransportTest, UnauthenticatedClientsHoldNoConnectionSlotAndRefusalsAreRateLimited) {
+  DataServerOptions options;
+  options.max_connections = 2;
+  options.max_connections_per_peer = 2;
+  options.max_handshakes = 4;
+  StartServer(options);
+  auto dial = [&]() -> net::Socket {
+    absl::StatusOr<net::Socket> socket =
+        GetParam()->name() == "shm"
+            ? net::DialUnix(server_->address(), net::IoWait{.deadline = In(absl::Seconds(5))})
+            : net::Dial(server_->address(), net::IoWait{.deadline = In(absl::Seconds(5))});
+    EXPECT_TRUE(socket.ok()) << socket.status();
+    return socket.ok() ? *std::move(socket) : net::Socket();
+  };
+  ::testing::internal::CaptureStderr();
+  // Refused for their token, many times over.
+  for (int i = 0; i < 40; ++i) {
+    net::Socket socket = dial();
+    EXPECT_EQ(testing::RawClientHandshake(socket.fd(), VersionOf(GetParam()), "").code(),
+              absl::StatusCode::kUnauthenticated);
   }
+  absl::SleepFor(absl::Milliseconds(300));  // their threads end once they see the close
+  // Three silent ones hold three of the four handshake slots.
+  std::vector<net::Socket> silent;
+  for (int i = 0; i < 3; ++i) silent.push_back(dial());
+  // The clients with the token still get both authenticated slots (each connection of a client
+  // takes one), and the next is refused for the limit.
+  auto first = TryConnect();
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = TryConnect();
+  ASSERT_TRUE(second.ok()) << second.status();
+  auto third = TryConnect();
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kUnavailable) << third.status();
+  EXPECT_THAT(third.status().message(), HasSubstr("limit of 2 connections"));
+  // A fourth silent one fills the handshake slots; the next are refused at once.
+  silent.push_back(dial());
+  absl::SleepFor(absl::Milliseconds(100));
+  for (int i = 0; i < 20; ++i) {
+    net::Socket socket = dial();
+    EXPECT_EQ(testing::RawClientHandshake(socket.fd(), VersionOf(GetParam()), kToken).code(),
+              absl::StatusCode::kUnavailable);
+  }
+  absl::SleepFor(absl::Milliseconds(300));
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  size_t lines = 0;
+  for (size_t at = log.find("refuses client"); at != std::string::npos;
+       at = log.find("refuses client", at + 1)) {
+    ++lines;
+  }
+  // At most 3 for each kind: no token, the limit of 2, the handshake slots.
+  EXPECT_LE(lines, 9u) << log;
+  EXPECT_THAT(log, HasSubstr("are only counted"));
+  EXPECT_THAT(log, HasSubstr("connections in their handshake already"));
 }
 
 TEST_P(TransportTest, UnreachableServerIsUnavailableAtOnce) {

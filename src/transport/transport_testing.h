@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <deque>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -29,7 +30,10 @@
 #include "croupier/batch.h"
 #include "croupier/example.h"
 #include "gtest/gtest.h"
+#include "src/net/socket.h"
+#include "src/net/token.h"
 #include "src/transport/batch_source.h"
+#include "src/transport/frame.h"
 
 namespace croupier::testing {
 
@@ -221,6 +225,96 @@ class FakeBatchSource final : public BatchSource {
   bool held_ ABSL_GUARDED_BY(mu_) = false;
   int inside_ ABSL_GUARDED_BY(mu_) = 0;
 };
+
+// Reads one whole frame (header and body, at most 1 MiB) from a raw socket within 5 s.
+inline absl::StatusOr<std::pair<frame::FrameHeader, std::string>> RawReadFrame(int fd) {
+  const net::IoWait wait{.deadline = absl::Now() + absl::Seconds(5)};
+  char header[frame::kHeaderBytes];
+  absl::Status got = net::RecvAll(fd, header, sizeof(header), wait, "test peer");
+  if (!got.ok()) return got;
+  absl::StatusOr<frame::FrameHeader> h = frame::ParseHeader(absl::string_view(header, 16));
+  if (!h.ok()) return h.status();
+  if (h->length > (1 << 20)) return absl::OutOfRangeError("frame too long for a test");
+  std::string body(h->length, '\0');
+  got = net::RecvAll(fd, body.data(), body.size(), wait, "test peer");
+  if (!got.ok()) return got;
+  return std::make_pair(*h, std::move(body));
+}
+
+// The client's side of the handshake on a raw socket, in protocol `version`, proving `token`
+// (none when empty) without checking the server's proof: OK once HELLO_OK has come; the
+// server's ERROR as a status.
+inline absl::Status RawClientHandshake(int fd, uint32_t version, absl::string_view token) {
+  const net::IoWait wait{.deadline = absl::Now() + absl::Seconds(5)};
+  const std::string nonce(kNonceBytes, 'c');
+  absl::Status sent = net::SendAll(fd, frame::EncodeHello(version, nonce), wait, "test peer");
+  if (!sent.ok()) return sent;
+  auto challenge = RawReadFrame(fd);
+  if (!challenge.ok()) return challenge.status();
+  if (challenge->first.type == static_cast<uint32_t>(frame::FrameType::kError)) {
+    auto error = frame::ParseError(challenge->second);
+    return error.ok() ? absl::Status(error->code, error->message) : error.status();
+  }
+  auto parsed = frame::ParseChallenge(challenge->second);
+  if (!parsed.ok()) return parsed.status();
+  const std::string proof =
+      token.empty() ? std::string()
+                    : TokenProof(token, frame::ProofLabel(version, false), nonce, parsed->nonce);
+  sent = net::SendAll(fd, frame::EncodeAuth(proof), wait, "test peer");
+  if (!sent.ok()) return sent;
+  auto ok = RawReadFrame(fd);
+  if (!ok.ok()) return ok.status();
+  if (ok->first.type == static_cast<uint32_t>(frame::FrameType::kError)) {
+    auto error = frame::ParseError(ok->second);
+    return error.ok() ? absl::Status(error->code, error->message) : error.status();
+  }
+  if (ok->first.type != static_cast<uint32_t>(frame::FrameType::kHelloOk)) {
+    return absl::DataLossError(absl::StrCat("frame type ", ok->first.type, " for HELLO_OK"));
+  }
+  return absl::OkStatus();
+}
+
+// What a scripted server saw of a client's handshake.
+struct SeenHandshake {
+  std::string hello;  // the HELLO, prefix and payload
+  std::string auth;   // the AUTH frame, header and body; empty when the client sent none
+  bool closed_after_challenge = false;  // the client closed instead of sending AUTH
+};
+
+// The server's side of the handshake on a raw socket, in protocol `version`: reads the HELLO and
+// answers CHALLENGE with a proof of `token` (`proof` instead, when given: a forged one), then
+// reads the AUTH frame. Does not answer it: the caller sends HELLO_OK or ERROR.
+inline SeenHandshake RawServerHandshake(int fd, uint32_t version, absl::string_view token,
+                                        std::optional<std::string> proof = std::nullopt) {
+  SeenHandshake seen;
+  const net::IoWait wait{.deadline = absl::Now() + absl::Seconds(5)};
+  char prefix[frame::kHelloPrefixBytes];
+  if (!net::RecvAll(fd, prefix, sizeof(prefix), wait, "client").ok()) return seen;
+  auto hello = frame::ParseHelloPrefix(absl::string_view(prefix, sizeof(prefix)));
+  if (!hello.ok()) return seen;
+  std::string nonce(hello->payload_length, '\0');
+  if (!net::RecvAll(fd, nonce.data(), nonce.size(), wait, "client").ok()) return seen;
+  seen.hello = std::string(prefix, sizeof(prefix)) + nonce;
+  const std::string server_nonce(kNonceBytes, 's');
+  const std::string server_proof =
+      proof.has_value() ? *proof
+      : token.empty()   ? std::string()
+                        : TokenProof(token, frame::ProofLabel(version, true), nonce, server_nonce);
+  net::SendAll(fd, frame::EncodeChallenge(server_nonce, server_proof), wait, "client")
+      .IgnoreError();
+  char header[frame::kHeaderBytes];
+  absl::Status got = net::RecvAll(fd, header, sizeof(header), wait, "client");
+  if (!got.ok()) {
+    seen.closed_after_challenge = absl::IsUnavailable(got);
+    return seen;
+  }
+  auto h = frame::ParseHeader(absl::string_view(header, sizeof(header)));
+  if (!h.ok() || h->length > 4096) return seen;
+  std::string body(h->length, '\0');
+  if (!net::RecvAll(fd, body.data(), body.size(), wait, "client").ok()) return seen;
+  seen.auth = std::string(header, sizeof(header)) + body;
+  return seen;
+}
 
 inline int CountOpenFds() {
   int n = 0;
