@@ -248,7 +248,9 @@ def test_a_second_consumer_of_a_held_rank_is_refused_and_the_first_carries_on(tm
         cluster.add_producer()
         cluster.create_job("train", dataset, FEATURES, 16, 2, seed=3, epochs=1)
         outs = [tmp_path / f"rank{r}.jsonl" for r in range(2)]
-        first = cluster.start_consumer("train", 0, 2, outs[0], 1, "--slow-ms", 20)
+        # Slow enough (37 steps at 150 ms) to hold its rank while the twin tries for 2 s: rank 0
+        # no longer waits for rank 1 to start reading, so a faster one would be done by then.
+        first = cluster.start_consumer("train", 0, 2, outs[0], 1, "--slow-ms", 150)
         deadline = time.monotonic() + 20
         while not cluster.status().get("consumers") and time.monotonic() < deadline:
             time.sleep(0.05)
