@@ -179,6 +179,17 @@ absl::StatusOr<v1::GetJobResponse> DispatcherImpl::GetJob(const v1::GetJobReques
   if (job == nullptr) return UnknownJobError(state_, request.name());
   v1::GetJobResponse response;
   *response.mutable_job() = job->info;
+  const auto readers = state_.ConsumersByJob();
+  auto it = readers.find(request.name());
+  *response.mutable_summary() =
+      SummaryLocked(*job, it == readers.end() ? 0 : it->second, clock_->Now());
+  for (const auto& [rank, position] : job->rank_positions) {
+    v1::RankPosition* p = response.add_rank_positions();
+    p->set_job(request.name());
+    p->set_rank(rank);
+    p->set_epoch(position.first);
+    p->set_step(position.second);
+  }
   return response;
 }
 
@@ -210,9 +221,16 @@ absl::StatusOr<v1::StatusResponse> DispatcherImpl::GetStatus(const v1::StatusReq
   absl::MutexLock lock(&mu_);
   v1::StatusResponse response;
   response.set_protocol_version(kProtocolVersion);
+  if (options_.job_retention != absl::InfiniteDuration()) {
+    response.set_job_retention_seconds(absl::ToDoubleSeconds(options_.job_retention));
+  }
+  const auto readers = state_.ConsumersByJob();
   for (const std::string& name : state_.job_order()) {
     const DispatcherState::Job& job = *state_.FindJob(name);
-    *response.add_jobs() = job.info;
+    // Summaries only by default: whole JobInfos (file lists) would grow without bound.
+    if (request.include_job_info()) *response.add_jobs() = job.info;
+    auto it = readers.find(name);
+    *response.add_job_summaries() = SummaryLocked(job, it == readers.end() ? 0 : it->second, now);
     for (const auto& [rank, position] : job.rank_positions) {
       v1::RankPosition* p = response.add_rank_positions();
       p->set_job(name);

@@ -244,6 +244,7 @@ void DispatcherImpl::Tick() {
     absl::Status status = FinishDeliveredLocked(job);
     if (!status.ok()) Log(LogLevel::kError, "dispatcher", status.ToString());
   }
+  ExpireDoneJobsLocked(now);
   UpdateAdviceLocked(now);
 }
 

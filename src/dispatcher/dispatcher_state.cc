@@ -1,6 +1,6 @@
 // DispatcherState::Apply: one handler per kind of journal update. Each checks everything before it
 // changes anything, so a refused update leaves the state as it was. The queries and the dump are
-// in dispatcher_state_queries.cc.
+// in dispatcher_state_queries.cc, a job's end (state, deletion) in dispatcher_state_jobs.cc.
 #include "src/dispatcher/dispatcher_state.h"
 
 #include <tuple>
@@ -53,6 +53,8 @@ absl::Status DispatcherState::Apply(const journal::Update& update) {
       return ApplyJobIdle(update.job_idle());
     case journal::Update::kTaskRemade:
       return ApplyTaskRemade(update.task_remade());
+    case journal::Update::kJobDeleted:
+      return ApplyJobDeleted(update.job_deleted());
     case journal::Update::KIND_NOT_SET:
       break;
   }

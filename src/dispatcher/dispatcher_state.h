@@ -55,7 +55,7 @@ class DispatcherState {
   struct Job {
     v1::JobInfo info;
     JobConfig config;  // info, typed (src/job/job.h)
-    uint64_t sequence = 0;  // creation order, from 0
+    uint64_t sequence = 0;  // its index in job_order(): creation order of the jobs not deleted
     // The cursor: the first task not cut yet. next_batch < batches_per_epoch always.
     uint64_t next_epoch = 0;
     uint64_t next_batch = 0;
@@ -173,6 +173,16 @@ class DispatcherState {
   // not cut yet, or a batch outside the epoch).
   static std::optional<TaskKey> FinishedTaskOf(const Job& job, uint64_t epoch, uint64_t batch);
 
+  // Whether every epoch of `job` is delivered: a bounded job whose every task is cut and none is
+  // outstanding (all served or delivered), or, dealt, whose every rank's position is at the end
+  // of its last epoch. Never for an unbounded job.
+  static bool IsDone(const Job& job);
+  // The job's state (v1::JobState): done (IsDone), else running when `live_consumers` > 0, else
+  // idle. A job that was done becomes running again when a consumer goes back.
+  static v1::JobState StateOf(const Job& job, uint32_t live_consumers);
+  // How many consumers hold a rank of each job (jobs without any are absent).
+  std::map<std::string, uint32_t, std::less<>> ConsumersByJob() const;
+
   // A deterministic text dump of the whole state, for tests and debugging: two states are equal
   // exactly when their dumps are.
   std::string DebugString() const;
@@ -192,6 +202,7 @@ class DispatcherState {
   // Makes the task at `key` of `job`, which is not outstanding, an orphan.
   void ReopenTask(Job& job, const TaskKey& key);
   absl::Status ApplyJobIdle(const journal::JobIdle& u);
+  absl::Status ApplyJobDeleted(const journal::JobDeleted& u);
   // Makes an owned task an orphan.
   void OrphanTask(uint64_t task_id);
   // Forgets an outstanding task, owned or orphaned, counting it as finished.
