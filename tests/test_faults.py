@@ -89,7 +89,7 @@ def check_against_reference(outs, reference):
 
 
 def status(cluster):
-    return json.loads(run("status", cluster.address, "--json", env=cluster.env).stdout)
+    return json.loads(run("status", cluster.address, "--json", "--job-info", env=cluster.env).stdout)
 
 
 def durable(st):
