@@ -54,6 +54,17 @@ absl::StatusOr<std::unique_ptr<DispatcherImpl>> DispatcherImpl::Create(Dispatche
                        " outstanding tasks; producers and consumers have a full timeout to "
                        "send their next heartbeat"));
     }
+    // A journal that holds updates starts anew as a snapshot of what they built: replays stay as
+    // short as the state is small, however long the dispatcher ran.
+    if (journal.replay.entries > 0) {
+      absl::Status compacted = impl->CompactJournalLocked();
+      if (!compacted.ok()) {
+        Log(LogLevel::kError, "dispatcher",
+            absl::StrCat("the journal could not be compacted at start (", compacted.message(),
+                         "); it stays as it was"));
+        RETURN_IF_ERROR(impl->journal_lost_);
+      }
+    }
     // Replayed producers and consumers are timed from now, not from before the replay.
     impl->created_ = impl->clock_->Now();
   }
@@ -74,7 +85,12 @@ absl::Status DispatcherImpl::ApplyLocked(const journal::Update& update) {
   // between writing and applying this one. Before applying, because nothing may become visible to
   // a caller (this RPC's response, or another RPC reading the state) that a crash could take
   // back. The price is the write and fdatasync under the lock (journal.h gives the cost).
-  if (journal_) RETURN_IF_ERROR(journal_->Append(update));
+  RETURN_IF_ERROR(journal_lost_);
+  if (journal_) {
+    absl::Status written = journal_->Append(update);
+    NoteJournalWriteLocked(written);
+    RETURN_IF_ERROR(written);
+  }
   const size_t orphans_before = state_.orphans().size();
   absl::Status status = state_.Apply(update);
   if (!status.ok()) {
@@ -221,6 +237,7 @@ absl::StatusOr<v1::StatusResponse> DispatcherImpl::GetStatus(const v1::StatusReq
   absl::MutexLock lock(&mu_);
   v1::StatusResponse response;
   response.set_protocol_version(kProtocolVersion);
+  response.set_journal_error(journal_error_);
   if (options_.job_retention != absl::InfiniteDuration()) {
     response.set_job_retention_seconds(absl::ToDoubleSeconds(options_.job_retention));
   }

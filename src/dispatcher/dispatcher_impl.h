@@ -57,6 +57,11 @@ struct DispatcherOptions {
   // dispatcher first saw it done (journaled as JobDeleted, like DeleteJob). Infinite: kept for
   // ever. Done-since times are not journaled: a restarted dispatcher counts them from its start.
   absl::Duration job_retention = absl::InfiniteDuration();
+  // Journal compaction (CompactJournal, journal.h): at start, after the replay of a journal that
+  // holds any update, and by Tick() once the journal passes this size or twice the size of its
+  // last compaction, whichever is larger, the journal is replaced by a snapshot of the state.
+  // 0: only at start.
+  uint64_t journal_compact_bytes = uint64_t{64} << 20;
 };
 
 // The most tasks one ProducerHeartbeat hands out, whatever free_task_slots says.
@@ -236,6 +241,15 @@ class DispatcherImpl {
   // Notes when each job became done (done_since_) and deletes the done jobs, without consumers,
   // older than job_retention.
   void ExpireDoneJobsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Replaces the journal with a snapshot of the state and reopens it (dispatcher_compaction.cc).
+  // On an error the old journal stays (a failed write) or changes are refused until a later
+  // compaction succeeds (the new file cannot be opened): journal_error_ says why.
+  absl::Status CompactJournalLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tick()'s part: compacts when the journal has grown past its bound.
+  void MaybeCompactJournalLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Notes the outcome of a journal write: the first failure is logged as an ERROR naming the file
+  // and the OS error, and stays in journal_error_ (GetStatus) until a write succeeds again.
+  void NoteJournalWriteLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Feeds the advisor the rates of the live producers and consumers of TFRecord jobs.
   void UpdateAdviceLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -274,6 +288,11 @@ class DispatcherImpl {
   std::map<std::string, absl::Time, std::less<>> done_since_ ABSL_GUARDED_BY(mu_);
   // Written under mu_ (see ApplyLocked); null without a journal.
   std::unique_ptr<JournalWriter> journal_ ABSL_GUARDED_BY(mu_);
+  // The journal could not be reopened after a compaction: every change fails with this.
+  absl::Status journal_lost_ ABSL_GUARDED_BY(mu_);
+  // Why the last journal write failed (StatusResponse.journal_error); empty once one succeeds.
+  std::string journal_error_ ABSL_GUARDED_BY(mu_);
+  uint64_t compacted_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // the journal's size after compaction
   // Heartbeats held for work. Last, so that it stops (answering who still waits) before the rest
   // of this object goes.
   WorkWaiters waiters_;

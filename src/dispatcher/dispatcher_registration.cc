@@ -245,6 +245,7 @@ void DispatcherImpl::Tick() {
     if (!status.ok()) Log(LogLevel::kError, "dispatcher", status.ToString());
   }
   ExpireDoneJobsLocked(now);
+  MaybeCompactJournalLocked();
   UpdateAdviceLocked(now);
 }
 

@@ -183,6 +183,10 @@ class DispatcherState {
   // How many consumers hold a rank of each job (jobs without any are absent).
   std::map<std::string, uint32_t, std::less<>> ConsumersByJob() const;
 
+  // The state as journal updates (SnapshotJob per job, then SnapshotEnd: proto/journal.proto)
+  // that rebuild it exactly when applied to an empty state: a compacted journal's beginning.
+  std::vector<journal::Update> Snapshot() const;
+
   // A deterministic text dump of the whole state, for tests and debugging: two states are equal
   // exactly when their dumps are.
   std::string DebugString() const;
@@ -203,6 +207,10 @@ class DispatcherState {
   void ReopenTask(Job& job, const TaskKey& key);
   absl::Status ApplyJobIdle(const journal::JobIdle& u);
   absl::Status ApplyJobDeleted(const journal::JobDeleted& u);
+  absl::Status ApplySnapshotJob(const journal::SnapshotJob& u);
+  absl::Status ApplySnapshotEnd(const journal::SnapshotEnd& u);
+  // Whether nothing has been applied yet, but snapshot jobs: where a snapshot may be.
+  bool Fresh() const;
   // Makes an owned task an orphan.
   void OrphanTask(uint64_t task_id);
   // Forgets an outstanding task, owned or orphaned, counting it as finished.
@@ -220,6 +228,8 @@ class DispatcherState {
   uint64_t last_producer_id_ = 0;
   uint64_t last_consumer_id_ = 0;
   uint64_t last_task_id_ = 0;
+  // The SnapshotJob entries of a snapshot being replayed, until its SnapshotEnd.
+  std::vector<journal::SnapshotJob> snapshot_jobs_;
 };
 
 }  // namespace croupier
