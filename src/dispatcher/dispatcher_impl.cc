@@ -229,7 +229,20 @@ absl::StatusOr<v1::LocateResponse> DispatcherImpl::Locate(const v1::LocateReques
       }
     }
   }
-  return LocateTasks(state_, request);
+  ASSIGN_OR_RETURN(v1::LocateResponse response, LocateTasks(state_, request));
+  if (!journal_error_.empty()) {
+    // Batches without a producer get none while no assignment can be journaled: the consumer
+    // waiting for them hears why, instead of timing out on a producer that never comes.
+    for (const v1::TaskLocation& t : response.tasks()) {
+      if (!t.finished() && t.producer_address().empty()) {
+        return absl::UnavailableError(absl::StrCat(
+            "job '", request.job(), "' epoch ", request.epoch(), " batch ",
+            t.task().first_batch(), " has no producer, and none can be given one: the "
+            "dispatcher cannot write its journal (", journal_error_, ")"));
+      }
+    }
+  }
+  return response;
 }
 
 absl::StatusOr<v1::StatusResponse> DispatcherImpl::GetStatus(const v1::StatusRequest& request) {

@@ -151,7 +151,9 @@ class DispatcherImpl {
   absl::StatusOr<v1::ConsumerHeartbeatResponse> ConsumerHeartbeat(
       const v1::ConsumerHeartbeatRequest& request);
 
-  // Where batches are: see LocateTasks (locate.h). With remake_if_finished, a single batch of a
+  // Where batches are: see LocateTasks (locate.h). While the journal cannot be written, an
+  // answer that would show a range without a producer is UNAVAILABLE naming the journal's error
+  // instead (no producer can be given it). With remake_if_finished, a single batch of a
   // dealt job whose task is finished (cut and not outstanding) has that task made again first
   // (TaskRemade: an orphan, so the answer shows it not assigned yet). The error of a journal that
   // cannot be written, as for every change.

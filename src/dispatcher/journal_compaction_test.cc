@@ -170,16 +170,26 @@ TEST_F(JournalCompactionTest, AJournalThatCannotBeWrittenShowsInTheStatus) {
   FaultyEnv env;
   Restart(uint64_t{64} << 20, &env);
   ASSERT_TRUE(Create(Spec("train", 2, 2, /*num_epochs=*/2)).ok());
+  ASSERT_TRUE(Consumer(0, "train", 0, 2).ok());
   EXPECT_EQ(impl_->GetStatus({})->journal_error(), "");
+  ASSERT_TRUE(Locate("train", 0, 0, 1).ok());  // not assigned yet: ask again shortly
   env.fail_append = true;
-  auto c = Consumer(0, "train", 0, 2);
+  auto c = Consumer(0, "train", 1, 2);
   EXPECT_TRUE(absl::IsUnavailable(c.status())) << c.status();
   const std::string error = impl_->GetStatus({})->journal_error();
   EXPECT_THAT(error, HasSubstr(Journal()));
   EXPECT_THAT(error, HasSubstr("No space left on device"));
+  // A consumer waiting for a batch that no producer can be given hears why.
+  auto l = Locate("train", 0, 0, 1);
+  EXPECT_TRUE(absl::IsUnavailable(l.status())) << l.status();
+  EXPECT_THAT(std::string(l.status().message()),
+              HasSubstr("has no producer, and none can be given one: the dispatcher cannot "
+                        "write its journal"));
+  EXPECT_THAT(std::string(l.status().message()), HasSubstr("No space left on device"));
   env.fail_append = false;
-  ASSERT_TRUE(Consumer(0, "train", 0, 2).ok());
+  ASSERT_TRUE(Consumer(0, "train", 1, 2).ok());
   EXPECT_EQ(impl_->GetStatus({})->journal_error(), "");
+  EXPECT_TRUE(Locate("train", 0, 0, 1).ok());
 }
 
 }  // namespace
