@@ -22,11 +22,11 @@ absl::StatusOr<std::unique_ptr<rpc::DispatcherClient>> JobClient(const Args& arg
     return absl::InvalidArgumentError(absl::StrCat("--dispatcher is required\n", usage));
   }
   ASSIGN_OR_RETURN(int64_t timeout_ms, args.GetInt("timeout-ms", 30000, 1, 86400000));
-  return rpc::DispatcherClient::Create(
-      args.Get("dispatcher"), {.auth_token = rpc::ResolveAuthToken(args.Get("auth-token")),
-                               .call_timeout = absl::Milliseconds(timeout_ms),
-                               .timeout = absl::Milliseconds(timeout_ms),
-                               .tls = TlsFromFlags(args)});
+  return rpc::DispatcherClient::Create(args.Get("dispatcher"),
+                                       {.auth_token = rpc::ResolveAuthToken(args.Get("auth-token")),
+                                        .call_timeout = absl::Milliseconds(timeout_ms),
+                                        .timeout = absl::Milliseconds(timeout_ms),
+                                        .tls = TlsFromFlags(args)});
 }
 
 absl::StatusOr<std::string> JobName(const Args& args, const char* usage) {
@@ -39,15 +39,15 @@ absl::StatusOr<std::string> JobName(const Args& args, const char* usage) {
 }
 
 std::string SummaryLine(const v1::JobSummary& job) {
-  std::string line = absl::StrCat(
-      "job '", job.name(), "': ", JobStateName(job.state()), ", ",
-      SettingText(v1::SourceKind_descriptor(), job.source()), " ",
-      SettingText(v1::DealMode_descriptor(), job.mode()), ", ", job.consumers(), "/",
-      job.num_consumers(), " consumers, ",
-      job.num_epochs() ? absl::StrCat(job.num_epochs(), " epochs") : "unbounded", " of ",
-      job.steps_per_epoch(), " steps, ", job.num_records(), " records in ", job.num_files(),
-      " files; ", job.batches_finished(), " batches finished, ", job.tasks_outstanding(),
-      " tasks outstanding");
+  std::string line =
+      absl::StrCat("job '", job.name(), "': ", JobStateName(job.state()), ", ",
+                   SettingText(v1::SourceKind_descriptor(), job.source()), " ",
+                   SettingText(v1::DealMode_descriptor(), job.mode()), ", ", job.consumers(), "/",
+                   job.num_consumers(), " consumers, ",
+                   job.num_epochs() ? absl::StrCat(job.num_epochs(), " epochs") : "unbounded",
+                   " of ", job.steps_per_epoch(), " steps, ", job.num_records(), " records in ",
+                   job.num_files(), " files; ", job.batches_finished(), " batches finished, ",
+                   job.tasks_outstanding(), " tasks outstanding");
   if (job.state() == v1::JOB_STATE_DONE) {
     absl::StrAppend(&line, "; done for ", static_cast<int64_t>(job.seconds_done()), " s");
     if (job.seconds_to_expiry() >= 0) {

@@ -22,10 +22,11 @@ absl::Status JobDeleteCommand(const std::vector<std::string>& argv, const char* 
     PrintJson(response);
     return absl::OkStatus();
   }
-  std::printf("deleted job '%s' (%s): %u consumers and %u source producers removed, %u "
-              "outstanding tasks dropped\n",
-              name.c_str(), SummaryLine(response.job()).c_str(), response.consumers_removed(),
-              response.producers_removed(), response.tasks_revoked());
+  std::printf(
+      "deleted job '%s' (%s): %u consumers and %u source producers removed, %u "
+      "outstanding tasks dropped\n",
+      name.c_str(), SummaryLine(response.job()).c_str(), response.consumers_removed(),
+      response.producers_removed(), response.tasks_revoked());
   return absl::OkStatus();
 }
 

@@ -25,13 +25,13 @@ absl::Status JobDescribeCommand(const std::vector<std::string>& argv, const char
   std::printf("%s\n", SummaryLine(response.summary()).c_str());
   const v1::JobSpec& s = response.job().spec();
   const SettingsText text = SettingsTextOf(s);
-  std::printf("  batches of %u, shuffle %s, remainder %s, seed %llu, %llu global batches per "
-              "epoch in tasks of %llu, features %s\n",
-              s.batch_size(), text.shuffle.c_str(), text.remainder.c_str(),
-              static_cast<unsigned long long>(s.seed()),
-              static_cast<unsigned long long>(response.job().batches_per_epoch()),
-              static_cast<unsigned long long>(response.job().batches_per_task()),
-              s.features().c_str());
+  std::printf(
+      "  batches of %u, shuffle %s, remainder %s, seed %llu, %llu global batches per "
+      "epoch in tasks of %llu, features %s\n",
+      s.batch_size(), text.shuffle.c_str(), text.remainder.c_str(),
+      static_cast<unsigned long long>(s.seed()),
+      static_cast<unsigned long long>(response.job().batches_per_epoch()),
+      static_cast<unsigned long long>(response.job().batches_per_task()), s.features().c_str());
   for (const v1::RankPosition& p : response.rank_positions()) {
     std::printf("  rank %u at epoch %llu step %llu\n", p.rank(),
                 static_cast<unsigned long long>(p.epoch()),

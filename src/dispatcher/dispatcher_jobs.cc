@@ -99,8 +99,8 @@ absl::StatusOr<v1::DeleteJobResponse> DispatcherImpl::DeleteJobLocked(const std:
   response.set_tasks_revoked(outstanding);
   Log(LogLevel::kInfo, "dispatcher",
       absl::StrCat("deleted job '", name, "' (", why, ", state ",
-                   JobStateName(response.job().state()), "): ", consumers.size(),
-                   " consumers and ", sources.size(), " source producers removed, ", outstanding,
+                   JobStateName(response.job().state()), "): ", consumers.size(), " consumers and ",
+                   sources.size(), " source producers removed, ", outstanding,
                    " outstanding tasks dropped"));
   return response;
 }

@@ -33,14 +33,14 @@ std::map<std::string, uint32_t, std::less<>> DispatcherState::ConsumersByJob() c
 absl::Status DispatcherState::ApplyJobDeleted(const journal::JobDeleted& u) {
   auto it = jobs_.find(u.job());
   if (it == jobs_.end()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "journal update does not fit the state: job_deleted of job '", u.job(), "', which is unknown"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("journal update does not fit the state: job_deleted of job '", u.job(),
+                     "', which is unknown"));
   }
   if (const auto holders = ConsumersByJob(); holders.contains(u.job())) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("journal update does not fit the state: job '", u.job(),
-                     "' cannot be deleted: ", holders.find(u.job())->second,
-                     " consumers hold ranks of it"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "journal update does not fit the state: job '", u.job(),
+        "' cannot be deleted: ", holders.find(u.job())->second, " consumers hold ranks of it"));
   }
   for (const auto& [id, p] : producers_) {
     if (p.source_job == u.job()) {

@@ -125,8 +125,8 @@ absl::Status DispatcherState::ApplySnapshotEnd(const journal::SnapshotEnd& u) {
       return BadSnapshot(absl::StrCat("producer ", p.producer_id(), " at ", p.data_address()));
     }
     if (!p.source_job().empty() && next.FindJob(p.source_job()) == nullptr) {
-      return BadSnapshot(absl::StrCat("producer ", p.producer_id(), " is the source of unknown job '",
-                                      p.source_job(), "'"));
+      return BadSnapshot(absl::StrCat("producer ", p.producer_id(),
+                                      " is the source of unknown job '", p.source_job(), "'"));
     }
     next.producers_[p.producer_id()] =
         Producer{p.producer_id(), p.data_address(), p.source_job(), p.source_index(), {}};
