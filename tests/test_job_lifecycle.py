@@ -1,12 +1,9 @@
 """A job's life seen from Python and the command line: its state in the status, GetJob for one
-job, a trainer told that its job is done, `croupier job list|describe|delete`, and a rerun of a
-launch script in the same work directory. Each test bounds its time; the clusters stop every
-process they started."""
+job, a trainer told that its job is done, `croupier job list|describe|delete`, and the expiry of
+done jobs (--job-retention). (A launch script run again in the same folder: test_deploy.py.)
+Each test bounds its time; the clusters stop every process they started."""
 import json
-import os
-import pathlib
-import subprocess
-import warnings
+import time
 
 import pytest
 
@@ -15,7 +12,6 @@ from croupier import errors
 from service_cluster import run
 
 FEATURES = "id:int64,label:int64,image:bytes"
-REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -81,3 +77,24 @@ def test_the_job_commands_list_describe_and_delete(tmp_path, dataset):
         # The names are free again.
         cluster.create_job("a", dataset, FEATURES, 20, consumers=1, epochs=1)
         assert summary(cluster, "a")["steps_per_epoch"] == "6"
+
+
+@pytest.mark.timeout(60)
+def test_a_done_job_expires_after_the_retention(tmp_path, dataset):
+    bad = run("dispatcher", "--work-dir", tmp_path / "bad", "--job-retention", "3 days",
+              check=False, timeout=20)
+    assert bad.returncode == 2 and "--job-retention takes a positive duration" in bad.stderr
+    with croupier.local_cluster(producers=1, work_dir=tmp_path / "cluster", threads=1,
+                                dispatcher_args=("--job-retention", "2s")) as cluster:
+        cluster.create_job("short", dataset, FEATURES, 10, consumers=1, epochs=1)
+        with cluster.consumer("short", 0, 1) as feed:
+            assert sum(1 for _ in feed.batches(0)) == 12
+        status = cluster.status()
+        assert status["job_retention_seconds"] == 2
+        assert summary(cluster, "short")["state"] == "done"
+        deadline = time.monotonic() + 20
+        while cluster.status()["job_summaries"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert cluster.status()["job_summaries"] == []
+        log = (tmp_path / "cluster").glob("*.log")
+        assert any("deleted job 'short' (done for" in p.read_text() for p in log)
