@@ -94,7 +94,9 @@ absl::Status DispatcherState::ApplySnapshotEnd(const journal::SnapshotEnd& u) {
     if (absl::Status c = next.ApplyJobCreated(created); !c.ok()) return c;
     Job& job = *next.MutableJob(s.job().spec().name());
     const std::string& name = job.name();
-    if (s.next_batch() >= std::max<uint64_t>(1, job.info.batches_per_epoch())) {
+    const uint64_t epochs = job.config.num_epochs;
+    if (s.next_batch() >= std::max<uint64_t>(1, job.info.batches_per_epoch()) ||
+        (epochs > 0 && s.next_epoch() > epochs)) {
       return BadSnapshot(absl::StrCat("job '", name, "' has its cursor at batch ", s.next_batch(),
                                       " of ", job.info.batches_per_epoch()));
     }
@@ -107,11 +109,20 @@ absl::Status DispatcherState::ApplySnapshotEnd(const journal::SnapshotEnd& u) {
       if (r.rank() >= job.config.num_consumers()) {
         return BadSnapshot(absl::StrCat("job '", name, "' has no rank ", r.rank()));
       }
+      if (absl::Status p = CheckPosition(job, r.epoch(), r.step()); !p.ok()) {
+        return BadSnapshot(p.message());
+      }
       job.rank_positions[r.rank()] = TaskKey(r.epoch(), r.step());
     }
     for (const journal::SnapshotTask& t : s.outstanding()) {
       const TaskKey key(t.epoch(), t.first_batch());
-      if (t.num_batches() == 0 || !job.IsCut(key.first, key.second) ||
+      // A task as the job cuts them: it starts where one starts, and ends where that one ends.
+      const bool cut_so =
+          t.first_batch() >= job.config.FirstBatch(t.epoch()) &&
+          t.first_batch() < job.config.EndBatch(t.epoch()) &&
+          job.config.TaskStart(t.epoch(), t.first_batch()) == t.first_batch() &&
+          job.config.TaskEnd(t.epoch(), t.first_batch()) == t.first_batch() + t.num_batches();
+      if (!cut_so || !job.IsCut(key.first, key.second) ||
           !job.outstanding.emplace(key, Outstanding{t.num_batches(), t.task_id(), t.producer_id()})
                .second) {
         return BadSnapshot(absl::StrCat("job '", name, "' has a bad outstanding task at epoch ",
@@ -159,6 +170,9 @@ absl::Status DispatcherState::ApplySnapshotEnd(const journal::SnapshotEnd& u) {
         c.rank() >= job->config.num_consumers() || next.ConsumerAt(c.job(), c.rank()) != nullptr) {
       return BadSnapshot(absl::StrCat("consumer ", c.consumer_id(), " of rank ", c.rank(),
                                       " of job '", c.job(), "'"));
+    }
+    if (absl::Status p = CheckPosition(*job, c.epoch(), c.step()); !p.ok()) {
+      return BadSnapshot(p.message());
     }
     next.consumers_[c.consumer_id()] =
         Consumer{c.consumer_id(), c.job(), c.rank(), c.epoch(), c.step()};

@@ -80,6 +80,19 @@ TEST(SnapshotTest, ASnapshotFitsOnlyAnEmptyStateAndChecksItsReferences) {
   s = fresh.Apply(bad.back());
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(s.message()), HasSubstr("task 5 of job 'py' owned by producer 3"));
+  // A task that is not one the job cuts (it starts inside one), or a cursor past the end.
+  for (int broken = 0; broken < 2; ++broken) {
+    std::vector<journal::Update> odd = snapshot;
+    journal::SnapshotJob& a = *odd[0].mutable_snapshot_job();
+    ASSERT_EQ(a.job().spec().name(), "a");
+    if (broken == 0) a.mutable_outstanding(0)->set_first_batch(1);
+    if (broken == 1) a.set_next_epoch(3);  // a has 2 epochs
+    DispatcherState other;
+    for (size_t i = 0; i + 1 < odd.size(); ++i) ASSERT_TRUE(other.Apply(odd[i]).ok());
+    s = other.Apply(odd.back());
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << broken;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("job 'a'")) << s;
+  }
   // Nothing else may come between a snapshot's jobs and its end.
   s = fresh.Apply(ProducerRegistered(1, "h:9"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("without its snapshot_end"));
