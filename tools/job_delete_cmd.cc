@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "src/common/status_macros.h"
+#include "src/job/job_settings.h"
 #include "tools/commands.h"
 #include "tools/job_common.h"
 
@@ -23,10 +24,10 @@ absl::Status JobDeleteCommand(const std::vector<std::string>& argv, const char* 
     return absl::OkStatus();
   }
   std::printf(
-      "deleted job '%s' (%s): %u consumers and %u source producers removed, %u "
+      "deleted job '%s', which was %s: %u consumers and %u source producers removed, %u "
       "outstanding tasks dropped\n",
-      name.c_str(), SummaryLine(response.job()).c_str(), response.consumers_removed(),
-      response.producers_removed(), response.tasks_revoked());
+      name.c_str(), std::string(JobStateName(response.job().state())).c_str(),
+      response.consumers_removed(), response.producers_removed(), response.tasks_revoked());
   return absl::OkStatus();
 }
 
