@@ -168,9 +168,10 @@ class DispatcherImpl {
   absl::StatusOr<v1::StatusResponse> GetStatus(const v1::StatusRequest& request);
 
   // Removes producers silent for longer than producer_timeout and consumers silent for longer
-  // than consumer_timeout, deletes the done jobs past their retention (job_retention), and
-  // updates the recommended number of producers from the rates of
-  // the producers and consumers of TFRecord jobs. The server calls it every second.
+  // than consumer_timeout, deletes the done jobs past their retention (job_retention), compacts
+  // the journal past its bound (journal_compact_bytes), and updates the recommended number of
+  // producers from the rates of the producers and consumers of TFRecord jobs. The server calls
+  // it every second.
   void Tick();
 
   // The durable state's dump (DispatcherState::DebugString), for tests and debugging.
@@ -244,8 +245,9 @@ class DispatcherImpl {
   // older than job_retention.
   void ExpireDoneJobsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Replaces the journal with a snapshot of the state and reopens it (dispatcher_compaction.cc).
-  // On an error the old journal stays (a failed write) or changes are refused until a later
-  // compaction succeeds (the new file cannot be opened): journal_error_ says why.
+  // On an error writing the snapshot the old journal stays in use; if the new file cannot be
+  // reopened, every change is refused (journal_lost_) until the dispatcher restarts.
+  // journal_error_ says why in both cases.
   absl::Status CompactJournalLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tick()'s part: compacts when the journal has grown past its bound.
   void MaybeCompactJournalLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -286,7 +288,8 @@ class DispatcherImpl {
   std::map<uint64_t, std::string> gone_consumers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<PendingJob>> creating_ ABSL_GUARDED_BY(mu_);
   ProducerAdvisor advisor_ ABSL_GUARDED_BY(mu_);
-  // When Tick() first saw each done job done (volatile: a replayed job counts from created_).
+  // When Tick() first saw each done job done (volatile: a job replayed done counts from the first
+  // Tick after the start).
   std::map<std::string, absl::Time, std::less<>> done_since_ ABSL_GUARDED_BY(mu_);
   // Written under mu_ (see ApplyLocked); null without a journal.
   std::unique_ptr<JournalWriter> journal_ ABSL_GUARDED_BY(mu_);
