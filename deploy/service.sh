@@ -11,7 +11,9 @@
 #   CROUPIER_PRODUCERS  producers to start [2]
 #   CROUPIER_PRODUCER_THREADS  decoding threads per producer [0: the machine's cores]
 #   CROUPIER_AUTH_TOKEN the token every process presents (read by croupier itself) [none]
-# The job (created with --exist-ok, so a rerun reuses it):
+# The job (created with --exist-ok, so a rerun reuses it; a rerun that finds it done, every epoch
+# delivered, stops with an error instead of training 0 steps: use a new CROUPIER_JOB, delete the
+# job, or start from an empty CROUPIER_WORK_DIR):
 #   CROUPIER_JOB [train], CROUPIER_FILES (a glob; required), CROUPIER_FEATURES (required),
 #   CROUPIER_BATCH_SIZE [64], CROUPIER_EPOCHS [1], CROUPIER_SEED [0], CROUPIER_SHUFFLE [global]
 # The world size is the launch script's number of trainers.
@@ -82,7 +84,8 @@ croupier_start_service() {
     "logs in $CROUPIER_WORK_DIR"
 }
 
-# Creates the job for WORLD trainers (or finds the identical one).
+# Creates the job for WORLD trainers (or finds the identical one); fails, saying why, when the job
+# found is done already (the saved state of an earlier run in the same work directory).
 croupier_create_job() {
   local world=$1
   : "${CROUPIER_FILES:?set CROUPIER_FILES to the TFRecord files of the job (a glob)}"
@@ -91,4 +94,14 @@ croupier_create_job() {
     --files "$CROUPIER_FILES" --features "$CROUPIER_FEATURES" \
     --batch-size "$CROUPIER_BATCH_SIZE" --consumers "$world" --seed "$CROUPIER_SEED" \
     --epochs "$CROUPIER_EPOCHS" --shuffle "$CROUPIER_SHUFFLE" --exist-ok
+  local described
+  described=$("$CROUPIER" job describe "$CROUPIER_JOB" --dispatcher "$CROUPIER_DISPATCHER" --json)
+  if [[ $described == *'"state":"done"'* ]]; then
+    echo "croupier: job '$CROUPIER_JOB' is done already: every epoch was delivered (an earlier" \
+      "run's saved state, in $CROUPIER_WORK_DIR), so the trainers would take 0 steps. To train" \
+      "again, set CROUPIER_JOB to a new name, delete the job (croupier job delete" \
+      "$CROUPIER_JOB --dispatcher $CROUPIER_DISPATCHER), or start from an empty" \
+      "CROUPIER_WORK_DIR" >&2
+    return 3
+  fi
 }

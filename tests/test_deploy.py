@@ -347,9 +347,10 @@ def _processes_under(path):
     return found
 
 
-def _run(argv, env, tmp_path, timeout=120):
+def _run(argv, env, tmp_path, timeout=120, code=0):
     """Runs a launch script in its own process group; kills the group if it outlives `timeout`.
-    Checks that nothing it started (a process naming tmp_path) is left behind."""
+    Checks that nothing it started (a process naming tmp_path) is left behind, and that it exits
+    with `code`."""
     proc = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
@@ -370,7 +371,7 @@ def _run(argv, env, tmp_path, timeout=120):
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, f"{argv} left processes behind: {left}"
-    assert proc.returncode == 0, f"{argv} exited {proc.returncode}:\n{out[-4000:]}"
+    assert proc.returncode == code, f"{argv} exited {proc.returncode}:\n{out[-4000:]}"
     return out
 
 
@@ -419,6 +420,11 @@ def test_torchrun_script(tmp_path, dataset):
     out = _run(["bash", str(DEPLOY / "torchrun.sh"), str(WORLD)], env, tmp_path)
     assert "croupier: dispatcher at 127.0.0.1:" in out
     assert _check_reports(tmp_path / "reports", reference) == WORLD * EPOCHS * 12
+    # Run again in the same folder: the saved state holds the job, done. The script says so and
+    # fails, instead of training 0 steps and exiting 0.
+    out = _run(["bash", str(DEPLOY / "torchrun.sh"), str(WORLD)], env, tmp_path, code=3)
+    assert "croupier: job 'train' is done already: every epoch was delivered" in out, out
+    assert "croupier job delete train" in out
 
 
 @pytest.mark.timeout(150)

@@ -170,16 +170,23 @@ def test_a_full_disk_refuses_changes_clearly_and_loses_nothing(tmp_path, dataset
                           timeout=60)
             assert refused.returncode != 0 and "No space left on device" in refused.stderr
             assert cluster.dispatcher.poll() is None
-            assert [j["spec"]["name"] for j in cluster.status()["jobs"]] == ["a"]
+            status = cluster.status()
+            assert [j["name"] for j in status["jobSummaries"]] == ["a"]
+            # Said at once, in the log and in the status, naming the file and the OS error.
+            assert "No space left on device" in status["journalError"], status
+            assert "journal" in status["journalError"], status
+            assert "E [dispatcher] the journal cannot be written" in \
+                cluster.dispatcher.log_path.read_text()
             # Space comes back: the same request now succeeds and its job runs whole.
             filler.unlink()
             run(*create_b, env=cluster.env)
+            assert cluster.status()["journalError"] == ""
             outs_b = run_job(cluster, tmp_path, "b")
             # The journal is intact: a restarted dispatcher knows both jobs and their positions.
             cluster.kill_dispatcher()
             cluster.restart_dispatcher()
             status = cluster.status()
-            assert [j["spec"]["name"] for j in status["jobs"]] == ["a", "b"]
+            assert [j["name"] for j in status["jobSummaries"]] == ["a", "b"]
             log = cluster.dispatcher.log_path.read_text()
     check_every_record_once(outs_a, 16, 2, seed=3)
     check_every_record_once(outs_b, 16, 2, seed=4)

@@ -54,7 +54,7 @@ def start_producer(cluster, job, name, pipeline="map_sources:pipeline", **opts):
 def wait_for_job(cluster, job, timeout=30):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if any(j["spec"]["name"] == job for j in cluster.status().get("jobs", [])):
+        if any(j["name"] == job for j in cluster.status().get("jobSummaries", [])):
             return
         for p in cluster.procs:
             if p.poll() not in (None, 0) and hasattr(p, "log_path"):
@@ -427,7 +427,7 @@ def test_a_transform_failing_on_the_first_batch_fails_at_start(tmp_path):
         with pytest.raises(errors.InvalidArgumentError, match="ValueError"):
             croupier.produce(map_sources.Records(8, fail_at=0), cluster.address, "j",
                              batch_size=2, consumers=1, shuffle="none", workers=0)
-        assert not cluster.status().get("jobs"), "no job is created for a source that fails"
+        assert not cluster.status().get("jobSummaries"), "no job is created for a source that fails"
 
 
 @pytest.mark.timeout(120)
@@ -481,8 +481,7 @@ def test_a_job_that_skips_failing_records_deals_the_rest_once_and_counts_them(tm
                                   fail_every=7, skip_failing_records=True, consumers=world,
                                   epochs=1, batch_size=4)
         wait_for_job(cluster, "m")
-        job = next(j for j in croupier.status(cluster.address)["jobs"]
-                   if j["spec"]["name"] == "m")
+        job = croupier.get_job(cluster.address, "m")["job"]
         assert job["spec"]["skip_failing_records"] is True
         feeds = [croupier.Consumer(cluster.address, "m", r, world, timeout=30)
                  for r in range(world)]

@@ -119,7 +119,7 @@ def test_a_pipeline_that_filters_records_is_refused(tmp_path):
         message = str(raised.value)
         assert "job 'j' epoch 0 batch 0: tf_transform made 3 outputs of the batch's 4 records" \
             in message and "one output per record" in message, message
-        assert not cluster.status().get("jobs"), "no job is created for a pipeline that fails"
+        assert not cluster.status().get("jobSummaries"), "no job is created for a pipeline that fails"
 
 
 def test_skip_failing_records_finds_the_record_the_pipeline_fails_on_and_leaves_it_out():

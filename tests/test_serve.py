@@ -81,7 +81,7 @@ def test_a_generator_is_dealt_exactly_once_in_yield_order(cluster):
     for f in feeds:
         f.close()
     assert server.join() == 18
-    job = cluster.status()["jobs"][0]
+    job = cluster.status(job_info=True)["jobs"][0]
     assert job["spec"]["source"] == "python" and int(job["steps_per_epoch"]) == 3
 
 
@@ -130,7 +130,7 @@ def test_a_resumed_source_starts_from_its_saved_state_not_from_the_epochs_start(
         assert [int(b["g"][0]) for b in feed.epoch(0)] == list(range(24))
         feed.close()
         server.join()
-        every = int(first.status()["jobs"][0]["batches_per_task"])
+        every = int(first.status(job_info=True)["jobs"][0]["batches_per_task"])
     saved = sorted(int(p.stem.split("batch")[1]) for p in states.glob("r-source0-epoch0-*.pkl"))
     assert saved == list(range(every, 25, every))
     # The whole job restarted from a checkpoint at step 13: the new serving process loads the
@@ -225,7 +225,7 @@ def test_two_sources_serve_one_job_interleaved_by_task(cluster):
     servers = [Server(source(k), cluster.address, "two", consumers=2, epochs=1,
                       batches_per_epoch=40, source_count=2, source_index=k) for k in range(2)]
     feeds = [connect(cluster, "two", r, 2) for r in range(2)]
-    per_task = int(cluster.status()["jobs"][0]["batches_per_task"])
+    per_task = int(cluster.status(job_info=True)["jobs"][0]["batches_per_task"])
     got = {}
     for step, pair in enumerate(zip(*(f.epoch(0) for f in feeds))):
         for rank, batch in enumerate(pair):

@@ -227,7 +227,7 @@ _ORDER = textwrap.dedent("""
             w.write(tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString())
     with croupier.local_cluster(producers=1, work_dir=work) as cluster:
         cluster.create_job("o", path, "id:int64", 5, consumers=1, shuffle="none", epochs=2)
-        assert [j["spec"]["name"] for j in croupier.status(cluster.address)["jobs"]] == ["o"]
+        assert [j["name"] for j in croupier.status(cluster.address)["job_summaries"]] == ["o"]
         ds = ctf.dataset(cluster.address, "o", 0, 1)
         ids = [i for b in ds for i in b["id"].numpy().tolist()]
         assert ids == list(range(30)), ids

@@ -18,6 +18,10 @@ absl::Status SynthCommand(const std::vector<std::string>& args);
 absl::Status DispatcherCommand(const std::vector<std::string>& args);
 absl::Status ProducerCommand(const std::vector<std::string>& args);
 absl::Status JobCommand(const std::vector<std::string>& args);
+// The job subcommands after the first word (list, describe, delete); `usage` is job's.
+absl::Status JobListCommand(const std::vector<std::string>& args, const char* usage);
+absl::Status JobDescribeCommand(const std::vector<std::string>& args, const char* usage);
+absl::Status JobDeleteCommand(const std::vector<std::string>& args, const char* usage);
 absl::Status StatusCommand(const std::vector<std::string>& args);
 absl::Status ConsumeCommand(const std::vector<std::string>& args);
 

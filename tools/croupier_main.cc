@@ -17,7 +17,8 @@ usage: croupier COMMAND [OPTIONS]
 service commands:
   dispatcher --work-dir DIR [--port P]      run the dispatcher (croupier dispatcher --help)
   producer --dispatcher HOST:PORT           run a producer (croupier producer --help)
-  job create|show --dispatcher HOST:PORT    define a job, or show one (croupier job)
+  job create|show|list|describe|delete --dispatcher HOST:PORT
+                                            define, show, list or delete jobs (croupier job)
   status HOST:PORT [--json]                 jobs, producers and consumers
   consume --dispatcher HOST:PORT --job NAME --rank R --world N
                                             take a rank's batches, one JSON line each

@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "src/common/env.h"
 #include "src/common/logging.h"
 #include "src/common/status_macros.h"
@@ -20,7 +21,7 @@ constexpr char kDispatcherUsage[] = R"(usage: croupier dispatcher --work-dir DIR
          [--bind ADDR] [--auth-token TOKEN] [--producer-timeout-ms MS]
          [--consumer-timeout-ms MS] [--rounds-per-task K] [--port-file FILE]
          [--metrics-port P [--metrics-port-file FILE]]
-         [--advice-smoothing-ms MS] [--advice-hold-ms MS]
+         [--advice-smoothing-ms MS] [--advice-hold-ms MS] [--job-retention DURATION]
          [--tls-cert FILE --tls-key FILE [--tls-ca FILE]]
 
 Runs the dispatcher: it keeps jobs, epoch plans, producers, consumers and their positions, and is
@@ -32,7 +33,9 @@ port, which --metrics-port-file writes). A task is N x --rounds-per-task consecu
 a job of N consumers; 0 (the default) chooses per job (docs/operations.md). The recommended
 number of producers is smoothed over
 --advice-smoothing-ms (default 30000) and changes only after --advice-hold-ms (default 15000)
-(docs/operations.md). Stops cleanly on SIGINT or SIGTERM.
+(docs/operations.md). A job that is done (every epoch delivered) and that no consumer reads is
+deleted --job-retention after it became done (e.g. 72h, 30m, 90s; the default, 0, keeps jobs for
+ever). Stops cleanly on SIGINT or SIGTERM.
 )";
 
 }  // namespace
@@ -43,7 +46,8 @@ absl::Status DispatcherCommand(const std::vector<std::string>& argv) {
                                            "producer-timeout-ms", "consumer-timeout-ms",
                                            "rounds-per-task", "port-file", "metrics-port",
                                            "metrics-port-file", "tls-cert", "tls-key", "tls-ca",
-                                           "advice-smoothing-ms", "advice-hold-ms"},
+                                           "advice-smoothing-ms", "advice-hold-ms",
+                                           "job-retention"},
                                           {"help"}));
   if (args.Has("help")) {
     std::fputs(kDispatcherUsage, stdout);
@@ -72,6 +76,16 @@ absl::Status DispatcherCommand(const std::vector<std::string>& argv) {
   ASSIGN_OR_RETURN(int64_t hold_ms, args.GetInt("advice-hold-ms", 15000, 0, 86400000));
   options.dispatcher.advice.smoothing = absl::Milliseconds(smoothing_ms);
   options.dispatcher.advice.hold = absl::Milliseconds(hold_ms);
+  if (const std::string retention = args.Get("job-retention", "0"); retention != "0") {
+    absl::Duration d;
+    if (!absl::ParseDuration(retention, &d) || d <= absl::ZeroDuration() ||
+        d == absl::InfiniteDuration()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--job-retention takes a positive duration such as 72h, 30m or 90s (0: "
+                       "keep jobs for ever), not '", retention, "'"));
+    }
+    options.dispatcher.job_retention = d;
+  }
 
   BlockTerminationSignals();
   ASSIGN_OR_RETURN(auto node, DispatcherNode::Start(options));

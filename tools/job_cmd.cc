@@ -1,4 +1,5 @@
-// croupier job create|show: defines a job on the dispatcher, or shows one.
+// croupier job create|show|list|describe|delete: defines a job on the dispatcher, or shows one;
+// list, describe and delete are in job_list_cmd.cc, job_describe_cmd.cc, job_delete_cmd.cc.
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
@@ -23,10 +24,17 @@ constexpr char kJobUsage[] = R"(usage:
       [--remainder drop|pad] [--mode dealt|first_come] [--compression none|zstd|lz4]
       [--exist-ok] [--json]
   croupier job show --dispatcher HOST:PORT --name NAME [--json]
+  croupier job list --dispatcher HOST:PORT [--json]
+  croupier job describe NAME --dispatcher HOST:PORT [--files] [--json]
+  croupier job delete NAME --dispatcher HOST:PORT [--force] [--json]
 
 SPEC names each feature and its type, e.g. image:bytes,label:int64,emb:float32[16],ids:int64[*].
 A bad spec is refused with the reason: no file matches, a feature absent from the data, a wrong
 dtype or count, a setting out of range. --epochs 0 (the default) deals epochs without end.
+list shows each job's state (idle, running, done) and counts, without file lists; describe
+shows one job, its ranks' positions and (--files) its files. delete frees the job's name and
+revokes its tasks from the producers; a job that live consumers read is refused unless --force,
+which removes them (their trainers fail with NOT_FOUND).
 Common options: --auth-token TOKEN (or CROUPIER_AUTH_TOKEN), --timeout-ms MS (default 30000),
 --tls-ca FILE [--tls-cert FILE --tls-key FILE] (TLS, as `croupier dispatcher --help` says).
 )";
@@ -62,9 +70,14 @@ absl::Status JobCommand(const std::vector<std::string>& argv) {
     std::fputs(kJobUsage, stdout);
     return absl::OkStatus();
   }
+  const std::vector<std::string> rest(argv.begin() + (argv.empty() ? 0 : 1), argv.end());
+  if (!argv.empty() && argv[0] == "list") return JobListCommand(rest, kJobUsage);
+  if (!argv.empty() && argv[0] == "describe") return JobDescribeCommand(rest, kJobUsage);
+  if (!argv.empty() && argv[0] == "delete") return JobDeleteCommand(rest, kJobUsage);
   if (argv.empty() || (argv[0] != "create" && argv[0] != "show")) {
     std::fputs(kJobUsage, stderr);
-    return absl::InvalidArgumentError("job needs a subcommand: create or show");
+    return absl::InvalidArgumentError(
+        "job needs a subcommand: create, show, list, describe or delete");
   }
   ASSIGN_OR_RETURN(
       Args args,

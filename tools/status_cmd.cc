@@ -19,27 +19,30 @@
 #include "src/rpc/grpc_util.h"
 #include "tools/cli_args.h"
 #include "tools/commands.h"
+#include "tools/job_common.h"
 #include "tools/tls_flags.h"
 
 namespace croupier::cli {
 namespace {
 
-constexpr char kStatusUsage[] = R"(usage: croupier status HOST:PORT [--json] [--watch [SECONDS]]
+constexpr char kStatusUsage[] = R"(usage: croupier status HOST:PORT [--json [--job-info]] [--watch [SECONDS]]
          [--auth-token TOKEN] [--timeout-ms MS]
          [--tls-ca FILE [--tls-cert FILE --tls-key FILE]]
 
-Lists the dispatcher's jobs; each consumer's epoch and step, batches/s and input-bound % (the
+Lists the dispatcher's jobs (their state: idle, running or done, and counts); each consumer's epoch and step, batches/s and input-bound % (the
 share of time it waited for data: near 100% means the input pipeline is the bottleneck) and the
 expected time to the end of the epoch; each producer's buffer fill, batches/s, busy share (of
 its workers' time, spent making batches) and CPU use; and the recommended number of producers,
 with why (docs/operations.md). The rates are the
 dispatcher's, measured between heartbeats and smoothed over a few seconds. --json prints the
-dispatcher's answer as JSON. --watch refreshes every SECONDS (default 2) until Ctrl-C.
+dispatcher's answer as JSON: a summary of each job, and with --job-info each job's whole
+JobInfo (its file list too: large for many jobs of many files). --watch refreshes every SECONDS
+(default 2) until Ctrl-C.
 )";
 
 void Print(const std::string& address, const v1::StatusResponse& status) {
   std::printf("dispatcher %s (protocol %u): %d jobs, %d producers, %d consumers\n",
-              address.c_str(), status.protocol_version(), status.jobs_size(),
+              address.c_str(), status.protocol_version(), status.job_summaries_size(),
               status.producers_size(), status.consumers_size());
   const v1::ProducerAdvice& advice = status.producer_advice();
   if (advice.recommended() > 0) {
@@ -49,13 +52,14 @@ void Print(const std::string& address, const v1::StatusResponse& status) {
     std::printf("recommended producers: not yet (%s)\n",
                 advice.reason().empty() ? "measuring" : advice.reason().c_str());
   }
-  for (const v1::JobInfo& job : status.jobs()) {
-    std::printf("job '%s': %llu records, %u consumers, %llu steps per epoch, %s\n",
-                job.spec().name().c_str(), static_cast<unsigned long long>(job.num_records()),
-                job.spec().num_consumers(), static_cast<unsigned long long>(job.steps_per_epoch()),
-                SettingsTextOf(job.spec()).mode.c_str());
+  if (!status.journal_error().empty()) {
+    std::printf("JOURNAL CANNOT BE WRITTEN: %s (every change fails until it can)\n",
+                status.journal_error().c_str());
+  }
+  for (const v1::JobSummary& job : status.job_summaries()) {
+    std::printf("%s\n", SummaryLine(job).c_str());
     for (const v1::ConsumerStatus& c : status.consumers()) {
-      if (c.job() != job.spec().name()) continue;
+      if (c.job() != job.name()) continue;
       // The rates are the dispatcher's, measured between the consumer's heartbeats.
       std::string eta;
       if (c.batches_per_second() > 0 && job.steps_per_epoch() > c.step()) {
@@ -88,7 +92,7 @@ void Print(const std::string& address, const v1::StatusResponse& status) {
 absl::Status StatusCommand(const std::vector<std::string>& argv) {
   ASSIGN_OR_RETURN(Args args,
                    Args::Parse(argv, {"auth-token", "timeout-ms", "tls-cert", "tls-key", "tls-ca"},
-                               {"json", "watch", "help"}));
+                               {"json", "job-info", "watch", "help"}));
   if (args.Has("help")) {
     std::fputs(kStatusUsage, stdout);
     std::fputs(kTlsUsage, stdout);
@@ -115,7 +119,9 @@ absl::Status StatusCommand(const std::vector<std::string>& argv) {
                 .timeout = absl::Milliseconds(timeout_ms),
                 .tls = TlsFromFlags(args)});
   if (!args.Has("watch")) {
-    ASSIGN_OR_RETURN(v1::StatusResponse status, client->GetStatus(v1::StatusRequest()));
+    v1::StatusRequest request;
+    request.set_include_job_info(args.Has("job-info"));
+    ASSIGN_OR_RETURN(v1::StatusResponse status, client->GetStatus(request));
     if (args.Has("json")) {
       google::protobuf::util::JsonPrintOptions options;
       options.always_print_primitive_fields = true;

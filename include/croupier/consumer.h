@@ -68,6 +68,10 @@ struct JobSummary {
   uint64_t num_records = 0;
   uint64_t num_epochs = 0;     // 0: unbounded
   uint64_t steps_per_epoch = 0;  // dealt: every consumer's steps in each epoch
+  // The dispatcher said, when this consumer registered, that the job was done: every epoch
+  // delivered (a trainer resumed a finished job, e.g. from a saved state). Logged as a WARNING
+  // then; reading an epoch again remakes its batches and makes the job running again.
+  bool done_at_registration = false;
 };
 
 // Where a consumer is: the next step it will take in `epoch`.

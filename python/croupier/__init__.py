@@ -34,7 +34,8 @@ from croupier._croupier import (
     parse_example,
     write_tfrecord,
 )
-from croupier.cluster import LocalCluster, create_job, croupier_binary, local_cluster, status
+from croupier.cluster import (LocalCluster, create_job, croupier_binary, delete_job, get_job,
+                              local_cluster, status)
 from croupier.consumer import Consumer
 from croupier.launcher import detect_rank_world
 from croupier.pipeline import batch_rng, produce, record_rng
@@ -61,6 +62,8 @@ __all__ = [
     "LocalCluster",
     "create_job",
     "croupier_binary",
+    "delete_job",
+    "get_job",
     "detect_rank_world",
     "local_cluster",
     "batch_rng",

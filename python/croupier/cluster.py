@@ -104,9 +104,28 @@ def create_job(dispatcher, name, files, features, batch_size, *, consumers=1, se
     return json.loads(text)
 
 
-def status(dispatcher, *, auth_token=None, timeout=10.0):
-    """The dispatcher's view: {"jobs": [...], "producers": [...], "consumers": [...]}."""
-    return json.loads(_croupier.dispatcher_status(dispatcher, _token(auth_token), float(timeout)))
+def status(dispatcher, *, auth_token=None, timeout=10.0, job_info=False):
+    """The dispatcher's view: {"job_summaries": [...], "producers": [...], "consumers": [...],
+    "rank_positions": [...], ...}. Each job's summary holds its name, its "state" ("idle",
+    "running", "done") and counts, not its file list; job_info=True adds "jobs", every job's
+    whole JobInfo (large for many jobs of many files). get_job() gives one job."""
+    return json.loads(_croupier.dispatcher_status(dispatcher, _token(auth_token), float(timeout),
+                                                  bool(job_info)))
+
+
+def get_job(dispatcher, name, *, auth_token=None, timeout=10.0):
+    """One job: {"job": JobInfo, "summary": {"state": "done", ...}, "rank_positions": [...]}.
+    croupier.errors.NotFoundError for an unknown (or deleted) job."""
+    return json.loads(_croupier.get_job(dispatcher, str(name), _token(auth_token),
+                                        float(timeout)))
+
+
+def delete_job(dispatcher, name, *, force=False, auth_token=None, timeout=10.0):
+    """Deletes job `name` (as `croupier job delete`): FailedPreconditionError while consumers
+    read it, unless force=True, which removes them. Returns {"job": its last summary,
+    "consumers_removed": n, "tasks_revoked": n, "producers_removed": n}."""
+    return json.loads(_croupier.delete_job(dispatcher, str(name), bool(force),
+                                           _token(auth_token), float(timeout)))
 
 
 class LocalCluster:
@@ -249,8 +268,11 @@ class LocalCluster:
         options.setdefault("auth_token", self.auth_token)
         return create_job(self.address, name, files, features, batch_size, **options)
 
-    def status(self):
-        return status(self.address, auth_token=self.auth_token)
+    def status(self, job_info=False):
+        return status(self.address, auth_token=self.auth_token, job_info=job_info)
+
+    def get_job(self, name):
+        return get_job(self.address, name, auth_token=self.auth_token)
 
     def consumer(self, job, rank=None, world=None, **options):
         """A croupier.Consumer of this cluster's job."""

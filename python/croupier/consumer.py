@@ -1,4 +1,6 @@
 """croupier.Consumer: a trainer's feed of batches from a croupier job."""
+import warnings
+
 from croupier import _croupier, errors
 from croupier.launcher import detect_rank_world
 
@@ -24,6 +26,11 @@ class Consumer:
     about once a second, so the last second's batches may come again), as if that position had
     been loaded with load_state_dict. A trainer's own checkpoint (load_state_dict) is exact and
     wins. resume=False starts at epoch 0, step 0.
+
+    A job that is done when the consumer registers (every epoch delivered: the dispatcher's job
+    state "done", job["done_at_registration"]) is logged at registration, and batches() or
+    epoch() asked for an epoch that the resumed position puts behind it (so they yield nothing)
+    warns (RuntimeWarning) naming the job and its state, instead of silently yielding nothing.
     """
 
     def __init__(self, dispatcher, job, rank=None, world=None, *, ranks=None, auth_token=None,
@@ -95,6 +102,14 @@ class Consumer:
         step = 0
         if self._resume is not None:
             resume_epoch, resume_step = self._resume
+            at_end = (epoch == resume_epoch and self._job["mode"] == "dealt"
+                      and resume_step >= self._job["steps_per_epoch"])
+            if self._job.get("done_at_registration") and (epoch < resume_epoch or at_end):
+                warnings.warn(
+                    f"job {self._job['name']!r} is done (every epoch delivered): rank(s) "
+                    f"{list(self._ranks)} resumed at epoch {resume_epoch} step {resume_step}, "
+                    f"so epoch {epoch} has nothing left to read; to train again, create a job "
+                    f"of another name (or delete this one)", RuntimeWarning, stacklevel=3)
             if epoch < resume_epoch:
                 return  # the loaded state says this epoch is done
             if epoch == resume_epoch:

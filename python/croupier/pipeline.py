@@ -57,7 +57,7 @@ from multiprocessing.connection import Connection
 import numpy as np
 
 from croupier import _croupier, _exit, errors
-from croupier.cluster import _die_with_parent, _token, create_job, status
+from croupier.cluster import _die_with_parent, _token, create_job, get_job
 from croupier.record_cache import RecordCache, summary
 from croupier.source import _columns, _tensor_to_numpy, features_of
 
@@ -961,14 +961,20 @@ def _in_process(pipeline):
 # --- produce() ----------------------------------------------------------------------------------
 
 def _job_done(dispatcher, job, info, auth_token):
-    """Every rank of `job` has acknowledged the end of its last epoch (bounded jobs only)."""
+    """Every rank of `job` has acknowledged the end of its last epoch (bounded jobs only), or the
+    job was deleted. Asks about this job alone (GetJob), never the whole status. Not the job's
+    state "done" alone: that is also every task served, when a consumer may still need a batch
+    made again (a restarted rank), which this producer must then be there to make."""
     epochs = int(info["spec"].get("num_epochs", 0))
     if epochs == 0:
         return False
     steps = int(info["steps_per_epoch"])
     world = int(info["spec"]["num_consumers"])
-    got = status(dispatcher, auth_token=auth_token)
-    positions = [p for p in got.get("rank_positions", []) if p.get("job") == job]
+    try:
+        got = get_job(dispatcher, job, auth_token=auth_token)
+    except errors.NotFoundError:
+        return True  # deleted: nobody can read it any more
+    positions = got.get("rank_positions", [])
     if len(positions) < world:
         return False
     return all((int(p.get("epoch", 0)), int(p.get("step", 0))) >= (epochs - 1, steps)

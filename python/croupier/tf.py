@@ -144,16 +144,16 @@ def _load_op():
 
 
 def _job_info(dispatcher, job, auth_token, timeout):
-    """The job's entry in the dispatcher's status: {"spec": ..., "steps_per_epoch": ...}."""
+    """The job's JobInfo, asked of the dispatcher for this job alone (GetJob):
+    {"spec": ..., "steps_per_epoch": ...}."""
     from croupier import cluster
     try:
-        status = cluster.status(dispatcher, auth_token=auth_token, timeout=timeout)
+        return cluster.get_job(dispatcher, job, auth_token=auth_token, timeout=timeout)["job"]
+    except errors.NotFoundError:
+        raise tf.errors.NotFoundError(
+            None, None, f"no job {job!r} at the dispatcher {dispatcher}") from None
     except errors.Error as e:
         raise _tf_error(e) from None
-    for info in status.get("jobs", []):
-        if info.get("spec", info).get("name") == job:
-            return info
-    raise tf.errors.NotFoundError(None, None, f"no job {job!r} at the dispatcher {dispatcher}")
 
 
 def _job_features(dispatcher, job, auth_token, timeout):

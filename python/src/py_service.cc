@@ -70,6 +70,7 @@ class PyConsumer {
     d["num_records"] = j.num_records;
     d["num_epochs"] = j.num_epochs;
     d["steps_per_epoch"] = j.steps_per_epoch;
+    d["done_at_registration"] = j.done_at_registration;
     return d;
   }
 
@@ -275,16 +276,55 @@ void BindService(pyb::module_& m) {
 
   m.def(
       "dispatcher_status",
-      [](const std::string& dispatcher, const std::string& auth_token, double timeout) {
+      [](const std::string& dispatcher, const std::string& auth_token, double timeout,
+         bool include_job_info) {
+        v1::StatusRequest request;
+        request.set_include_job_info(include_job_info);
         absl::StatusOr<v1::StatusResponse> response;
         {
           pyb::gil_scoped_release nogil;
-          response = Client(dispatcher, auth_token, timeout)->GetStatus(v1::StatusRequest());
+          response = Client(dispatcher, auth_token, timeout)->GetStatus(request);
         }
         return ToJson(Unwrap(std::move(response)));
       },
       pyb::arg("dispatcher"), pyb::arg("auth_token"), pyb::arg("timeout"),
-      "The dispatcher's status (jobs, producers, consumers) as JSON.");
+      pyb::arg("include_job_info") = false,
+      "The dispatcher's status (job summaries, producers, consumers; each job's whole JobInfo "
+      "with include_job_info) as JSON.");
+
+  m.def(
+      "get_job",
+      [](const std::string& dispatcher, const std::string& name, const std::string& auth_token,
+         double timeout) {
+        v1::GetJobRequest request;
+        request.set_name(name);
+        absl::StatusOr<v1::GetJobResponse> response;
+        {
+          pyb::gil_scoped_release nogil;
+          response = Client(dispatcher, auth_token, timeout)->GetJob(request);
+        }
+        return ToJson(Unwrap(std::move(response)));
+      },
+      pyb::arg("dispatcher"), pyb::arg("name"), pyb::arg("auth_token"), pyb::arg("timeout"),
+      "One job (GetJob): {job: JobInfo, summary: JobSummary (its state), rank_positions} as "
+      "JSON.");
+
+  m.def(
+      "delete_job",
+      [](const std::string& dispatcher, const std::string& name, bool force,
+         const std::string& auth_token, double timeout) {
+        v1::DeleteJobRequest request;
+        request.set_name(name);
+        request.set_force(force);
+        absl::StatusOr<v1::DeleteJobResponse> response;
+        {
+          pyb::gil_scoped_release nogil;
+          response = Client(dispatcher, auth_token, timeout)->DeleteJob(request);
+        }
+        return ToJson(Unwrap(std::move(response)));
+      },
+      pyb::arg("dispatcher"), pyb::arg("name"), pyb::arg("force"), pyb::arg("auth_token"),
+      pyb::arg("timeout"), "Deletes a job (DeleteJob); returns the DeleteJobResponse as JSON.");
 
   m.def(
       "parse_feature_spec",

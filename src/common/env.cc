@@ -196,6 +196,7 @@ class PosixEnv final : public Env {
     {
       ASSIGN_OR_RETURN(auto file, OpenForWrite(tmp));
       absl::Status s = file->Append(contents);
+      if (s.ok()) s = file->Sync();
       if (s.ok()) s = file->Close();
       if (!s.ok()) {
         ::unlink(tmp.c_str());
@@ -207,7 +208,8 @@ class PosixEnv final : public Env {
       ::unlink(tmp.c_str());
       return s;
     }
-    return absl::OkStatus();
+    const size_t slash = path.rfind('/');
+    return SyncDir(slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash));
   }
 
   absl::Status CreateDirs(const std::string& path) override {

@@ -80,8 +80,9 @@ class Env {
   // in it survives a machine crash.
   virtual absl::Status SyncDir(const std::string& path) = 0;
   virtual absl::StatusOr<FileStat> Stat(const std::string& path) = 0;
-  // Writes `contents` to a temporary file beside `path`, then renames it over `path`, so readers
-  // see the old file or the new one, never a part.
+  // Writes `contents` to a temporary file beside `path`, syncs it, renames it over `path` and
+  // syncs the directory, so readers see the old file or the new one, never a part, and the new
+  // one survives a machine crash once this returns.
   virtual absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) = 0;
   // Like `mkdir -p`.
   virtual absl::Status CreateDirs(const std::string& path) = 0;

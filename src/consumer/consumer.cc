@@ -19,8 +19,9 @@
 namespace croupier {
 namespace {
 
-JobSummary Summarize(const JobConfig& job) {
+JobSummary Summarize(const JobConfig& job, v1::JobState state) {
   JobSummary s;
+  s.done_at_registration = state == v1::JOB_STATE_DONE;
   s.name = job.name;
   s.features = job.features;
   s.mode = job.mode;
@@ -38,7 +39,7 @@ class ConsumerImpl final : public Consumer {
                const Registration& registration, JobConfig job)
       : options_(std::move(options)),
         control_(std::move(control)),
-        job_(Summarize(job)),
+        job_(Summarize(job, registration.job_state)),
         registered_(registration.position),
         peers_(control_.get(), options_.job,
                DataClientOptions{.auth_token = options_.auth_token,

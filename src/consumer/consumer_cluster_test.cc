@@ -52,6 +52,23 @@ TEST(ConsumerTest, ARewindToACheckpointGetsTheSameBatchesAgain) {
   EXPECT_EQ(second, std::vector<uint64_t>(first.begin() + 7, first.end()));
 }
 
+TEST(ConsumerTest, AConsumerOfADoneJobIsToldSo) {
+  auto cluster = ClusterWithDataset({.producers = 1});
+  v1::JobSpec spec = DatasetSpec(cluster->dir(), 1);
+  spec.set_num_epochs(1);
+  CROUPIER_ASSERT_OK(cluster->CreateJob(spec).status());
+  {
+    auto consumer = Must(cluster->Connect("train", 0, 1));
+    EXPECT_FALSE(consumer->job().done_at_registration);
+    ASSERT_EQ(Must(ReadEpoch(*consumer, 0)).size(), 30u);
+    consumer->Close();  // its last heartbeat acknowledges the end: the job is done
+  }
+  // A trainer resuming the done job (a saved state) hears so at registration (and logs it).
+  auto consumer = Must(cluster->Connect("train", 0, 1));
+  EXPECT_TRUE(consumer->job().done_at_registration);
+  EXPECT_EQ(consumer->registered_position().step, 30u);
+}
+
 TEST(ConsumerTest, ConnectingNamesWhatIsWrong) {
   auto cluster = ClusterWithDataset({.producers = 1});
   CROUPIER_ASSERT_OK(cluster->CreateJob(DatasetSpec(cluster->dir(), 2)).status());

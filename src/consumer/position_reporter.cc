@@ -52,9 +52,18 @@ absl::StatusOr<Registration> RegisterConsumer(ControlPlane& control, const std::
   out.position = ConsumerPosition{response.epoch(), response.step()};
   out.heartbeat_interval = absl::Milliseconds(
       response.heartbeat_interval_ms() ? response.heartbeat_interval_ms() : 1000);
+  out.job_state = response.job_state();
   Log(LogLevel::kDebug, "consumer",
       absl::StrCat("job '", job, "' rank ", rank, "/", world, " registered as consumer ",
                    out.consumer_id, " with ", control.address()));
+  if (out.job_state == v1::JOB_STATE_DONE) {
+    Log(LogLevel::kWarning, "consumer",
+        absl::StrCat("job '", job, "' is done (every epoch delivered): rank ", rank,
+                     " registered at epoch ", out.position.epoch, " step ", out.position.step,
+                     " of its ", out.job.spec().num_epochs(),
+                     " epochs, and has nothing left to read; to train again, create a job of "
+                     "another name (or delete this one: croupier job delete)"));
+  }
   return out;
 }
 

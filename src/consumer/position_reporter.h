@@ -26,12 +26,16 @@ struct Registration {
   v1::JobInfo job;
   ConsumerPosition position;  // where the consumer was registered
   absl::Duration heartbeat_interval = absl::Seconds(1);
+  // The job's state as of the registration (JOB_STATE_UNSPECIFIED from an older dispatcher).
+  v1::JobState job_state = v1::JOB_STATE_UNSPECIFIED;
 };
 
 // Registers rank `rank` of `world` of `job`, at the rank's last position with `resume`. A rank
 // still held by a consumer that just died is taken over once its holder has missed a few
-// heartbeats: ALREADY_EXISTS is retried until `timeout`. Errors as ConsumerHeartbeat's
-// (Consumer::Connect documents them).
+// heartbeats: ALREADY_EXISTS is retried until `timeout`. A job that is done already (every
+// epoch delivered: e.g. a saved state that resumed a finished job) is logged as a WARNING naming
+// the job, its state and the position. Errors as ConsumerHeartbeat's (Consumer::Connect
+// documents them).
 absl::StatusOr<Registration> RegisterConsumer(ControlPlane& control, const std::string& job,
                                               uint32_t rank, uint32_t world, bool resume,
                                               absl::Duration timeout);

@@ -33,6 +33,9 @@ class ControlPlane {
       const v1::ConsumerHeartbeatRequest& request) = 0;
   virtual absl::StatusOr<v1::LocateResponse> Locate(const v1::LocateRequest& request) = 0;
   virtual absl::StatusOr<v1::StatusResponse> GetStatus(const v1::StatusRequest& request) = 0;
+  // Retried on UNAVAILABLE like the others: a deletion that took effect before its answer was
+  // lost is then NOT_FOUND.
+  virtual absl::StatusOr<v1::DeleteJobResponse> DeleteJob(const v1::DeleteJobRequest& request) = 0;
 
   // Where the dispatcher is, for messages: host:port, or a name for an in-process one.
   virtual const std::string& address() const = 0;

@@ -41,6 +41,9 @@ class InProcessControlPlane final : public ControlPlane {
   absl::StatusOr<v1::StatusResponse> GetStatus(const v1::StatusRequest& r) override {
     return Call<v1::StatusResponse>("GetStatus", &DispatcherImpl::GetStatus, r);
   }
+  absl::StatusOr<v1::DeleteJobResponse> DeleteJob(const v1::DeleteJobRequest& r) override {
+    return Call<v1::DeleteJobResponse>("DeleteJob", &DispatcherImpl::DeleteJob, r);
+  }
 
   // Through ProducerHeartbeatOrWait, as the gRPC service does: a heartbeat that waits for work
   // is held by the dispatcher, and this call waits for its answer or Cancel(). Tried once when

@@ -54,6 +54,17 @@ absl::StatusOr<std::unique_ptr<DispatcherImpl>> DispatcherImpl::Create(Dispatche
                        " outstanding tasks; producers and consumers have a full timeout to "
                        "send their next heartbeat"));
     }
+    // A journal that holds updates starts anew as a snapshot of what they built: replays stay as
+    // short as the state is small, however long the dispatcher ran.
+    if (journal.replay.entries > 0) {
+      absl::Status compacted = impl->CompactJournalLocked();
+      if (!compacted.ok()) {
+        Log(LogLevel::kError, "dispatcher",
+            absl::StrCat("the journal could not be compacted at start (", compacted.message(),
+                         "); it stays as it was"));
+        RETURN_IF_ERROR(impl->journal_lost_);
+      }
+    }
     // Replayed producers and consumers are timed from now, not from before the replay.
     impl->created_ = impl->clock_->Now();
   }
@@ -74,7 +85,12 @@ absl::Status DispatcherImpl::ApplyLocked(const journal::Update& update) {
   // between writing and applying this one. Before applying, because nothing may become visible to
   // a caller (this RPC's response, or another RPC reading the state) that a crash could take
   // back. The price is the write and fdatasync under the lock (journal.h gives the cost).
-  if (journal_) RETURN_IF_ERROR(journal_->Append(update));
+  RETURN_IF_ERROR(journal_lost_);
+  if (journal_) {
+    absl::Status written = journal_->Append(update);
+    NoteJournalWriteLocked(written);
+    RETURN_IF_ERROR(written);
+  }
   const size_t orphans_before = state_.orphans().size();
   absl::Status status = state_.Apply(update);
   if (!status.ok()) {
@@ -179,6 +195,17 @@ absl::StatusOr<v1::GetJobResponse> DispatcherImpl::GetJob(const v1::GetJobReques
   if (job == nullptr) return UnknownJobError(state_, request.name());
   v1::GetJobResponse response;
   *response.mutable_job() = job->info;
+  const auto readers = state_.ConsumersByJob();
+  auto it = readers.find(request.name());
+  *response.mutable_summary() =
+      SummaryLocked(*job, it == readers.end() ? 0 : it->second, clock_->Now());
+  for (const auto& [rank, position] : job->rank_positions) {
+    v1::RankPosition* p = response.add_rank_positions();
+    p->set_job(request.name());
+    p->set_rank(rank);
+    p->set_epoch(position.first);
+    p->set_step(position.second);
+  }
   return response;
 }
 
@@ -202,7 +229,20 @@ absl::StatusOr<v1::LocateResponse> DispatcherImpl::Locate(const v1::LocateReques
       }
     }
   }
-  return LocateTasks(state_, request);
+  ASSIGN_OR_RETURN(v1::LocateResponse response, LocateTasks(state_, request));
+  if (!journal_error_.empty()) {
+    // Batches without a producer get none while no assignment can be journaled: the consumer
+    // waiting for them hears why, instead of timing out on a producer that never comes.
+    for (const v1::TaskLocation& t : response.tasks()) {
+      if (!t.finished() && t.producer_address().empty()) {
+        return absl::UnavailableError(absl::StrCat(
+            "job '", request.job(), "' epoch ", request.epoch(), " batch ",
+            t.task().first_batch(), " has no producer, and none can be given one: the "
+            "dispatcher cannot write its journal (", journal_error_, ")"));
+      }
+    }
+  }
+  return response;
 }
 
 absl::StatusOr<v1::StatusResponse> DispatcherImpl::GetStatus(const v1::StatusRequest& request) {
@@ -210,9 +250,17 @@ absl::StatusOr<v1::StatusResponse> DispatcherImpl::GetStatus(const v1::StatusReq
   absl::MutexLock lock(&mu_);
   v1::StatusResponse response;
   response.set_protocol_version(kProtocolVersion);
+  response.set_journal_error(journal_error_);
+  if (options_.job_retention != absl::InfiniteDuration()) {
+    response.set_job_retention_seconds(absl::ToDoubleSeconds(options_.job_retention));
+  }
+  const auto readers = state_.ConsumersByJob();
   for (const std::string& name : state_.job_order()) {
     const DispatcherState::Job& job = *state_.FindJob(name);
-    *response.add_jobs() = job.info;
+    // Summaries only by default: whole JobInfos (file lists) would grow without bound.
+    if (request.include_job_info()) *response.add_jobs() = job.info;
+    auto it = readers.find(name);
+    *response.add_job_summaries() = SummaryLocked(job, it == readers.end() ? 0 : it->second, now);
     for (const auto& [rank, position] : job.rank_positions) {
       v1::RankPosition* p = response.add_rank_positions();
       p->set_job(name);

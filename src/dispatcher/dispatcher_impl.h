@@ -53,6 +53,15 @@ struct DispatcherOptions {
   Env* env = nullptr;        // the journal's file access; nullptr: Env::Default(); not owned
   // The damping of the recommended number of producers (GetStatus's producer_advice).
   ProducerAdvisor::Options advice;
+  // A done job (JOB_STATE_DONE) that no consumer reads is deleted by Tick() this long after the
+  // dispatcher first saw it done (journaled as JobDeleted, like DeleteJob). Infinite: kept for
+  // ever. Done-since times are not journaled: a restarted dispatcher counts them from its start.
+  absl::Duration job_retention = absl::InfiniteDuration();
+  // Journal compaction (CompactJournal, journal.h): at start, after the replay of a journal that
+  // holds any update, and by Tick() once the journal passes this size or twice the size of its
+  // last compaction, whichever is larger, the journal is replaced by a snapshot of the state.
+  // 0: only at start.
+  uint64_t journal_compact_bytes = uint64_t{64} << 20;
 };
 
 // The most tasks one ProducerHeartbeat hands out, whatever free_task_slots says.
@@ -83,8 +92,16 @@ class DispatcherImpl {
   // returned; a different spec names the fields that differ.
   absl::StatusOr<v1::CreateJobResponse> CreateJob(const v1::CreateJobRequest& request);
 
-  // NOT_FOUND for an unknown job.
+  // The job's JobInfo, its summary (state, counts) and its ranks' positions. NOT_FOUND for an
+  // unknown job.
   absl::StatusOr<v1::GetJobResponse> GetJob(const v1::GetJobRequest& request);
+
+  // Deletes a job (JobDeleted): its source producers (python and map jobs) are removed, its
+  // outstanding tasks revoked from their producers, and its name is free again. Errors:
+  // NOT_FOUND for an unknown job; FAILED_PRECONDITION naming the consumers when live consumers
+  // hold ranks of it and `force` is not set (with force, they are removed first); the journal's
+  // UNAVAILABLE.
+  absl::StatusOr<v1::DeleteJobResponse> DeleteJob(const v1::DeleteJobRequest& request);
 
   // producer_id 0 registers (data_address required, else INVALID_ARGUMENT; a live producer at the
   // same address is presumed restarted and removed, its tasks orphaned). Then: finished_tasks the
@@ -134,13 +151,16 @@ class DispatcherImpl {
   absl::StatusOr<v1::ConsumerHeartbeatResponse> ConsumerHeartbeat(
       const v1::ConsumerHeartbeatRequest& request);
 
-  // Where batches are: see LocateTasks (locate.h). With remake_if_finished, a single batch of a
+  // Where batches are: see LocateTasks (locate.h). While the journal cannot be written, an
+  // answer that would show a range without a producer is UNAVAILABLE naming the journal's error
+  // instead (no producer can be given it). With remake_if_finished, a single batch of a
   // dealt job whose task is finished (cut and not outstanding) has that task made again first
   // (TaskRemade: an orphan, so the answer shows it not assigned yet). The error of a journal that
   // cannot be written, as for every change.
   absl::StatusOr<v1::LocateResponse> Locate(const v1::LocateRequest& request);
 
-  // Jobs in creation order, producers and consumers by id, with their statistics, the seconds
+  // Jobs in creation order (JobSummary; their whole JobInfo only with include_job_info),
+  // producers and consumers by id, with their statistics, the seconds
   // since their last heartbeat, and rates between heartbeats at least 1 s apart: for producers,
   // batches made, CPU cores used and the busy share; for consumers, batches received and the
   // input-bound share, smoothed over about 5 s. And the recommended number of producers as of
@@ -148,8 +168,10 @@ class DispatcherImpl {
   absl::StatusOr<v1::StatusResponse> GetStatus(const v1::StatusRequest& request);
 
   // Removes producers silent for longer than producer_timeout and consumers silent for longer
-  // than consumer_timeout, and updates the recommended number of producers from the rates of
-  // the producers and consumers of TFRecord jobs. The server calls it every second.
+  // than consumer_timeout, deletes the done jobs past their retention (job_retention), compacts
+  // the journal past its bound (journal_compact_bytes), and updates the recommended number of
+  // producers from the rates of the producers and consumers of TFRecord jobs. The server calls
+  // it every second.
   void Tick();
 
   // The durable state's dump (DispatcherState::DebugString), for tests and debugging.
@@ -212,6 +234,26 @@ class DispatcherImpl {
   absl::Status UnknownProducer(uint64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status UnknownConsumer(uint64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t HeartbeatIntervalMs() const;
+  // The summary of `job`, which `live_consumers` consumers read.
+  v1::JobSummary SummaryLocked(const DispatcherState::Job& job, uint32_t live_consumers,
+                               absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // DeleteJob's work; `why` goes in the log line.
+  absl::StatusOr<v1::DeleteJobResponse> DeleteJobLocked(const std::string& name, bool force,
+                                                        absl::string_view why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Notes when each job became done (done_since_) and deletes the done jobs, without consumers,
+  // older than job_retention.
+  void ExpireDoneJobsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Replaces the journal with a snapshot of the state and reopens it (dispatcher_compaction.cc).
+  // On an error writing the snapshot the old journal stays in use; if the new file cannot be
+  // reopened, every change is refused (journal_lost_) until the dispatcher restarts.
+  // journal_error_ says why in both cases.
+  absl::Status CompactJournalLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tick()'s part: compacts when the journal has grown past its bound.
+  void MaybeCompactJournalLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Notes the outcome of a journal write: the first failure is logged as an ERROR naming the file
+  // and the OS error, and stays in journal_error_ (GetStatus) until a write succeeds again.
+  void NoteJournalWriteLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Feeds the advisor the rates of the live producers and consumers of TFRecord jobs.
   void UpdateAdviceLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -246,8 +288,16 @@ class DispatcherImpl {
   std::map<uint64_t, std::string> gone_consumers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<PendingJob>> creating_ ABSL_GUARDED_BY(mu_);
   ProducerAdvisor advisor_ ABSL_GUARDED_BY(mu_);
+  // When Tick() first saw each done job done (volatile: a job replayed done counts from the first
+  // Tick after the start).
+  std::map<std::string, absl::Time, std::less<>> done_since_ ABSL_GUARDED_BY(mu_);
   // Written under mu_ (see ApplyLocked); null without a journal.
   std::unique_ptr<JournalWriter> journal_ ABSL_GUARDED_BY(mu_);
+  // The journal could not be reopened after a compaction: every change fails with this.
+  absl::Status journal_lost_ ABSL_GUARDED_BY(mu_);
+  // Why the last journal write failed (StatusResponse.journal_error); empty once one succeeds.
+  std::string journal_error_ ABSL_GUARDED_BY(mu_);
+  uint64_t compacted_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // the journal's size after compaction
   // Heartbeats held for work. Last, so that it stops (answering who still waits) before the rest
   // of this object goes.
   WorkWaiters waiters_;

@@ -250,6 +250,8 @@ void DispatcherImpl::Tick() {
     absl::Status status = FinishDeliveredLocked(job);
     if (!status.ok()) Log(LogLevel::kError, "dispatcher", status.ToString());
   }
+  ExpireDoneJobsLocked(now);
+  MaybeCompactJournalLocked();
   UpdateAdviceLocked(now);
 }
 

@@ -1,6 +1,6 @@
 // DispatcherState::Apply: one handler per kind of journal update. Each checks everything before it
 // changes anything, so a refused update leaves the state as it was. The queries and the dump are
-// in dispatcher_state_queries.cc.
+// in dispatcher_state_queries.cc, a job's end (state, deletion) in dispatcher_state_jobs.cc.
 #include "src/dispatcher/dispatcher_state.h"
 
 #include <tuple>
@@ -28,6 +28,9 @@ std::string Range(uint64_t epoch, uint64_t first, uint64_t num) {
 }  // namespace
 
 absl::Status DispatcherState::Apply(const journal::Update& update) {
+  if (!snapshot_jobs_.empty() && !update.has_snapshot_job() && !update.has_snapshot_end()) {
+    return DoesNotFit("a snapshot's jobs without its snapshot_end");
+  }
   switch (update.kind_case()) {
     case journal::Update::kJobCreated:
       return ApplyJobCreated(update.job_created());
@@ -53,6 +56,12 @@ absl::Status DispatcherState::Apply(const journal::Update& update) {
       return ApplyJobIdle(update.job_idle());
     case journal::Update::kTaskRemade:
       return ApplyTaskRemade(update.task_remade());
+    case journal::Update::kJobDeleted:
+      return ApplyJobDeleted(update.job_deleted());
+    case journal::Update::kSnapshotJob:
+      return ApplySnapshotJob(update.snapshot_job());
+    case journal::Update::kSnapshotEnd:
+      return ApplySnapshotEnd(update.snapshot_end());
     case journal::Update::KIND_NOT_SET:
       break;
   }

@@ -55,7 +55,7 @@ class DispatcherState {
   struct Job {
     v1::JobInfo info;
     JobConfig config;  // info, typed (src/job/job.h)
-    uint64_t sequence = 0;  // creation order, from 0
+    uint64_t sequence = 0;  // its index in job_order(): creation order of the jobs not deleted
     // The cursor: the first task not cut yet. next_batch < batches_per_epoch always.
     uint64_t next_epoch = 0;
     uint64_t next_batch = 0;
@@ -176,6 +176,20 @@ class DispatcherState {
   // not cut yet, or a batch outside the epoch).
   static std::optional<TaskKey> FinishedTaskOf(const Job& job, uint64_t epoch, uint64_t batch);
 
+  // Whether every epoch of `job` is delivered: a bounded job whose every task is cut and none is
+  // outstanding (all served or delivered), or, dealt, whose every rank's position is at the end
+  // of its last epoch. Never for an unbounded job.
+  static bool IsDone(const Job& job);
+  // The job's state (v1::JobState): done (IsDone), else running when `live_consumers` > 0, else
+  // idle. A job that was done becomes running again when a consumer goes back.
+  static v1::JobState StateOf(const Job& job, uint32_t live_consumers);
+  // How many consumers hold a rank of each job (jobs without any are absent).
+  std::map<std::string, uint32_t, std::less<>> ConsumersByJob() const;
+
+  // The state as journal updates (SnapshotJob per job, then SnapshotEnd: proto/journal.proto)
+  // that rebuild it exactly when applied to an empty state: a compacted journal's beginning.
+  std::vector<journal::Update> Snapshot() const;
+
   // A deterministic text dump of the whole state, for tests and debugging: two states are equal
   // exactly when their dumps are.
   std::string DebugString() const;
@@ -195,6 +209,11 @@ class DispatcherState {
   // Makes the task at `key` of `job`, which is not outstanding, an orphan.
   void ReopenTask(Job& job, const TaskKey& key);
   absl::Status ApplyJobIdle(const journal::JobIdle& u);
+  absl::Status ApplyJobDeleted(const journal::JobDeleted& u);
+  absl::Status ApplySnapshotJob(const journal::SnapshotJob& u);
+  absl::Status ApplySnapshotEnd(const journal::SnapshotEnd& u);
+  // Whether nothing has been applied yet, but snapshot jobs: where a snapshot may be.
+  bool Fresh() const;
   // Makes an owned task an orphan.
   void OrphanTask(uint64_t task_id);
   // Forgets an outstanding task, owned or orphaned, counting it as finished.
@@ -212,6 +231,8 @@ class DispatcherState {
   uint64_t last_producer_id_ = 0;
   uint64_t last_consumer_id_ = 0;
   uint64_t last_task_id_ = 0;
+  // The SnapshotJob entries of a snapshot being replayed, until its SnapshotEnd.
+  std::vector<journal::SnapshotJob> snapshot_jobs_;
 };
 
 }  // namespace croupier

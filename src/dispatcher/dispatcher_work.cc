@@ -221,7 +221,10 @@ absl::StatusOr<v1::ConsumerHeartbeatResponse> DispatcherImpl::ConsumerHeartbeat(
   const DispatcherState::Consumer& consumer = *state_.FindConsumer(id);
   v1::ConsumerHeartbeatResponse response;
   response.set_consumer_id(id);
-  *response.mutable_job() = state_.FindJob(consumer.job)->info;
+  const DispatcherState::Job& consumed = *state_.FindJob(consumer.job);
+  *response.mutable_job() = consumed.info;
+  // This consumer reads the job: running, unless it is done.
+  response.set_job_state(DispatcherState::StateOf(consumed, /*live_consumers=*/1));
   response.set_heartbeat_interval_ms(HeartbeatIntervalMs());
   response.set_epoch(consumer.epoch);
   response.set_step(consumer.step);

@@ -325,6 +325,11 @@ absl::Status JournalWriter::DropLast() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<uint64_t> CompactJournal(Env& env, const std::string& path,
+                                        const std::vector<journal::Update>& snapshot) {
+  return Rewrite(env, path, snapshot);
+}
+
 absl::StatusOr<OpenedJournal> OpenJournal(
     Env& env, const std::string& path,
     const std::function<absl::Status(const journal::Update&, uint64_t offset)>& apply,

@@ -33,6 +33,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -139,6 +140,14 @@ absl::StatusOr<OpenedJournal> OpenJournal(
     Env& env, const std::string& path,
     const std::function<absl::Status(const journal::Update&, uint64_t offset)>& apply,
     JournalWriter::Options options = {});
+
+// Compaction: replaces the journal at `path` with a new one holding only `snapshot` (the state's
+// DispatcherState::Snapshot()), atomically: written to a temporary file beside it, synced,
+// renamed over it and the directory synced, so that a crash leaves either the old journal or the
+// new one, whole. Returns the new file's size, for JournalWriter::Open; a writer open on the old
+// file must be closed and reopened (it would append to the replaced file). Errors name the file.
+absl::StatusOr<uint64_t> CompactJournal(Env& env, const std::string& path,
+                                        const std::vector<journal::Update>& snapshot);
 
 }  // namespace croupier
 

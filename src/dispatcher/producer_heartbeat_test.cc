@@ -258,7 +258,7 @@ TEST_F(DispatcherProducerHeartbeatTest, StatusShowsStatsAndThroughput) {
   EXPECT_DOUBLE_EQ(p.batches_per_second(), 30.0);
   EXPECT_DOUBLE_EQ(p.seconds_since_heartbeat(), 1.5);
   EXPECT_THAT(p.tasks(), ::testing::ElementsAre(1));
-  ASSERT_EQ(status->jobs_size(), 1);
+  ASSERT_EQ(status->job_summaries_size(), 1);
   EXPECT_EQ(status->protocol_version(), kProtocolVersion);
 }
 

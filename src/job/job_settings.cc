@@ -194,13 +194,31 @@ SettingsText SettingsTextOf(const v1::JobSpec& spec) {
   return out;
 }
 
+absl::string_view JobStateName(v1::JobState state) {
+  switch (state) {
+    case v1::JOB_STATE_UNSPECIFIED:
+      return "";
+    case v1::JOB_STATE_IDLE:
+      return "idle";
+    case v1::JOB_STATE_RUNNING:
+      return "running";
+    case v1::JOB_STATE_DONE:
+      return "done";
+    default:
+      return "invalid";
+  }
+}
+
 bool IsSettingEnum(const google::protobuf::EnumDescriptor* type) {
-  return type == v1::SourceKind_descriptor() || type == v1::DealMode_descriptor() ||
+  return type == v1::JobState_descriptor() || type == v1::SourceKind_descriptor() || type == v1::DealMode_descriptor() ||
          type == v1::Shuffle_descriptor() || type == v1::Remainder_descriptor() ||
          type == v1::Compression_descriptor();
 }
 
 std::string SettingText(const google::protobuf::EnumDescriptor* type, int number) {
+  if (type == v1::JobState_descriptor()) {
+    return std::string(JobStateName(static_cast<v1::JobState>(number)));
+  }
   if (type == v1::SourceKind_descriptor()) {
     return TextOf(static_cast<v1::SourceKind>(number), SourceKindName);
   }
@@ -221,6 +239,13 @@ std::string SettingText(const google::protobuf::EnumDescriptor* type, int number
 
 absl::StatusOr<int> SettingNumber(const google::protobuf::EnumDescriptor* type,
                                   absl::string_view text) {
+  if (type == v1::JobState_descriptor()) {
+    for (int n = v1::JobState_MIN; n <= v1::JobState_MAX; ++n) {
+      if (JobStateName(static_cast<v1::JobState>(n)) == text) return n;
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown job state '", text, "'; expected one of idle, running, done"));
+  }
   if (type == v1::SourceKind_descriptor()) {
     return WireOf<v1::SourceKind>(text, ParseSourceKind);
   }

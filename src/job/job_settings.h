@@ -64,8 +64,12 @@ absl::Status SetSettingsFromText(const SettingsText& text, v1::JobSpec& spec);
 // The text of each setting of `spec`: "" for UNSPECIFIED, "invalid" for an undefined number.
 SettingsText SettingsTextOf(const v1::JobSpec& spec);
 
+// A job's state (GetStatus, GetJob) by its name: "idle", "running", "done"; "" for
+// JOB_STATE_UNSPECIFIED (a dispatcher that does not say), "invalid" for an undefined number.
+absl::string_view JobStateName(v1::JobState state);
+
 // The same, one enum at a time, by its descriptor, for the JSON forms (src/job/job_json.h).
-// Whether `type` is one of the five settings' enums.
+// Whether `type` is one of the five settings' enums, or JobState (named as above).
 bool IsSettingEnum(const google::protobuf::EnumDescriptor* type);
 // The text of `number` of setting enum `type` ("" for 0, "invalid" for an undefined number).
 std::string SettingText(const google::protobuf::EnumDescriptor* type, int number);

@@ -103,6 +103,22 @@ TEST(JobJsonTest, SettingsAreWrittenAndReadByTheirText) {
   EXPECT_THAT(ToUserJson(v1::JobSpec(), options), HasSubstr(R"("mode":"")"));
 }
 
+// A job's state reads as the command line prints it: "idle", "running", "done".
+TEST(JobJsonTest, JobStatesAreWrittenAndReadByTheirText) {
+  v1::StatusResponse status;
+  status.add_job_summaries()->set_state(v1::JOB_STATE_DONE);
+  status.add_job_summaries()->set_state(v1::JOB_STATE_IDLE);
+  const std::string json = ToUserJson(status, google::protobuf::util::JsonPrintOptions());
+  EXPECT_THAT(json, HasSubstr(R"("state":"done")"));
+  EXPECT_THAT(json, HasSubstr(R"("state":"idle")"));
+  v1::StatusResponse back;
+  ASSERT_TRUE(FromUserJson(json, &back).ok()) << json;
+  EXPECT_EQ(back.ShortDebugString(), status.ShortDebugString());
+  EXPECT_EQ(JobStateName(v1::JOB_STATE_RUNNING), "running");
+  EXPECT_EQ(FromUserJson(R"({"job_summaries": [{"state": "over"}]})", &back).message(),
+            "unknown job state 'over'; expected one of idle, running, done");
+}
+
 TEST(JobJsonTest, AnUnknownNameInJsonIsInvalid) {
   v1::JobSpec spec;
   absl::Status s = FromUserJson(R"({"name": "j", "mode": "random"})", &spec);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "src/job/job_settings.h"
 
 namespace croupier::metrics {
 namespace {
@@ -109,20 +110,37 @@ std::string FormatProducerPrometheus(const v1::ProducerStatus& producer) {
 std::string FormatPrometheus(const v1::StatusResponse& status) {
   std::string out;
   Family(&out, "croupier_jobs", "gauge", "Jobs the dispatcher holds.")
-      .Add({}, status.jobs_size());
+      .Add({}, status.job_summaries_size());
+  {
+    Family state(&out, "croupier_job_state", "gauge",
+                 "1 for a job's state (idle, running or done): one series per job.");
+    for (const v1::JobSummary& j : status.job_summaries()) {
+      state.Add({{"job", j.name()}, {"state", std::string(JobStateName(j.state()))}}, 1);
+    }
+  }
   {
     Family steps(&out, "croupier_job_steps_per_epoch", "gauge",
                  "Steps every consumer of a dealt job takes in a whole epoch.");
-    for (const v1::JobInfo& j : status.jobs()) {
-      steps.Add({{"job", j.spec().name()}}, j.steps_per_epoch());
+    for (const v1::JobSummary& j : status.job_summaries()) {
+      steps.Add({{"job", j.name()}}, j.steps_per_epoch());
     }
   }
   {
     Family records(&out, "croupier_job_records", "gauge", "Records in a job's dataset.");
-    for (const v1::JobInfo& j : status.jobs()) {
-      records.Add({{"job", j.spec().name()}}, j.num_records());
+    for (const v1::JobSummary& j : status.job_summaries()) {
+      records.Add({{"job", j.name()}}, j.num_records());
     }
   }
+  {
+    Family batches(&out, "croupier_job_batches_finished_total", "counter",
+                   "Batches of a job served or delivered (its finished tasks' batches).");
+    for (const v1::JobSummary& j : status.job_summaries()) {
+      batches.Add({{"job", j.name()}}, j.batches_finished());
+    }
+  }
+  Family(&out, "croupier_journal_writable", "gauge",
+         "1 while the dispatcher can write its journal, 0 while every change fails.")
+      .Add({}, status.journal_error().empty() ? 1 : 0);
   {
     Family epoch(&out, "croupier_rank_epoch", "gauge",
                  "The epoch of a rank's last acknowledged position (the next step it takes).");

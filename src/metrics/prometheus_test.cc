@@ -10,10 +10,12 @@ using ::testing::HasSubstr;
 
 TEST(MetricsPrometheusTest, EveryFigureOfTheStatusIsAMetricWithItsLabels) {
   v1::StatusResponse status;
-  v1::JobInfo* job = status.add_jobs();
-  job->mutable_spec()->set_name("train");
+  v1::JobSummary* job = status.add_job_summaries();
+  job->set_name("train");
+  job->set_state(v1::JOB_STATE_DONE);
   job->set_steps_per_epoch(78);
   job->set_num_records(20000);
+  job->set_batches_finished(156);
   v1::ConsumerStatus* c = status.add_consumers();
   c->set_job("train");
   c->set_rank(3);
@@ -34,6 +36,9 @@ TEST(MetricsPrometheusTest, EveryFigureOfTheStatusIsAMetricWithItsLabels) {
   const std::string text = FormatPrometheus(status);
   EXPECT_THAT(text, HasSubstr("# TYPE croupier_jobs gauge\ncroupier_jobs 1\n"));
   EXPECT_THAT(text, HasSubstr("croupier_job_steps_per_epoch{job=\"train\"} 78\n"));
+  EXPECT_THAT(text, HasSubstr("croupier_job_state{job=\"train\",state=\"done\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("croupier_job_batches_finished_total{job=\"train\"} 156\n"));
+  EXPECT_THAT(text, HasSubstr("croupier_journal_writable 1\n"));
   EXPECT_THAT(text, HasSubstr("# TYPE croupier_consumer_batches_received_total counter\n"));
   EXPECT_THAT(text,
               HasSubstr("croupier_consumer_batches_received_total{job=\"train\",rank=\"3\"} 12\n"));
@@ -95,7 +100,7 @@ TEST(MetricsPrometheusTest, AProducersOwnMetricsHaveTheDispatchersNamesAndLabels
 
 TEST(MetricsPrometheusTest, LabelValuesAreEscaped) {
   v1::StatusResponse status;
-  status.add_jobs()->mutable_spec()->set_name("a\"b\\c");
+  status.add_job_summaries()->set_name("a\"b\\c");
   EXPECT_THAT(FormatPrometheus(status), HasSubstr("{job=\"a\\\"b\\\\c\"}"));
 }
 

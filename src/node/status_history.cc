@@ -32,7 +32,7 @@ std::string Quote(const std::string& s) {
 void StatusHistory::Add(absl::Time now, const v1::StatusResponse& status) {
   Sample sample;
   sample.when = now;
-  for (const v1::JobInfo& job : status.jobs()) sample.jobs[job.spec().name()];
+  for (const v1::JobSummary& job : status.job_summaries()) sample.jobs[job.name()];
   for (const v1::ConsumerStatus& c : status.consumers()) {
     JobSample& j = sample.jobs[c.job()];
     j.batches_per_second += c.batches_per_second();

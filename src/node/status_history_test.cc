@@ -10,7 +10,7 @@ using ::testing::HasSubstr;
 
 v1::StatusResponse Status(double rate, double fill_bytes) {
   v1::StatusResponse status;
-  status.add_jobs()->mutable_spec()->set_name("tr\"ain");
+  status.add_job_summaries()->set_name("tr\"ain");
   for (int rank = 0; rank < 2; ++rank) {
     v1::ConsumerStatus* c = status.add_consumers();
     c->set_job("tr\"ain");

@@ -151,6 +151,9 @@ absl::StatusOr<v1::LocateResponse> DispatcherClient::Locate(const v1::LocateRequ
 absl::StatusOr<v1::StatusResponse> DispatcherClient::GetStatus(const v1::StatusRequest& r) {
   return Call<v1::StatusResponse>("GetStatus", r, &v1::Dispatcher::Stub::GetStatus);
 }
+absl::StatusOr<v1::DeleteJobResponse> DispatcherClient::DeleteJob(const v1::DeleteJobRequest& r) {
+  return Call<v1::DeleteJobResponse>("DeleteJob", r, &v1::Dispatcher::Stub::DeleteJob);
+}
 
 void DispatcherClient::Cancel() {
   absl::MutexLock lock(&mu_);

@@ -45,6 +45,7 @@ class DispatcherClient final : public ControlPlane {
       const v1::ConsumerHeartbeatRequest& request) override;
   absl::StatusOr<v1::LocateResponse> Locate(const v1::LocateRequest& request) override;
   absl::StatusOr<v1::StatusResponse> GetStatus(const v1::StatusRequest& request) override;
+  absl::StatusOr<v1::DeleteJobResponse> DeleteJob(const v1::DeleteJobRequest& request) override;
 
   const std::string& address() const override { return address_; }
   void Cancel() override;

@@ -86,5 +86,10 @@ grpc::ServerUnaryReactor* DispatcherService::GetStatus(grpc::CallbackServerConte
                                                        v1::StatusResponse* r) {
   return React("GetStatus", c, *q, r, &DispatcherImpl::GetStatus);
 }
+grpc::ServerUnaryReactor* DispatcherService::DeleteJob(grpc::CallbackServerContext* c,
+                                                       const v1::DeleteJobRequest* q,
+                                                       v1::DeleteJobResponse* r) {
+  return React("DeleteJob", c, *q, r, &DispatcherImpl::DeleteJob);
+}
 
 }  // namespace croupier::rpc

@@ -21,7 +21,8 @@ using DispatcherServiceBase =
     v1::Dispatcher::WithCallbackMethod_GetJob<v1::Dispatcher::WithCallbackMethod_ProducerHeartbeat<
         v1::Dispatcher::WithCallbackMethod_ConsumerHeartbeat<
             v1::Dispatcher::WithCallbackMethod_Locate<
-                v1::Dispatcher::WithCallbackMethod_GetStatus<v1::Dispatcher::Service>>>>>;
+                v1::Dispatcher::WithCallbackMethod_GetStatus<
+                    v1::Dispatcher::WithCallbackMethod_DeleteJob<v1::Dispatcher::Service>>>>>>;
 
 // Thread-safe, as DispatcherImpl is.
 class DispatcherService final : public DispatcherServiceBase {
@@ -46,6 +47,9 @@ class DispatcherService final : public DispatcherServiceBase {
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
                                       const v1::StatusRequest* request,
                                       v1::StatusResponse* response) override;
+  grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* context,
+                                      const v1::DeleteJobRequest* request,
+                                      v1::DeleteJobResponse* response) override;
 
  private:
   // The call's protocol version and token (logged when refused).

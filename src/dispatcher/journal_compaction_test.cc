@@ -1,0 +1,215 @@
+// Journal compaction: a snapshot of the state (DispatcherState::Snapshot) rebuilds it exactly, the
+// dispatcher replaces its journal with one at start and when the journal grows, a restart replays
+// snapshot and updates alike, and a journal that cannot be written shows in the status.
+#include <filesystem>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/dispatcher/journal.h"
+#include "src/dispatcher/test_util.h"
+
+namespace croupier {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace testing;  // NOLINT: the update builders
+
+// A state with every kind of part: jobs (one python), owned and orphaned tasks, finished ones,
+// consumers, ranks whose consumer left, an idle job, a deleted job, a source producer.
+DispatcherState RichState() {
+  DispatcherState state;
+  auto apply = [&state](const journal::Update& u) {
+    absl::Status s = state.Apply(u);
+    EXPECT_TRUE(s.ok()) << s << " applying " << u.ShortDebugString();
+  };
+  apply(JobCreated(FakeJob("a", 8, 2, 4, 2)));
+  apply(JobCreated(FakeJob("gone", 8, 2, 4, 1)));
+  apply(JobCreated(FakePythonJob("py", 8, 2, 4, 1)));
+  apply(JobCreated(FakeJob("b", 12, 3, 6, 0, "first_come")));
+  apply(ProducerRegistered(1, "h:1"));
+  apply(ProducerRegistered(2, "h:2"));
+  apply(ProducerRegistered(3, "h:3", "py"));
+  apply(ConsumerRegistered(1, "a", 0));
+  apply(ConsumerRegistered(2, "a", 1, 0, 1));
+  apply(ConsumerRegistered(3, "b", 2));
+  apply(TaskAssigned(MakeTask(1, "a", 0, 0, 4), 1));
+  apply(TaskAssigned(MakeTask(2, "a", 0, 4, 4), 2));
+  apply(TaskAssigned(MakeTask(3, "b", 0, 0, 6), 1));
+  apply(TaskAssigned(MakeTask(4, "gone", 0, 0, 4), 1));
+  apply(TaskAssigned(MakeTask(5, "py", 0, 0, 4), 3));
+  apply(TaskFinished(1, 1));
+  apply(ProducerRemoved(2));  // task 2 becomes an orphan
+  apply(ConsumerAcknowledged(1, 0, 2));
+  apply(ConsumerRemoved(3));
+  journal::Update idle;
+  idle.mutable_job_idle()->set_job("b");
+  apply(idle);
+  journal::Update deleted;
+  deleted.mutable_job_deleted()->set_job("gone");
+  apply(deleted);
+  return state;
+}
+
+TEST(SnapshotTest, ASnapshotRebuildsTheStateExactly) {
+  const DispatcherState state = RichState();
+  ASSERT_THAT(state.DebugString(), HasSubstr("orphan 'a'"));
+  DispatcherState rebuilt;
+  const std::vector<journal::Update> snapshot = state.Snapshot();
+  ASSERT_EQ(snapshot.size(), 4u);  // three jobs and the end
+  for (const journal::Update& u : snapshot) ASSERT_TRUE(rebuilt.Apply(u).ok()) << u.DebugString();
+  EXPECT_EQ(rebuilt.DebugString(), state.DebugString());
+  // And it carries on as the original would: the next ids, the orphans first.
+  EXPECT_EQ(rebuilt.next_task_id(), 6u);
+  EXPECT_TRUE(rebuilt.Apply(TaskAssigned(MakeTask(6, "a", 0, 4, 4), 1)).ok());
+}
+
+TEST(SnapshotTest, ASnapshotFitsOnlyAnEmptyStateAndChecksItsReferences) {
+  const std::vector<journal::Update> snapshot = RichState().Snapshot();
+  DispatcherState used;
+  ASSERT_TRUE(used.Apply(JobCreated(FakeJob("x", 8, 2, 4))).ok());
+  absl::Status s = used.Apply(snapshot[0]);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("a snapshot_job after other updates"));
+
+  // A task owned by a producer the snapshot does not hold: refused, the state unchanged.
+  std::vector<journal::Update> bad = snapshot;
+  bad.back().mutable_snapshot_end()->mutable_producers()->DeleteSubrange(1, 1);  // producer 3
+  DispatcherState fresh;
+  for (size_t i = 0; i + 1 < bad.size(); ++i) ASSERT_TRUE(fresh.Apply(bad[i]).ok());
+  s = fresh.Apply(bad.back());
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("task 5 of job 'py' owned by producer 3"));
+  // A task that is not one the job cuts (it starts inside one), or a cursor past the end.
+  for (int broken = 0; broken < 2; ++broken) {
+    std::vector<journal::Update> odd = snapshot;
+    journal::SnapshotJob& a = *odd[0].mutable_snapshot_job();
+    ASSERT_EQ(a.job().spec().name(), "a");
+    if (broken == 0) a.mutable_outstanding(0)->set_first_batch(1);
+    if (broken == 1) a.set_next_epoch(3);  // a has 2 epochs
+    DispatcherState other;
+    for (size_t i = 0; i + 1 < odd.size(); ++i) ASSERT_TRUE(other.Apply(odd[i]).ok());
+    s = other.Apply(odd.back());
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << broken;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("job 'a'")) << s;
+  }
+  // Nothing else may come between a snapshot's jobs and its end.
+  s = fresh.Apply(ProducerRegistered(1, "h:9"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("without its snapshot_end"));
+}
+
+class JournalCompactionTest : public DispatcherTest {
+ protected:
+  void SetUp() override {
+    DispatcherTest::SetUp();
+    WriteData({40});  // 40 records, batches of 2 for 2 consumers: 20 batches per epoch
+    Restart();
+  }
+
+  void Restart(uint64_t compact_bytes = uint64_t{64} << 20, Env* env = nullptr) {
+    impl_.reset();
+    DispatcherOptions options;
+    options.journal_path = Journal();
+    options.journal_sync = false;
+    options.journal_compact_bytes = compact_bytes;
+    options.env = env;
+    Recreate(options);
+  }
+
+  std::string Journal() const { return dir_.Join("journal"); }
+  uint64_t JournalBytes() const { return std::filesystem::file_size(Journal()); }
+
+  // The kinds of the journal's entries, in order.
+  std::vector<journal::Update::KindCase> Kinds() const {
+    std::vector<journal::Update::KindCase> out;
+    auto read = ReadJournal(*Env::Default(), Journal(), [&](const journal::Update& u, uint64_t) {
+      out.push_back(u.kind_case());
+      return absl::OkStatus();
+    });
+    EXPECT_TRUE(read.ok()) << read.status();
+    return out;
+  }
+
+  // Both ranks of "train" acknowledge their position `times` times.
+  void Acknowledge(int times) {
+    for (int i = 0; i < times; ++i) {
+      ASSERT_TRUE(Consumer(1, "train", 0, 2, 0, i % 10).ok());
+      ASSERT_TRUE(Consumer(2, "train", 1, 2, 0, i % 10).ok());
+    }
+  }
+};
+
+TEST_F(JournalCompactionTest, ARestartStartsTheJournalAnewAsASnapshot) {
+  ASSERT_TRUE(Create(Spec("train", 2, 2, /*num_epochs=*/3)).ok());
+  ASSERT_TRUE(Consumer(0, "train", 0, 2).ok());
+  ASSERT_TRUE(Consumer(0, "train", 1, 2).ok());
+  ASSERT_TRUE(Producer(0, "h:1", 2).ok());
+  Acknowledge(200);
+  const std::string before = impl_->StateDebugString();
+  const uint64_t long_journal = JournalBytes();
+  Restart();
+  EXPECT_EQ(impl_->StateDebugString(), before);
+  EXPECT_LT(JournalBytes(), long_journal / 4);
+  using K = journal::Update;
+  EXPECT_THAT(Kinds(), ::testing::ElementsAre(K::kSnapshotJob, K::kSnapshotEnd));
+  // The consumers' leases are part of the snapshot: a heartbeat without one is still refused.
+  v1::ConsumerHeartbeatRequest bare;
+  bare.set_consumer_id(1);
+  bare.set_job("train");
+  bare.set_world(2);
+  EXPECT_EQ(impl_->ConsumerHeartbeat(bare).status().code(), absl::StatusCode::kPermissionDenied);
+  // Updates after the snapshot are appended, and a restart replays both.
+  ASSERT_TRUE(Consumer(1, "train", 0, 2, 0, 9).ok());
+  ASSERT_TRUE(Consumer(2, "train", 1, 2, 1, 0).ok());
+  const std::string after = impl_->StateDebugString();
+  EXPECT_GT(Kinds().size(), 2u);
+  Restart();
+  EXPECT_EQ(impl_->StateDebugString(), after);
+}
+
+TEST_F(JournalCompactionTest, AJournalPastItsBoundIsCompactedByTick) {
+  Restart(/*compact_bytes=*/4096);
+  ASSERT_TRUE(Create(Spec("train", 2, 2, /*num_epochs=*/3)).ok());
+  ASSERT_TRUE(Consumer(0, "train", 0, 2).ok());
+  ASSERT_TRUE(Consumer(0, "train", 1, 2).ok());
+  impl_->Tick();
+  EXPECT_GT(Kinds().size(), 2u);  // small yet: not compacted
+  Acknowledge(150);
+  ASSERT_GT(JournalBytes(), 4096u);
+  impl_->Tick();
+  EXPECT_LT(JournalBytes(), 4096u);
+  EXPECT_EQ(Kinds().size(), 2u);
+  Acknowledge(3);
+  const std::string state = impl_->StateDebugString();
+  Restart(4096);
+  EXPECT_EQ(impl_->StateDebugString(), state);
+}
+
+TEST_F(JournalCompactionTest, AJournalThatCannotBeWrittenShowsInTheStatus) {
+  FaultyEnv env;
+  Restart(uint64_t{64} << 20, &env);
+  ASSERT_TRUE(Create(Spec("train", 2, 2, /*num_epochs=*/2)).ok());
+  ASSERT_TRUE(Consumer(0, "train", 0, 2).ok());
+  EXPECT_EQ(impl_->GetStatus({})->journal_error(), "");
+  ASSERT_TRUE(Locate("train", 0, 0, 1).ok());  // not assigned yet: ask again shortly
+  env.fail_append = true;
+  auto c = Consumer(0, "train", 1, 2);
+  EXPECT_TRUE(absl::IsUnavailable(c.status())) << c.status();
+  const std::string error = impl_->GetStatus({})->journal_error();
+  EXPECT_THAT(error, HasSubstr(Journal()));
+  EXPECT_THAT(error, HasSubstr("No space left on device"));
+  // A consumer waiting for a batch that no producer can be given hears why.
+  auto l = Locate("train", 0, 0, 1);
+  EXPECT_TRUE(absl::IsUnavailable(l.status())) << l.status();
+  EXPECT_THAT(std::string(l.status().message()),
+              HasSubstr("has no producer, and none can be given one: the dispatcher cannot "
+                        "write its journal"));
+  EXPECT_THAT(std::string(l.status().message()), HasSubstr("No space left on device"));
+  env.fail_append = false;
+  ASSERT_TRUE(Consumer(0, "train", 1, 2).ok());
+  EXPECT_EQ(impl_->GetStatus({})->journal_error(), "");
+  EXPECT_TRUE(Locate("train", 0, 0, 1).ok());
+}
+
+}  // namespace
+}  // namespace croupier

@@ -1,0 +1,100 @@
+"""A job's life seen from Python and the command line: its state in the status, GetJob for one
+job, a trainer told that its job is done, `croupier job list|describe|delete`, and the expiry of
+done jobs (--job-retention). (A launch script run again in the same folder: test_deploy.py.)
+Each test bounds its time; the clusters stop every process they started."""
+import json
+import time
+
+import pytest
+
+import croupier
+from croupier import errors
+from service_cluster import run
+
+FEATURES = "id:int64,label:int64,image:bytes"
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """120 records over 2 files."""
+    data = tmp_path_factory.mktemp("data")
+    run("synth", "--out", data, "--files", 2, "--records", 120, "--image-bytes", 16, "--quiet")
+    return str(data / "*.tfrecord")
+
+
+def summary(cluster, job):
+    return next(j for j in cluster.status()["job_summaries"] if j["name"] == job)
+
+
+@pytest.mark.timeout(90)
+def test_a_read_job_is_done_and_its_next_trainer_is_warned(tmp_path, dataset):
+    with croupier.local_cluster(producers=1, work_dir=tmp_path / "cluster", threads=1) as cluster:
+        cluster.create_job("j", dataset, FEATURES, 10, consumers=1, epochs=1, seed=1)
+        status = cluster.status()
+        assert "jobs" not in status or not status["jobs"], "no file lists by default"
+        assert summary(cluster, "j")["state"] == "idle"
+        assert summary(cluster, "j")["num_files"] == "2"
+        with cluster.consumer("j", 0, 1) as feed:
+            assert not feed.job["done_at_registration"]
+            assert sum(1 for _ in feed.batches(0)) == 12
+        got = croupier.get_job(cluster.address, "j", auth_token=cluster.auth_token)
+        assert got["summary"]["state"] == "done", got["summary"]
+        assert got["job"]["spec"]["name"] == "j"
+        assert [p["rank"] for p in got["rank_positions"]] == [0]
+        # A trainer that resumes the done job hears so, instead of reading nothing in silence.
+        with cluster.consumer("j", 0, 1) as again:
+            assert again.job["done_at_registration"]
+            with pytest.warns(RuntimeWarning, match="job 'j' is done"):
+                assert list(again.batches(0)) == []
+        assert cluster.status(job_info=True)["jobs"][0]["files"], "whole JobInfos on request"
+
+
+@pytest.mark.timeout(90)
+def test_the_job_commands_list_describe_and_delete(tmp_path, dataset):
+    with croupier.local_cluster(producers=1, work_dir=tmp_path / "cluster", threads=1) as cluster:
+        cluster.create_job("a", dataset, FEATURES, 10, consumers=2, epochs=1)
+        cluster.create_job("b", dataset, FEATURES, 10, consumers=1, epochs=0)
+        listed = run("job", "list", "--dispatcher", cluster.address).stdout.splitlines()
+        assert listed[0].startswith("job 'a': idle, tfrecord dealt, 0/2 consumers"), listed
+        assert listed[1].startswith("job 'b': idle"), listed
+        described = json.loads(run("job", "describe", "b", "--dispatcher", cluster.address,
+                                   "--json").stdout)
+        assert described["summary"]["state"] == "idle"
+        feed = cluster.consumer("b", 0, 1)
+        try:
+            assert summary(cluster, "b")["state"] == "running"
+            refused = run("job", "delete", "b", "--dispatcher", cluster.address, check=False)
+            assert refused.returncode == 1
+            assert "is read by consumer" in refused.stderr and "--force" in refused.stderr
+            deleted = run("job", "delete", "b", "--force", "--dispatcher", cluster.address)
+            assert "deleted job 'b'" in deleted.stdout and "1 consumers" in deleted.stdout
+        finally:
+            feed.close()
+        with pytest.raises(errors.NotFoundError, match="b"):
+            croupier.get_job(cluster.address, "b")
+        croupier.delete_job(cluster.address, "a")
+        assert run("job", "list", "--dispatcher", cluster.address).stdout == "no jobs\n"
+        # The names are free again.
+        cluster.create_job("a", dataset, FEATURES, 20, consumers=1, epochs=1)
+        assert summary(cluster, "a")["steps_per_epoch"] == "6"
+
+
+@pytest.mark.timeout(60)
+def test_a_done_job_expires_after_the_retention(tmp_path, dataset):
+    bad = run("dispatcher", "--work-dir", tmp_path / "bad", "--job-retention", "3 days",
+              check=False, timeout=20)
+    assert bad.returncode == 2 and "--job-retention takes a positive duration" in bad.stderr
+    with croupier.local_cluster(producers=1, work_dir=tmp_path / "cluster", threads=1,
+                                dispatcher_args=("--job-retention", "2s")) as cluster:
+        cluster.create_job("short", dataset, FEATURES, 10, consumers=1, epochs=1)
+        with cluster.consumer("short", 0, 1) as feed:
+            assert sum(1 for _ in feed.batches(0)) == 12
+        status = cluster.status()
+        assert status["job_retention_seconds"] == 2
+        assert summary(cluster, "short")["state"] == "done"
+        deadline = time.monotonic() + 20
+        while cluster.status()["job_summaries"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert cluster.status()["job_summaries"] == []
+        log = (tmp_path / "cluster").glob("*.log")
+        assert any("deleted job 'short' (done for" in p.read_text() for p in log)
