@@ -4,8 +4,7 @@ Run here for real, against the croupier command: the one-machine launcher (deplo
 deploy/torchrun.sh (torch.distributed.run) and deploy/mpirun.sh (OpenMPI), each with 3 ranks of
 deploy/trainer.py over 2 epochs; what every rank received is compared by content hash with a
 fault-free `croupier consume` run of the same job, and its record ids with the plan (exactly once,
-equal steps). The Slurm script runs under bash with Slurm's variables set and small stand-ins for
-srun and scontrol that start each step's tasks on this machine; Slurm itself is not run.
+equal steps). The Slurm scripts run under a real Slurm in tests/test_slurm.py.
 The Kubernetes manifests are parsed with PyYAML and checked for consistency (no cluster here).
 Every croupier flag in deploy/ and docs/deploy.md must appear in that command's --help.
 """
@@ -26,7 +25,8 @@ from service_cluster import BIN, ROOT, fault_free_run, synth_dataset
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "kubernetes"
 DOC = ROOT / "docs" / "deploy.md"
-SHELL_SCRIPTS = sorted([*DEPLOY.glob("*.sh"), *DEPLOY.glob("slurm/*.sbatch")])
+SHELL_SCRIPTS = sorted([*DEPLOY.glob("*.sh"), *DEPLOY.glob("slurm/*.sbatch"),
+                        *DEPLOY.glob("slurm/*.bash")])
 
 FEATURES = "id:int64,label:int64,image:bytes"
 RECORDS, BATCH, WORLD, SEED, EPOCHS = 600, 16, 3, 3, 2
@@ -98,7 +98,8 @@ def test_every_croupier_flag_in_deploy_and_its_doc_exists():
 
 def test_every_shell_script_parses():
     assert {p.name for p in SHELL_SCRIPTS} >= {"service.sh", "mpirun.sh", "torchrun.sh",
-                                               "horovodrun.sh", "croupier.sbatch"}
+                                               "horovodrun.sh", "croupier.sbatch",
+                                               "croupier-single.sbatch", "croupier-steps.bash"}
     for path in SHELL_SCRIPTS:
         proc = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True,
                               timeout=30)
@@ -440,96 +441,12 @@ def test_mpirun_script(tmp_path, dataset):
     assert _check_reports(tmp_path / "reports", reference) == WORLD * EPOCHS * 12
 
 
-# Stand-ins for Slurm's commands: srun starts a step's tasks on this machine, each with
-# SLURM_PROCID and SLURM_NTASKS, forwards SIGTERM to them, and logs the step; it refuses options it
-# does not know, so that the script uses only the ones it models.
-FAKE_SRUN = '''\
-import json, os, signal, subprocess, sys
-BOOLEAN = {"--overlap"}
-VALUED = {"--het-group", "--nodes", "--ntasks", "--ntasks-per-node", "--nodelist"}
-args, opts = sys.argv[1:], {}
-while args and args[0].startswith("-"):
-    name, _, value = args.pop(0).partition("=")
-    if name in BOOLEAN:
-        opts[name] = True
-    elif name in VALUED:
-        opts[name] = value or args.pop(0)
-    else:
-        sys.exit(f"fake srun: unknown option {name}")
-group = opts.get("--het-group", "0")
-nodes = os.environ[f"SLURM_JOB_NODELIST_HET_GROUP_{group}"].split(",")
-if "--nodelist" in opts:
-    assert set(opts["--nodelist"].split(",")) <= set(nodes), opts
-n_nodes = int(opts.get("--nodes", len(nodes)))
-if "--ntasks" in opts:
-    n = int(opts["--ntasks"])
-elif "--ntasks-per-node" in opts:
-    n = n_nodes * int(opts["--ntasks-per-node"])
-else:
-    n = int(os.environ[f"SLURM_NTASKS_HET_GROUP_{group}"])
-with open(os.environ["FAKE_SLURM_LOG"], "a") as log:
-    log.write(json.dumps({"group": int(group), "tasks": n, "command": args}) + "\\n")
-procs = [subprocess.Popen(args, env=dict(os.environ, SLURM_PROCID=str(i), SLURM_NTASKS=str(n),
-                                         SLURM_LOCALID=str(i)))
-         for i in range(n)]
-def forward(sig, frame):
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(sig)
-signal.signal(signal.SIGTERM, forward)
-signal.signal(signal.SIGINT, forward)
-codes = [p.wait() for p in procs]
-sys.exit(next((c for c in codes if c), 0))
-'''
-
-FAKE_SCONTROL = '''\
-import sys
-assert sys.argv[1:3] == ["show", "hostnames"], sys.argv
-print("\\n".join(sys.argv[3].split(",")))
-'''
-
-
-@pytest.mark.timeout(150)
-def test_slurm_script_with_a_local_srun(tmp_path, dataset):
-    """deploy/slurm/croupier.sbatch under bash, as sbatch would start it on the first node of a
-    heterogeneous job of 2 CPU nodes and 3 trainer tasks; node names are 127.0.0.1."""
-    data, reference = dataset
-    bin_dir = tmp_path / "fake-slurm"
-    bin_dir.mkdir()
-    for name, body in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL),
-                       ("hostname", "print('127.0.0.1')\n")):
-        (bin_dir / name).write_text(f"#!{sys.executable}\n{body}")
-        (bin_dir / name).chmod(0o755)
-    (bin_dir / "croupier").symlink_to(BIN)  # the script's default: croupier on every node's PATH
-    shared = tmp_path / "shared"
-    env = _env_for(tmp_path, PATH=f"{bin_dir}:{os.environ['PATH']}",
-                   FAKE_SLURM_LOG=str(tmp_path / "steps.jsonl"), SLURM_JOB_ID="4242",
-                   SLURM_SUBMIT_DIR=str(ROOT), SLURM_JOB_NODELIST_HET_GROUP_0="127.0.0.1,127.0.0.1",
-                   SLURM_NTASKS_HET_GROUP_0="2", SLURM_JOB_NODELIST_HET_GROUP_1="127.0.0.1",
-                   SLURM_NTASKS_HET_GROUP_1=str(WORLD), CROUPIER_SHARED=str(shared),
-                   CROUPIER_FILES=f"{data}/*.tfrecord",
-                   CROUPIER_TRAINER=f"{sys.executable} {DEPLOY / 'trainer.py'}")
-    for name in ("CROUPIER", "CROUPIER_WORK_DIR", "CROUPIER_BIND", "CROUPIER_HOST"):
-        env.pop(name)
-    out = _run(["bash", str(DEPLOY / "slurm" / "croupier.sbatch")], env, tmp_path)
-    assert _check_reports(tmp_path / "reports", reference) == WORLD * EPOCHS * 12
-    steps = [json.loads(line) for line in (tmp_path / "steps.jsonl").read_text().splitlines()]
-    assert [(s["group"], s["tasks"]) for s in steps] == [(0, 1), (0, 2), (1, WORLD)], steps
-    assert steps[0]["command"][1] == "dispatcher" and "producer" in " ".join(steps[1]["command"])
-    address = (shared / "dispatcher.address").read_text().strip()
-    assert f"croupier: dispatcher at {address}, {WORLD} trainers" in out
-    assert (shared / "dispatcher" / "journal").stat().st_size > 0
-    # One producer per CPU node, each advertising its node's name (here 127.0.0.1).
-    log = (shared / "dispatcher.log").read_text()
-    registered = re.findall(r"producer \d+ registered with data address 127\.0\.0\.1:", log)
-    assert len(registered) == 2, log
-
-
 def test_the_doc_states_what_was_run_and_what_was_not():
     text = DOC.read_text()
     for recipe in ("deploy/local_cluster.py", "deploy/torchrun.sh", "deploy/mpirun.sh",
-                   "deploy/horovodrun.sh", "deploy/slurm/croupier.sbatch", "deploy/kubernetes"):
+                   "deploy/horovodrun.sh", "deploy/slurm/croupier.sbatch",
+                   "deploy/slurm/croupier-single.sbatch", "deploy/kubernetes"):
         assert recipe in text, recipe
         assert (ROOT / recipe).exists(), recipe
     assert "Not run here" in text or "not run here" in text
-    assert "tests/test_deploy.py" in text
+    assert "tests/test_deploy.py" in text and "tests/test_slurm.py" in text
