@@ -108,6 +108,16 @@ def test_the_web_page_shows_the_figures_and_they_move(tmp_path, dataset):
             "http://www.w3.org/2000/svg", ""))
         assert not elsewhere, f"the page must load nothing from elsewhere: {elsewhere}"
 
+        # The charts draw the history: wait until it holds two samples of the job (a loaded
+        # machine can take longer than the rate above to record the second one).
+        deadline = time.monotonic() + 20
+        while True:
+            samples = json.loads(http_get(web + "/api/history")[1])["samples"]
+            if sum(1 for sample in samples if "web" in sample["jobs"]) >= 2:
+                break
+            assert time.monotonic() < deadline, f"the history has not two samples: {samples}"
+            time.sleep(0.3)
+
         profile = tmp_path / "chromium-profile"
         first = chromium(web + "/", profile, "--dump-dom")
         time.sleep(2.5)
