@@ -3,9 +3,10 @@
 # the script exits. With CROUPIER_DISPATCHER already set it starts nothing and uses that service.
 #
 # Settings (environment; defaults in brackets):
-#   CROUPIER            the croupier command [croupier]
+#   CROUPIER            the croupier command [croupier on PATH, else this checkout's build/bin/croupier]
 #   CROUPIER_WORK_DIR   the dispatcher's work directory: its journal, and the logs [./croupier-work]
-#   CROUPIER_PORT       the dispatcher's port [5050]; 0 picks a free one
+#   CROUPIER_PORT       the dispatcher's port [0: a free one, so that two services on one host
+#                       do not collide; set one for a firewall]
 #   CROUPIER_BIND       the interface the dispatcher and producers listen on [0.0.0.0]
 #   CROUPIER_HOST       the name or address the trainers reach this host at [$(hostname)]
 #   CROUPIER_PRODUCERS  producers to start [2]
@@ -18,9 +19,15 @@
 #   CROUPIER_BATCH_SIZE [64], CROUPIER_EPOCHS [1], CROUPIER_SEED [0], CROUPIER_SHUFFLE [global]
 # The world size is the launch script's number of trainers.
 
-: "${CROUPIER:=croupier}"
+if [[ -z ${CROUPIER:-} ]]; then
+  if command -v croupier >/dev/null 2>&1; then
+    CROUPIER=croupier
+  else  # a checkout built with `make build`, whose command is not on PATH
+    CROUPIER="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build/bin/croupier"
+  fi
+fi
 : "${CROUPIER_WORK_DIR:=$PWD/croupier-work}"
-: "${CROUPIER_PORT:=5050}"
+: "${CROUPIER_PORT:=0}"
 : "${CROUPIER_BIND:=0.0.0.0}"
 : "${CROUPIER_HOST:=$(hostname)}"
 : "${CROUPIER_PRODUCERS:=2}"

@@ -9,6 +9,7 @@ that scripts/demo_data.py writes. With --report FILE (rank r writes FILE.r) each
 it received, in the same format as examples/pytorch_ddp.py, so scripts/demo_train.py can check it.
 """
 import argparse
+import os
 import json
 import time
 
@@ -24,9 +25,14 @@ def features(batch):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dispatcher", required=True)
-    parser.add_argument("--job", required=True)
-    parser.add_argument("--epochs", type=int, default=2)
+    # The launch recipes (deploy/mpirun.sh) pass the service and the job in the environment.
+    parser.add_argument("--dispatcher", default=os.environ.get("CROUPIER_DISPATCHER"),
+                        required="CROUPIER_DISPATCHER" not in os.environ,
+                        help="host:port [$CROUPIER_DISPATCHER]")
+    parser.add_argument("--job", default=os.environ.get("CROUPIER_JOB"),
+                        required="CROUPIER_JOB" not in os.environ, help="[$CROUPIER_JOB]")
+    parser.add_argument("--epochs", type=int, default=int(os.environ.get("CROUPIER_EPOCHS", 2)),
+                        help="[$CROUPIER_EPOCHS, else 2]: the job's epochs")
     parser.add_argument("--lr", type=float, default=0.5)
     parser.add_argument("--report")
     args = parser.parse_args()
