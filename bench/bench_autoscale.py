@@ -120,7 +120,10 @@ def run(files, workdir, producers, seconds, warmup, slow_seconds=0.0):
     for (t0, c0), (t1, c1) in zip(fast, fast[1:]):
         if c1 != c0:
             settled_at = t1
-    waited = sum(w for ws in trainers.waits for t, w in ws if settled_at <= t < end)
+    # Each wait counts for its part after settling and before the slowdown (a wait that began
+    # earlier counts only from settled_at).
+    waited = sum(min(w, t - settled_at) for ws in trainers.waits for t, w in ws
+                 if settled_at <= t < end)
     wall = WORLD * max(1e-9, end - settled_at)
     return {
         "producers": producers,
