@@ -333,3 +333,18 @@ def check_plan_ids(per_rank, records, batch_size, seed, epochs=(0,), shuffle="gl
                 ids += b["ids"]
         assert len(ids) == len(set(ids)) == plan.steps_per_consumer * world * batch_size, \
             f"epoch {epoch}: records repeated or missing"
+
+
+def processes_naming(text):
+    """Pids of live processes (not this one) whose command line contains `text`."""
+    found = []
+    for proc in pathlib.Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(int(proc.name))
+    return found

@@ -263,18 +263,3 @@ def daemon_pids():
         if name in (*DAEMONS, "slurmstepd") and state != "Z":
             found.add(int(proc.name))
     return found
-
-
-def processes_naming(text):
-    """Pids of live processes (not this one) whose command line contains `text`."""
-    found = []
-    for proc in pathlib.Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if text in cmdline:
-            found.append(int(proc.name))
-    return found

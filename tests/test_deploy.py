@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from service_cluster import BIN, ROOT, fault_free_run, synth_dataset
+from service_cluster import BIN, ROOT, fault_free_run, processes_naming, synth_dataset
 
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "kubernetes"
@@ -335,17 +335,7 @@ def _env_for(tmp_path, **extra):
 
 def _processes_under(path):
     """Pids of live processes whose command line names `path`."""
-    found = []
-    for proc in pathlib.Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if str(path) in cmdline:
-            found.append(int(proc.name))
-    return found
+    return processes_naming(str(path))
 
 
 def _run(argv, env, tmp_path, timeout=120, code=0):

@@ -38,6 +38,20 @@ def read_all(feed, out, errors_out, rank):
         errors_out[rank] = e
 
 
+def read_together(feeds, got, failed):
+    """Reads epoch 0 of every feed of {rank: feed} at once, one thread each; the seconds it took."""
+    began = time.monotonic()
+    threads = [threading.Thread(target=read_all, args=(feed, got, failed, rank), daemon=True)
+               for rank, feed in feeds.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for feed in feeds.values():
+        feed.close()
+    return time.monotonic() - began
+
+
 def start(cluster, **opts):
     start_producer(cluster, "m", "producer0", records=RECORDS, shuffle="none", consumers=WORLD,
                    epochs=1, batch_size=4, workers=1, transform="none", **opts)
@@ -50,20 +64,11 @@ def test_a_failing_record_fails_only_the_rank_that_needs_it(tmp_path):
     error, naming the record; ranks 1-3 read all 30 steps, each the plan's records."""
     with Cluster(tmp_path / "c") as cluster:
         start(cluster, fail_at=17)
-        feeds = [croupier.Consumer(cluster.address, "m", r, WORLD, timeout=30)
-                 for r in range(WORLD)]
+        feeds = {r: croupier.Consumer(cluster.address, "m", r, WORLD, timeout=30)
+                 for r in range(WORLD)}
         got = [[] for _ in range(WORLD)]
         failed = [None] * WORLD
-        began = time.monotonic()
-        threads = [threading.Thread(target=read_all, args=(feeds[r], got, failed, r), daemon=True)
-                   for r in range(WORLD)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        took = time.monotonic() - began
-        for f in feeds:
-            f.close()
+        took = read_together(feeds, got, failed)
     assert failed[0] is not None and "record 17" in str(failed[0]) and \
         "ValueError: record 17 is unreadable" in str(failed[0]), failed[0]
     assert got[0] == [planned_ids(0, 0)]
@@ -81,21 +86,12 @@ def test_a_rank_that_never_reads_stalls_nobody_and_gets_its_batches_later(tmp_pa
     with Cluster(tmp_path / "c") as cluster:
         start(cluster)
         stuck = croupier.Consumer(cluster.address, "m", 3, WORLD, timeout=30)
-        feeds = [croupier.Consumer(cluster.address, "m", r, WORLD, timeout=30) for r in range(3)]
+        feeds = {r: croupier.Consumer(cluster.address, "m", r, WORLD, timeout=30)
+                 for r in range(3)}
         got = [[] for _ in range(WORLD)]
         failed = [None] * WORLD
-        began = time.monotonic()
-        threads = [threading.Thread(target=read_all, args=(feeds[r], got, failed, r), daemon=True)
-                   for r in range(3)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        took = time.monotonic() - began
-        for f in feeds:
-            f.close()
-        read_all(stuck, got, failed, 3)
-        stuck.close()
+        took = read_together(feeds, got, failed)
+        read_together({3: stuck}, got, failed)
     assert failed == [None] * WORLD, failed
     for r in range(WORLD):
         assert got[r] == [planned_ids(r, s) for s in range(30)], f"rank {r}"

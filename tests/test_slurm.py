@@ -20,8 +20,8 @@ import time
 
 import pytest
 
-from service_cluster import BIN, ROOT, check_plan_ids, synth_dataset
-from slurm_cluster import SlurmCluster, daemon_pids, missing_reason, processes_naming
+from service_cluster import BIN, ROOT, check_plan_ids, processes_naming, synth_dataset
+from slurm_cluster import SlurmCluster, daemon_pids, missing_reason
 
 SLURM = ROOT / "deploy" / "slurm"
 FEATURES = "id:int64,label:int64,image:bytes"

@@ -51,6 +51,36 @@ def _die_with_parent():
         pass
 
 
+def _stop_process(proc, grace):
+    """SIGTERM to `proc` (a croupier command: a producer then leaves, handing its tasks back),
+    then SIGKILL to its process group after `grace` seconds; waits for it. Its exit status."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=max(0.05, grace))
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return proc.returncode
+
+
+def _wait_for_file(path, timeout, proc, what, log_tail):
+    """The contents of `path` once `proc` (the croupier `what`) has written it; an error with
+    log_tail() if the process exits first, or at the timeout."""
+    path = pathlib.Path(path)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            return path.read_text().strip()
+        if proc.poll() is not None:
+            raise errors.UnavailableError(
+                f"the {what} exited with {proc.returncode} before it was ready: {log_tail()}")
+        time.sleep(0.02)
+    raise errors.DeadlineExceededError(f"the {what} was not ready within {timeout} s: {log_tail()}")
+
+
 def _token(auth_token):
     return auth_token if auth_token is not None else os.environ.get("CROUPIER_AUTH_TOKEN", "")
 
@@ -196,16 +226,7 @@ class LocalCluster:
         return proc
 
     def _wait_for_file(self, path, timeout, proc):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if path.exists() and path.read_text().strip():
-                return path.read_text().strip()
-            if proc.poll() is not None:
-                raise errors.UnavailableError(
-                    f"the {proc.name} exited with {proc.returncode} before it was ready: "
-                    f"{self.log_tail(proc)}")
-            time.sleep(0.02)
-        raise errors.DeadlineExceededError(f"the {proc.name} was not ready within {timeout} s")
+        return _wait_for_file(path, timeout, proc, proc.name, lambda: self.log_tail(proc))
 
     def log_tail(self, proc, chars=2000):
         try:
@@ -235,14 +256,7 @@ class LocalCluster:
         the newest ones (SIGTERM: each leaves, and its tasks go to the others at once)."""
         live = self.live_producers
         for proc in reversed(live[count:]):
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            _stop_process(proc, 10.0)
         for _ in range(len(live), count):
             self.add_producer(wait=False)
         if count > len(live):
@@ -290,14 +304,9 @@ class LocalCluster:
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace
+        deadline = time.monotonic() + grace  # all were told at once: one grace for them all
         for proc in self.processes:
-            try:
-                proc.wait(timeout=max(0.05, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            _stop_process(proc, deadline - time.monotonic())
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

@@ -25,7 +25,6 @@ scripts/requirements-dev.txt) and the `croupier` command on every node (croupier
 import contextlib
 import os
 import pathlib
-import signal
 import subprocess
 import tempfile
 import threading
@@ -35,7 +34,8 @@ import ray
 
 from croupier import errors
 from croupier.autoscale import Autoscaler
-from croupier.cluster import _die_with_parent, create_job, croupier_binary, status
+from croupier.cluster import (_die_with_parent, _stop_process, _wait_for_file, create_job,
+                              croupier_binary, status)
 
 __all__ = ["Service", "consumer"]
 
@@ -58,18 +58,7 @@ class _Process:
 
     def wait_for_file(self, path, timeout):
         """The contents of `path` once the process has written it."""
-        path = pathlib.Path(path)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if path.exists() and path.read_text().strip():
-                return path.read_text().strip()
-            if self.proc.poll() is not None:
-                raise errors.UnavailableError(
-                    f"croupier {self.name} exited with {self.proc.returncode} before it was "
-                    f"ready: {self.log_tail()}")
-            time.sleep(0.02)
-        raise errors.DeadlineExceededError(
-            f"croupier {self.name} was not ready within {timeout} s: {self.log_tail()}")
+        return _wait_for_file(path, timeout, self.proc, f"croupier {self.name}", self.log_tail)
 
     def node_ip(self):
         return self.host
@@ -88,16 +77,7 @@ class _Process:
 
     def stop(self, grace=10.0):
         """SIGTERM, then SIGKILL after `grace` seconds; the exit status."""
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        return self.proc.returncode
+        return _stop_process(self.proc, grace)
 
 
 class Service:

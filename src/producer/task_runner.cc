@@ -157,10 +157,8 @@ void TaskRunner::MarkFailedLocked(const BatchKey& key) {
   }
 }
 
-void TaskRunner::NoteServedLocked(const BatchKey& key) {
-  const std::shared_ptr<HeldTask> task = FindLocked(key);
-  if (task == nullptr) return;
-  const JobConfig& config = task->maker()->config();
+void TaskRunner::NoteServedLocked(const HeldTask& task, const BatchKey& key) {
+  const JobConfig& config = task.maker()->config();
   if (!config.dealt()) return;
   std::vector<RankServed>& ranks = served_[key.job];
   ranks.resize(std::max<size_t>(1, config.num_consumers()));

@@ -200,8 +200,10 @@ class TaskRunner final : public TaskHolder {
   void FinishLocked(std::shared_ptr<HeldTask> task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records that batch `key`'s make failed and its requester was told.
   void MarkFailedLocked(const BatchKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Remembers that `key` was served, for the staleness of its job's other batches.
-  void NoteServedLocked(const BatchKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Remembers that `key` (a batch of `task`) was served, for the staleness of its job's other
+  // batches.
+  void NoteServedLocked(const HeldTask& task, const BatchKey& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool StaleLocked(const HeldTask& task, uint64_t index, absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evicts every stale ready batch; returns how many.

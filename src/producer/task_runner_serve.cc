@@ -168,18 +168,19 @@ void TaskRunner::OnServed(const BatchKey& key, uint64_t bytes) {
   absl::MutexLock lock(&mu_);
   ++batches_served_;
   bytes_served_ += bytes;
-  NoteServedLocked(key);
-  auto it = std::find_if(tasks_.begin(), tasks_.end(),
-                         [&key](const std::shared_ptr<HeldTask>& t) { return t->Covers(key); });
-  if (it == tasks_.end()) return;  // finished already, or revoked
-  HeldTask& task = **it;
+  // One lookup: a held task, else a retained done one (a late remake), else nothing (revoked).
+  const std::shared_ptr<HeldTask> found = FindLocked(key);
+  if (found == nullptr) return;
+  NoteServedLocked(*found, key);
+  if (found->dropped()) return;  // done already: retained for late requests only
+  HeldTask& task = *found;
   const uint64_t index = key.batch - task.first();
   if (task.state(index) == State::kReady) {
     // Served by a remake: the buffered copy is not needed.
     buffer_.Discard(key, absl::NotFoundError(KeyText(key) + " was served already"));
   }
   MarkHandedLocked(task, index);
-  if (task.Serve(index)) FinishLocked(*it);  // done
+  if (task.Serve(index)) FinishLocked(found);  // done
 }
 
 Codec TaskRunner::CompressionOf(absl::string_view job) {
