@@ -1,5 +1,6 @@
-# croupier's entry points. Each one runs scripts/bootstrap.sh first, so a fresh machine needs
-# nothing but `make demo` or `make test`.
+# croupier's entry points. Each one runs scripts/bootstrap.sh first with the tier it needs, so a
+# fresh machine needs nothing but `make demo` or `make test`: `make demo` installs and builds only
+# what the demo needs; `make test` adds TensorFlow, JAX, Ray, Horovod and the test tools.
 SHELL := /bin/bash
 ROOT := $(abspath .)
 BUILD ?= build
@@ -7,18 +8,26 @@ JOBS ?= $(shell nproc)
 PY := $(ROOT)/.venv/bin/python
 CMAKE_ARGS ?=
 
-.PHONY: all bootstrap configure build test test-cpp test-python demo demo-mpi bench bench-quick clean format
+.PHONY: all bootstrap bootstrap-build configure build build-demo test test-cpp test-python \
+  demo demo-mpi bench bench-quick clean format
 
 all: build
 
+# The test tier: everything (scripts/bootstrap.sh says what each tier holds).
 bootstrap:
-	@bash scripts/bootstrap.sh
+	@bash scripts/bootstrap.sh test
 
-$(BUILD)/build.ninja: | bootstrap
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release \
-	  -DPython_EXECUTABLE=$(PY) $(CMAKE_ARGS)
+bootstrap-build:
+	@bash scripts/bootstrap.sh build
 
-configure: bootstrap $(BUILD)/build.ninja
+# Configures $(BUILD) when it has no build files yet, or when the environment changed since (the
+# tier stamps in .venv): the TensorFlow op builds only when .venv has TensorFlow, so a build
+# configured for the demo is configured again once the test tier installed TensorFlow.
+configure: bootstrap-build
+	@env="$$(cd .venv && ls -a | grep '^\.croupier-' | sort | tr '\n' ' ')"; \
+	if [[ ! -f $(BUILD)/build.ninja || "$$(cat $(BUILD)/.croupier-env 2>/dev/null)" != "$$env" ]]; then \
+	  cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE=$(PY) \
+	    $(CMAKE_ARGS) && echo "$$env" > $(BUILD)/.croupier-env; fi
 
 # Builds the library, the command (build/bin/croupier), the tests, the benchmarks and the Python
 # module, and puts python/ on the .venv's path (development mode).
@@ -26,7 +35,13 @@ build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 	@$(PY) scripts/dev_install.py
 
-test: build
+# What the demo runs: the command and the Python module (no tests, no benchmarks).
+build-demo: configure
+	cmake --build $(BUILD) -j $(JOBS) --target croupier _croupier
+	@$(PY) scripts/dev_install.py
+
+test: bootstrap
+	$(MAKE) --no-print-directory build
 	$(MAKE) --no-print-directory test-cpp test-python
 
 test-cpp:
@@ -38,18 +53,21 @@ PYTEST_WORKERS ?= 0
 test-python:
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS)
 
-demo: build
+demo: build-demo
 	bash scripts/demo.sh
 
 # The same training under OpenMPI's mpirun with an mpi4py all-reduce: the Horovod pattern.
-demo-mpi: build
+demo-mpi: bootstrap
+	$(MAKE) --no-print-directory build-demo
 	DEMO_LAUNCHER=mpi bash scripts/demo.sh
 
-bench: build
+bench: bootstrap
+	$(MAKE) --no-print-directory build
 	$(PY) bench/run.py
 
 # The data plane and the end-to-end comparison on less data, in under 2 minutes (bench/out/ only).
-bench-quick: build
+bench-quick: bootstrap
+	$(MAKE) --no-print-directory build
 	$(PY) bench/run.py --quick
 
 format:

@@ -1,16 +1,34 @@
 #!/usr/bin/env bash
-# Installs what croupier needs to build and test, and only what is missing: Debian packages for
-# the C++ side, a virtual environment .venv with the Python packages, and Horovod built for that
-# environment (scripts/build_horovod.sh, with its wheel cached). Safe to run again; a
-# second run with nothing missing takes about a second. Every other entry point calls it.
+# Installs what croupier needs, and only what is missing, for one of two tiers:
+#   build  what building croupier and `make demo` need: the Debian packages of
+#          scripts/debian-packages.txt and a virtual environment .venv with
+#          scripts/requirements-demo.txt;
+#   test   (the default) all of that, and what the tests, the hardening runs and the benchmarks
+#          need: scripts/debian-packages-test.txt, scripts/requirements-dev.txt (TensorFlow, JAX,
+#          Ray, ...) and Horovod built for that environment (scripts/build_horovod.sh, with its
+#          wheel cached).
+# Safe to run again; a second run with nothing missing takes about a second. Every entry point of
+# the Makefile calls it with the tier it needs.
+#
+# Usage: scripts/bootstrap.sh [build|test]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 say() { printf '[bootstrap] %s\n' "$*" >&2; }
 
+tier="${1:-test}"
+case "$tier" in
+  build) debian_lists=(scripts/debian-packages.txt)
+         python_lists=(scripts/requirements-demo.txt) ;;
+  test)  debian_lists=(scripts/debian-packages.txt scripts/debian-packages-test.txt)
+         python_lists=(scripts/requirements-demo.txt scripts/requirements-dev.txt
+                       scripts/requirements-nodeps.txt) ;;
+  *) say "unknown tier '$tier' (build or test)"; exit 2 ;;
+esac
+
 # --- Debian packages -------------------------------------------------------------------------
-mapfile -t wanted < <(grep -vE '^\s*(#|$)' scripts/debian-packages.txt)
+mapfile -t wanted < <(cat "${debian_lists[@]}" | grep -vE '^\s*(#|$)')
 missing=()
 for pkg in "${wanted[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
@@ -34,24 +52,30 @@ if [[ ! -x .venv/bin/python ]]; then
   say "creating .venv with $($python --version 2>&1)"
   "$python" -m venv .venv
 fi
-stamp=".venv/.croupier-requirements-$(cat scripts/requirements-dev.txt \
-  scripts/requirements-nodeps.txt | sha256sum | cut -c1-16)"
+# One stamp per tier, named by the hash of its lists: a change of a list installs again.
+stamp=".venv/.croupier-$tier-$(cat "${python_lists[@]}" | sha256sum | cut -c1-16)"
 if [[ ! -f "$stamp" ]]; then
-  say "installing Python packages into .venv"
-  .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
-  .venv/bin/python -m pip install -q --disable-pip-version-check -r scripts/requirements-dev.txt
-  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps \
-    -r scripts/requirements-nodeps.txt
-  rm -f .venv/.croupier-requirements-*
+  pip=(.venv/bin/python -m pip install -q --disable-pip-version-check)
+  say "installing the Python packages of the $tier tier into .venv"
+  "${pip[@]}" --upgrade pip
+  if [[ "$tier" == build ]]; then
+    "${pip[@]}" -r scripts/requirements-demo.txt
+  else
+    "${pip[@]}" -r scripts/requirements-dev.txt
+    "${pip[@]}" --no-deps -r scripts/requirements-nodeps.txt
+  fi
+  rm -f .venv/.croupier-"$tier"-* .venv/.croupier-requirements-*
   touch "$stamp"
 fi
+[[ "$tier" == test ]] || exit 0
 
 # --- Horovod ----------------------------------------------------------------------------------
 # Built from PyPI's sdist for this environment's PyTorch and TensorFlow (scripts/build_horovod.sh:
 # about 4 minutes on 2 cores the first time; the wheel is kept in .cache/wheels/, so a new .venv
 # only installs it). The stamp names the requirements and the build script, so a change of either
 # checks again.
-hstamp=".venv/.croupier-horovod-$(cat scripts/requirements-dev.txt scripts/build_horovod.sh |
+hstamp=".venv/.croupier-horovod-$(cat scripts/requirements-demo.txt scripts/requirements-dev.txt \
+  scripts/build_horovod.sh |
   sha256sum | cut -c1-16)"
 if [[ ! -f "$hstamp" ]]; then
   bash scripts/build_horovod.sh
