@@ -8,8 +8,8 @@ JOBS ?= $(shell nproc)
 PY := $(ROOT)/.venv/bin/python
 CMAKE_ARGS ?=
 
-.PHONY: all bootstrap bootstrap-build configure build build-demo test test-cpp test-python \
-  demo demo-mpi bench bench-quick clean format
+.PHONY: all bootstrap bootstrap-build configure build build-demo test test-engines test-cpp \
+  test-python demo demo-mpi bench bench-quick clean format
 
 all: build
 
@@ -40,18 +40,27 @@ build-demo: configure
 	cmake --build $(BUILD) -j $(JOBS) --target croupier _croupier
 	@$(PY) scripts/dev_install.py
 
+# The C++ tests and the Python tests of croupier's guarantees and adapters, in two pytest
+# processes. The tests that run croupier under engines, launchers and installers (Ray, Slurm,
+# horovodrun, the deploy recipes, pip install; tests/conftest.py names them) are
+# `make test-engines`; CI runs both.
 test: bootstrap
 	$(MAKE) --no-print-directory build
 	$(MAKE) --no-print-directory test-cpp test-python
 
+test-engines: bootstrap
+	$(MAKE) --no-print-directory build
+	$(PY) -m pytest -q -m engines -n $(ENGINE_WORKERS)
+
 test-cpp:
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) --timeout 600
 
-# PYTEST_WORKERS=2 runs the Python tests in two pytest processes (pytest-xdist): about 0.65 of the
-# time, but not the default yet (docs/architecture.md, Conventions, says why). 0: one process.
-PYTEST_WORKERS ?= 0
+# PYTEST_WORKERS: the number of pytest processes (pytest-xdist; 0 runs the tests in this process).
+# Every Python test can run beside any other (docs/architecture.md, Conventions).
+PYTEST_WORKERS ?= 2
+ENGINE_WORKERS ?= 0
 test-python:
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS)
+	$(PY) -m pytest -q -m "not engines" -n $(PYTEST_WORKERS)
 
 demo: build-demo
 	bash scripts/demo.sh

@@ -33,3 +33,21 @@ def tf_written_tfrecord(tmp_path_factory):
     out = tmp_path_factory.mktemp("tf_written")
     write_tf_written_set(tf, out)
     return out
+
+
+# The tests that run croupier under the engines, launchers and installers users have: a Ray
+# cluster, a real Slurm, horovodrun, the deploy recipes (torchrun, mpirun, Kubernetes manifests)
+# and `pip install` into a new environment. They take about half of the Python tests' time, so
+# `make test` leaves them out (pytest -m "not engines") and `make test-engines` runs them; CI runs
+# both (.ci/run). croupier's own guarantees and its framework adapters (PyTorch, TensorFlow, JAX,
+# MPI) are tested by `make test`.
+ENGINE_TEST_FILES = frozenset({
+    "test_deploy.py", "test_horovod.py", "test_install.py", "test_ray.py", "test_ray_autoscale.py", "test_recipes.py",
+    "test_slurm.py",
+})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in ENGINE_TEST_FILES:
+            item.add_marker(pytest.mark.engines)
