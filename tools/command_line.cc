@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "src/common/logging.h"
 #include "tools/commands.h"
@@ -15,7 +15,7 @@ namespace {
 
 constexpr size_t kHelpColumn = 32;  // where a flag's help starts
 
-constexpr size_t kWidth = 100;      // descriptions are wrapped to this
+constexpr size_t kWidth = 100;  // descriptions are wrapped to this
 
 constexpr char kRootDescription[] =
     R"(croupier: deals the batches of one input pipeline to N trainers.
@@ -36,7 +36,8 @@ bool TakesValue(const CLI::Option* opt) { return opt->get_items_expected_max() >
 // One line per flag: its names and value, its help, and "(required)" or "(default: X)".
 std::string FlagLine(const CLI::Option* opt) {
   std::string left = opt->get_positional() ? opt->get_option_text() : Names(opt);
-  if (!opt->get_positional() && TakesValue(opt)) absl::StrAppend(&left, " ", opt->get_option_text());
+  if (!opt->get_positional() && TakesValue(opt))
+    absl::StrAppend(&left, " ", opt->get_option_text());
   std::string line = absl::StrCat("  ", left);
   line += line.size() + 2 <= kHelpColumn ? std::string(kHelpColumn - line.size(), ' ') : "  ";
   line += opt->get_description();
@@ -73,11 +74,10 @@ std::string UsageLine(const CLI::App* app, const std::string& name) {
 
 // "Defines a job." of "Defines a job. A bad spec ...", on one line.
 std::string FirstSentence(const std::string& text) {
-  std::string sentence = text.substr(0, text.find(". ") == std::string::npos ? text.size()
-                                                                            : text.find(". ") + 1);
-  sentence = sentence.substr(0, sentence.find(".\n") == std::string::npos
-                                    ? sentence.size()
-                                    : sentence.find(".\n") + 1);
+  std::string sentence =
+      text.substr(0, text.find(". ") == std::string::npos ? text.size() : text.find(". ") + 1);
+  sentence = sentence.substr(
+      0, sentence.find(".\n") == std::string::npos ? sentence.size() : sentence.find(".\n") + 1);
   std::replace(sentence.begin(), sentence.end(), '\n', ' ');
   return sentence;
 }
@@ -88,7 +88,8 @@ std::string Wrap(const std::string& text) {
   for (absl::string_view paragraph : absl::StrSplit(text, "\n\n")) {
     if (!out.empty()) out += "\n\n";
     size_t column = 0;
-    for (absl::string_view word : absl::StrSplit(paragraph, absl::ByAnyChar(" \n"), absl::SkipEmpty())) {
+    for (absl::string_view word :
+         absl::StrSplit(paragraph, absl::ByAnyChar(" \n"), absl::SkipEmpty())) {
       if (column > 0 && column + 1 + word.size() > kWidth) {
         out += "\n";
         column = 0;
@@ -111,7 +112,8 @@ class HelpFormatter : public CLI::FormatterBase {
   std::string make_help(const CLI::App* app, std::string name,
                         CLI::AppFormatMode mode) const override {
     std::string out = UsageLine(app, name);
-    if (!app->get_description().empty()) absl::StrAppend(&out, "\n", Wrap(app->get_description()), "\n");
+    if (!app->get_description().empty())
+      absl::StrAppend(&out, "\n", Wrap(app->get_description()), "\n");
     std::string arguments, flags;
     for (const CLI::Option* opt : app->get_options()) {
       if (opt->get_group().empty()) continue;  // hidden: the tests' fault injection
@@ -161,19 +163,23 @@ CLI::Option* AddSwitch(CLI::App* app, const std::string& name, bool* value,
 }
 
 void AddTlsFlags(CLI::App* app, TlsConfig* tls, bool server) {
+  app->footer(server ? "TLS (docs/operations.md#security): with --tls-cert and --tls-key this "
+                       "process speaks only TLS; with --tls-ca too it requires client "
+                       "certificates signed by that CA (mutual TLS)."
+                     : "TLS (docs/operations.md#security): with any --tls-* flag this client "
+                       "speaks TLS, checks the server's certificate against --tls-ca and the "
+                       "address it dials, and presents its own certificate if it has one.");
   AddFlag(app, "--tls-cert", &tls->cert_file, "FILE",
           server ? "PEM certificate: serve TLS only ($CROUPIER_TLS_CERT when not given)"
                  : "PEM certificate presented to the servers ($CROUPIER_TLS_CERT)");
-  AddFlag(app, "--tls-key", &tls->key_file, "FILE",
-          "PEM key of --tls-cert ($CROUPIER_TLS_KEY)");
+  AddFlag(app, "--tls-key", &tls->key_file, "FILE", "PEM key of --tls-cert ($CROUPIER_TLS_KEY)");
   AddFlag(app, "--tls-ca", &tls->ca_file, "FILE",
           server ? "PEM CA: require client certificates it signed, mutual TLS ($CROUPIER_TLS_CA)"
                  : "PEM CA: speak TLS, check the server's certificate with it ($CROUPIER_TLS_CA)");
 }
 
 void AddAuthTokenFlag(CLI::App* app, std::string* token) {
-  AddFlag(app, "--auth-token", token, "TOKEN",
-          "the token every dispatcher call presents")
+  AddFlag(app, "--auth-token", token, "TOKEN", "the token every dispatcher call presents")
       ->default_str("$CROUPIER_AUTH_TOKEN");
 }
 
@@ -183,8 +189,8 @@ CommandLine::CommandLine() : root_(std::make_unique<CLI::App>(kRootDescription, 
   // A flag given twice: the last one counts (a script may add to a default).
   root_->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   AddSwitch(root_.get(), "--version", &version_, "print the version and exit");
-  std::vector<Subcommand> subs = {
-      AddDispatcherCommand(*root_), AddProducerCommand(*root_), AddProduceCommand(*root_)};
+  std::vector<Subcommand> subs = {AddDispatcherCommand(*root_), AddProducerCommand(*root_),
+                                  AddProduceCommand(*root_)};
   for (Subcommand& s : AddJobCommands(*root_)) subs.push_back(std::move(s));
   for (auto* add : {&AddStatusCommand, &AddConsumeCommand, &AddInspectCommand, &AddIndexCommand,
                     &AddPlanCommand, &AddSynthCommand}) {
@@ -248,11 +254,11 @@ CommandLine::Parsed CommandLine::Parse(const std::vector<std::string>& args) {
   if (runner == runners_.end()) {  // the root or the job group, without a command
     std::vector<std::string> names;
     for (const CLI::App* sub : selected->get_subcommands({})) names.push_back(sub->get_name());
-    const std::string name = parsed.command.empty() ? "croupier"
-                                                    : absl::StrCat("croupier ", parsed.command);
+    const std::string name =
+        parsed.command.empty() ? "croupier" : absl::StrCat("croupier ", parsed.command);
     parsed.exit_code = 2;
-    parsed.err = absl::StrCat(root_->help(), "\n", name, ": a command is required: ",
-                              absl::StrJoin(names, ", "), "\n");
+    parsed.err = absl::StrCat(root_->help(), "\n", name,
+                              ": a command is required: ", absl::StrJoin(names, ", "), "\n");
     return parsed;
   }
   if (!log_level_.empty()) SetMinLogLevel(*ParseLogLevel(log_level_));

@@ -4,10 +4,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -35,7 +35,8 @@ std::vector<std::string> Commands() {
     if (app->get_name() == "produce") continue;
     const std::vector<const CLI::App*> subs = app->get_subcommands({});
     if (subs.empty()) paths.push_back(app->get_name());
-    for (const CLI::App* sub : subs) paths.push_back(absl::StrCat(app->get_name(), " ", sub->get_name()));
+    for (const CLI::App* sub : subs)
+      paths.push_back(absl::StrCat(app->get_name(), " ", sub->get_name()));
   }
   return paths;
 }
@@ -57,10 +58,10 @@ std::string LineOf(const std::string& help, const std::string& start) {
 }
 
 TEST(CommandLineTest, EveryCommandIsHere) {
-  EXPECT_THAT(Commands(), ::testing::UnorderedElementsAre(
-                              "dispatcher", "producer", "job create", "job show", "job list",
-                              "job describe", "job delete", "status", "consume", "inspect",
-                              "index", "plan", "synth"));
+  EXPECT_THAT(Commands(),
+              ::testing::UnorderedElementsAre("dispatcher", "producer", "job create", "job show",
+                                              "job list", "job describe", "job delete", "status",
+                                              "consume", "inspect", "index", "plan", "synth"));
 }
 
 // -h and --help on every command: exit 0, and a line per flag naming its value, its help and its
@@ -82,7 +83,8 @@ TEST(CommandLineTest, HelpListsEveryFlagOnALineWithItsDefault) {
         if (opt->get_group().empty() || opt->get_positional()) continue;
         ++flags;
         const std::string name = opt->get_lnames().empty() ? "" : "--" + opt->get_lnames().back();
-        const std::string line = LineOf(parsed.out, opt->get_snames().empty() ? name : "-h, --help");
+        const std::string line =
+            LineOf(parsed.out, opt->get_snames().empty() ? name : "-h, --help");
         ASSERT_THAT(line, Not(IsEmpty())) << name << " has no line of its own in\n" << parsed.out;
         EXPECT_THAT(line, HasSubstr(opt->get_description()));
         if (opt->get_items_expected_max() > 0) {
@@ -116,8 +118,7 @@ TEST(CommandLineTest, HelpShowsTheDefaultsTheCommandsUse) {
               EndsWith("(default: global)"));
   EXPECT_THAT(LineOf(Parse({"job", "create", "-h"}).out, "--timeout-ms MS"),
               EndsWith("(default: 30000)"));
-  EXPECT_THAT(LineOf(Parse({"status", "-h"}).out, "--timeout-ms MS"),
-              EndsWith("(default: 10000)"));
+  EXPECT_THAT(LineOf(Parse({"status", "-h"}).out, "--timeout-ms MS"), EndsWith("(default: 10000)"));
   // The tests' fault injection is not a user's flag.
   EXPECT_THAT(Parse({"producer", "-h"}).out, Not(HasSubstr("--test-delay-ms")));
 }
@@ -141,10 +142,11 @@ TEST(CommandLineTest, AMissingRequiredFlagIsNamed) {
               "--rank is required");
   ExpectError({"consume", "--dispatcher", "h:1", "--job", "j", "--rank", "0"},
               "--world is required");
-  ExpectError({"consume", "--rank", "0", "--world", "1", "--job", "j"},
-              "--dispatcher is required");
+  ExpectError({"consume", "--rank", "0", "--world", "1", "--job", "j"}, "--dispatcher is required");
   ExpectError({"plan", "--records", "100", "--batch-size", "4"}, "--consumers is required");
   ExpectError({"plan", "--records", "100", "--consumers", "4"}, "--batch-size is required");
+  ExpectError({"plan", "--consumers", "4", "--batch-size", "4"},
+              "croupier plan: --records or --files is required");
   ExpectError({"synth"}, "croupier synth: --out is required");
   ExpectError({"job", "create", "--dispatcher", "h:1"}, "croupier job create: --name is required");
   ExpectError({"job", "show", "--name", "x"}, "--dispatcher is required");

@@ -46,9 +46,6 @@ std::string RecordList(const std::vector<uint64_t>& ids, size_t show) {
 }
 
 absl::Status Run(const PlanFlags& f) {
-  if (f.records_flag->count() + f.files_flag->count() != 1) {
-    return absl::InvalidArgumentError("one of --records or --files is required");
-  }
   PlanSpec spec;
   std::string source;
   if (f.files_flag->count() > 0) {
@@ -145,6 +142,13 @@ Subcommand AddPlanCommand(CLI::App& parent) {
   AddFlag(app, "--steps", &f->steps, "K", "steps shown; 0: all");
   AddFlag(app, "--show-records", &f->show_records, "K", "record ids shown per batch");
   AddSwitch(app, "--json", &f->json, "one JSON object per batch instead of the table");
+  // Checked as the flags are parsed (CLI11 runs this inside parse), so reported like any other
+  // missing flag; --files and --records together are refused by excludes().
+  app->callback([f] {
+    if (f->records_flag->count() + f->files_flag->count() == 0) {
+      throw CLI::RequiredError("--records or --files");
+    }
+  });
   return {app, [f] { return Run(*f); }};
 }
 

@@ -75,11 +75,10 @@ absl::Status RunProduce(const std::vector<std::string>& args) {
   c_argv.push_back(nullptr);
   execvp(c_argv[0], c_argv.data());
   const int error = errno;
-  return absl::FailedPreconditionError(
-      absl::StrCat("cannot run the Python interpreter '", python, "' (from ", from,
-                   "): ", std::strerror(error),
-                   "; install Python 3 with the croupier package, or name its interpreter in "
-                   "CROUPIER_PYTHON"));
+  return absl::FailedPreconditionError(absl::StrCat(
+      "cannot run the Python interpreter '", python, "' (from ", from, "): ", std::strerror(error),
+      "; install Python 3 with the croupier package, or name its interpreter in "
+      "CROUPIER_PYTHON"));
 }
 
 }  // namespace croupier::cli
