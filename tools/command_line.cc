@@ -200,7 +200,13 @@ CommandLine::CommandLine() : root_(std::make_unique<CLI::App>(kRootDescription, 
     if (!s.run) continue;  // produce parses its own flags; job is a group
     AddFlag(s.app, "--log-level", &log_level_, "LEVEL",
             "debug, info, warning or error: log events go to stderr, one line each")
-        ->check(CLI::IsMember({"debug", "info", "warning", "error"}))
+        ->each([](const std::string& level) {
+          if (!ParseLogLevel(level).has_value()) {
+            // Not a ValidationError, which CLI11 would prefix with the flag's name again.
+            throw CLI::ConversionError(
+                absl::StrCat("--log-level takes debug, info, warning or error, not '", level, "'"));
+          }
+        })
         ->default_str("$CROUPIER_LOG_LEVEL, else info");
     runners_[s.app] = std::move(s.run);
   }
@@ -261,8 +267,11 @@ CommandLine::Parsed CommandLine::Parse(const std::vector<std::string>& args) {
                               ": a command is required: ", absl::StrJoin(names, ", "), "\n");
     return parsed;
   }
-  if (!log_level_.empty()) SetMinLogLevel(*ParseLogLevel(log_level_));
-  parsed.run = runner->second;
+  // The level is set when the command runs, so that parsing changes nothing global.
+  parsed.run = [level = ParseLogLevel(log_level_), run = runner->second] {
+    if (level.has_value()) SetMinLogLevel(*level);
+    return run();
+  };
   return parsed;
 }
 

@@ -173,7 +173,8 @@ TEST(CommandLineTest, BadValuesAreNamed) {
               "--world");
   ExpectError({"producer", "--dispatcher", "h:1", "--shm", "maybe"}, "--shm");
   ExpectError({"producer", "--dispatcher", "h:1", "--buffer-bytes", "0"}, "--buffer-bytes");
-  ExpectError({"dispatcher", "--work-dir", "d", "--log-level", "loud"}, "--log-level");
+  ExpectError({"dispatcher", "--work-dir", "d", "--log-level", "loud"},
+              "croupier dispatcher: --log-level takes debug, info, warning or error, not 'loud'");
   ExpectError({"plan", "--records", "1", "--files", "a", "--batch-size", "1", "--consumers", "1"},
               "excludes");
   ExpectError({"job", "describe", "a", "--name", "b", "--dispatcher", "h:1"}, "excludes");
@@ -188,6 +189,7 @@ TEST(CommandLineTest, AWellFormedCommandIsRunnable) {
   };
   for (const Case& c : std::vector<Case>{
            {{"dispatcher", "--work-dir=d", "--port", "0", "--log-level", "debug"}, "dispatcher"},
+           {{"synth", "--out", "d", "--log-level=warn"}, "synth"},
            {{"consume", "--dispatcher", "h:1", "--job", "j", "--rank", "1", "--world", "2",
              "--no-resume", "--epochs", "0"},
             "consume"},
