@@ -151,6 +151,9 @@ TEST(CommandLineTest, AMissingRequiredFlagIsNamed) {
   ExpectError({"job", "create", "--dispatcher", "h:1"}, "croupier job create: --name is required");
   ExpectError({"job", "show", "--name", "x"}, "--dispatcher is required");
   ExpectError({"job", "list"}, "croupier job list: --dispatcher is required");
+  ExpectError({"job", "describe", "--dispatcher", "h:1"},
+              "croupier job describe: the job's name (NAME or --name NAME) is required");
+  ExpectError({"job", "delete", "--dispatcher", "h:1"}, "(NAME or --name NAME) is required");
   ExpectError({"status"}, "croupier status: HOST:PORT is required");
   ExpectError({"inspect"}, "FILE is required");
   ExpectError({"index"}, "FILES... is required");

@@ -32,6 +32,12 @@ void AddNameFlags(CLI::App* app, NameFlags* flags) {
   CLI::Option* positional =
       app->add_option("name", flags->positional, "the job's name (or --name)")->option_text("NAME");
   AddFlag(app, "--name", &flags->flag, "NAME", "the job's name (or NAME)")->excludes(positional);
+  // Checked while parsing (CLI11 runs this inside parse), so reported like a missing flag.
+  app->callback([flags] {
+    if (flags->positional.empty() && flags->flag.empty()) {
+      throw CLI::RequiredError("the job's name (NAME or --name NAME)");
+    }
+  });
 }
 
 absl::StatusOr<std::string> JobName(const NameFlags& flags) {

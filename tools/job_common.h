@@ -26,7 +26,8 @@ void AddClientFlags(CLI::App* app, ClientFlags* flags);
 // A client of --dispatcher.
 std::unique_ptr<rpc::DispatcherClient> JobClient(const ClientFlags& flags);
 
-// The job's name as NAME or --name NAME: both declared on `app`.
+// The job's name as NAME or --name NAME: both declared on `app`, which requires one of them
+// (its parse callback).
 struct NameFlags {
   std::string positional;
   std::string flag;
