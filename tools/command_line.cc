@@ -21,7 +21,7 @@ constexpr char kRootDescription[] =
     R"(croupier: deals the batches of one input pipeline to N trainers.
 
 `croupier COMMAND -h` lists a command's flags, one per line, with their defaults. Every command
-takes --log-level.)";
+but produce (whose flags are the Python producer's) takes --log-level.)";
 
 // A flag's names as a user types them: "-h, --help", "--port".
 std::string Names(const CLI::Option* opt) {
