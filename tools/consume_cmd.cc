@@ -2,8 +2,8 @@
 // writes one JSON line per batch (epoch, step, content hash, record ids when the job has an `id`
 // feature), which is what the multi-process tests compare.
 #include <algorithm>
-#include <memory>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <thread>
 
@@ -130,8 +130,7 @@ absl::Status Run(const ConsumeFlags& f) {
 Subcommand AddConsumeCommand(CLI::App& parent) {
   auto f = std::make_shared<ConsumeFlags>();
   CLI::App* app = parent.add_subcommand("consume", kDescription);
-  AddFlag(app, "--dispatcher", &f->dispatcher, "HOST:PORT", "the dispatcher's address")
-      ->required();
+  AddFlag(app, "--dispatcher", &f->dispatcher, "HOST:PORT", "the dispatcher's address")->required();
   AddFlag(app, "--job", &f->job, "NAME", "the job to read")->required();
   AddFlag(app, "--rank", &f->rank, "R", "this consumer's rank, from 0 to N - 1")->required();
   AddFlag(app, "--world", &f->world, "N", "the number of consumers of the job")

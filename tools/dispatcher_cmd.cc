@@ -55,7 +55,8 @@ absl::Status Run(const DispatcherFlags& f) {
         d == absl::InfiniteDuration()) {
       return absl::InvalidArgumentError(
           absl::StrCat("--job-retention takes a positive duration such as 72h, 30m or 90s (0: "
-                       "keep jobs for ever), not '", f.job_retention, "'"));
+                       "keep jobs for ever), not '",
+                       f.job_retention, "'"));
     }
     options.dispatcher.job_retention = d;
   }
@@ -67,8 +68,8 @@ absl::Status Run(const DispatcherFlags& f) {
         Env::Default()->WriteFileAtomically(f.port_file, absl::StrCat(node->port(), "\n")));
   }
   if (!f.metrics_port_file.empty()) {
-    RETURN_IF_ERROR(Env::Default()->WriteFileAtomically(
-        f.metrics_port_file, absl::StrCat(node->metrics_port(), "\n")));
+    RETURN_IF_ERROR(Env::Default()->WriteFileAtomically(f.metrics_port_file,
+                                                        absl::StrCat(node->metrics_port(), "\n")));
   }
   int sig = WaitForTerminationSignal();
   Log(LogLevel::kInfo, "dispatcher", absl::StrCat("signal ", sig, ": shutting down"));
@@ -82,7 +83,8 @@ Subcommand AddDispatcherCommand(CLI::App& parent) {
   auto f = std::make_shared<DispatcherFlags>();
   CLI::App* app = parent.add_subcommand("dispatcher", kDescription);
   AddFlag(app, "--work-dir", &f->work_dir, "DIR",
-          "the folder of the dispatcher's journal and snapshots")->required();
+          "the folder of the dispatcher's journal and snapshots")
+      ->required();
   AddFlag(app, "--port", &f->port, "P", "the gRPC port; 0 picks a free one")
       ->check(CLI::Range(0, 65535));
   AddFlag(app, "--bind", &f->bind, "ADDR", "the address to listen on (0.0.0.0: every interface)");

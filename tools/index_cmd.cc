@@ -73,7 +73,9 @@ absl::Status Run(const IndexFlags& flags) {
 Subcommand AddIndexCommand(CLI::App& parent) {
   auto f = std::make_shared<IndexFlags>();
   CLI::App* app = parent.add_subcommand("index", kDescription);
-  app->add_option("files", f->files, "TFRecord files or globs")->required()->option_text("FILES...");
+  app->add_option("files", f->files, "TFRecord files or globs")
+      ->required()
+      ->option_text("FILES...");
   AddFlag(app, "--cache-dir", &f->cache_dir, "DIR", "the index cache")
       ->default_str("$CROUPIER_INDEX_DIR, else ~/.cache/croupier/index");
   AddSwitch(app, "--quiet", &f->quiet, "print nothing");

@@ -157,12 +157,8 @@ Subcommand AddJobShowCommand(CLI::App& job) {
 
 std::vector<Subcommand> AddJobCommands(CLI::App& parent) {
   CLI::App* job = parent.add_subcommand("job", kJobDescription);
-  return {{job, nullptr},
-          AddJobCreateCommand(*job),
-          AddJobShowCommand(*job),
-          AddJobListCommand(*job),
-          AddJobDescribeCommand(*job),
-          AddJobDeleteCommand(*job)};
+  return {{job, nullptr},          AddJobCreateCommand(*job),   AddJobShowCommand(*job),
+          AddJobListCommand(*job), AddJobDescribeCommand(*job), AddJobDeleteCommand(*job)};
 }
 
 }  // namespace croupier::cli

@@ -115,9 +115,9 @@ Subcommand AddPlanCommand(CLI::App& parent) {
   auto f = std::make_shared<PlanFlags>();
   const CLI::Validator positive = CLI::Range(uint32_t{1}, UINT32_MAX);
   CLI::App* app = parent.add_subcommand("plan", kDescription);
-  f->records_flag = AddFlag(app, "--records", &f->records, "N",
-                            "plan N records (this or --files is required)")
-                        ->default_str("");
+  f->records_flag =
+      AddFlag(app, "--records", &f->records, "N", "plan N records (this or --files is required)")
+          ->default_str("");
   f->files_flag = AddFlag(app, "--files", &f->files, "GLOB[,GLOB...]",
                           "plan the records of these TFRecord files (this or --records)")
                       ->excludes(f->records_flag);

@@ -100,8 +100,8 @@ absl::Status Run(const ProducerFlags& f) {
   }
   std::unique_ptr<ProducerNode> node = *std::move(started_node);
   if (!f.metrics_port_file.empty()) {
-    RETURN_IF_ERROR(Env::Default()->WriteFileAtomically(
-        f.metrics_port_file, absl::StrCat(node->metrics_port(), "\n")));
+    RETURN_IF_ERROR(Env::Default()->WriteFileAtomically(f.metrics_port_file,
+                                                        absl::StrCat(node->metrics_port(), "\n")));
   }
   watcher.join();
   Log(LogLevel::kInfo, "producer",
@@ -115,28 +115,27 @@ absl::Status Run(const ProducerFlags& f) {
 Subcommand AddProducerCommand(CLI::App& parent) {
   auto f = std::make_shared<ProducerFlags>();
   CLI::App* app = parent.add_subcommand("producer", kDescription);
-  AddFlag(app, "--dispatcher", &f->dispatcher, "HOST:PORT", "the dispatcher's address")
-      ->required();
+  AddFlag(app, "--dispatcher", &f->dispatcher, "HOST:PORT", "the dispatcher's address")->required();
   AddFlag(app, "--port", &f->port, "P", "the data port; 0 picks a free one")
       ->check(CLI::Range(0, 65535));
   AddFlag(app, "--bind", &f->bind, "ADDR", "the address to listen on (0.0.0.0: every interface)");
   AddFlag(app, "--advertise-host", &f->advertise_host, "HOST",
           "the host consumers reach this producer at")
       ->default_str("--bind's address, or the host name with 0.0.0.0");
-  AddFlag(app, "--threads", &f->threads, "N", "threads reading and decoding; 0: the machine's cores")
+  AddFlag(app, "--threads", &f->threads, "N",
+          "threads reading and decoding; 0: the machine's cores")
       ->check(CLI::Range(0, 1024));
   AddFlag(app, "--buffer-bytes", &f->buffer_bytes, "B",
           "at most this many bytes of finished batches")
       ->check(CLI::Range(uint64_t{1}, UINT64_MAX));
-  AddFlag(app, "--max-tasks", &f->max_tasks, "K", "tasks held at once")
-      ->check(CLI::Range(1, 1024));
+  AddFlag(app, "--max-tasks", &f->max_tasks, "K", "tasks held at once")->check(CLI::Range(1, 1024));
   AddFlag(app, "--cache-bytes", &f->cache_bytes, "B",
           "keep this many bytes of the records read, for later epochs (0: none)");
   AddFlag(app, "--cache-dir", &f->cache_dir, "DIR",
           "keep the --cache-bytes cache on disk here instead of in memory");
-  AddFlag(app, "--index-cache-dir", &f->index_cache_dir, "DIR",
-          "where the record indexes are kept")
-      ->default_str("$CROUPIER_INDEX_DIR, else $XDG_CACHE_HOME/croupier/index or ~/.cache/croupier/index");
+  AddFlag(app, "--index-cache-dir", &f->index_cache_dir, "DIR", "where the record indexes are kept")
+      ->default_str(
+          "$CROUPIER_INDEX_DIR, else $XDG_CACHE_HOME/croupier/index or ~/.cache/croupier/index");
   AddAuthTokenFlag(app, &f->auth_token);
   AddFlag(app, "--connect-timeout-ms", &f->connect_timeout_ms, "MS",
           "how long to wait for the dispatcher before giving up")
@@ -160,9 +159,11 @@ Subcommand AddProducerCommand(CLI::App& parent) {
   AddTlsFlags(app, &f->tls, /*server=*/true);
   // Fault injection for the tests: hidden from -h (an empty group).
   AddFlag(app, "--test-delay-ms", &f->test_delay_ms, "MS", "")
-      ->check(CLI::Range(0, 60000))->group("");
+      ->check(CLI::Range(0, 60000))
+      ->group("");
   AddFlag(app, "--test-make-delay-ms", &f->test_make_delay_ms, "MS", "")
-      ->check(CLI::Range(0, 60000))->group("");
+      ->check(CLI::Range(0, 60000))
+      ->group("");
   return {app, [f] { return Run(*f); }};
 }
 

@@ -92,11 +92,11 @@ void Print(const std::string& address, const v1::StatusResponse& status) {
 absl::Status Run(const StatusFlags& f) {
   const std::string& address = f.address;
   const double every = f.every;
-  auto client = rpc::DispatcherClient::Create(
-      address, {.auth_token = rpc::ResolveAuthToken(f.auth_token),
-                .call_timeout = absl::Milliseconds(f.timeout_ms),
-                .timeout = absl::Milliseconds(f.timeout_ms),
-                .tls = f.tls});
+  auto client =
+      rpc::DispatcherClient::Create(address, {.auth_token = rpc::ResolveAuthToken(f.auth_token),
+                                              .call_timeout = absl::Milliseconds(f.timeout_ms),
+                                              .timeout = absl::Milliseconds(f.timeout_ms),
+                                              .tls = f.tls});
   if (!f.watch) {
     v1::StatusRequest request;
     request.set_include_job_info(f.job_info);
@@ -129,14 +129,15 @@ Subcommand AddStatusCommand(CLI::App& parent) {
   app->add_option("address", f->address, "the dispatcher's address")
       ->required()
       ->option_text("HOST:PORT");
-  CLI::Option* watch = AddSwitch(app, "--watch", &f->watch,
-                                 "redraw the view every SECONDS until Ctrl-C, like top");
+  CLI::Option* watch =
+      AddSwitch(app, "--watch", &f->watch, "redraw the view every SECONDS until Ctrl-C, like top");
   app->add_option("seconds", f->every, "with --watch, the seconds between two views")
       ->option_text("SECONDS")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 3600.0))
       ->needs(watch);
-  AddSwitch(app, "--json", &f->json, "print the dispatcher's answer as JSON: a summary of each job");
+  AddSwitch(app, "--json", &f->json,
+            "print the dispatcher's answer as JSON: a summary of each job");
   AddSwitch(app, "--job-info", &f->job_info,
             "with --json, each job's whole JobInfo (its file list too: large for many jobs)");
   AddAuthTokenFlag(app, &f->auth_token);
