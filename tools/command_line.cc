@@ -222,7 +222,10 @@ CommandLine::Parsed CommandLine::Parse(const std::vector<std::string>& args) {
     return parsed;
   }
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them so
+  // `croupier help` and `croupier job help`, as before CLI11.
   if (!args.empty() && args[0] == "help") reversed.back() = "--help";
+  if (args.size() >= 2 && args[0] == "job" && args[1] == "help")
+    reversed[args.size() - 2] = "--help";
   try {
     root_->parse(reversed);
   } catch (const CLI::Success&) {  // -h or --help

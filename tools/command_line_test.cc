@@ -232,6 +232,8 @@ TEST(CommandLineTest, ACommandGroupWithoutACommandShowsItsCommandsAndFails) {
   EXPECT_THAT(help.out, AllOf(HasSubstr("\n  produce "), HasSubstr("\n  producer "),
                               HasSubstr("\n  consume ")));
   EXPECT_EQ(Parse({"help"}).out, help.out);
+  EXPECT_EQ(Parse({"job", "help"}).out, Parse({"job", "-h"}).out);
+  EXPECT_THAT(Parse({"job", "-h"}).out, StartsWith("usage: croupier job"));
 }
 
 TEST(CommandLineTest, VersionAndProduce) {
