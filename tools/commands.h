@@ -1,29 +1,34 @@
-// The subcommands of the croupier command. Each takes the arguments after its name and returns
-// the process exit code; errors are printed to stderr by the caller.
+// The subcommands of the croupier command, one per file: each declares its flags on a CLI11 app
+// under `parent` and returns it with its runner (command_line.h).
 #ifndef CROUPIER_TOOLS_COMMANDS_H_
 #define CROUPIER_TOOLS_COMMANDS_H_
 
 #include <string>
 #include <vector>
 
-#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "tools/command_line.h"
 
 namespace croupier::cli {
 
-absl::Status InspectCommand(const std::vector<std::string>& args);
-absl::Status IndexCommand(const std::vector<std::string>& args);
-absl::Status PlanCommand(const std::vector<std::string>& args);
-absl::Status SynthCommand(const std::vector<std::string>& args);
-absl::Status DispatcherCommand(const std::vector<std::string>& args);
-absl::Status ProducerCommand(const std::vector<std::string>& args);
-absl::Status JobCommand(const std::vector<std::string>& args);
-// The job subcommands after the first word (list, describe, delete); `usage` is job's.
-absl::Status JobListCommand(const std::vector<std::string>& args, const char* usage);
-absl::Status JobDescribeCommand(const std::vector<std::string>& args, const char* usage);
-absl::Status JobDeleteCommand(const std::vector<std::string>& args, const char* usage);
-absl::Status StatusCommand(const std::vector<std::string>& args);
-absl::Status ConsumeCommand(const std::vector<std::string>& args);
+Subcommand AddInspectCommand(CLI::App& parent);
+Subcommand AddIndexCommand(CLI::App& parent);
+Subcommand AddPlanCommand(CLI::App& parent);
+Subcommand AddSynthCommand(CLI::App& parent);
+Subcommand AddDispatcherCommand(CLI::App& parent);
+Subcommand AddProducerCommand(CLI::App& parent);
+Subcommand AddStatusCommand(CLI::App& parent);
+Subcommand AddConsumeCommand(CLI::App& parent);
+// `job` and its subcommands create, show, list, describe and delete (job_*_cmd.cc).
+std::vector<Subcommand> AddJobCommands(CLI::App& parent);
+// `produce`: the Python map/stream producer (`python -m croupier produce`), run by exec; its
+// arguments are passed on unparsed (produce_cmd.cc).
+Subcommand AddProduceCommand(CLI::App& parent);
+// Runs `python -m croupier produce ARGS...` in place of this process (exec): the interpreter is
+// $CROUPIER_PYTHON, else the active virtual environment's ($VIRTUAL_ENV), else python3 beside
+// this executable (an installed venv), else python3 on PATH. Returns only on failure:
+// FAILED_PRECONDITION when no interpreter can be run or it cannot import croupier.
+absl::Status RunProduce(const std::vector<std::string>& args);
 
 // Expands each argument as a glob (a plain path matches itself) and returns the files, in
 // argument order, each glob's matches sorted. NOT_FOUND names a pattern that matched nothing.

@@ -3,6 +3,7 @@
 // feature), which is what the multi-process tests compare.
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <thread>
 
@@ -10,75 +11,62 @@
 #include "absl/strings/str_join.h"
 #include "croupier/consumer.h"
 #include "src/common/status_macros.h"
-#include "tools/cli_args.h"
 #include "tools/commands.h"
 #include "tools/progress.h"
-#include "tools/tls_flags.h"
 
 namespace croupier::cli {
 namespace {
 
-constexpr char kConsumeUsage[] = R"(usage: croupier consume --dispatcher HOST:PORT --job NAME
-         --rank R --world N [--epochs E] [--first-epoch E] [--start-step S] [--no-resume]
-         [--output FILE] [--prefetch K] [--timeout-ms MS] [--slow-ms MS]
-         [--pause-at-step S --pause-seconds T] [--auth-token TOKEN] [--shm auto|on|off] [--quiet]
-         [--tls-ca FILE [--tls-cert FILE --tls-key FILE]]
+constexpr char kDescription[] =
+    R"(Takes a rank's batches, one JSON line each. It takes this rank's batches of epochs [first-epoch, first-epoch + epochs) and writes one JSON
+line per batch to --output: {"epoch", "step", "records", "bytes", "hash", "ids"}. It starts where
+the dispatcher last heard of this rank (a restarted consumer carries on), or at step --start-step
+of --first-epoch (a checkpoint), or with --no-resume at the start. A progress bar on stderr
+counts the batches of a dealt job.)";
 
-Takes this rank's batches of epochs [first-epoch, first-epoch + epochs) and writes one JSON line
-per batch to --output (default stdout, appended to if it exists): {"epoch", "step", "records",
-"bytes", "hash", "ids"}. It starts where the dispatcher last heard of this rank (a restarted
-consumer carries on), or at step --start-step of --first-epoch (a checkpoint), or with
---no-resume at the start. A progress bar on stderr counts the batches of a dealt job (not with
---quiet). --prefetch is the window in batches (default 0: automatic, 4, and more for batches of
-256 KiB or less). --slow-ms sleeps after every batch; --pause-at-step stops reading for a
-while (to test backpressure). --shm (default $CROUPIER_SHM, else auto) says whether batches from
-producers on this host come through shared memory.
-)";
+struct ConsumeFlags {
+  std::string dispatcher;
+  std::string job;
+  uint32_t rank = 0;
+  uint32_t world = 1;
+  uint64_t epochs = 1;
+  uint64_t first_epoch = 0;
+  uint64_t start_step = 0;
+  bool no_resume = false;
+  std::string output;
+  uint32_t prefetch = 0;
+  int64_t timeout_ms = 60000;
+  int64_t slow_ms = 0;
+  int64_t pause_at = -1;
+  int64_t pause_s = 0;
+  std::string auth_token;
+  std::string shm;
+  bool quiet = false;
+  TlsConfig tls;
+  CLI::Option* start_step_flag = nullptr;
+};
 
-}  // namespace
-
-absl::Status ConsumeCommand(const std::vector<std::string>& argv) {
-  ASSIGN_OR_RETURN(
-      Args args,
-      Args::Parse(argv,
-                  {"dispatcher", "job", "rank", "world", "epochs", "first-epoch", "output",
-                   "prefetch", "timeout-ms", "slow-ms", "pause-at-step", "pause-seconds",
-                   "auth-token", "start-step", "shm", "tls-cert", "tls-key", "tls-ca"},
-                  {"help", "no-resume", "quiet"}));
-  if (args.Has("help")) {
-    std::fputs(kConsumeUsage, stdout);
-    std::fputs(kTlsUsage, stdout);
-    return absl::OkStatus();
-  }
+absl::Status Run(const ConsumeFlags& f) {
   ConsumerOptions options;
-  options.dispatcher = args.Get("dispatcher");
-  options.job = args.Get("job");
-  ASSIGN_OR_RETURN(int64_t rank, args.GetInt("rank", 0, 0, UINT32_MAX));
-  ASSIGN_OR_RETURN(int64_t world, args.GetInt("world", 1, 1, UINT32_MAX));
-  ASSIGN_OR_RETURN(uint64_t epochs, args.GetUint("epochs", 1));
-  ASSIGN_OR_RETURN(uint64_t first_epoch, args.GetUint("first-epoch", 0));
-  ASSIGN_OR_RETURN(int64_t prefetch, args.GetInt("prefetch", 0, 0, 1024));
-  ASSIGN_OR_RETURN(int64_t timeout_ms, args.GetInt("timeout-ms", 60000, 1, 86400000));
-  ASSIGN_OR_RETURN(int64_t slow_ms, args.GetInt("slow-ms", 0, 0, 3600000));
-  ASSIGN_OR_RETURN(int64_t pause_at, args.GetInt("pause-at-step", -1, -1, INT64_MAX));
-  ASSIGN_OR_RETURN(int64_t pause_s, args.GetInt("pause-seconds", 0, 0, 86400));
-  ASSIGN_OR_RETURN(uint64_t start_step, args.GetUint("start-step", 0));
-  options.resume = !args.Has("no-resume") && !args.Has("start-step");
-  options.rank = static_cast<uint32_t>(rank);
-  options.world = static_cast<uint32_t>(world);
-  options.prefetch_batches = static_cast<uint32_t>(prefetch);
-  options.timeout = absl::Milliseconds(timeout_ms);
-  options.auth_token = args.Get("auth-token");
-  options.tls_cert_file = args.Get("tls-cert");
-  options.tls_key_file = args.Get("tls-key");
-  options.tls_ca_file = args.Get("tls-ca");
-  options.shm = args.Get("shm");
+  options.dispatcher = f.dispatcher;
+  options.job = f.job;
+  const uint32_t rank = f.rank, world = f.world;
+  const uint64_t epochs = f.epochs, first_epoch = f.first_epoch, start_step = f.start_step;
+  const int64_t slow_ms = f.slow_ms, pause_at = f.pause_at, pause_s = f.pause_s;
+  options.resume = !f.no_resume && f.start_step_flag->count() == 0;
+  options.rank = rank;
+  options.world = world;
+  options.prefetch_batches = f.prefetch;
+  options.timeout = absl::Milliseconds(f.timeout_ms);
+  options.auth_token = f.auth_token;
+  options.tls_cert_file = f.tls.cert_file;
+  options.tls_key_file = f.tls.key_file;
+  options.tls_ca_file = f.tls.ca_file;
+  options.shm = f.shm;
   FILE* out = stdout;
-  if (args.Has("output")) {
-    out = std::fopen(args.Get("output").c_str(), "a");
-    if (out == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("cannot write ", args.Get("output")));
-    }
+  if (!f.output.empty()) {
+    out = std::fopen(f.output.c_str(), "a");
+    if (out == nullptr) return absl::InvalidArgumentError(absl::StrCat("cannot write ", f.output));
   }
   ASSIGN_OR_RETURN(auto consumer, Consumer::Connect(options));
   // Where to start: the checkpoint given, else where the dispatcher registered this rank.
@@ -93,7 +81,7 @@ absl::Status ConsumeCommand(const std::vector<std::string>& argv) {
     to_take += steps_per_epoch > from ? steps_per_epoch - from : 0;
   }
   std::optional<Progress> progress;
-  if (!args.Has("quiet") && to_take > 0) {
+  if (!f.quiet && to_take > 0) {
     progress.emplace(absl::StrCat("rank ", rank, " of job '", options.job, "'"), to_take,
                      "batches");
   }
@@ -135,6 +123,48 @@ absl::Status ConsumeCommand(const std::vector<std::string>& argv) {
                static_cast<long long>(rank), static_cast<long long>(world), options.job.c_str(),
                static_cast<unsigned long long>(total));
   return absl::OkStatus();
+}
+
+}  // namespace
+
+Subcommand AddConsumeCommand(CLI::App& parent) {
+  auto f = std::make_shared<ConsumeFlags>();
+  CLI::App* app = parent.add_subcommand("consume", kDescription);
+  AddFlag(app, "--dispatcher", &f->dispatcher, "HOST:PORT", "the dispatcher's address")->required();
+  AddFlag(app, "--job", &f->job, "NAME", "the job to read")->required();
+  AddFlag(app, "--rank", &f->rank, "R", "this consumer's rank, from 0 to N - 1")->required();
+  AddFlag(app, "--world", &f->world, "N", "the number of consumers of the job")
+      ->required()
+      ->check(CLI::Range(uint32_t{1}, UINT32_MAX));
+  AddFlag(app, "--epochs", &f->epochs, "E", "the number of epochs to take");
+  AddFlag(app, "--first-epoch", &f->first_epoch, "E", "the first epoch to take");
+  f->start_step_flag = AddFlag(app, "--start-step", &f->start_step, "S",
+                               "start at this step of --first-epoch (a checkpoint; no resume)");
+  AddSwitch(app, "--no-resume", &f->no_resume,
+            "start at the start, not where the dispatcher last heard of this rank");
+  AddFlag(app, "--output", &f->output, "FILE", "append the JSON lines to FILE")
+      ->default_str("stdout");
+  AddFlag(app, "--prefetch", &f->prefetch, "K",
+          "the window in batches; 0: automatic (4, more for batches of 256 KiB or less)")
+      ->check(CLI::Range(0, 1024));
+  AddFlag(app, "--timeout-ms", &f->timeout_ms, "MS", "how long one wait may last")
+      ->check(CLI::Range(1, 86400000));
+  AddFlag(app, "--slow-ms", &f->slow_ms, "MS", "sleep after every batch (to test backpressure)")
+      ->check(CLI::Range(0, 3600000));
+  AddFlag(app, "--pause-at-step", &f->pause_at, "S",
+          "stop reading for --pause-seconds at this step (to test backpressure)")
+      ->check(CLI::Range(int64_t{-1}, INT64_MAX))
+      ->default_str("none");
+  AddFlag(app, "--pause-seconds", &f->pause_s, "T", "how long --pause-at-step stops reading")
+      ->check(CLI::Range(0, 86400));
+  AddAuthTokenFlag(app, &f->auth_token);
+  AddFlag(app, "--shm", &f->shm, "auto|on|off",
+          "whether batches from producers on this host come through shared memory")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->default_str("$CROUPIER_SHM, else auto");
+  AddSwitch(app, "--quiet", &f->quiet, "no progress bar");
+  AddTlsFlags(app, &f->tls, /*server=*/false);
+  return {app, [f] { return Run(*f); }};
 }
 
 }  // namespace croupier::cli

@@ -1,6 +1,6 @@
 // croupier dispatcher: runs the dispatcher until SIGINT or SIGTERM.
 #include <cstdio>
-#include <fstream>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -9,98 +9,113 @@
 #include "src/common/status_macros.h"
 #include "src/node/dispatcher_node.h"
 #include "src/rpc/grpc_util.h"
-#include "tools/cli_args.h"
 #include "tools/commands.h"
 #include "tools/signals.h"
-#include "tools/tls_flags.h"
 
 namespace croupier::cli {
 namespace {
 
-constexpr char kDispatcherUsage[] = R"(usage: croupier dispatcher --work-dir DIR [--port P]
-         [--bind ADDR] [--auth-token TOKEN] [--producer-timeout-ms MS]
-         [--consumer-timeout-ms MS] [--rounds-per-task K] [--port-file FILE]
-         [--metrics-port P [--metrics-port-file FILE]]
-         [--advice-smoothing-ms MS] [--advice-hold-ms MS] [--job-retention DURATION]
-         [--tls-cert FILE --tls-key FILE [--tls-ca FILE]]
+constexpr char kDescription[] =
+    R"(Runs the dispatcher. It keeps jobs, epoch plans, producers, consumers and their positions,
+and is never on the data path. Stops cleanly on SIGINT or SIGTERM.)";
 
-Runs the dispatcher: it keeps jobs, epoch plans, producers, consumers and their positions, and is
-never on the data path. It listens on 127.0.0.1 unless --bind says otherwise (0.0.0.0: every
-interface). --port 0 picks a free port; --port-file writes the port chosen. With --auth-token (or
-CROUPIER_AUTH_TOKEN) every call must present the token. --metrics-port serves Prometheus metrics
-at http://ADDR:P/metrics (docs/metrics.md) and a live web page at http://ADDR:P/ (0 picks a free
-port, which --metrics-port-file writes). A task is N x --rounds-per-task consecutive batches of
-a job of N consumers; 0 (the default) chooses per job (docs/operations.md). The recommended
-number of producers is smoothed over
---advice-smoothing-ms (default 30000) and changes only after --advice-hold-ms (default 15000)
-(docs/operations.md). A job that is done (every epoch delivered) and that no consumer reads is
-deleted --job-retention after it became done (e.g. 72h, 30m, 90s; the default, 0, keeps jobs for
-ever). Stops cleanly on SIGINT or SIGTERM.
-)";
+struct DispatcherFlags {
+  std::string work_dir;
+  int port = 5050;
+  std::string bind = "127.0.0.1";
+  std::string auth_token;
+  int64_t producer_timeout_ms = 10000;
+  int64_t consumer_timeout_ms = 60000;
+  uint32_t rounds_per_task = 0;
+  std::string port_file;
+  int metrics_port = -1;
+  std::string metrics_port_file;
+  int64_t advice_smoothing_ms = 30000;
+  int64_t advice_hold_ms = 15000;
+  std::string job_retention = "0";
+  TlsConfig tls;
+};
 
-}  // namespace
-
-absl::Status DispatcherCommand(const std::vector<std::string>& argv) {
-  ASSIGN_OR_RETURN(Args args, Args::Parse(argv,
-                                          {"work-dir", "port", "bind", "auth-token",
-                                           "producer-timeout-ms", "consumer-timeout-ms",
-                                           "rounds-per-task", "port-file", "metrics-port",
-                                           "metrics-port-file", "tls-cert", "tls-key", "tls-ca",
-                                           "advice-smoothing-ms", "advice-hold-ms",
-                                           "job-retention"},
-                                          {"help"}));
-  if (args.Has("help")) {
-    std::fputs(kDispatcherUsage, stdout);
-    std::fputs(kTlsUsage, stdout);
-    return absl::OkStatus();
-  }
+absl::Status Run(const DispatcherFlags& f) {
   DispatcherNodeOptions options;
-  options.work_dir = args.Get("work-dir");
-  if (options.work_dir.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("--work-dir is required\n", kDispatcherUsage));
-  }
-  ASSIGN_OR_RETURN(int64_t port, args.GetInt("port", 5050, 0, 65535));
-  ASSIGN_OR_RETURN(int64_t producer_timeout, args.GetInt("producer-timeout-ms", 10000, 100, 86400000));
-  ASSIGN_OR_RETURN(int64_t consumer_timeout, args.GetInt("consumer-timeout-ms", 60000, 100, 86400000));
-  ASSIGN_OR_RETURN(int64_t rounds, args.GetInt("rounds-per-task", 0, 0, 1 << 20));
-  options.port = static_cast<int>(port);
-  options.bind_address = args.Get("bind", "127.0.0.1");
-  options.auth_token = rpc::ResolveAuthToken(args.Get("auth-token"));
-  options.tls = TlsFromFlags(args);
-  options.dispatcher.producer_timeout = absl::Milliseconds(producer_timeout);
-  options.dispatcher.consumer_timeout = absl::Milliseconds(consumer_timeout);
-  options.dispatcher.rounds_per_task = static_cast<uint32_t>(rounds);
-  ASSIGN_OR_RETURN(int64_t metrics_port, args.GetInt("metrics-port", -1, 0, 65535));
-  options.metrics_port = args.Has("metrics-port") ? static_cast<int>(metrics_port) : -1;
-  ASSIGN_OR_RETURN(int64_t smoothing_ms, args.GetInt("advice-smoothing-ms", 30000, 1, 86400000));
-  ASSIGN_OR_RETURN(int64_t hold_ms, args.GetInt("advice-hold-ms", 15000, 0, 86400000));
-  options.dispatcher.advice.smoothing = absl::Milliseconds(smoothing_ms);
-  options.dispatcher.advice.hold = absl::Milliseconds(hold_ms);
-  if (const std::string retention = args.Get("job-retention", "0"); retention != "0") {
+  options.work_dir = f.work_dir;
+  options.port = f.port;
+  options.bind_address = f.bind;
+  options.auth_token = rpc::ResolveAuthToken(f.auth_token);
+  options.tls = f.tls;
+  options.dispatcher.producer_timeout = absl::Milliseconds(f.producer_timeout_ms);
+  options.dispatcher.consumer_timeout = absl::Milliseconds(f.consumer_timeout_ms);
+  options.dispatcher.rounds_per_task = f.rounds_per_task;
+  options.metrics_port = f.metrics_port;
+  options.dispatcher.advice.smoothing = absl::Milliseconds(f.advice_smoothing_ms);
+  options.dispatcher.advice.hold = absl::Milliseconds(f.advice_hold_ms);
+  if (f.job_retention != "0") {
     absl::Duration d;
-    if (!absl::ParseDuration(retention, &d) || d <= absl::ZeroDuration() ||
+    if (!absl::ParseDuration(f.job_retention, &d) || d <= absl::ZeroDuration() ||
         d == absl::InfiniteDuration()) {
       return absl::InvalidArgumentError(
           absl::StrCat("--job-retention takes a positive duration such as 72h, 30m or 90s (0: "
-                       "keep jobs for ever), not '", retention, "'"));
+                       "keep jobs for ever), not '",
+                       f.job_retention, "'"));
     }
     options.dispatcher.job_retention = d;
   }
 
   BlockTerminationSignals();
   ASSIGN_OR_RETURN(auto node, DispatcherNode::Start(options));
-  if (args.Has("port-file")) {
-    RETURN_IF_ERROR(Env::Default()->WriteFileAtomically(args.Get("port-file"),
-                                                        absl::StrCat(node->port(), "\n")));
+  if (!f.port_file.empty()) {
+    RETURN_IF_ERROR(
+        Env::Default()->WriteFileAtomically(f.port_file, absl::StrCat(node->port(), "\n")));
   }
-  if (args.Has("metrics-port-file")) {
-    RETURN_IF_ERROR(Env::Default()->WriteFileAtomically(
-        args.Get("metrics-port-file"), absl::StrCat(node->metrics_port(), "\n")));
+  if (!f.metrics_port_file.empty()) {
+    RETURN_IF_ERROR(Env::Default()->WriteFileAtomically(f.metrics_port_file,
+                                                        absl::StrCat(node->metrics_port(), "\n")));
   }
   int sig = WaitForTerminationSignal();
   Log(LogLevel::kInfo, "dispatcher", absl::StrCat("signal ", sig, ": shutting down"));
   node->Shutdown();
   return absl::OkStatus();
+}
+
+}  // namespace
+
+Subcommand AddDispatcherCommand(CLI::App& parent) {
+  auto f = std::make_shared<DispatcherFlags>();
+  CLI::App* app = parent.add_subcommand("dispatcher", kDescription);
+  AddFlag(app, "--work-dir", &f->work_dir, "DIR",
+          "the folder of the dispatcher's journal and snapshots")
+      ->required();
+  AddFlag(app, "--port", &f->port, "P", "the gRPC port; 0 picks a free one")
+      ->check(CLI::Range(0, 65535));
+  AddFlag(app, "--bind", &f->bind, "ADDR", "the address to listen on (0.0.0.0: every interface)");
+  AddFlag(app, "--port-file", &f->port_file, "FILE", "write the port chosen to FILE");
+  AddAuthTokenFlag(app, &f->auth_token);
+  AddFlag(app, "--producer-timeout-ms", &f->producer_timeout_ms, "MS",
+          "a producer silent this long is gone; its tasks go to others")
+      ->check(CLI::Range(100, 86400000));
+  AddFlag(app, "--consumer-timeout-ms", &f->consumer_timeout_ms, "MS",
+          "a consumer silent this long is gone; its rank is free")
+      ->check(CLI::Range(100, 86400000));
+  AddFlag(app, "--rounds-per-task", &f->rounds_per_task, "K",
+          "a task is N x K consecutive batches of a job of N consumers; 0 chooses per job")
+      ->check(CLI::Range(0, 1 << 20));
+  AddFlag(app, "--metrics-port", &f->metrics_port, "P",
+          "serve Prometheus metrics at /metrics and a live page at / (0 picks a free port)")
+      ->check(CLI::Range(0, 65535))
+      ->default_str("off");
+  AddFlag(app, "--metrics-port-file", &f->metrics_port_file, "FILE",
+          "write the metrics port chosen to FILE");
+  AddFlag(app, "--advice-smoothing-ms", &f->advice_smoothing_ms, "MS",
+          "the recommended number of producers is smoothed over this long")
+      ->check(CLI::Range(1, 86400000));
+  AddFlag(app, "--advice-hold-ms", &f->advice_hold_ms, "MS",
+          "the recommended number of producers changes only after this long")
+      ->check(CLI::Range(0, 86400000));
+  AddFlag(app, "--job-retention", &f->job_retention, "DURATION",
+          "delete a done job no consumer reads this long after it became done (72h, 30m, 90s; "
+          "0 keeps jobs for ever)");
+  AddTlsFlags(app, &f->tls, /*server=*/true);
+  return {app, [f] { return Run(*f); }};
 }
 
 }  // namespace croupier::cli

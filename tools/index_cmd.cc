@@ -1,14 +1,14 @@
-// croupier index [--cache-dir DIR] [--quiet] FILES...
+// croupier index FILES... [--cache-dir DIR] [--quiet]
 // Builds (or verifies the freshness of) the record index of each file ahead of time.
 #include <chrono>
 #include <cstdio>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "croupier/record_index.h"
 #include "src/common/env.h"
 #include "src/common/status_macros.h"
-#include "tools/cli_args.h"
 #include "tools/commands.h"
 #include "tools/progress.h"
 
@@ -16,33 +16,28 @@ namespace croupier::cli {
 namespace {
 // Below this many bytes in all, a progress bar would only flicker.
 constexpr uint64_t kProgressMinBytes = 64 << 20;
-constexpr char kIndexUsage[] = R"(usage: croupier index [--cache-dir DIR] [--quiet] FILES...
+constexpr char kDescription[] =
+    R"(Builds the record index of TFRecord files ahead of time. It builds or refreshes the record
+index of each file (docs/formats.md) in the index cache, and prints each file's record count. Inputs of 64 MiB or more show a progress bar on
+stderr.)";
 
-Builds or refreshes the record index of each TFRecord file (docs/formats.md) in the index cache
-(--cache-dir, else $CROUPIER_INDEX_DIR or the default), and prints each file's record count.
-Inputs of 64 MiB or more show a progress bar on stderr; --quiet prints nothing.
-)";
-}  // namespace
+struct IndexFlags {
+  std::vector<std::string> files;
+  std::string cache_dir;
+  bool quiet = false;
+};
 
-absl::Status IndexCommand(const std::vector<std::string>& argv) {
-  ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {"cache-dir"}, {"quiet", "help"}));
-  if (args.Has("help")) {
-    std::fputs(kIndexUsage, stdout);
-    return absl::OkStatus();
-  }
-  if (args.positional().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("no files given\n", kIndexUsage));
-  }
-  ASSIGN_OR_RETURN(std::vector<std::string> files, ExpandFiles(args.positional()));
+absl::Status Run(const IndexFlags& flags) {
+  ASSIGN_OR_RETURN(std::vector<std::string> files, ExpandFiles(flags.files));
   Env& env = *Env::Default();
   uint64_t total = 0;
   for (const auto& f : files) {
     ASSIGN_OR_RETURN(FileStat st, env.Stat(f));
     total += st.size;
   }
-  IndexCache cache(args.Get("cache-dir"));
+  IndexCache cache(flags.cache_dir);
   std::unique_ptr<Progress> progress;
-  if (total >= kProgressMinBytes && !args.Has("quiet")) {
+  if (total >= kProgressMinBytes && !flags.quiet) {
     progress = std::make_unique<Progress>("indexing", total);
   }
   uint64_t done_before = 0, records = 0;
@@ -58,7 +53,7 @@ absl::Status IndexCommand(const std::vector<std::string>& argv) {
     records += index->num_records();
     if (progress) progress->Update(done_before, f);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!args.Has("quiet")) {
+    if (!flags.quiet) {
       std::printf("%s: %llu records, %llu bytes, %s\n", f.c_str(),
                   static_cast<unsigned long long>(index->num_records()),
                   static_cast<unsigned long long>(index->file_size),
@@ -66,11 +61,25 @@ absl::Status IndexCommand(const std::vector<std::string>& argv) {
     }
   }
   progress.reset();
-  if (!args.Has("quiet")) {
+  if (!flags.quiet) {
     std::printf("%zu files, %llu records; indexes in %s\n", files.size(),
                 static_cast<unsigned long long>(records), cache.dir().c_str());
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+Subcommand AddIndexCommand(CLI::App& parent) {
+  auto f = std::make_shared<IndexFlags>();
+  CLI::App* app = parent.add_subcommand("index", kDescription);
+  app->add_option("files", f->files, "TFRecord files or globs")
+      ->required()
+      ->option_text("FILES...");
+  AddFlag(app, "--cache-dir", &f->cache_dir, "DIR", "the index cache")
+      ->default_str("$CROUPIER_INDEX_DIR, else ~/.cache/croupier/index");
+  AddSwitch(app, "--quiet", &f->quiet, "print nothing");
+  return {app, [f] { return Run(*f); }};
 }
 
 absl::StatusOr<std::vector<std::string>> ExpandFiles(const std::vector<std::string>& patterns) {

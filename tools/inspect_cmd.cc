@@ -2,6 +2,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -10,7 +11,6 @@
 #include "croupier/example.h"
 #include "croupier/tfrecord.h"
 #include "src/common/status_macros.h"
-#include "tools/cli_args.h"
 #include "tools/commands.h"
 
 namespace croupier::cli {
@@ -98,22 +98,17 @@ std::string HumanText(const Example& example) {
   return out;
 }
 
-}  // namespace
+struct InspectFlags {
+  std::string file;
+  int64_t limit = -1;
+  bool json = false;
+};
 
-absl::Status InspectCommand(const std::vector<std::string>& argv) {
-  ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {"limit"}, {"json", "help"}));
-  if (args.Has("help")) {
-    std::fputs("usage: croupier inspect FILE [--limit K] [--json]\n\nPrints the records of a "
-               "TFRecord file (at most K), decoded as tf.train.Example.\n", stdout);
-    return absl::OkStatus();
-  }
-  if (args.positional().size() != 1) {
-    return absl::InvalidArgumentError("usage: croupier inspect FILE [--limit K] [--json]");
-  }
-  ASSIGN_OR_RETURN(int64_t limit, args.GetInt("limit", -1, -1, INT64_MAX));
-  const std::string& path = args.positional()[0];
+absl::Status Run(const InspectFlags& f) {
+  const int64_t limit = f.limit;
+  const std::string& path = f.file;
   ASSIGN_OR_RETURN(auto reader, RecordReader::Open(path));
-  const bool json = args.Has("json");
+  const bool json = f.json;
   int64_t count = 0;
   while (limit < 0 || count < limit) {
     ASSIGN_OR_RETURN(auto record, reader->Next());
@@ -135,6 +130,20 @@ absl::Status InspectCommand(const std::vector<std::string>& argv) {
   }
   if (!json) std::printf("%lld records shown\n", static_cast<long long>(count));
   return absl::OkStatus();
+}
+
+}  // namespace
+
+Subcommand AddInspectCommand(CLI::App& parent) {
+  auto f = std::make_shared<InspectFlags>();
+  CLI::App* app = parent.add_subcommand(
+      "inspect", "Prints the records of a TFRecord file, decoded as tf.train.Example.");
+  app->add_option("file", f->file, "the TFRecord file")->required()->option_text("FILE");
+  AddFlag(app, "--limit", &f->limit, "K", "show at most K records; -1: all")
+      ->check(CLI::Range(int64_t{-1}, INT64_MAX))
+      ->default_str("all");
+  AddSwitch(app, "--json", &f->json, "one JSON object per record (bytes in base64)");
+  return {app, [f] { return Run(*f); }};
 }
 
 }  // namespace croupier::cli

@@ -1,6 +1,7 @@
 // croupier job create|show|list|describe|delete: defines a job on the dispatcher, or shows one;
 // list, describe and delete are in job_list_cmd.cc, job_describe_cmd.cc, job_delete_cmd.cc.
 #include <cstdio>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -10,34 +11,43 @@
 #include "src/job/job_settings.h"
 #include "src/rpc/dispatcher_client.h"
 #include "src/rpc/grpc_util.h"
-#include "tools/cli_args.h"
 #include "tools/commands.h"
-#include "tools/tls_flags.h"
+#include "tools/job_common.h"
 
 namespace croupier::cli {
 namespace {
 
-constexpr char kJobUsage[] = R"(usage:
-  croupier job create --dispatcher HOST:PORT --name NAME --files GLOB[,GLOB...]
-      --features SPEC --batch-size B [--consumers N] [--seed S] [--epochs E]
-      [--shuffle none|global|blocks] [--block-size S] [--window-blocks W]
-      [--remainder drop|pad] [--mode dealt|first_come] [--compression none|zstd|lz4]
-      [--exist-ok] [--json]
-  croupier job show --dispatcher HOST:PORT --name NAME [--json]
-  croupier job list --dispatcher HOST:PORT [--json]
-  croupier job describe NAME --dispatcher HOST:PORT [--files] [--json]
-  croupier job delete NAME --dispatcher HOST:PORT [--force] [--json]
+constexpr char kJobDescription[] =
+    R"(Defines jobs on the dispatcher, shows, lists, describes and deletes them.)";
 
-SPEC names each feature and its type, e.g. image:bytes,label:int64,emb:float32[16],ids:int64[*].
-A bad spec is refused with the reason: no file matches, a feature absent from the data, a wrong
-dtype or count, a setting out of range. --epochs 0 (the default) deals epochs without end.
-list shows each job's state (idle, running, done) and counts, without file lists; describe
-shows one job, its ranks' positions and (--files) its files. delete frees the job's name and
-revokes its tasks from the producers; a job that live consumers read is refused unless --force,
-which removes them (their trainers fail with NOT_FOUND).
-Common options: --auth-token TOKEN (or CROUPIER_AUTH_TOKEN), --timeout-ms MS (default 30000),
---tls-ca FILE [--tls-cert FILE --tls-key FILE] (TLS, as `croupier dispatcher --help` says).
-)";
+constexpr char kCreateDescription[] =
+    R"(Defines a job. A bad spec is refused with the reason: no file matches, a feature absent from
+the data, a wrong dtype or count, a setting out of range.)";
+
+struct CreateFlags {
+  ClientFlags client;
+  std::string name;
+  std::string files;
+  std::string features;
+  uint32_t batch_size = 0;
+  uint32_t consumers = 1;
+  uint64_t seed = 0;
+  uint64_t epochs = 0;
+  std::string shuffle;
+  uint32_t block_size = 0;
+  uint32_t window_blocks = 0;
+  std::string remainder;
+  std::string mode;
+  std::string compression;
+  bool exist_ok = false;
+  bool json = false;
+};
+
+struct ShowFlags {
+  ClientFlags client;
+  std::string name;
+  bool json = false;
+};
 
 void PrintJob(const v1::JobInfo& job, bool json) {
   if (json) {
@@ -63,83 +73,92 @@ void PrintJob(const v1::JobInfo& job, bool json) {
   }
 }
 
-}  // namespace
+absl::Status RunShow(const ShowFlags& f) {
+  auto client = JobClient(f.client);
+  v1::GetJobRequest request;
+  request.set_name(f.name);
+  ASSIGN_OR_RETURN(auto response, client->GetJob(request));
+  PrintJob(response.job(), f.json);
+  return absl::OkStatus();
+}
 
-absl::Status JobCommand(const std::vector<std::string>& argv) {
-  if (!argv.empty() && (argv[0] == "--help" || argv[0] == "-h" || argv[0] == "help")) {
-    std::fputs(kJobUsage, stdout);
-    return absl::OkStatus();
-  }
-  const std::vector<std::string> rest(argv.begin() + (argv.empty() ? 0 : 1), argv.end());
-  if (!argv.empty() && argv[0] == "list") return JobListCommand(rest, kJobUsage);
-  if (!argv.empty() && argv[0] == "describe") return JobDescribeCommand(rest, kJobUsage);
-  if (!argv.empty() && argv[0] == "delete") return JobDeleteCommand(rest, kJobUsage);
-  if (argv.empty() || (argv[0] != "create" && argv[0] != "show")) {
-    std::fputs(kJobUsage, stderr);
-    return absl::InvalidArgumentError(
-        "job needs a subcommand: create, show, list, describe or delete");
-  }
-  ASSIGN_OR_RETURN(
-      Args args,
-      Args::Parse(std::vector<std::string>(argv.begin() + 1, argv.end()),
-                  {"dispatcher", "name", "files", "features", "batch-size", "consumers", "seed",
-                   "epochs", "shuffle", "block-size", "window-blocks", "remainder", "mode",
-                   "compression", "auth-token", "timeout-ms", "tls-cert", "tls-key", "tls-ca"},
-                  {"exist-ok", "json", "help"}));
-  if (args.Has("help")) {
-    std::fputs(kJobUsage, stdout);
-    return absl::OkStatus();
-  }
-  if (!args.Has("dispatcher") || !args.Has("name")) {
-    return absl::InvalidArgumentError(absl::StrCat("--dispatcher and --name are required\n",
-                                                   kJobUsage));
-  }
-  ASSIGN_OR_RETURN(int64_t timeout_ms, args.GetInt("timeout-ms", 30000, 1, 86400000));
-  auto client = rpc::DispatcherClient::Create(
-      args.Get("dispatcher"), {.auth_token = rpc::ResolveAuthToken(args.Get("auth-token")),
-                               .call_timeout = absl::Milliseconds(timeout_ms),
-                               .timeout = absl::Milliseconds(timeout_ms),
-                               .tls = TlsFromFlags(args)});
-  if (argv[0] == "show") {
-    v1::GetJobRequest request;
-    request.set_name(args.Get("name"));
-    ASSIGN_OR_RETURN(auto response, client->GetJob(request));
-    PrintJob(response.job(), args.Has("json"));
-    return absl::OkStatus();
-  }
+absl::Status RunCreate(const CreateFlags& f) {
+  auto client = JobClient(f.client);
   v1::CreateJobRequest request;
   v1::JobSpec& spec = *request.mutable_spec();
-  spec.set_name(args.Get("name"));
-  for (absl::string_view f : absl::StrSplit(args.Get("files"), ',', absl::SkipEmpty())) {
-    spec.add_files(std::string(f));
+  spec.set_name(f.name);
+  for (absl::string_view file : absl::StrSplit(f.files, ',', absl::SkipEmpty())) {
+    spec.add_files(std::string(file));
   }
-  spec.set_features(args.Get("features"));
-  ASSIGN_OR_RETURN(int64_t batch, args.GetInt("batch-size", 0, 0, UINT32_MAX));
-  ASSIGN_OR_RETURN(int64_t consumers, args.GetInt("consumers", 1, 0, UINT32_MAX));
-  ASSIGN_OR_RETURN(int64_t block, args.GetInt("block-size", 0, 0, UINT32_MAX));
-  ASSIGN_OR_RETURN(int64_t window, args.GetInt("window-blocks", 0, 0, UINT32_MAX));
-  ASSIGN_OR_RETURN(uint64_t seed, args.GetUint("seed", 0));
-  ASSIGN_OR_RETURN(uint64_t epochs, args.GetUint("epochs", 0));
-  spec.set_batch_size(static_cast<uint32_t>(batch));
-  spec.set_num_consumers(static_cast<uint32_t>(consumers));
-  spec.set_block_size(static_cast<uint32_t>(block));
-  spec.set_window_blocks(static_cast<uint32_t>(window));
-  spec.set_seed(seed);
-  spec.set_num_epochs(epochs);
+  spec.set_features(f.features);
+  spec.set_batch_size(f.batch_size);
+  spec.set_num_consumers(f.consumers);
+  spec.set_block_size(f.block_size);
+  spec.set_window_blocks(f.window_blocks);
+  spec.set_seed(f.seed);
+  spec.set_num_epochs(f.epochs);
   // The settings' text is parsed here, at the edge; the dispatcher receives the enums.
-  absl::Status settings = SetSettingsFromText({.mode = args.Get("mode"),
-                                               .shuffle = args.Get("shuffle"),
-                                               .remainder = args.Get("remainder"),
-                                               .compression = args.Get("compression")},
+  absl::Status settings = SetSettingsFromText({.mode = f.mode,
+                                               .shuffle = f.shuffle,
+                                               .remainder = f.remainder,
+                                               .compression = f.compression},
                                               spec);
   if (!settings.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("job '", spec.name(), "': ", settings.message()));
   }
-  request.set_exist_ok(args.Has("exist-ok"));
+  request.set_exist_ok(f.exist_ok);
   ASSIGN_OR_RETURN(auto response, client->CreateJob(request));
-  PrintJob(response.job(), args.Has("json"));
+  PrintJob(response.job(), f.json);
   return absl::OkStatus();
+}
+
+Subcommand AddJobCreateCommand(CLI::App& job) {
+  auto f = std::make_shared<CreateFlags>();
+  CLI::App* app = job.add_subcommand("create", kCreateDescription);
+  AddClientFlags(app, &f->client);
+  AddFlag(app, "--name", &f->name, "NAME", "the job's name")->required();
+  AddFlag(app, "--files", &f->files, "GLOB[,GLOB...]", "the TFRecord files the job reads");
+  AddFlag(app, "--features", &f->features, "SPEC",
+          "each feature and its type, e.g. image:bytes,label:int64,emb:float32[16],ids:int64[*]");
+  AddFlag(app, "--batch-size", &f->batch_size, "B", "records per batch");
+  AddFlag(app, "--consumers", &f->consumers, "N", "the number of consumers (ranks)");
+  AddFlag(app, "--seed", &f->seed, "S", "the shuffle's seed");
+  AddFlag(app, "--epochs", &f->epochs, "E", "the number of epochs; 0: without end");
+  AddFlag(app, "--shuffle", &f->shuffle, "none|global|blocks", "how the records are shuffled")
+      ->default_str("global");
+  AddFlag(app, "--block-size", &f->block_size, "S",
+          "records per block (--shuffle blocks); 0: the dispatcher's default");
+  AddFlag(app, "--window-blocks", &f->window_blocks, "W",
+          "blocks shuffled together (--shuffle blocks); 0: the dispatcher's default");
+  AddFlag(app, "--remainder", &f->remainder, "drop|pad",
+          "the records that do not fill a last round of batches")
+      ->default_str("drop");
+  AddFlag(app, "--mode", &f->mode, "dealt|first_come",
+          "dealt: equal steps per rank; first_come: a batch to whoever asks first")
+      ->default_str("dealt");
+  AddFlag(app, "--compression", &f->compression, "none|zstd|lz4", "batches' compression on TCP")
+      ->default_str("none");
+  AddSwitch(app, "--exist-ok", &f->exist_ok, "succeed if the same job exists already");
+  AddSwitch(app, "--json", &f->json, "print the job as JSON");
+  return {app, [f] { return RunCreate(*f); }};
+}
+
+Subcommand AddJobShowCommand(CLI::App& job) {
+  auto f = std::make_shared<ShowFlags>();
+  CLI::App* app = job.add_subcommand("show", "Shows a job's settings and size.");
+  AddClientFlags(app, &f->client);
+  AddFlag(app, "--name", &f->name, "NAME", "the job's name")->required();
+  AddSwitch(app, "--json", &f->json, "print the job as JSON");
+  return {app, [f] { return RunShow(*f); }};
+}
+
+}  // namespace
+
+std::vector<Subcommand> AddJobCommands(CLI::App& parent) {
+  CLI::App* job = parent.add_subcommand("job", kJobDescription);
+  return {{job, nullptr},          AddJobCreateCommand(*job),   AddJobShowCommand(*job),
+          AddJobListCommand(*job), AddJobDescribeCommand(*job), AddJobDeleteCommand(*job)};
 }
 
 }  // namespace croupier::cli

@@ -8,34 +8,43 @@
 #include "src/job/job_json.h"
 #include "src/job/job_settings.h"
 #include "src/rpc/grpc_util.h"
-#include "tools/tls_flags.h"
 
 namespace croupier::cli {
 
-std::set<std::string> JobClientFlags() {
-  return {"dispatcher", "auth-token", "timeout-ms", "tls-cert", "tls-key", "tls-ca"};
+void AddClientFlags(CLI::App* app, ClientFlags* flags) {
+  AddFlag(app, "--dispatcher", &flags->dispatcher, "HOST:PORT", "the dispatcher's address")
+      ->required();
+  AddAuthTokenFlag(app, &flags->auth_token);
+  AddFlag(app, "--timeout-ms", &flags->timeout_ms, "MS", "the deadline of each call")
+      ->check(CLI::Range(1, 86400000));
+  AddTlsFlags(app, &flags->tls, /*server=*/false);
 }
 
-absl::StatusOr<std::unique_ptr<rpc::DispatcherClient>> JobClient(const Args& args,
-                                                                 const char* usage) {
-  if (!args.Has("dispatcher")) {
-    return absl::InvalidArgumentError(absl::StrCat("--dispatcher is required\n", usage));
-  }
-  ASSIGN_OR_RETURN(int64_t timeout_ms, args.GetInt("timeout-ms", 30000, 1, 86400000));
-  return rpc::DispatcherClient::Create(args.Get("dispatcher"),
-                                       {.auth_token = rpc::ResolveAuthToken(args.Get("auth-token")),
-                                        .call_timeout = absl::Milliseconds(timeout_ms),
-                                        .timeout = absl::Milliseconds(timeout_ms),
-                                        .tls = TlsFromFlags(args)});
+std::unique_ptr<rpc::DispatcherClient> JobClient(const ClientFlags& flags) {
+  return rpc::DispatcherClient::Create(flags.dispatcher,
+                                       {.auth_token = rpc::ResolveAuthToken(flags.auth_token),
+                                        .call_timeout = absl::Milliseconds(flags.timeout_ms),
+                                        .timeout = absl::Milliseconds(flags.timeout_ms),
+                                        .tls = flags.tls});
 }
 
-absl::StatusOr<std::string> JobName(const Args& args, const char* usage) {
-  const size_t given = args.positional().size() + (args.Has("name") ? 1 : 0);
-  if (given != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expected one job name (NAME or --name NAME)\n", usage));
+void AddNameFlags(CLI::App* app, NameFlags* flags) {
+  CLI::Option* positional =
+      app->add_option("name", flags->positional, "the job's name (or --name)")->option_text("NAME");
+  AddFlag(app, "--name", &flags->flag, "NAME", "the job's name (or NAME)")->excludes(positional);
+  // Checked while parsing (CLI11 runs this inside parse), so reported like a missing flag.
+  app->callback([flags] {
+    if (flags->positional.empty() && flags->flag.empty()) {
+      throw CLI::RequiredError("the job's name (NAME or --name NAME)");
+    }
+  });
+}
+
+absl::StatusOr<std::string> JobName(const NameFlags& flags) {
+  if (flags.positional.empty() == flags.flag.empty()) {
+    return absl::InvalidArgumentError("expected one job name (NAME or --name NAME)");
   }
-  return args.Has("name") ? args.Get("name") : args.positional()[0];
+  return flags.flag.empty() ? flags.positional : flags.flag;
 }
 
 std::string SummaryLine(const v1::JobSummary& job) {

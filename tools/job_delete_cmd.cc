@@ -1,6 +1,7 @@
 // croupier job delete NAME --dispatcher HOST:PORT [--force]: deletes a job (DeleteJob). A job
 // that live consumers read is refused, naming them, unless --force, which removes them first.
 #include <cstdio>
+#include <memory>
 
 #include "src/common/status_macros.h"
 #include "src/job/job_settings.h"
@@ -9,17 +10,23 @@
 
 namespace croupier::cli {
 
-absl::Status JobDeleteCommand(const std::vector<std::string>& argv, const char* usage) {
-  std::set<std::string> flags = JobClientFlags();
-  flags.insert("name");
-  ASSIGN_OR_RETURN(Args args, Args::Parse(argv, flags, {"force", "json"}));
-  ASSIGN_OR_RETURN(std::string name, JobName(args, usage));
-  ASSIGN_OR_RETURN(auto client, JobClient(args, usage));
+namespace {
+
+struct DeleteFlags {
+  ClientFlags client;
+  NameFlags name;
+  bool force = false;
+  bool json = false;
+};
+
+absl::Status Run(const DeleteFlags& f) {
+  ASSIGN_OR_RETURN(std::string name, JobName(f.name));
+  auto client = JobClient(f.client);
   v1::DeleteJobRequest request;
   request.set_name(name);
-  request.set_force(args.Has("force"));
+  request.set_force(f.force);
   ASSIGN_OR_RETURN(v1::DeleteJobResponse response, client->DeleteJob(request));
-  if (args.Has("json")) {
+  if (f.json) {
     PrintJson(response);
     return absl::OkStatus();
   }
@@ -29,6 +36,20 @@ absl::Status JobDeleteCommand(const std::vector<std::string>& argv, const char* 
       name.c_str(), std::string(JobStateName(response.job().state())).c_str(),
       response.consumers_removed(), response.producers_removed(), response.tasks_revoked());
   return absl::OkStatus();
+}
+
+}  // namespace
+
+Subcommand AddJobDeleteCommand(CLI::App& job) {
+  auto f = std::make_shared<DeleteFlags>();
+  CLI::App* app = job.add_subcommand(
+      "delete", "Deletes a job: frees its name and revokes its tasks from the producers.");
+  AddNameFlags(app, &f->name);
+  AddClientFlags(app, &f->client);
+  AddSwitch(app, "--force", &f->force,
+            "delete a job that live consumers read too (their trainers fail with NOT_FOUND)");
+  AddSwitch(app, "--json", &f->json, "print the dispatcher's answer as JSON");
+  return {app, [f] { return Run(*f); }};
 }
 
 }  // namespace croupier::cli

@@ -1,6 +1,7 @@
 // croupier job describe NAME --dispatcher HOST:PORT [--json]: one job whole (GetJob): its
 // settings, its state and counts, its ranks' positions, and (--files) its file list.
 #include <cstdio>
+#include <memory>
 
 #include "src/common/status_macros.h"
 #include "src/job/job_settings.h"
@@ -9,16 +10,22 @@
 
 namespace croupier::cli {
 
-absl::Status JobDescribeCommand(const std::vector<std::string>& argv, const char* usage) {
-  std::set<std::string> flags = JobClientFlags();
-  flags.insert("name");
-  ASSIGN_OR_RETURN(Args args, Args::Parse(argv, flags, {"json", "files"}));
-  ASSIGN_OR_RETURN(std::string name, JobName(args, usage));
-  ASSIGN_OR_RETURN(auto client, JobClient(args, usage));
+namespace {
+
+struct DescribeFlags {
+  ClientFlags client;
+  NameFlags name;
+  bool json = false;
+  bool files = false;
+};
+
+absl::Status Run(const DescribeFlags& f) {
+  ASSIGN_OR_RETURN(std::string name, JobName(f.name));
+  auto client = JobClient(f.client);
   v1::GetJobRequest request;
   request.set_name(name);
   ASSIGN_OR_RETURN(v1::GetJobResponse response, client->GetJob(request));
-  if (args.Has("json")) {
+  if (f.json) {
     PrintJson(response);
     return absl::OkStatus();
   }
@@ -37,13 +44,26 @@ absl::Status JobDescribeCommand(const std::vector<std::string>& argv, const char
                 static_cast<unsigned long long>(p.epoch()),
                 static_cast<unsigned long long>(p.step()));
   }
-  if (args.Has("files")) {
+  if (f.files) {
     for (const v1::FileInfo& f : response.job().files()) {
       std::printf("  %s: %llu records\n", f.path().c_str(),
                   static_cast<unsigned long long>(f.num_records()));
     }
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+Subcommand AddJobDescribeCommand(CLI::App& job) {
+  auto f = std::make_shared<DescribeFlags>();
+  CLI::App* app = job.add_subcommand(
+      "describe", "Shows one job: its settings, state and counts, and its ranks' positions.");
+  AddNameFlags(app, &f->name);
+  AddClientFlags(app, &f->client);
+  AddSwitch(app, "--files", &f->files, "list the job's files and their record counts too");
+  AddSwitch(app, "--json", &f->json, "print the dispatcher's answer as JSON");
+  return {app, [f] { return Run(*f); }};
 }
 
 }  // namespace croupier::cli

@@ -1,6 +1,7 @@
 // croupier job list --dispatcher HOST:PORT [--json]: every job's summary (GetStatus's
 // job_summaries), one line each, without the file lists.
 #include <cstdio>
+#include <memory>
 
 #include "src/common/status_macros.h"
 #include "tools/commands.h"
@@ -8,15 +9,17 @@
 
 namespace croupier::cli {
 
-absl::Status JobListCommand(const std::vector<std::string>& argv, const char* usage) {
-  std::set<std::string> flags = JobClientFlags();
-  ASSIGN_OR_RETURN(Args args, Args::Parse(argv, flags, {"json"}));
-  if (!args.positional().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("job list takes no name\n", usage));
-  }
-  ASSIGN_OR_RETURN(auto client, JobClient(args, usage));
+namespace {
+
+struct ListFlags {
+  ClientFlags client;
+  bool json = false;
+};
+
+absl::Status Run(const ListFlags& f) {
+  auto client = JobClient(f.client);
   ASSIGN_OR_RETURN(v1::StatusResponse status, client->GetStatus(v1::StatusRequest()));
-  if (args.Has("json")) {
+  if (f.json) {
     v1::StatusResponse jobs;
     *jobs.mutable_job_summaries() = status.job_summaries();
     jobs.set_job_retention_seconds(status.job_retention_seconds());
@@ -28,6 +31,17 @@ absl::Status JobListCommand(const std::vector<std::string>& argv, const char* us
   }
   if (status.job_summaries().empty()) std::printf("no jobs\n");
   return absl::OkStatus();
+}
+
+}  // namespace
+
+Subcommand AddJobListCommand(CLI::App& job) {
+  auto f = std::make_shared<ListFlags>();
+  CLI::App* app = job.add_subcommand(
+      "list", "Lists every job's state (idle, running, done) and counts, without file lists.");
+  AddClientFlags(app, &f->client);
+  AddSwitch(app, "--json", &f->json, "print the summaries as JSON");
+  return {app, [f] { return Run(*f); }};
 }
 
 }  // namespace croupier::cli

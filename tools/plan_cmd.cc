@@ -1,6 +1,7 @@
 // croupier plan: prints an epoch's deal, for a record count or for the records of some files.
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -9,21 +10,33 @@
 #include "croupier/dataset.h"
 #include "croupier/plan.h"
 #include "src/common/status_macros.h"
-#include "tools/cli_args.h"
 #include "tools/commands.h"
 
 namespace croupier::cli {
 namespace {
 
-constexpr char kPlanUsage[] = R"(usage: croupier plan (--records N | --files GLOB[,GLOB...])
-         --batch-size B --consumers N [--seed S] [--epoch E]
-         [--shuffle none|global|blocks] [--block-size S] [--window-blocks W]
-         [--remainder drop|pad] [--steps K] [--show-records K] [--json]
+constexpr char kDescription[] =
+    R"(Prints an epoch's deal. It shows which records make up each global batch of an epoch and which consumer takes it as
+which step, for --records N records or for the records of --files.)";
 
-Prints which records make up each global batch of the epoch and which consumer takes it as
-which step. --steps limits the steps shown (default 4; 0 = all); --json prints one JSON object
-per batch instead of the table.
-)";
+struct PlanFlags {
+  uint64_t records = 0;
+  std::string files;
+  std::string cache_dir;
+  uint32_t batch_size = 0;
+  uint32_t consumers = 0;
+  uint64_t seed = 0;
+  uint64_t epoch = 0;
+  std::string shuffle = "global";
+  uint32_t block_size = 1024;
+  uint32_t window_blocks = 16;
+  std::string remainder = "drop";
+  uint64_t steps = 4;
+  uint64_t show_records = 8;
+  bool json = false;
+  CLI::Option* records_flag = nullptr;
+  CLI::Option* files_flag = nullptr;
+};
 
 std::string RecordList(const std::vector<uint64_t>& ids, size_t show) {
   std::vector<uint64_t> head(ids.begin(), ids.begin() + std::min(show, ids.size()));
@@ -32,54 +45,31 @@ std::string RecordList(const std::vector<uint64_t>& ids, size_t show) {
   return s;
 }
 
-}  // namespace
-
-absl::Status PlanCommand(const std::vector<std::string>& argv) {
-  ASSIGN_OR_RETURN(
-      Args args,
-      Args::Parse(argv,
-                  {"records", "files", "batch-size", "consumers", "seed", "epoch", "shuffle",
-                   "block-size", "window-blocks", "remainder", "steps", "show-records",
-                   "cache-dir"},
-                  {"json", "help"}));
-  if (args.Has("help")) {
-    std::fputs(kPlanUsage, stdout);
-    return absl::OkStatus();
-  }
-  if (args.Has("records") == args.Has("files") || !args.Has("batch-size") ||
-      !args.Has("consumers")) {
-    return absl::InvalidArgumentError(absl::StrCat("missing or conflicting options\n", kPlanUsage));
-  }
+absl::Status Run(const PlanFlags& f) {
   PlanSpec spec;
   std::string source;
-  if (args.Has("files")) {
-    ASSIGN_OR_RETURN(auto files, ExpandFiles(absl::StrSplit(args.Get("files"), ',')));
-    IndexCache cache(args.Get("cache-dir"));
+  if (f.files_flag->count() > 0) {
+    ASSIGN_OR_RETURN(auto files, ExpandFiles(absl::StrSplit(f.files, ',')));
+    IndexCache cache(f.cache_dir);
     ASSIGN_OR_RETURN(auto dataset, Dataset::Open(files, cache));
     spec.num_records = dataset->num_records();
     source = absl::StrCat(files.size(), " files, ");
   } else {
-    ASSIGN_OR_RETURN(spec.num_records, args.GetUint("records", 0));
+    spec.num_records = f.records;
   }
-  ASSIGN_OR_RETURN(int64_t batch, args.GetInt("batch-size", 0, 1, UINT32_MAX));
-  ASSIGN_OR_RETURN(int64_t consumers, args.GetInt("consumers", 0, 1, UINT32_MAX));
-  ASSIGN_OR_RETURN(int64_t block, args.GetInt("block-size", 1024, 1, UINT32_MAX));
-  ASSIGN_OR_RETURN(int64_t window, args.GetInt("window-blocks", 16, 1, UINT32_MAX));
-  ASSIGN_OR_RETURN(spec.seed, args.GetUint("seed", 0));
-  ASSIGN_OR_RETURN(uint64_t epoch, args.GetUint("epoch", 0));
-  ASSIGN_OR_RETURN(spec.shuffle, ParseShuffleMode(args.Get("shuffle", "global")));
-  ASSIGN_OR_RETURN(spec.remainder, ParseRemainder(args.Get("remainder", "drop")));
-  ASSIGN_OR_RETURN(uint64_t steps, args.GetUint("steps", 4));
-  ASSIGN_OR_RETURN(uint64_t show, args.GetUint("show-records", 8));
-  spec.batch_size = static_cast<uint32_t>(batch);
-  spec.num_consumers = static_cast<uint32_t>(consumers);
-  spec.block_size = static_cast<uint32_t>(block);
-  spec.window_blocks = static_cast<uint32_t>(window);
+  const uint64_t epoch = f.epoch, steps = f.steps, show = f.show_records;
+  spec.seed = f.seed;
+  ASSIGN_OR_RETURN(spec.shuffle, ParseShuffleMode(f.shuffle));
+  ASSIGN_OR_RETURN(spec.remainder, ParseRemainder(f.remainder));
+  spec.batch_size = f.batch_size;
+  spec.num_consumers = f.consumers;
+  spec.block_size = f.block_size;
+  spec.window_blocks = f.window_blocks;
   ASSIGN_OR_RETURN(EpochPlan plan, EpochPlan::Create(spec, epoch));
 
   const uint64_t shown_steps =
       steps == 0 ? plan.steps_per_consumer() : std::min(steps, plan.steps_per_consumer());
-  if (args.Has("json")) {
+  if (f.json) {
     for (uint64_t g = 0; g < shown_steps * spec.num_consumers; ++g) {
       std::printf("{\"epoch\": %llu, \"batch\": %llu, \"consumer\": %u, \"step\": %llu, "
                   "\"records\": [%s]}\n",
@@ -117,6 +107,49 @@ absl::Status PlanCommand(const std::vector<std::string>& argv) {
                 static_cast<unsigned long long>(plan.steps_per_consumer() - shown_steps));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+Subcommand AddPlanCommand(CLI::App& parent) {
+  auto f = std::make_shared<PlanFlags>();
+  const CLI::Validator positive = CLI::Range(uint32_t{1}, UINT32_MAX);
+  CLI::App* app = parent.add_subcommand("plan", kDescription);
+  f->records_flag =
+      AddFlag(app, "--records", &f->records, "N", "plan N records (this or --files is required)")
+          ->default_str("");
+  f->files_flag = AddFlag(app, "--files", &f->files, "GLOB[,GLOB...]",
+                          "plan the records of these TFRecord files (this or --records)")
+                      ->excludes(f->records_flag);
+  AddFlag(app, "--cache-dir", &f->cache_dir, "DIR", "the index cache of --files")
+      ->default_str("$CROUPIER_INDEX_DIR, else ~/.cache/croupier/index");
+  AddFlag(app, "--batch-size", &f->batch_size, "B", "records per global batch")
+      ->required()
+      ->check(positive);
+  AddFlag(app, "--consumers", &f->consumers, "N", "the number of consumers")
+      ->required()
+      ->check(positive);
+  AddFlag(app, "--seed", &f->seed, "S", "the shuffle's seed");
+  AddFlag(app, "--epoch", &f->epoch, "E", "the epoch to print");
+  AddFlag(app, "--shuffle", &f->shuffle, "none|global|blocks", "how the records are shuffled");
+  AddFlag(app, "--block-size", &f->block_size, "S", "records per block (--shuffle blocks)")
+      ->check(positive);
+  AddFlag(app, "--window-blocks", &f->window_blocks, "W",
+          "blocks shuffled together (--shuffle blocks)")
+      ->check(positive);
+  AddFlag(app, "--remainder", &f->remainder, "drop|pad",
+          "the records that do not fill a last round of batches");
+  AddFlag(app, "--steps", &f->steps, "K", "steps shown; 0: all");
+  AddFlag(app, "--show-records", &f->show_records, "K", "record ids shown per batch");
+  AddSwitch(app, "--json", &f->json, "one JSON object per batch instead of the table");
+  // Checked as the flags are parsed (CLI11 runs this inside parse), so reported like any other
+  // missing flag; --files and --records together are refused by excludes().
+  app->callback([f] {
+    if (f->records_flag->count() + f->files_flag->count() == 0) {
+      throw CLI::RequiredError("--records or --files");
+    }
+  });
+  return {app, [f] { return Run(*f); }};
 }
 
 }  // namespace croupier::cli

@@ -2,6 +2,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -11,10 +12,8 @@
 #include "src/common/status_macros.h"
 #include "src/node/producer_node.h"
 #include "src/rpc/grpc_util.h"
-#include "tools/cli_args.h"
 #include "tools/commands.h"
 #include "tools/signals.h"
-#include "tools/tls_flags.h"
 
 namespace croupier::cli {
 namespace {
@@ -23,83 +22,58 @@ namespace {
 std::atomic<bool> started{false};
 std::atomic<int> received{0};
 
-constexpr char kProducerUsage[] = R"(usage: croupier producer --dispatcher HOST:PORT [--port P]
-         [--bind ADDR] [--advertise-host HOST] [--threads N] [--buffer-bytes B]
-         [--max-tasks K] [--cache-bytes B] [--cache-dir DIR] [--index-cache-dir DIR]
-         [--auth-token TOKEN] [--connect-timeout-ms MS] [--shm on|off]
-         [--metrics-port P [--metrics-port-file FILE]]
-         [--max-connections N] [--max-connections-per-peer N]
-         [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]
+constexpr char kDescription[] =
+    R"(Runs a producer of TFRecord jobs. It takes work (ranges of global batches) from the dispatcher, reads and
+decodes the records, keeps finished batches in a bounded buffer and serves them to consumers on
+its data port. Consumers on the same host receive batches through shared memory unless
+--shm off. Stops cleanly on SIGINT or SIGTERM, handing its tasks back.
+This is the TFRecord producer; `croupier produce` runs the Python producer of map and stream
+jobs.)";
 
-Runs a producer: it takes work (ranges of global batches) from the dispatcher, reads and decodes
-the records on --threads threads (default: the machine's cores), keeps at most --buffer-bytes
-(default 256 MiB) of finished batches, and serves them to consumers on its data port (--port 0,
-the default, picks a free one). --cache-bytes keeps the records read for later epochs, in memory
-or under --cache-dir. Consumers on the same host receive batches through shared memory unless
---shm off (the default is on without TLS and off with TLS: the shared-memory path is not
-encrypted). --metrics-port serves this producer's Prometheus metrics at
-http://ADDR:P/metrics (docs/metrics.md; 0 picks a free port, which --metrics-port-file writes).
-The data port accepts at most --max-connections (default 256) connections, and
---max-connections-per-peer (default 128) from one IP address. Stops cleanly on SIGINT or SIGTERM.
-)";
+struct ProducerFlags {
+  std::string dispatcher;
+  int port = 0;
+  std::string bind = "127.0.0.1";
+  std::string advertise_host;
+  int threads = 0;
+  uint64_t buffer_bytes = uint64_t{256} << 20;
+  uint32_t max_tasks = 2;
+  uint64_t cache_bytes = 0;
+  std::string cache_dir;
+  std::string index_cache_dir;
+  std::string auth_token;
+  int64_t connect_timeout_ms = 60000;
+  int64_t test_delay_ms = 0;
+  int64_t test_make_delay_ms = 0;
+  std::string shm;
+  int metrics_port = -1;
+  std::string metrics_port_file;
+  size_t max_connections = 256;
+  size_t max_connections_per_peer = 128;
+  TlsConfig tls;
+};
 
-}  // namespace
-
-absl::Status ProducerCommand(const std::vector<std::string>& argv) {
-  ASSIGN_OR_RETURN(
-      Args args,
-      Args::Parse(argv,
-                  {"dispatcher", "port", "bind", "advertise-host", "threads", "buffer-bytes",
-                   "max-tasks", "cache-bytes", "cache-dir", "index-cache-dir", "auth-token",
-                   "connect-timeout-ms", "test-delay-ms", "test-make-delay-ms", "max-connections",
-                   "max-connections-per-peer", "tls-cert", "tls-key", "tls-ca", "shm", "metrics-port", "metrics-port-file"},
-                  {"help"}));
-  if (args.Has("help")) {
-    std::fputs(kProducerUsage, stdout);
-    std::fputs(kTlsUsage, stdout);
-    return absl::OkStatus();
-  }
+absl::Status Run(const ProducerFlags& f) {
   ProducerNodeOptions options;
-  options.dispatcher = args.Get("dispatcher");
-  if (options.dispatcher.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("--dispatcher is required\n", kProducerUsage));
-  }
-  ASSIGN_OR_RETURN(int64_t port, args.GetInt("port", 0, 0, 65535));
-  ASSIGN_OR_RETURN(int64_t threads, args.GetInt("threads", 0, 0, 1024));
-  ASSIGN_OR_RETURN(uint64_t buffer, args.GetUint("buffer-bytes", uint64_t{256} << 20));
-  ASSIGN_OR_RETURN(int64_t max_tasks, args.GetInt("max-tasks", 2, 1, 1024));
-  ASSIGN_OR_RETURN(uint64_t cache_bytes, args.GetUint("cache-bytes", 0));
-  ASSIGN_OR_RETURN(int64_t connect_ms, args.GetInt("connect-timeout-ms", 60000, 1, 86400000));
-  ASSIGN_OR_RETURN(int64_t delay_ms, args.GetInt("test-delay-ms", 0, 0, 60000));
-  ASSIGN_OR_RETURN(int64_t make_delay_ms, args.GetInt("test-make-delay-ms", 0, 0, 60000));
-  options.runner.test_make_delay = absl::Milliseconds(make_delay_ms);
-  ASSIGN_OR_RETURN(int64_t metrics_port, args.GetInt("metrics-port", -1, 0, 65535));
-  options.metrics_port = args.Has("metrics-port") ? static_cast<int>(metrics_port) : -1;
-  if (buffer == 0) return absl::InvalidArgumentError("--buffer-bytes must be at least 1");
-  options.port = static_cast<int>(port);
-  options.bind_address = args.Get("bind", "127.0.0.1");
-  options.advertise_host = args.Get("advertise-host");
-  options.auth_token = rpc::ResolveAuthToken(args.Get("auth-token"));
-  options.tls = TlsFromFlags(args);
-  ASSIGN_OR_RETURN(int64_t max_connections, args.GetInt("max-connections", 256, 1, 65536));
-  ASSIGN_OR_RETURN(int64_t per_peer, args.GetInt("max-connections-per-peer", 128, 1, 65536));
-  options.max_connections = static_cast<size_t>(max_connections);
-  options.max_connections_per_peer = static_cast<size_t>(per_peer);
-  options.runner.threads = static_cast<int>(threads);
-  options.runner.buffer_bytes = buffer;
-  options.runner.max_tasks = static_cast<uint32_t>(max_tasks);
-  options.cache_bytes = cache_bytes;
-  options.cache_dir = args.Get("cache-dir");
-  options.index_cache_dir = args.Get("index-cache-dir");
-  options.connect_timeout = absl::Milliseconds(connect_ms);
-  options.test_max_delay = absl::Milliseconds(delay_ms);
-  if (args.Has("shm")) {
-    const std::string shm = args.Get("shm");
-    if (shm != "on" && shm != "off") {
-      return absl::InvalidArgumentError(absl::StrCat("--shm must be on or off, not '", shm, "'"));
-    }
-    options.shm = shm == "on";
-  }
+  options.dispatcher = f.dispatcher;
+  options.runner.test_make_delay = absl::Milliseconds(f.test_make_delay_ms);
+  options.metrics_port = f.metrics_port;
+  options.port = f.port;
+  options.bind_address = f.bind;
+  options.advertise_host = f.advertise_host;
+  options.auth_token = rpc::ResolveAuthToken(f.auth_token);
+  options.tls = f.tls;
+  options.max_connections = f.max_connections;
+  options.max_connections_per_peer = f.max_connections_per_peer;
+  options.runner.threads = f.threads;
+  options.runner.buffer_bytes = f.buffer_bytes;
+  options.runner.max_tasks = f.max_tasks;
+  options.cache_bytes = f.cache_bytes;
+  options.cache_dir = f.cache_dir;
+  options.index_cache_dir = f.index_cache_dir;
+  options.connect_timeout = absl::Milliseconds(f.connect_timeout_ms);
+  options.test_max_delay = absl::Milliseconds(f.test_delay_ms);
+  if (!f.shm.empty()) options.shm = f.shm == "on";
 
   BlockTerminationSignals();
   if (absl::Status s = KeepLargeAllocationsMapped(); !s.ok()) {
@@ -125,15 +99,72 @@ absl::Status ProducerCommand(const std::vector<std::string>& argv) {
     return started_node.status();
   }
   std::unique_ptr<ProducerNode> node = *std::move(started_node);
-  if (args.Has("metrics-port-file")) {
-    RETURN_IF_ERROR(Env::Default()->WriteFileAtomically(
-        args.Get("metrics-port-file"), absl::StrCat(node->metrics_port(), "\n")));
+  if (!f.metrics_port_file.empty()) {
+    RETURN_IF_ERROR(Env::Default()->WriteFileAtomically(f.metrics_port_file,
+                                                        absl::StrCat(node->metrics_port(), "\n")));
   }
   watcher.join();
   Log(LogLevel::kInfo, "producer",
       absl::StrCat("signal ", received.load(), ": leaving (handing its tasks back) and stopping"));
   node->Leave();
   return absl::OkStatus();
+}
+
+}  // namespace
+
+Subcommand AddProducerCommand(CLI::App& parent) {
+  auto f = std::make_shared<ProducerFlags>();
+  CLI::App* app = parent.add_subcommand("producer", kDescription);
+  AddFlag(app, "--dispatcher", &f->dispatcher, "HOST:PORT", "the dispatcher's address")->required();
+  AddFlag(app, "--port", &f->port, "P", "the data port; 0 picks a free one")
+      ->check(CLI::Range(0, 65535));
+  AddFlag(app, "--bind", &f->bind, "ADDR", "the address to listen on (0.0.0.0: every interface)");
+  AddFlag(app, "--advertise-host", &f->advertise_host, "HOST",
+          "the host consumers reach this producer at")
+      ->default_str("--bind's address, or the host name with 0.0.0.0");
+  AddFlag(app, "--threads", &f->threads, "N",
+          "threads reading and decoding; 0: the machine's cores")
+      ->check(CLI::Range(0, 1024));
+  AddFlag(app, "--buffer-bytes", &f->buffer_bytes, "B",
+          "at most this many bytes of finished batches")
+      ->check(CLI::Range(uint64_t{1}, UINT64_MAX));
+  AddFlag(app, "--max-tasks", &f->max_tasks, "K", "tasks held at once")->check(CLI::Range(1, 1024));
+  AddFlag(app, "--cache-bytes", &f->cache_bytes, "B",
+          "keep this many bytes of the records read, for later epochs (0: none)");
+  AddFlag(app, "--cache-dir", &f->cache_dir, "DIR",
+          "keep the --cache-bytes cache on disk here instead of in memory");
+  AddFlag(app, "--index-cache-dir", &f->index_cache_dir, "DIR", "where the record indexes are kept")
+      ->default_str(
+          "$CROUPIER_INDEX_DIR, else $XDG_CACHE_HOME/croupier/index or ~/.cache/croupier/index");
+  AddAuthTokenFlag(app, &f->auth_token);
+  AddFlag(app, "--connect-timeout-ms", &f->connect_timeout_ms, "MS",
+          "how long to wait for the dispatcher before giving up")
+      ->check(CLI::Range(1, 86400000));
+  AddFlag(app, "--shm", &f->shm, "on|off",
+          "batches to consumers on this host through shared memory")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->default_str("on without TLS, off with TLS (the shared-memory path is not encrypted)");
+  AddFlag(app, "--metrics-port", &f->metrics_port, "P",
+          "serve Prometheus metrics at /metrics (0 picks a free port)")
+      ->check(CLI::Range(0, 65535))
+      ->default_str("off");
+  AddFlag(app, "--metrics-port-file", &f->metrics_port_file, "FILE",
+          "write the metrics port chosen to FILE");
+  AddFlag(app, "--max-connections", &f->max_connections, "N",
+          "connections the data port accepts at most")
+      ->check(CLI::Range(1, 65536));
+  AddFlag(app, "--max-connections-per-peer", &f->max_connections_per_peer, "N",
+          "connections the data port accepts from one IP address")
+      ->check(CLI::Range(1, 65536));
+  AddTlsFlags(app, &f->tls, /*server=*/true);
+  // Fault injection for the tests: hidden from -h (an empty group).
+  AddFlag(app, "--test-delay-ms", &f->test_delay_ms, "MS", "")
+      ->check(CLI::Range(0, 60000))
+      ->group("");
+  AddFlag(app, "--test-make-delay-ms", &f->test_make_delay_ms, "MS", "")
+      ->check(CLI::Range(0, 60000))
+      ->group("");
+  return {app, [f] { return Run(*f); }};
 }
 
 }  // namespace croupier::cli

@@ -4,9 +4,9 @@
 // end of the epoch, each producer's batches/s and CPU use, and the recommended number of
 // producers. --watch redraws the view in place, like top.
 #include <cstdio>
+#include <memory>
 #include <thread>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -17,28 +17,30 @@
 #include "src/job/job_settings.h"
 #include "src/rpc/dispatcher_client.h"
 #include "src/rpc/grpc_util.h"
-#include "tools/cli_args.h"
 #include "tools/commands.h"
 #include "tools/job_common.h"
-#include "tools/tls_flags.h"
 
 namespace croupier::cli {
 namespace {
 
-constexpr char kStatusUsage[] = R"(usage: croupier status HOST:PORT [--json [--job-info]] [--watch [SECONDS]]
-         [--auth-token TOKEN] [--timeout-ms MS]
-         [--tls-ca FILE [--tls-cert FILE --tls-key FILE]]
+constexpr char kDescription[] =
+    R"(Shows jobs, producers, consumers and their rates. It lists the dispatcher's jobs (their state: idle, running or done, and counts); each consumer's
+epoch and step, batches/s and input-bound % (the share of time it waited for data: near 100%
+means the input pipeline is the bottleneck) and the expected time to the end of the epoch; each
+producer's buffer fill, batches/s, busy share and CPU use; and the recommended number of
+producers, with why (docs/operations.md). The rates are the dispatcher's, measured between
+heartbeats and smoothed over a few seconds.)";
 
-Lists the dispatcher's jobs (their state: idle, running or done, and counts); each consumer's epoch and step, batches/s and input-bound % (the
-share of time it waited for data: near 100% means the input pipeline is the bottleneck) and the
-expected time to the end of the epoch; each producer's buffer fill, batches/s, busy share (of
-its workers' time, spent making batches) and CPU use; and the recommended number of producers,
-with why (docs/operations.md). The rates are the
-dispatcher's, measured between heartbeats and smoothed over a few seconds. --json prints the
-dispatcher's answer as JSON: a summary of each job, and with --job-info each job's whole
-JobInfo (its file list too: large for many jobs of many files). --watch refreshes every SECONDS
-(default 2) until Ctrl-C.
-)";
+struct StatusFlags {
+  std::string address;
+  double every = 2;
+  bool json = false;
+  bool job_info = false;
+  bool watch = false;
+  std::string auth_token;
+  int64_t timeout_ms = 10000;
+  TlsConfig tls;
+};
 
 void Print(const std::string& address, const v1::StatusResponse& status) {
   std::printf("dispatcher %s (protocol %u): %d jobs, %d producers, %d consumers\n",
@@ -87,42 +89,19 @@ void Print(const std::string& address, const v1::StatusResponse& status) {
   }
 }
 
-}  // namespace
-
-absl::Status StatusCommand(const std::vector<std::string>& argv) {
-  ASSIGN_OR_RETURN(Args args,
-                   Args::Parse(argv, {"auth-token", "timeout-ms", "tls-cert", "tls-key", "tls-ca"},
-                               {"json", "job-info", "watch", "help"}));
-  if (args.Has("help")) {
-    std::fputs(kStatusUsage, stdout);
-    std::fputs(kTlsUsage, stdout);
-    return absl::OkStatus();
-  }
-  // --watch takes an optional number of seconds, which the parser sees as a positional.
-  std::vector<std::string> positional = args.positional();
-  double every = 2;
-  if (args.Has("watch") && positional.size() == 2) {
-    if (!absl::SimpleAtod(positional[1], &every) || every < 0.1 || every > 3600) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--watch takes seconds between 0.1 and 3600, not '", positional[1], "'"));
-    }
-    positional.pop_back();
-  }
-  if (positional.size() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("expected one HOST:PORT\n", kStatusUsage));
-  }
-  ASSIGN_OR_RETURN(int64_t timeout_ms, args.GetInt("timeout-ms", 10000, 1, 86400000));
-  const std::string address = positional[0];
-  auto client = rpc::DispatcherClient::Create(
-      address, {.auth_token = rpc::ResolveAuthToken(args.Get("auth-token")),
-                .call_timeout = absl::Milliseconds(timeout_ms),
-                .timeout = absl::Milliseconds(timeout_ms),
-                .tls = TlsFromFlags(args)});
-  if (!args.Has("watch")) {
+absl::Status Run(const StatusFlags& f) {
+  const std::string& address = f.address;
+  const double every = f.every;
+  auto client =
+      rpc::DispatcherClient::Create(address, {.auth_token = rpc::ResolveAuthToken(f.auth_token),
+                                              .call_timeout = absl::Milliseconds(f.timeout_ms),
+                                              .timeout = absl::Milliseconds(f.timeout_ms),
+                                              .tls = f.tls});
+  if (!f.watch) {
     v1::StatusRequest request;
-    request.set_include_job_info(args.Has("job-info"));
+    request.set_include_job_info(f.job_info);
     ASSIGN_OR_RETURN(v1::StatusResponse status, client->GetStatus(request));
-    if (args.Has("json")) {
+    if (f.json) {
       google::protobuf::util::JsonPrintOptions options;
       options.always_print_primitive_fields = true;
       std::printf("%s\n", ToUserJson(status, options).c_str());
@@ -140,6 +119,32 @@ absl::Status StatusCommand(const std::vector<std::string>& argv) {
     std::fflush(stdout);
     absl::SleepFor(absl::Seconds(every));
   }
+}
+
+}  // namespace
+
+Subcommand AddStatusCommand(CLI::App& parent) {
+  auto f = std::make_shared<StatusFlags>();
+  CLI::App* app = parent.add_subcommand("status", kDescription);
+  app->add_option("address", f->address, "the dispatcher's address")
+      ->required()
+      ->option_text("HOST:PORT");
+  CLI::Option* watch =
+      AddSwitch(app, "--watch", &f->watch, "redraw the view every SECONDS until Ctrl-C, like top");
+  app->add_option("seconds", f->every, "with --watch, the seconds between two views")
+      ->option_text("SECONDS")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0))
+      ->needs(watch);
+  AddSwitch(app, "--json", &f->json,
+            "print the dispatcher's answer as JSON: a summary of each job");
+  AddSwitch(app, "--job-info", &f->job_info,
+            "with --json, each job's whole JobInfo (its file list too: large for many jobs)");
+  AddAuthTokenFlag(app, &f->auth_token);
+  AddFlag(app, "--timeout-ms", &f->timeout_ms, "MS", "the deadline of each call")
+      ->check(CLI::Range(1, 86400000));
+  AddTlsFlags(app, &f->tls, /*server=*/false);
+  return {app, [f] { return Run(*f); }};
 }
 
 }  // namespace croupier::cli

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "absl/strings/str_format.h"
@@ -14,19 +15,25 @@
 #include "croupier/tfrecord.h"
 #include "src/common/env.h"
 #include "src/common/status_macros.h"
-#include "tools/cli_args.h"
 #include "tools/commands.h"
 #include "tools/progress.h"
 
 namespace croupier::cli {
 namespace {
 
-constexpr char kSynthUsage[] = R"(usage: croupier synth --out DIR [--files K] [--records N]
-         [--image-bytes B] [--seed S] [--quiet]
+constexpr char kDescription[] =
+    R"(Writes a synthetic TFRecord dataset. It writes --records tf.train.Examples over --files files named
+part-KKKKK-of-NNNNN.tfrecord, each with the features id:int64, label:int64 (id % 10) and
+image:bytes (--image-bytes pseudo-random bytes, a function of the seed and the id).)";
 
-Writes N records (default 20000) over K files (default 4), each a tf.train.Example with the
-features id:int64, label:int64 and image:bytes (B bytes, default 3072).
-)";
+struct SynthFlags {
+  std::string out;
+  int64_t files = 4;
+  int64_t records = 20000;
+  int64_t image_bytes = 3072;
+  uint64_t seed = 0;
+  bool quiet = false;
+};
 
 // splitmix64: cheap, well-mixed bytes that depend only on (seed, id).
 uint64_t Mix(uint64_t x) {
@@ -36,25 +43,15 @@ uint64_t Mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-}  // namespace
-
-absl::Status SynthCommand(const std::vector<std::string>& argv) {
-  ASSIGN_OR_RETURN(Args args, Args::Parse(argv, {"out", "files", "records", "image-bytes", "seed"},
-                                          {"quiet", "help"}));
-  if (args.Has("help") || !args.Has("out")) {
-    std::fputs(kSynthUsage, args.Has("help") ? stdout : stderr);
-    return args.Has("help") ? absl::OkStatus() : absl::InvalidArgumentError("--out is required");
-  }
-  const std::string out = args.Get("out");
-  ASSIGN_OR_RETURN(int64_t files, args.GetInt("files", 4, 1, 100000));
-  ASSIGN_OR_RETURN(int64_t records, args.GetInt("records", 20000, 1, int64_t{1} << 40));
-  ASSIGN_OR_RETURN(int64_t image_bytes, args.GetInt("image-bytes", 3072, 0, 1 << 30));
-  ASSIGN_OR_RETURN(uint64_t seed, args.GetUint("seed", 0));
+absl::Status Run(const SynthFlags& flags) {
+  const std::string& out = flags.out;
+  const int64_t files = flags.files, records = flags.records, image_bytes = flags.image_bytes;
+  const uint64_t seed = flags.seed;
   RETURN_IF_ERROR(Env::Default()->CreateDirs(out));
 
   const uint64_t approx_total = static_cast<uint64_t>(records) * (image_bytes + 40);
   std::unique_ptr<Progress> progress;
-  if (!args.Has("quiet")) progress = std::make_unique<Progress>("writing", approx_total);
+  if (!flags.quiet) progress = std::make_unique<Progress>("writing", approx_total);
   Example example = {{"id", Feature::Ints({0})},
                      {"image", Feature::Bytes({std::string()})},
                      {"label", Feature::Ints({0})}};
@@ -83,12 +80,28 @@ absl::Status SynthCommand(const std::vector<std::string>& argv) {
   }
   if (progress) progress->Update(approx_total);
   progress.reset();
-  if (!args.Has("quiet")) {
+  if (!flags.quiet) {
     std::printf("wrote %lld records (%llu bytes) in %lld files to %s\n",
                 static_cast<long long>(records), static_cast<unsigned long long>(written),
                 static_cast<long long>(files), out.c_str());
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+Subcommand AddSynthCommand(CLI::App& parent) {
+  auto f = std::make_shared<SynthFlags>();
+  CLI::App* app = parent.add_subcommand("synth", kDescription);
+  AddFlag(app, "--out", &f->out, "DIR", "the folder to write (made if missing)")->required();
+  AddFlag(app, "--files", &f->files, "K", "the number of files")->check(CLI::Range(1, 100000));
+  AddFlag(app, "--records", &f->records, "N", "the number of records")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  AddFlag(app, "--image-bytes", &f->image_bytes, "B", "bytes of each record's image")
+      ->check(CLI::Range(0, 1 << 30));
+  AddFlag(app, "--seed", &f->seed, "S", "the seed of the image bytes");
+  AddSwitch(app, "--quiet", &f->quiet, "no progress bar, no summary");
+  return {app, [f] { return Run(*f); }};
 }
 
 }  // namespace croupier::cli
