@@ -53,7 +53,7 @@ inline constexpr double kMaxInputBound = 0.9;
 inline constexpr double kStarved = 0.05;
 // Producers busy this share of their time (on average) or more are saturated: one more is added
 // for consumers that wait, whatever the model says.
-inline constexpr double kSaturated = 0.75;
+inline constexpr double kSaturated = 0.85;
 // A target this far above an integer does not ask for one more producer (measuring noise).
 inline constexpr double kUpTolerance = 0.05;
 // Going down, this is added before rounding: 3 producers become 2 only when the smoothed target
