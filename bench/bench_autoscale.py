@@ -93,7 +93,7 @@ class Trainers:
             raise RuntimeError("; ".join(self.errors))
 
 
-def run(files, workdir, producers, seconds, warmup, step, slow_seconds=0.0):
+def run(files, workdir, producers, seconds, warmup, step, slow_seconds=0.0, trace=False):
     """One run; returns its figures."""
     auto = producers == "auto"
     slow = {"on": False}
@@ -107,11 +107,18 @@ def run(files, workdir, producers, seconds, warmup, step, slow_seconds=0.0):
         counts = []  # (time, live producers), sampled
         trainers = Trainers(cluster, pause=lambda: SLOW_STEP_S if slow["on"] else step)
         end = start + seconds
+        traced = start
         while time.monotonic() < end + slow_seconds:
             now = time.monotonic()
             if now >= end and not slow["on"]:
                 slow["on"] = True
             counts.append((now, len(cluster.live_producers)))
+            if trace and now - traced >= 1.0:
+                traced = now
+                advice = cluster.status().get("producer_advice", {})
+                print(f"{now - start:5.1f} s  {counts[-1][1]} producers, recommended "
+                      f"{advice.get('recommended', 0)}: {advice.get('reason', '')}",
+                      file=sys.stderr, flush=True)
             time.sleep(0.1)
         trainers.join()
         changes = list(cluster.autoscaler.changes) if auto else []
@@ -162,6 +169,10 @@ def main():
     parser.add_argument("--step-ms", type=float, default=30.0,
                         help="each trainer's step time (a sleep per batch)")
     parser.add_argument("--quick", action="store_true", help="shorter runs (20 s, 2 s warm-up)")
+    parser.add_argument("--trace", action="store_true",
+                        help="print the dispatcher's advice every second of the auto run")
+    parser.add_argument("--auto-only", action="store_true",
+                        help="only the auto run, its figures not compared (with --trace)")
     args = parser.parse_args()
     if args.quick:
         args.seconds, args.warmup, args.slow_seconds = 20.0, 2.0, 15.0
@@ -169,9 +180,15 @@ def main():
         tmp = pathlib.Path(tmp)
         files = synth_dataset(tmp / "data", RECORDS, files=2, image_bytes=64)
         step = args.step_ms / 1000
+        if args.auto_only:
+            auto = run(files, tmp / "auto", "auto", args.seconds, args.warmup, step,
+                       args.slow_seconds, args.trace)
+            print(json.dumps({k: v for k, v in auto.items() if k != "hashes"}), flush=True)
+            return
         fixed = [run(files, tmp / f"fixed{k}", k, args.seconds, args.warmup, step)
                  for k in (1, 2, 3, 4)]
-        auto = run(files, tmp / "auto", "auto", args.seconds, args.warmup, step, args.slow_seconds)
+        auto = run(files, tmp / "auto", "auto", args.seconds, args.warmup, step, args.slow_seconds,
+                   args.trace)
     for f in fixed:
         print(json.dumps({"bench": "autoscale", "run": f"fixed {f['producers']}",
                           "batches_per_s": round(f["batches_per_s"], 1),

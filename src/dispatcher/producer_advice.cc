@@ -85,6 +85,11 @@ const ProducerAdvisor::Advice& ProducerAdvisor::Update(absl::Time now,
   const double max = options_.max_producers;
   const bool starved = mean_bound >= kStarved;
   const bool saturated = mean_busy >= kSaturated;
+  // A starved streak's wait is measured against its first sample, or the wait when the figure
+  // last changed: a wait that falls is a change still showing in the consumers' smoothed rates.
+  if (!starved || wait_reference_ < 0) wait_reference_ = mean_bound;
+  const bool one_more = saturated && mean_bound >= kStillStarved &&
+                        mean_bound >= kNotFalling * wait_reference_;
   const uint32_t current = advice_.recommended;
   // What is running (or recommended, if the figure is not followed yet): while a consumer's
   // demand is only a bound, a rise is at most twice that.
@@ -102,18 +107,21 @@ const ProducerAdvisor::Advice& ProducerAdvisor::Update(absl::Time now,
     const double running = std::max<double>(1, producers.size());
     if (starved && now - first_measured_ >= options_.up_hold) {
       advice_.recommended = rounded(latest_target, 0, ceiling);
-      if (saturated) {
+      if (one_more) {
         advice_.recommended =
             std::max(advice_.recommended, static_cast<uint32_t>(std::min(ceiling, running + 1)));
       }
-      last_change_ = now;
     } else if (!starved && now - first_measured_ >= options_.hold) {
       advice_.recommended = rounded(advice_.target, kDownMargin, running);
+    }
+    // The cooldown counts from a figure that changes what runs.
+    if (advice_.recommended != 0 && advice_.recommended != producers.size()) {
       last_change_ = now;
+      wait_reference_ = mean_bound;
     }
   } else if (starved) {
     uint32_t up = rounded(latest_target, 0, ceiling);
-    if (saturated) up = std::max<uint32_t>(up, static_cast<uint32_t>(std::min(ceiling, base + 1)));
+    if (one_more) up = std::max<uint32_t>(up, static_cast<uint32_t>(std::min(ceiling, base + 1)));
     if (up > current) {
       direction = 1;
       candidate = up;
@@ -135,6 +143,7 @@ const ProducerAdvisor::Advice& ProducerAdvisor::Update(absl::Time now,
     advice_.recommended = candidate;
     pending_direction_ = 0;
     last_change_ = now;
+    wait_reference_ = mean_bound;
   }
   advice_.reason = absl::StrFormat(
       "the consumers would take %.1f batches/s (%.1f now) and wait %.0f%% of the time; one "

@@ -19,7 +19,8 @@
 // The policy (docs/operations.md, "How many producers"). Rising is quick, falling is slow:
 //  - rise: while the consumers wait for data (mean input-bound share >= kStarved), to
 //    ceil(latest target - kUpTolerance) or, if the producers are saturated (mean busy share
-//    >= kSaturated, or not reported), at least one more than now; at most `max_producers`, and
+//    >= kSaturated, or not reported) and the consumers' wait is kStillStarved or more and not
+//    falling, at least one more than now; at most `max_producers`, and
 //    at most twice the producers now while a consumer waits kMaxInputBound of its time or more
 //    (its demand is then only a bound). The condition must
 //    last `up_hold`. Consumers waiting on producers that are not saturated get no rise when the
@@ -28,8 +29,9 @@
 //    moving averages of demand and capacity, time constant `smoothing`) leaves a margin, to
 //    ceil(smoothed target - kUpTolerance + kDownMargin) when that is lower; the condition must
 //    last `hold` without a break.
-//  - cooldown: no change within `cooldown` of the last one (the rates measured after a change
-//    take that long to show it: consumer rates are smoothed over kConsumerRateSmoothing).
+//  - cooldown: no change within `cooldown` of the last one that changed what runs (the rates
+//    measured after a change take that long to show it: consumer rates are smoothed over
+//    kConsumerRateSmoothing).
 // The first figure (0 until then) comes `up_hold` after the first measurement if the consumers
 // wait, as a rise would, and `hold` after it if not, as a fall would (never above the producers
 // running). The gap between the rise and fall thresholds (hysteresis), the
@@ -52,8 +54,12 @@ inline constexpr double kMaxInputBound = 0.9;
 // it, none are added, and only below it can some be removed.
 inline constexpr double kStarved = 0.05;
 // Producers busy this share of their time (on average) or more are saturated: one more is added
-// for consumers that wait, whatever the model says.
+// for consumers that wait kStillStarved or more on them, whatever the model says, if their wait
+// is not falling (at least kNotFalling times what it was when the figure last changed or the
+// waiting began: a falling wait is the last change still showing in the smoothed rates).
 inline constexpr double kSaturated = 0.85;
+inline constexpr double kStillStarved = 0.10;
+inline constexpr double kNotFalling = 0.8;
 // A target this far above an integer does not ask for one more producer (measuring noise).
 inline constexpr double kUpTolerance = 0.05;
 // Going down, this is added before rounding: 3 producers become 2 only when the smoothed target
@@ -118,6 +124,7 @@ class ProducerAdvisor {
   int pending_direction_ = 0;
   absl::Time pending_since_;
   absl::Time last_change_ = absl::InfinitePast();
+  double wait_reference_ = -1;  // the consumers' wait a rise by one is measured against
 };
 
 }  // namespace croupier
