@@ -69,7 +69,12 @@ class _Process:
         return self.host
 
     def pid(self) -> int:
+        """The croupier process's id."""
         return self.proc.pid
+
+    def actor_pid(self) -> int:
+        """The id of this actor's own process (the croupier process's parent)."""
+        return os.getpid()
 
     def running(self) -> bool:
         return self.proc.poll() is None
