@@ -9,10 +9,11 @@ which the wheel does not ship (FileNotFoundError), and its start() and shutdown(
 This test starts the same thing itself: `ray start --head --autoscaling-config` with
 RAY_FAKE_CLUSTER=1 and the fake multi-node provider (the real autoscaler, which adds a node by
 starting a raylet on this machine), in a temp dir of its own on a port of its own, and at the end
-ends exactly the processes whose command line names that temp dir.
+ends exactly the processes whose command line, or an open file, names that temp dir.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -24,7 +25,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -74,7 +75,9 @@ def autoscaling_config(port: int) -> dict:
 
 
 def processes_naming(text: str) -> list[int]:
-    """The pids of this user's processes whose command line contains `text`."""
+    """The pids of this user's processes whose command line contains `text`, or that hold a file
+    open whose path does (Ray's agents rename themselves, ray::DashboardAgent, but keep their logs
+    in the session dir open)."""
     pids = []
     for entry in pathlib.Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -83,9 +86,16 @@ def processes_naming(text: str) -> list[int]:
             if entry.stat().st_uid != os.getuid():
                 continue
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            named = text in cmdline
+            if not named:
+                for fd in (entry / "fd").iterdir():
+                    with contextlib.suppress(OSError):
+                        if text in os.readlink(fd):
+                            named = True
+                            break
         except OSError:
             continue
-        if text in cmdline:
+        if named:
             pids.append(int(entry.name))
     return pids
 
@@ -106,39 +116,55 @@ def end_processes(text: str, grace: float = 10.0) -> None:
             return
 
 
-@pytest.fixture
-def autoscaling_cluster(tmp_path: pathlib.Path) -> Iterator[pathlib.Path]:
-    """The fake multi-node cluster, the driver connected; no process of it left at the end."""
+@contextlib.contextmanager
+def ray_head(cpus: int, autoscaling: Callable[[int], dict] | None = None
+             ) -> Iterator[tuple[str, dict[str, str]]]:
+    """A Ray head on this machine (`ray start --head`, loopback, a port and a temp dir of its
+    own), with the fake multi-node autoscaler if `autoscaling` is given (its config, from the
+    head's port). Yields its address and the environment its processes got; at the end, every process naming its temp dir is
+    ended (SIGTERM, then SIGKILL)."""
     # Every Ray process of this cluster names this folder (--session-dir ...); a short path, as
     # Ray's socket paths under it must fit in 107 bytes.
     temp = pathlib.Path(tempfile.mkdtemp(prefix="crr-", dir="/tmp"))
     port = free_port()
-    config = tmp_path / "autoscaling.json"
-    config.write_text(json.dumps(autoscaling_config(port)))
     here = pathlib.Path(__file__).resolve().parent
-    env = dict(os.environ, RAY_FAKE_CLUSTER="1", AUTOSCALER_UPDATE_INTERVAL_S="1",
-               RAY_AUTH_MODE="disabled",
+    env = dict(os.environ, RAY_AUTH_MODE="disabled",
                PYTHONPATH=os.pathsep.join([str(here), str(here.parent / "python"),
                                            os.environ.get("PYTHONPATH", "")]))
-    ray_cli = pathlib.Path(sys.executable).parent / "ray"
+    args = [str(pathlib.Path(sys.executable).parent / "ray"), "start", "--head",
+            f"--port={port}", "--node-ip-address=127.0.0.1", f"--num-cpus={cpus}",
+            "--include-dashboard=false", f"--temp-dir={temp}", "--disable-usage-stats"]
+    if autoscaling is not None:
+        (temp / "autoscaling.json").write_text(json.dumps(autoscaling(port)))
+        args.append(f"--autoscaling-config={temp / 'autoscaling.json'}")
+        env.update(RAY_FAKE_CLUSTER="1", AUTOSCALER_UPDATE_INTERVAL_S="1")
     try:
-        started = subprocess.run([str(ray_cli), "start", "--head", f"--port={port}",
-                                  "--node-ip-address=127.0.0.1", "--num-cpus=1",
-                                  "--include-dashboard=false", f"--temp-dir={temp}",
-                                  f"--autoscaling-config={config}", "--disable-usage-stats"],
-                                 env=env, timeout=120, capture_output=True, text=True)
+        started = subprocess.run(args, env=env, timeout=120, capture_output=True, text=True)
         assert started.returncode == 0, f"ray start: {started.stdout[-2000:]}{started.stderr[-2000:]}"
-        os.environ["RAY_AUTH_MODE"] = "disabled"
-        ray.init(address=f"127.0.0.1:{port}", log_to_driver=False,
-                 runtime_env={"env_vars": {"PYTHONPATH": env["PYTHONPATH"]}})
-        yield tmp_path
+        yield f"127.0.0.1:{port}", env
     finally:
-        if ray.is_initialized():
-            ray.shutdown()
         end_processes(str(temp))
         left = processes_naming(str(temp))
         shutil.rmtree(temp, ignore_errors=True)
         assert not left, f"Ray processes of the test outlived it: {left}"
+
+
+@pytest.fixture
+def autoscaling_cluster(tmp_path: pathlib.Path) -> Iterator[pathlib.Path]:
+    """The fake multi-node cluster, the driver connected; no process of it left at the end."""
+    with ray_head(1, autoscaling_config) as (address, env):
+        yield from _connected(address, env, tmp_path)
+
+
+def _connected(address: str, env: dict[str, str],
+               tmp_path: pathlib.Path) -> Iterator[pathlib.Path]:
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    ray.init(address=address, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": env["PYTHONPATH"]}})
+    try:
+        yield tmp_path
+    finally:
+        ray.shutdown()
 
 
 def planned(epoch: int) -> list[list[list[int]]]:
@@ -208,3 +234,32 @@ def test_ray_adds_nodes_for_producers_and_lets_them_go(autoscaling_cluster: path
     print(f"\nnodes added and producers registered in {added_in:.1f} s")
     assert [epoch0[r] for r in range(WORLD)] == planned(0)
     assert [epoch1[r] for r in range(WORLD)] == planned(1)
+
+
+def ray_block_of_the_doc() -> str:
+    """The Python block of docs/deploy.md's "Ray" section, as written."""
+    doc = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "deploy.md").read_text()
+    section = doc[doc.index("\n## Ray\n"):]
+    section = section[:section.index("\n## ", 1)]
+    start = section.index("```python\n") + len("```python\n")
+    return section[start:section.index("\n```", start)]
+
+
+@pytest.mark.timeout(420)
+def test_the_ray_block_of_the_doc_runs_as_written(tmp_path: pathlib.Path) -> None:
+    """The block runs, unchanged but for one substitution: its data path, "/data/train/*.tfrecord",
+    becomes this test's synthetic files. Its `ray.init()` joins a Ray head this test started (the
+    RAY_ADDRESS variable), of 8 logical CPUs: the block's 2 producers and 4 Ray Train workers ask
+    for 6, more than Ray would find on this 2-core machine. HOME is a temp dir, where Ray Train
+    keeps its results by default."""
+    block = ray_block_of_the_doc()
+    assert block.count('"/data/train/*.tfrecord"') == 1, block
+    files = synth_dataset(tmp_path / "data", 1024, files=2, image_bytes=32)
+    block = block.replace('"/data/train/*.tfrecord"', repr(str(files[0].parent / "*.tfrecord")))
+    (tmp_path / "home").mkdir()
+    with ray_head(8) as (address, env):
+        ran = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, timeout=360,
+                             capture_output=True, text=True,
+                             env=dict(env, RAY_ADDRESS=address, HOME=str(tmp_path / "home")))
+    assert ran.returncode == 0, f"{ran.stdout[-3000:]}\n{ran.stderr[-5000:]}"
+
