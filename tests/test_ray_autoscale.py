@@ -236,6 +236,79 @@ def test_ray_adds_nodes_for_producers_and_lets_them_go(autoscaling_cluster: path
     assert [epoch1[r] for r in range(WORLD)] == planned(1)
 
 
+@pytest.mark.timeout(420)
+def test_service_autoscale_makes_ray_add_and_remove_nodes(autoscaling_cluster: pathlib.Path
+                                                          ) -> None:
+    """service.autoscale() follows the dispatcher's advice on a producer-bound job (each producer
+    one thread and 40 ms more per batch, the trainers a 30 ms step: 3 producers' worth); the
+    producer actors that do not fit on the head make Ray's autoscaler add nodes. The trainers then
+    slow down (150 ms a step): the advice falls to 1 and the added nodes go. Every epoch the
+    trainers completed is the plan's."""
+    tmp = autoscaling_cluster
+    records, batch = 2048, 16
+    files = synth_dataset(tmp / "data", records, files=2, image_bytes=32)
+    step = {"seconds": 0.03}
+    stop = threading.Event()
+    got: list[list[list[list[int]]]] = [[] for _ in range(WORLD)]  # rank, epoch, step, ids
+    errors: list[str] = []
+    with croupier.ray.Service(producers=1, work_dir=tmp / "service", bind="127.0.0.1",
+                              ready_timeout=180,
+                              producer_args=["--threads", "1", "--test-make-delay-ms", "40"],
+                              dispatcher_args=["--advice-smoothing-ms", "5000",
+                                               "--advice-hold-ms", "6000"]) as service:
+        service.create_job("load", [str(f) for f in files], FEATURES, batch, consumers=WORLD,
+                           seed=SEED, epochs=0)
+
+        def read(rank: int) -> None:
+            try:
+                feed = croupier.Consumer(service.address, "load", rank, WORLD, timeout=120)
+                epoch = 0
+                while not stop.is_set():
+                    ids = []
+                    for b in feed.epoch(epoch):
+                        ids.append(b["id"].tolist())
+                        time.sleep(step["seconds"])
+                        if stop.is_set():
+                            break
+                    else:
+                        got[rank].append(ids)
+                    epoch += 1
+                feed.close()
+            except Exception as e:  # reported below
+                errors.append(f"rank {rank}: {type(e).__name__}: {e}")
+
+        readers = [threading.Thread(target=read, args=(r,)) for r in range(WORLD)]
+        for t in readers:
+            t.start()
+        autoscaler = service.autoscale(min_producers=1, max_producers=3, interval=1.0)
+        try:
+            began = time.monotonic()
+            wait_for("more producers, on added nodes",
+                     lambda: service.producers >= 2 and alive_nodes() >= 2, 150)
+            rose_in = time.monotonic() - began
+            step["seconds"] = 0.15
+            began = time.monotonic()
+            wait_for("back to 1 producer and the head alone",
+                     lambda: service.producers == 1 and alive_nodes() == 1, 180)
+            fell_in = time.monotonic() - began
+            changes = list(autoscaler.changes)
+        finally:
+            stop.set()
+            for t in readers:
+                t.join(60)
+            service.stop_autoscaling()
+    assert not errors, errors
+    print(f"\nautoscaler changes {changes}; more producers and nodes in {rose_in:.1f} s, "
+          f"back to one in {fell_in:.1f} s after the slowdown")
+    assert max(after for _, after in changes) >= 2 and changes[-1][1] == 1, changes
+    assert all(len(got[r]) >= 1 for r in range(WORLD)), [len(g) for g in got]
+    for r in range(WORLD):
+        for e, ids in enumerate(got[r]):
+            plan = croupier.EpochPlan(records, batch, WORLD, seed=SEED, epoch=e, shuffle="global")
+            assert ids == [plan.batch(s * WORLD + r).tolist()
+                           for s in range(plan.steps_per_consumer)], f"rank {r} epoch {e}"
+
+
 def ray_block_of_the_doc() -> str:
     """The Python block of docs/deploy.md's "Ray" section, as written."""
     doc = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "deploy.md").read_text()

@@ -97,12 +97,14 @@ class Service:
     temporary folder; it must exist on the nodes that run them). bind: the interface the processes
     listen on ("0.0.0.0", the default, for a multi-node cluster; "127.0.0.1" on one machine); they
     advertise their node's IP. producer_args: extra `croupier producer` flags (e.g. ["--threads",
-    "4"]). producer_options / dispatcher_options: Ray actor options (num_cpus, resources,
-    scheduling_strategy); a producer asks for 1 CPU by default, so that Ray places it (and, with
+    "4"]); dispatcher_args: extra `croupier dispatcher` flags (e.g. the advice's damping,
+    ["--advice-hold-ms", "6000"]). producer_options / dispatcher_options: Ray actor options
+    (num_cpus, resources, scheduling_strategy); a producer asks for 1 CPU by default, so that Ray places it (and, with
     an autoscaler, adds nodes for it). auth_token: the token every process presents."""
 
     def __init__(self, producers: int = 1, *, work_dir: str | os.PathLike[str] | None = None,
                  bind: str = "0.0.0.0", producer_args: Iterable[Any] = (),
+                 dispatcher_args: Iterable[Any] = (),
                  producer_options: Mapping[str, Any] | None = None,
                  dispatcher_options: Mapping[str, Any] | None = None,
                  auth_token: str | None = None, ready_timeout: float = 60.0) -> None:
@@ -132,7 +134,8 @@ class Service:
         self._dispatcher = _Process.options(**options).remote(
             "dispatcher", ["dispatcher", "--bind", bind, "--port", "0", "--port-file",
                            str(port_file), "--work-dir", str(pathlib.Path(self.work_dir) /
-                                                             "dispatcher")],
+                                                             "dispatcher"),
+                           *[str(a) for a in dispatcher_args]],
             self.work_dir, self._env)
         try:
             port = ray.get(self._dispatcher.wait_for_file.remote(str(port_file),
