@@ -24,8 +24,11 @@ Figures, each against a baseline measured in this run (JSON lines for bench/run.
   - the producers left once the trainers slowed (goal: fewer than at the peak);
   - the batches' content: each rank's hashes of auto equal those of the fixed runs (goal: equal).
 
-usage: .venv/bin/python bench/bench_autoscale.py [--seconds 40] [--warmup 5] [--step-ms 30] [--quick]
+usage: .venv/bin/python bench/bench_autoscale.py [--seconds 40] [--warmup 5] [--step-ms 30]
+       [--quick] [--auto-only --trace]
 """
+from __future__ import annotations
+
 import argparse
 import json
 import pathlib
@@ -33,6 +36,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
@@ -51,19 +56,20 @@ class Trainers:
     """WORLD consumers on threads, each reading the job's epochs; records per-step timestamps,
     content hashes and time spent waiting."""
 
-    def __init__(self, cluster, pause):
+    def __init__(self, cluster: Any, pause: Callable[[], float]) -> None:
         self.pause = pause
         self.stop = threading.Event()
-        self.times = [[] for _ in range(WORLD)]
-        self.hashes = [[] for _ in range(WORLD)]
-        self.waits = [[] for _ in range(WORLD)]  # (time, seconds waited for that batch)
-        self.errors = []
+        self.times: list[list[float]] = [[] for _ in range(WORLD)]
+        self.hashes: list[list[Any]] = [[] for _ in range(WORLD)]
+        # (time, seconds waited for that batch)
+        self.waits: list[list[tuple[float, float]]] = [[] for _ in range(WORLD)]
+        self.errors: list[str] = []
         self.threads = [threading.Thread(target=self.read, args=(cluster, r), daemon=True)
                         for r in range(WORLD)]
         for t in self.threads:
             t.start()
 
-    def read(self, cluster, rank):
+    def read(self, cluster: Any, rank: int) -> None:
         try:
             feed = cluster.consumer("bench", rank, WORLD, timeout=120)
             epoch = 0
@@ -85,7 +91,7 @@ class Trainers:
         except Exception as e:  # reported by the run
             self.errors.append(f"rank {rank}: {type(e).__name__}: {e}")
 
-    def join(self):
+    def join(self) -> None:
         self.stop.set()
         for t in self.threads:
             t.join(60)
@@ -93,7 +99,9 @@ class Trainers:
             raise RuntimeError("; ".join(self.errors))
 
 
-def run(files, workdir, producers, seconds, warmup, step, slow_seconds=0.0, trace=False):
+def run(files: list[pathlib.Path], workdir: pathlib.Path, producers: int | str, seconds: float,
+        warmup: float, step: float, slow_seconds: float = 0.0,
+        trace: bool = False) -> dict[str, Any]:
     """One run; returns its figures."""
     auto = producers == "auto"
     slow = {"on": False}
@@ -104,7 +112,7 @@ def run(files, workdir, producers, seconds, warmup, step, slow_seconds=0.0, trac
         cluster.create_job("bench", [str(f) for f in files], FEATURES, BATCH, consumers=WORLD,
                            seed=SEED, epochs=0)
         start = time.monotonic()
-        counts = []  # (time, live producers), sampled
+        counts: list[tuple[float, int]] = []  # (time, live producers), sampled
         trainers = Trainers(cluster, pause=lambda: SLOW_STEP_S if slow["on"] else step)
         end = start + seconds
         traced = start
@@ -154,14 +162,15 @@ def run(files, workdir, producers, seconds, warmup, step, slow_seconds=0.0, trac
     }
 
 
-def line(case, unit, value, baseline, baseline_value, goal, met):
+def line(case: str, unit: str, value: float, baseline: str, baseline_value: float, goal: str,
+         met: bool) -> None:
     ratio = value / baseline_value if baseline_value else None
     print(json.dumps({"bench": "autoscale", "case": case, "unit": unit, "value": value,
                       "baseline": baseline, "baseline_value": baseline_value, "ratio": ratio,
                       "goal": goal, "met": bool(met)}), flush=True)
 
 
-def main():
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=40.0)
     parser.add_argument("--warmup", type=float, default=5.0)
@@ -176,8 +185,8 @@ def main():
     args = parser.parse_args()
     if args.quick:
         args.seconds, args.warmup, args.slow_seconds = 20.0, 2.0, 15.0
-    with tempfile.TemporaryDirectory(prefix="croupier-bench-autoscale-") as tmp:
-        tmp = pathlib.Path(tmp)
+    with tempfile.TemporaryDirectory(prefix="croupier-bench-autoscale-") as tmp_name:
+        tmp = pathlib.Path(tmp_name)
         files = synth_dataset(tmp / "data", RECORDS, files=2, image_bytes=64)
         step = args.step_ms / 1000
         if args.auto_only:

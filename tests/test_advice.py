@@ -1,8 +1,8 @@
 """The recommended number of producers on a real cluster: a producer slowed down (each batch takes
 60 ms more to make) cannot keep up with a consumer that would take about twice what it gets, and
-the dispatcher asks for one more producer within seconds; a producer that makes batches easily but serves each one
-late (60 ms of latency) leaves the consumer waiting too, but more producers would not help, and
-the dispatcher says 1 and why; a fast producer feeding a slow consumer is enough. The damping is
+the dispatcher asks for one more producer within seconds; a producer that makes batches easily
+but serves each one late (60 ms of latency) leaves the consumer waiting too, but more producers
+would not help, and the dispatcher says 1 and why; a fast producer feeding a slow consumer is enough. The damping is
 shortened (--advice-smoothing-ms 3000, --advice-hold-ms 2000) so that each case settles in
 seconds; src/dispatcher/producer_advice_test.cc checks the logic itself against exact loads.
 """

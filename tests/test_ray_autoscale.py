@@ -121,8 +121,8 @@ def ray_head(cpus: int, autoscaling: Callable[[int], dict] | None = None
              ) -> Iterator[tuple[str, dict[str, str]]]:
     """A Ray head on this machine (`ray start --head`, loopback, a port and a temp dir of its
     own), with the fake multi-node autoscaler if `autoscaling` is given (its config, from the
-    head's port). Yields its address and the environment its processes got; at the end, every process naming its temp dir is
-    ended (SIGTERM, then SIGKILL)."""
+    head's port). Yields its address and the environment its processes got; at the end, every
+    process naming its temp dir is ended (SIGTERM, then SIGKILL)."""
     # Every Ray process of this cluster names this folder (--session-dir ...); a short path, as
     # Ray's socket paths under it must fit in 107 bytes.
     temp = pathlib.Path(tempfile.mkdtemp(prefix="crr-", dir="/tmp"))
@@ -140,7 +140,8 @@ def ray_head(cpus: int, autoscaling: Callable[[int], dict] | None = None
         env.update(RAY_FAKE_CLUSTER="1", AUTOSCALER_UPDATE_INTERVAL_S="1")
     try:
         started = subprocess.run(args, env=env, timeout=120, capture_output=True, text=True)
-        assert started.returncode == 0, f"ray start: {started.stdout[-2000:]}{started.stderr[-2000:]}"
+        assert started.returncode == 0, \
+            f"ray start: {started.stdout[-2000:]}{started.stderr[-2000:]}"
         yield f"127.0.0.1:{port}", env
     finally:
         end_processes(str(temp))

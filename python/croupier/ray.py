@@ -99,8 +99,8 @@ class Service:
     advertise their node's IP. producer_args: extra `croupier producer` flags (e.g. ["--threads",
     "4"]); dispatcher_args: extra `croupier dispatcher` flags (e.g. the advice's damping,
     ["--advice-hold-ms", "6000"]). producer_options / dispatcher_options: Ray actor options
-    (num_cpus, resources, scheduling_strategy); a producer asks for 1 CPU by default, so that Ray places it (and, with
-    an autoscaler, adds nodes for it). auth_token: the token every process presents."""
+    (num_cpus, resources, scheduling_strategy); a producer asks for 1 CPU by default, so that
+    Ray places it (and, with an autoscaler, adds nodes for it). auth_token: the token every process presents."""
 
     def __init__(self, producers: int = 1, *, work_dir: str | os.PathLike[str] | None = None,
                  bind: str = "0.0.0.0", producer_args: Iterable[Any] = (),
@@ -131,7 +131,7 @@ class Service:
         with contextlib.suppress(FileNotFoundError):
             port_file.unlink()
         options = dict({"max_restarts": 0}, **(dispatcher_options or {}))
-        self._dispatcher = _Process.options(**options).remote(
+        self._dispatcher = _Process.options(**options).remote(  # type: ignore[attr-defined]
             "dispatcher", ["dispatcher", "--bind", bind, "--port", "0", "--port-file",
                            str(port_file), "--work-dir", str(pathlib.Path(self.work_dir) /
                                                              "dispatcher"),
@@ -170,7 +170,8 @@ class Service:
                 self._count += 1
                 args = ["producer", "--dispatcher", self.address, "--bind", self._bind,
                         *self._producer_args]
-                actor = _Process.options(**self._producer_options).remote(
+                actor = _Process.options(  # type: ignore[attr-defined]
+                    **self._producer_options).remote(
                     f"producer{self._count}", args, self.work_dir, self._env)
                 self._producers.append(actor)
             leaving = []
@@ -238,7 +239,7 @@ class Service:
             ray.kill(dispatcher, no_restart=True)
         if self._tmp is not None:
             self._tmp.cleanup()
-            self._tmp: tempfile.TemporaryDirectory[str] | None = None
+            self._tmp = None
 
     def __enter__(self) -> Service:
         return self

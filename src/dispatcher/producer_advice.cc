@@ -88,8 +88,8 @@ const ProducerAdvisor::Advice& ProducerAdvisor::Update(absl::Time now,
   // A starved streak's wait is measured against its first sample, or the wait when the figure
   // last changed: a wait that falls is a change still showing in the consumers' smoothed rates.
   if (!starved || wait_reference_ < 0) wait_reference_ = mean_bound;
-  const bool one_more = saturated && mean_bound >= kStillStarved &&
-                        mean_bound >= kNotFalling * wait_reference_;
+  const bool one_more =
+      saturated && mean_bound >= kStillStarved && mean_bound >= kNotFalling * wait_reference_;
   const uint32_t current = advice_.recommended;
   // What is running (or recommended, if the figure is not followed yet): while a consumer's
   // demand is only a bound, a rise is at most twice that.
@@ -152,8 +152,9 @@ const ProducerAdvisor::Advice& ProducerAdvisor::Update(absl::Time now,
       advice_.target, latest_target,
       advice_.recommended == 0  ? " (measuring)"
       : pending_direction_ == 0 ? ""
-      : pending_direction_ > 0  ? (cooling ? " (more, after the cooldown)" : " (more, if it lasts)")
-                                : (cooling ? " (fewer, after the cooldown)" : " (fewer, if it lasts)"));
+      : pending_direction_ > 0
+          ? (cooling ? " (more, after the cooldown)" : " (more, if it lasts)")
+          : (cooling ? " (fewer, after the cooldown)" : " (fewer, if it lasts)"));
   if (with_busy > 0 && mean_bound >= kWaitingConsumers && busy / with_busy < kIdleProducers) {
     absl::StrAppendFormat(&advice_.reason,
                           "; the consumers wait %.0f%% of the time while the producers are busy "

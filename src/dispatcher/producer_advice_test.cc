@@ -145,8 +145,8 @@ TEST(ProducerAdvisor, AFallingWaitIsTheLastChangeShowingAndAddsNoProducer) {
   for (int i = 0; i <= 2; ++i, now += absl::Seconds(1)) feed(0.3, 1.5);
   ASSERT_EQ(advisor.advice().recommended, 3u) << advisor.advice().reason;
   for (int i = 0; i < 60; ++i, now += absl::Seconds(1)) {
-    EXPECT_EQ(feed(0.3 * std::exp(-i / 10.0), 2.5), 3u) << "second " << i << ": "
-                                                       << advisor.advice().reason;
+    EXPECT_EQ(feed(0.3 * std::exp(-i / 10.0), 2.5), 3u)
+        << "second " << i << ": " << advisor.advice().reason;
   }
   std::vector<uint32_t> steady;
   for (int i = 0; i < 6; ++i, now += absl::Seconds(1)) steady.push_back(feed(0.15, 2.5));
