@@ -3,25 +3,32 @@
 
 Each producer has one thread and every batch costs it a fixed 40 ms more to make
 (`--test-make-delay-ms`: a cost that sleeps, so that producers scale on 2 cores): one producer
-makes about 25 batches/s. Two trainers (croupier.Consumer on threads) take batches as fast as they
-come. Runs, one after the other, each `--seconds` long:
+makes about 25 batches/s. Two trainers (croupier.Consumer on threads) each take a fixed step time
+per batch (`--step-ms`, default 30 ms, a sleep): fed fully, they take about 66 batches/s, so some
+fixed count of producers keeps them from waiting and the input-bound goal is fair. Runs, one after
+the other, each `--seconds` long:
   - fixed: 1, 2, 3 and 4 producers (croupier.local_cluster(producers=k));
   - auto: croupier.local_cluster(producers="auto", max_producers=4), starting from 1, with the
-    dispatcher's damping shortened (--advice-smoothing-ms 3000, --advice-hold-ms 2000) and the
-    loop checking every second; after the run's first part the trainers slow down (50 ms a step)
-    for `--slow-seconds`, to see it scale in.
+    dispatcher's fall damping shortened (--advice-smoothing-ms 5000, --advice-hold-ms 6000; rises
+    wait 2 s and changes are 8 s apart, the advisor's defaults) and the loop checking every
+    second; after the run's first part the trainers slow down (150 ms a step) for
+    `--slow-seconds`, to see it scale in.
 Figures, each against a baseline measured in this run (JSON lines for bench/run.py):
   - throughput (batches/s over the run, after `--warmup` s) of auto / of the best fixed count
     (goal >= 0.9);
   - producer-seconds (live producers integrated over the same window) of auto / of that fixed run
     (goal <= 1.1);
-  - the trainers' input-bound share (time waiting in next()) once auto has settled (goal <= 0.10);
+  - the trainers' input-bound share (time waiting in next()) once auto has settled (goal <= 0.10;
+    each fixed run's share over its window is printed too, to show which counts feed them);
   - the time until auto reached the count it kept (goal <= 30 s);
   - the producers left once the trainers slowed (goal: fewer than at the peak);
   - the batches' content: each rank's hashes of auto equal those of the fixed runs (goal: equal).
 
-usage: .venv/bin/python bench/bench_autoscale.py [--seconds 40] [--warmup 5] [--quick]
+usage: .venv/bin/python bench/bench_autoscale.py [--seconds 40] [--warmup 5] [--step-ms 30]
+       [--quick] [--auto-only --trace]
 """
+from __future__ import annotations
+
 import argparse
 import json
 import pathlib
@@ -29,6 +36,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
@@ -39,26 +48,28 @@ from service_cluster import synth_dataset  # noqa: E402
 FEATURES = "id:int64,label:int64,image:bytes"
 RECORDS, BATCH, WORLD, SEED = 4096, 16, 2, 7
 DELAY_MS = 40
-DAMPING = ["--advice-smoothing-ms", "3000", "--advice-hold-ms", "2000"]
+DAMPING = ["--advice-smoothing-ms", "5000", "--advice-hold-ms", "6000"]
+SLOW_STEP_S = 0.15
 
 
 class Trainers:
     """WORLD consumers on threads, each reading the job's epochs; records per-step timestamps,
     content hashes and time spent waiting."""
 
-    def __init__(self, cluster, pause=lambda: 0.0):
+    def __init__(self, cluster: Any, pause: Callable[[], float]) -> None:
         self.pause = pause
         self.stop = threading.Event()
-        self.times = [[] for _ in range(WORLD)]
-        self.hashes = [[] for _ in range(WORLD)]
-        self.waits = [[] for _ in range(WORLD)]  # (time, seconds waited for that batch)
-        self.errors = []
+        self.times: list[list[float]] = [[] for _ in range(WORLD)]
+        self.hashes: list[list[Any]] = [[] for _ in range(WORLD)]
+        # (time, seconds waited for that batch)
+        self.waits: list[list[tuple[float, float]]] = [[] for _ in range(WORLD)]
+        self.errors: list[str] = []
         self.threads = [threading.Thread(target=self.read, args=(cluster, r), daemon=True)
                         for r in range(WORLD)]
         for t in self.threads:
             t.start()
 
-    def read(self, cluster, rank):
+    def read(self, cluster: Any, rank: int) -> None:
         try:
             feed = cluster.consumer("bench", rank, WORLD, timeout=120)
             epoch = 0
@@ -80,7 +91,7 @@ class Trainers:
         except Exception as e:  # reported by the run
             self.errors.append(f"rank {rank}: {type(e).__name__}: {e}")
 
-    def join(self):
+    def join(self) -> None:
         self.stop.set()
         for t in self.threads:
             t.join(60)
@@ -88,7 +99,9 @@ class Trainers:
             raise RuntimeError("; ".join(self.errors))
 
 
-def run(files, workdir, producers, seconds, warmup, slow_seconds=0.0):
+def run(files: list[pathlib.Path], workdir: pathlib.Path, producers: int | str, seconds: float,
+        warmup: float, step: float, slow_seconds: float = 0.0,
+        trace: bool = False) -> dict[str, Any]:
     """One run; returns its figures."""
     auto = producers == "auto"
     slow = {"on": False}
@@ -99,14 +112,21 @@ def run(files, workdir, producers, seconds, warmup, slow_seconds=0.0):
         cluster.create_job("bench", [str(f) for f in files], FEATURES, BATCH, consumers=WORLD,
                            seed=SEED, epochs=0)
         start = time.monotonic()
-        counts = []  # (time, live producers), sampled
-        trainers = Trainers(cluster, pause=lambda: 0.05 if slow["on"] else 0.0)
+        counts: list[tuple[float, int]] = []  # (time, live producers), sampled
+        trainers = Trainers(cluster, pause=lambda: SLOW_STEP_S if slow["on"] else step)
         end = start + seconds
+        traced = start
         while time.monotonic() < end + slow_seconds:
             now = time.monotonic()
             if now >= end and not slow["on"]:
                 slow["on"] = True
             counts.append((now, len(cluster.live_producers)))
+            if trace and now - traced >= 1.0:
+                traced = now
+                advice = cluster.status().get("producer_advice", {})
+                print(f"{now - start:5.1f} s  {counts[-1][1]} producers, recommended "
+                      f"{advice.get('recommended', 0)}: {advice.get('reason', '')}",
+                      file=sys.stderr, flush=True)
             time.sleep(0.1)
         trainers.join()
         changes = list(cluster.autoscaler.changes) if auto else []
@@ -125,11 +145,14 @@ def run(files, workdir, producers, seconds, warmup, slow_seconds=0.0):
     waited = sum(min(w, t - settled_at) for ws in trainers.waits for t, w in ws
                  if settled_at <= t < end)
     wall = WORLD * max(1e-9, end - settled_at)
+    waited_window = sum(min(w, t - window[0]) for ws in trainers.waits for t, w in ws
+                        if window[0] <= t < window[1])
     return {
         "producers": producers,
         "batches_per_s": batches / span,
         "producer_seconds": producer_seconds,
         "input_bound_after_settling": waited / wall,
+        "input_bound": waited_window / (WORLD * span),
         "settle_s": settled_at - start,
         "settled_count": final,
         "peak": max(c for _, c in counts),
@@ -139,35 +162,52 @@ def run(files, workdir, producers, seconds, warmup, slow_seconds=0.0):
     }
 
 
-def line(case, unit, value, baseline, baseline_value, goal, met):
+def line(case: str, unit: str, value: float, baseline: str, baseline_value: float, goal: str,
+         met: bool) -> None:
     ratio = value / baseline_value if baseline_value else None
     print(json.dumps({"bench": "autoscale", "case": case, "unit": unit, "value": value,
                       "baseline": baseline, "baseline_value": baseline_value, "ratio": ratio,
                       "goal": goal, "met": bool(met)}), flush=True)
 
 
-def main():
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=40.0)
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--slow-seconds", type=float, default=25.0)
+    parser.add_argument("--step-ms", type=float, default=30.0,
+                        help="each trainer's step time (a sleep per batch)")
     parser.add_argument("--quick", action="store_true", help="shorter runs (20 s, 2 s warm-up)")
+    parser.add_argument("--trace", action="store_true",
+                        help="print the dispatcher's advice every second of the auto run")
+    parser.add_argument("--auto-only", action="store_true",
+                        help="only the auto run, its figures not compared (with --trace)")
     args = parser.parse_args()
     if args.quick:
         args.seconds, args.warmup, args.slow_seconds = 20.0, 2.0, 15.0
-    with tempfile.TemporaryDirectory(prefix="croupier-bench-autoscale-") as tmp:
-        tmp = pathlib.Path(tmp)
+    with tempfile.TemporaryDirectory(prefix="croupier-bench-autoscale-") as tmp_name:
+        tmp = pathlib.Path(tmp_name)
         files = synth_dataset(tmp / "data", RECORDS, files=2, image_bytes=64)
-        fixed = [run(files, tmp / f"fixed{k}", k, args.seconds, args.warmup) for k in (1, 2, 3, 4)]
-        auto = run(files, tmp / "auto", "auto", args.seconds, args.warmup, args.slow_seconds)
+        step = args.step_ms / 1000
+        if args.auto_only:
+            auto = run(files, tmp / "auto", "auto", args.seconds, args.warmup, step,
+                       args.slow_seconds, args.trace)
+            print(json.dumps({k: v for k, v in auto.items() if k != "hashes"}), flush=True)
+            return
+        fixed = [run(files, tmp / f"fixed{k}", k, args.seconds, args.warmup, step)
+                 for k in (1, 2, 3, 4)]
+        auto = run(files, tmp / "auto", "auto", args.seconds, args.warmup, step, args.slow_seconds,
+                   args.trace)
     for f in fixed:
         print(json.dumps({"bench": "autoscale", "run": f"fixed {f['producers']}",
                           "batches_per_s": round(f["batches_per_s"], 1),
-                          "producer_seconds": round(f["producer_seconds"], 1)}), flush=True)
+                          "producer_seconds": round(f["producer_seconds"], 1),
+                          "input_bound": round(f["input_bound"], 3)}), flush=True)
     print(json.dumps({"bench": "autoscale", "run": "auto", "changes": auto["changes"],
                       "batches_per_s": round(auto["batches_per_s"], 1),
                       "producer_seconds": round(auto["producer_seconds"], 1),
                       "settle_s": round(auto["settle_s"], 1), "peak": auto["peak"],
+                      "input_bound": round(auto["input_bound"], 3),
                       "after_slowdown": auto["after_slowdown"]}), flush=True)
     best = max(fixed, key=lambda f: f["batches_per_s"])
     # The fewest producers within 5% of the best throughput: what a user would pick.

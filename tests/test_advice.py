@@ -1,13 +1,12 @@
 """The recommended number of producers on a real cluster: a producer slowed down (each batch takes
 60 ms more to make) cannot keep up with a consumer that would take about twice what it gets, and
-the dispatcher asks for more producers; a producer that makes batches easily but serves each one
-late (60 ms of latency) leaves the consumer waiting too, but more producers would not help, and
-the dispatcher says 1 and why; a fast producer feeding a slow consumer is enough. The damping is
+the dispatcher asks for one more producer within seconds; a producer that makes batches easily
+but serves each one late (60 ms of latency) leaves the consumer waiting too, but more producers
+would not help, and the dispatcher says 1 and why; a fast producer feeding a slow consumer is enough. The damping is
 shortened (--advice-smoothing-ms 3000, --advice-hold-ms 2000) so that each case settles in
 seconds; src/dispatcher/producer_advice_test.cc checks the logic itself against exact loads.
 """
 import json
-import math
 import time
 import urllib.request
 
@@ -64,12 +63,11 @@ def test_a_slowed_producer_makes_the_dispatcher_ask_for_more(tmp_path, dataset):
     # The consumer waits for data a good share of its time, and the producer is busy making.
     assert consumer["inputBound"] > 0.2, consumer
     assert producer["busyShare"] > 0.8, producer
-    # So the consumer would take more than it gets, and more than the one producer makes.
-    assert advice["demandBatchesPerSecond"] > advice["capacityBatchesPerSecond"], advice
-    assert advice["target"] > 1, advice
+    # So it rises: to the model's figure, or, a consumer waiting on a saturated producer, to one
+    # more than the one running (the early figures of the model may still say less), and no
+    # further than twice the one producer.
     assert advice["producers"] == 1
-    # The figure is the target rounded up (with its tolerance), within what the hold allows.
-    assert advice["recommended"] <= max(1, math.ceil(advice["target"] - 0.15)) + 1, advice
+    assert advice["recommended"] == 2, advice
     assert "the limit is not the producers" not in advice["reason"], advice
 
 

@@ -5,6 +5,7 @@ plan's record ids, every record once per epoch."""
 import json
 import os
 import pathlib
+import signal
 import sys
 import threading
 import time
@@ -119,3 +120,62 @@ def test_shutdown_leaves_no_croupier_process(ray_cluster, tmp_path):
         time.sleep(0.05)
     logs = "".join(p.read_text() for p in (tmp_path / "s").glob("producer*.log"))
     assert logs.count("leaving (handing its tasks back)") == 2, logs
+
+
+@pytest.mark.timeout(180)
+def test_a_killed_producer_actor_is_restarted_and_registers_anew(ray_cluster, tmp_path):
+    """A producer actor's process killed (SIGKILL, as a lost node's would be): its croupier
+    process dies with it, Ray restarts the actor (max_restarts), and the new croupier producer
+    registers under a new id; the trainers reading meanwhile get the plan's batches."""
+    files = synth_dataset(tmp_path / "data", RECORDS, files=2, image_bytes=32)
+    with croupier.ray.Service(producers=2, work_dir=tmp_path / "service",
+                              bind="127.0.0.1") as service:
+        service.create_job("train", [str(f) for f in files], FEATURES, BATCH, consumers=WORLD,
+                           seed=SEED, epochs=EPOCHS)
+        before = {p["producer_id"] for p in service.status()["producers"]}
+        assert len(before) == 2
+        victim = service._producers[1]
+        actor_pid = ray.get(victim.actor_pid.remote())
+        croupier_pid = ray.get(victim.pid.remote())
+        got = [[] for _ in range(WORLD)]
+        errors = []
+
+        def read(rank):
+            try:
+                feed = croupier.Consumer(service.address, "train", rank, WORLD, timeout=60)
+                for epoch in range(EPOCHS):
+                    ids = []
+                    for batch in feed.epoch(epoch):
+                        ids.append(batch["id"].tolist())
+                        time.sleep(0.05)
+                    got[rank].append(ids)
+                feed.close()
+            except Exception as e:  # reported below
+                errors.append(f"rank {rank}: {type(e).__name__}: {e}")
+
+        readers = [threading.Thread(target=read, args=(r,)) for r in range(WORLD)]
+        for t in readers:
+            t.start()
+        time.sleep(1.0)
+        os.kill(actor_pid, signal.SIGKILL)
+        # The croupier process dies with its actor's process.
+        deadline = time.monotonic() + 10
+        while pathlib.Path(f"/proc/{croupier_pid}").exists():
+            assert time.monotonic() < deadline, "the croupier producer outlived its actor"
+            time.sleep(0.05)
+        # Ray restarts the actor; its new producer registers: two producers, one of them new.
+        deadline = time.monotonic() + 60
+        while True:
+            now = {p["producer_id"] for p in service.status()["producers"]}
+            if len(now) == 2 and len(now - before) == 1:
+                break
+            assert time.monotonic() < deadline, f"no new producer registered: {now}, {before}"
+            time.sleep(0.2)
+        assert ray.get(victim.actor_pid.remote()) != actor_pid
+        assert ray.get(victim.running.remote())
+        for t in readers:
+            t.join(120)
+        assert not errors, errors
+    for r in range(WORLD):
+        assert got[r] == [planned(e)[r] for e in range(EPOCHS)], f"rank {r}"
+

@@ -1,15 +1,20 @@
 """Acting on the dispatcher's recommended number of producers: one loop, whatever starts and stops
 the producers (local_cluster's child processes, croupier.ray's actors).
 
-The figure is the dispatcher's (docs/operations.md, "How many producers": demand over capacity,
-smoothed, held and with a hysteresis), so this loop adds no damping of its own: every `interval`
-seconds it reads status producer_advice.recommended and, when it differs from the number running,
-asks `scale` for it, within [min_producers, max_producers]. While the dispatcher is still
+The figure is the dispatcher's (docs/operations.md, "How many producers": quick rises while the
+trainers wait, falls only after a sustained margin, a cooldown between changes), so this loop adds
+no damping of its own: every `interval` seconds it reads status producer_advice.recommended and,
+when it differs from the number running, asks `scale` for it, within [min_producers,
+max_producers]. While the dispatcher is still
 measuring (recommended 0) nothing changes. A producer stopped this way leaves the cluster (its
 tasks go to the others at once); one started registers and takes work at once. Neither changes a
 byte any trainer gets.
 """
+from __future__ import annotations
+
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from croupier import errors
 
@@ -21,8 +26,9 @@ class Autoscaler:
     `current()`. `status()` returns the dispatcher's status (a dict). Thread-safe; start() runs
     the loop on a daemon thread until stop()."""
 
-    def __init__(self, status, current, scale, *, min_producers=1, max_producers=8,
-                 interval=5.0):
+    def __init__(self, status: Callable[[], dict[str, Any]], current: Callable[[], int],
+                 scale: Callable[[int], Any], *, min_producers: int = 1, max_producers: int = 8,
+                 interval: float = 5.0) -> None:
         if not 0 <= int(min_producers) <= int(max_producers):
             raise errors.InvalidArgumentError(
                 f"min_producers {min_producers} and max_producers {max_producers} are not a range")
@@ -32,17 +38,17 @@ class Autoscaler:
         self.min_producers, self.max_producers = int(min_producers), int(max_producers)
         self.interval = float(interval)
         self._stop = threading.Event()
-        self._thread = None
-        self.changes = []  # (before, after) of each change made, in order
+        self._thread: threading.Thread | None = None
+        self.changes: list[tuple[int, int]] = []  # (before, after) of each change made, in order
 
-    def wanted(self):
+    def wanted(self) -> int | None:
         """The number of producers to run now, or None while the dispatcher is measuring."""
         recommended = int(self._status().get("producer_advice", {}).get("recommended", 0))
         if recommended <= 0:
             return None
         return max(self.min_producers, min(self.max_producers, recommended))
 
-    def step(self):
+    def step(self) -> int | None:
         """One round: scales if needed; returns the number wanted (None: nothing to do)."""
         wanted = self.wanted()
         if wanted is not None:
@@ -52,11 +58,11 @@ class Autoscaler:
                 self.changes.append((before, wanted))
         return wanted
 
-    def start(self):
+    def start(self) -> Autoscaler:
         self.stop()
         self._stop.clear()
 
-        def run():
+        def run() -> None:
             while not self._stop.wait(self.interval):
                 try:
                     self.step()
@@ -67,7 +73,7 @@ class Autoscaler:
         self._thread.start()
         return self
 
-    def stop(self):
+    def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()

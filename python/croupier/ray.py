@@ -22,6 +22,8 @@ runs on (give that node durable disk, e.g. with `dispatcher_options={"resources"
 Producers here serve TFRecord jobs (`croupier producer`). Needs the `ray` package (pinned in
 scripts/requirements-dev.txt) and the `croupier` command on every node (croupier_binary()).
 """
+from __future__ import annotations
+
 import contextlib
 import os
 import pathlib
@@ -29,6 +31,8 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import ray
 
@@ -44,7 +48,8 @@ __all__ = ["Service", "consumer"]
 class _Process:
     """One croupier command, run as this actor's child process."""
 
-    def __init__(self, name, args, work_dir, env=None):
+    def __init__(self, name: str, args: list[str], work_dir: str | os.PathLike[str],
+                 env: Mapping[str, str] | None = None) -> None:
         self.name = name
         self.work_dir = pathlib.Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -56,26 +61,31 @@ class _Process:
                                          env=dict(os.environ, **(env or {})),
                                          start_new_session=True, preexec_fn=_die_with_parent)
 
-    def wait_for_file(self, path, timeout):
+    def wait_for_file(self, path: str, timeout: float) -> str:
         """The contents of `path` once the process has written it."""
         return _wait_for_file(path, timeout, self.proc, f"croupier {self.name}", self.log_tail)
 
-    def node_ip(self):
+    def node_ip(self) -> str:
         return self.host
 
-    def pid(self):
+    def pid(self) -> int:
+        """The croupier process's id."""
         return self.proc.pid
 
-    def running(self):
+    def actor_pid(self) -> int:
+        """The id of this actor's own process (the croupier process's parent)."""
+        return os.getpid()
+
+    def running(self) -> bool:
         return self.proc.poll() is None
 
-    def log_tail(self, chars=2000):
+    def log_tail(self, chars: int = 2000) -> str:
         try:
             return self.log_path.read_text()[-chars:]
         except OSError:
             return ""
 
-    def stop(self, grace=10.0):
+    def stop(self, grace: float = 10.0) -> int | None:
         """SIGTERM, then SIGKILL after `grace` seconds; the exit status."""
         return _stop_process(self.proc, grace)
 
@@ -87,17 +97,21 @@ class Service:
     temporary folder; it must exist on the nodes that run them). bind: the interface the processes
     listen on ("0.0.0.0", the default, for a multi-node cluster; "127.0.0.1" on one machine); they
     advertise their node's IP. producer_args: extra `croupier producer` flags (e.g. ["--threads",
-    "4"]). producer_options / dispatcher_options: Ray actor options (num_cpus, resources,
-    scheduling_strategy); a producer asks for 1 CPU by default, so that Ray places it (and, with
-    an autoscaler, adds nodes for it). auth_token: the token every process presents."""
+    "4"]); dispatcher_args: extra `croupier dispatcher` flags (e.g. the advice's damping,
+    ["--advice-hold-ms", "6000"]). producer_options / dispatcher_options: Ray actor options
+    (num_cpus, resources, scheduling_strategy); a producer asks for 1 CPU by default, so that
+    Ray places it (and, with an autoscaler, adds nodes for it). auth_token: the token every process presents."""
 
-    def __init__(self, producers=1, *, work_dir=None, bind="0.0.0.0", producer_args=(),
-                 producer_options=None, dispatcher_options=None, auth_token=None,
-                 ready_timeout=60.0):
+    def __init__(self, producers: int = 1, *, work_dir: str | os.PathLike[str] | None = None,
+                 bind: str = "0.0.0.0", producer_args: Iterable[Any] = (),
+                 dispatcher_args: Iterable[Any] = (),
+                 producer_options: Mapping[str, Any] | None = None,
+                 dispatcher_options: Mapping[str, Any] | None = None,
+                 auth_token: str | None = None, ready_timeout: float = 60.0) -> None:
         if not ray.is_initialized():
             raise errors.FailedPreconditionError(
                 "croupier.ray.Service needs a Ray cluster: call ray.init() first")
-        self._tmp = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if work_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="croupier-ray-")
             work_dir = self._tmp.name
@@ -110,17 +124,18 @@ class Service:
         self._ready_timeout = float(ready_timeout)
         self._env = {"CROUPIER_AUTH_TOKEN": auth_token} if auth_token else {}
         self._lock = threading.Lock()
-        self._producers = []  # actors, oldest first
+        self._producers: list[Any] = []  # actors, oldest first
         self._count = 0  # producers started so far: their names
-        self._autoscaler = None
+        self._autoscaler: Autoscaler | None = None
         port_file = pathlib.Path(self.work_dir) / "dispatcher.port"
         with contextlib.suppress(FileNotFoundError):
             port_file.unlink()
         options = dict({"max_restarts": 0}, **(dispatcher_options or {}))
-        self._dispatcher = _Process.options(**options).remote(
+        self._dispatcher = _Process.options(**options).remote(  # type: ignore[attr-defined]
             "dispatcher", ["dispatcher", "--bind", bind, "--port", "0", "--port-file",
                            str(port_file), "--work-dir", str(pathlib.Path(self.work_dir) /
-                                                             "dispatcher")],
+                                                             "dispatcher"),
+                           *[str(a) for a in dispatcher_args]],
             self.work_dir, self._env)
         try:
             port = ray.get(self._dispatcher.wait_for_file.remote(str(port_file),
@@ -136,12 +151,12 @@ class Service:
     # --- producers ------------------------------------------------------------------------------
 
     @property
-    def producers(self):
+    def producers(self) -> int:
         """How many producer actors this service runs now."""
         with self._lock:
             return len(self._producers)
 
-    def scale(self, count, timeout=None):
+    def scale(self, count: int, timeout: float | None = None) -> int:
         """Runs `count` producers: starts new ones (and waits until they have registered), or
         stops the newest ones (each leaves: its tasks go to the others at once). Returns the
         number before."""
@@ -155,7 +170,8 @@ class Service:
                 self._count += 1
                 args = ["producer", "--dispatcher", self.address, "--bind", self._bind,
                         *self._producer_args]
-                actor = _Process.options(**self._producer_options).remote(
+                actor = _Process.options(  # type: ignore[attr-defined]
+                    **self._producer_options).remote(
                     f"producer{self._count}", args, self.work_dir, self._env)
                 self._producers.append(actor)
             leaving = []
@@ -169,7 +185,7 @@ class Service:
             self._wait_for_producers(count, timeout)
         return before
 
-    def _wait_for_producers(self, count, timeout):
+    def _wait_for_producers(self, count: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while True:
             live = len(self.status().get("producers", []))
@@ -182,7 +198,8 @@ class Service:
                     f"{timeout:g} s; their logs end: {tails}")
             time.sleep(0.1)
 
-    def autoscale(self, min_producers=1, max_producers=8, interval=5.0):
+    def autoscale(self, min_producers: int = 1, max_producers: int = 8,
+                  interval: float = 5.0) -> Autoscaler:
         """Sets the number of producers to the dispatcher's recommendation, within
         [min_producers, max_producers], every `interval` seconds, on a thread, until
         stop_autoscaling() or shutdown() (croupier.autoscale.Autoscaler). Returns the
@@ -193,22 +210,23 @@ class Service:
                                       interval=interval).start()
         return self._autoscaler
 
-    def stop_autoscaling(self):
+    def stop_autoscaling(self) -> None:
         if self._autoscaler is not None:
             self._autoscaler.stop()
             self._autoscaler = None
 
     # --- jobs and status ------------------------------------------------------------------------
 
-    def create_job(self, name, files, features, batch_size, **options):
+    def create_job(self, name: str, files: Any, features: str, batch_size: int,
+                   **options: Any) -> Any:
         """croupier.create_job() on this service's dispatcher."""
         options.setdefault("auth_token", self.auth_token)
         return create_job(self.address, name, files, features, batch_size, **options)
 
-    def status(self):
+    def status(self) -> dict[str, Any]:
         return status(self.address, auth_token=self.auth_token)
 
-    def shutdown(self):
+    def shutdown(self) -> None:
         """Stops the autoscaler, the producers (each leaves) and the dispatcher. Idempotent."""
         self.stop_autoscaling()
         with contextlib.suppress(Exception):
@@ -223,14 +241,14 @@ class Service:
             self._tmp.cleanup()
             self._tmp = None
 
-    def __enter__(self):
+    def __enter__(self) -> Service:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
 
-def consumer(dispatcher, job, **options):
+def consumer(dispatcher: str, job: str, **options: Any) -> Any:
     """A croupier.Consumer of `job` for this Ray Train worker: its rank and world size are the
     worker's (ray.train.get_context()). Call it inside train_loop_per_worker."""
     import ray.train

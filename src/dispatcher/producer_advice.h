@@ -16,12 +16,26 @@
 // producers (the network, the latency of each fetch, the consumers' prefetch): the target then
 // stays low, and the reason says so.
 //
-// The damping. Demand and capacity are smoothed (exponential moving averages with time constant
-// `smoothing`), and the recommendation moves only when the smoothed target has asked for more
-// (or fewer) producers for `hold` without interruption: up to ceil(target - kUpTolerance) when
-// that is higher, down to ceil(target - kUpTolerance + kDownMargin) when that is lower. The first
-// figure comes max(hold, smoothing) after the first measurement (0 until then). The gap between the
-// two thresholds (hysteresis) and the hold keep noise around a boundary from making it flap.
+// The policy (docs/operations.md, "How many producers"). Rising is quick, falling is slow:
+//  - rise: while the consumers wait for data (mean input-bound share >= kStarved), to
+//    ceil(latest target - kUpTolerance) or, if the producers are saturated (mean busy share
+//    >= kSaturated, or not reported) and the consumers' wait is kStillStarved or more and not
+//    falling, at least one more than now; at most `max_producers`, and
+//    at most twice the producers now while a consumer waits kMaxInputBound of its time or more
+//    (its demand is then only a bound). The condition must
+//    last `up_hold`. Consumers waiting on producers that are not saturated get no rise when the
+//    model does not ask for one (the limit is elsewhere).
+//  - fall: while the consumers do not wait (below kStarved) and the smoothed target (exponential
+//    moving averages of demand and capacity, time constant `smoothing`) leaves a margin, to
+//    ceil(smoothed target - kUpTolerance + kDownMargin) when that is lower; the condition must
+//    last `hold` without a break.
+//  - cooldown: no change within `cooldown` of the last one that changed what runs (the rates
+//    measured after a change take that long to show it: consumer rates are smoothed over
+//    kConsumerRateSmoothing).
+// The first figure (0 until then) comes `up_hold` after the first measurement if the consumers
+// wait, as a rise would, and `hold` after it if not, as a fall would (never above the producers
+// running). The gap between the rise and fall thresholds (hysteresis), the
+// hold and the cooldown keep noise from making it flap.
 #ifndef CROUPIER_SRC_DISPATCHER_PRODUCER_ADVICE_H_
 #define CROUPIER_SRC_DISPATCHER_PRODUCER_ADVICE_H_
 
@@ -36,10 +50,20 @@ namespace croupier {
 
 // The input-bound share above which a consumer's demand is taken as 1 / (1 - this) its rate.
 inline constexpr double kMaxInputBound = 0.9;
-// A target this far above an integer does not yet ask for one more producer.
-inline constexpr double kUpTolerance = 0.15;
-// Going down, this is added before rounding: 2 producers become 3 when the target passes 2.15,
-// and 3 become 2 only when it falls to 1.9.
+// Consumers waiting this share of their time (on average) or more ask for more producers; below
+// it, none are added, and only below it can some be removed.
+inline constexpr double kStarved = 0.05;
+// Producers busy this share of their time (on average) or more are saturated: one more is added
+// for consumers that wait kStillStarved or more on them, whatever the model says, if their wait
+// is not falling (at least kNotFalling times what it was when the figure last changed or the
+// waiting began: a falling wait is the last change still showing in the smoothed rates).
+inline constexpr double kSaturated = 0.85;
+inline constexpr double kStillStarved = 0.10;
+inline constexpr double kNotFalling = 0.8;
+// A target this far above an integer does not ask for one more producer (measuring noise).
+inline constexpr double kUpTolerance = 0.05;
+// Going down, this is added before rounding: 3 producers become 2 only when the smoothed target
+// falls to 1.8 (a 10% margin below what 2 producers make).
 inline constexpr double kDownMargin = 0.25;
 // Below this busy share a producer's capacity is not extrapolated further (20 times its rate).
 inline constexpr double kMinBusyShare = 0.05;
@@ -49,7 +73,9 @@ class ProducerAdvisor {
  public:
   struct Options {
     absl::Duration smoothing = absl::Seconds(30);  // the moving averages' time constant
-    absl::Duration hold = absl::Seconds(15);       // how long a new figure must persist
+    absl::Duration hold = absl::Seconds(15);       // how long a fall must be asked for
+    absl::Duration up_hold = absl::Seconds(2);     // how long a rise must be asked for
+    absl::Duration cooldown = absl::Seconds(8);    // no change within this of the last one
     uint32_t max_producers = 1024;                 // never recommend more
   };
   // A live consumer's rates over its last heartbeats.
@@ -66,7 +92,10 @@ class ProducerAdvisor {
   };
   struct Advice {
     uint32_t recommended = 0;  // 0 while measuring (1 at once without producers)
-    double target = 0;         // the smoothed target, in producers
+    double target = 0;         // the smoothed target, in producers (what falls follow)
+    double latest_target = 0;  // the latest measurement's target (what rises follow)
+    double input_bound = 0;    // the consumers' mean input-bound share, latest
+    double busy = 0;           // the producers' mean busy share, latest (1 if not reported)
     double demand = 0;         // batches/s the consumers would take (smoothed)
     double capacity = 0;       // batches/s per producer (smoothed)
     uint32_t producers = 0;    // live producers counted
@@ -94,6 +123,8 @@ class ProducerAdvisor {
   // since when; 0: neither.
   int pending_direction_ = 0;
   absl::Time pending_since_;
+  absl::Time last_change_ = absl::InfinitePast();
+  double wait_reference_ = -1;  // the consumers' wait a rise by one is measured against
 };
 
 }  // namespace croupier
