@@ -7,7 +7,7 @@ JOBS ?= $(shell nproc)
 PY := $(ROOT)/.venv/bin/python
 CMAKE_ARGS ?=
 
-.PHONY: all bootstrap configure build test test-cpp test-python demo demo-mpi bench bench-quick clean format
+.PHONY: all bootstrap configure build test test-cpp test-python demo demo-mpi bench bench-quick clean format typecheck
 
 all: build
 
@@ -51,6 +51,10 @@ bench: build
 # The data plane and the end-to-end comparison on less data, in under 2 minutes (bench/out/ only).
 bench-quick: build
 	$(PY) bench/run.py --quick
+
+# The type checker on the Python package (its settings: [tool.mypy] in pyproject.toml).
+typecheck: bootstrap
+	$(PY) -m mypy
 
 format:
 	find include src tools python bench -name '*.h' -o -name '*.cc' | xargs clang-format -i

@@ -38,7 +38,8 @@ from croupier.cluster import (LocalCluster, create_job, croupier_binary, delete_
                               local_cluster, status)
 from croupier.consumer import Consumer
 from croupier.launcher import detect_rank_world
-from croupier.pipeline import batch_rng, produce, record_rng
+from croupier.pipeline import batch_rng, record_rng
+from croupier.producer import produce
 from croupier.source import serve
 
 __version__ = "0.1.0"

@@ -1,7 +1,7 @@
 """python -m croupier produce module:function --dispatcher HOST:PORT --job NAME ...
 
 The commands of the Python package (the C++ tool `croupier` has the others):
-  produce   a producer of a map job whose pipeline module:function returns (croupier.pipeline)
+  produce   a producer of a map job whose pipeline module:function returns (croupier.cli)
 """
 import sys
 
@@ -13,7 +13,7 @@ def main(argv=None):
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command == "produce":
-        from croupier.pipeline import main as produce_main
+        from croupier.cli import main as produce_main
         return produce_main(rest)
     print(f"python -m croupier: unknown command '{command}'\n\n{__doc__.strip()}", file=sys.stderr)
     return 2

@@ -6,7 +6,6 @@ block, on an exception, on Ctrl-C, and (through the kernel's parent-death signal
 process itself dies.
 """
 import contextlib
-import ctypes
 import json
 import os
 import pathlib
@@ -16,10 +15,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from croupier import _croupier, errors
-
-_PR_SET_PDEATHSIG = 1
+# The name croupier.ray imports from here.
+from croupier.processes import die_with_parent as _die_with_parent
 
 
 def croupier_binary():
@@ -40,15 +40,6 @@ def croupier_binary():
     raise errors.NotFoundError("the croupier command was not found (looked at "
                                + ", ".join(map(str, candidates))
                                + "); set CROUPIER_BIN or install the package")
-
-
-def _die_with_parent():
-    """Runs in the child before exec: the kernel kills it when the parent dies."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except Exception:
-        pass
 
 
 def _stop_process(proc, grace):
@@ -81,7 +72,8 @@ def _wait_for_file(path, timeout, proc, what, log_tail):
     raise errors.DeadlineExceededError(f"the {what} was not ready within {timeout} s: {log_tail()}")
 
 
-def _token(auth_token):
+def auth_token_or_env(auth_token: Optional[str]) -> str:
+    """The token to send: `auth_token`, else $CROUPIER_AUTH_TOKEN, else none ("")."""
     return auth_token if auth_token is not None else os.environ.get("CROUPIER_AUTH_TOKEN", "")
 
 
@@ -130,7 +122,7 @@ def create_job(dispatcher, name, files, features, batch_size, *, consumers=1, se
             "start_batch": str(start_batch), "num_records": str(int(num_records)),
             "compression": compression or "", "skip_failing_records": bool(skip_failing_records)}
     text = _croupier.create_job(dispatcher, json.dumps(spec), bool(exist_ok),
-                                _token(auth_token), float(timeout))
+                                auth_token_or_env(auth_token), float(timeout))
     return json.loads(text)
 
 
@@ -139,14 +131,14 @@ def status(dispatcher, *, auth_token=None, timeout=10.0, job_info=False):
     "rank_positions": [...], ...}. Each job's summary holds its name, its "state" ("idle",
     "running", "done") and counts, not its file list; job_info=True adds "jobs", every job's
     whole JobInfo (large for many jobs of many files). get_job() gives one job."""
-    return json.loads(_croupier.dispatcher_status(dispatcher, _token(auth_token), float(timeout),
+    return json.loads(_croupier.dispatcher_status(dispatcher, auth_token_or_env(auth_token), float(timeout),
                                                   bool(job_info)))
 
 
 def get_job(dispatcher, name, *, auth_token=None, timeout=10.0):
     """One job: {"job": JobInfo, "summary": {"state": "done", ...}, "rank_positions": [...]}.
     croupier.errors.NotFoundError for an unknown (or deleted) job."""
-    return json.loads(_croupier.get_job(dispatcher, str(name), _token(auth_token),
+    return json.loads(_croupier.get_job(dispatcher, str(name), auth_token_or_env(auth_token),
                                         float(timeout)))
 
 
@@ -155,7 +147,7 @@ def delete_job(dispatcher, name, *, force=False, auth_token=None, timeout=10.0):
     read it, unless force=True, which removes them. Returns {"job": its last summary,
     "consumers_removed": n, "tasks_revoked": n, "producers_removed": n}."""
     return json.loads(_croupier.delete_job(dispatcher, str(name), bool(force),
-                                           _token(auth_token), float(timeout)))
+                                           auth_token_or_env(auth_token), float(timeout)))
 
 
 class LocalCluster:
@@ -220,8 +212,8 @@ class LocalCluster:
                                     start_new_session=True, preexec_fn=_die_with_parent)
         finally:
             log.close()
-        proc.name = name
-        proc.log_path = self.work_dir / f"{name}.log"
+        proc.name = name  # type: ignore[attr-defined]
+        proc.log_path = self.work_dir / f"{name}.log"  # type: ignore[attr-defined]
         self.processes.append(proc)
         return proc
 

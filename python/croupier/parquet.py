@@ -18,6 +18,7 @@ import collections
 import glob
 import os
 import threading
+from typing import Any, List
 
 import numpy as np
 
@@ -132,7 +133,7 @@ class ParquetSource:
     def get_many(self, ids):
         """The rows `ids`, in order, as dicts {column: value}."""
         located = [self._locate(i) for i in ids]
-        out = [None] * len(located)
+        out: List[Any] = [None] * len(located)
         for k in sorted({k for k, _ in located}):
             columns = self._row_group(k)
             for n, (kk, row) in enumerate(located):

@@ -46,6 +46,7 @@ import tempfile
 import threading
 import weakref
 import zlib
+from typing import Any, List
 
 import numpy as np
 
@@ -90,7 +91,9 @@ class RecordCache:
                                      dir=root)
         self._owner = os.getpid()
         self._remove = weakref.finalize(self, _remove_tree, self.path, self._owner)
-        self._fd = self._state = None
+        # Closed (None) by close(); open from here on while the cache is used.
+        self._fd: Any = None
+        self._state: Any = None
         try:
             self._fd = os.open(os.path.join(self.path, "state"),
                                os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
@@ -372,7 +375,7 @@ def _pages(size):
 def _encode(index, record):
     """The file of record `index`: (the parts to write in order, their total size). Arrays
     (and whatever supports pickle's protocol 5 buffers) are written out of band, as raw bytes."""
-    buffers = []
+    buffers: List[Any] = []
     data = pickle.dumps(record, protocol=5, buffer_callback=buffers.append)
     raws = [b.raw() for b in buffers]
     parts = [b"".join(_LENGTH.pack(r.nbytes) for r in raws), data]

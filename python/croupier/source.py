@@ -32,11 +32,12 @@ import pathlib
 import pickle
 import re
 import time
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from croupier import _croupier, _exit, errors
-from croupier.cluster import _token, create_job
+from croupier.cluster import auth_token_or_env, create_job
 
 # The numeric dtypes a batch carries, by the names that numpy and croupier both give them
 # (bfloat16 is ml_dtypes.bfloat16, the type TensorFlow and JAX use too).
@@ -44,7 +45,7 @@ _NUMERIC = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint3
             "float16", "bfloat16", "float32", "float64")
 
 
-def _tensor_to_numpy(value, name):
+def tensor_to_numpy(value, name):
     """A torch or TensorFlow (eager) tensor as a numpy array of its own dtype."""
     if type(value).__module__.startswith("torch"):
         import torch
@@ -64,7 +65,7 @@ def _as_array(value, name):
     """A numpy array (torch and TensorFlow tensors are converted), numeric of a dtype in _NUMERIC,
     or of strings or objects (bytes)."""
     if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
-        value = _tensor_to_numpy(value, name)  # torch.Tensor, tf.Tensor (eager)
+        value = tensor_to_numpy(value, name)  # torch.Tensor, tf.Tensor (eager)
     arr = np.asarray(value)
     if arr.dtype.kind in "SOU":
         return arr
@@ -89,7 +90,7 @@ def _bytes_list(arr, name):
     return out
 
 
-def _columns(batch):
+def columns_of(batch):
     """(num_records, [(name, dtype, variable, dims, values, offsets, splits)]) for one batch."""
     if not isinstance(batch, dict):
         raise errors.InvalidArgumentError(
@@ -97,7 +98,8 @@ def _columns(batch):
             " (for a tuple, map it to a dict, e.g. lambda x, y: {'x': x, 'y': y})")
     if not batch:
         raise errors.InvalidArgumentError("a served batch has no features")
-    columns, num_records = [], None
+    columns: List[Tuple[Any, ...]] = []
+    num_records = None
     for name, value in batch.items():
         splits = None
         if isinstance(value, tuple) and len(value) == 2:  # (values, row_splits): variable length
@@ -146,7 +148,7 @@ def _columns(batch):
 
 def features_of(batch):
     """The feature spec text that describes `batch` (a dict of arrays)."""
-    _, columns = _columns(batch)
+    _, columns = columns_of(batch)
     parts = []
     for name, dtype, variable, dims, *_ in columns:
         shape = "[*]" if variable else ("[" + ",".join(map(str, dims)) + "]" if dims else "")
@@ -156,7 +158,7 @@ def features_of(batch):
 
 def make_batch(batch):
     """A croupier.Batch holding a copy of `batch` (a dict of arrays)."""
-    num_records, columns = _columns(batch)
+    num_records, columns = columns_of(batch)
     return _croupier.batch_from_columns(num_records, columns)
 
 
@@ -226,7 +228,7 @@ class _Epochs:
         self._source = source
         self._states = states
         self._epoch = None
-        self._it = None
+        self._it: Any = None
         self._next = 0  # the index the iterator yields next
         self._pushed = None
 
@@ -339,7 +341,7 @@ def serve(source, dispatcher, job, *, consumers=None, epochs=1, batches_per_epoc
     first = epochs_source.peek(0)
     if features is None:
         features = features_of(first)
-    num_records, _ = _columns(first)
+    num_records, _ = columns_of(first)
     info = create_job(dispatcher, job, [], features, num_records, consumers=consumers,
                       epochs=epochs, mode=mode, shuffle="none", source="python",
                       batches_per_epoch=batches_per_epoch, source_count=source_count,
@@ -352,7 +354,7 @@ def serve(source, dispatcher, job, *, consumers=None, epochs=1, batches_per_epoc
     if epochs > 0 and last is None:
         return 0  # more sources than tasks: this one has nothing to serve
     node = _exit.track(_croupier._SourceProducer(
-        dispatcher, job, _token(auth_token), int(buffer_bytes), bind, advertise_host,
+        dispatcher, job, auth_token_or_env(auth_token), int(buffer_bytes), bind, advertise_host,
         float(timeout), int(source_index)))
     # The node is closed inside running(): a thread in close() when the interpreter exits is
     # waited for (croupier/_exit.py).
@@ -409,7 +411,7 @@ def _serve_loop(node, sources, epochs_source, job, last, batches_per_epoch, disp
                 ended = (time.monotonic(), errors.OutOfRangeError(message))
             continue
         try:
-            num_records, columns = _columns(batch)
+            num_records, columns = columns_of(batch)
         except errors.Error as e:
             node.put_error(epoch, g, e.code, f"batch {index} of epoch {epoch}: {e}")
             continue
