@@ -39,7 +39,7 @@ from croupier.cluster import (LocalCluster, create_job, croupier_binary, delete_
 from croupier.consumer import Consumer
 from croupier.launcher import detect_rank_world
 from croupier.pipeline import batch_rng, record_rng
-from croupier.producer import produce
+from croupier.producer import ProduceOptions, produce
 from croupier.source import serve
 
 __version__ = "0.1.0"
@@ -69,6 +69,7 @@ __all__ = [
     "local_cluster",
     "batch_rng",
     "produce",
+    "ProduceOptions",
     "record_rng",
     "serve",
     "status",

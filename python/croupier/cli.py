@@ -80,7 +80,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         done = produce(source, args.dispatcher, args.job, bind=args.bind,
-                       advertise_host=args.advertise_host, stop=stop, _on_serving=graceful,
+                       advertise_host=args.advertise_host, stop=stop, on_serving=graceful,
                        **options)
         if done["record_cache"] is not None:
             print(f"croupier produce: job '{args.job}': {summary(done['record_cache'])}",

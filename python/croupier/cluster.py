@@ -77,14 +77,18 @@ def auth_token_or_env(auth_token: Optional[str]) -> str:
     return auth_token if auth_token is not None else os.environ.get("CROUPIER_AUTH_TOKEN", "")
 
 
-def create_job(dispatcher, name, files, features, batch_size, *, consumers=1, seed=0, epochs=0,
-               shuffle="global", remainder="drop", mode="dealt", block_size=0, window_blocks=0,
-               source="tfrecord", batches_per_epoch=0, source_count=0, num_records=0,
-               resume_from=None, compression="none", skip_failing_records=False,
-               exist_ok=False, auth_token=None, timeout=60.0):
+def create_job(dispatcher: str, name: str, files: Union[str, "os.PathLike[str]", Sequence[Any]],
+               features: str, batch_size: int, *, consumers: int, seed: int = 0, epochs: int = 0,
+               shuffle: str = "global", remainder: str = "drop", mode: str = "dealt",
+               block_size: int = 0, window_blocks: int = 0, source: str = "tfrecord",
+               batches_per_epoch: int = 0, source_count: int = 0, num_records: int = 0,
+               resume_from: Optional[Dict[str, Any]] = None, compression: str = "none",
+               skip_failing_records: bool = False, exist_ok: bool = False,
+               auth_token: Optional[str] = None, timeout: float = 60.0) -> Dict[str, Any]:
     """Creates a job on the dispatcher and returns it as the dispatcher holds it (a dict: spec,
     files, num_records, batches_per_epoch, steps_per_epoch, ...). `files` is a glob, a path, or a
-    list of them. A bad spec raises InvalidArgumentError naming the problem. With exist_ok, an
+    list of them. `consumers` (required: the job's world size, every rank of which must read) is
+    the number of trainer ranks. A bad spec raises InvalidArgumentError naming the problem. With exist_ok, an
     identical existing job is returned instead of AlreadyExistsError. source="python" makes a job
     that croupier.serve() feeds (no files; batches_per_epoch is what the source yields).
     source="map" makes a job of an addressable Python source read by index, that
@@ -269,10 +273,12 @@ class LocalCluster:
                     f"{live} of {count} producers registered within {timeout} s")
             time.sleep(0.05)
 
-    def create_job(self, name, files, features, batch_size, **options):
+    def create_job(self, name: str, files: Any, features: str, batch_size: int, *,
+                   consumers: int, **options: Any) -> Dict[str, Any]:
         """create_job() on this cluster's dispatcher."""
         options.setdefault("auth_token", self.auth_token)
-        return create_job(self.address, name, files, features, batch_size, **options)
+        return create_job(self.address, name, files, features, batch_size, consumers=consumers,
+                          **options)
 
     def status(self, job_info=False):
         return status(self.address, auth_token=self.auth_token, job_info=job_info)

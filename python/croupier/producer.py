@@ -4,8 +4,9 @@ produce() checks its arguments, builds the job's Pipeline (croupier.pipeline), c
 starts the worker pool (croupier.pool) and the C++ producer node that serves the batches, and
 waits for the end of the job. `python -m croupier produce` (croupier.cli) runs it from a shell.
 """
+import dataclasses
 import threading
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from croupier import _croupier, _exit, errors
 from croupier.cluster import auth_token_or_env, create_job, get_job
@@ -16,7 +17,7 @@ from croupier.record_cache import summary
 from croupier.source import features_of
 from croupier.spec import spec_of
 
-__all__ = ["produce"]
+__all__ = ["produce", "ProduceOptions"]
 
 
 def _job_done(dispatcher, job, info, auth_token):
@@ -40,13 +41,62 @@ def _job_done(dispatcher, job, info, auth_token):
                for p in positions)
 
 
-def produce(source, dispatcher, job, *, batch_size, consumers=None, epochs=1, seed=0,
-            shuffle="global", remainder="drop", block_size=0, window_blocks=0, mode="dealt",
-            transform=None, batch_transform=None, collate=None, names=None, features=None,
-            tf_transform=None, skip_failing_records=False, decode=None, cache_bytes=0,
-            workers=None, threads=None, auth_token=None, buffer_bytes=256 << 20, max_tasks=2,
-            bind="127.0.0.1", advertise_host="", timeout=60.0, stop=None, resume_from=None,
-            dispatcher_timeout=120.0, _on_serving=None):
+@dataclasses.dataclass
+class ProduceOptions:
+    """A map job's settings and its producer's, in one object: produce(source, dispatcher, job,
+    ProduceOptions(batch_size=64, consumers=4, epochs=3, transform=augment)). Each field is the
+    produce() keyword argument of the same name (the older form, which still works), documented
+    there; batch_size is required."""
+
+    # The job (every producer of the job gives the same).
+    batch_size: int
+    consumers: Optional[int] = None  # None: the launcher's world size
+    epochs: int = 1
+    seed: int = 0
+    shuffle: str = "global"
+    remainder: str = "drop"
+    block_size: int = 0
+    window_blocks: int = 0
+    mode: str = "dealt"
+    resume_from: Optional[Dict[str, Any]] = None
+    skip_failing_records: bool = False
+    # What makes a batch (croupier.pipeline).
+    transform: Optional[Callable[..., Any]] = None
+    batch_transform: Optional[Callable[..., Any]] = None
+    collate: Optional[Callable[[List[Any]], Dict[str, Any]]] = None
+    names: Optional[Sequence[str]] = None
+    features: Optional[str] = None
+    tf_transform: Optional[Callable[[Any], Any]] = None
+    decode: Optional[Callable[[Any], Any]] = None
+    cache_bytes: int = 0
+    # This producer.
+    workers: Optional[int] = None
+    threads: Optional[int] = None
+    auth_token: Optional[str] = None
+    buffer_bytes: int = 256 << 20
+    max_tasks: int = 2
+    bind: str = "127.0.0.1"
+    advertise_host: str = ""
+    timeout: float = 60.0
+    dispatcher_timeout: float = 120.0
+    stop: Optional[threading.Event] = None
+
+
+def _settled(options: Optional[ProduceOptions], keywords: Dict[str, Any]) -> ProduceOptions:
+    """The options produce() runs with: `options` with `keywords` over it, or the keywords."""
+    try:
+        if options is None:
+            return ProduceOptions(**keywords)
+        if not isinstance(options, ProduceOptions):
+            raise errors.InvalidArgumentError(
+                f"produce()'s options are a ProduceOptions, not a {type(options).__name__}")
+        return dataclasses.replace(options, **keywords)
+    except TypeError as e:  # an unknown keyword, or no batch_size
+        raise TypeError(f"produce(): {e}") from None
+
+
+def produce(source: Any, dispatcher: str, job: str, options: Optional[ProduceOptions] = None, *,
+            on_serving: Optional[Callable[[], None]] = None, **keywords: Any) -> Dict[str, Any]:
     """Runs a producer of map job `job`, whose records are `source[i]` (any object with
     __len__ and __getitem__; a `get_many(indexes)` method, if it has one, reads a batch's
     records at once), until every rank has read the job's last epoch (epochs > 0) or `stop`
@@ -116,40 +166,47 @@ def produce(source, dispatcher, job, *, batch_size, consumers=None, epochs=1, se
     the tf.data pipeline are decode's outputs, from the cache when it holds them.
 
     If the dispatcher does not answer for `dispatcher_timeout` seconds, produce() stops and
-    raises UnavailableError naming it."""
+    raises UnavailableError naming it.
+
+    The settings come as one ProduceOptions (`options`), or as keyword arguments of the same
+    names (the older form); keywords given with `options` replace its fields. on_serving() is
+    called once the producer serves (the command line's graceful stop)."""
+    o = _settled(options, keywords)
+    consumers, workers, threads, features = o.consumers, o.workers, o.threads, o.features
     if consumers is None:
         from croupier.launcher import detect_rank_world
         _, consumers = detect_rank_world(0, None)
     if workers is None:
-        workers = default_workers() if tf_transform is None else 0
+        workers = default_workers() if o.tf_transform is None else 0
     workers = int(workers)
     if workers < 0:
         raise errors.InvalidArgumentError(f"workers must be 0 or more, not {workers}")
-    if tf_transform is not None and workers > 0:
+    if o.tf_transform is not None and workers > 0:
         # Forking a process once TensorFlow has started its thread pools is unsafe, and it is
         # started here (batch 0 is made before the workers would be forked).
         raise errors.InvalidArgumentError(
             f"job '{job}': tf_transform runs in the producer's own threads, TensorFlow's runtime "
             f"doing the parallel work; workers must be 0 (not {workers}): no process is forked "
             "once TensorFlow runs")
-    if tf_transform is not None and threads is None:
+    if o.tf_transform is not None and threads is None:
         threads = max(2, default_workers())
-    pipeline = Pipeline(source, transform=transform, batch_transform=batch_transform,
-                        collate=collate, names=names, features=features, seed=seed,
-                        tf_transform=tf_transform, skip_failing_records=skip_failing_records,
-                        decode=decode, cache_bytes=cache_bytes)
+    pipeline = Pipeline(source, transform=o.transform, batch_transform=o.batch_transform,
+                        collate=o.collate, names=o.names, features=features, seed=o.seed,
+                        tf_transform=o.tf_transform, skip_failing_records=o.skip_failing_records,
+                        decode=o.decode, cache_bytes=o.cache_bytes)
     try:
         num_records = len(pipeline)
         if num_records == 0:
             raise errors.InvalidArgumentError(f"the source of job '{job}' is empty")
-        plan = _croupier.EpochPlan(num_records, int(batch_size), int(consumers), seed=int(seed),
-                                   epoch=0, shuffle=shuffle, remainder=remainder,
-                                   block_size=int(block_size) or 1024,
-                                   window_blocks=int(window_blocks) or 16)
+        plan = _croupier.EpochPlan(num_records, int(o.batch_size), int(consumers),
+                                   seed=int(o.seed), epoch=0, shuffle=o.shuffle,
+                                   remainder=o.remainder,
+                                   block_size=int(o.block_size) or 1024,
+                                   window_blocks=int(o.window_blocks) or 16)
         if plan.num_batches == 0:
             raise errors.InvalidArgumentError(
                 f"job '{job}': {num_records} records make no whole round of {consumers} batches of "
-                f"{batch_size}")
+                f"{o.batch_size}")
         if features is None:
             # Batch 0 of epoch 0, made here before anything starts: the job's features, and an
             # early check of the source and the transforms (an error here is the caller's, not a
@@ -168,21 +225,23 @@ def produce(source, dispatcher, job, *, batch_size, consumers=None, epochs=1, se
             make = pool.make if pool is not None else in_process(pipeline)
             node = None
             try:
-                info = create_job(dispatcher, job, [], features, batch_size, consumers=consumers,
-                                  seed=seed, epochs=epochs, shuffle=shuffle, remainder=remainder,
-                                  mode=mode, block_size=block_size, window_blocks=window_blocks,
-                                  source="map", num_records=num_records, resume_from=resume_from,
-                                  skip_failing_records=skip_failing_records, exist_ok=True,
-                                  auth_token=auth_token, timeout=timeout)
+                info = create_job(dispatcher, job, [], features, o.batch_size,
+                                  consumers=consumers, seed=o.seed, epochs=o.epochs,
+                                  shuffle=o.shuffle, remainder=o.remainder, mode=o.mode,
+                                  block_size=o.block_size, window_blocks=o.window_blocks,
+                                  source="map", num_records=num_records,
+                                  resume_from=o.resume_from,
+                                  skip_failing_records=o.skip_failing_records, exist_ok=True,
+                                  auth_token=o.auth_token, timeout=o.timeout)
                 threads = int(threads) if threads is not None else max(workers, 1)
                 node = _exit.track(_croupier._MapProducer(
-                    dispatcher, job, auth_token_or_env(auth_token), threads, int(buffer_bytes),
-                    int(max_tasks),
-                    bind, advertise_host, float(timeout), make))
-                if _on_serving is not None:
-                    _on_serving()  # the command line's graceful stop (main)
-                _wait_for_the_end(node, pool, dispatcher, job, info, auth_token, stop,
-                                  dispatcher_timeout)
+                    dispatcher, job, auth_token_or_env(o.auth_token), threads,
+                    int(o.buffer_bytes), int(o.max_tasks), o.bind, o.advertise_host,
+                    float(o.timeout), make))
+                if on_serving is not None:
+                    on_serving()  # the command line's graceful stop (croupier.cli)
+                _wait_for_the_end(node, pool, dispatcher, job, info, o.auth_token, o.stop,
+                                  o.dispatcher_timeout)
             except errors.Error:
                 if not _exit.exiting.is_set():
                     raise

@@ -148,12 +148,13 @@ class PySourceProducer {
 };
 
 // The JSON the Python API reads and writes has the job settings by their text names ("global",
-// "first_come"), the keyword arguments' values (src/job/job_json.h).
+// "first_come"), the keyword arguments' values, and its counts as numbers, not protobuf's
+// strings of 64-bit integers (src/job/job_json.h).
 std::string ToJson(const google::protobuf::Message& message) {
   google::protobuf::util::JsonPrintOptions options;
   options.always_print_primitive_fields = true;
   options.preserve_proto_field_names = true;
-  return ToUserJson(message, options);
+  return ToUserJson(message, options, /*int64_as_numbers=*/true);
 }
 
 std::unique_ptr<rpc::DispatcherClient> Client(const std::string& address,
