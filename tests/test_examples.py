@@ -27,7 +27,7 @@ def test_pytorch_ddp_under_torchrun_shows_progress_and_writes_a_report_per_rank(
         cluster.create_job("train", f"{data}/*.tfrecord", FEATURES, 64, consumers=2, seed=1,
                            epochs=2)
         run = subprocess.run(
-            [torchrun, "--nproc-per-node", "2", "--master-port", "0",
+            [torchrun, "--standalone", "--nproc-per-node", "2",
              ROOT / "examples" / "pytorch_ddp.py", "--dispatcher", cluster.address,
              "--job", "train", "--epochs", "2", "--report", tmp_path / "report.json"],
             capture_output=True, text=True, timeout=200,

@@ -9,6 +9,7 @@ record indexes, epoch plans, batches) is here too. Framework adapters: croupier.
 croupier.tf and croupier.jax.
 """
 import os as _os
+from typing import Any as _Any, Dict as _Dict
 import sys as _sys
 
 from croupier import errors
@@ -23,6 +24,11 @@ try:
     from croupier import _croupier  # noqa: F401
 finally:
     _sys.setdlopenflags(_flags)
+
+# The C++ library's log lines go through Python's logging from here on (croupier.logs).
+from croupier import logs as _logs  # noqa: E402
+
+_logs.install()
 
 from croupier._croupier import (
     Batch,
@@ -45,7 +51,7 @@ from croupier.source import serve
 __version__ = "0.1.0"
 
 
-def decode_batch(records, features):
+def decode_batch(records: _Any, features: str) -> _Dict[str, _Any]:
     """Decodes serialized tf.train.Examples into {feature name: array}.
 
     `features` is a spec string such as "image:bytes,label:int64,emb:float32[16],ids:int64[*]".

@@ -4,9 +4,10 @@ The commands of the Python package (the C++ tool `croupier` has the others):
   produce   a producer of a map job whose pipeline module:function returns (croupier.cli)
 """
 import sys
+from typing import List, Optional
 
 
-def main(argv=None):
+def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())

@@ -22,7 +22,7 @@ from croupier import _croupier, errors
 from croupier.processes import die_with_parent as _die_with_parent
 
 
-def croupier_binary():
+def croupier_binary() -> str:
     """The `croupier` command: $CROUPIER_BIN, else the source tree's build (development mode),
     else the one installed beside this Python, else the one on PATH."""
     candidates = []
@@ -88,9 +88,10 @@ def create_job(dispatcher: str, name: str, files: Union[str, "os.PathLike[str]",
     """Creates a job on the dispatcher and returns it as the dispatcher holds it (a dict: spec,
     files, num_records, batches_per_epoch, steps_per_epoch, ...). `files` is a glob, a path, or a
     list of them. `consumers` (required: the job's world size, every rank of which must read) is
-    the number of trainer ranks. A bad spec raises InvalidArgumentError naming the problem. With exist_ok, an
-    identical existing job is returned instead of AlreadyExistsError. source="python" makes a job
-    that croupier.serve() feeds (no files; batches_per_epoch is what the source yields).
+    the number of trainer ranks. A bad spec raises InvalidArgumentError naming the problem. With
+    exist_ok, an identical existing job is returned instead of AlreadyExistsError.
+    source="python" makes a job that croupier.serve() feeds (no files; batches_per_epoch is what
+    the source yields).
     source="map" makes a job of an addressable Python source read by index, that
     croupier.produce() makes (no files; num_records is how many records it holds; shuffle,
     remainder and resume_from as for files). The settings are text here ("global",
@@ -130,23 +131,26 @@ def create_job(dispatcher: str, name: str, files: Union[str, "os.PathLike[str]",
     return json.loads(text)
 
 
-def status(dispatcher, *, auth_token=None, timeout=10.0, job_info=False):
+def status(dispatcher: str, *, auth_token: Optional[str] = None, timeout: float = 10.0,
+           job_info: bool = False) -> Dict[str, Any]:
     """The dispatcher's view: {"job_summaries": [...], "producers": [...], "consumers": [...],
     "rank_positions": [...], ...}. Each job's summary holds its name, its "state" ("idle",
     "running", "done") and counts, not its file list; job_info=True adds "jobs", every job's
     whole JobInfo (large for many jobs of many files). get_job() gives one job."""
-    return json.loads(_croupier.dispatcher_status(dispatcher, auth_token_or_env(auth_token), float(timeout),
-                                                  bool(job_info)))
+    return json.loads(_croupier.dispatcher_status(dispatcher, auth_token_or_env(auth_token),
+                                                  float(timeout), bool(job_info)))
 
 
-def get_job(dispatcher, name, *, auth_token=None, timeout=10.0):
+def get_job(dispatcher: str, name: str, *, auth_token: Optional[str] = None,
+            timeout: float = 10.0) -> Dict[str, Any]:
     """One job: {"job": JobInfo, "summary": {"state": "done", ...}, "rank_positions": [...]}.
     croupier.errors.NotFoundError for an unknown (or deleted) job."""
     return json.loads(_croupier.get_job(dispatcher, str(name), auth_token_or_env(auth_token),
                                         float(timeout)))
 
 
-def delete_job(dispatcher, name, *, force=False, auth_token=None, timeout=10.0):
+def delete_job(dispatcher: str, name: str, *, force: bool = False,
+               auth_token: Optional[str] = None, timeout: float = 10.0) -> Dict[str, Any]:
     """Deletes job `name` (as `croupier job delete`): FailedPreconditionError while consumers
     read it, unless force=True, which removes them. Returns {"job": its last summary,
     "consumers_removed": n, "tasks_revoked": n, "producers_removed": n}."""
@@ -280,19 +284,20 @@ class LocalCluster:
         return create_job(self.address, name, files, features, batch_size, consumers=consumers,
                           **options)
 
-    def status(self, job_info=False):
+    def status(self, job_info: bool = False) -> Dict[str, Any]:
         return status(self.address, auth_token=self.auth_token, job_info=job_info)
 
-    def get_job(self, name):
+    def get_job(self, name: str) -> Dict[str, Any]:
         return get_job(self.address, name, auth_token=self.auth_token)
 
-    def consumer(self, job, rank=None, world=None, **options):
+    def consumer(self, job: str, rank: Optional[int] = None, world: Optional[int] = None,
+                 **options: Any) -> Any:
         """A croupier.Consumer of this cluster's job."""
         from croupier.consumer import Consumer
         options.setdefault("auth_token", self.auth_token)
         return Consumer(self.address, job, rank, world, **options)
 
-    def close(self, grace=5.0):
+    def close(self, grace: float = 5.0) -> None:
         """Stops every process (SIGTERM, then SIGKILL after `grace` seconds) and waits for it.
         Idempotent."""
         if self.autoscaler is not None:
@@ -309,10 +314,10 @@ class LocalCluster:
             self._tmp.cleanup()
             self._tmp = None
 
-    def __enter__(self):
+    def __enter__(self) -> "LocalCluster":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
     def __del__(self):
@@ -320,7 +325,7 @@ class LocalCluster:
             self.close(grace=1.0)
 
 
-def local_cluster(producers=1, **options):
+def local_cluster(producers: int = 1, **options: Any) -> LocalCluster:
     """A dispatcher and `producers` producers on this machine, on free loopback ports:
 
         with croupier.local_cluster(producers=2) as cluster:

@@ -61,17 +61,17 @@ __all__ = ["Pipeline", "default_collate", "record_rng", "batch_rng", "log"]
 log = logging.getLogger(__name__)
 
 
-def record_rng(seed, epoch, index):
+def record_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
     """The random generator of record `index` (global record index) in `epoch`."""
     return np.random.default_rng([int(seed), int(epoch), int(index), 0])
 
 
-def batch_rng(seed, epoch, batch):
+def batch_rng(seed: int, epoch: int, batch: int) -> np.random.Generator:
     """The random generator of global batch `batch` of `epoch`."""
     return np.random.default_rng([int(seed), int(epoch), int(batch), 1])
 
 
-def _takes_rng(fn):
+def _takes_rng(fn: Callable[..., Any]) -> bool:
     """Whether `fn` takes a second positional argument (the random generator)."""
     try:
         params = list(inspect.signature(fn).parameters.values())
@@ -83,14 +83,15 @@ def _takes_rng(fn):
 
 
 
-def _as_value(value, name):
+def _as_value(value: Any, name: str) -> Any:
     """A numpy array for tensors (torch, TensorFlow eager), else the value."""
     if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
         return tensor_to_numpy(value, name)
     return value
 
 
-def default_collate(records, names=None, variable=()):
+def default_collate(records: Sequence[Any], names: Optional[Sequence[str]] = None,
+                    variable: Iterable[str] = ()) -> Dict[str, Any]:
     """croupier's collation of records into a batch dict {name: column}.
 
     A record is a dict {name: value} (or a tuple/list, named by `names`). Per feature:
@@ -202,25 +203,25 @@ class Pipeline:
         self.features = features
         self._spec = spec_of(features)
 
-    def cache_stats(self):
+    def cache_stats(self) -> Optional[Dict[str, Any]]:
         """The record cache's counts (RecordCache.stats(): hits, misses, bytes, records, ...),
         or None without a cache."""
         return None if self._cache is None else self._cache.stats()
 
-    def close(self):
+    def close(self) -> None:
         """Removes the record cache, if any (in the process that made the pipeline; a fork of it
         only lets go of its handles). The pipeline makes batches without a cache afterwards."""
         cache, self._cache = self._cache, None
         if cache is not None:
             cache.close()
 
-    def __enter__(self):
+    def __enter__(self) -> "Pipeline":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def read(self, ids):
+    def read(self, ids: Sequence[int]) -> List[Any]:
         """The records `ids` of the source, in order."""
         get_many = getattr(self.source, "get_many", None)
         if get_many is not None:
@@ -239,7 +240,7 @@ class Pipeline:
         except Exception as e:
             raise BatchError(f"record {int(i)}: {describe(e)}") from e
 
-    def load(self, ids):
+    def load(self, ids: Sequence[int]) -> List[Any]:
         """The records `ids` as the transform takes them: read from the source and decoded, or
         found in the record cache (then neither read nor decoded)."""
         return self._load(ids, self._read_and_decode)
@@ -267,7 +268,7 @@ class Pipeline:
         except Exception as e:
             raise BatchError(f"record {int(i)}: the decode raised {describe(e)}") from e
 
-    def batch_dict(self, epoch, g, ids):
+    def batch_dict(self, epoch: int, g: int, ids: Any) -> Tuple[Dict[str, Any], Any]:
         """Batch g of `epoch`, of records `ids`, as a dict of columns (before the batch layout),
         and the indexes of the records it holds (`ids`, less those skipped)."""
         if self.skip_failing_records:
@@ -369,7 +370,7 @@ class Pipeline:
                 raise BatchError(f"the batch transform raised {describe(e)}") from e
         return batch
 
-    def make(self, epoch, g, ids):
+    def make(self, epoch: int, g: int, ids: Any) -> Any:
         """Batch g of `epoch` as a croupier Batch, checked against the job's features."""
         batch, ids = self.batch_dict(epoch, g, ids)
         try:
@@ -384,7 +385,7 @@ class Pipeline:
 
 
 
-def _few(ids):
+def _few(ids: Iterable[int]) -> str:
     ids = [int(i) for i in ids]
     return ", ".join(map(str, ids[:4])) + (", ..." if len(ids) > 4 else "")
 

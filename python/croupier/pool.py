@@ -8,7 +8,7 @@ import collections
 import os
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 
@@ -24,7 +24,7 @@ __all__ = ["WorkerPool", "in_process", "default_workers", "max_worker_deaths", "
 MakeBatch = Callable[[int, int, Any], Result]
 
 
-def default_workers():
+def default_workers() -> int:
     """The worker processes a producer starts by default: the cores this process may run on."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
@@ -35,7 +35,7 @@ def default_workers():
 DEATH_WINDOW = 60.0  # seconds: the window of the replacement limit (see WorkerPool)
 
 
-def max_worker_deaths(workers):
+def max_worker_deaths(workers: int) -> int:
     """How many worker deaths within DEATH_WINDOW seconds a pool of `workers` replaces."""
     return max(10, 2 * workers)
 
@@ -59,13 +59,15 @@ class WorkerPool:
     UNAVAILABLE: the producer's trouble, not the batch's (`broken` says why; produce() then leaves
     the job, and its tasks go to the other producers at once)."""
 
-    def __init__(self, pipeline, count, max_deaths=None, window=DEATH_WINDOW):
+    def __init__(self, pipeline: Pipeline, count: int, max_deaths: Optional[int] = None,
+                 window: float = DEATH_WINDOW) -> None:
         self._max_deaths = max_worker_deaths(count) if max_deaths is None else int(max_deaths)
         self._window = float(window)
         # The monotonic times of the deaths within the window.
         self._deaths: Deque[float] = collections.deque()
-        self._poisoned = {}  # (epoch, batch): the error of a batch that killed two workers
-        self._stopped = None  # why no dead worker is replaced any more
+        # (epoch, batch): the error of a batch that killed two workers.
+        self._poisoned: Dict[Tuple[int, int], str] = {}
+        self._stopped: Optional[str] = None  # why no dead worker is replaced any more
         self._closed = False
         self._cond = threading.Condition()
         self._workers = set()  # the live workers
@@ -86,12 +88,12 @@ class WorkerPool:
             raise
 
     @property
-    def pids(self):
+    def pids(self) -> List[int]:
         """The pids of the zygote and of the live workers (for tests and diagnostics)."""
         with self._cond:
             return [self._zygote.pid] + sorted(w.pid for w in self._workers)
 
-    def make(self, epoch, g, ids):
+    def make(self, epoch: int, g: int, ids: Any) -> Result:
         """Batch g of `epoch`, of records `ids`: a Batch, or (code, message)."""
         with self._cond:
             poisoned = self._poisoned.get((int(epoch), int(g)))
@@ -131,7 +133,7 @@ class WorkerPool:
                                     f"{epoch}: {self._stopped}")
 
     @property
-    def broken(self):
+    def broken(self) -> Optional[str]:
         """Why the pool can make no batch any more (no worker is left and none will be
         replaced), or None while it can."""
         with self._cond:
@@ -213,7 +215,7 @@ class WorkerPool:
         log.warning("croupier produce: worker %d (pid %d) died (%s) %s batch %d of epoch %d; %s",
                      dead.index, dead.pid, how, when, g, epoch, then)
 
-    def close(self):
+    def close(self) -> None:
         """Ends every worker and the zygote, and waits for them."""
         with self._cond:
             self._closed = True
@@ -230,8 +232,9 @@ class WorkerPool:
             w.close()
 
 
-def in_process(pipeline):
-    def make(epoch, g, ids):
+def in_process(pipeline: Pipeline) -> MakeBatch:
+    """make(epoch, g, ids) in the calling thread, as WorkerPool.make answers."""
+    def make(epoch: int, g: int, ids: Any) -> Result:
         try:
             return pipeline.make(epoch, g, ids)
         except BatchError as e:

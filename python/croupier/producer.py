@@ -20,7 +20,8 @@ from croupier.spec import spec_of
 __all__ = ["produce", "ProduceOptions"]
 
 
-def _job_done(dispatcher, job, info, auth_token):
+def _job_done(dispatcher: str, job: str, info: Dict[str, Any],
+              auth_token: Optional[str]) -> bool:
     """Every rank of `job` has acknowledged the end of its last epoch (bounded jobs only), or the
     job was deleted. Asks about this job alone (GetJob), never the whole status. Not the job's
     state "done" alone: that is also every task served, when a consumer may still need a batch
@@ -95,7 +96,8 @@ def _settled(options: Optional[ProduceOptions], keywords: Dict[str, Any]) -> Pro
         raise TypeError(f"produce(): {e}") from None
 
 
-def produce(source: Any, dispatcher: str, job: str, options: Optional[ProduceOptions] = None, *,
+def produce(source: Any, dispatcher: str, job: str,
+            options: Optional[ProduceOptions] = None, *,
             on_serving: Optional[Callable[[], None]] = None, **keywords: Any) -> Dict[str, Any]:
     """Runs a producer of map job `job`, whose records are `source[i]` (any object with
     __len__ and __getitem__; a `get_many(indexes)` method, if it has one, reads a batch's
@@ -258,7 +260,9 @@ def produce(source: Any, dispatcher: str, job: str, options: Optional[ProduceOpt
     return {"record_cache": cache}
 
 
-def _wait_for_the_end(node, pool, dispatcher, job, info, auth_token, stop, dispatcher_timeout):
+def _wait_for_the_end(node: Any, pool: Optional[WorkerPool], dispatcher: str, job: str,
+                      info: Dict[str, Any], auth_token: Optional[str],
+                      stop: Optional[threading.Event], dispatcher_timeout: float) -> None:
     """Returns once every rank has read the job's last epoch, or `stop` is set. Raises
     UnavailableError once the worker pool can make no batch (the caller's node.close() then
     leaves the job: its tasks go to the other producers at once)."""

@@ -45,7 +45,7 @@ _NUMERIC = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint3
             "float16", "bfloat16", "float32", "float64")
 
 
-def tensor_to_numpy(value, name):
+def tensor_to_numpy(value: Any, name: str) -> np.ndarray:
     """A torch or TensorFlow (eager) tensor as a numpy array of its own dtype."""
     if type(value).__module__.startswith("torch"):
         import torch
@@ -90,7 +90,7 @@ def _bytes_list(arr, name):
     return out
 
 
-def columns_of(batch):
+def columns_of(batch: Dict[str, Any]) -> Tuple[int, List[Tuple[Any, ...]]]:
     """(num_records, [(name, dtype, variable, dims, values, offsets, splits)]) for one batch."""
     if not isinstance(batch, dict):
         raise errors.InvalidArgumentError(
@@ -143,10 +143,12 @@ def columns_of(batch):
                 values = values.view(np.uint16)
             columns.append((str(name), arr.dtype.name, splits is not None, dims, values, None,
                             splits))
+    if num_records is None:  # unreachable: a batch has features (checked above)
+        raise errors.InvalidArgumentError("a served batch has no features")
     return num_records, columns
 
 
-def features_of(batch):
+def features_of(batch: Dict[str, Any]) -> str:
     """The feature spec text that describes `batch` (a dict of arrays)."""
     _, columns = columns_of(batch)
     parts = []
@@ -156,7 +158,7 @@ def features_of(batch):
     return ",".join(parts)
 
 
-def make_batch(batch):
+def make_batch(batch: Dict[str, Any]) -> Any:
     """A croupier.Batch holding a copy of `batch` (a dict of arrays)."""
     num_records, columns = columns_of(batch)
     return _croupier.batch_from_columns(num_records, columns)
@@ -289,10 +291,13 @@ class _Epochs:
                 return value
 
 
-def serve(source, dispatcher, job, *, consumers=None, epochs=1, batches_per_epoch=None,
-          features=None, mode="dealt", auth_token=None, buffer_bytes=256 << 20,
-          bind="127.0.0.1", advertise_host="", timeout=60.0, stop=None, source_index=0,
-          source_count=1, dispatcher_timeout=120.0, state_dir=None):
+def serve(source: Any, dispatcher: str, job: str, *, consumers: Optional[int] = None,
+          epochs: int = 1, batches_per_epoch: Optional[int] = None,
+          features: Optional[str] = None, mode: str = "dealt", auth_token: Optional[str] = None,
+          buffer_bytes: int = 256 << 20, bind: str = "127.0.0.1", advertise_host: str = "",
+          timeout: float = 60.0, stop: Any = None, source_index: int = 0,
+          source_count: int = 1, dispatcher_timeout: float = 120.0,
+          state_dir: Optional[str] = None) -> int:
     """Serves `source` as the producer of Python job `job` until every batch of every epoch has
     been served (or forever, with epochs=0), or until `stop` (a threading.Event) is set, then
     returns the number of batches served. A source that runs out before batches_per_epoch is an

@@ -42,7 +42,7 @@ REAP_GRACE = 2.0  # seconds a worker whose channel closed has to exit before it 
 CLOSE_GRACE = 5.0  # seconds the workers have to exit once the pool closes
 
 
-def _worker_main(pipeline, channel, fd, capacity):
+def _worker_main(pipeline: Any, channel: int, fd: int, capacity: int) -> None:
     """A worker: makes the batches it is asked for, each into its shared memory `fd`, until its
     channel (a socket's file descriptor) closes. A request is REQUEST's epoch and batch and the
     record indexes (uint64); the answer ("ok", size, capacity) says the batch's bytes are in the
@@ -66,7 +66,7 @@ def _worker_main(pipeline, channel, fd, capacity):
                 os.ftruncate(fd, capacity)
                 view = mmap.mmap(fd, capacity)
             _croupier.batch_copy_into(batch, view)
-            reply = ("ok", size, capacity)
+            reply: Tuple[Any, ...] = ("ok", size, capacity)
         except BatchError as e:
             reply = ("error", e.code, str(e))
         except Exception as e:  # a bug of croupier's or an unexpected failure: say where
@@ -78,7 +78,7 @@ def _worker_main(pipeline, channel, fd, capacity):
             return
 
 
-def _zygote_main(pipeline, control):
+def _zygote_main(pipeline: Any, control: socket.socket) -> None:
     """The zygote: answers the requests on `control` until the producer closes its end, then
     waits for its workers (they exit once the producer has closed their channels), SIGKILLing
     those still running after CLOSE_GRACE seconds. Requests and answers:
@@ -110,7 +110,8 @@ def _zygote_main(pipeline, control):
         reap(pid, max(0.0, deadline - time.monotonic()))
 
 
-def _spawn_worker(pipeline, control, fds, capacity, workers):
+def _spawn_worker(pipeline: Any, control: socket.socket, fds: List[int], capacity: int,
+                  workers: Set[int]) -> Tuple[str, Any]:
     """Forks a worker on the file descriptors `fds` (its memory, its channel), which the zygote
     closes then; adds its pid to `workers`. The answer to a "spawn" request."""
     try:
@@ -133,7 +134,7 @@ class ZygoteError(Exception):
 class Zygote:
     """The producer's handle on the zygote process, which it forks now. Thread-safe."""
 
-    def __init__(self, pipeline):
+    def __init__(self, pipeline: Any) -> None:
         self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.pid = fork(_zygote_main, pipeline, theirs, close=(self._control,))
@@ -143,20 +144,20 @@ class Zygote:
         finally:
             theirs.close()
         self._lock = threading.Lock()
-        self._gone = None  # why it answers no more
+        self._gone: Optional[str] = None  # why it answers no more
 
-    def spawn(self, memfd, channel, capacity):
+    def spawn(self, memfd: int, channel: int, capacity: int) -> int:
         """The pid of a new worker on those file descriptors (the zygote gets copies)."""
         reply = self._ask(("spawn", capacity), (memfd, channel))
         if reply[0] != "spawned":
             raise ZygoteError(reply[1])
         return reply[1]
 
-    def reap(self, pid):
+    def reap(self, pid: int) -> Optional[int]:
         """The wait status of worker `pid` once it has exited (None if unknown)."""
         return self._ask(("reap", pid))[1]
 
-    def _ask(self, request, fds=()):
+    def _ask(self, request: Tuple[Any, ...], fds: Sequence[int] = ()) -> Any:
         with self._lock:
             if self._gone is None:
                 try:
@@ -174,7 +175,7 @@ class Zygote:
                               "and with it every worker: none can be replaced")
             raise ZygoteError(self._gone)
 
-    def gone(self):
+    def gone(self) -> Optional[str]:
         """Why the zygote answers no more (it exited, and its workers with it), or None while it
         runs. Looks without asking it anything: a zombie is reaped here."""
         with self._lock:
@@ -189,7 +190,7 @@ class Zygote:
                                   "be replaced")
             return self._gone
 
-    def close(self):
+    def close(self) -> None:
         """Ends the zygote, which waits for its workers first; SIGKILLs it if it takes longer."""
         with self._lock:
             self._control.close()
@@ -202,7 +203,7 @@ class WorkerDied(Exception):
     """A worker's channel closed: it died, before it got the request (`before`) or while it
     made the batch."""
 
-    def __init__(self, before):
+    def __init__(self, before: bool) -> None:
         super().__init__()
         self.before = before
 
@@ -210,7 +211,7 @@ class WorkerDied(Exception):
 class Worker:
     """A worker process as the producer holds it: its pid, its channel, its shared memory."""
 
-    def __init__(self, zygote, index):
+    def __init__(self, zygote: Zygote, index: int) -> None:
         self.index = index
         self.capacity = INITIAL_SHM
         self.fd: Any = os.memfd_create(f"croupier-worker-{index}", 0)
@@ -233,7 +234,7 @@ class Worker:
             self.close()
             raise
 
-    def make(self, request):
+    def make(self, request: bytes) -> Result:
         """The batch `request` (REQUEST and the record indexes) asks for: a Batch, or (code,
         message). Raises WorkerDied if the worker's channel closes."""
         try:
@@ -253,13 +254,13 @@ class Worker:
             self.view = mmap.mmap(self.fd, capacity)
         return _croupier.batch_from_buffer(memoryview(self.view)[:size])
 
-    def close_channel(self):
+    def close_channel(self) -> None:
         """Closes the channel: a live worker exits when it reads its end."""
         if self.conn is not None:
             self.conn.close()
             self.conn = None
 
-    def close(self):
+    def close(self) -> None:
         self.close_channel()
         if self.view is not None:
             try:
