@@ -39,10 +39,9 @@ import numpy as np
 from croupier import _croupier, _exit, errors
 from croupier.cluster import auth_token_or_env, create_job
 
-# The numeric dtypes a batch carries, by the names that numpy and croupier both give them
-# (bfloat16 is ml_dtypes.bfloat16, the type TensorFlow and JAX use too).
-_NUMERIC = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-            "float16", "bfloat16", "float32", "float64")
+# The numeric dtypes a batch carries, by the names that numpy and croupier both give them, as the
+# C++ library lists them (bfloat16 is ml_dtypes.bfloat16, the type TensorFlow and JAX use too).
+_NUMERIC: Tuple[str, ...] = tuple(_croupier.NUMERIC_DTYPES)
 
 
 def tensor_to_numpy(value: Any, name: str) -> np.ndarray:
@@ -151,11 +150,9 @@ def columns_of(batch: Dict[str, Any]) -> Tuple[int, List[Tuple[Any, ...]]]:
 def features_of(batch: Dict[str, Any]) -> str:
     """The feature spec text that describes `batch` (a dict of arrays)."""
     _, columns = columns_of(batch)
-    parts = []
-    for name, dtype, variable, dims, *_ in columns:
-        shape = "[*]" if variable else ("[" + ",".join(map(str, dims)) + "]" if dims else "")
-        parts.append(f"{name}:{dtype}{shape}")
-    return ",".join(parts)
+    return str(_croupier.format_feature_spec(
+        [(name, dtype, None if variable else list(dims))
+         for name, dtype, variable, dims, *_ in columns]))
 
 
 def make_batch(batch: Dict[str, Any]) -> Any:
