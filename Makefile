@@ -9,7 +9,7 @@ PY := $(ROOT)/.venv/bin/python
 CMAKE_ARGS ?=
 
 .PHONY: all bootstrap bootstrap-build configure build build-demo test test-engines test-cpp \
-  test-python demo demo-mpi bench bench-quick clean format
+  test-python demo demo-mpi bench bench-quick clean format typecheck
 
 all: build
 
@@ -78,6 +78,10 @@ bench: bootstrap
 bench-quick: bootstrap
 	$(MAKE) --no-print-directory build
 	$(PY) bench/run.py --quick
+
+# The type checker on the Python package (its settings: [tool.mypy] in pyproject.toml).
+typecheck: bootstrap
+	$(PY) -m mypy
 
 format:
 	find include src tools python bench -name '*.h' -o -name '*.cc' | xargs clang-format -i

@@ -5,12 +5,18 @@ one croupier job, each batch dealt to one of them. Run here under `horovodrun --
     horovodrun -np 4 --gloo python examples/horovod_tensorflow.py --dispatcher HOST:5050 \
         --job train [--keras]
 
+It makes its own data: `python examples/horovod_tensorflow.py --write-data reg.tfrecord` writes
+512 records (--records N) and exits; then a job over them, for 4 ranks:
+
+    croupier job create --dispatcher HOST:5050 --name train --files reg.tfrecord \
+        --features id:int64,x:float32[4],y:float32 --batch-size 16 --consumers 4 --epochs 2
+
 Each process reads its own rank through croupier.tf.dataset (docs/tensorflow.md), which takes the
 rank and world from the launcher (HOROVOD_RANK/SIZE under horovodrun --gloo), checked against
 Horovod's. Each iteration of that dataset reads the next croupier epoch.
 
 The job's records hold an int64 `id`, a float32[4] `x` and a float32 `y` (a linear function of x;
-tests/test_horovod.py writes them). The model is linear, fitted by SGD on the squared error:
+--write-data writes them, and so does tests/test_horovod.py through it). The model is linear, fitted by SGD on the squared error:
   - by default, a linear model in tf.Variables trained by a tf.function step with
     hvd.DistributedGradientTape, the variables broadcast from rank 0 with hvd.broadcast_variables
     (Horovod 0.28.1's tape and broadcast need tf.Variables: Keras 3's variables have no .ref()
@@ -94,10 +100,28 @@ def train_with_keras(hvd, dataset, epochs, lr):
     return epochs_seen, model.get_weights()
 
 
+FEATURES = "id:int64,x:float32[4],y:float32"
+
+
+def write_data(path, n):
+    """Writes n records to the TFRecord file `path`: id i, x = (i, 2i, 3i, 4i) / n, and
+    y = sum(x) / 2 - 0.25, the line the model learns (FEATURES)."""
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for i in range(n):
+            x = [(k + 1) * i / n for k in range(4)]
+            f = {"id": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
+                 "x": tf.train.Feature(float_list=tf.train.FloatList(value=x)),
+                 "y": tf.train.Feature(float_list=tf.train.FloatList(value=[sum(x) / 2 - 0.25]))}
+            w.write(tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString())
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dispatcher", required=True)
-    parser.add_argument("--job", required=True)
+    parser.add_argument("--dispatcher")
+    parser.add_argument("--job")
+    parser.add_argument("--write-data", metavar="FILE",
+                        help="write the records to this TFRecord file, and exit")
+    parser.add_argument("--records", type=int, default=512)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--keras", action="store_true",
@@ -105,6 +129,12 @@ def main():
                              "hvd.DistributedGradientTape)")
     parser.add_argument("--report")
     args = parser.parse_args()
+    if args.write_data:
+        write_data(args.write_data, args.records)
+        print(f"{args.records} records ({FEATURES}) in {args.write_data}", flush=True)
+        return 0
+    if not args.dispatcher or not args.job:
+        parser.error("--dispatcher and --job are required to train (or --write-data FILE)")
 
     import horovod.tensorflow as hvd
     hvd.init()

@@ -8,10 +8,15 @@ The job's records need an int64 `id`, an int64 `label` (0-9) and `pixels` (float
 handwritten digits of 8x8 pixels that scripts/demo_data.py writes from scikit-learn's copy. The
 model is a small perceptron (64-64-10).
 
+Rank 0 prints one line per epoch (its steps, the mean loss over the ranks, the held-out accuracy,
+the time), and each rank says where its report went at the end.
+
 With --heldout FILE (an .npz of `pixels` and `labels`, never dealt), rank 0 measures the model's
 accuracy on it after each epoch. With --report FILE, each rank writes what it saw as JSON: per
 epoch, its steps, the record ids of its batches in order, its mean loss, the held-out accuracy and
-the epoch's wall time. scripts/demo_train.py checks those reports against the plan.
+the epoch's wall time. FILE may name the rank as {rank} (report-{rank}.json); without it, rank r
+writes FILE.r (so that the ranks of one torchrun never write one file).
+scripts/demo_train.py checks those reports against the plan.
 """
 import argparse
 import json
@@ -32,6 +37,11 @@ def accuracy(model, heldout):
     with torch.no_grad():
         logits = model(torch.from_numpy(heldout["pixels"]))
     return float((logits.argmax(dim=1).numpy() == heldout["labels"]).mean())
+
+
+def report_path(template, rank):
+    """Where rank `rank` writes its report: the template with {rank} filled in, else FILE.rank."""
+    return template.format(rank=rank) if "{rank}" in template else f"{template}.{rank}"
 
 
 def main():
@@ -75,12 +85,19 @@ def main():
         dist.all_reduce(mean)
         report["epochs"].append({"epoch": epoch, "steps": len(ids), "ids": ids,
                                  "loss": mean.item() / world, "seconds": seconds})
+        line = (f"epoch {epoch + 1}/{args.epochs}: {len(ids)} steps per rank, loss "
+                f"{mean.item() / world:.4f}")
         if heldout is not None:
             report["epochs"][-1]["accuracy"] = accuracy(model.module, heldout)
+            line += f", held-out accuracy {100 * report['epochs'][-1]['accuracy']:.1f}%"
+        if rank == 0:
+            print(f"{line}, {seconds:.1f} s", flush=True)
     data.close()
     if args.report:
-        with open(args.report, "w") as f:
+        path = report_path(args.report, rank)
+        with open(path, "w") as f:
             json.dump(report, f)
+        print(f"rank {rank} of {world}: report in {path}", flush=True)
     dist.destroy_process_group()
 
 

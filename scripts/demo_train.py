@@ -62,7 +62,8 @@ def launch_trainers(address, job, n, epochs, work_dir, timeout, heldout):
         reports.append(report)
         procs.append(subprocess.Popen(
             [sys.executable, str(TRAINER), "--dispatcher", address, "--job", job,
-             "--epochs", str(epochs), "--report", str(report), "--heldout", str(heldout)],
+             "--epochs", str(epochs), "--report", str(work_dir / "rank{rank}.json"),
+             "--heldout", str(heldout)],
             env=env))
     deadline = time.monotonic() + timeout
     try:

@@ -307,8 +307,9 @@ def test_a_tfrecord_job_refuses_dtypes_an_example_cannot_hold(cluster, tmp_path)
     with pytest.raises(errors.InvalidArgumentError,
                        match="feature 'label' is int32; a tf.train.Example holds bytes, float32 "
                              "and int64 only"):
-        cluster.create_job("narrow", files, "id:int64,label:int32,image:bytes", 4)
-    cluster.create_job("ok", files, "id:int64,label:int64,image:bytes", 4)  # the same, as held
+        cluster.create_job("narrow", files, "id:int64,label:int32,image:bytes", 4, consumers=1)
+    # The same, as held.
+    cluster.create_job("ok", files, "id:int64,label:int64,image:bytes", 4, consumers=1)
     records = list(croupier.TFRecordReader(str(next((tmp_path / "data").glob("*.tfrecord")))))
     with pytest.raises(errors.InvalidArgumentError, match="feature 'image' is uint8"):
         croupier.decode_batch(records[:2], "image:uint8[*]")

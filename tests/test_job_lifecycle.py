@@ -33,7 +33,7 @@ def test_a_read_job_is_done_and_its_next_trainer_is_warned(tmp_path, dataset):
         status = cluster.status()
         assert "jobs" not in status or not status["jobs"], "no file lists by default"
         assert summary(cluster, "j")["state"] == "idle"
-        assert summary(cluster, "j")["num_files"] == "2"
+        assert summary(cluster, "j")["num_files"] == 2
         with cluster.consumer("j", 0, 1) as feed:
             assert not feed.job["done_at_registration"]
             assert sum(1 for _ in feed.batches(0)) == 12
@@ -76,7 +76,7 @@ def test_the_job_commands_list_describe_and_delete(tmp_path, dataset):
         assert run("job", "list", "--dispatcher", cluster.address).stdout == "no jobs\n"
         # The names are free again.
         cluster.create_job("a", dataset, FEATURES, 20, consumers=1, epochs=1)
-        assert summary(cluster, "a")["steps_per_epoch"] == "6"
+        assert summary(cluster, "a")["steps_per_epoch"] == 6
 
 
 @pytest.mark.timeout(60)

@@ -22,7 +22,8 @@ import pytest
 
 import croupier
 from croupier import errors
-from croupier.pipeline import Pipeline, _WorkerPool, record_rng
+from croupier.pipeline import Pipeline, record_rng
+from croupier.pool import WorkerPool
 from croupier.record_cache import RecordCache, _pid_namespace, default_root, summary
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -285,7 +286,7 @@ def test_a_worker_killed_between_batches_is_replaced(caplog):
     pipe = Pipeline(map_sources.Records(40), transform=map_sources.augment, seed=5)
     ids = np.array([7, 3, 30, 12], dtype=np.uint64)
     want = pipe.make(1, 9, ids).content_hash
-    pool = _WorkerPool(pipe, 2)
+    pool = WorkerPool(pipe, 2)
     first = pool.pids
     try:
         victim = first[1]
@@ -309,7 +310,7 @@ def test_a_batch_whose_worker_dies_is_made_again_identically(tmp_path, caplog):
     ids = np.array([7, 3, 30, 12], dtype=np.uint64)
     want = Pipeline(map_sources.Records(40), transform=map_sources.augment, seed=5) \
         .make(1, 9, ids).content_hash
-    pool = _WorkerPool(Pipeline(map_sources.Records(40), seed=5,
+    pool = WorkerPool(Pipeline(map_sources.Records(40), seed=5,
                                 transform=map_sources.Killing([30], str(tmp_path))), 2)
     try:
         assert pool.make(1, 9, ids).content_hash == want
@@ -330,7 +331,7 @@ def test_a_batch_that_kills_every_worker_fails_and_replacing_stops_past_the_limi
     bad = np.array([12, 13], dtype=np.uint64)
     want = Pipeline(map_sources.Records(40), transform=map_sources.augment, seed=5) \
         .make(0, 1, good).content_hash
-    pool = _WorkerPool(Pipeline(map_sources.Records(40), seed=5,
+    pool = WorkerPool(Pipeline(map_sources.Records(40), seed=5,
                                 transform=map_sources.Killing([12])), 1, max_deaths=2)
     try:
         zygote = pool.pids[0]
@@ -357,7 +358,7 @@ def test_a_batch_that_kills_every_worker_fails_and_replacing_stops_past_the_limi
 
 @pytest.mark.timeout(60)
 def test_batches_fail_naming_the_zygote_once_it_is_gone():
-    pool = _WorkerPool(Pipeline(map_sources.Records(40), seed=5), 2)
+    pool = WorkerPool(Pipeline(map_sources.Records(40), seed=5), 2)
     try:
         zygote = pool.pids[0]
         os.kill(zygote, signal.SIGKILL)
@@ -818,7 +819,7 @@ def test_workers_needing_the_same_records_at_once_decode_each_once(tmp_path):
     pipe = Pipeline(map_sources.Records(40, delay=0.05), transform=map_sources.augment, seed=5,
                     decode=map_sources.Decoding(str(tmp_path)), cache_bytes=1 << 20)
     with pipe:
-        pool = _WorkerPool(pipe, 2)
+        pool = WorkerPool(pipe, 2)
         try:
             got = [None, None]
             makers = [threading.Thread(target=lambda g=g: got.__setitem__(

@@ -111,6 +111,40 @@ def test_a_finished_epoch_can_be_read_again_after_a_rewind(cluster, dataset):
 
 
 @pytest.mark.timeout(60)
+def test_a_feed_is_iterable_with_set_epoch_as_a_distributed_sampler(cluster, dataset):
+    # for batch in feed, after feed.set_epoch(e): the epoch's batches, as feed.epoch(e) gives
+    # them; without set_epoch, the epoch after the last one read.
+    cluster.create_job("iterable", dataset, FEATURES, 40, consumers=1, seed=3, epochs=3)
+    with cluster.consumer("iterable", 0, 1) as feed:
+        feed.set_epoch(0)
+        first = [b["id"].tolist() for b in feed]
+        second = [b["id"].tolist() for b in feed]
+        feed.set_epoch(2)
+        third = [b["id"].tolist() for b in feed]
+        with pytest.raises(errors.InvalidArgumentError, match="epochs count from 0"):
+            feed.set_epoch(-1)
+    assert first == plan_ids(0, 1, 40, 3, 0)
+    assert second == plan_ids(0, 1, 40, 3, 1)
+    assert third == plan_ids(0, 1, 40, 3, 2)
+
+
+@pytest.mark.timeout(60)
+def test_counts_are_numbers_and_consumers_is_required(cluster, dataset):
+    # The dicts the API returns hold 64-bit counts as ints, not protobuf JSON's strings; a job's
+    # world size is never a silent default.
+    with pytest.raises(TypeError, match="consumers"):
+        cluster.create_job("nworld", dataset, FEATURES, 40)
+    job = cluster.create_job("numbers", dataset, FEATURES, 40, consumers=1, seed=3, epochs=1)
+    assert job["num_records"] == 1200 and job["steps_per_epoch"] == 30
+    assert job["spec"]["seed"] == 3 and job["spec"]["num_epochs"] == 1
+    with cluster.consumer("numbers", 0, 1) as feed:
+        assert sum(1 for _ in feed.epoch(0)) == 30
+    summary = next(j for j in cluster.status()["job_summaries"] if j["name"] == "numbers")
+    assert summary["num_records"] == 1200 and summary["steps_per_epoch"] == 30, summary
+    assert isinstance(summary["batches_finished"], int), summary
+
+
+@pytest.mark.timeout(60)
 def test_state_of_another_job_or_world_is_refused(cluster, dataset):
     cluster.create_job("refuse", dataset, FEATURES, 16, consumers=1, seed=1, epochs=1)
     with cluster.consumer("refuse", 0, 1) as feed:
@@ -140,9 +174,9 @@ def test_errors_are_exceptions_of_their_code(cluster, dataset):
     with pytest.raises(errors.NotFoundError, match="nope"):
         cluster.consumer("nope", 0, 1, timeout=1)
     with pytest.raises(errors.InvalidArgumentError, match="no file matches"):
-        cluster.create_job("bad", "/nonexistent/*.tfrecord", FEATURES, 8)
+        cluster.create_job("bad", "/nonexistent/*.tfrecord", FEATURES, 8, consumers=1)
     with pytest.raises(errors.InvalidArgumentError, match="batch_size"):
-        cluster.create_job("bad", dataset, FEATURES, 0)
+        cluster.create_job("bad", dataset, FEATURES, 0, consumers=1)
     cluster.create_job("worlds", dataset, FEATURES, 8, consumers=2)
     with pytest.raises(errors.InvalidArgumentError):
         cluster.consumer("worlds", 0, 3)

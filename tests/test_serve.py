@@ -209,7 +209,7 @@ def test_what_cannot_be_served_is_refused_before_anything_starts(cluster):
     # A TFRecord producer never takes a Python job's work, and a Python job takes no files.
     with pytest.raises(errors.InvalidArgumentError, match="reads no files"):
         croupier.create_job(cluster.address, "mixed", "/tmp/*.tfrecord", "x:int64", 2,
-                            source="python", batches_per_epoch=4)
+                            consumers=1, source="python", batches_per_epoch=4)
 
 
 @pytest.mark.timeout(60)

@@ -9,6 +9,7 @@ record indexes, epoch plans, batches) is here too. Framework adapters: croupier.
 croupier.tf and croupier.jax.
 """
 import os as _os
+from typing import Any as _Any, Dict as _Dict
 import sys as _sys
 
 from croupier import errors
@@ -24,6 +25,11 @@ try:
 finally:
     _sys.setdlopenflags(_flags)
 
+# The C++ library's log lines go through Python's logging from here on (croupier.logs).
+from croupier import logs as _logs  # noqa: E402
+
+_logs.install()
+
 from croupier._croupier import (
     Batch,
     BytesColumn,
@@ -38,13 +44,14 @@ from croupier.cluster import (LocalCluster, create_job, croupier_binary, delete_
                               local_cluster, status)
 from croupier.consumer import Consumer
 from croupier.launcher import detect_rank_world
-from croupier.pipeline import batch_rng, produce, record_rng
+from croupier.pipeline import batch_rng, record_rng
+from croupier.producer import ProduceOptions, produce
 from croupier.source import serve
 
 __version__ = "0.1.0"
 
 
-def decode_batch(records, features):
+def decode_batch(records: _Any, features: str) -> _Dict[str, _Any]:
     """Decodes serialized tf.train.Examples into {feature name: array}.
 
     `features` is a spec string such as "image:bytes,label:int64,emb:float32[16],ids:int64[*]".
@@ -68,6 +75,7 @@ __all__ = [
     "local_cluster",
     "batch_rng",
     "produce",
+    "ProduceOptions",
     "record_rng",
     "serve",
     "status",

@@ -10,9 +10,10 @@ import atexit
 import threading
 import time
 import weakref
+from typing import Any, Set
 
-_live = weakref.WeakSet()
-_running = set()  # threads inside serve() or produce()
+_live: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_running: Set[threading.Thread] = set()  # threads inside serve() or produce()
 _lock = threading.Lock()
 _GRACE = 5.0  # seconds the exit waits for those threads
 # Set when the exit begins: the loops of serve() and produce() then end.

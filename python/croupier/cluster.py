@@ -6,7 +6,6 @@ block, on an exception, on Ctrl-C, and (through the kernel's parent-death signal
 process itself dies.
 """
 import contextlib
-import ctypes
 import json
 import os
 import pathlib
@@ -16,13 +15,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from croupier import _croupier, errors
+# The name croupier.ray imports from here.
+from croupier.processes import die_with_parent as _die_with_parent
 
-_PR_SET_PDEATHSIG = 1
 
-
-def croupier_binary():
+def croupier_binary() -> str:
     """The `croupier` command: $CROUPIER_BIN, else the source tree's build (development mode),
     else the one installed beside this Python, else the one on PATH."""
     candidates = []
@@ -40,15 +40,6 @@ def croupier_binary():
     raise errors.NotFoundError("the croupier command was not found (looked at "
                                + ", ".join(map(str, candidates))
                                + "); set CROUPIER_BIN or install the package")
-
-
-def _die_with_parent():
-    """Runs in the child before exec: the kernel kills it when the parent dies."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except Exception:
-        pass
 
 
 def _stop_process(proc, grace):
@@ -81,20 +72,26 @@ def _wait_for_file(path, timeout, proc, what, log_tail):
     raise errors.DeadlineExceededError(f"the {what} was not ready within {timeout} s: {log_tail()}")
 
 
-def _token(auth_token):
+def auth_token_or_env(auth_token: Optional[str]) -> str:
+    """The token to send: `auth_token`, else $CROUPIER_AUTH_TOKEN, else none ("")."""
     return auth_token if auth_token is not None else os.environ.get("CROUPIER_AUTH_TOKEN", "")
 
 
-def create_job(dispatcher, name, files, features, batch_size, *, consumers=1, seed=0, epochs=0,
-               shuffle="global", remainder="drop", mode="dealt", block_size=0, window_blocks=0,
-               source="tfrecord", batches_per_epoch=0, source_count=0, num_records=0,
-               resume_from=None, compression="none", skip_failing_records=False,
-               exist_ok=False, auth_token=None, timeout=60.0):
+def create_job(dispatcher: str, name: str, files: Union[str, "os.PathLike[str]", Sequence[Any]],
+               features: str, batch_size: int, *, consumers: int, seed: int = 0, epochs: int = 0,
+               shuffle: str = "global", remainder: str = "drop", mode: str = "dealt",
+               block_size: int = 0, window_blocks: int = 0, source: str = "tfrecord",
+               batches_per_epoch: int = 0, source_count: int = 0, num_records: int = 0,
+               resume_from: Optional[Dict[str, Any]] = None, compression: str = "none",
+               skip_failing_records: bool = False, exist_ok: bool = False,
+               auth_token: Optional[str] = None, timeout: float = 60.0) -> Dict[str, Any]:
     """Creates a job on the dispatcher and returns it as the dispatcher holds it (a dict: spec,
     files, num_records, batches_per_epoch, steps_per_epoch, ...). `files` is a glob, a path, or a
-    list of them. A bad spec raises InvalidArgumentError naming the problem. With exist_ok, an
-    identical existing job is returned instead of AlreadyExistsError. source="python" makes a job
-    that croupier.serve() feeds (no files; batches_per_epoch is what the source yields).
+    list of them. `consumers` (required: the job's world size, every rank of which must read) is
+    the number of trainer ranks. A bad spec raises InvalidArgumentError naming the problem. With
+    exist_ok, an identical existing job is returned instead of AlreadyExistsError.
+    source="python" makes a job that croupier.serve() feeds (no files; batches_per_epoch is what
+    the source yields).
     source="map" makes a job of an addressable Python source read by index, that
     croupier.produce() makes (no files; num_records is how many records it holds; shuffle,
     remainder and resume_from as for files). The settings are text here ("global",
@@ -130,32 +127,35 @@ def create_job(dispatcher, name, files, features, batch_size, *, consumers=1, se
             "start_batch": str(start_batch), "num_records": str(int(num_records)),
             "compression": compression or "", "skip_failing_records": bool(skip_failing_records)}
     text = _croupier.create_job(dispatcher, json.dumps(spec), bool(exist_ok),
-                                _token(auth_token), float(timeout))
+                                auth_token_or_env(auth_token), float(timeout))
     return json.loads(text)
 
 
-def status(dispatcher, *, auth_token=None, timeout=10.0, job_info=False):
+def status(dispatcher: str, *, auth_token: Optional[str] = None, timeout: float = 10.0,
+           job_info: bool = False) -> Dict[str, Any]:
     """The dispatcher's view: {"job_summaries": [...], "producers": [...], "consumers": [...],
     "rank_positions": [...], ...}. Each job's summary holds its name, its "state" ("idle",
     "running", "done") and counts, not its file list; job_info=True adds "jobs", every job's
     whole JobInfo (large for many jobs of many files). get_job() gives one job."""
-    return json.loads(_croupier.dispatcher_status(dispatcher, _token(auth_token), float(timeout),
-                                                  bool(job_info)))
+    return json.loads(_croupier.dispatcher_status(dispatcher, auth_token_or_env(auth_token),
+                                                  float(timeout), bool(job_info)))
 
 
-def get_job(dispatcher, name, *, auth_token=None, timeout=10.0):
+def get_job(dispatcher: str, name: str, *, auth_token: Optional[str] = None,
+            timeout: float = 10.0) -> Dict[str, Any]:
     """One job: {"job": JobInfo, "summary": {"state": "done", ...}, "rank_positions": [...]}.
     croupier.errors.NotFoundError for an unknown (or deleted) job."""
-    return json.loads(_croupier.get_job(dispatcher, str(name), _token(auth_token),
+    return json.loads(_croupier.get_job(dispatcher, str(name), auth_token_or_env(auth_token),
                                         float(timeout)))
 
 
-def delete_job(dispatcher, name, *, force=False, auth_token=None, timeout=10.0):
+def delete_job(dispatcher: str, name: str, *, force: bool = False,
+               auth_token: Optional[str] = None, timeout: float = 10.0) -> Dict[str, Any]:
     """Deletes job `name` (as `croupier job delete`): FailedPreconditionError while consumers
     read it, unless force=True, which removes them. Returns {"job": its last summary,
     "consumers_removed": n, "tasks_revoked": n, "producers_removed": n}."""
     return json.loads(_croupier.delete_job(dispatcher, str(name), bool(force),
-                                           _token(auth_token), float(timeout)))
+                                           auth_token_or_env(auth_token), float(timeout)))
 
 
 class LocalCluster:
@@ -220,8 +220,8 @@ class LocalCluster:
                                     start_new_session=True, preexec_fn=_die_with_parent)
         finally:
             log.close()
-        proc.name = name
-        proc.log_path = self.work_dir / f"{name}.log"
+        proc.name = name  # type: ignore[attr-defined]
+        proc.log_path = self.work_dir / f"{name}.log"  # type: ignore[attr-defined]
         self.processes.append(proc)
         return proc
 
@@ -277,24 +277,27 @@ class LocalCluster:
                     f"{live} of {count} producers registered within {timeout} s")
             time.sleep(0.05)
 
-    def create_job(self, name, files, features, batch_size, **options):
+    def create_job(self, name: str, files: Any, features: str, batch_size: int, *,
+                   consumers: int, **options: Any) -> Dict[str, Any]:
         """create_job() on this cluster's dispatcher."""
         options.setdefault("auth_token", self.auth_token)
-        return create_job(self.address, name, files, features, batch_size, **options)
+        return create_job(self.address, name, files, features, batch_size, consumers=consumers,
+                          **options)
 
-    def status(self, job_info=False):
+    def status(self, job_info: bool = False) -> Dict[str, Any]:
         return status(self.address, auth_token=self.auth_token, job_info=job_info)
 
-    def get_job(self, name):
+    def get_job(self, name: str) -> Dict[str, Any]:
         return get_job(self.address, name, auth_token=self.auth_token)
 
-    def consumer(self, job, rank=None, world=None, **options):
+    def consumer(self, job: str, rank: Optional[int] = None, world: Optional[int] = None,
+                 **options: Any) -> Any:
         """A croupier.Consumer of this cluster's job."""
         from croupier.consumer import Consumer
         options.setdefault("auth_token", self.auth_token)
         return Consumer(self.address, job, rank, world, **options)
 
-    def close(self, grace=5.0):
+    def close(self, grace: float = 5.0) -> None:
         """Stops every process (SIGTERM, then SIGKILL after `grace` seconds) and waits for it.
         Idempotent."""
         if self.autoscaler is not None:
@@ -311,10 +314,10 @@ class LocalCluster:
             self._tmp.cleanup()
             self._tmp = None
 
-    def __enter__(self):
+    def __enter__(self) -> "LocalCluster":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
     def __del__(self):
@@ -322,7 +325,7 @@ class LocalCluster:
             self.close(grace=1.0)
 
 
-def local_cluster(producers=1, **options):
+def local_cluster(producers: int = 1, **options: Any) -> LocalCluster:
     """A dispatcher and `producers` producers on this machine, on free loopback ports:
 
         with croupier.local_cluster(producers=2) as cluster:

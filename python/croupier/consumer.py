@@ -1,5 +1,6 @@
 """croupier.Consumer: a trainer's feed of batches from a croupier job."""
 import warnings
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from croupier import _croupier, errors
 from croupier.launcher import detect_rank_world
@@ -31,10 +32,23 @@ class Consumer:
     state "done", job["done_at_registration"]) is logged at registration, and batches() or
     epoch() asked for an epoch that the resumed position puts behind it (so they yield nothing)
     warns (RuntimeWarning) naming the job and its state, instead of silently yielding nothing.
+
+    A Consumer is iterable, as a DataLoader with a DistributedSampler is:
+
+        for e in range(epochs):
+            feed.set_epoch(e)
+            for batch in feed:      # the same as feed.epoch(e)
+                ...
+
+    Without set_epoch(), `for batch in feed` reads the epoch after the last one read (the first:
+    where the rank resumed).
     """
 
-    def __init__(self, dispatcher, job, rank=None, world=None, *, ranks=None, auth_token=None,
-                 prefetch=0, prefetch_bytes=256 << 20, timeout=60.0, resume=True):
+    def __init__(self, dispatcher: str, job: str, rank: Optional[int] = None,
+                 world: Optional[int] = None, *, ranks: Optional[Sequence[int]] = None,
+                 auth_token: Optional[str] = None, prefetch: int = 0,
+                 prefetch_bytes: int = 256 << 20, timeout: float = 60.0,
+                 resume: bool = True) -> None:
         if ranks is not None:
             if rank is not None:
                 raise errors.InvalidArgumentError("give rank= or ranks=, not both")
@@ -53,7 +67,8 @@ class Consumer:
             self._multi = False
         self._world = int(world)
         self._dispatcher = dispatcher
-        self._consumers = []
+        self._consumers: List[Any] = []
+        self._next_epoch: Optional[int] = None  # what set_epoch() set for the next iteration
         try:
             for r in self._ranks:
                 self._consumers.append(_croupier._Consumer(
@@ -70,33 +85,33 @@ class Consumer:
 
     # --- what the job is ----------------------------------------------------------------------
     @property
-    def job(self):
+    def job(self) -> Dict[str, Any]:
         """The job as the dispatcher holds it: name, features, mode, num_consumers, batch_size,
         num_records, num_epochs (0: unbounded), steps_per_epoch."""
         return dict(self._job)
 
     @property
-    def rank(self):
+    def rank(self) -> int:
         if self._multi:
             raise AttributeError("this consumer holds several ranks: see .ranks")
         return self._ranks[0]
 
     @property
-    def ranks(self):
+    def ranks(self) -> Tuple[int, ...]:
         return self._ranks
 
     @property
-    def world(self):
+    def world(self) -> int:
         return self._world
 
-    def __len__(self):
+    def __len__(self) -> int:
         """Steps per epoch: the same for every rank of a dealt job."""
         if self._job["mode"] != "dealt":
             raise TypeError(f"a {self._job['mode']} job has no fixed number of steps per epoch")
-        return self._job["steps_per_epoch"]
+        return int(self._job["steps_per_epoch"])
 
     # --- iterating ----------------------------------------------------------------------------
-    def batches(self, epoch):
+    def batches(self, epoch: int) -> Iterator[Any]:
         """Like epoch(), but yields croupier.Batch objects (content_hash, num_records, to_dict)."""
         epoch = int(epoch)
         step = 0
@@ -140,7 +155,7 @@ class Consumer:
             self._position = (epoch, step)
             yield tuple(got)
 
-    def epoch(self, epoch, bytes_as="list"):
+    def epoch(self, epoch: int, bytes_as: str = "list") -> Iterator[Any]:
         """Iterates this rank's batches of `epoch` in step order, each a dict {feature name:
         numpy array}. Fixed-shape numeric arrays, each of its feature's dtype (bfloat16:
         ml_dtypes.bfloat16), are views of the received buffer (no copy) and stay valid for as long
@@ -158,14 +173,28 @@ class Consumer:
             for got in self.batches(epoch):
                 yield got.to_dict(bytes_as)
 
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch the next `for batch in feed` reads (as DistributedSampler.set_epoch)."""
+        epoch = int(epoch)
+        if epoch < 0:
+            raise errors.InvalidArgumentError(f"epoch {epoch}: epochs count from 0")
+        self._next_epoch = epoch
+
+    def __iter__(self) -> Iterator[Any]:
+        """The batches (dicts, as epoch() gives them) of the epoch set_epoch() set, else of the
+        epoch after the last one read."""
+        epoch = self._next_epoch if self._next_epoch is not None else self._position[0]
+        self._next_epoch = None
+        return self.epoch(epoch)
+
     # --- checkpoints --------------------------------------------------------------------------
-    def state_dict(self):
+    def state_dict(self) -> Dict[str, Any]:
         """The position to save with the trainer's checkpoint: the next step this feed yields."""
         epoch, step = self._position
         return {"format": _STATE_FORMAT, "job": self._job["name"], "world": self._world,
                 "ranks": list(self._ranks), "epoch": epoch, "step": step}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Resumes at a saved position: the next epoch(e) call for the saved epoch starts at the
         saved step, and calls for earlier epochs yield nothing (they were done)."""
         try:
@@ -189,15 +218,15 @@ class Consumer:
         self._position = (epoch, step)
 
     # --- lifetime -----------------------------------------------------------------------------
-    def close(self):
+    def close(self) -> None:
         """Stops fetching and heartbeats. Idempotent. Arrays already handed out stay valid."""
         for c in self._consumers:
             c.close()
 
-    def __enter__(self):
+    def __enter__(self) -> "Consumer":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
     def __del__(self):

@@ -9,6 +9,7 @@ the feature, the address or the setting. The class tells the caller what to do n
 - AbortedError: retry the whole operation (for example a file changed while it was indexed).
 - FailedPreconditionError: fix the state first.
 """
+from typing import Any, Dict, Type
 
 
 class Error(Exception):
@@ -17,7 +18,7 @@ class Error(Exception):
     code = "UNKNOWN"
 
 
-def _make(name, code, *bases):
+def _make(name: str, code: str, *bases: type) -> Any:
     return type(name, (Error,) + bases, {"code": code, "__module__": __name__})
 
 
@@ -38,22 +39,59 @@ UnavailableError = _make("UnavailableError", "UNAVAILABLE", ConnectionError)
 DataLossError = _make("DataLossError", "DATA_LOSS")
 UnauthenticatedError = _make("UnauthenticatedError", "UNAUTHENTICATED", PermissionError)
 
-# Indexed by the numeric absl::StatusCode, which the C++ module passes.
-BY_CODE = {
-    1: CancelledError,
-    2: UnknownError,
-    3: InvalidArgumentError,
-    4: DeadlineExceededError,
-    5: NotFoundError,
-    6: AlreadyExistsError,
-    7: PermissionDeniedError,
-    8: ResourceExhaustedError,
-    9: FailedPreconditionError,
-    10: AbortedError,
-    11: OutOfRangeError,
-    12: UnimplementedError,
-    13: InternalError,
-    14: UnavailableError,
-    15: DataLossError,
-    16: UnauthenticatedError,
+# The numeric codes (absl::StatusCode) that the C++ module passes and that a Python function
+# handing an error back to C++ (a map producer's batch maker) returns. Named here, once.
+CANCELLED = 1
+UNKNOWN = 2
+INVALID_ARGUMENT = 3
+DEADLINE_EXCEEDED = 4
+NOT_FOUND = 5
+ALREADY_EXISTS = 6
+PERMISSION_DENIED = 7
+RESOURCE_EXHAUSTED = 8
+FAILED_PRECONDITION = 9
+ABORTED = 10
+OUT_OF_RANGE = 11
+UNIMPLEMENTED = 12
+INTERNAL = 13
+UNAVAILABLE = 14
+DATA_LOSS = 15
+UNAUTHENTICATED = 16
+
+# Indexed by the numeric code.
+BY_CODE: Dict[int, Type[Error]] = {
+    CANCELLED: CancelledError,
+    UNKNOWN: UnknownError,
+    INVALID_ARGUMENT: InvalidArgumentError,
+    DEADLINE_EXCEEDED: DeadlineExceededError,
+    NOT_FOUND: NotFoundError,
+    ALREADY_EXISTS: AlreadyExistsError,
+    PERMISSION_DENIED: PermissionDeniedError,
+    RESOURCE_EXHAUSTED: ResourceExhaustedError,
+    FAILED_PRECONDITION: FailedPreconditionError,
+    ABORTED: AbortedError,
+    OUT_OF_RANGE: OutOfRangeError,
+    UNIMPLEMENTED: UnimplementedError,
+    INTERNAL: InternalError,
+    UNAVAILABLE: UnavailableError,
+    DATA_LOSS: DataLossError,
+    UNAUTHENTICATED: UnauthenticatedError,
 }
+
+
+class BatchError(Exception):
+    """A batch of a map job could not be made (a record's read, decode or transform failed, or
+    the batch does not match the job's features): the message names the record and the cause;
+    `code` is the numeric code the producer hands to C++ with it."""
+
+    def __init__(self, message: str, code: int = INVALID_ARGUMENT) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def code_of(error: Error, default: int = INVALID_ARGUMENT) -> int:
+    """The numeric code of a croupier error (`default` for an unknown name)."""
+    for number, cls in BY_CODE.items():
+        if cls.code == error.code:
+            return number
+    return default

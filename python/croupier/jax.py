@@ -17,6 +17,8 @@ Conventions (docs/integrations.md#jax):
   jax_enable_x64, JAX itself narrows 64-bit ones to 32 bits); bytes and variable-length features
   cannot, and are left out unless named in `features`, which is then an error naming the feature.
 """
+from typing import Any, Dict, Iterator, Optional, Tuple
+
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -25,7 +27,8 @@ from croupier import errors
 from croupier.consumer import Consumer
 
 
-def process_rank_world(rank=None, world=None):
+def process_rank_world(rank: Optional[int] = None,
+                       world: Optional[int] = None) -> Tuple[int, int]:
     """(rank, world) for this JAX process: jax.process_index() and jax.process_count() under
     jax.distributed; explicit values must agree with them. Without jax.distributed (one process)
     the launcher's variables decide, as for croupier.Consumer."""
@@ -40,14 +43,15 @@ def process_rank_world(rank=None, world=None):
     return mine
 
 
-def data_sharding(axis="data"):
+def data_sharding(axis: str = "data") -> Any:
     """A NamedSharding that splits the batch axis over every device of every process (a 1-D mesh
     named `axis`, the devices in process order) and replicates the other axes."""
     devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
     return NamedSharding(Mesh(np.array(devices), (axis,)), PartitionSpec(axis))
 
 
-def global_batch(batch, sharding=None, features=None):
+def global_batch(batch: Dict[str, Any], sharding: Any = None,
+                 features: Optional[Any] = None) -> Dict[str, Any]:
     """{name: jax.Array} from this process's batch {name: numpy array}: each array the global
     batch of every process's part (jax.make_array_from_process_local_data).
 
@@ -79,34 +83,35 @@ class Feed:
     Arguments after `job` are those of croupier.Consumer (rank and world: process_rank_world),
     plus `sharding` (default data_sharding()) and `features` (global_batch). Not thread-safe."""
 
-    def __init__(self, dispatcher, job, rank=None, world=None, *, sharding=None, features=None,
-                 **consumer_options):
+    def __init__(self, dispatcher: str, job: str, rank: Optional[int] = None,
+                 world: Optional[int] = None, *, sharding: Any = None,
+                 features: Optional[Any] = None, **consumer_options: Any) -> None:
         rank, world = process_rank_world(rank, world)
         self.sharding = sharding or data_sharding()
         self.features = features
         self.consumer = Consumer(dispatcher, job, rank, world, **consumer_options)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.consumer)
 
-    def epoch(self, epoch):
+    def epoch(self, epoch: int) -> Iterator[Dict[str, Any]]:
         """Yields this rank's steps of `epoch`, each {name: jax.Array} (global_batch)."""
         for batch in self.consumer.epoch(epoch):
             yield global_batch(batch, self.sharding, self.features)
 
-    def local_epoch(self, epoch):
+    def local_epoch(self, epoch: int) -> Iterator[Tuple[Dict[str, Any], Dict[str, Any]]]:
         """Yields (global batch, this process's numpy batch) per step: the numpy batch keeps the
         features that have no jax.Array form, and the record ids as this process read them."""
         for batch in self.consumer.epoch(epoch):
             yield global_batch(batch, self.sharding, self.features), batch
 
-    def state_dict(self):
+    def state_dict(self) -> Dict[str, Any]:
         return self.consumer.state_dict()
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
         self.consumer.load_state_dict(state)
 
-    def close(self):
+    def close(self) -> None:
         self.consumer.close()
 
     def __enter__(self):

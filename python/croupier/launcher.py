@@ -14,6 +14,7 @@ variables.
 """
 import json
 import os
+from typing import Mapping, Optional, Tuple
 
 from croupier import errors
 
@@ -56,7 +57,8 @@ def _from_tf_config(env):
         f"TF_CONFIG task type {kind!r} takes no data; only 'chief' and 'worker' tasks are ranks")
 
 
-def detect_rank_world(rank=None, world=None, env=None):
+def detect_rank_world(rank: Optional[int] = None, world: Optional[int] = None,
+                      env: Optional[Mapping[str, str]] = None) -> Tuple[int, int]:
     """Returns (rank, world): the arguments where given, else the launcher's variables."""
     env = os.environ if env is None else env
     found = []  # (launcher, rank, world)

@@ -18,6 +18,7 @@ import collections
 import glob
 import os
 import threading
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -44,7 +45,8 @@ def _expand(files):
 class ParquetSource:
     """Rows of Parquet files, by index. Reads footers at creation; pyarrow is imported here."""
 
-    def __init__(self, files, columns=None, cached_row_groups=8):
+    def __init__(self, files: Any, columns: Optional[Sequence[str]] = None,
+                 cached_row_groups: int = 8) -> None:
         try:
             import pyarrow.parquet as pq
         except ImportError:
@@ -77,8 +79,8 @@ class ParquetSource:
                 total += rows
         self._len = total
         self._cached = int(cached_row_groups)
-        self._cache = collections.OrderedDict()
-        self._files = {}
+        self._cache: "collections.OrderedDict[Any, Any]" = collections.OrderedDict()
+        self._files: Dict[Any, Any] = {}
         self._lock = threading.Lock()
 
     def __len__(self):
@@ -129,10 +131,10 @@ class ParquetSource:
                 self._cache.popitem(last=False)
         return decoded
 
-    def get_many(self, ids):
+    def get_many(self, ids: Sequence[int]) -> List[Dict[str, Any]]:
         """The rows `ids`, in order, as dicts {column: value}."""
         located = [self._locate(i) for i in ids]
-        out = [None] * len(located)
+        out: List[Any] = [None] * len(located)
         for k in sorted({k for k, _ in located}):
             columns = self._row_group(k)
             for n, (kk, row) in enumerate(located):

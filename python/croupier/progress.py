@@ -9,12 +9,14 @@ prints a plain line at each tenth, so logs stay readable.
 """
 import sys
 import time
+from typing import Optional, TextIO
 
 
 class Progress:
     """Not thread-safe: update and close from one thread."""
 
-    def __init__(self, label, total, unit="items", stream=None, width=30):
+    def __init__(self, label: str, total: int, unit: str = "items", stream: Optional[TextIO] = None,
+                 width: int = 30) -> None:
         self.label = label
         self.total = max(int(total), 0)
         self.unit = unit
@@ -27,7 +29,7 @@ class Progress:
         self._last_tenth = -1
         self._closed = False
 
-    def line(self):
+    def line(self) -> str:
         """The text of the bar now, e.g. 'epoch 0 [#####.....] 50% 500/1000 steps, 120.0/s'."""
         fraction = min(self.done / self.total, 1.0) if self.total else 1.0
         filled = int(round(fraction * self.width))
@@ -36,7 +38,7 @@ class Progress:
                 f"{fraction * 100:3.0f}% {self.done}/{self.total} {self.unit}, "
                 f"{self.done / elapsed:,.1f}/s")
 
-    def update(self, done):
+    def update(self, done: int) -> None:
         """Sets how much is done (clamped to [0, total]) and redraws when it is time."""
         self.done = min(max(int(done), 0), self.total) if self.total else int(done)
         now = time.monotonic()
@@ -52,7 +54,7 @@ class Progress:
             self.stream.write(self.line() + "\n")
             self.stream.flush()
 
-    def close(self):
+    def close(self) -> None:
         """Ends the line. Idempotent."""
         if self._closed:
             return

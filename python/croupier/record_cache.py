@@ -46,6 +46,7 @@ import tempfile
 import threading
 import weakref
 import zlib
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -65,7 +66,7 @@ _STATE = struct.Struct(f"<{len(_FIELDS)}Q")
 _CLAIMS = 4096  # byte _CLAIMS + i of the state file is the claim of record i
 
 
-def default_root():
+def default_root() -> str:
     """Where caches are made: /dev/shm (shared memory) if there is one, else the temp folder."""
     return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
@@ -79,7 +80,7 @@ class RecordCache:
     directory (in the process that made the cache only). Thread-safe, and safe across the
     processes that share it."""
 
-    def __init__(self, capacity, root=None):
+    def __init__(self, capacity: int, root: Optional[str] = None) -> None:
         capacity = int(capacity)
         if capacity <= 0:
             raise ValueError(f"a record cache needs a capacity above 0 bytes, not {capacity}")
@@ -90,7 +91,9 @@ class RecordCache:
                                      dir=root)
         self._owner = os.getpid()
         self._remove = weakref.finalize(self, _remove_tree, self.path, self._owner)
-        self._fd = self._state = None
+        # Closed (None) by close(); open from here on while the cache is used.
+        self._fd: Any = None
+        self._state: Any = None
         try:
             self._fd = os.open(os.path.join(self.path, "state"),
                                os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
@@ -99,13 +102,14 @@ class RecordCache:
         except BaseException:
             self.close()
             raise
-        self._pid = None
+        self._pid: Optional[int] = None
         self._in_this_process()
         _warn_if_small(root, capacity)
 
     # -- the interface -------------------------------------------------------------------------
 
-    def load(self, ids, make):
+    def load(self, ids: Sequence[int],
+             make: Callable[[Sequence[int]], List[Any]]) -> List[Any]:
         """The records `ids` (global record indexes), in order. Each one the cache holds is read
         from it (a new object each time); the others are made by make(indexes) -> records (the
         same count, in order), called at most once, with the missing indexes in the order of
@@ -138,7 +142,7 @@ class RecordCache:
             self._add(hits=found, misses=made, not_added=not_added)
         return out
 
-    def stats(self):
+    def stats(self) -> Dict[str, Any]:
         """The counts, as a dict: hits, misses (records made), bytes and records held,
         not_added (records made while the cache was full), corrupt (files found corrupt, made
         again), uncacheable (records that could not be serialized), full (bool), capacity,
@@ -150,7 +154,7 @@ class RecordCache:
         got["path"] = self.path
         return got
 
-    def close(self):
+    def close(self) -> None:
         """Lets go of the shared memory and, in the process that made the cache, removes its
         directory. Safe to call more than once."""
         if self._state is not None:
@@ -348,7 +352,7 @@ class RecordCache:
             _log.warning(*args)
 
 
-def summary(stats):
+def summary(stats: Dict[str, Any]) -> str:
     """The counts of stats() in one line: "record cache: H hits, M misses, B bytes in F
     records", and what went wrong, if anything."""
     text = (f"record cache: {stats['hits']} hits, {stats['misses']} misses, {stats['bytes']} "
@@ -372,7 +376,7 @@ def _pages(size):
 def _encode(index, record):
     """The file of record `index`: (the parts to write in order, their total size). Arrays
     (and whatever supports pickle's protocol 5 buffers) are written out of band, as raw bytes."""
-    buffers = []
+    buffers: List[Any] = []
     data = pickle.dumps(record, protocol=5, buffer_callback=buffers.append)
     raws = [b.raw() for b in buffers]
     parts = [b"".join(_LENGTH.pack(r.nbytes) for r in raws), data]

@@ -32,19 +32,19 @@ import pathlib
 import pickle
 import re
 import time
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from croupier import _croupier, _exit, errors
-from croupier.cluster import _token, create_job
+from croupier.cluster import auth_token_or_env, create_job
 
-# The numeric dtypes a batch carries, by the names that numpy and croupier both give them
-# (bfloat16 is ml_dtypes.bfloat16, the type TensorFlow and JAX use too).
-_NUMERIC = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-            "float16", "bfloat16", "float32", "float64")
+# The numeric dtypes a batch carries, by the names that numpy and croupier both give them, as the
+# C++ library lists them (bfloat16 is ml_dtypes.bfloat16, the type TensorFlow and JAX use too).
+_NUMERIC: Tuple[str, ...] = tuple(_croupier.NUMERIC_DTYPES)
 
 
-def _tensor_to_numpy(value, name):
+def tensor_to_numpy(value: Any, name: str) -> np.ndarray:
     """A torch or TensorFlow (eager) tensor as a numpy array of its own dtype."""
     if type(value).__module__.startswith("torch"):
         import torch
@@ -64,7 +64,7 @@ def _as_array(value, name):
     """A numpy array (torch and TensorFlow tensors are converted), numeric of a dtype in _NUMERIC,
     or of strings or objects (bytes)."""
     if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
-        value = _tensor_to_numpy(value, name)  # torch.Tensor, tf.Tensor (eager)
+        value = tensor_to_numpy(value, name)  # torch.Tensor, tf.Tensor (eager)
     arr = np.asarray(value)
     if arr.dtype.kind in "SOU":
         return arr
@@ -89,7 +89,7 @@ def _bytes_list(arr, name):
     return out
 
 
-def _columns(batch):
+def columns_of(batch: Dict[str, Any]) -> Tuple[int, List[Tuple[Any, ...]]]:
     """(num_records, [(name, dtype, variable, dims, values, offsets, splits)]) for one batch."""
     if not isinstance(batch, dict):
         raise errors.InvalidArgumentError(
@@ -97,7 +97,8 @@ def _columns(batch):
             " (for a tuple, map it to a dict, e.g. lambda x, y: {'x': x, 'y': y})")
     if not batch:
         raise errors.InvalidArgumentError("a served batch has no features")
-    columns, num_records = [], None
+    columns: List[Tuple[Any, ...]] = []
+    num_records = None
     for name, value in batch.items():
         splits = None
         if isinstance(value, tuple) and len(value) == 2:  # (values, row_splits): variable length
@@ -141,22 +142,22 @@ def _columns(batch):
                 values = values.view(np.uint16)
             columns.append((str(name), arr.dtype.name, splits is not None, dims, values, None,
                             splits))
+    if num_records is None:  # unreachable: a batch has features (checked above)
+        raise errors.InvalidArgumentError("a served batch has no features")
     return num_records, columns
 
 
-def features_of(batch):
+def features_of(batch: Dict[str, Any]) -> str:
     """The feature spec text that describes `batch` (a dict of arrays)."""
-    _, columns = _columns(batch)
-    parts = []
-    for name, dtype, variable, dims, *_ in columns:
-        shape = "[*]" if variable else ("[" + ",".join(map(str, dims)) + "]" if dims else "")
-        parts.append(f"{name}:{dtype}{shape}")
-    return ",".join(parts)
+    _, columns = columns_of(batch)
+    return str(_croupier.format_feature_spec(
+        [(name, dtype, None if variable else list(dims))
+         for name, dtype, variable, dims, *_ in columns]))
 
 
-def make_batch(batch):
+def make_batch(batch: Dict[str, Any]) -> Any:
     """A croupier.Batch holding a copy of `batch` (a dict of arrays)."""
-    num_records, columns = _columns(batch)
+    num_records, columns = columns_of(batch)
     return _croupier.batch_from_columns(num_records, columns)
 
 
@@ -226,7 +227,7 @@ class _Epochs:
         self._source = source
         self._states = states
         self._epoch = None
-        self._it = None
+        self._it: Any = None
         self._next = 0  # the index the iterator yields next
         self._pushed = None
 
@@ -287,10 +288,13 @@ class _Epochs:
                 return value
 
 
-def serve(source, dispatcher, job, *, consumers=None, epochs=1, batches_per_epoch=None,
-          features=None, mode="dealt", auth_token=None, buffer_bytes=256 << 20,
-          bind="127.0.0.1", advertise_host="", timeout=60.0, stop=None, source_index=0,
-          source_count=1, dispatcher_timeout=120.0, state_dir=None):
+def serve(source: Any, dispatcher: str, job: str, *, consumers: Optional[int] = None,
+          epochs: int = 1, batches_per_epoch: Optional[int] = None,
+          features: Optional[str] = None, mode: str = "dealt", auth_token: Optional[str] = None,
+          buffer_bytes: int = 256 << 20, bind: str = "127.0.0.1", advertise_host: str = "",
+          timeout: float = 60.0, stop: Any = None, source_index: int = 0,
+          source_count: int = 1, dispatcher_timeout: float = 120.0,
+          state_dir: Optional[str] = None) -> int:
     """Serves `source` as the producer of Python job `job` until every batch of every epoch has
     been served (or forever, with epochs=0), or until `stop` (a threading.Event) is set, then
     returns the number of batches served. A source that runs out before batches_per_epoch is an
@@ -339,7 +343,7 @@ def serve(source, dispatcher, job, *, consumers=None, epochs=1, batches_per_epoc
     first = epochs_source.peek(0)
     if features is None:
         features = features_of(first)
-    num_records, _ = _columns(first)
+    num_records, _ = columns_of(first)
     info = create_job(dispatcher, job, [], features, num_records, consumers=consumers,
                       epochs=epochs, mode=mode, shuffle="none", source="python",
                       batches_per_epoch=batches_per_epoch, source_count=source_count,
@@ -352,7 +356,7 @@ def serve(source, dispatcher, job, *, consumers=None, epochs=1, batches_per_epoc
     if epochs > 0 and last is None:
         return 0  # more sources than tasks: this one has nothing to serve
     node = _exit.track(_croupier._SourceProducer(
-        dispatcher, job, _token(auth_token), int(buffer_bytes), bind, advertise_host,
+        dispatcher, job, auth_token_or_env(auth_token), int(buffer_bytes), bind, advertise_host,
         float(timeout), int(source_index)))
     # The node is closed inside running(): a thread in close() when the interpreter exits is
     # waited for (croupier/_exit.py).
@@ -409,7 +413,7 @@ def _serve_loop(node, sources, epochs_source, job, last, batches_per_epoch, disp
                 ended = (time.monotonic(), errors.OutOfRangeError(message))
             continue
         try:
-            num_records, columns = _columns(batch)
+            num_records, columns = columns_of(batch)
         except errors.Error as e:
             node.put_error(epoch, g, e.code, f"batch {index} of epoch {epoch}: {e}")
             continue

@@ -23,6 +23,7 @@ import json
 import os
 import pathlib
 import threading
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -37,7 +38,7 @@ _DTYPES = {"bytes": tf.string, "bool": tf.bool, "int8": tf.int8, "int16": tf.int
            "bfloat16": tf.bfloat16, "float32": tf.float32, "float64": tf.float64}
 
 
-def output_signature(features):
+def output_signature(features: str) -> Dict[str, Any]:
     """{name: TensorSpec or RaggedTensorSpec} for a feature spec text such as
     "image:bytes,label:int64,emb:float32[16],tokens:int64[*],mask:bool[*],x:bfloat16[8]": each
     dtype as its tf dtype (bytes: tf.string, float16: tf.float16, bfloat16: tf.bfloat16, ...)."""
@@ -108,7 +109,7 @@ def _tf_error(e):
     return cls(None, None, str(e))
 
 
-def op_available():
+def op_available() -> bool:
     """Whether the native op was built (croupier/_croupier_tf_op.so beside this file)."""
     return _OP_PATH.exists()
 
@@ -182,8 +183,10 @@ class _CroupierDataset(tf.data.Dataset):
         return self._spec
 
 
-def dataset(dispatcher, job, rank=None, world=None, *, epoch=None, auth_token=None,
-            timeout=60.0, prefetch=0, prefetch_bytes=256 << 20, resume=True, start=None):
+def dataset(dispatcher: str, job: str, rank: Optional[int] = None, world: Optional[int] = None,
+            *, epoch: Optional[int] = None, auth_token: Optional[str] = None,
+            timeout: float = 60.0, prefetch: int = 0, prefetch_bytes: int = 256 << 20,
+            resume: bool = True, start: Optional[Tuple[int, int]] = None) -> Any:
     """Rank `rank` of `world` of croupier job `job` as a tf.data.Dataset of {feature: tensor},
     read by the native op (a C++ dataset kernel over croupier's consumer library).
 

@@ -19,6 +19,8 @@ function of (seed, epoch, batch, record indexes), like every map job's batch.
 This module imports TensorFlow; croupier.pipeline imports it only when tf_transform is given.
 """
 
+from typing import Any, Dict, Iterable, Tuple
+
 import numpy as np
 
 SEED_FIELD = "croupier_seed"
@@ -198,13 +200,14 @@ def _to_numpy(outputs):
     """croupier's columns of the batched outputs: a dict {name: array or (values, row_splits)}
     (a tuple of outputs is named '0', '1', ...)."""
     import tensorflow as tf
+    items: Iterable[Tuple[Any, Any]]
     if isinstance(outputs, dict):
         items = outputs.items()
     elif isinstance(outputs, (tuple, list)):
         items = ((str(k), v) for k, v in enumerate(outputs))
     else:
         items = [("0", outputs)]
-    batch = {}
+    batch: Dict[str, Any] = {}
     for name, value in items:
         if isinstance(value, (dict, tuple, list)):
             raise TfTransformError(f"output '{name}' is nested; tf_transform's outputs must be a "

@@ -13,6 +13,8 @@ process that iterates. Each numeric feature is a tensor of its own dtype (torch.
 torch.int8 ... torch.uint64, torch.float16, torch.bfloat16, torch.float32, torch.float64). Bytes
 features stay lists of bytes; variable-length features are (values, row_splits) tensors.
 """
+from typing import Any, Dict, Iterator, Optional
+
 import numpy as np
 import torch
 import torch.utils.data
@@ -50,15 +52,16 @@ class CroupierIterableDataset(torch.utils.data.IterableDataset):
     Arguments are those of croupier.Consumer; the consumer connects on the first iteration, in
     the process that iterates, and is reused for later epochs."""
 
-    def __init__(self, dispatcher, job, rank=None, world=None, **consumer_options):
+    def __init__(self, dispatcher: str, job: str, rank: Optional[int] = None,
+                 world: Optional[int] = None, **consumer_options: Any) -> None:
         super().__init__()
         self._args = (dispatcher, job, rank, world)
         self._options = consumer_options
-        self._consumer = None
+        self._consumer: Optional[Consumer] = None
         self._epoch = 0
 
     @property
-    def consumer(self):
+    def consumer(self) -> Consumer:
         if self._consumer is None:
             worker = torch.utils.data.get_worker_info()
             if worker is not None and worker.num_workers > 1:
@@ -66,23 +69,23 @@ class CroupierIterableDataset(torch.utils.data.IterableDataset):
             self._consumer = Consumer(*self._args, **self._options)
         return self._consumer
 
-    def set_epoch(self, epoch):
+    def set_epoch(self, epoch: int) -> None:
         self._epoch = int(epoch)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.consumer)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
         for batch in self.consumer.epoch(self._epoch):
             yield to_tensors(batch)
 
-    def state_dict(self):
+    def state_dict(self) -> Dict[str, Any]:
         return self.consumer.state_dict()
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
         self.consumer.load_state_dict(state)
         self._epoch = int(state["epoch"])
 
-    def close(self):
+    def close(self) -> None:
         if self._consumer is not None:
             self._consumer.close()

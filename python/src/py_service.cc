@@ -7,6 +7,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "croupier/consumer.h"
 #include "croupier/example.h"
@@ -14,6 +16,7 @@
 #include "proto/croupier.pb.h"
 #include "python/src/bindings.h"
 #include "python/src/status.h"
+#include "src/common/logging.h"
 #include "src/job/job.h"
 #include "src/job/job_json.h"
 #include "src/node/producer_node.h"
@@ -148,12 +151,13 @@ class PySourceProducer {
 };
 
 // The JSON the Python API reads and writes has the job settings by their text names ("global",
-// "first_come"), the keyword arguments' values (src/job/job_json.h).
+// "first_come"), the keyword arguments' values, and its counts as numbers, not protobuf's
+// strings of 64-bit integers (src/job/job_json.h).
 std::string ToJson(const google::protobuf::Message& message) {
   google::protobuf::util::JsonPrintOptions options;
   options.always_print_primitive_fields = true;
   options.preserve_proto_field_names = true;
-  return ToUserJson(message, options);
+  return ToUserJson(message, options, /*int64_as_numbers=*/true);
 }
 
 std::unique_ptr<rpc::DispatcherClient> Client(const std::string& address,
@@ -166,6 +170,10 @@ std::unique_ptr<rpc::DispatcherClient> Client(const std::string& address,
 }  // namespace
 
 void BindService(pyb::module_& m) {
+  // croupier.logs hands the C++ library's log lines a pipe, which it reads into Python's logging.
+  m.def("set_log_fd", [](int fd) { SetLogFd(fd); }, pyb::arg("fd"),
+        "Where the C++ library writes its log lines: file descriptor `fd`, or stderr (fd < 0). "
+        "Use croupier.logs.");
   pyb::class_<PyConsumer>(m, "_Consumer", "One rank's consumer. Use croupier.Consumer.")
       .def(pyb::init([](const std::string& dispatcher, const std::string& job, uint32_t rank,
                         uint32_t world, const std::string& auth_token, uint32_t prefetch_batches,
@@ -340,6 +348,35 @@ void BindService(pyb::module_& m) {
       },
       pyb::arg("text"),
       "[(name, dtype, shape)] of a feature spec; shape is None for a variable length.");
+
+  // The inverse, in the canonical text the dispatcher keeps (FormatFeatureSpecs), so that Python
+  // does not write feature specs of its own.
+  m.def(
+      "format_feature_spec",
+      [](const std::vector<std::tuple<std::string, std::string, std::optional<std::vector<int64_t>>>>&
+             features) {
+        std::vector<FeatureSpec> specs;
+        for (const auto& [name, dtype, shape] : features) {
+          FeatureSpec f;
+          f.name = name;
+          f.dtype = Unwrap(ParseDType(dtype));
+          f.variable_length = !shape.has_value();
+          if (shape.has_value()) f.shape = *shape;
+          specs.push_back(std::move(f));
+        }
+        ThrowIfError(ValidateFeatureSpecs(specs));
+        return FormatFeatureSpecs(specs);
+      },
+      pyb::arg("features"),
+      "The feature spec text of [(name, dtype, shape)]; shape None for a variable length.");
+
+  // The dtypes of numeric columns, by the names numpy and croupier both give them (DTypeName):
+  // every DType but bytes.
+  pyb::tuple numeric(kLastDTypeCode);
+  for (uint8_t code = 1; code <= kLastDTypeCode; ++code) {
+    numeric[code - 1] = pyb::str(std::string(DTypeName(static_cast<DType>(code))));
+  }
+  m.attr("NUMERIC_DTYPES") = numeric;
 }
 
 }  // namespace croupier::py

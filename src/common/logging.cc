@@ -21,6 +21,8 @@ LogLevel LevelFromEnv() {
   return ParseLogLevel(v).value_or(LogLevel::kInfo);
 }
 
+std::atomic<int> g_log_fd{-1};
+
 std::atomic<int>& MinLevel() {
   static std::atomic<int> level{static_cast<int>(LevelFromEnv())};
   return level;
@@ -36,6 +38,8 @@ std::optional<LogLevel> ParseLogLevel(absl::string_view name) {
   return std::nullopt;
 }
 
+void SetLogFd(int fd) { g_log_fd.store(fd < 0 ? -1 : fd); }
+
 void SetMinLogLevel(LogLevel level) { MinLevel().store(static_cast<int>(level)); }
 LogLevel MinLogLevel() { return static_cast<LogLevel>(MinLevel().load()); }
 
@@ -47,6 +51,8 @@ void Log(LogLevel level, absl::string_view component, absl::string_view message)
       absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()), " ",
       std::string(1, kLetters[static_cast<int>(level)]), " [", component, "] ",
       absl::StrReplaceAll(absl::StripTrailingAsciiWhitespace(message), {{"\n", "\\n"}}), "\n");
+  const int fd = g_log_fd.load(std::memory_order_relaxed);
+  if (fd >= 0 && ::write(fd, line.data(), line.size()) >= 0) return;
   ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
   (void)ignored;
 }

@@ -20,6 +20,11 @@ LogLevel MinLogLevel();
 // "debug", "info", "warning" (or "warn"), "error"; nullopt for anything else.
 std::optional<LogLevel> ParseLogLevel(absl::string_view name);
 
+// Where the events go: file descriptor `fd` (the Python module hands it a pipe that
+// croupier.logs reads into Python's logging), or stderr for fd < 0 (the default). An event whose
+// write to `fd` fails (a full non-blocking pipe, a closed one) goes to stderr instead. Thread-safe.
+void SetLogFd(int fd);
+
 // Thread-safe: each event is written with one write() call, so lines never interleave.
 void Log(LogLevel level, absl::string_view component, absl::string_view message);
 

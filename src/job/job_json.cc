@@ -1,5 +1,8 @@
 #include "src/job/job_json.h"
 
+#include <cstdlib>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/struct.pb.h"
@@ -13,7 +16,24 @@ using google::protobuf::Descriptor;
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Value;
 
-enum class Direction { kToText, kFromText };
+// kToTextNumbers is kToText that also writes the 64-bit integers as JSON numbers (see
+// ToUserJson).
+enum class Direction { kToText, kToTextNumbers, kFromText };
+
+// A 64-bit integer field's JSON text ("43") as a number, when a double holds it exactly.
+void Int64AsNumber(const FieldDescriptor* field, Value& value) {
+  const auto type = field->cpp_type();
+  if ((type != FieldDescriptor::CPPTYPE_INT64 && type != FieldDescriptor::CPPTYPE_UINT64) ||
+      value.kind_case() != Value::kStringValue) {
+    return;
+  }
+  constexpr double kExact = 9007199254740992.0;  // 2^53
+  char* end = nullptr;
+  const std::string& text = value.string_value();
+  const double number = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || number > kExact || number < -kExact) return;
+  value.set_number_value(number);
+}
 
 absl::Status Rename(const Descriptor* type, Value& value, Direction direction);
 
@@ -23,11 +43,12 @@ absl::Status RenameField(const FieldDescriptor* field, Value& value, Direction d
     if (field->is_map()) return absl::OkStatus();  // none of the settings is in a map
     return Rename(field->message_type(), value, direction);
   }
+  if (direction == Direction::kToTextNumbers) Int64AsNumber(field, value);
   if (field->enum_type() == nullptr || !IsSettingEnum(field->enum_type()) ||
       value.kind_case() != Value::kStringValue) {
     return absl::OkStatus();
   }
-  if (direction == Direction::kToText) {
+  if (direction != Direction::kFromText) {
     const google::protobuf::EnumValueDescriptor* named =
         field->enum_type()->FindValueByName(value.string_value());
     if (named != nullptr) value.set_string_value(SettingText(field->enum_type(), named->number()));
@@ -70,12 +91,14 @@ absl::Status Rename(const Descriptor* type, Value& value, Direction direction) {
 }  // namespace
 
 std::string ToUserJson(const google::protobuf::Message& message,
-                       const google::protobuf::util::JsonPrintOptions& options) {
+                       const google::protobuf::util::JsonPrintOptions& options,
+                       bool int64_as_numbers) {
   std::string json;
   (void)google::protobuf::util::MessageToJsonString(message, &json, options);
   Value value;
+  const Direction direction = int64_as_numbers ? Direction::kToTextNumbers : Direction::kToText;
   if (!google::protobuf::util::JsonStringToMessage(json, &value).ok() ||
-      !Rename(message.GetDescriptor(), value, Direction::kToText).ok()) {
+      !Rename(message.GetDescriptor(), value, direction).ok()) {
     return json;  // cannot happen: protobuf's own JSON reads back
   }
   google::protobuf::util::JsonPrintOptions value_options;

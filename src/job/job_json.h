@@ -15,9 +15,13 @@
 
 namespace croupier {
 
-// `message` as JSON printed with `options`, its settings by their text names.
+// `message` as JSON printed with `options`, its settings by their text names. With
+// int64_as_numbers (the Python API's dicts), the 64-bit integer fields that protobuf's JSON writes
+// as strings ("43") are numbers (43) where a double holds them exactly (|v| <= 2^53); larger ones
+// stay strings. Fields inside maps are left as protobuf writes them.
 std::string ToUserJson(const google::protobuf::Message& message,
-                       const google::protobuf::util::JsonPrintOptions& options);
+                       const google::protobuf::util::JsonPrintOptions& options,
+                       bool int64_as_numbers = false);
 
 // Parses `json` into `message`, its settings given by their text names. INVALID_ARGUMENT for
 // JSON that does not fit the message, or a setting's unknown name (listing the accepted ones).

@@ -119,6 +119,25 @@ TEST(JobJsonTest, JobStatesAreWrittenAndReadByTheirText) {
             "unknown job state 'over'; expected one of idle, running, done");
 }
 
+// The Python API's dicts have counts as numbers: a 64-bit integer is a JSON number where a double
+// holds it exactly, else protobuf's string; the plain form keeps protobuf's strings.
+TEST(JobJsonTest, Int64sAreNumbersWhenAsked) {
+  v1::JobSpec spec;
+  spec.set_name("12");  // a string field that looks like a number stays a string
+  spec.set_num_records(43);
+  spec.set_seed(uint64_t{1} << 60);
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  const std::string numbers = ToUserJson(spec, options, /*int64_as_numbers=*/true);
+  EXPECT_THAT(numbers, HasSubstr(R"("num_records":43)"));
+  EXPECT_THAT(numbers, HasSubstr(R"("name":"12")"));
+  EXPECT_THAT(numbers, HasSubstr(R"("seed":"1152921504606846976")"));
+  EXPECT_THAT(ToUserJson(spec, options), HasSubstr(R"("num_records":"43")"));
+  v1::JobSpec back;
+  ASSERT_TRUE(FromUserJson(numbers, &back).ok()) << numbers;
+  EXPECT_EQ(back.ShortDebugString(), spec.ShortDebugString());
+}
+
 TEST(JobJsonTest, AnUnknownNameInJsonIsInvalid) {
   v1::JobSpec spec;
   absl::Status s = FromUserJson(R"({"name": "j", "mode": "random"})", &spec);

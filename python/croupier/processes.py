@@ -1,0 +1,90 @@
+"""The process machinery shared by the package: children that die with their parent, forks that
+run a function and exit, and reaping with a grace period.
+
+Used by croupier.cluster (the `croupier` commands it starts) and by the producer's worker
+supervisor (croupier.zygote, croupier.pool).
+"""
+import ctypes
+import os
+import signal
+import sys
+import time
+import traceback
+from typing import Any, Callable, Iterable, Optional
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Runs in a child (before exec, or after a fork): the kernel kills it when its parent dies."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except Exception:
+        pass
+
+
+def fork(main: Callable[..., Any], *args: Any, close: Iterable[Any] = ()) -> int:
+    """Forks a child that closes the objects in `close`, runs main(*args) and exits (status 0, or
+    1 if main raised), and returns its pid. The kernel kills the child when its parent dies; it
+    ignores SIGINT (its parent decides when it stops) and dies of SIGTERM."""
+    parent = os.getpid()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()  # else the child would write the parent's buffered output again
+        except Exception:  # noqa: BLE001 (a closed or odd stream is no reason not to fork)
+            pass
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        die_with_parent()
+        if os.getppid() == parent:  # else the parent died before the kernel was told
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            for obj in close:
+                obj.close()
+            main(*args)
+            code = 0
+    except BaseException:  # noqa: BLE001 (the child must reach os._exit whatever happens)
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def reap(pid: int, grace: float) -> Optional[int]:
+    """Waits for child `pid` to exit, SIGKILLing it after `grace` seconds, and returns its wait
+    status (None if it is not a child of this process, or was reaped already)."""
+    deadline = time.monotonic() + grace
+    try:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return status
+            if time.monotonic() >= deadline:
+                os.kill(pid, signal.SIGKILL)
+                return os.waitpid(pid, 0)[1]
+            time.sleep(0.005)
+    except ChildProcessError:
+        return None
+
+
+def how_it_ended(status: Optional[int]) -> str:
+    """How a process of wait status `status` ended, in words."""
+    if status is None:
+        return "how is unknown"
+    code = os.waitstatus_to_exitcode(status)
+    if code >= 0:
+        return f"exit status {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = "unnamed"
+    return f"killed by signal {-code}, {name}"
+
+
+def describe(e: BaseException) -> str:
+    """An exception in one line: its type and its message."""
+    text = str(e)
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__

@@ -1,0 +1,292 @@
+"""croupier.producer: produce(), the producer of a map job (a Python source read by index).
+
+produce() checks its arguments, builds the job's Pipeline (croupier.pipeline), creates the job,
+starts the worker pool (croupier.pool) and the C++ producer node that serves the batches, and
+waits for the end of the job. `python -m croupier produce` (croupier.cli) runs it from a shell.
+"""
+import dataclasses
+import threading
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from croupier import _croupier, _exit, errors
+from croupier.cluster import auth_token_or_env, create_job, get_job
+from croupier.errors import BatchError
+from croupier.pipeline import Pipeline, log
+from croupier.pool import WorkerPool, default_workers, in_process
+from croupier.record_cache import summary
+from croupier.source import features_of
+from croupier.spec import spec_of
+
+__all__ = ["produce", "ProduceOptions"]
+
+
+def _job_done(dispatcher: str, job: str, info: Dict[str, Any],
+              auth_token: Optional[str]) -> bool:
+    """Every rank of `job` has acknowledged the end of its last epoch (bounded jobs only), or the
+    job was deleted. Asks about this job alone (GetJob), never the whole status. Not the job's
+    state "done" alone: that is also every task served, when a consumer may still need a batch
+    made again (a restarted rank), which this producer must then be there to make."""
+    epochs = int(info["spec"].get("num_epochs", 0))
+    if epochs == 0:
+        return False
+    steps = int(info["steps_per_epoch"])
+    world = int(info["spec"]["num_consumers"])
+    try:
+        got = get_job(dispatcher, job, auth_token=auth_token)
+    except errors.NotFoundError:
+        return True  # deleted: nobody can read it any more
+    positions = got.get("rank_positions", [])
+    if len(positions) < world:
+        return False
+    return all((int(p.get("epoch", 0)), int(p.get("step", 0))) >= (epochs - 1, steps)
+               for p in positions)
+
+
+@dataclasses.dataclass
+class ProduceOptions:
+    """A map job's settings and its producer's, in one object: produce(source, dispatcher, job,
+    ProduceOptions(batch_size=64, consumers=4, epochs=3, transform=augment)). Each field is the
+    produce() keyword argument of the same name (the older form, which still works), documented
+    there; batch_size is required."""
+
+    # The job (every producer of the job gives the same).
+    batch_size: int
+    consumers: Optional[int] = None  # None: the launcher's world size
+    epochs: int = 1
+    seed: int = 0
+    shuffle: str = "global"
+    remainder: str = "drop"
+    block_size: int = 0
+    window_blocks: int = 0
+    mode: str = "dealt"
+    resume_from: Optional[Dict[str, Any]] = None
+    skip_failing_records: bool = False
+    # What makes a batch (croupier.pipeline).
+    transform: Optional[Callable[..., Any]] = None
+    batch_transform: Optional[Callable[..., Any]] = None
+    collate: Optional[Callable[[List[Any]], Dict[str, Any]]] = None
+    names: Optional[Sequence[str]] = None
+    features: Optional[str] = None
+    tf_transform: Optional[Callable[[Any], Any]] = None
+    decode: Optional[Callable[[Any], Any]] = None
+    cache_bytes: int = 0
+    # This producer.
+    workers: Optional[int] = None
+    threads: Optional[int] = None
+    auth_token: Optional[str] = None
+    buffer_bytes: int = 256 << 20
+    max_tasks: int = 2
+    bind: str = "127.0.0.1"
+    advertise_host: str = ""
+    timeout: float = 60.0
+    dispatcher_timeout: float = 120.0
+    stop: Optional[threading.Event] = None
+
+
+def _settled(options: Optional[ProduceOptions], keywords: Dict[str, Any]) -> ProduceOptions:
+    """The options produce() runs with: `options` with `keywords` over it, or the keywords."""
+    try:
+        if options is None:
+            return ProduceOptions(**keywords)
+        if not isinstance(options, ProduceOptions):
+            raise errors.InvalidArgumentError(
+                f"produce()'s options are a ProduceOptions, not a {type(options).__name__}")
+        return dataclasses.replace(options, **keywords)
+    except TypeError as e:  # an unknown keyword, or no batch_size
+        raise TypeError(f"produce(): {e}") from None
+
+
+def produce(source: Any, dispatcher: str, job: str,
+            options: Optional[ProduceOptions] = None, *,
+            on_serving: Optional[Callable[[], None]] = None, **keywords: Any) -> Dict[str, Any]:
+    """Runs a producer of map job `job`, whose records are `source[i]` (any object with
+    __len__ and __getitem__; a `get_many(indexes)` method, if it has one, reads a batch's
+    records at once), until every rank has read the job's last epoch (epochs > 0) or `stop`
+    (a threading.Event) is set.
+
+    The job is created if it does not exist (or reused if it exists with the same spec):
+    `consumers` ranks (default: the launcher's world size), batches of `batch_size` records,
+    `epochs` (0: without end), the plan's `seed`, `shuffle` ("none", "global", "blocks"),
+    `remainder` ("drop", "pad"), `mode` ("dealt", "first_come"), `resume_from` (a consumer's
+    state_dict, to continue with another number of consumers). Several processes may call
+    produce() with the same arguments: each is one more producer of the job.
+
+    transform(record, rng) runs on every record (rng: record_rng(seed, epoch, index)); a
+    transform of one argument is called without it. collate(records) makes the batch dict
+    (default: default_collate, with `names` for tuple records). batch_transform(batch, rng)
+    runs on the collated batch (rng: batch_rng(seed, epoch, batch)). `features`: the job's
+    feature spec text ("image:uint8[32,32,3],label:int64,tokens:int32[*]"); default: read off
+    batch 0 of epoch 0, made at start, which also checks the source and transforms before any
+    consumer waits. A batch that fails reaches the consumer that needs it as the error, naming
+    the epoch, the batch, the record index and the exception.
+
+    decode(record) -> record runs on every record read from the source, before transform. The
+    caller promises that it is deterministic: a function of the record alone (no generator, no
+    global state, no clock), as a JPEG decode is. With cache_bytes > 0, what decode makes (without
+    decode: the source's records themselves) is kept by global record index in a record cache
+    (croupier.record_cache) that all the workers of this producer share: a directory on /dev/shm
+    (shared memory) made before the workers are forked and removed when produce() returns, on
+    error too. A record found there is neither read from the source nor decoded again, so the
+    epochs after the first run only transform and batch_transform, and every batch holds the same
+    bytes as without the cache. It holds at most cache_bytes bytes (counted in whole pages);
+    once a record does not fit it is full and adds no more (nothing is evicted; the other
+    records are read and decoded each time). A record is decoded once per producer even when
+    workers need it at once (they wait for the one making it). A cache file that is corrupt or
+    unreadable is a miss: removed, made again. Each producer has its own cache.
+
+    Returns {"record_cache": counts} (None without a cache): hits, misses (records made),
+    bytes and records held, not_added (made while it was full), corrupt, full, capacity, path
+    (RecordCache.stats()); the same counts are logged as one line on the logger
+    croupier.pipeline (INFO): "record cache: H hits, M misses, B bytes in F records".
+
+    skip_failing_records=True (a setting of the job, so every producer skips alike): a record
+    whose read, decode or transform raises is left out of its batch, which then holds fewer records,
+    instead of failing the batch; each is logged (logger "croupier.pipeline") and counted in the
+    producers' status (stats.records_skipped) and metrics (croupier_producer_records_skipped_total).
+    A batch all of whose records fail is still an error. With tf_transform, a record the function
+    fails on is found (the batch's records run again in halves) and left out.
+
+    `workers` worker processes (default: default_workers(); 0: none) make the batches; the
+    producer's own threads (`threads`, default max(workers, 1)) hand them out. A worker that dies
+    (OOM-killed, a crash in native code, a signal) is replaced, and the batch it was making is
+    made again by the replacement, identical; a batch that kills that worker too fails (INTERNAL)
+    with an error naming the epoch, the batch, both workers' pids and how they died, and says it
+    was tried twice, while the other batches go on. Each death is logged as one line (logger
+    croupier.pipeline, WARNING). Replacing stops for good once more than
+    max_worker_deaths(workers) = max(10, 2 * workers) workers have died within DEATH_WINDOW (60)
+    seconds, or once no worker can be forked: dead workers are then not replaced, their batches
+    fail naming why, and once none is left every batch fails so (restart the producer).
+
+    tf_transform(ds) -> ds is a tf.data pipeline run on each batch's records instead of
+    transform and collate (croupier.tf_pipeline): `ds` has one element per record of the batch,
+    in plan order, holding the record's fields and "croupier_seed" (int64 [2], the record's seed
+    for tf.random.stateless_* ops: tf_pipeline.record_seed(seed, epoch, index)); it must return
+    one element per record, in order (a map), a dict of tensors that croupier collates. It runs
+    in TensorFlow's runtime, called from the producer's own threads (`threads`, default
+    max(2, default_workers())): no worker process is forked once TensorFlow runs, so `workers`
+    must be 0 or None. decode and the record cache work with it too: the records that go into
+    the tf.data pipeline are decode's outputs, from the cache when it holds them.
+
+    If the dispatcher does not answer for `dispatcher_timeout` seconds, produce() stops and
+    raises UnavailableError naming it.
+
+    The settings come as one ProduceOptions (`options`), or as keyword arguments of the same
+    names (the older form); keywords given with `options` replace its fields. on_serving() is
+    called once the producer serves (the command line's graceful stop)."""
+    o = _settled(options, keywords)
+    consumers, workers, threads, features = o.consumers, o.workers, o.threads, o.features
+    if consumers is None:
+        from croupier.launcher import detect_rank_world
+        _, consumers = detect_rank_world(0, None)
+    if workers is None:
+        workers = default_workers() if o.tf_transform is None else 0
+    workers = int(workers)
+    if workers < 0:
+        raise errors.InvalidArgumentError(f"workers must be 0 or more, not {workers}")
+    if o.tf_transform is not None and workers > 0:
+        # Forking a process once TensorFlow has started its thread pools is unsafe, and it is
+        # started here (batch 0 is made before the workers would be forked).
+        raise errors.InvalidArgumentError(
+            f"job '{job}': tf_transform runs in the producer's own threads, TensorFlow's runtime "
+            f"doing the parallel work; workers must be 0 (not {workers}): no process is forked "
+            "once TensorFlow runs")
+    if o.tf_transform is not None and threads is None:
+        threads = max(2, default_workers())
+    pipeline = Pipeline(source, transform=o.transform, batch_transform=o.batch_transform,
+                        collate=o.collate, names=o.names, features=features, seed=o.seed,
+                        tf_transform=o.tf_transform, skip_failing_records=o.skip_failing_records,
+                        decode=o.decode, cache_bytes=o.cache_bytes)
+    try:
+        num_records = len(pipeline)
+        if num_records == 0:
+            raise errors.InvalidArgumentError(f"the source of job '{job}' is empty")
+        plan = _croupier.EpochPlan(num_records, int(o.batch_size), int(consumers),
+                                   seed=int(o.seed), epoch=0, shuffle=o.shuffle,
+                                   remainder=o.remainder,
+                                   block_size=int(o.block_size) or 1024,
+                                   window_blocks=int(o.window_blocks) or 16)
+        if plan.num_batches == 0:
+            raise errors.InvalidArgumentError(
+                f"job '{job}': {num_records} records make no whole round of {consumers} batches of "
+                f"{o.batch_size}")
+        if features is None:
+            # Batch 0 of epoch 0, made here before anything starts: the job's features, and an
+            # early check of the source and the transforms (an error here is the caller's, not a
+            # trainer's). With a record cache, its records are the cache's first.
+            try:
+                first = pipeline.make(0, 0, plan.batch(0))
+            except BatchError as e:
+                raise errors.BY_CODE.get(e.code, errors.InternalError)(
+                    f"job '{job}' epoch 0 batch 0: {e}") from None
+            features = features_of(first.to_dict())
+            pipeline.set_features(features)
+        # The workers are forked before croupier starts a thread of its own in this process. Every
+        # close is inside running(): a thread in one when the interpreter exits is waited for.
+        with _exit.running():
+            pool = WorkerPool(pipeline, workers) if workers > 0 else None
+            make = pool.make if pool is not None else in_process(pipeline)
+            node = None
+            try:
+                info = create_job(dispatcher, job, [], features, o.batch_size,
+                                  consumers=consumers, seed=o.seed, epochs=o.epochs,
+                                  shuffle=o.shuffle, remainder=o.remainder, mode=o.mode,
+                                  block_size=o.block_size, window_blocks=o.window_blocks,
+                                  source="map", num_records=num_records,
+                                  resume_from=o.resume_from,
+                                  skip_failing_records=o.skip_failing_records, exist_ok=True,
+                                  auth_token=o.auth_token, timeout=o.timeout)
+                threads = int(threads) if threads is not None else max(workers, 1)
+                node = _exit.track(_croupier._MapProducer(
+                    dispatcher, job, auth_token_or_env(o.auth_token), threads,
+                    int(o.buffer_bytes), int(o.max_tasks), o.bind, o.advertise_host,
+                    float(o.timeout), make))
+                if on_serving is not None:
+                    on_serving()  # the command line's graceful stop (croupier.cli)
+                _wait_for_the_end(node, pool, dispatcher, job, info, o.auth_token, o.stop,
+                                  o.dispatcher_timeout)
+            except errors.Error:
+                if not _exit.exiting.is_set():
+                    raise
+            finally:
+                if node is not None:
+                    node.close()
+                if pool is not None:
+                    pool.close()
+    finally:
+        cache = pipeline.cache_stats()
+        pipeline.close()  # after the workers have exited: removes the record cache
+        if cache is not None:
+            log.info("croupier produce: job '%s': %s", job, summary(cache))
+    return {"record_cache": cache}
+
+
+def _wait_for_the_end(node: Any, pool: Optional[WorkerPool], dispatcher: str, job: str,
+                      info: Dict[str, Any], auth_token: Optional[str],
+                      stop: Optional[threading.Event], dispatcher_timeout: float) -> None:
+    """Returns once every rank has read the job's last epoch, or `stop` is set. Raises
+    UnavailableError once the worker pool can make no batch (the caller's node.close() then
+    leaves the job: its tasks go to the other producers at once)."""
+    while True:
+        broken = pool.broken if pool is not None else None
+        if broken is not None:
+            log.error("croupier produce: job '%s': this producer leaves the job, its worker pool "
+                       "can make no batch any more: %s", job, broken)
+            raise errors.UnavailableError(
+                f"the producer of job '{job}' left it: its worker pool can make no batch any "
+                f"more: {broken}")
+        if stop is not None and stop.wait(1.0):
+            return
+        if stop is None:
+            _exit.exiting.wait(1.0)
+        if _exit.exiting.is_set():
+            return  # the interpreter is exiting
+        silent = node.since_dispatcher_contact()
+        if silent > dispatcher_timeout:
+            raise errors.UnavailableError(
+                f"the dispatcher at {dispatcher} has not answered the producer of job "
+                f"'{job}' for {silent:.0f} s (dispatcher_timeout {dispatcher_timeout:g} s)")
+        try:
+            if _job_done(dispatcher, job, info, auth_token):
+                return
+        except (errors.UnavailableError, errors.DeadlineExceededError):
+            pass  # the dispatcher restarts; the producer keeps retrying it on its own
