@@ -40,13 +40,13 @@ build-demo: configure
 	cmake --build $(BUILD) -j $(JOBS) --target croupier _croupier
 	@$(PY) scripts/dev_install.py
 
-# The C++ tests and the Python tests of croupier's guarantees and adapters, in two pytest
-# processes. The tests that run croupier under engines, launchers and installers (Ray, Slurm,
+# The C++ tests, the Python tests of croupier's guarantees and adapters in two pytest processes,
+# and the type check of the package. The tests that run croupier under engines, launchers and installers (Ray, Slurm,
 # horovodrun, the deploy recipes, pip install; tests/conftest.py names them) are
 # `make test-engines`; CI runs both.
 test: bootstrap
 	$(MAKE) --no-print-directory build
-	$(MAKE) --no-print-directory test-cpp test-python
+	$(MAKE) --no-print-directory test-cpp test-python typecheck
 
 test-engines: bootstrap
 	$(MAKE) --no-print-directory build
@@ -80,6 +80,7 @@ bench-quick: bootstrap
 	$(PY) bench/run.py --quick
 
 # The type checker on the Python package (its settings: [tool.mypy] in pyproject.toml).
+# mypy on the package (its settings in pyproject.toml); part of make test.
 typecheck: bootstrap
 	$(PY) -m mypy
 
