@@ -5,8 +5,10 @@ plan's record ids, every record once per epoch."""
 import json
 import os
 import pathlib
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 
@@ -34,11 +36,17 @@ def ray_cluster(tmp_path_factory):
     # Loopback only: Ray would otherwise use this machine's interface address. No token file in
     # the home folder: the cluster is this test's, on loopback.
     os.environ["RAY_AUTH_MODE"] = "disabled"
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
-             _node_ip_address="127.0.0.1", _temp_dir=str(tmp / "r"),
-             runtime_env={"env_vars": {"PYTHONPATH": path}})
-    yield tmp
-    ray.shutdown()
+    # Ray's own folder is short: its socket paths must fit AF_UNIX's 107 bytes, which pytest's
+    # folders under pytest-xdist (.../popen-gw1/...) do not leave room for.
+    ray_dir = tempfile.mkdtemp(prefix="croupier-ray-")
+    try:
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
+                 _node_ip_address="127.0.0.1", _temp_dir=ray_dir,
+                 runtime_env={"env_vars": {"PYTHONPATH": path}})
+        yield tmp
+        ray.shutdown()
+    finally:
+        shutil.rmtree(ray_dir, ignore_errors=True)
 
 
 def planned(epoch):

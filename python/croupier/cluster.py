@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 from croupier import _croupier, errors
 # The name croupier.ray imports from here.
-from croupier.processes import die_with_parent as _die_with_parent
+from croupier.processes import die_with_parent, stop_child, wait_for_file
 
 
 def croupier_binary() -> str:
@@ -40,36 +40,6 @@ def croupier_binary() -> str:
     raise errors.NotFoundError("the croupier command was not found (looked at "
                                + ", ".join(map(str, candidates))
                                + "); set CROUPIER_BIN or install the package")
-
-
-def _stop_process(proc, grace):
-    """SIGTERM to `proc` (a croupier command: a producer then leaves, handing its tasks back),
-    then SIGKILL to its process group after `grace` seconds; waits for it. Its exit status."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=max(0.05, grace))
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    return proc.returncode
-
-
-def _wait_for_file(path, timeout, proc, what, log_tail):
-    """The contents of `path` once `proc` (the croupier `what`) has written it; an error with
-    log_tail() if the process exits first, or at the timeout."""
-    path = pathlib.Path(path)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_text().strip():
-            return path.read_text().strip()
-        if proc.poll() is not None:
-            raise errors.UnavailableError(
-                f"the {what} exited with {proc.returncode} before it was ready: {log_tail()}")
-        time.sleep(0.02)
-    raise errors.DeadlineExceededError(f"the {what} was not ready within {timeout} s: {log_tail()}")
 
 
 def auth_token_or_env(auth_token: Optional[str]) -> str:
@@ -217,7 +187,7 @@ class LocalCluster:
         try:
             proc = subprocess.Popen([self.binary, *args], stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=self._env,
-                                    start_new_session=True, preexec_fn=_die_with_parent)
+                                    start_new_session=True, preexec_fn=die_with_parent)
         finally:
             log.close()
         proc.name = name  # type: ignore[attr-defined]
@@ -226,7 +196,7 @@ class LocalCluster:
         return proc
 
     def _wait_for_file(self, path, timeout, proc):
-        return _wait_for_file(path, timeout, proc, proc.name, lambda: self.log_tail(proc))
+        return wait_for_file(path, timeout, proc, proc.name, lambda: self.log_tail(proc))
 
     def log_tail(self, proc, chars=2000):
         try:
@@ -256,7 +226,7 @@ class LocalCluster:
         the newest ones (SIGTERM: each leaves, and its tasks go to the others at once)."""
         live = self.live_producers
         for proc in reversed(live[count:]):
-            _stop_process(proc, 10.0)
+            stop_child(proc, 10.0)
         for _ in range(len(live), count):
             self.add_producer(wait=False)
         if count > len(live):
@@ -309,7 +279,7 @@ class LocalCluster:
                     proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + grace  # all were told at once: one grace for them all
         for proc in self.processes:
-            _stop_process(proc, deadline - time.monotonic())
+            stop_child(proc, deadline - time.monotonic())
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

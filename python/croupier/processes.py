@@ -1,16 +1,22 @@
 """The process machinery shared by the package: children that die with their parent, forks that
-run a function and exit, and reaping with a grace period.
+run a function and exit, reaping with a grace period, and the `croupier` commands started as
+children: waiting until one is ready, and stopping it.
 
-Used by croupier.cluster (the `croupier` commands it starts) and by the producer's worker
-supervisor (croupier.zygote, croupier.pool).
+Used by croupier.cluster and croupier.ray (the `croupier` commands they start) and by the
+producer's worker supervisor (croupier.zygote, croupier.pool).
 """
+import contextlib
 import ctypes
 import os
+import pathlib
 import signal
+import subprocess
 import sys
 import time
 import traceback
 from typing import Any, Callable, Iterable, Optional
+
+from croupier import errors
 
 _PR_SET_PDEATHSIG = 1
 
@@ -88,3 +94,34 @@ def describe(e: BaseException) -> str:
     """An exception in one line: its type and its message."""
     text = str(e)
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def stop_child(proc: "subprocess.Popen[Any]", grace: float) -> int:
+    """SIGTERM to `proc` (a croupier command: a producer then leaves, handing its tasks back),
+    then SIGKILL to its process group after `grace` seconds; waits for it. Its exit status."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=max(0.05, grace))
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return proc.returncode
+
+
+def wait_for_file(path: "os.PathLike[str] | str", timeout: float, proc: "subprocess.Popen[Any]",
+                  what: str, log_tail: Callable[[], str]) -> str:
+    """The contents of `path` once `proc` (the croupier `what`) has written it; an error with
+    log_tail() if the process exits first, or at the timeout."""
+    path = pathlib.Path(path)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            return path.read_text().strip()
+        if proc.poll() is not None:
+            raise errors.UnavailableError(
+                f"the {what} exited with {proc.returncode} before it was ready: {log_tail()}")
+        time.sleep(0.02)
+    raise errors.DeadlineExceededError(f"the {what} was not ready within {timeout} s: {log_tail()}")

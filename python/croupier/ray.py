@@ -38,8 +38,8 @@ import ray
 
 from croupier import errors
 from croupier.autoscale import Autoscaler
-from croupier.cluster import (_die_with_parent, _stop_process, _wait_for_file, create_job,
-                              croupier_binary, status)
+from croupier.cluster import create_job, croupier_binary, status
+from croupier.processes import die_with_parent, stop_child, wait_for_file
 
 __all__ = ["Service", "consumer"]
 
@@ -59,11 +59,11 @@ class _Process:
             self.proc = subprocess.Popen([croupier_binary(), *args], stdout=log,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          env=dict(os.environ, **(env or {})),
-                                         start_new_session=True, preexec_fn=_die_with_parent)
+                                         start_new_session=True, preexec_fn=die_with_parent)
 
     def wait_for_file(self, path: str, timeout: float) -> str:
         """The contents of `path` once the process has written it."""
-        return _wait_for_file(path, timeout, self.proc, f"croupier {self.name}", self.log_tail)
+        return wait_for_file(path, timeout, self.proc, f"croupier {self.name}", self.log_tail)
 
     def node_ip(self) -> str:
         return self.host
@@ -87,7 +87,7 @@ class _Process:
 
     def stop(self, grace: float = 10.0) -> int | None:
         """SIGTERM, then SIGKILL after `grace` seconds; the exit status."""
-        return _stop_process(self.proc, grace)
+        return stop_child(self.proc, grace)
 
 
 class Service:
