@@ -106,10 +106,11 @@ Subcommand AddDispatcherCommand(CLI::App& parent) {
   AddFlag(app, "--metrics-port-file", &f->metrics_port_file, "FILE",
           "write the metrics port chosen to FILE");
   AddFlag(app, "--advice-smoothing-ms", &f->advice_smoothing_ms, "MS",
-          "the recommended number of producers is smoothed over this long")
+          "the demand and capacity behind a fall of the recommended producers are smoothed over "
+          "this long")
       ->check(CLI::Range(1, 86400000));
   AddFlag(app, "--advice-hold-ms", &f->advice_hold_ms, "MS",
-          "the recommended number of producers changes only after this long")
+          "fewer producers are recommended only after this long (a rise waits 2 s)")
       ->check(CLI::Range(0, 86400000));
   AddFlag(app, "--job-retention", &f->job_retention, "DURATION",
           "delete a done job no consumer reads this long after it became done (72h, 30m, 90s; "
