@@ -1,6 +1,7 @@
 """python -m croupier produce module:function --dispatcher HOST:PORT --job NAME ...
 
-The commands of the Python package (the C++ tool `croupier` has the others):
+The commands of the Python package; `croupier produce` runs the same (the C++ tool `croupier`
+has the others):
   produce   a producer of a map job whose pipeline module:function returns (croupier.cli)
 """
 import sys

@@ -36,27 +36,46 @@ def load(spec: str) -> Any:
     return obj
 
 
+class _HelpWithDefaults(argparse.HelpFormatter):
+    """A flag's help ends with its default, where it has one (as the croupier command's help)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default not in (None, "", argparse.SUPPRESS) and not action.required:
+            text += f" (default: {action.default})"
+        return text
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    """`python -m croupier produce module:function --dispatcher HOST:PORT --job NAME`: a producer
-    of a map job, on any machine that can import `module`. function() returns produce()'s keyword
+    """`croupier produce module:function --dispatcher HOST:PORT --job NAME` (or `python -m
+    croupier produce ...`): a producer of a map job, on any machine that can import `module`. function() returns produce()'s keyword
     arguments as a dict (source, batch_size, transform, epochs, ...); the flags here set where it
     serves, with how many workers and how large a record cache. Prints the record cache's counts
     when it ends, if it had one."""
-    parser = argparse.ArgumentParser(prog="python -m croupier produce", description=main.__doc__)
-    parser.add_argument("pipeline", help="module:function returning produce()'s arguments")
-    parser.add_argument("--dispatcher", required=True)
-    parser.add_argument("--job", required=True)
-    parser.add_argument("--workers", type=int, default=None,
-                        help=f"worker processes (default {default_workers()}: the cores here; 0 "
+    parser = argparse.ArgumentParser(prog="croupier produce", description=main.__doc__,
+                                     formatter_class=_HelpWithDefaults)
+    parser.add_argument("pipeline", metavar="MODULE:FUNCTION",
+                        help="the function returning produce()'s arguments")
+    parser.add_argument("--dispatcher", required=True, metavar="HOST:PORT",
+                        help="the dispatcher's address (required)")
+    parser.add_argument("--job", required=True, metavar="NAME",
+                        help="the map job to produce (required)")
+    parser.add_argument("--workers", type=int, default=None, metavar="N",
+                        help=f"worker processes; none: {default_workers()}, the cores here (0 "
                              "with tf_transform, which forks none)")
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--cache-bytes", type=int, default=None,
-                        help="the record cache's size on /dev/shm, in bytes (default: what the "
-                             "function returns, or 0: none)")
-    parser.add_argument("--auth-token", default=None)
-    parser.add_argument("--bind", default="127.0.0.1")
-    parser.add_argument("--advertise-host", default="")
-    parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--threads", type=int, default=None, metavar="N",
+                        help="the producer's threads; none: produce()'s default")
+    parser.add_argument("--cache-bytes", type=int, default=None, metavar="B",
+                        help="the record cache's size on /dev/shm, in bytes; none: what the "
+                             "function returns, or 0 (no cache)")
+    parser.add_argument("--auth-token", default=None, metavar="TOKEN",
+                        help="the cluster's token; none: $CROUPIER_AUTH_TOKEN")
+    parser.add_argument("--bind", default="127.0.0.1", metavar="ADDR",
+                        help="the address the data server listens on")
+    parser.add_argument("--advertise-host", default="", metavar="HOST",
+                        help="the host consumers reach it at; empty: the bind address")
+    parser.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                        help="seconds to wait for the dispatcher")
     args = parser.parse_args(argv)
     try:
         options = load(args.pipeline)()
