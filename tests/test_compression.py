@@ -106,7 +106,7 @@ def test_an_unknown_codec_is_refused_naming_it(tmp_path, text_dataset):
     with Cluster(tmp_path / "bad") as cluster:
         proc = run("job", "create", "--dispatcher", cluster.address, "--name", "bad", "--files",
                    str(text_dataset[0]), "--features", FEATURES, "--batch-size", BATCH,
-                   "--compression", "gzip", check=False, env=cluster.env)
+                   "--consumers", 1, "--compression", "gzip", check=False, env=cluster.env)
     assert proc.returncode != 0
     assert "unknown compression 'gzip'; expected one of none, zstd, lz4" in proc.stderr, \
         proc.stderr

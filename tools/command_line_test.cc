@@ -220,7 +220,7 @@ TEST(CommandLineTest, ACommandGroupWithoutACommandShowsItsCommandsAndFails) {
                                  "describe, delete"));
   // One `croupier job` names every job flag (each subcommand's help follows).
   EXPECT_THAT(job.err, AllOf(HasSubstr("usage: croupier job create --dispatcher HOST:PORT "
-                                       "--name NAME [flags]"),
+                                       "--name NAME --consumers N [flags]"),
                              HasSubstr("  --features SPEC"), HasSubstr("  --exist-ok"),
                              HasSubstr("  --force")));
   CommandLine::Parsed root = Parse({});

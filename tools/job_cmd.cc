@@ -30,7 +30,7 @@ struct CreateFlags {
   std::string files;
   std::string features;
   uint32_t batch_size = 0;
-  uint32_t consumers = 1;
+  uint32_t consumers = 0;
   uint64_t seed = 0;
   uint64_t epochs = 0;
   std::string shuffle;
@@ -122,7 +122,7 @@ Subcommand AddJobCreateCommand(CLI::App& job) {
   AddFlag(app, "--features", &f->features, "SPEC",
           "each feature and its type, e.g. image:bytes,label:int64,emb:float32[16],ids:int64[*]");
   AddFlag(app, "--batch-size", &f->batch_size, "B", "records per batch");
-  AddFlag(app, "--consumers", &f->consumers, "N", "the number of consumers (ranks)");
+  AddFlag(app, "--consumers", &f->consumers, "N", "the number of consumers (ranks)")->required();
   AddFlag(app, "--seed", &f->seed, "S", "the shuffle's seed");
   AddFlag(app, "--epochs", &f->epochs, "E", "the number of epochs; 0: without end");
   AddFlag(app, "--shuffle", &f->shuffle, "none|global|blocks", "how the records are shuffled")
