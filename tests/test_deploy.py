@@ -370,24 +370,31 @@ def _run(argv, env, tmp_path, timeout=120, code=0):
 def _check_reports(report_dir, reference):
     """Each rank's batches are the fault-free run's, bit for bit (hashes), and across ranks each
     epoch's record ids are the plan's, each exactly once, in equal steps."""
-    import croupier
     reports = [json.loads((report_dir / f"rank-{r}.json").read_text()) for r in range(WORLD)]
     assert [(r["rank"], r["world"]) for r in reports] == [(r, WORLD) for r in range(WORLD)]
     for rank, report in enumerate(reports):
         got = [(e["epoch"], step, h)
                for e in report["epochs"] for step, h in enumerate(e["hashes"])]
         assert got == [tuple(x) for x in reference[rank]], f"rank {rank} differs from reference"
-    for epoch in range(EPOCHS):
-        plan = croupier.EpochPlan(RECORDS, BATCH, WORLD, seed=SEED, epoch=epoch)
+    check_plan(reports, RECORDS, BATCH, WORLD, SEED, EPOCHS)
+    return sum(e["steps"] for r in reports for e in r["epochs"])
+
+
+def check_plan(reports, records, batch, world, seed, epochs):
+    """`reports` (deploy/trainer.py's rank-R.json, parsed, in rank order) hold, for each epoch,
+    the epoch plan's batches: every step of every rank, equal steps, each record once."""
+    import croupier
+    assert [(r["rank"], r["world"]) for r in reports] == [(r, world) for r in range(world)]
+    for epoch in range(epochs):
+        plan = croupier.EpochPlan(records, batch, world, seed=seed, epoch=epoch)
         ids = []
         for rank, report in enumerate(reports):
             (e,) = [e for e in report["epochs"] if e["epoch"] == epoch]
             assert e["steps"] == plan.steps_per_consumer > 0
-            for step, batch in enumerate(e["ids"]):
-                assert batch == plan.batch(plan.global_batch(rank, step)).tolist()
-            ids += [i for batch in e["ids"] for i in batch]
-        assert len(ids) == len(set(ids)) == plan.steps_per_consumer * WORLD * BATCH
-    return sum(e["steps"] for r in reports for e in r["epochs"])
+            for step, ids_of_step in enumerate(e["ids"]):
+                assert ids_of_step == plan.batch(plan.global_batch(rank, step)).tolist()
+            ids += [i for ids_of_step in e["ids"] for i in ids_of_step]
+        assert len(ids) == len(set(ids)) == plan.steps_per_consumer * world * batch
 
 
 @pytest.mark.timeout(150)
