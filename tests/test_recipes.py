@@ -41,3 +41,20 @@ def test_the_one_machine_block_runs_as_written(tmp_path):
     done = run_block(block, folder, env, timeout=80)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     check_plan(_reports(tmp_path / "reports", 4), _synth_records(block), 64, 4, 0, 2)
+
+
+@pytest.mark.timeout(90)
+def test_the_torchrun_block_runs_as_written(tmp_path):
+    """docs/deploy.md "torchrun": `build/bin/croupier synth`, then deploy/torchrun.sh 4 with the
+    script's defaults (the checkout's .venv/bin/python runs torch.distributed.run and
+    deploy/trainer.py; batch 64, seed 0, 1 epoch; the service on 0.0.0.0, reached at the host's
+    name). Added to the environment: CROUPIER_REPORT_DIR only."""
+    pytest.importorskip("torch")
+    block = doc_block("torchrun")
+    assert "croupier synth --out demo" in block and "deploy/torchrun.sh 4" in block, block
+    folder = checkout_folder(tmp_path / "checkout")
+    env = user_env(CROUPIER_REPORT_DIR=str(tmp_path / "reports"))
+    done = run_block(block, folder, env, timeout=80)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "croupier: dispatcher at " in done.stdout + done.stderr
+    check_plan(_reports(tmp_path / "reports", 4), _synth_records(block), 64, 4, 0, 1)
