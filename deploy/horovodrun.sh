@@ -9,8 +9,9 @@
 # deploy/trainer.py, which reads its rank from OMPI_COMM_WORLD_RANK/SIZE under horovodrun's MPI
 # mode and from HOROVOD_RANK/SIZE under its Gloo mode), and stops the service when it ends.
 # CROUPIER_HOROVOD_HOSTS defaults to localhost:N. CROUPIER_HOROVODRUN_ARGS adds options
-# (e.g. --gloo or --mpi). This script is checked with bash -n only; the Horovod examples run under
-# horovodrun --gloo in tests/test_horovod.py (Horovod built by scripts/build_horovod.sh).
+# (e.g. --gloo or --mpi). docs/deploy.md's one-host block (--gloo, localhost:3) runs in
+# tests/test_recipes.py; the Horovod examples run under horovodrun --gloo in tests/test_horovod.py
+# (Horovod built by scripts/build_horovod.sh).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 n=${1:?usage: deploy/horovodrun.sh N [TRAINER COMMAND...]}

@@ -58,3 +58,20 @@ def test_the_torchrun_block_runs_as_written(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "croupier: dispatcher at " in done.stdout + done.stderr
     check_plan(_reports(tmp_path / "reports", 4), _synth_records(block), 64, 4, 0, 1)
+
+
+@pytest.mark.timeout(90)
+def test_the_horovodrun_block_runs_as_written(tmp_path):
+    """docs/deploy.md "horovodrun", its first block: `build/bin/croupier synth`, then
+    deploy/horovodrun.sh 3 with CROUPIER_HOROVOD_HOSTS=localhost:3 and --gloo, as written: the
+    checkout's .venv/bin/horovodrun starts 3 ranks of deploy/trainer.py, which read their rank
+    from HOROVOD_RANK/SIZE (batch 64, seed 0, 1 epoch). Added to the environment:
+    CROUPIER_REPORT_DIR only."""
+    pytest.importorskip("horovod")
+    block = doc_block("horovodrun")
+    assert "CROUPIER_HOROVODRUN_ARGS=--gloo" in block and "deploy/horovodrun.sh 3" in block, block
+    folder = checkout_folder(tmp_path / "checkout")
+    env = user_env(CROUPIER_REPORT_DIR=str(tmp_path / "reports"))
+    done = run_block(block, folder, env, timeout=80)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    check_plan(_reports(tmp_path / "reports", 3), _synth_records(block), 64, 3, 0, 1)
