@@ -80,12 +80,13 @@ def user_env(**extra):
     return env
 
 
-def run_block(block, folder, env, timeout=60):
+def run_block(block, folder, env, timeout=60, check_left=True):
     """Runs `block` with `bash -euo pipefail -c` in `folder` and returns the CompletedProcess
     (stdout and stderr as text). Kills the block's process group if it outlives `timeout`, then
     fails; fails too if a process naming `folder` is still alive 5 s after the block ended (they
-    are killed first). TMPDIR is a folder inside `folder`, so that temporary work dirs are named
-    by the processes that use them."""
+    are killed first), unless check_left is False (a block that submits work which outlives it,
+    such as sbatch's: the caller waits for that work and checks what is left). TMPDIR is a folder
+    inside `folder`, so that temporary work dirs are named by the processes that use them."""
     folder = pathlib.Path(folder)
     tmp = folder / "tmp"
     tmp.mkdir(exist_ok=True)
@@ -106,9 +107,9 @@ def run_block(block, folder, env, timeout=60):
         except ProcessLookupError:
             pass
         deadline = time.monotonic() + 5
-        while processes_naming(str(folder)) and time.monotonic() < deadline:
+        while check_left and processes_naming(str(folder)) and time.monotonic() < deadline:
             time.sleep(0.05)
-        left = processes_naming(str(folder))
+        left = processes_naming(str(folder)) if check_left else []
         for pid in left:
             try:
                 os.kill(pid, signal.SIGKILL)
