@@ -75,3 +75,18 @@ def test_the_horovodrun_block_runs_as_written(tmp_path):
     done = run_block(block, folder, env, timeout=80)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     check_plan(_reports(tmp_path / "reports", 3), _synth_records(block), 64, 3, 0, 1)
+
+
+def test_the_doc_names_a_test_for_each_block_it_says_was_run():
+    """docs/deploy.md "What was run here": each block's row names a test that exists, and the
+    recipes that start something each have a row."""
+    from doc_blocks import DOC, ROOT
+    text = DOC.read_text()
+    table = text[text.index("| block | run as written by |"):text.index("Not run as written:")]
+    for heading in ("One machine", "torchrun", "mpirun", "horovodrun", "Slurm", "Ray"):
+        assert f"| [{heading}](#" in table, heading
+    sources = "".join(p.read_text() for p in (ROOT / "tests").glob("test_*.py"))
+    names = re.findall(r"(?<![\w/])test_\w+(?!\.py)", table)
+    assert len(names) >= 5, names
+    for name in names:
+        assert f"def {name}(" in sources, name
