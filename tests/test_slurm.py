@@ -253,3 +253,59 @@ def test_the_slurm_block_of_the_doc_runs_as_written(slurm, tmp_path):
         assert len({s for _, s in steps}) == 1 and int(steps[0][1]) > 0, steps
         _wait_nothing_left(shared)
     assert not processes_naming(str(folder))
+
+
+@pytest.mark.timeout(120)
+def test_autoscaled_producers_are_slurm_jobs(slurm, tmp_path):
+    """deploy/slurm/autoscale.py's SlurmProducers under croupier.autoscale.Autoscaler: a
+    dispatcher on loopback (outside Slurm), and a recommendation that goes 2, 3, 1, given by a
+    status callable (the dispatcher's own figure is tested in test_autoscale.py): each step
+    submits or cancels croupier-producer.sbatch jobs, as many producers register, and the
+    cancelled ones leave the dispatcher (SIGTERM, "signal 15: leaving"). At the end, scale(0)
+    leaves no job and no process."""
+    import importlib.util
+    from service_cluster import Cluster
+    from croupier.autoscale import Autoscaler
+    spec = importlib.util.spec_from_file_location("slurm_autoscale", SLURM / "autoscale.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    with Cluster(tmp_path / "service") as cluster:
+        env = dict(slurm.env, CROUPIER=str(BIN), CROUPIER_BIND="127.0.0.1",
+                   CROUPIER_HOST="127.0.0.1", CROUPIER_PRODUCER_THREADS="1")
+        producers = module.SlurmProducers(cluster.address, "croupier-producer-test",
+                                          [f"--output={logs}/%j.out"], env=env)
+        figures = iter([2, 3, 1])
+        scaler = Autoscaler(lambda: {"producer_advice": {"recommended": next(figures)}},
+                            producers.current, producers.scale, min_producers=1,
+                            max_producers=4, interval=1)
+
+        def registered():
+            return len(cluster.status()["producers"])
+
+        def wait_for(n, timeout=40):
+            deadline = time.monotonic() + timeout
+            while (registered() != n or producers.current() != n) and \
+                    time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert (registered(), producers.current()) == (n, n), \
+                f"wanted {n} producers\n{slurm.logs()}"
+
+        try:
+            for n in (2, 3, 1):
+                assert scaler.step() == n
+                wait_for(n)
+            assert scaler.changes == [(0, 2), (2, 3), (3, 1)]
+            left = [p.read_text() for p in logs.glob("*.out")]
+            assert sum("signal 15: leaving" in text for text in left) == 2, left
+        finally:
+            producers.scale(0)
+            deadline = time.monotonic() + 30
+            while producers.current() and time.monotonic() < deadline:
+                time.sleep(0.2)
+        assert producers.current() == 0
+        deadline = time.monotonic() + 20
+        while registered() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert registered() == 0
