@@ -5,7 +5,7 @@
 #     deploy/mpirun.sh 4 [TRAINER COMMAND...]
 #
 # Starts a dispatcher and producers here (deploy/service.sh; or uses CROUPIER_DISPATCHER), creates
-# the job for N trainers, runs `mpirun -n N TRAINER COMMAND` (default: python3 deploy/trainer.py),
+# the job for N trainers, runs `mpirun -n N TRAINER COMMAND` (default: $CROUPIER_PYTHON deploy/trainer.py),
 # and stops the service when mpirun ends. Each rank's rank and world come from OpenMPI's
 # OMPI_COMM_WORLD_RANK/SIZE; the dispatcher's address and the job reach the ranks as
 # CROUPIER_DISPATCHER and CROUPIER_JOB, exported to every host with mpirun's -x.
@@ -15,8 +15,8 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 n=${1:?usage: deploy/mpirun.sh N [TRAINER COMMAND...]}
 shift
-[[ $# -gt 0 ]] || set -- "${CROUPIER_PYTHON:-python3}" "$here/trainer.py"
 source "$here/service.sh"
+[[ $# -gt 0 ]] || set -- "$CROUPIER_PYTHON" "$here/trainer.py"
 croupier_start_service
 croupier_create_job "$n"
 exports=(-x CROUPIER_DISPATCHER -x CROUPIER_JOB -x CROUPIER_EPOCHS)

@@ -4,6 +4,8 @@
 #
 # Settings (environment; defaults in brackets):
 #   CROUPIER            the croupier command [croupier on PATH, else this checkout's build/bin/croupier]
+#   CROUPIER_PYTHON     the Python of the default trainer (and of torchrun) [this checkout's
+#                       .venv/bin/python if it exists (make build), else python3]
 #   CROUPIER_WORK_DIR   the dispatcher's work directory: its journal, and the logs [./croupier-work]
 #   CROUPIER_PORT       the dispatcher's port [0: a free one, so that two services on one host
 #                       do not collide; set one for a firewall]
@@ -25,6 +27,11 @@ if [[ -z ${CROUPIER:-} ]]; then
   else  # a checkout built with `make build`, whose command is not on PATH
     CROUPIER="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build/bin/croupier"
   fi
+fi
+if [[ -z ${CROUPIER_PYTHON:-} ]]; then  # the checkout's venv (make build), else python3
+  CROUPIER_PYTHON=python3
+  croupier_venv="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.venv/bin"
+  if [[ -x $croupier_venv/python ]]; then CROUPIER_PYTHON=$croupier_venv/python; fi
 fi
 : "${CROUPIER_WORK_DIR:=$PWD/croupier-work}"
 : "${CROUPIER_PORT:=0}"

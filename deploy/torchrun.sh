@@ -13,7 +13,7 @@
 # service.sh, or by hand), export CROUPIER_DISPATCHER=HOST:PORT on every node, set
 # CROUPIER_NODES to the node count and CROUPIER_TORCHRUN_ARGS to the rendezvous options
 # ("--rdzv-backend c10d --rdzv-endpoint HOST:29400 --rdzv-id JOB"); N is then the total.
-# CROUPIER_TORCHRUN defaults to "python3 -m torch.distributed.run" (the torchrun command).
+# CROUPIER_TORCHRUN defaults to "$CROUPIER_PYTHON -m torch.distributed.run" (the torchrun command).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 n=${1:?usage: deploy/torchrun.sh N [TRAINER SCRIPT AND ARGS...]}
@@ -31,5 +31,5 @@ croupier_create_job "$n"
 args=${CROUPIER_TORCHRUN_ARGS:-}
 if [[ $nodes -eq 1 && -z $args ]]; then args=--standalone; fi
 # shellcheck disable=SC2086  # the launcher command and its options are lists of words
-${CROUPIER_TORCHRUN:-python3 -m torch.distributed.run} --nnodes "$nodes" \
+${CROUPIER_TORCHRUN:-$CROUPIER_PYTHON -m torch.distributed.run} --nnodes "$nodes" \
   --nproc-per-node "$((n / nodes))" $args "$@"

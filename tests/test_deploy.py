@@ -20,6 +20,7 @@ import time
 
 import pytest
 
+from doc_blocks import checkout_folder, doc_block, run_block, user_env
 from service_cluster import BIN, ROOT, fault_free_run, processes_naming, synth_dataset
 
 DEPLOY = ROOT / "deploy"
@@ -369,24 +370,31 @@ def _run(argv, env, tmp_path, timeout=120, code=0):
 def _check_reports(report_dir, reference):
     """Each rank's batches are the fault-free run's, bit for bit (hashes), and across ranks each
     epoch's record ids are the plan's, each exactly once, in equal steps."""
-    import croupier
     reports = [json.loads((report_dir / f"rank-{r}.json").read_text()) for r in range(WORLD)]
     assert [(r["rank"], r["world"]) for r in reports] == [(r, WORLD) for r in range(WORLD)]
     for rank, report in enumerate(reports):
         got = [(e["epoch"], step, h)
                for e in report["epochs"] for step, h in enumerate(e["hashes"])]
         assert got == [tuple(x) for x in reference[rank]], f"rank {rank} differs from reference"
-    for epoch in range(EPOCHS):
-        plan = croupier.EpochPlan(RECORDS, BATCH, WORLD, seed=SEED, epoch=epoch)
+    check_plan(reports, RECORDS, BATCH, WORLD, SEED, EPOCHS)
+    return sum(e["steps"] for r in reports for e in r["epochs"])
+
+
+def check_plan(reports, records, batch, world, seed, epochs):
+    """`reports` (deploy/trainer.py's rank-R.json, parsed, in rank order) hold, for each epoch,
+    the epoch plan's batches: every step of every rank, equal steps, each record once."""
+    import croupier
+    assert [(r["rank"], r["world"]) for r in reports] == [(r, world) for r in range(world)]
+    for epoch in range(epochs):
+        plan = croupier.EpochPlan(records, batch, world, seed=seed, epoch=epoch)
         ids = []
         for rank, report in enumerate(reports):
             (e,) = [e for e in report["epochs"] if e["epoch"] == epoch]
             assert e["steps"] == plan.steps_per_consumer > 0
-            for step, batch in enumerate(e["ids"]):
-                assert batch == plan.batch(plan.global_batch(rank, step)).tolist()
-            ids += [i for batch in e["ids"] for i in batch]
-        assert len(ids) == len(set(ids)) == plan.steps_per_consumer * WORLD * BATCH
-    return sum(e["steps"] for r in reports for e in r["epochs"])
+            for step, ids_of_step in enumerate(e["ids"]):
+                assert ids_of_step == plan.batch(plan.global_batch(rank, step)).tolist()
+            ids += [i for ids_of_step in e["ids"] for i in ids_of_step]
+        assert len(ids) == len(set(ids)) == plan.steps_per_consumer * world * batch
 
 
 @pytest.mark.timeout(150)
@@ -440,28 +448,18 @@ def test_the_mpirun_block_of_the_doc_runs_as_written(tmp_path):
     loopback. Before, the block failed three times: `croupier: command not found`, no mpirun
     slots for 4 ranks on 2 cores, and `job has 1 epochs; no epoch 1`. The exactly-once checks of
     mpirun runs are test_mpirun_script's; this one checks that the doc's words work."""
-    text = DOC.read_text()
-    start = text.index("# On one machine, with examples/mpi_allreduce.py")
-    block = text[start:text.index("```", start)]
-    lines = [l for l in block.splitlines() if l and not l.startswith("#")]
-    script = "\n".join(lines)
+    script = doc_block("mpirun (and the Horovod pattern over MPI)",
+                       from_line="# On one machine, with examples/mpi_allreduce.py")
     assert "deploy/mpirun.sh 4" in script and "scripts/demo_data.py digits" in script, script
-    for name in (".venv", "scripts", "deploy", "examples", "build", "python"):
-        (tmp_path / name).symlink_to(ROOT / name)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CROUPIER")}
-    env.update(PATH=os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
-                                    if not (pathlib.Path(p) / "croupier").exists()),
-               OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_btl="self,tcp", OMPI_MCA_btl_tcp_if_include="lo",
-               OMPI_MCA_oob_tcp_if_include="lo", CROUPIER_BIND="127.0.0.1",
-               CROUPIER_HOST="127.0.0.1", CROUPIER_PRODUCER_THREADS="1", OMP_NUM_THREADS="1")
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=200)
+    env = user_env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                   OMPI_MCA_btl="self,tcp", OMPI_MCA_btl_tcp_if_include="lo",
+                   OMPI_MCA_oob_tcp_if_include="lo", CROUPIER_BIND="127.0.0.1",
+                   CROUPIER_HOST="127.0.0.1", CROUPIER_PRODUCER_THREADS="1", OMP_NUM_THREADS="1")
+    done = run_block(script, checkout_folder(tmp_path), env, timeout=200)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
     assert "[rank 0] epoch 0:" in out and "[rank 0] epoch 1:" in out, out[-3000:]
     assert "croupier: dispatcher at 127.0.0.1:" in out and ":5050" not in out
-    assert not _processes_under(tmp_path), "the recipe left processes behind"
 
 
 def test_the_doc_states_what_was_run_and_what_was_not():

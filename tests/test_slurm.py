@@ -9,6 +9,7 @@ repository's root, with the settings in the environment) and checks:
 - the end is clean: no `error:` line in the job's output or the service's logs, and the dispatcher
   and the producer stopped on SIGTERM ("signal 15: ..."), the producer leaving;
 - nothing is left: no process of the job's, after the normal end or after `scancel` mid-run.
+The block of docs/deploy.md as written: test_the_slurm_block_of_the_doc_runs_as_written.
 Not run here: a cluster of several hosts, GPUs, cgroups, accounting.
 """
 import json
@@ -20,6 +21,7 @@ import time
 
 import pytest
 
+from doc_blocks import checkout_folder, doc_block, run_block, user_env
 from service_cluster import BIN, ROOT, check_plan_ids, processes_naming, synth_dataset
 from slurm_cluster import SlurmCluster, daemon_pids, missing_reason
 
@@ -220,3 +222,90 @@ def test_scancel_mid_run_leaves_no_process(slurm, data, tmp_path, script):
     assert _wait_job(slurm, job_id, 60) == "CANCELLED"
     _wait_nothing_left(shared, timeout=30)
     assert not processes_naming(str(trainer))
+
+
+@pytest.mark.timeout(150)
+def test_the_slurm_block_of_the_doc_runs_as_written(slurm, tmp_path):
+    """docs/deploy.md "Slurm", the block as written (tests/doc_blocks.py), in a folder that looks
+    like the checkout after `make build`: `build/bin/croupier synth`, then both sbatch lines with
+    the scripts' defaults (2 trainers, 1 epoch, batch 64; build/bin/croupier and .venv/bin/python
+    of the submit folder; CROUPIER_SHARED under it). Added to the environment: the test Slurm's
+    SLURM_CONF, and PYTHONPATH naming this checkout's package. Both jobs complete with a clean
+    end, each rank took the same steps in its epoch, and nothing of either job is left. The record
+    ids of these scripts' runs are checked against the plan by the tests above."""
+    block = doc_block("Slurm")
+    assert block.count("sbatch deploy/slurm/") == 2 and "croupier synth" in block, block
+    folder = checkout_folder(tmp_path / "checkout")
+    env = user_env(SLURM_CONF=slurm.env["SLURM_CONF"],
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "python"),
+                                                            os.environ.get("PYTHONPATH")])))
+    done = run_block(block, folder, env, timeout=60, check_left=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    jobs = re.findall(r"^Submitted batch job (\d+)$", done.stdout, re.MULTILINE)
+    assert len(jobs) == 2, done.stdout
+    for job_id in jobs:
+        job_out = folder / f"slurm-{job_id}.out"
+        assert _wait_job(slurm, job_id, 100) == "COMPLETED", job_out.read_text()
+        shared = folder / f"croupier-{job_id}"
+        texts = _check_clean_end(job_out, shared)
+        steps = re.findall(r"\[rank (\d)/2\] epoch 0: (\d+) steps", texts["the job's output"])
+        assert sorted(r for r, _ in steps) == ["0", "1"], texts["the job's output"]
+        assert len({s for _, s in steps}) == 1 and int(steps[0][1]) > 0, steps
+        _wait_nothing_left(shared)
+    assert not processes_naming(str(folder))
+
+
+@pytest.mark.timeout(120)
+def test_autoscaled_producers_are_slurm_jobs(slurm, tmp_path):
+    """deploy/slurm/autoscale.py's SlurmProducers under croupier.autoscale.Autoscaler: a
+    dispatcher on loopback (outside Slurm), and a recommendation that goes 2, 3, 1, given by a
+    status callable (the dispatcher's own figure is tested in test_autoscale.py): each step
+    submits or cancels croupier-producer.sbatch jobs, as many producers register, and the
+    cancelled ones leave the dispatcher (SIGTERM, "signal 15: leaving"). At the end, scale(0)
+    leaves no job and no process."""
+    import importlib.util
+    from service_cluster import Cluster
+    from croupier.autoscale import Autoscaler
+    spec = importlib.util.spec_from_file_location("slurm_autoscale", SLURM / "autoscale.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    with Cluster(tmp_path / "service") as cluster:
+        env = dict(slurm.env, CROUPIER=str(BIN), CROUPIER_BIND="127.0.0.1",
+                   CROUPIER_HOST="127.0.0.1", CROUPIER_PRODUCER_THREADS="1")
+        producers = module.SlurmProducers(cluster.address, "croupier-producer-test",
+                                          [f"--output={logs}/%j.out"], env=env)
+        figures = iter([2, 3, 1])
+        scaler = Autoscaler(lambda: {"producer_advice": {"recommended": next(figures)}},
+                            producers.current, producers.scale, min_producers=1,
+                            max_producers=4, interval=1)
+
+        def registered():
+            return len(cluster.status()["producers"])
+
+        def wait_for(n, timeout=40):
+            deadline = time.monotonic() + timeout
+            while (registered() != n or producers.current() != n) and \
+                    time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert (registered(), producers.current()) == (n, n), \
+                f"wanted {n} producers\n{slurm.logs()}"
+
+        try:
+            for n in (2, 3, 1):
+                assert scaler.step() == n
+                wait_for(n)
+            assert scaler.changes == [(0, 2), (2, 3), (3, 1)]
+            left = [p.read_text() for p in logs.glob("*.out")]
+            assert sum("signal 15: leaving" in text for text in left) == 2, left
+        finally:
+            producers.scale(0)
+            deadline = time.monotonic() + 30
+            while producers.current() and time.monotonic() < deadline:
+                time.sleep(0.2)
+        assert producers.current() == 0
+        deadline = time.monotonic() + 20
+        while registered() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert registered() == 0
