@@ -4,6 +4,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -61,6 +62,12 @@ class PyMapProducer {
   double SinceDispatcherContact() const {
     return absl::ToDoubleSeconds(node_->SinceDispatcherContact());
   }
+  // ProducerNode::WaitForJobEnd, without the GIL.
+  bool WaitForJobEnd(double timeout) {
+    pyb::gil_scoped_release nogil;
+    return node_->WaitForJobEnd(absl::Seconds(std::max(0.0, timeout)));
+  }
+  bool JobEnded() const { return node_->job_ended(); }
   void Close() {
     pyb::gil_scoped_release nogil;
     node_->Leave();  // its unfinished tasks go to the other producers at once
@@ -113,6 +120,12 @@ void BindProduce(pyb::module_& m) {
            "make(epoch, batch, ids) for each batch, which returns a Batch or (code, message).")
       .def_property_readonly("data_address", &PyMapProducer::DataAddress)
       .def_property_readonly("producer_id", &PyMapProducer::ProducerId)
+      .def("wait_for_job_end", &PyMapProducer::WaitForJobEnd, pyb::arg("timeout"),
+           "Waits up to `timeout` seconds for the job this producer serves to end (every rank has "
+           "read its last epoch, or the job was deleted); returns whether it has. The producer "
+           "learns it from the dispatcher on its own: nothing to poll.")
+      .def("job_ended", &PyMapProducer::JobEnded,
+           "Whether the job this producer serves has ended (see wait_for_job_end).")
       .def("since_dispatcher_contact", &PyMapProducer::SinceDispatcherContact,
            "Seconds since the dispatcher last answered this producer.")
       .def("close", &PyMapProducer::Close);

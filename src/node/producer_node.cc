@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <random>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "src/common/logging.h"
@@ -267,11 +268,42 @@ void ProducerNode::HeartbeatLoop() {
       absl::MutexLock lock(&mu_);
       last_contact_ = last;
     }
+    if (s.ok() && !options_.source_job.empty() && !job_ended_.HasBeenNotified() &&
+        last - last_end_check_ >= interval_) {
+      last_end_check_ = last;
+      CheckJobEnded();
+    }
     if (!s.ok() && !stop_.HasBeenNotified()) {
       Log(LogLevel::kWarning, "producer",
           absl::StrCat("producer ", producer_id(), ": heartbeat failed: ", s.ToString()));
     }
   }
+}
+
+bool JobHasEnded(const absl::StatusOr<v1::GetJobResponse>& answer) {
+  if (absl::IsNotFound(answer.status())) return true;
+  if (!answer.ok()) return false;
+  const v1::JobInfo& job = answer->job();
+  const uint64_t epochs = job.spec().num_epochs();
+  if (epochs == 0) return false;
+  if (static_cast<uint64_t>(answer->rank_positions_size()) < job.spec().num_consumers()) {
+    return false;
+  }
+  const std::pair<uint64_t, uint64_t> end{epochs - 1, job.steps_per_epoch()};
+  for (const v1::RankPosition& p : answer->rank_positions()) {
+    if (std::make_pair(p.epoch(), p.step()) < end) return false;
+  }
+  return true;
+}
+
+void ProducerNode::CheckJobEnded() {
+  v1::GetJobRequest request;
+  request.set_name(options_.source_job);
+  if (!JobHasEnded(dispatcher_->GetJob(request))) return;
+  Log(LogLevel::kInfo, "producer",
+      absl::StrCat("producer ", producer_id(), ": job '", options_.source_job,
+                   "' has ended (every rank has read its last epoch, or it was deleted)"));
+  job_ended_.Notify();
 }
 
 void ProducerNode::Leave(absl::Duration timeout) {

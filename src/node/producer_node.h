@@ -75,6 +75,13 @@ struct ProducerNodeOptions {
   std::optional<bool> shm;
 };
 
+// Whether a job has ended, from the dispatcher's answer to GetJob about it: NOT_FOUND (deleted:
+// nobody can read it any more), or a bounded job (num_epochs > 0) of which every rank
+// (num_consumers of them) has acknowledged step steps_per_epoch of its last epoch. Not the job's
+// state "done" alone: that is also every task served, while a restarted rank may still need a
+// batch made again. Other errors: not ended (the dispatcher may be restarting).
+bool JobHasEnded(const absl::StatusOr<v1::GetJobResponse>& answer);
+
 // Thread-safe.
 class ProducerNode {
  public:
@@ -91,6 +98,18 @@ class ProducerNode {
   absl::Duration SinceDispatcherContact() const;
   // The metrics server's port, or 0 without one.
   int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
+  // Whether the job this producer serves (source_job) has ended: every rank has acknowledged the
+  // end of its last epoch (a bounded job), or the job was deleted. The heartbeat thread learns it
+  // by asking the dispatcher about this job alone (GetJob) after a heartbeat, once an interval;
+  // the producer keeps serving (a restarted rank may still need a batch made again) until its
+  // owner stops it. Always false for a producer of every job (source_job empty) and for an
+  // unbounded job (num_epochs 0).
+  bool job_ended() const { return job_ended_.HasBeenNotified(); }
+  // Waits until job_ended() or `timeout`; returns job_ended(). What an embedding process waits on
+  // instead of polling the dispatcher itself.
+  bool WaitForJobEnd(absl::Duration timeout) const {
+    return job_ended_.WaitForNotificationWithTimeout(timeout);
+  }
   // The source of a Python job's batches (source_job set), else nullptr.
   SequentialSource* sequential() const { return sequential_; }
   // Stops the heartbeats, the workers and the server promptly, without a word to the dispatcher
@@ -115,6 +134,8 @@ class ProducerNode {
   void AddTask(const v1::Task& task);
   // A control plane to the dispatcher whose calls give up after `timeout`.
   std::unique_ptr<ControlPlane> MakeControlPlane(absl::Duration timeout) const;
+  // Asks the dispatcher whether source_job has ended (JobHasEnded); notifies job_ended_ if so.
+  void CheckJobEnded();
   // Stops the heartbeat thread (cancelling a heartbeat the dispatcher holds). Idempotent.
   void StopHeartbeats();
 
@@ -143,6 +164,8 @@ class ProducerNode {
   bool last_heartbeat_ok_ = true;
 
   absl::Notification stop_;
+  absl::Notification job_ended_;
+  absl::Time last_end_check_ = absl::InfinitePast();  // heartbeat thread only
   std::thread heartbeat_;
   std::once_flag shutdown_once_;
   std::once_flag leave_once_;

@@ -345,6 +345,34 @@ TEST_P(ScenarioTest, ResumingWithAnotherWorldSizeRepeatsAndSkipsNothing) {
   EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), seen.size()) << "a record twice";
 }
 
+TEST_P(ScenarioTest, AJobsProducersLearnItHasEndedOnceEveryRankReadItsLastEpoch) {
+  if (GetParam() == Supply::kTfrecord) {
+    GTEST_SKIP() << "a TFRecord producer serves every job: no job's end is its own";
+  }
+  SupplyCluster s(GetParam(), 2, 2);
+  ReadAllRanks(s.cluster(), 2, 0);
+  absl::SleepFor(absl::Milliseconds(300));  // a few heartbeats: one epoch left, not ended
+  for (size_t i = 0; i < 2; ++i) EXPECT_FALSE(s.cluster().producer(i)->job_ended()) << i;
+  ReadAllRanks(s.cluster(), 2, 1);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_TRUE(s.cluster().producer(i)->WaitForJobEnd(absl::Seconds(10))) << "producer " << i;
+  }
+}
+
+TEST_P(ScenarioTest, AJobsProducersLearnItHasEndedOnceItIsDeleted) {
+  if (GetParam() == Supply::kTfrecord) {
+    GTEST_SKIP() << "a TFRecord producer serves every job: no job's end is its own";
+  }
+  SupplyCluster s(GetParam(), 1, 2);
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_FALSE(s.cluster().producer(0)->job_ended());
+  v1::DeleteJobRequest del;
+  del.set_name("train");
+  del.set_force(true);
+  ASSERT_TRUE(s.cluster().dispatcher().NewClient()->DeleteJob(del).ok());
+  EXPECT_TRUE(s.cluster().producer(0)->WaitForJobEnd(absl::Seconds(10)));
+}
+
 INSTANTIATE_TEST_SUITE_P(Supplies, ScenarioTest,
                          ::testing::Values(Supply::kTfrecord, Supply::kRecordsFunction,
                                            Supply::kStream),
