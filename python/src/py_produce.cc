@@ -91,21 +91,15 @@ void BindProduce(pyb::module_& m) {
              o.advertise_host = advertise_host;
              o.auth_token = rpc::ResolveAuthToken(auth_token);
              o.connect_timeout = absl::Seconds(timeout);
-             o.source_job = job;
              o.runner.threads = threads;
              o.runner.buffer_bytes = buffer_bytes;
              o.runner.max_tasks = max_tasks;
              std::shared_ptr<pyb::object> held = Hold(std::move(make));
-             o.runner.makers =
-                 [held](
-                     const v1::JobInfo& info) -> absl::StatusOr<std::shared_ptr<const BatchMaker>> {
-               auto maker = FunctionBatchMaker::Create(
-                   info, [held](uint64_t epoch, uint64_t batch, absl::Span<const uint64_t> ids) {
-                     return CallMake(*held, epoch, batch, ids);
-                   });
-               if (!maker.ok()) return maker.status();
-               return std::shared_ptr<const BatchMaker>(*std::move(maker));
-             };
+             o.supply = RecordsSupply{
+                 .job = job,
+                 .make = [held](uint64_t epoch, uint64_t batch, absl::Span<const uint64_t> ids) {
+                   return CallMake(*held, epoch, batch, ids);
+                 }};
              absl::StatusOr<std::unique_ptr<ProducerNode>> node;
              {
                pyb::gil_scoped_release nogil;

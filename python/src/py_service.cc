@@ -219,8 +219,7 @@ void BindService(pyb::module_& m) {
              o.auth_token = rpc::ResolveAuthToken(auth_token);
              o.runner.buffer_bytes = buffer_bytes;
              o.connect_timeout = absl::Seconds(timeout);
-             o.source_job = job;
-             o.source_index = source_index;
+             o.supply = StreamSupply{.job = job, .source_index = source_index};
              absl::StatusOr<std::unique_ptr<ProducerNode>> node;
              {
                pyb::gil_scoped_release nogil;

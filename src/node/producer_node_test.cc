@@ -145,5 +145,19 @@ TEST(ProducerNodeTest, AJobHasEndedOnceEveryRankAcknowledgedItsLastEpochOrItWasD
   EXPECT_FALSE(JobHasEnded(absl::DeadlineExceededError("unreachable")));
 }
 
+TEST(ProducerNodeTest, ASupplyWithoutItsJobOrFunctionIsRefusedBeforeAnythingStarts) {
+  ProducerNodeOptions options;
+  options.dispatcher = "127.0.0.1:1";
+  options.connect_timeout = absl::Milliseconds(100);
+  options.supply = StreamSupply{};
+  auto node = ProducerNode::Start(options);
+  EXPECT_EQ(node.status().code(), absl::StatusCode::kInvalidArgument) << node.status();
+  EXPECT_THAT(node.status().message(), ::testing::HasSubstr("stream supply needs its job"));
+  options.supply = RecordsSupply{.job = "m"};
+  node = ProducerNode::Start(options);
+  EXPECT_EQ(node.status().code(), absl::StatusCode::kInvalidArgument) << node.status();
+  EXPECT_THAT(node.status().message(), ::testing::HasSubstr("job 'm' has no function"));
+}
+
 }  // namespace
 }  // namespace croupier

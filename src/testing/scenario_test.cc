@@ -141,19 +141,15 @@ class SupplyCluster {
   void AddProducer(int k, const std::string& job = "train") {
     ProducerNodeOptions options;
     options.runner.max_tasks = 2;
-    if (supply_ != Supply::kTfrecord) options.source_job = job;
     if (supply_ == Supply::kRecordsFunction) {
-      options.runner.makers =
-          [](const v1::JobInfo& info) -> absl::StatusOr<std::shared_ptr<const BatchMaker>> {
-        auto maker = FunctionBatchMaker::Create(
-            info, [](uint64_t, uint64_t, absl::Span<const uint64_t> ids) {
-              return IdsBatch(std::vector<int64_t>(ids.begin(), ids.end()));
-            });
-        if (!maker.ok()) return maker.status();
-        return std::shared_ptr<const BatchMaker>(*std::move(maker));
-      };
+      options.supply = RecordsSupply{
+          .job = job, .make = [](uint64_t, uint64_t, absl::Span<const uint64_t> ids) {
+            return IdsBatch(std::vector<int64_t>(ids.begin(), ids.end()));
+          }};
     }
-    if (supply_ == Supply::kStream) options.source_index = static_cast<uint32_t>(k);
+    if (supply_ == Supply::kStream) {
+      options.supply = StreamSupply{.job = job, .source_index = static_cast<uint32_t>(k)};
+    }
     const size_t index = Must(cluster_->AddProducer(std::move(options)));
     if (supply_ != Supply::kStream) return;
     SequentialSource* source = cluster_->producer(index)->sequential();

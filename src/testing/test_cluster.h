@@ -60,7 +60,7 @@ class TestCluster {
   // Starts one more producer from options.producer; returns its index.
   absl::StatusOr<size_t> AddProducer();
   // Starts one more producer from `options` instead of the template (a producer of a Python job:
-  // source_job, source_index, runner.makers); dispatcher, control plane, address and index cache
+  // its supply); dispatcher, control plane, address and index cache
   // are set here. Returns its index.
   absl::StatusOr<size_t> AddProducer(ProducerNodeOptions options);
   size_t num_producers() const { return producers_.size(); }
