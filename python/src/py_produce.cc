@@ -4,6 +4,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -61,6 +62,12 @@ class PyMapProducer {
   double SinceDispatcherContact() const {
     return absl::ToDoubleSeconds(node_->SinceDispatcherContact());
   }
+  // ProducerNode::WaitForJobEnd, without the GIL.
+  bool WaitForJobEnd(double timeout) {
+    pyb::gil_scoped_release nogil;
+    return node_->WaitForJobEnd(absl::Seconds(std::max(0.0, timeout)));
+  }
+  bool JobEnded() const { return node_->job_ended(); }
   void Close() {
     pyb::gil_scoped_release nogil;
     node_->Leave();  // its unfinished tasks go to the other producers at once
@@ -84,21 +91,15 @@ void BindProduce(pyb::module_& m) {
              o.advertise_host = advertise_host;
              o.auth_token = rpc::ResolveAuthToken(auth_token);
              o.connect_timeout = absl::Seconds(timeout);
-             o.source_job = job;
              o.runner.threads = threads;
              o.runner.buffer_bytes = buffer_bytes;
              o.runner.max_tasks = max_tasks;
              std::shared_ptr<pyb::object> held = Hold(std::move(make));
-             o.runner.makers =
-                 [held](
-                     const v1::JobInfo& info) -> absl::StatusOr<std::shared_ptr<const BatchMaker>> {
-               auto maker = FunctionBatchMaker::Create(
-                   info, [held](uint64_t epoch, uint64_t batch, absl::Span<const uint64_t> ids) {
-                     return CallMake(*held, epoch, batch, ids);
-                   });
-               if (!maker.ok()) return maker.status();
-               return std::shared_ptr<const BatchMaker>(*std::move(maker));
-             };
+             o.supply = RecordsSupply{
+                 .job = job,
+                 .make = [held](uint64_t epoch, uint64_t batch, absl::Span<const uint64_t> ids) {
+                   return CallMake(*held, epoch, batch, ids);
+                 }};
              absl::StatusOr<std::unique_ptr<ProducerNode>> node;
              {
                pyb::gil_scoped_release nogil;
@@ -113,6 +114,12 @@ void BindProduce(pyb::module_& m) {
            "make(epoch, batch, ids) for each batch, which returns a Batch or (code, message).")
       .def_property_readonly("data_address", &PyMapProducer::DataAddress)
       .def_property_readonly("producer_id", &PyMapProducer::ProducerId)
+      .def("wait_for_job_end", &PyMapProducer::WaitForJobEnd, pyb::arg("timeout"),
+           "Waits up to `timeout` seconds for the job this producer serves to end (every rank has "
+           "read its last epoch, or the job was deleted); returns whether it has. The producer "
+           "learns it from the dispatcher on its own: nothing to poll.")
+      .def("job_ended", &PyMapProducer::JobEnded,
+           "Whether the job this producer serves has ended (see wait_for_job_end).")
       .def("since_dispatcher_contact", &PyMapProducer::SinceDispatcherContact,
            "Seconds since the dispatcher last answered this producer.")
       .def("close", &PyMapProducer::Close);

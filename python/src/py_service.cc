@@ -4,12 +4,14 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "croupier/consumer.h"
 #include "croupier/example.h"
 #include "google/protobuf/util/json_util.h"
@@ -130,6 +132,12 @@ class PySourceProducer {
     return absl::ToDoubleSeconds(node_->SinceDispatcherContact());
   }
   std::string DataAddress() const { return node_->data_address(); }
+  // ProducerNode::WaitForJobEnd, without the GIL.
+  bool WaitForJobEnd(double timeout) {
+    pyb::gil_scoped_release nogil;
+    return node_->WaitForJobEnd(absl::Seconds(std::max(0.0, timeout)));
+  }
+  bool JobEnded() const { return node_->job_ended(); }
 
   void Close() {
     pyb::gil_scoped_release nogil;
@@ -218,8 +226,7 @@ void BindService(pyb::module_& m) {
              o.auth_token = rpc::ResolveAuthToken(auth_token);
              o.runner.buffer_bytes = buffer_bytes;
              o.connect_timeout = absl::Seconds(timeout);
-             o.source_job = job;
-             o.source_index = source_index;
+             o.supply = StreamSupply{.job = job, .source_index = source_index};
              absl::StatusOr<std::unique_ptr<ProducerNode>> node;
              {
                pyb::gil_scoped_release nogil;
@@ -237,6 +244,12 @@ void BindService(pyb::module_& m) {
            pyb::arg("code"), pyb::arg("message"))
       .def("done_up_to", &PySourceProducer::DoneUpTo, pyb::arg("epoch"), pyb::arg("batch"))
       .def("batches_served", &PySourceProducer::BatchesServed)
+      .def("wait_for_job_end", &PySourceProducer::WaitForJobEnd, pyb::arg("timeout"),
+           "Waits up to `timeout` seconds for the job this producer serves to end (every rank has "
+           "read its last epoch, or the job was deleted); returns whether it has. The producer "
+           "learns it from the dispatcher on its own: nothing to poll.")
+      .def("job_ended", &PySourceProducer::JobEnded,
+           "Whether the job this producer serves has ended (see wait_for_job_end).")
       .def("since_dispatcher_contact", &PySourceProducer::SinceDispatcherContact,
            "Seconds since the dispatcher last answered this producer.")
       .def_property_readonly("data_address", &PySourceProducer::DataAddress)
@@ -316,6 +329,86 @@ void BindService(pyb::module_& m) {
       pyb::arg("dispatcher"), pyb::arg("name"), pyb::arg("auth_token"), pyb::arg("timeout"),
       "One job (GetJob): {job: JobInfo, summary: JobSummary (its state), rank_positions} as "
       "JSON.");
+
+  // The typed job: a JobInfo with the job's settings as attributes, beside the JSON functions
+  // above (which the Python package uses, unchanged).
+  pyb::class_<v1::JobInfo>(m, "Job", "A job's settings and its plan's sizes (JobInfo), typed.")
+      .def_static(
+          "from_json",
+          [](const std::string& info_json) {
+            v1::JobInfo info;
+            absl::Status parsed = FromUserJson(info_json, &info);
+            if (!parsed.ok()) {
+              ThrowIfError(
+                  absl::InvalidArgumentError("job info: " + std::string(parsed.message())));
+            }
+            return info;
+          },
+          pyb::arg("info_json"), "The Job of a JobInfo as JSON (create_job's answer).")
+      .def("to_json", [](const v1::JobInfo& j) { return ToJson(j); }, "The JobInfo as JSON.")
+      .def_property_readonly("name", [](const v1::JobInfo& j) { return j.spec().name(); })
+      .def_property_readonly("source",
+                             [](const v1::JobInfo& j) -> std::string {
+                               switch (j.spec().source()) {
+                                 case v1::SOURCE_KIND_PYTHON:
+                                   return "python";
+                                 case v1::SOURCE_KIND_MAP:
+                                   return "map";
+                                 default:
+                                   return "tfrecord";
+                               }
+                             },
+                             "'tfrecord', 'python' (a stream) or 'map'.")
+      .def_property_readonly("features", [](const v1::JobInfo& j) { return j.spec().features(); })
+      .def_property_readonly("batch_size",
+                             [](const v1::JobInfo& j) { return j.spec().batch_size(); })
+      .def_property_readonly("num_consumers",
+                             [](const v1::JobInfo& j) { return j.spec().num_consumers(); })
+      .def_property_readonly("num_epochs", [](const v1::JobInfo& j) { return j.spec().num_epochs(); },
+                             "0: unbounded.")
+      .def_property_readonly("seed", [](const v1::JobInfo& j) { return j.spec().seed(); })
+      .def_property_readonly("source_count",
+                             [](const v1::JobInfo& j) { return j.spec().source_count(); })
+      .def_property_readonly("start_epoch",
+                             [](const v1::JobInfo& j) { return j.spec().start_epoch(); })
+      .def_property_readonly("start_batch",
+                             [](const v1::JobInfo& j) { return j.spec().start_batch(); })
+      .def_property_readonly("files",
+                             [](const v1::JobInfo& j) {
+                               std::vector<std::string> out;
+                               for (const auto& f : j.files()) out.push_back(f.path());
+                               return out;
+                             },
+                             "The files, expanded, in global record order (tfrecord jobs).")
+      .def_property_readonly("num_records", [](const v1::JobInfo& j) { return j.num_records(); })
+      .def_property_readonly("batches_per_epoch",
+                             [](const v1::JobInfo& j) { return j.batches_per_epoch(); })
+      .def_property_readonly("steps_per_epoch",
+                             [](const v1::JobInfo& j) { return j.steps_per_epoch(); })
+      .def_property_readonly("batches_per_task",
+                             [](const v1::JobInfo& j) { return j.batches_per_task(); })
+      .def("__repr__", [](const v1::JobInfo& j) {
+        return absl::StrCat("Job(name='", j.spec().name(), "', batch_size=", j.spec().batch_size(),
+                            ", num_consumers=", j.spec().num_consumers(),
+                            ", num_epochs=", j.spec().num_epochs(),
+                            ", steps_per_epoch=", j.steps_per_epoch(), ")");
+      });
+
+  m.def(
+      "get_job_info",
+      [](const std::string& dispatcher, const std::string& name, const std::string& auth_token,
+         double timeout) {
+        v1::GetJobRequest request;
+        request.set_name(name);
+        absl::StatusOr<v1::GetJobResponse> response;
+        {
+          pyb::gil_scoped_release nogil;
+          response = Client(dispatcher, auth_token, timeout)->GetJob(request);
+        }
+        return Unwrap(std::move(response)).job();
+      },
+      pyb::arg("dispatcher"), pyb::arg("name"), pyb::arg("auth_token"), pyb::arg("timeout"),
+      "One job's settings (GetJob) as a typed Job; get_job gives the whole answer as JSON.");
 
   m.def(
       "delete_job",

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <random>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "src/common/logging.h"
@@ -47,6 +48,16 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOp
   if (options.dispatcher.empty()) {
     return absl::InvalidArgumentError("a producer needs the dispatcher's address (--dispatcher)");
   }
+  if (const auto* stream = std::get_if<StreamSupply>(&options.supply); stream && stream->job.empty()) {
+    return absl::InvalidArgumentError("a stream supply needs its job");
+  }
+  if (const auto* records = std::get_if<RecordsSupply>(&options.supply)) {
+    if (records->job.empty()) return absl::InvalidArgumentError("a records supply needs its job");
+    if (!records->make) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the records supply of job '", records->job, "' has no function"));
+    }
+  }
   options.tls = ResolveTlsConfig(options.tls);
   std::unique_ptr<ProducerNode> node(new ProducerNode());
   node->options_ = options;
@@ -57,14 +68,24 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOp
                      RecordCache::Create({.capacity_bytes = options.cache_bytes,
                                           .dir = options.cache_dir}));
   }
-  if (!options.source_job.empty() && !options.runner.makers) {
+  if (const auto* stream = std::get_if<StreamSupply>(&options.supply)) {
+    node->source_job_ = stream->job;
+    node->source_index_ = stream->source_index;
     auto sequential = std::make_unique<SequentialSource>(SequentialSource::Options{
         .buffer_bytes = options.runner.buffer_bytes, .max_tasks = options.runner.max_tasks});
     node->sequential_ = sequential.get();
     node->holder_ = std::move(sequential);
   } else {
     TaskRunner::Options runner = options.runner;
-    if (!runner.makers) {
+    if (const auto* records = std::get_if<RecordsSupply>(&options.supply)) {
+      node->source_job_ = records->job;
+      runner.makers = [make = records->make](const v1::JobInfo& job)
+          -> absl::StatusOr<std::shared_ptr<const BatchMaker>> {
+        ASSIGN_OR_RETURN(std::unique_ptr<FunctionBatchMaker> maker,
+                         FunctionBatchMaker::Create(job, make));
+        return std::shared_ptr<const BatchMaker>(std::move(maker));
+      };
+    } else {
       ProducerNode* raw = node.get();
       runner.makers = [raw](const v1::JobInfo& job) { return raw->TfrecordMaker(job); };
     }
@@ -205,8 +226,8 @@ absl::Status ProducerNode::Heartbeat(bool wait_for_work) {
     request.set_wait_for_work_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(interval_)));
   }
   if (request.producer_id() == 0) {
-    request.set_source_job(options_.source_job);
-    request.set_source_index(options_.source_index);
+    request.set_source_job(source_job_);
+    request.set_source_index(source_index_);
   }
 
   auto response = dispatcher_->ProducerHeartbeat(request);
@@ -267,11 +288,42 @@ void ProducerNode::HeartbeatLoop() {
       absl::MutexLock lock(&mu_);
       last_contact_ = last;
     }
+    if (s.ok() && !source_job_.empty() && !job_ended_.HasBeenNotified() &&
+        last - last_end_check_ >= interval_) {
+      last_end_check_ = last;
+      CheckJobEnded();
+    }
     if (!s.ok() && !stop_.HasBeenNotified()) {
       Log(LogLevel::kWarning, "producer",
           absl::StrCat("producer ", producer_id(), ": heartbeat failed: ", s.ToString()));
     }
   }
+}
+
+bool JobHasEnded(const absl::StatusOr<v1::GetJobResponse>& answer) {
+  if (absl::IsNotFound(answer.status())) return true;
+  if (!answer.ok()) return false;
+  const v1::JobInfo& job = answer->job();
+  const uint64_t epochs = job.spec().num_epochs();
+  if (epochs == 0) return false;
+  if (static_cast<uint64_t>(answer->rank_positions_size()) < job.spec().num_consumers()) {
+    return false;
+  }
+  const std::pair<uint64_t, uint64_t> end{epochs - 1, job.steps_per_epoch()};
+  for (const v1::RankPosition& p : answer->rank_positions()) {
+    if (std::make_pair(p.epoch(), p.step()) < end) return false;
+  }
+  return true;
+}
+
+void ProducerNode::CheckJobEnded() {
+  v1::GetJobRequest request;
+  request.set_name(source_job_);
+  if (!JobHasEnded(dispatcher_->GetJob(request))) return;
+  Log(LogLevel::kInfo, "producer",
+      absl::StrCat("producer ", producer_id(), ": job '", source_job_,
+                   "' has ended (every rank has read its last epoch, or it was deleted)"));
+  job_ended_.Notify();
 }
 
 void ProducerNode::Leave(absl::Duration timeout) {

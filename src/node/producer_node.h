@@ -1,12 +1,15 @@
-// A running producer: a TaskRunner that makes batches, a data server that serves them, and the
+// A running producer: a TaskHolder that holds its tasks, a data server that serves them, and the
 // heartbeat loop that reports to the dispatcher and takes new work. `croupier producer` is this
 // class and a signal handler.
 //
-// Its tasks are held by a TaskHolder (src/producer/task_holder.h): a TaskRunner for addressable
-// jobs, whose batches the job's BatchMaker makes (TFRecord files by default; `makers` gives
-// others, e.g. a Python source's workers), or, for the stream of a Python job (croupier.serve,
-// source_job set and no makers), a SequentialSource that the Python process feeds
-// (sequential()) batch by batch in the order the tasks ask for.
+// What it makes batches from is its owner's explicit choice, a ProducerSupply, and the node builds
+// the matching TaskHolder (src/producer/task_holder.h):
+//   TfrecordSupply  every TFRecord job's files: a TaskRunner with TFRecord makers reading through
+//                   the node's index and record caches (`croupier producer`);
+//   RecordsSupply   one map job, whose batches a records function makes (a Python source's
+//                   workers, croupier.produce): a TaskRunner with a FunctionBatchMaker;
+//   StreamSupply    one source of one python job (croupier.serve): a SequentialSource that the
+//                   owner feeds (sequential()) batch by batch in the order the tasks ask for.
 #ifndef CROUPIER_SRC_NODE_PRODUCER_NODE_H_
 #define CROUPIER_SRC_NODE_PRODUCER_NODE_H_
 
@@ -15,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <variant>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -23,6 +27,7 @@
 #include "croupier/record_index.h"
 #include "src/control/control_plane.h"
 #include "src/node/metrics_server.h"
+#include "src/producer/function_maker.h"
 #include "src/producer/record_cache.h"
 #include "src/producer/sequential_source.h"
 #include "src/producer/task_runner.h"
@@ -30,7 +35,22 @@
 
 namespace croupier {
 
+// The supplies a producer takes (see the top of this file).
+struct TfrecordSupply {};
+struct RecordsSupply {
+  std::string job;       // the map job this producer serves, and no other
+  RecordsFunction make;  // makes each batch from the plan's record ids; called on many threads
+};
+struct StreamSupply {
+  std::string job;            // the python job this producer serves, and no other
+  uint32_t source_index = 0;  // which of the job's sources (JobSpec.source_count)
+};
+using ProducerSupply = std::variant<TfrecordSupply, RecordsSupply, StreamSupply>;
+
 struct ProducerNodeOptions {
+  // What the batches are made from. A stream's buffer is runner.buffer_bytes and it holds up to
+  // runner.max_tasks tasks.
+  ProducerSupply supply = TfrecordSupply{};
   std::string dispatcher;  // host:port
   // Where the control plane comes from: unset, a gRPC client of `dispatcher` (with auth_token,
   // tls and connect_timeout); set, whatever it makes (an in-process dispatcher's client, for the
@@ -48,8 +68,7 @@ struct ProducerNodeOptions {
   // The data server's connection limits (DataServerOptions).
   size_t max_connections = 256;
   size_t max_connections_per_peer = 128;
-  // The worker threads, buffer and task slots. runner.makers unset: TFRecord makers reading
-  // through the index cache and the record cache below.
+  // The worker threads, buffer and task slots. runner.makers is the node's: set from `supply`.
   TaskRunner::Options runner;
   // The record cache (tf.data's cache(); it keeps serialized records, which are decoded again):
   // 0 bytes disables it; an empty dir keeps it in memory.
@@ -60,12 +79,6 @@ struct ProducerNodeOptions {
   absl::Duration test_max_delay = absl::ZeroDuration();
   // How long the producer keeps retrying an unreachable dispatcher at start before giving up.
   absl::Duration connect_timeout = absl::Seconds(60);
-  // Non-empty: the producer serves only this job, and takes no other work. For a stream
-  // (a "python" job) it is the job's source number source_index, its tasks are held by a
-  // SequentialSource (buffer runner.buffer_bytes, up to runner.max_tasks tasks); for an
-  // addressable Python job ("map"), `makers` makes its batches.
-  std::string source_job;
-  uint32_t source_index = 0;  // which of the job's sources
   // Prometheus metrics of this producer (GET /metrics: metrics::FormatProducerPrometheus) on
   // bind_address:metrics_port; 0: any free port; -1: none.
   int metrics_port = -1;
@@ -75,10 +88,18 @@ struct ProducerNodeOptions {
   std::optional<bool> shm;
 };
 
+// Whether a job has ended, from the dispatcher's answer to GetJob about it: NOT_FOUND (deleted:
+// nobody can read it any more), or a bounded job (num_epochs > 0) of which every rank
+// (num_consumers of them) has acknowledged step steps_per_epoch of its last epoch. Not the job's
+// state "done" alone: that is also every task served, while a restarted rank may still need a
+// batch made again. Other errors: not ended (the dispatcher may be restarting).
+bool JobHasEnded(const absl::StatusOr<v1::GetJobResponse>& answer);
+
 // Thread-safe.
 class ProducerNode {
  public:
-  // Starts the data server and registers with the dispatcher. DEADLINE_EXCEEDED naming the
+  // Starts the data server and registers with the dispatcher. INVALID_ARGUMENT for a records or
+  // stream supply without a job, or a records supply without a function. DEADLINE_EXCEEDED naming the
   // dispatcher's address if it cannot be reached within connect_timeout; UNAUTHENTICATED or
   // FAILED_PRECONDITION as the dispatcher answers.
   static absl::StatusOr<std::unique_ptr<ProducerNode>> Start(ProducerNodeOptions options);
@@ -91,7 +112,19 @@ class ProducerNode {
   absl::Duration SinceDispatcherContact() const;
   // The metrics server's port, or 0 without one.
   int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
-  // The source of a Python job's batches (source_job set), else nullptr.
+  // Whether the job this producer serves (a records or stream supply's) has ended: every rank has acknowledged the
+  // end of its last epoch (a bounded job), or the job was deleted. The heartbeat thread learns it
+  // by asking the dispatcher about this job alone (GetJob) after a heartbeat, once an interval;
+  // the producer keeps serving (a restarted rank may still need a batch made again) until its
+  // owner stops it. Always false for a producer of every job (TfrecordSupply) and for an
+  // unbounded job (num_epochs 0).
+  bool job_ended() const { return job_ended_.HasBeenNotified(); }
+  // Waits until job_ended() or `timeout`; returns job_ended(). What an embedding process waits on
+  // instead of polling the dispatcher itself.
+  bool WaitForJobEnd(absl::Duration timeout) const {
+    return job_ended_.WaitForNotificationWithTimeout(timeout);
+  }
+  // The holder a stream supply's owner feeds; nullptr for the other supplies.
   SequentialSource* sequential() const { return sequential_; }
   // Stops the heartbeats, the workers and the server promptly, without a word to the dispatcher
   // (as a crash would: it reassigns the tasks once the producer timeout passes). Idempotent.
@@ -115,10 +148,15 @@ class ProducerNode {
   void AddTask(const v1::Task& task);
   // A control plane to the dispatcher whose calls give up after `timeout`.
   std::unique_ptr<ControlPlane> MakeControlPlane(absl::Duration timeout) const;
+  // Asks the dispatcher whether source_job_ has ended (JobHasEnded); notifies job_ended_ if so.
+  void CheckJobEnded();
   // Stops the heartbeat thread (cancelling a heartbeat the dispatcher holds). Idempotent.
   void StopHeartbeats();
 
   ProducerNodeOptions options_;
+  // The job a records or stream supply serves (empty: every TFRecord job), and its source index.
+  std::string source_job_;
+  uint32_t source_index_ = 0;
   std::unique_ptr<ControlPlane> dispatcher_;
   std::unique_ptr<IndexCache> index_cache_;
   std::unique_ptr<RecordCache> record_cache_;
@@ -143,6 +181,8 @@ class ProducerNode {
   bool last_heartbeat_ok_ = true;
 
   absl::Notification stop_;
+  absl::Notification job_ended_;
+  absl::Time last_end_check_ = absl::InfinitePast();  // heartbeat thread only
   std::thread heartbeat_;
   std::once_flag shutdown_once_;
   std::once_flag leave_once_;

@@ -4,6 +4,8 @@
 #include "src/node/producer_node.h"
 
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -112,6 +114,49 @@ TEST(ProducerNodeTest, MakesTheBatchesOfItsTasksAndReportsThemFinished) {
   EXPECT_EQ(status->producers(0).tasks_size(), 0);
   EXPECT_EQ(status->producers(0).stats().batches_made(), 4u);
   EXPECT_EQ(status->producers(0).stats().batches_served(), 4u);
+}
+
+// A job of 2 ranks, 2 epochs of 5 steps, with the given ranks' acknowledged positions.
+v1::GetJobResponse JobAt(uint64_t epochs, std::vector<std::pair<uint64_t, uint64_t>> positions) {
+  v1::GetJobResponse answer;
+  answer.mutable_job()->mutable_spec()->set_name("j");
+  answer.mutable_job()->mutable_spec()->set_num_consumers(2);
+  answer.mutable_job()->mutable_spec()->set_num_epochs(epochs);
+  answer.mutable_job()->set_steps_per_epoch(5);
+  for (size_t r = 0; r < positions.size(); ++r) {
+    v1::RankPosition* p = answer.add_rank_positions();
+    p->set_job("j");
+    p->set_rank(static_cast<uint32_t>(r));
+    p->set_epoch(positions[r].first);
+    p->set_step(positions[r].second);
+  }
+  return answer;
+}
+
+TEST(ProducerNodeTest, AJobHasEndedOnceEveryRankAcknowledgedItsLastEpochOrItWasDeleted) {
+  EXPECT_TRUE(JobHasEnded(JobAt(2, {{1, 5}, {1, 5}})));
+  EXPECT_TRUE(JobHasEnded(JobAt(2, {{1, 5}, {2, 0}})));
+  EXPECT_FALSE(JobHasEnded(JobAt(2, {{1, 5}, {1, 4}}))) << "a rank short of the last step";
+  EXPECT_FALSE(JobHasEnded(JobAt(2, {{1, 5}}))) << "a rank that never acknowledged";
+  EXPECT_FALSE(JobHasEnded(JobAt(2, {{0, 5}, {0, 5}}))) << "an epoch left";
+  EXPECT_FALSE(JobHasEnded(JobAt(0, {{9, 5}, {9, 5}}))) << "an unbounded job never ends";
+  EXPECT_TRUE(JobHasEnded(absl::NotFoundError("job 'j' deleted")));
+  EXPECT_FALSE(JobHasEnded(absl::UnavailableError("restarting")));
+  EXPECT_FALSE(JobHasEnded(absl::DeadlineExceededError("unreachable")));
+}
+
+TEST(ProducerNodeTest, ASupplyWithoutItsJobOrFunctionIsRefusedBeforeAnythingStarts) {
+  ProducerNodeOptions options;
+  options.dispatcher = "127.0.0.1:1";
+  options.connect_timeout = absl::Milliseconds(100);
+  options.supply = StreamSupply{};
+  auto node = ProducerNode::Start(options);
+  EXPECT_EQ(node.status().code(), absl::StatusCode::kInvalidArgument) << node.status();
+  EXPECT_THAT(node.status().message(), ::testing::HasSubstr("stream supply needs its job"));
+  options.supply = RecordsSupply{.job = "m"};
+  node = ProducerNode::Start(options);
+  EXPECT_EQ(node.status().code(), absl::StatusCode::kInvalidArgument) << node.status();
+  EXPECT_THAT(node.status().message(), ::testing::HasSubstr("job 'm' has no function"));
 }
 
 }  // namespace

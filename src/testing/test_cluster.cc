@@ -59,8 +59,9 @@ absl::StatusOr<v1::StatusResponse> TestCluster::Status() {
   return dispatcher_->NewClient()->GetStatus(v1::StatusRequest());
 }
 
-absl::StatusOr<size_t> TestCluster::AddProducer() {
-  ProducerNodeOptions options = options_.producer;
+absl::StatusOr<size_t> TestCluster::AddProducer() { return AddProducer(options_.producer); }
+
+absl::StatusOr<size_t> TestCluster::AddProducer(ProducerNodeOptions options) {
   options.dispatcher = "in-process";
   options.bind_address = "127.0.0.1";
   options.port = 0;

@@ -57,8 +57,12 @@ class TestCluster {
   absl::StatusOr<v1::JobInfo> CreateJob(const v1::JobSpec& spec);
   absl::StatusOr<v1::StatusResponse> Status();
 
-  // Starts one more producer; returns its index.
+  // Starts one more producer from options.producer; returns its index.
   absl::StatusOr<size_t> AddProducer();
+  // Starts one more producer from `options` instead of the template (a producer of a Python job:
+  // its supply); dispatcher, control plane, address and index cache
+  // are set here. Returns its index.
+  absl::StatusOr<size_t> AddProducer(ProducerNodeOptions options);
   size_t num_producers() const { return producers_.size(); }
   ProducerNode* producer(size_t i) { return producers_[i].get(); }
   // The producer stops at once, as a killed one: its data server closes, its heartbeats stop, and
