@@ -9,7 +9,7 @@ import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from croupier import _croupier, _exit, errors
-from croupier.cluster import auth_token_or_env, create_job, get_job
+from croupier.cluster import auth_token_or_env, create_job
 from croupier.errors import BatchError
 from croupier.pipeline import Pipeline, log
 from croupier.pool import WorkerPool, default_workers, in_process
@@ -18,28 +18,6 @@ from croupier.source import features_of
 from croupier.spec import spec_of
 
 __all__ = ["produce", "ProduceOptions"]
-
-
-def _job_done(dispatcher: str, job: str, info: Dict[str, Any],
-              auth_token: Optional[str]) -> bool:
-    """Every rank of `job` has acknowledged the end of its last epoch (bounded jobs only), or the
-    job was deleted. Asks about this job alone (GetJob), never the whole status. Not the job's
-    state "done" alone: that is also every task served, when a consumer may still need a batch
-    made again (a restarted rank), which this producer must then be there to make."""
-    epochs = int(info["spec"].get("num_epochs", 0))
-    if epochs == 0:
-        return False
-    steps = int(info["steps_per_epoch"])
-    world = int(info["spec"]["num_consumers"])
-    try:
-        got = get_job(dispatcher, job, auth_token=auth_token)
-    except errors.NotFoundError:
-        return True  # deleted: nobody can read it any more
-    positions = got.get("rank_positions", [])
-    if len(positions) < world:
-        return False
-    return all((int(p.get("epoch", 0)), int(p.get("step", 0))) >= (epochs - 1, steps)
-               for p in positions)
 
 
 @dataclasses.dataclass
@@ -227,14 +205,14 @@ def produce(source: Any, dispatcher: str, job: str,
             make = pool.make if pool is not None else in_process(pipeline)
             node = None
             try:
-                info = create_job(dispatcher, job, [], features, o.batch_size,
-                                  consumers=consumers, seed=o.seed, epochs=o.epochs,
-                                  shuffle=o.shuffle, remainder=o.remainder, mode=o.mode,
-                                  block_size=o.block_size, window_blocks=o.window_blocks,
-                                  source="map", num_records=num_records,
-                                  resume_from=o.resume_from,
-                                  skip_failing_records=o.skip_failing_records, exist_ok=True,
-                                  auth_token=o.auth_token, timeout=o.timeout)
+                create_job(dispatcher, job, [], features, o.batch_size,
+                           consumers=consumers, seed=o.seed, epochs=o.epochs,
+                           shuffle=o.shuffle, remainder=o.remainder, mode=o.mode,
+                           block_size=o.block_size, window_blocks=o.window_blocks,
+                           source="map", num_records=num_records,
+                           resume_from=o.resume_from,
+                           skip_failing_records=o.skip_failing_records, exist_ok=True,
+                           auth_token=o.auth_token, timeout=o.timeout)
                 threads = int(threads) if threads is not None else max(workers, 1)
                 node = _exit.track(_croupier._MapProducer(
                     dispatcher, job, auth_token_or_env(o.auth_token), threads,
@@ -242,8 +220,7 @@ def produce(source: Any, dispatcher: str, job: str,
                     float(o.timeout), make))
                 if on_serving is not None:
                     on_serving()  # the command line's graceful stop (croupier.cli)
-                _wait_for_the_end(node, pool, dispatcher, job, info, o.auth_token, o.stop,
-                                  o.dispatcher_timeout)
+                _wait_for_the_end(node, pool, dispatcher, job, o.stop, o.dispatcher_timeout)
             except errors.Error:
                 if not _exit.exiting.is_set():
                     raise
@@ -261,11 +238,12 @@ def produce(source: Any, dispatcher: str, job: str,
 
 
 def _wait_for_the_end(node: Any, pool: Optional[WorkerPool], dispatcher: str, job: str,
-                      info: Dict[str, Any], auth_token: Optional[str],
                       stop: Optional[threading.Event], dispatcher_timeout: float) -> None:
-    """Returns once every rank has read the job's last epoch, or `stop` is set. Raises
-    UnavailableError once the worker pool can make no batch (the caller's node.close() then
-    leaves the job: its tasks go to the other producers at once)."""
+    """Returns once the job has ended, or `stop` is set. The job's end is the producer node's
+    (C++: every rank has acknowledged the end of its last epoch, or the job was deleted; not the
+    job's state "done" alone, which is also every task served while a restarted rank may still
+    need a batch made again). Raises UnavailableError once the worker pool can make no batch (the
+    caller's node.close() then leaves the job: its tasks go to the other producers at once)."""
     while True:
         broken = pool.broken if pool is not None else None
         if broken is not None:
@@ -274,19 +252,12 @@ def _wait_for_the_end(node: Any, pool: Optional[WorkerPool], dispatcher: str, jo
             raise errors.UnavailableError(
                 f"the producer of job '{job}' left it: its worker pool can make no batch any "
                 f"more: {broken}")
-        if stop is not None and stop.wait(1.0):
+        if node.wait_for_job_end(0.25):  # without the GIL
             return
-        if stop is None:
-            _exit.exiting.wait(1.0)
-        if _exit.exiting.is_set():
-            return  # the interpreter is exiting
+        if (stop is not None and stop.is_set()) or _exit.exiting.is_set():
+            return  # asked to stop, or the interpreter is exiting
         silent = node.since_dispatcher_contact()
         if silent > dispatcher_timeout:
             raise errors.UnavailableError(
                 f"the dispatcher at {dispatcher} has not answered the producer of job "
                 f"'{job}' for {silent:.0f} s (dispatcher_timeout {dispatcher_timeout:g} s)")
-        try:
-            if _job_done(dispatcher, job, info, auth_token):
-                return
-        except (errors.UnavailableError, errors.DeadlineExceededError):
-            pass  # the dispatcher restarts; the producer keeps retrying it on its own
