@@ -17,7 +17,7 @@
 namespace croupier::cli {
 namespace {
 
-constexpr char kDescription[] =
+constexpr char kConsumeDescription[] =
     R"(Takes a rank's batches, one JSON line each. It takes this rank's batches of epochs [first-epoch, first-epoch + epochs) and writes one JSON
 line per batch to --output: {"epoch", "step", "records", "bytes", "hash", "ids"}. It starts where
 the dispatcher last heard of this rank (a restarted consumer carries on), or at step --start-step
@@ -129,7 +129,7 @@ absl::Status Run(const ConsumeFlags& f) {
 
 Subcommand AddConsumeCommand(CLI::App& parent) {
   auto f = std::make_shared<ConsumeFlags>();
-  CLI::App* app = parent.add_subcommand("consume", kDescription);
+  CLI::App* app = parent.add_subcommand("consume", kConsumeDescription);
   AddFlag(app, "--dispatcher", &f->dispatcher, "HOST:PORT", "the dispatcher's address")->required();
   AddFlag(app, "--job", &f->job, "NAME", "the job to read")->required();
   AddFlag(app, "--rank", &f->rank, "R", "this consumer's rank, from 0 to N - 1")->required();

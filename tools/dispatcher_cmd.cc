@@ -15,7 +15,7 @@
 namespace croupier::cli {
 namespace {
 
-constexpr char kDescription[] =
+constexpr char kDispatcherDescription[] =
     R"(Runs the dispatcher. It keeps jobs, epoch plans, producers, consumers and their positions,
 and is never on the data path. Stops cleanly on SIGINT or SIGTERM.)";
 
@@ -81,7 +81,7 @@ absl::Status Run(const DispatcherFlags& f) {
 
 Subcommand AddDispatcherCommand(CLI::App& parent) {
   auto f = std::make_shared<DispatcherFlags>();
-  CLI::App* app = parent.add_subcommand("dispatcher", kDescription);
+  CLI::App* app = parent.add_subcommand("dispatcher", kDispatcherDescription);
   AddFlag(app, "--work-dir", &f->work_dir, "DIR",
           "the folder of the dispatcher's journal and snapshots")
       ->required();

@@ -16,7 +16,7 @@ namespace croupier::cli {
 namespace {
 // Below this many bytes in all, a progress bar would only flicker.
 constexpr uint64_t kProgressMinBytes = 64 << 20;
-constexpr char kDescription[] =
+constexpr char kIndexDescription[] =
     R"(Builds the record index of TFRecord files ahead of time. It builds or refreshes the record
 index of each file (docs/formats.md) in the index cache, and prints each file's record count. Inputs of 64 MiB or more show a progress bar on
 stderr.)";
@@ -72,7 +72,7 @@ absl::Status Run(const IndexFlags& flags) {
 
 Subcommand AddIndexCommand(CLI::App& parent) {
   auto f = std::make_shared<IndexFlags>();
-  CLI::App* app = parent.add_subcommand("index", kDescription);
+  CLI::App* app = parent.add_subcommand("index", kIndexDescription);
   app->add_option("files", f->files, "TFRecord files or globs")
       ->required()
       ->option_text("FILES...");

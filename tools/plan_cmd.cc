@@ -15,7 +15,7 @@
 namespace croupier::cli {
 namespace {
 
-constexpr char kDescription[] =
+constexpr char kPlanDescription[] =
     R"(Prints an epoch's deal. It shows which records make up each global batch of an epoch and which consumer takes it as
 which step, for --records N records or for the records of --files.)";
 
@@ -114,7 +114,7 @@ absl::Status Run(const PlanFlags& f) {
 Subcommand AddPlanCommand(CLI::App& parent) {
   auto f = std::make_shared<PlanFlags>();
   const CLI::Validator positive = CLI::Range(uint32_t{1}, UINT32_MAX);
-  CLI::App* app = parent.add_subcommand("plan", kDescription);
+  CLI::App* app = parent.add_subcommand("plan", kPlanDescription);
   f->records_flag =
       AddFlag(app, "--records", &f->records, "N", "plan N records (this or --files is required)")
           ->default_str("");

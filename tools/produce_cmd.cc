@@ -16,7 +16,7 @@
 namespace croupier::cli {
 namespace {
 
-constexpr char kDescription[] =
+constexpr char kProduceDescription[] =
     R"(Runs the Python producer of map and stream jobs. It is `python -m croupier produce`: the
 pipeline MODULE:FUNCTION returns what to produce. Its flags are the Python producer's own:
 `croupier produce -h` lists them. The interpreter is $CROUPIER_PYTHON, else the active virtual
@@ -63,7 +63,7 @@ std::pair<std::string, std::string> Interpreter() {
 
 Subcommand AddProduceCommand(CLI::App& parent) {
   // Listed in the help; Parse hands its arguments to RunProduce unparsed.
-  return {parent.add_subcommand("produce", kDescription), nullptr};
+  return {parent.add_subcommand("produce", kProduceDescription), nullptr};
 }
 
 absl::Status RunProduce(const std::vector<std::string>& args) {

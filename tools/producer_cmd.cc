@@ -22,7 +22,7 @@ namespace {
 std::atomic<bool> started{false};
 std::atomic<int> received{0};
 
-constexpr char kDescription[] =
+constexpr char kProducerDescription[] =
     R"(Runs a producer of TFRecord jobs. It takes work (ranges of global batches) from the dispatcher, reads and
 decodes the records, keeps finished batches in a bounded buffer and serves them to consumers on
 its data port. Consumers on the same host receive batches through shared memory unless
@@ -114,7 +114,7 @@ absl::Status Run(const ProducerFlags& f) {
 
 Subcommand AddProducerCommand(CLI::App& parent) {
   auto f = std::make_shared<ProducerFlags>();
-  CLI::App* app = parent.add_subcommand("producer", kDescription);
+  CLI::App* app = parent.add_subcommand("producer", kProducerDescription);
   AddFlag(app, "--dispatcher", &f->dispatcher, "HOST:PORT", "the dispatcher's address")->required();
   AddFlag(app, "--port", &f->port, "P", "the data port; 0 picks a free one")
       ->check(CLI::Range(0, 65535));

@@ -23,7 +23,7 @@
 namespace croupier::cli {
 namespace {
 
-constexpr char kDescription[] =
+constexpr char kStatusDescription[] =
     R"(Shows jobs, producers, consumers and their rates. It lists the dispatcher's jobs (their state: idle, running or done, and counts); each consumer's
 epoch and step, batches/s and input-bound % (the share of time it waited for data: near 100%
 means the input pipeline is the bottleneck) and the expected time to the end of the epoch; each
@@ -125,7 +125,7 @@ absl::Status Run(const StatusFlags& f) {
 
 Subcommand AddStatusCommand(CLI::App& parent) {
   auto f = std::make_shared<StatusFlags>();
-  CLI::App* app = parent.add_subcommand("status", kDescription);
+  CLI::App* app = parent.add_subcommand("status", kStatusDescription);
   app->add_option("address", f->address, "the dispatcher's address")
       ->required()
       ->option_text("HOST:PORT");

@@ -21,7 +21,7 @@
 namespace croupier::cli {
 namespace {
 
-constexpr char kDescription[] =
+constexpr char kSynthDescription[] =
     R"(Writes a synthetic TFRecord dataset. It writes --records tf.train.Examples over --files files named
 part-KKKKK-of-NNNNN.tfrecord, each with the features id:int64, label:int64 (id % 10) and
 image:bytes (--image-bytes pseudo-random bytes, a function of the seed and the id).)";
@@ -92,7 +92,7 @@ absl::Status Run(const SynthFlags& flags) {
 
 Subcommand AddSynthCommand(CLI::App& parent) {
   auto f = std::make_shared<SynthFlags>();
-  CLI::App* app = parent.add_subcommand("synth", kDescription);
+  CLI::App* app = parent.add_subcommand("synth", kSynthDescription);
   AddFlag(app, "--out", &f->out, "DIR", "the folder to write (made if missing)")->required();
   AddFlag(app, "--files", &f->files, "K", "the number of files")->check(CLI::Range(1, 100000));
   AddFlag(app, "--records", &f->records, "N", "the number of records")
