@@ -8,6 +8,7 @@
 #include "absl/strings/string_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "src/producer/producer_testing.h"
 #include "src/producer/task_runner.h"
 
 namespace croupier {
@@ -30,17 +31,7 @@ v1::JobInfo MapJob(uint64_t records, uint64_t epochs = 2) {
 
 // A batch of one int64 column "id": the record indexes it was given.
 absl::StatusOr<Batch> IdsBatch(absl::Span<const uint64_t> ids) {
-  const std::vector<int64_t> values(ids.begin(), ids.end());
-  const ColumnData column{.name = "id",
-                          .dtype = DType::kInt64,
-                          .variable_length = false,
-                          .dims = {},
-                          .num_values = values.size(),
-                          .values = absl::string_view(reinterpret_cast<const char*>(values.data()),
-                                                      values.size() * sizeof(int64_t)),
-                          .offsets = {},
-                          .row_splits = {}};
-  return Batch::FromColumns(values.size(), {&column, 1});
+  return croupier::testing::IdsBatch(std::vector<int64_t>(ids.begin(), ids.end()));
 }
 
 std::vector<int64_t> Ids(const Batch& batch) {

@@ -1,5 +1,5 @@
-// Helpers shared by the producer's unit tests: small TFRecord datasets, hand-built JobInfos, and
-// an Env whose reads can be held back.
+// Helpers shared by the producer's unit tests: small TFRecord datasets, hand-built JobInfos, an
+// Env whose reads can be held back, and batches of ids (what fake records functions make).
 #ifndef CROUPIER_SRC_PRODUCER_PRODUCER_TESTING_H_
 #define CROUPIER_SRC_PRODUCER_PRODUCER_TESTING_H_
 
@@ -21,6 +21,20 @@
 #include "src/job/job_settings.h"
 
 namespace croupier::testing {
+
+// A batch of one int64 column "id" holding `ids`: what a fake records function or stream makes.
+inline absl::StatusOr<Batch> IdsBatch(const std::vector<int64_t>& ids) {
+  const ColumnData column{.name = "id",
+                          .dtype = DType::kInt64,
+                          .variable_length = false,
+                          .dims = {},
+                          .num_values = ids.size(),
+                          .values = absl::string_view(reinterpret_cast<const char*>(ids.data()),
+                                                      ids.size() * sizeof(int64_t)),
+                          .offsets = {},
+                          .row_splits = {}};
+  return Batch::FromColumns(ids.size(), {&column, 1});
+}
 
 inline constexpr char kFeatures[] = "id:int64,pair:float32[2],tokens:int64[*],name:bytes";
 

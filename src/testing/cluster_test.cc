@@ -1,6 +1,9 @@
 // The service's guarantees on the in-process cluster (test_cluster.h): a real dispatcher logic,
 // real producers and consumers, in one process. Every check compares content: the record ids each
-// rank received against the plan, and content hashes against a fault-free run.
+// rank received against the plan, and content hashes against a fault-free run. What every supply
+// shares (exactly once, the same bytes from any producers, resumes, failover) is the scenario
+// suite's (scenario_test.cc), run for TFRecord files, a records function and a stream; these are
+// the rest: first-come deals, the dispatcher's crash, jobs beside jobs, a rank's trouble.
 #include <algorithm>
 #include <atomic>
 #include <functional>
@@ -51,48 +54,6 @@ std::vector<std::vector<std::vector<int64_t>>> FaultFreeRun() {
   auto cluster = ClusterWithDataset({.producers = 2});
   EXPECT_TRUE(cluster->CreateJob(DatasetSpec(cluster->dir(), 2)).ok());
   return ReadAllRanks(*cluster, 2, 0);
-}
-
-TEST(ClusterTest, EveryRankGetsThePlansBatchesExactlyOnceWithThreeProducers) {
-  auto cluster = ClusterWithDataset({.producers = 3});
-  const v1::JobInfo job = Must(cluster->CreateJob(DatasetSpec(cluster->dir(), 3)));
-  for (uint64_t epoch = 0; epoch < 2; ++epoch) {
-    const auto got = ReadAllRanks(*cluster, 3, epoch);
-    const auto planned = PlannedIds(job, epoch);
-    std::multiset<int64_t> seen;
-    for (uint32_t r = 0; r < 3; ++r) {
-      EXPECT_EQ(got[r], planned[r]) << "rank " << r << " epoch " << epoch;
-      EXPECT_EQ(got[r].size(), job.steps_per_epoch());  // equal steps
-      for (const auto& batch : got[r]) seen.insert(batch.begin(), batch.end());
-    }
-    // Exactly once: 120 records in batches of 4 over 3 ranks deal all 120, none twice.
-    EXPECT_EQ(seen.size(), static_cast<size_t>(kDatasetRecords));
-    EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), seen.size());
-  }
-}
-
-TEST(ClusterTest, OneProducerOrThreeSlowOnesMakeTheSameBytes) {
-  std::vector<std::vector<uint64_t>> hashes[2];
-  for (int run = 0; run < 2; ++run) {
-    TestClusterOptions options{.producers = run == 0 ? 1 : 3};
-    if (run == 1) options.producer.test_max_delay = absl::Milliseconds(5);
-    auto cluster = ClusterWithDataset(options);
-    CROUPIER_ASSERT_OK(cluster->CreateJob(DatasetSpec(cluster->dir(), 2)).status());
-    hashes[run].resize(2);
-    std::vector<std::thread> threads;
-    for (uint32_t r = 0; r < 2; ++r) {
-      threads.emplace_back([&, r] {
-        auto consumer = Must(cluster->Connect("train", r, 2));
-        for (uint64_t epoch = 0; epoch < 2; ++epoch) {
-          auto epoch_hashes = Must(ReadEpoch(*consumer, epoch));
-          hashes[run][r].insert(hashes[run][r].end(), epoch_hashes.begin(), epoch_hashes.end());
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-  }
-  EXPECT_EQ(hashes[0], hashes[1]);
-  EXPECT_EQ(hashes[0][0].size(), 30u);  // 2 epochs of 15 steps
 }
 
 TEST(ClusterTest, FirstComeDealsEveryBatchOnceToConsumersOfDifferentSpeeds) {
@@ -165,50 +126,6 @@ TEST(ClusterTest, TheDispatcherCrashedMidEpochAndRestartedFromItsJournalLosesNot
         CROUPIER_ASSERT_OK(cluster->dispatcher().Restart());
       });
   EXPECT_EQ(got, reference);
-}
-
-TEST(ClusterTest, ResumingWithAnotherWorldSizeRepeatsAndSkipsNothing) {
-  auto cluster = ClusterWithDataset({.producers = 2});
-  const v1::JobInfo job = Must(cluster->CreateJob(DatasetSpec(cluster->dir(), 2)));
-  // Two ranks read 5 steps of epoch 0 (global batches 0..9), then the job goes on with 3.
-  std::multiset<int64_t> seen;
-  for (uint32_t r = 0; r < 2; ++r) {
-    auto consumer = Must(cluster->Connect("train", r, 2));
-    CROUPIER_ASSERT_OK(consumer->StartEpoch(0));
-    for (int i = 0; i < 5; ++i) {
-      auto batch = Must(consumer->Next());
-      for (int64_t id : batch->view().Find("id")->ints()) seen.insert(id);
-    }
-  }
-  v1::JobSpec resumed = DatasetSpec(cluster->dir(), 3);
-  resumed.set_name("resumed");
-  resumed.set_start_epoch(0);
-  resumed.set_start_batch(10);
-  const v1::JobInfo next = Must(cluster->CreateJob(resumed));
-  std::vector<std::thread> threads;
-  std::vector<std::vector<int64_t>> ids(3);
-  std::vector<size_t> steps(3);
-  for (uint32_t r = 0; r < 3; ++r) {
-    threads.emplace_back([&, r] {
-      auto consumer = Must(cluster->Connect("resumed", r, 3));
-      CROUPIER_ASSERT_OK(consumer->StartEpoch(0));
-      while (true) {
-        auto batch = Must(consumer->Next());
-        if (!batch) break;
-        ++steps[r];
-        for (int64_t id : batch->view().Find("id")->ints()) ids[r].push_back(id);
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (uint32_t r = 0; r < 3; ++r) {
-    EXPECT_EQ(steps[r], steps[0]);  // equal steps
-    seen.insert(ids[r].begin(), ids[r].end());
-  }
-  // 30 batches an epoch: 10 read by two ranks, then 20 in whole rounds of 3 (18): 28 batches.
-  EXPECT_EQ(steps[0], 6u);
-  EXPECT_EQ(seen.size(), 28u * 4);
-  EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), seen.size()) << "a record twice";
 }
 
 TEST(ClusterTest, AJobItsConsumersLeftDoesNotStarveAnother) {

@@ -36,21 +36,6 @@ std::string SupplyName(const ::testing::TestParamInfo<Supply>& info) {
 constexpr uint64_t kBatchSize = 4;
 constexpr uint64_t kBatchesPerEpoch = kDatasetRecords / kBatchSize;  // 30
 
-// A batch of one int64 column "id" holding `ids`: what the fake records function and the fake
-// stream make.
-absl::StatusOr<Batch> IdsBatch(const std::vector<int64_t>& values) {
-  const ColumnData column{.name = "id",
-                          .dtype = DType::kInt64,
-                          .variable_length = false,
-                          .dims = {},
-                          .num_values = values.size(),
-                          .values = absl::string_view(reinterpret_cast<const char*>(values.data()),
-                                                      values.size() * sizeof(int64_t)),
-                          .offsets = {},
-                          .row_splits = {}};
-  return Batch::FromColumns(values.size(), {&column, 1});
-}
-
 // The records of batch g of `epoch` of the fake stream: ids distinct across epochs.
 std::vector<int64_t> StreamIds(uint64_t epoch, uint64_t g) {
   std::vector<int64_t> ids;
