@@ -175,6 +175,19 @@ std::unique_ptr<rpc::DispatcherClient> Client(const std::string& address,
       address, {.auth_token = rpc::ResolveAuthToken(token), .call_timeout = t, .timeout = t, .tls = {}});
 }
 
+// The dispatcher's GetJob for `name`, asked without the GIL; an error raises.
+v1::GetJobResponse GetJob(const std::string& dispatcher, const std::string& name,
+                          const std::string& auth_token, double timeout) {
+  v1::GetJobRequest request;
+  request.set_name(name);
+  absl::StatusOr<v1::GetJobResponse> response;
+  {
+    pyb::gil_scoped_release nogil;
+    response = Client(dispatcher, auth_token, timeout)->GetJob(request);
+  }
+  return Unwrap(std::move(response));
+}
+
 }  // namespace
 
 void BindService(pyb::module_& m) {
@@ -317,14 +330,7 @@ void BindService(pyb::module_& m) {
       "get_job",
       [](const std::string& dispatcher, const std::string& name, const std::string& auth_token,
          double timeout) {
-        v1::GetJobRequest request;
-        request.set_name(name);
-        absl::StatusOr<v1::GetJobResponse> response;
-        {
-          pyb::gil_scoped_release nogil;
-          response = Client(dispatcher, auth_token, timeout)->GetJob(request);
-        }
-        return ToJson(Unwrap(std::move(response)));
+        return ToJson(GetJob(dispatcher, name, auth_token, timeout));
       },
       pyb::arg("dispatcher"), pyb::arg("name"), pyb::arg("auth_token"), pyb::arg("timeout"),
       "One job (GetJob): {job: JobInfo, summary: JobSummary (its state), rank_positions} as "
@@ -398,14 +404,7 @@ void BindService(pyb::module_& m) {
       "get_job_info",
       [](const std::string& dispatcher, const std::string& name, const std::string& auth_token,
          double timeout) {
-        v1::GetJobRequest request;
-        request.set_name(name);
-        absl::StatusOr<v1::GetJobResponse> response;
-        {
-          pyb::gil_scoped_release nogil;
-          response = Client(dispatcher, auth_token, timeout)->GetJob(request);
-        }
-        return Unwrap(std::move(response)).job();
+        return GetJob(dispatcher, name, auth_token, timeout).job();
       },
       pyb::arg("dispatcher"), pyb::arg("name"), pyb::arg("auth_token"), pyb::arg("timeout"),
       "One job's settings (GetJob) as a typed Job; get_job gives the whole answer as JSON.");
