@@ -80,40 +80,48 @@ def user_env(**extra):
     return env
 
 
-def run_block(block, folder, env, timeout=60, check_left=True):
-    """Runs `block` with `bash -euo pipefail -c` in `folder` and returns the CompletedProcess
-    (stdout and stderr as text). Kills the block's process group if it outlives `timeout`, then
-    fails; fails too if a process naming `folder` is still alive 5 s after the block ended (they
-    are killed first), unless check_left is False (a block that submits work which outlives it,
-    such as sbatch's: the caller waits for that work and checks what is left). TMPDIR is a folder
-    inside `folder`, so that temporary work dirs are named by the processes that use them."""
-    folder = pathlib.Path(folder)
-    tmp = folder / "tmp"
-    tmp.mkdir(exist_ok=True)
-    env = dict(env, TMPDIR=str(tmp))
-    proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", block], cwd=folder, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+def run_in_group(argv, cwd, env, timeout, check_left=True, merge_stderr=False):
+    """Runs `argv` in `cwd` in its own process group and returns the CompletedProcess (text;
+    stderr in stdout if merge_stderr). Kills the group if it outlives `timeout`, then fails;
+    fails too if a process naming `cwd` is still alive 5 s after it ended (they are killed
+    first), unless check_left is False."""
+    cwd = pathlib.Path(cwd)
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+                            text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        raise AssertionError(f"the block did not finish within {timeout} s:\n{block}\n"
-                             f"{out[-3000:]}{err[-3000:]}")
+        raise AssertionError(f"{argv} did not finish within {timeout} s:\n"
+                             f"{out[-3000:]}{(err or '')[-3000:]}")
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the group
         except ProcessLookupError:
             pass
         deadline = time.monotonic() + 5
-        while check_left and processes_naming(str(folder)) and time.monotonic() < deadline:
+        while check_left and processes_naming(str(cwd)) and time.monotonic() < deadline:
             time.sleep(0.05)
-        left = processes_naming(str(folder)) if check_left else []
+        left = processes_naming(str(cwd)) if check_left else []
         for pid in left:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    assert not left, f"the block left processes behind: {left}\n{block}"
+    assert not left, f"{argv} left processes behind: {left}"
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def run_block(block, folder, env, timeout=60, check_left=True):
+    """Runs `block` with `bash -euo pipefail -c` in `folder` (run_in_group) and returns the
+    CompletedProcess (stdout and stderr as text). check_left False is for a block that submits
+    work which outlives it, such as sbatch's: the caller waits for that work and checks what is
+    left. TMPDIR is a folder inside `folder`, so that temporary work dirs are named by the
+    processes that use them."""
+    folder = pathlib.Path(folder)
+    tmp = folder / "tmp"
+    tmp.mkdir(exist_ok=True)
+    return run_in_group(["bash", "-euo", "pipefail", "-c", block], folder,
+                        dict(env, TMPDIR=str(tmp)), timeout, check_left)

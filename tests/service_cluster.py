@@ -10,6 +10,7 @@ import os
 import pathlib
 import signal
 import subprocess
+import threading
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -348,3 +349,27 @@ def processes_naming(text):
         if text in cmdline:
             found.append(int(proc.name))
     return found
+
+
+class RankReaders:
+    """read(rank) on a thread of its own for each of `world` ranks, started at once. An exception
+    in one is kept in `errors` ("rank R: Type: message"), not lost with its thread."""
+
+    def __init__(self, read, world):
+        self.errors = []
+
+        def guarded(rank):
+            try:
+                read(rank)
+            except Exception as e:  # noqa: BLE001 (reported through errors)
+                self.errors.append(f"rank {rank}: {type(e).__name__}: {e}")
+
+        self._threads = [threading.Thread(target=guarded, args=(r,)) for r in range(world)]
+        for t in self._threads:
+            t.start()
+
+    def join(self, timeout):
+        """Waits for every reader (at most `timeout` each); the errors."""
+        for t in self._threads:
+            t.join(timeout)
+        return self.errors

@@ -13,15 +13,13 @@ import os
 import pathlib
 import re
 import shlex
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from doc_blocks import checkout_folder, doc_block, run_block, user_env
-from service_cluster import BIN, ROOT, fault_free_run, processes_naming, synth_dataset
+from doc_blocks import checkout_folder, doc_block, run_block, run_in_group, user_env
+from service_cluster import BIN, ROOT, fault_free_run, synth_dataset
 
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "kubernetes"
@@ -334,37 +332,12 @@ def _env_for(tmp_path, **extra):
     return env
 
 
-def _processes_under(path):
-    """Pids of live processes whose command line names `path`."""
-    return processes_naming(str(path))
-
-
 def _run(argv, env, tmp_path, timeout=120, code=0):
-    """Runs a launch script in its own process group; kills the group if it outlives `timeout`.
-    Checks that nothing it started (a process naming tmp_path) is left behind, and that it exits
-    with `code`."""
-    proc = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        raise AssertionError(f"{argv} did not finish within {timeout} s:\n{out[-4000:]}")
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the group
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + 5
-    while _processes_under(tmp_path) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    left = _processes_under(tmp_path)
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    assert not left, f"{argv} left processes behind: {left}"
-    assert proc.returncode == code, f"{argv} exited {proc.returncode}:\n{out[-4000:]}"
-    return out
+    """Runs a launch script in its own process group (doc_blocks.run_in_group: nothing it started
+    may be left behind) and checks that it exits with `code`. Its output, stderr included."""
+    proc = run_in_group(argv, tmp_path, env, timeout, merge_stderr=True)
+    assert proc.returncode == code, f"{argv} exited {proc.returncode}:\n{proc.stdout[-4000:]}"
+    return proc.stdout
 
 
 def _check_reports(report_dir, reference):

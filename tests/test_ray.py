@@ -21,7 +21,7 @@ import croupier  # noqa: E402
 import croupier.ray  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from service_cluster import synth_dataset  # noqa: E402
+from service_cluster import RankReaders, synth_dataset  # noqa: E402
 
 FEATURES = "id:int64,label:int64,image:bytes"
 RECORDS, BATCH, WORLD, SEED, EPOCHS = 480, 8, 2, 4, 2
@@ -146,24 +146,18 @@ def test_a_killed_producer_actor_is_restarted_and_registers_anew(ray_cluster, tm
         actor_pid = ray.get(victim.actor_pid.remote())
         croupier_pid = ray.get(victim.pid.remote())
         got = [[] for _ in range(WORLD)]
-        errors = []
 
         def read(rank):
-            try:
-                feed = croupier.Consumer(service.address, "train", rank, WORLD, timeout=60)
-                for epoch in range(EPOCHS):
-                    ids = []
-                    for batch in feed.epoch(epoch):
-                        ids.append(batch["id"].tolist())
-                        time.sleep(0.05)
-                    got[rank].append(ids)
-                feed.close()
-            except Exception as e:  # reported below
-                errors.append(f"rank {rank}: {type(e).__name__}: {e}")
+            feed = croupier.Consumer(service.address, "train", rank, WORLD, timeout=60)
+            for epoch in range(EPOCHS):
+                ids = []
+                for batch in feed.epoch(epoch):
+                    ids.append(batch["id"].tolist())
+                    time.sleep(0.05)
+                got[rank].append(ids)
+            feed.close()
 
-        readers = [threading.Thread(target=read, args=(r,)) for r in range(WORLD)]
-        for t in readers:
-            t.start()
+        readers = RankReaders(read, WORLD)
         time.sleep(1.0)
         os.kill(actor_pid, signal.SIGKILL)
         # The croupier process dies with its actor's process.
@@ -181,8 +175,7 @@ def test_a_killed_producer_actor_is_restarted_and_registers_anew(ray_cluster, tm
             time.sleep(0.2)
         assert ray.get(victim.actor_pid.remote()) != actor_pid
         assert ray.get(victim.running.remote())
-        for t in readers:
-            t.join(120)
+        errors = readers.join(120)
         assert not errors, errors
     for r in range(WORLD):
         assert got[r] == [planned(e)[r] for e in range(EPOCHS)], f"rank {r}"

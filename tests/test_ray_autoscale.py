@@ -35,7 +35,7 @@ import croupier  # noqa: E402
 import croupier.ray  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from service_cluster import synth_dataset  # noqa: E402
+from service_cluster import RankReaders, synth_dataset  # noqa: E402
 
 FEATURES = "id:int64,label:int64,image:bytes"
 RECORDS, BATCH, WORLD, SEED, EPOCHS = 480, 8, 2, 5, 2
@@ -188,23 +188,15 @@ def wait_for(what: str, check, timeout: float) -> None:
 def read_epoch(address: str, epoch: int, pause: float) -> list[list[list[int]]]:
     """WORLD trainers on threads read `epoch`; each rank's batches' record ids."""
     got: list[list[list[int]]] = [[] for _ in range(WORLD)]
-    errors: list[str] = []
 
     def read(rank: int) -> None:
-        try:
-            feed = croupier.Consumer(address, "train", rank, WORLD, timeout=60)
-            for batch in feed.epoch(epoch):
-                got[rank].append(batch["id"].tolist())
-                time.sleep(pause)
-            feed.close()
-        except Exception as e:  # reported below
-            errors.append(f"rank {rank}: {type(e).__name__}: {e}")
+        feed = croupier.Consumer(address, "train", rank, WORLD, timeout=60)
+        for batch in feed.epoch(epoch):
+            got[rank].append(batch["id"].tolist())
+            time.sleep(pause)
+        feed.close()
 
-    threads = [threading.Thread(target=read, args=(r,)) for r in range(WORLD)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    errors = RankReaders(read, WORLD).join(120)
     assert not errors, errors
     return got
 
@@ -261,26 +253,21 @@ def test_service_autoscale_makes_ray_add_and_remove_nodes(autoscaling_cluster: p
                            seed=SEED, epochs=0)
 
         def read(rank: int) -> None:
-            try:
-                feed = croupier.Consumer(service.address, "load", rank, WORLD, timeout=120)
-                epoch = 0
-                while not stop.is_set():
-                    ids = []
-                    for b in feed.epoch(epoch):
-                        ids.append(b["id"].tolist())
-                        time.sleep(step["seconds"])
-                        if stop.is_set():
-                            break
-                    else:
-                        got[rank].append(ids)
-                    epoch += 1
-                feed.close()
-            except Exception as e:  # reported below
-                errors.append(f"rank {rank}: {type(e).__name__}: {e}")
+            feed = croupier.Consumer(service.address, "load", rank, WORLD, timeout=120)
+            epoch = 0
+            while not stop.is_set():
+                ids = []
+                for b in feed.epoch(epoch):
+                    ids.append(b["id"].tolist())
+                    time.sleep(step["seconds"])
+                    if stop.is_set():
+                        break
+                else:
+                    got[rank].append(ids)
+                epoch += 1
+            feed.close()
 
-        readers = [threading.Thread(target=read, args=(r,)) for r in range(WORLD)]
-        for t in readers:
-            t.start()
+        readers = RankReaders(read, WORLD)
         autoscaler = service.autoscale(min_producers=1, max_producers=3, interval=1.0)
         try:
             began = time.monotonic()
@@ -295,8 +282,7 @@ def test_service_autoscale_makes_ray_add_and_remove_nodes(autoscaling_cluster: p
             changes = list(autoscaler.changes)
         finally:
             stop.set()
-            for t in readers:
-                t.join(60)
+            errors = readers.join(60)
             service.stop_autoscaling()
     assert not errors, errors
     print(f"\nautoscaler changes {changes}; more producers and nodes in {rose_in:.1f} s, "

@@ -26,6 +26,16 @@ def _synth_records(block):
     return int(records)
 
 
+def _run_as_written(block, tmp_path):
+    """Runs `block` in a checkout-like folder with CROUPIER_REPORT_DIR added (deploy/trainer.py
+    writes each rank's record ids there); fails unless it exits 0. What it printed."""
+    folder = checkout_folder(tmp_path / "checkout")
+    env = user_env(CROUPIER_REPORT_DIR=str(tmp_path / "reports"))
+    done = run_block(block, folder, env, timeout=80)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout + done.stderr
+
+
 @pytest.mark.timeout(90)
 def test_the_one_machine_block_runs_as_written(tmp_path):
     """docs/deploy.md "One machine": `build/bin/croupier synth` then `.venv/bin/python
@@ -36,10 +46,7 @@ def test_the_one_machine_block_runs_as_written(tmp_path):
     block = doc_block("One machine")
     assert "build/bin/croupier synth --out demo" in block, block
     assert "--trainers 4" in block and "--epochs 2" in block, block
-    folder = checkout_folder(tmp_path / "checkout")
-    env = user_env(CROUPIER_REPORT_DIR=str(tmp_path / "reports"))
-    done = run_block(block, folder, env, timeout=80)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    _run_as_written(block, tmp_path)
     check_plan(_reports(tmp_path / "reports", 4), _synth_records(block), 64, 4, 0, 2)
 
 
@@ -52,11 +59,7 @@ def test_the_torchrun_block_runs_as_written(tmp_path):
     pytest.importorskip("torch")
     block = doc_block("torchrun")
     assert "croupier synth --out demo" in block and "deploy/torchrun.sh 4" in block, block
-    folder = checkout_folder(tmp_path / "checkout")
-    env = user_env(CROUPIER_REPORT_DIR=str(tmp_path / "reports"))
-    done = run_block(block, folder, env, timeout=80)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "croupier: dispatcher at " in done.stdout + done.stderr
+    assert "croupier: dispatcher at " in _run_as_written(block, tmp_path)
     check_plan(_reports(tmp_path / "reports", 4), _synth_records(block), 64, 4, 0, 1)
 
 
@@ -70,10 +73,7 @@ def test_the_horovodrun_block_runs_as_written(tmp_path):
     pytest.importorskip("horovod")
     block = doc_block("horovodrun")
     assert "CROUPIER_HOROVODRUN_ARGS=--gloo" in block and "deploy/horovodrun.sh 3" in block, block
-    folder = checkout_folder(tmp_path / "checkout")
-    env = user_env(CROUPIER_REPORT_DIR=str(tmp_path / "reports"))
-    done = run_block(block, folder, env, timeout=80)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    _run_as_written(block, tmp_path)
     check_plan(_reports(tmp_path / "reports", 3), _synth_records(block), 64, 3, 0, 1)
 
 
