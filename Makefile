@@ -50,7 +50,7 @@ test: bootstrap
 
 test-engines: bootstrap
 	$(MAKE) --no-print-directory build
-	$(PY) -m pytest -q -m engines -n $(ENGINE_WORKERS)
+	$(PY) -m pytest -q -m engines -n $(ENGINE_WORKERS) --dist loadgroup
 
 test-cpp:
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) --timeout 600
@@ -58,7 +58,9 @@ test-cpp:
 # PYTEST_WORKERS: the number of pytest processes (pytest-xdist; 0 runs the tests in this process).
 # Every Python test can run beside any other (docs/architecture.md, Conventions).
 PYTEST_WORKERS ?= 2
-ENGINE_WORKERS ?= 0
+# ENGINE_WORKERS: the same for make test-engines, whose files run whole in one process each
+# (tests/conftest.py, ENGINE_GROUPS).
+ENGINE_WORKERS ?= 2
 test-python:
 	$(PY) -m pytest -q -m "not engines" -n $(PYTEST_WORKERS)
 

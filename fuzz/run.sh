@@ -1,28 +1,54 @@
 #!/usr/bin/env bash
 # Runs every fuzz target built in BUILD_DIR (default build-fuzz) for FUZZ_SECONDS each (default
-# 20), one after the other, from its seed corpus fuzz/corpus/<target>. New inputs go to
-# BUILD_DIR/corpus/<target>; crash, leak and timeout inputs to BUILD_DIR/artifacts/<target>/.
-# Exits non-zero on the first target that fails. FUZZ_TARGETS="a b" runs only those.
+# 20), from its seed corpus fuzz/corpus/<target>, FUZZ_JOBS targets at a time (default: the
+# machine's cores; each libFuzzer run is one process on one core). New inputs go to
+# BUILD_DIR/corpus/<target>; crash, leak and timeout inputs to BUILD_DIR/artifacts/<target>/, the
+# run's log to BUILD_DIR/artifacts/<target>.log. Exits non-zero if any target fails, after
+# showing the end of each failed target's log. FUZZ_TARGETS="a b" runs only those.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$(cd "${1:-$root/build-fuzz}" && pwd)"
 seconds="${FUZZ_SECONDS:-20}"
+jobs="${FUZZ_JOBS:-$(nproc)}"
 targets="${FUZZ_TARGETS:-tfrecord_reader example record_index batch_view frame journal}"
 for t in $targets; do
-  bin="$build/fuzz/${t}_fuzzer"
-  [[ -x "$bin" ]] || { echo "fuzz: $bin is not built" >&2; exit 1; }
+  [[ -x "$build/fuzz/${t}_fuzzer" ]] || { echo "fuzz: $build/fuzz/${t}_fuzzer is not built" >&2; exit 1; }
+done
+
+# One target: its verdict is its exit status, its output a short summary on stderr.
+fuzz_one() {
+  local t=$1 start=$SECONDS
   mkdir -p "$build/corpus/$t" "$build/artifacts/$t"
   echo "fuzz: $t for ${seconds}s" >&2
-  start=$SECONDS
   # -rss_limit_mb and -malloc_limit_mb: an input that makes the code allocate more than this is a
   # bug (a length field trusted before it is checked). -timeout: one input taking seconds is one.
-  if ! nice "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 \
-      -max_len=65536 -print_final_stats=1 -artifact_prefix="$build/artifacts/$t/" \
-      "$build/corpus/$t" "$root/fuzz/corpus/$t" >"$build/artifacts/$t.log" 2>&1; then
+  if ! nice "$build/fuzz/${t}_fuzzer" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+      -malloc_limit_mb=1024 -max_len=65536 -print_final_stats=1 \
+      -artifact_prefix="$build/artifacts/$t/" "$build/corpus/$t" "$root/fuzz/corpus/$t" \
+      >"$build/artifacts/$t.log" 2>&1; then
     tail -60 "$build/artifacts/$t.log" >&2
     echo "fuzz: $t FAILED; the input is in $build/artifacts/$t/" >&2
-    exit 1
+    return 1
   fi
-  grep -E '^stat::number_of_executed_units|^#[0-9]+.*DONE' "$build/artifacts/$t.log" | tail -2 >&2 || true
-  echo "fuzz: $t passed in $((SECONDS - start))s" >&2
+  echo "fuzz: $t passed in $((SECONDS - start))s ($(grep -E '^stat::number_of_executed_units' \
+    "$build/artifacts/$t.log" | tail -1 | tr -s ' '))" >&2
+}
+
+failed=0
+running=0
+for t in $targets; do
+  if (( running >= jobs )); then
+    wait -n || failed=1
+    running=$((running - 1))
+  fi
+  fuzz_one "$t" &
+  running=$((running + 1))
 done
+while (( running > 0 )); do
+  wait -n || failed=1
+  running=$((running - 1))
+done
+if (( failed )); then
+  echo "fuzz: at least one target failed (above)" >&2
+fi
+exit "$failed"

@@ -47,7 +47,16 @@ ENGINE_TEST_FILES = frozenset({
 })
 
 
+# `make test-engines` runs them in two processes with pytest-xdist's `--dist loadgroup`: each
+# file is one group, which one process runs whole (a file's tests share its cluster: one Ray or
+# Slurm at a time per file), and the two Ray files are one group, since two Ray clusters at once do
+# not fit on two cores.
+ENGINE_GROUPS = {"test_ray.py": "ray", "test_ray_autoscale.py": "ray"}
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name in ENGINE_TEST_FILES:
             item.add_marker(pytest.mark.engines)
+            item.add_marker(pytest.mark.xdist_group(
+                ENGINE_GROUPS.get(item.path.name, item.path.stem)))
