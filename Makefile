@@ -8,14 +8,18 @@ JOBS ?= $(shell nproc)
 PY := $(ROOT)/.venv/bin/python
 CMAKE_ARGS ?=
 
-.PHONY: all bootstrap bootstrap-build configure build build-demo test test-engines test-cpp \
+.PHONY: all bootstrap bootstrap-build bootstrap-engines configure build build-demo test test-engines test-cpp \
   test-python demo demo-mpi bench bench-quick clean format typecheck
 
 all: build
 
-# The test tier: everything (scripts/bootstrap.sh says what each tier holds).
+# The test tier (scripts/bootstrap.sh says what each tier holds).
 bootstrap:
 	@bash scripts/bootstrap.sh test
+
+# The test tier and Horovod.
+bootstrap-engines:
+	@bash scripts/bootstrap.sh engines
 
 bootstrap-build:
 	@bash scripts/bootstrap.sh build
@@ -24,7 +28,7 @@ bootstrap-build:
 # tier stamps in .venv): the TensorFlow op builds only when .venv has TensorFlow, so a build
 # configured for the demo is configured again once the test tier installed TensorFlow.
 configure: bootstrap-build
-	@env="$$(cd .venv && ls -a | grep '^\.croupier-' | sort | tr '\n' ' ')"; \
+	@env="$$(cd .venv && ls -a | grep '^\.croupier-' | grep -v horovod | sort | tr '\n' ' ')"; \
 	if [[ ! -f $(BUILD)/build.ninja || "$$(cat $(BUILD)/.croupier-env 2>/dev/null)" != "$$env" ]]; then \
 	  cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE=$(PY) \
 	    $(CMAKE_ARGS) && echo "$$env" > $(BUILD)/.croupier-env; fi
@@ -48,7 +52,7 @@ test: bootstrap
 	$(MAKE) --no-print-directory build
 	$(MAKE) --no-print-directory test-cpp test-python typecheck
 
-test-engines: bootstrap
+test-engines: bootstrap-engines
 	$(MAKE) --no-print-directory build
 	$(PY) -m pytest -q -m engines -n $(ENGINE_WORKERS) --dist loadgroup
 

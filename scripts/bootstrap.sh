@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# Installs what croupier needs, and only what is missing, for one of two tiers:
-#   build  what building croupier and `make demo` need: the Debian packages of
-#          scripts/debian-packages.txt and a virtual environment .venv with
-#          scripts/requirements-demo.txt;
-#   test   (the default) all of that, and what the tests, the hardening runs and the benchmarks
-#          need: scripts/debian-packages-test.txt, scripts/requirements-dev.txt (TensorFlow, JAX,
-#          Ray, ...) and Horovod built for that environment (scripts/build_horovod.sh, with its
-#          wheel cached).
+# Installs what croupier needs, and only what is missing, for one of three tiers:
+#   build    what building croupier and `make demo` need: the Debian packages of
+#            scripts/debian-packages.txt and a virtual environment .venv with
+#            scripts/requirements-demo.txt;
+#   test     (the default) all of that, and what the tests, the hardening runs and the benchmarks
+#            need: scripts/debian-packages-test.txt and scripts/requirements-dev.txt
+#            (TensorFlow, JAX, Ray, ...);
+#   engines  all of that, and Horovod built for that environment (scripts/build_horovod.sh, with
+#            its wheel cached), for `make test-engines`.
 # Safe to run again; a second run with nothing missing takes about a second. Every entry point of
 # the Makefile calls it with the tier it needs.
 #
-# Usage: scripts/bootstrap.sh [build|test]
+# Usage: scripts/bootstrap.sh [build|test|engines]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -21,11 +22,14 @@ tier="${1:-test}"
 case "$tier" in
   build) debian_lists=(scripts/debian-packages.txt)
          python_lists=(scripts/requirements-demo.txt) ;;
-  test)  debian_lists=(scripts/debian-packages.txt scripts/debian-packages-test.txt)
+  test|engines)
+         debian_lists=(scripts/debian-packages.txt scripts/debian-packages-test.txt)
          python_lists=(scripts/requirements-demo.txt scripts/requirements-dev.txt
                        scripts/requirements-nodeps.txt) ;;
-  *) say "unknown tier '$tier' (build or test)"; exit 2 ;;
+  *) say "unknown tier '$tier' (build, test or engines)"; exit 2 ;;
 esac
+# The engines tier installs the test tier's packages under the test tier's stamp.
+packages_tier="${tier/engines/test}"
 
 # --- Debian packages -------------------------------------------------------------------------
 mapfile -t wanted < <(cat "${debian_lists[@]}" | grep -vE '^\s*(#|$)')
@@ -53,10 +57,10 @@ if [[ ! -x .venv/bin/python ]]; then
   "$python" -m venv .venv
 fi
 # One stamp per tier, named by the hash of its lists: a change of a list installs again.
-stamp=".venv/.croupier-$tier-$(cat "${python_lists[@]}" | sha256sum | cut -c1-16)"
+stamp=".venv/.croupier-$packages_tier-$(cat "${python_lists[@]}" | sha256sum | cut -c1-16)"
 if [[ ! -f "$stamp" ]]; then
   pip=(.venv/bin/python -m pip install -q --disable-pip-version-check)
-  say "installing the Python packages of the $tier tier into .venv"
+  say "installing the Python packages of the $packages_tier tier into .venv"
   "${pip[@]}" --upgrade pip
   if [[ "$tier" == build ]]; then
     "${pip[@]}" -r scripts/requirements-demo.txt
@@ -64,10 +68,10 @@ if [[ ! -f "$stamp" ]]; then
     "${pip[@]}" -r scripts/requirements-dev.txt
     "${pip[@]}" --no-deps -r scripts/requirements-nodeps.txt
   fi
-  rm -f .venv/.croupier-"$tier"-* .venv/.croupier-requirements-*
+  rm -f .venv/.croupier-"$packages_tier"-* .venv/.croupier-requirements-*
   touch "$stamp"
 fi
-[[ "$tier" == test ]] || exit 0
+[[ "$tier" == engines ]] || exit 0
 
 # --- Horovod ----------------------------------------------------------------------------------
 # Built from PyPI's sdist for this environment's PyTorch and TensorFlow (scripts/build_horovod.sh:
