@@ -18,7 +18,12 @@ records/s, for each system with the same total number of worker processes (--wor
   ray          Ray Data in one driver process, ray.init(num_cpus=--workers): the image paths in
                one seeded order, from_items -> map_batches(decode + the same transform, batches
                of 32) -> streaming_split(4, equal=True), read by 4 trainer actors (num_cpus=0)
-               with iter_batches(32).
+               with iter_batches(32);
+  spdl         SPDL's pipeline (spdl.pipeline, Meta's thread-pool engine): 4 trainer processes,
+               each over its part of one seeded global shuffle (as DistributedSampler), the same
+               decode and transform (seeded per record) in a pipe stage of --spdl-threads
+               concurrent calls on a thread pool (PIL's decode and numpy release the GIL), then
+               batches of 32 collated with numpy.
 
 and the TensorFlow systems (--systems tf,tfshard,tfservice), the same images and transform as a
 tf.data pipeline (tf.io.decode_jpeg, tf.image.stateless_random_crop and _flip_left_right,
@@ -48,13 +53,13 @@ Also: the croupier producer's CPU time (its own and its workers') per record, ag
 decode and transform run alone in a loop in one process, and the bytes per record on the wire.
 
 JSON lines on stdout: {"bench": "map", "case", "unit", "value", "baseline", "baseline_value",
-"ratio", "goal", "met", "note"} (croupier against dataloader, serve and grain, goal >= 1; against
+"ratio", "goal", "met", "note"} (croupier against dataloader, serve, grain and spdl, goal >= 1; against
 ray, goal >= 2; tf against tfshard, goal >= 1, and against tfservice, goal >= 3), and
 {"bench": "map", "system", "records_per_s", "samples", "first_batch_s", "after_last_batch_s"}.
 
 usage: .venv/bin/python bench/bench_map.py [--images 2048] [--workers 4] [--rounds 2] [--uint8]
-       [--systems croupier,dataloader,serve,grain,ray | tf,tfshard,tfservice]
-       [--grain-threads 16] [--service-workers 1] [--service-compression AUTO|none]
+       [--systems croupier,dataloader,serve,grain,ray,spdl | tf,tfshard,tfservice]
+       [--grain-threads 16] [--spdl-threads 4] [--service-workers 1] [--service-compression AUTO|none]
 """
 import argparse
 import importlib.util
@@ -75,9 +80,10 @@ sys.path.insert(0, str(ROOT / "python"))
 
 SIZE, CROP, BATCH, WORLD = 64, 56, 32, 4
 GRAIN_THREADS = 16  # Grain's default ReadOptions(num_threads)
+SPDL_THREADS = 4  # per trainer; 4 trainers x 4 threads
 # Every system, with the modules it needs beyond numpy and PIL.
 SYSTEMS = {"croupier": (), "dataloader": ("torch",), "serve": ("torch",), "grain": ("grain",),
-           "ray": ("ray",), "tf": ("tensorflow",), "tfshard": ("tensorflow",),
+           "ray": ("ray",), "spdl": ("spdl",), "tf": ("tensorflow",), "tfshard": ("tensorflow",),
            "tfservice": ("tensorflow",)}
 MEAN, STD = 127.5, 64.0
 
@@ -355,6 +361,34 @@ def role_grain(args):
     batches.close()
 
 
+def role_spdl(args):
+    """A trainer with its own SPDL pipeline over its part of one global shuffle (the
+    DistributedSampler's split of a seeded permutation): decode and transform of each record on
+    --spdl-threads threads (the record's generator seeded by (1, 0, id)), batches of BATCH
+    collated with numpy, a sink of 3 batches."""
+    from spdl.pipeline import PipelineBuilder
+    data = JpegFolder(args.images_dir)
+    order = np.random.default_rng(1).permutation(len(data))
+    mine = order[:len(data) // WORLD * WORLD][args.rank::WORLD].tolist()
+
+    def load(i):
+        return transform(data[i], np.random.default_rng([1, 0, i]), args.uint8)
+
+    def collate(records):
+        return {k: np.stack([r[k] for r in records]) for k in records[0]}
+
+    pipeline = (PipelineBuilder()
+                .add_source(mine)
+                .pipe(load, concurrency=args.spdl_threads, output_order="input")
+                .aggregate(BATCH, drop_last=True)
+                .pipe(collate)
+                .add_sink(3)
+                .build(num_threads=args.spdl_threads))
+    ready_then_wait(args, f"rank{args.rank}")
+    with pipeline.auto_stop():
+        count_records(pipeline.get_iterator(timeout=600), f"rank {args.rank}")
+
+
 def ray_transform(batch, uint8=False):
     """Ray Data's map_batches function: decode each path of the batch, then the same transform,
     seeded by (1, id)."""
@@ -461,10 +495,11 @@ def trainers_figure(got, start):
 def run_system(system, args, work):
     import croupier
     go = work / f"go-{system}-{time.monotonic_ns()}"
-    if system in ("dataloader", "tfshard", "grain"):
-        role = {"dataloader": "dataloader", "tfshard": "tf_shard", "grain": "grain"}[system]
+    if system in ("dataloader", "tfshard", "grain", "spdl"):
+        role = {"dataloader": "dataloader", "tfshard": "tf_shard", "grain": "grain",
+                "spdl": "spdl"}[system]
         trainers = [spawn(role, args, go=go, rank=r, loader_workers=max(1, args.workers // WORLD),
-                          grain_threads=args.grain_threads)
+                          grain_threads=args.grain_threads, spdl_threads=args.spdl_threads)
                     for r in range(WORLD)]
         wait_ready(go, trainers)
         time.sleep(3.0)  # imports and set-up, before the start
@@ -543,7 +578,7 @@ def main():
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--uint8", action="store_true")
-    parser.add_argument("--systems", default="croupier,dataloader,serve,grain,ray")
+    parser.add_argument("--systems", default="croupier,dataloader,serve,grain,ray,spdl")
     parser.add_argument("--quick", action="store_true", help="512 images, 1 round")
     parser.add_argument("--role")
     parser.add_argument("--images-dir")
@@ -553,6 +588,9 @@ def main():
     parser.add_argument("--loader-workers", type=int, default=1)
     parser.add_argument("--grain-threads", type=int, default=GRAIN_THREADS,
                         help="grain: ReadOptions(num_threads) in each worker process")
+    parser.add_argument("--spdl-threads", type=int, default=SPDL_THREADS,
+                        help="spdl: the decode-and-transform stage's concurrent calls (and the "
+                             "pipeline's threads) in each trainer")
     parser.add_argument("--service-workers", type=int, default=1,
                         help="tfservice: tf.data service workers (in the dispatcher's process)")
     parser.add_argument("--service-compression", choices=("AUTO", "none"), default="AUTO",
@@ -562,7 +600,7 @@ def main():
         {"dataloader": role_dataloader, "consumer": role_consumer, "producer": role_producer,
          "serve": role_serve, "tf_producer": role_tf_producer, "tf_shard": role_tf_shard,
          "tf_service": role_tf_service, "tf_service_trainer": role_tf_service_trainer,
-         "grain": role_grain, "ray": role_ray}[args.role](args)
+         "grain": role_grain, "ray": role_ray, "spdl": role_spdl}[args.role](args)
         return
     if args.quick:
         args.images, args.rounds = 512, 1
@@ -602,12 +640,15 @@ def main():
                    f"batches of {BATCH}, {WORLD} trainers, {args.workers} workers"
                    + (f", {args.grain_threads} Grain threads per worker" if system == "grain"
                       else "")
+                   + (f", {args.spdl_threads} SPDL threads per trainer" if system == "spdl"
+                      else "")
                    + (f", {args.service_workers} tf.data service worker(s)"
                       if system == "tfservice" else ""),
              **timing)
     if "croupier" in rates:
         cr = rates["croupier"]
-        for base, goal in (("dataloader", 1.0), ("serve", 1.0), ("grain", 1.0), ("ray", 2.0)):
+        for base, goal in (("dataloader", 1.0), ("serve", 1.0), ("grain", 1.0), ("ray", 2.0),
+                           ("spdl", 1.0)):
             if base in rates:
                 emit(case=f"map job ({kind}) vs {base}", unit="records/s", value=cr,
                      baseline=base, baseline_value=rates[base], ratio=cr / rates[base],
