@@ -44,7 +44,7 @@ build-demo: configure
 	cmake --build $(BUILD) -j $(JOBS) --target croupier _croupier
 	@$(PY) scripts/dev_install.py
 
-# The C++ tests, the Python tests of croupier's guarantees and adapters in two pytest processes,
+# The C++ tests, the Python tests of croupier's guarantees and adapters in three pytest processes,
 # and the type check of the package. The tests that run croupier under engines, launchers and installers (Ray, Slurm,
 # horovodrun, the deploy recipes, pip install; tests/conftest.py names them) are
 # `make test-engines`; CI runs both.
@@ -60,8 +60,10 @@ test-cpp:
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) --timeout 600
 
 # PYTEST_WORKERS: the number of pytest processes (pytest-xdist; 0 runs the tests in this process).
+# Three on two cores: many tests spend their time waiting (heartbeats, timeouts, the autoscaler's
+# hold), and a third process fills those waits (a loaded run: 326 s in three, 395 s in two).
 # Every Python test can run beside any other (docs/architecture.md, Conventions).
-PYTEST_WORKERS ?= 2
+PYTEST_WORKERS ?= 3
 # ENGINE_WORKERS: the same for make test-engines, whose files run whole in one process each
 # (tests/conftest.py, ENGINE_GROUPS).
 ENGINE_WORKERS ?= 2
