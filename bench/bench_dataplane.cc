@@ -47,6 +47,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/bench_util.h"
 #include "bench/fixed_source.h"
 #include "croupier/batch.h"
 #include "src/consumer/prefetcher.h"
@@ -56,13 +57,9 @@
 namespace croupier {
 namespace {
 
+using bench::Die;
 using bench::FixedSource;
 using bench::MakeBatch;
-
-void Die(const std::string& what) {
-  std::fprintf(stderr, "bench_dataplane: %s\n", what.c_str());
-  std::_Exit(1);
-}
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
@@ -427,16 +424,7 @@ void MemcpyLimit(size_t bytes, uint64_t total_bytes) {
 // Plain blocking TCP on loopback, one sender process writing `bytes` at a time with large
 // writes, one receiver reading into one reused buffer: what the kernel's TCP can move.
 void PlainTcpLimit(size_t bytes, uint64_t total_bytes) {
-  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::listen(listener, 4) != 0 ||
-      ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    Die("plain tcp listener");
-  }
+  auto [listener, addr] = bench::ListenOnLoopback(4);
   const uint64_t reps = std::max<uint64_t>(4, total_bytes / bytes);
   Pipe to_child = Pipe::Make(), to_parent = Pipe::Make();
   const pid_t pid = Spawn(to_child, to_parent, [&](int out, int in) {

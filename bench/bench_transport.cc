@@ -38,13 +38,9 @@
 namespace croupier {
 namespace {
 
+using bench::Die;
 using bench::FixedSource;
 using bench::MakeBatch;
-
-void Die(const std::string& what) {
-  std::fprintf(stderr, "bench_transport: %s\n", what.c_str());
-  std::exit(1);
-}
 
 // Seconds for `consumers` clients to fetch `per_consumer` batches each.
 double TimeTransport(const std::string& address, int consumers, int per_consumer,
@@ -102,16 +98,7 @@ void WriteFully(int fd, iovec* iov) {
 // The baseline: plain blocking TCP over loopback, one sender thread per receiver. With
 // `ask_each`, the receiver requests every message with 8 bytes before the sender writes it.
 double TimePlainTcp(const Batch& batch, int receivers, int per_receiver, bool ask_each) {
-  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::listen(listener, 64) != 0 ||
-      ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    Die("baseline listener");
-  }
+  auto [listener, addr] = bench::ListenOnLoopback(64);
   std::vector<int> senders, receiving;
   const int one = 1;
   for (int r = 0; r < receivers; ++r) {
