@@ -56,6 +56,24 @@ std::vector<std::vector<std::vector<int64_t>>> FaultFreeRun() {
   return ReadAllRanks(*cluster, 2, 0);
 }
 
+// The job of FaultFreeRun in tasks of one round, so that both producers hold work when a fault
+// comes mid-epoch.
+std::unique_ptr<TestCluster> ClusterForAFault() {
+  auto cluster = ClusterWithDataset({.producers = 2, .rounds_per_task = 1});
+  EXPECT_TRUE(cluster->CreateJob(DatasetSpec(cluster->dir(), 2)).ok());
+  return cluster;
+}
+
+// Epoch 0 read on both ranks a batch at a time, `per_batch` apart, while `fault` runs 150 ms in:
+// the ids per rank.
+std::vector<std::vector<std::vector<int64_t>>> ReadThroughAFault(
+    TestCluster& cluster, absl::Duration per_batch, const std::function<void()>& fault) {
+  return ReadAllRanks(cluster, 2, 0, {.prefetch_batches = 1}, per_batch, [&] {
+    absl::SleepFor(absl::Milliseconds(150));
+    fault();
+  });
+}
+
 TEST(ClusterTest, FirstComeDealsEveryBatchOnceToConsumersOfDifferentSpeeds) {
   auto cluster = ClusterWithDataset({.producers = 2});
   CROUPIER_ASSERT_OK(cluster->CreateJob(DatasetSpec(cluster->dir(), 2, "first_come")).status());
@@ -93,15 +111,9 @@ TEST(ClusterTest, FirstComeDealsEveryBatchOnceToConsumersOfDifferentSpeeds) {
 
 TEST(ClusterTest, AStoppedProducersBatchesAreMadeAgainIdentically) {
   const auto reference = FaultFreeRun();
-  // Tasks of one round, so that the stopped producer holds work when it stops mid-epoch.
-  auto cluster = ClusterWithDataset({.producers = 2, .rounds_per_task = 1});
-  CROUPIER_ASSERT_OK(cluster->CreateJob(DatasetSpec(cluster->dir(), 2)).status());
-  const auto got =
-      ReadAllRanks(*cluster, 2, 0, {.prefetch_batches = 1}, absl::Milliseconds(30), [&] {
-        absl::SleepFor(absl::Milliseconds(150));
-        cluster->StopProducer(0);
-      });
-  EXPECT_EQ(got, reference);
+  auto cluster = ClusterForAFault();
+  EXPECT_EQ(ReadThroughAFault(*cluster, absl::Milliseconds(30), [&] { cluster->StopProducer(0); }),
+            reference);
   // The stopped producer expires (producer_timeout) and the other one alone is left.
   v1::StatusResponse status;
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
@@ -116,15 +128,12 @@ TEST(ClusterTest, AStoppedProducersBatchesAreMadeAgainIdentically) {
 
 TEST(ClusterTest, TheDispatcherCrashedMidEpochAndRestartedFromItsJournalLosesNothing) {
   const auto reference = FaultFreeRun();
-  auto cluster = ClusterWithDataset({.producers = 2, .rounds_per_task = 1});
-  CROUPIER_ASSERT_OK(cluster->CreateJob(DatasetSpec(cluster->dir(), 2)).status());
-  const auto got =
-      ReadAllRanks(*cluster, 2, 0, {.prefetch_batches = 1}, absl::Milliseconds(20), [&] {
-        absl::SleepFor(absl::Milliseconds(150));
-        cluster->dispatcher().Crash();
-        absl::SleepFor(absl::Milliseconds(300));  // calls retry
-        CROUPIER_ASSERT_OK(cluster->dispatcher().Restart());
-      });
+  auto cluster = ClusterForAFault();
+  const auto got = ReadThroughAFault(*cluster, absl::Milliseconds(20), [&] {
+    cluster->dispatcher().Crash();
+    absl::SleepFor(absl::Milliseconds(300));  // calls retry
+    CROUPIER_ASSERT_OK(cluster->dispatcher().Restart());
+  });
   EXPECT_EQ(got, reference);
 }
 
