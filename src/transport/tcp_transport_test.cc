@@ -154,9 +154,7 @@ class TcpTransportTest : public ::testing::Test {
     source_.Put({"check", 0, 0}, batch);
     auto client = Transport::Tcp()->Connect(server_->address(), ClientOptions());
     ASSERT_TRUE(client.ok()) << client.status();
-    auto got = (*client)->Fetch({"check", 0, 0}, In(absl::Seconds(10)));
-    ASSERT_TRUE(got.ok()) << got.status();
-    EXPECT_EQ(got->ContentHash(), batch.ContentHash());
+    testing::ExpectFetched(**client, {"check", 0, 0}, batch, absl::Seconds(10));
   }
 
   testing::TestGuard guard_{absl::Seconds(60)};
@@ -413,9 +411,7 @@ TEST_F(TcpTransportTest, StaleIdleConnectionIsReplaced) {
   StartServer(options);
   const Batch batch = testing::MakeBatch(4 << 10, 3);
   source_.Put({"train", 0, 9}, batch);
-  auto got = (*client)->Fetch({"train", 0, 9}, In(absl::Seconds(10)));
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_EQ(got->ContentHash(), batch.ContentHash());
+  testing::ExpectFetched(**client, {"train", 0, 9}, batch, absl::Seconds(10));
 }
 
 TEST_F(TcpTransportTest, MalformedBatchFromTheServerIsDataLoss) {
@@ -508,14 +504,13 @@ Batch CompressibleBatch(uint64_t seed) {
 TEST_F(TcpTransportTest, CompressedJobsDeliverTheSameBytes) {
   StartServer();
   for (Codec codec : {Codec::kNone, Codec::kZstd, Codec::kLz4}) {
+    SCOPED_TRACE(CodecName(codec));
     source_.SetCompression(codec);
     const Batch batch = CompressibleBatch(40 + static_cast<uint64_t>(codec));
     source_.Put({"train", 0, 1}, batch);
     auto client = Transport::Tcp()->Connect(server_->address(), ClientOptions());
     ASSERT_TRUE(client.ok()) << client.status();
-    auto got = (*client)->Fetch({"train", 0, 1}, In(absl::Seconds(10)));
-    ASSERT_TRUE(got.ok()) << CodecName(codec) << ": " << got.status();
-    EXPECT_EQ(got->ContentHash(), batch.ContentHash()) << CodecName(codec);
+    testing::ExpectFetched(**client, {"train", 0, 1}, batch, absl::Seconds(10));
   }
 }
 
@@ -560,13 +555,12 @@ TEST_F(TcpTransportTest, ServerSendsCompressedFramesOnlyWhenTheyShrink) {
 
 TEST_F(TcpTransportTest, ClientDecompressesACompressedFrame) {
   for (Codec codec : {Codec::kZstd, Codec::kLz4}) {
+    SCOPED_TRACE(CodecName(codec));
     const Batch batch = CompressibleBatch(5);
     FakeServer fake(Respond(CompressedFrame(4, codec, batch)));
     auto client = Transport::Tcp()->Connect(fake.address(), ClientOptions());
     ASSERT_TRUE(client.ok()) << client.status();
-    auto got = (*client)->Fetch({"train", 0, 4}, In(absl::Seconds(5)));
-    ASSERT_TRUE(got.ok()) << CodecName(codec) << ": " << got.status();
-    EXPECT_EQ(got->ContentHash(), batch.ContentHash());
+    testing::ExpectFetched(**client, {"train", 0, 4}, batch);
   }
 }
 

@@ -66,9 +66,7 @@ TEST_F(TlsTest, MutualTlsCarriesBatchesOfEverySize) {
   for (size_t bytes : {size_t{600}, size_t{3} << 20, size_t{24} << 20}) {
     const Batch batch = testing::MakeBatch(bytes, bytes);
     source_.Put({"job", 0, bytes}, batch);
-    auto got = (*client)->Fetch({"job", 0, bytes}, In(absl::Seconds(20)));
-    ASSERT_TRUE(got.ok()) << got.status();
-    EXPECT_EQ(got->ContentHash(), batch.ContentHash());
+    testing::ExpectFetched(**client, {"job", 0, bytes}, batch, absl::Seconds(20));
   }
   // A source error crosses TLS with its code, and the connection stays usable.
   source_.Fail({"job", 0, 7}, absl::NotFoundError("no batch 7"));
@@ -113,9 +111,7 @@ TEST_F(TlsTest, ServerOnlyTlsNeedsNoClientCertificate) {
   source_.Put({"job", 1, 2}, batch);
   auto client = Connect(Config("", "ca"));
   ASSERT_TRUE(client.ok()) << client.status();
-  auto got = (*client)->Fetch({"job", 1, 2}, In(absl::Seconds(5)));
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_EQ(got->ContentHash(), batch.ContentHash());
+  testing::ExpectFetched(**client, {"job", 1, 2}, batch);
 }
 
 TEST_F(TlsTest, IdlePooledConnectionIsReusedNotReplaced) {

@@ -34,6 +34,7 @@
 #include "src/net/token.h"
 #include "src/transport/batch_source.h"
 #include "src/transport/frame.h"
+#include "src/transport/transport.h"
 
 namespace croupier::testing {
 
@@ -91,6 +92,15 @@ inline Batch MakeExampleBatch(int records) {
   absl::StatusOr<Batch> batch = (*builder)->Finish();
   EXPECT_TRUE(batch.ok()) << batch.status();
   return *std::move(batch);
+}
+
+// Expects `client` to fetch `key` within `timeout` and receive `batch`, byte for byte (by content
+// hash).
+inline void ExpectFetched(DataClient& client, const BatchKey& key, const Batch& batch,
+                          absl::Duration timeout = absl::Seconds(5)) {
+  auto got = client.Fetch(key, absl::Now() + timeout);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->ContentHash(), batch.ContentHash());
 }
 
 // A BatchSource whose answers the test scripts. Thread-safe.
