@@ -489,16 +489,7 @@ Batch CompressibleBatch(uint64_t seed) {
   std::vector<int64_t> values(kRecords * 8192);
   for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<int64_t>((i * seed) % 13);
   const std::vector<int64_t> dims = {8192};
-  const ColumnData columns[] = {
-      {"tokens",
-       DType::kInt64,
-       false,
-       dims,
-       values.size(),
-       absl::string_view(reinterpret_cast<const char*>(values.data()), 8 * values.size()),
-       {},
-       {}},
-  };
+  const ColumnData columns[] = {testing::FixedColumn("tokens", DType::kInt64, dims, values)};
   absl::StatusOr<Batch> batch = Batch::FromColumns(kRecords, columns);
   EXPECT_TRUE(batch.ok()) << batch.status();
   return *std::move(batch);

@@ -38,6 +38,22 @@
 
 namespace croupier::testing {
 
+// A fixed-length column of `dtype` over `values`, `dims` of them per record. It views `values` and
+// `dims`, which must outlive it.
+template <typename T>
+ColumnData FixedColumn(absl::string_view name, DType dtype, absl::Span<const int64_t> dims,
+                       const std::vector<T>& values) {
+  return ColumnData{name,
+                    dtype,
+                    /*variable_length=*/false,
+                    dims,
+                    values.size(),
+                    absl::string_view(reinterpret_cast<const char*>(values.data()),
+                                      sizeof(T) * values.size()),
+                    {},
+                    {}};
+}
+
 // A batch of about `bytes` bytes (at least a few hundred): an int64 "id" column and a float32
 // "payload" column of pseudo-random values from `seed`.
 inline Batch MakeBatch(size_t bytes, uint64_t seed) {
@@ -51,24 +67,8 @@ inline Batch MakeBatch(size_t bytes, uint64_t seed) {
   std::vector<int64_t> ids(kRecords);
   for (uint64_t i = 0; i < kRecords; ++i) ids[i] = static_cast<int64_t>(seed * 100 + i);
   const std::vector<int64_t> dims = {per_record};
-  const ColumnData columns[] = {
-      {"id",
-       DType::kInt64,
-       false,
-       {},
-       kRecords,
-       absl::string_view(reinterpret_cast<const char*>(ids.data()), 8 * ids.size()),
-       {},
-       {}},
-      {"payload",
-       DType::kFloat32,
-       false,
-       dims,
-       payload.size(),
-       absl::string_view(reinterpret_cast<const char*>(payload.data()), 4 * payload.size()),
-       {},
-       {}},
-  };
+  const ColumnData columns[] = {FixedColumn("id", DType::kInt64, {}, ids),
+                                 FixedColumn("payload", DType::kFloat32, dims, payload)};
   absl::StatusOr<Batch> batch = Batch::FromColumns(kRecords, columns);
   EXPECT_TRUE(batch.ok()) << batch.status();
   return *std::move(batch);
