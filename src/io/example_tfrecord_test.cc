@@ -36,10 +36,25 @@ std::vector<std::string> Names(const Example& example) {
   return names;
 }
 
-TEST(ExampleTfrecordTest, TitanicBatchesLikeItsReadmeSays) {
-  auto dir = SharedTfrecordDir();
-  if (!dir.ok()) GTEST_SKIP() << dir.status().message();
-  std::vector<std::string> records = ReadAll(*dir + "/titanic-train.tfrecord");
+// Reads the files of ../shared/data/tfrecord; each test skips, naming the folder, without them.
+class ExampleTfrecordTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto dir = SharedTfrecordDir();
+    if (!dir.ok()) GTEST_SKIP() << dir.status().message();
+    dir_ = *dir;
+  }
+
+  // The records of the shared file `name`.
+  std::vector<std::string> Records(const std::string& name) const {
+    return ReadAll(dir_ + "/" + name);
+  }
+
+  std::string dir_;
+};
+
+TEST_F(ExampleTfrecordTest, TitanicBatchesLikeItsReadmeSays) {
+  std::vector<std::string> records = Records("titanic-train.tfrecord");
   ASSERT_EQ(records.size(), 891u);
   auto first = ParseExample(records[0]);
   ASSERT_TRUE(first.ok()) << first.status();
@@ -63,18 +78,16 @@ TEST(ExampleTfrecordTest, TitanicBatchesLikeItsReadmeSays) {
   for (float fare : view.Find("fare")->floats()) EXPECT_GE(fare, 0.0f);
 
   // The test split has no label: a job asking for one fails on the first record, saying why.
-  std::vector<std::string> test = ReadAll(*dir + "/titanic-test.tfrecord");
+  std::vector<std::string> test = Records("titanic-test.tfrecord");
   ASSERT_EQ(test.size(), 418u);
   absl::Status missing = builder->AddRecord(test[0]);
   EXPECT_TRUE(absl::IsInvalidArgument(missing));
   EXPECT_EQ(missing.message(), "feature 'label': missing");
 }
 
-TEST(ExampleTfrecordTest, RegressionFloats) {
-  auto dir = SharedTfrecordDir();
-  if (!dir.ok()) GTEST_SKIP() << dir.status().message();
+TEST_F(ExampleTfrecordTest, RegressionFloats) {
   for (const char* name : {"regression-train.tfrecord", "regression-eval.tfrecord"}) {
-    std::vector<std::string> records = ReadAll(*dir + "/" + name);
+    std::vector<std::string> records = Records(name);
     auto builder = *BatchBuilder::Create(*ParseFeatureSpecs("x:float32,y:float32"));
     for (const std::string& record : records) ASSERT_TRUE(builder->AddRecord(record).ok());
     auto batch = builder->Finish();
@@ -83,10 +96,8 @@ TEST(ExampleTfrecordTest, RegressionFloats) {
   }
 }
 
-TEST(ExampleTfrecordTest, DetectionRecordWithALargeJpeg) {
-  auto dir = SharedTfrecordDir();
-  if (!dir.ok()) GTEST_SKIP() << dir.status().message();
-  std::vector<std::string> records = ReadAll(*dir + "/detection-test.tfrecord");
+TEST_F(ExampleTfrecordTest, DetectionRecordWithALargeJpeg) {
+  std::vector<std::string> records = Records("detection-test.tfrecord");
   ASSERT_EQ(records.size(), 1u);
   auto example = ParseExample(records[0]);
   ASSERT_TRUE(example.ok()) << example.status();

@@ -251,6 +251,14 @@ inline absl::StatusOr<std::pair<frame::FrameHeader, std::string>> RawReadFrame(i
   return std::make_pair(*h, std::move(body));
 }
 
+// The next frame from the server on a raw socket, or the error its ERROR frame carries.
+inline absl::StatusOr<std::pair<frame::FrameHeader, std::string>> RawReadAnswer(int fd) {
+  auto got = RawReadFrame(fd);
+  if (!got.ok() || got->first.type != static_cast<uint32_t>(frame::FrameType::kError)) return got;
+  auto error = frame::ParseError(got->second);  // never an OK code
+  return error.ok() ? absl::Status(error->code, error->message) : error.status();
+}
+
 // The client's side of the handshake on a raw socket, in protocol `version`, proving `token`
 // (none when empty) without checking the server's proof: OK once HELLO_OK has come; the
 // server's ERROR as a status.
@@ -259,12 +267,8 @@ inline absl::Status RawClientHandshake(int fd, uint32_t version, absl::string_vi
   const std::string nonce(kNonceBytes, 'c');
   absl::Status sent = net::SendAll(fd, frame::EncodeHello(version, nonce), wait, "test peer");
   if (!sent.ok()) return sent;
-  auto challenge = RawReadFrame(fd);
+  auto challenge = RawReadAnswer(fd);
   if (!challenge.ok()) return challenge.status();
-  if (challenge->first.type == static_cast<uint32_t>(frame::FrameType::kError)) {
-    auto error = frame::ParseError(challenge->second);
-    return error.ok() ? absl::Status(error->code, error->message) : error.status();
-  }
   auto parsed = frame::ParseChallenge(challenge->second);
   if (!parsed.ok()) return parsed.status();
   const std::string proof =
@@ -272,12 +276,8 @@ inline absl::Status RawClientHandshake(int fd, uint32_t version, absl::string_vi
                     : TokenProof(token, frame::ProofLabel(version, false), nonce, parsed->nonce);
   sent = net::SendAll(fd, frame::EncodeAuth(proof), wait, "test peer");
   if (!sent.ok()) return sent;
-  auto ok = RawReadFrame(fd);
+  auto ok = RawReadAnswer(fd);
   if (!ok.ok()) return ok.status();
-  if (ok->first.type == static_cast<uint32_t>(frame::FrameType::kError)) {
-    auto error = frame::ParseError(ok->second);
-    return error.ok() ? absl::Status(error->code, error->message) : error.status();
-  }
   if (ok->first.type != static_cast<uint32_t>(frame::FrameType::kHelloOk)) {
     return absl::DataLossError(absl::StrCat("frame type ", ok->first.type, " for HELLO_OK"));
   }
