@@ -38,6 +38,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -208,6 +209,31 @@ ConsumerResult Percentiles(std::vector<std::vector<double>>& lat, double seconds
   return r;
 }
 
+// The measured part of a consumer process: says it is ready on `out`, waits for the go on `in`,
+// runs consume(k, latencies) on a thread per consumer k, then writes the latencies' percentiles
+// and the run's times to `out`. A consume that returns false (a batch missing or of the wrong
+// size) ends the process, naming `what`.
+void MeasureConsumers(int consumers, int out, int in, const char* what,
+                      const std::function<bool(int k, std::vector<double>& latencies)>& consume) {
+  char c;
+  WriteAll(out, "r", 1);
+  ReadAll(in, &c, 1);  // go
+  std::vector<std::vector<double>> lat(consumers);
+  std::atomic<bool> failed{false};
+  const double cpu0 = CpuSeconds(), t0 = Now();
+  std::vector<std::thread> threads;
+  for (int k = 0; k < consumers; ++k) {
+    threads.emplace_back([&, k] {
+      if (!consume(k, lat[k])) failed = true;
+    });
+  }
+  for (auto& t : threads) t.join();
+  const double seconds = Now() - t0, cpu = CpuSeconds() - cpu0;
+  if (failed) Die(what);
+  ConsumerResult r = Percentiles(lat, seconds, cpu);
+  WriteAll(out, &r, sizeof(r));
+}
+
 // `window` fetches in flight per consumer, through the Consumer's own prefetch window (a
 // Prefetcher of prefetch_batches = `window` over the DataClient: small batches in groups, each
 // group one pipelined DataClient::FetchBatches call, handed over together; 0 is the automatic
@@ -226,58 +252,42 @@ void CroupierConsumers(Transport* transport, const std::vector<std::string>& add
       clients[c].push_back(*std::move(client));
     }
   }
-  char c;
-  WriteAll(out, "r", 1);
-  ReadAll(in, &c, 1);  // go
-  std::vector<std::vector<double>> lat(consumers);
-  std::atomic<bool> failed{false};
-  const double cpu0 = CpuSeconds(), t0 = Now();
-  std::vector<std::thread> threads;
-  for (int k = 0; k < consumers; ++k) {
-    threads.emplace_back([&, k] {
-      lat[k].reserve(per_consumer);
-      // Alternates between the producers, as a rank's batches are spread over them.
-      auto client_of = [&](uint64_t i) -> DataClient& {
-        return *clients[k][i % clients[k].size()];
-      };
-      if (window == 1) {
-        for (uint64_t i = 0; i < per_consumer; ++i) {
-          const double s = Now();
-          auto batch = client_of(i).Fetch({"bench", 0, i}, absl::Now() + absl::Seconds(30));
-          if (!batch.ok() || batch->bytes().size() != bytes) failed = true;
-          lat[k].push_back(Now() - s);
-        }
-        return;
-      }
-      Prefetcher prefetcher(
-          {.first = 0, .end = per_consumer, .max_batches = static_cast<uint32_t>(window)},
-          [&](uint64_t i) {
-            return client_of(i).Fetch({"bench", 0, i}, absl::Now() + absl::Seconds(30));
-          },
-          [&](uint64_t first, uint32_t count) {
-            std::vector<uint64_t> keys(count);
-            for (uint32_t j = 0; j < count; ++j) keys[j] = first + j;
-            std::vector<absl::StatusOr<Batch>> out(count, absl::UnavailableError("not fetched"));
-            client_of(first).FetchBatches(
-                "bench", 0, keys, absl::Now() + absl::Seconds(30),
-                [&](size_t j, absl::StatusOr<Batch> batch) { out[j] = std::move(batch); });
-            return out;
-          });
+  MeasureConsumers(consumers, out, in, "a fetch failed", [&](int k, std::vector<double>& lat) {
+    bool ok = true;
+    lat.reserve(per_consumer);
+    // Alternates between the producers, as a rank's batches are spread over them.
+    auto client_of = [&](uint64_t i) -> DataClient& { return *clients[k][i % clients[k].size()]; };
+    if (window == 1) {
       for (uint64_t i = 0; i < per_consumer; ++i) {
         const double s = Now();
-        auto batch = prefetcher.Next();
-        if (!batch.ok() || !batch->has_value() || (*batch)->bytes().size() != bytes) {
-          failed = true;
-        }
-        lat[k].push_back(Now() - s);
+        auto batch = client_of(i).Fetch({"bench", 0, i}, absl::Now() + absl::Seconds(30));
+        if (!batch.ok() || batch->bytes().size() != bytes) ok = false;
+        lat.push_back(Now() - s);
       }
-    });
-  }
-  for (auto& t : threads) t.join();
-  const double seconds = Now() - t0, cpu = CpuSeconds() - cpu0;
-  if (failed) Die("a fetch failed");
-  ConsumerResult r = Percentiles(lat, seconds, cpu);
-  WriteAll(out, &r, sizeof(r));
+      return ok;
+    }
+    Prefetcher prefetcher(
+        {.first = 0, .end = per_consumer, .max_batches = static_cast<uint32_t>(window)},
+        [&](uint64_t i) {
+          return client_of(i).Fetch({"bench", 0, i}, absl::Now() + absl::Seconds(30));
+        },
+        [&](uint64_t first, uint32_t count) {
+          std::vector<uint64_t> keys(count);
+          for (uint32_t j = 0; j < count; ++j) keys[j] = first + j;
+          std::vector<absl::StatusOr<Batch>> out(count, absl::UnavailableError("not fetched"));
+          client_of(first).FetchBatches(
+              "bench", 0, keys, absl::Now() + absl::Seconds(30),
+              [&](size_t j, absl::StatusOr<Batch> batch) { out[j] = std::move(batch); });
+          return out;
+        });
+    for (uint64_t i = 0; i < per_consumer; ++i) {
+      const double s = Now();
+      auto batch = prefetcher.Next();
+      if (!batch.ok() || !batch->has_value() || (*batch)->bytes().size() != bytes) ok = false;
+      lat.push_back(Now() - s);
+    }
+    return ok;
+  });
 }
 
 void ZmqConsumers(const std::string& endpoint, int consumers, uint64_t total, size_t bytes,
@@ -292,32 +302,21 @@ void ZmqConsumers(const std::string& endpoint, int consumers, uint64_t total, si
   }
   // PUSH only deals to connected peers: let every connection complete first.
   ::usleep(200 * 1000);
-  char c;
-  WriteAll(out, "r", 1);
-  ReadAll(in, &c, 1);  // go
   std::atomic<uint64_t> received{0};
-  std::atomic<bool> failed{false};
-  std::vector<std::vector<double>> lat(consumers);
-  const double cpu0 = CpuSeconds(), t0 = Now();
-  std::vector<std::thread> threads;
-  for (int k = 0; k < consumers; ++k) {
-    threads.emplace_back([&, k] {
-      while (received.load() < total) {
-        zmq::message_t msg;
-        const double s = Now();
-        auto got = pulls[k].recv(msg, zmq::recv_flags::none);
-        if (!got) continue;  // timed out: check whether every message has arrived
-        lat[k].push_back(Now() - s);
-        if (msg.size() != bytes) failed = true;
-        received.fetch_add(1);
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  const double seconds = Now() - t0, cpu = CpuSeconds() - cpu0;
-  if (failed) Die("a zmq message of the wrong size");
-  ConsumerResult r = Percentiles(lat, seconds, cpu);
-  WriteAll(out, &r, sizeof(r));
+  MeasureConsumers(consumers, out, in, "a zmq message of the wrong size",
+                   [&](int k, std::vector<double>& lat) {
+                     bool ok = true;
+                     while (received.load() < total) {
+                       zmq::message_t msg;
+                       const double s = Now();
+                       auto got = pulls[k].recv(msg, zmq::recv_flags::none);
+                       if (!got) continue;  // timed out: has every message arrived?
+                       lat.push_back(Now() - s);
+                       if (msg.size() != bytes) ok = false;
+                       received.fetch_add(1);
+                     }
+                     return ok;
+                   });
 }
 
 void Print(const std::string& system, size_t bytes, int producers, int consumers,

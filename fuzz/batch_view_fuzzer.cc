@@ -29,10 +29,7 @@ void Run(absl::string_view bytes) {
   auto batch = Batch::FromBuffer(buffer, bytes.size());
   auto copied = Batch::FromBytes(bytes);
   FUZZ_CHECK(batch.ok() == copied.ok(), "FromBuffer and FromBytes agree");
-  if (!batch.ok()) {
-    FUZZ_CHECK(absl::IsDataLoss(batch.status()), "batch errors are DATA_LOSS");
-    return;
-  }
+  if (RefusedAsDataLoss(batch.status(), "batch errors are DATA_LOSS")) return;
   absl::StatusOr<uint64_t> read = ReadEveryValue(batch->view());
   FUZZ_CHECK(read.ok(), std::string(read.status().message()).c_str());
   volatile uint64_t sink = *read;
