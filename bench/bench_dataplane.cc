@@ -430,13 +430,7 @@ void PlainTcpLimit(size_t bytes, uint64_t total_bytes) {
     const int fd = ::accept(listener, nullptr, nullptr);
     std::vector<char> buf(bytes, 7);
     const double cpu0 = CpuSeconds();
-    for (uint64_t i = 0; i < reps; ++i) {
-      for (size_t sent = 0; sent < bytes;) {
-        const ssize_t n = ::send(fd, buf.data() + sent, bytes - sent, 0);
-        if (n <= 0) Die("plain tcp send");
-        sent += n;
-      }
-    }
+    for (uint64_t i = 0; i < reps; ++i) bench::SendFully(fd, buf.data(), bytes);
     char c;
     ReadAll(in, &c, 1);
     SideResult r{CpuSeconds() - cpu0, PeakRssMiB()};
@@ -448,13 +442,7 @@ void PlainTcpLimit(size_t bytes, uint64_t total_bytes) {
   ::close(listener);
   std::vector<char> buf(bytes);
   const double cpu0 = CpuSeconds(), t0 = Now();
-  for (uint64_t i = 0; i < reps; ++i) {
-    for (size_t got = 0; got < bytes;) {
-      const ssize_t n = ::recv(fd, buf.data() + got, bytes - got, 0);
-      if (n <= 0) Die("plain tcp recv");
-      got += n;
-    }
-  }
+  for (uint64_t i = 0; i < reps; ++i) bench::RecvFully(fd, buf.data(), bytes);
   ConsumerResult c;
   c.seconds = Now() - t0;
   c.batches = reps;

@@ -72,14 +72,6 @@ double TimeTransport(const std::string& address, int consumers, int per_consumer
   });
 }
 
-void ReadFully(int fd, char* dst, size_t n) {
-  for (size_t got = 0; got < n;) {
-    const ssize_t r = ::recv(fd, dst + got, n - got, 0);
-    if (r <= 0) Die("baseline recv");
-    got += r;
-  }
-}
-
 // Writes all of iov[0..1] with writev.
 void WriteFully(int fd, iovec* iov) {
   int first = 0;
@@ -120,7 +112,7 @@ double TimePlainTcp(const Batch& batch, int receivers, int per_receiver, bool as
         for (int i = 0; i < per_receiver; ++i) {
           if (ask_each) {
             uint64_t request = 0;
-            ReadFully(senders[r], reinterpret_cast<char*>(&request), sizeof(request));
+            bench::RecvFully(senders[r], reinterpret_cast<char*>(&request), sizeof(request));
           }
           iovec iov[2] = {{&size, sizeof(size)}, {const_cast<char*>(bytes.data()), bytes.size()}};
           WriteFully(senders[r], iov);
@@ -136,8 +128,8 @@ double TimePlainTcp(const Batch& batch, int receivers, int per_receiver, bool as
             }
           }
           uint64_t size = 0;
-          ReadFully(receiving[r], reinterpret_cast<char*>(&size), sizeof(size));
-          ReadFully(receiving[r], buffer.get(), size);
+          bench::RecvFully(receiving[r], reinterpret_cast<char*>(&size), sizeof(size));
+          bench::RecvFully(receiving[r], buffer.get(), size);
         }
       });
     }

@@ -11,6 +11,7 @@
 #include <errno.h>  // program_invocation_short_name
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #include <chrono>
 #include <cstdio>
@@ -61,6 +62,24 @@ inline void Report(const std::string& bench, const std::string& case_name, const
 [[noreturn]] inline void Die(const std::string& what) {
   std::fprintf(stderr, "%s: %s\n", program_invocation_short_name, what.c_str());
   std::_Exit(1);
+}
+
+// Sends the `n` bytes at `data` on the socket `fd`, or Dies.
+inline void SendFully(int fd, const char* data, size_t n) {
+  for (size_t sent = 0; sent < n;) {
+    const ssize_t k = ::send(fd, data + sent, n - sent, 0);
+    if (k <= 0) Die("send on a baseline socket");
+    sent += k;
+  }
+}
+
+// Receives `n` bytes from the socket `fd` into `dst`, or Dies.
+inline void RecvFully(int fd, char* dst, size_t n) {
+  for (size_t got = 0; got < n;) {
+    const ssize_t k = ::recv(fd, dst + got, n - got, 0);
+    if (k <= 0) Die("recv on a baseline socket");
+    got += k;
+  }
 }
 
 // A TCP socket listening on a free port of 127.0.0.1, and the address to connect to it at: the
