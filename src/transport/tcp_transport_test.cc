@@ -163,8 +163,7 @@ class TcpTransportTest : public ::testing::Test {
 
   // A fetch through a fresh client: the server still serves.
   void ExpectServes() {
-    const Batch batch = testing::MakeBatch(8 << 10, 77);
-    source_.Put({"check", 0, 0}, batch);
+    const Batch batch = source_.PutMade({"check", 0, 0}, 8 << 10, 77);
     auto client = Transport::Tcp()->Connect(server_->address(), ClientOptions());
     ASSERT_TRUE(client.ok()) << client.status();
     testing::ExpectFetched(**client, {"check", 0, 0}, batch, absl::Seconds(10));
@@ -422,8 +421,7 @@ TEST_F(TcpTransportTest, StaleIdleConnectionIsReplaced) {
   DataServerOptions options;
   options.port = port;
   StartServer(options);
-  const Batch batch = testing::MakeBatch(4 << 10, 3);
-  source_.Put({"train", 0, 9}, batch);
+  const Batch batch = source_.PutMade({"train", 0, 9}, 4 << 10, 3);
   testing::ExpectFetched(**client, {"train", 0, 9}, batch, absl::Seconds(10));
 }
 

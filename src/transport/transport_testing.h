@@ -117,6 +117,12 @@ class FakeBatchSource final : public BatchSource {
     absl::MutexLock lock(&mu_);
     batches_.insert_or_assign(key, std::move(batch));
   }
+  // Puts MakeBatch(bytes, seed) as `key` and returns it, what a fetch of `key` must give.
+  Batch PutMade(const BatchKey& key, size_t bytes, uint64_t seed) {
+    Batch batch = MakeBatch(bytes, seed);
+    Put(key, batch);
+    return batch;
+  }
   // Every job's batches are served compressed with `codec` (TCP only).
   void SetCompression(Codec codec) {
     absl::MutexLock lock(&mu_);
