@@ -33,15 +33,7 @@ std::vector<std::vector<std::vector<int64_t>>> ReadAllRanks(
   for (uint32_t r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       auto consumer = Must(cluster.Connect("train", r, world, options));
-      if (!consumer) return;
-      CROUPIER_ASSERT_OK(consumer->StartEpoch(epoch));
-      while (true) {
-        auto batch = Must(consumer->Next());
-        if (!batch) break;
-        absl::Span<const int64_t> ids = batch->view().Find("id")->ints();
-        got[r].emplace_back(ids.begin(), ids.end());
-        absl::SleepFor(per_batch);
-      }
+      if (consumer) got[r] = Must(ReadEpochIds(*consumer, epoch, per_batch));
     });
   }
   if (meanwhile) meanwhile();
@@ -89,14 +81,10 @@ TEST(ClusterTest, FirstComeDealsEveryBatchOnceToConsumersOfDifferentSpeeds) {
       auto consumer = Must(cluster->Connect("train", r, 2, {.prefetch_batches = 1}));
       started.arrive_and_wait();
       if (!consumer) return;
-      CROUPIER_ASSERT_OK(consumer->StartEpoch(0));
-      while (true) {
-        auto batch = Must(consumer->Next());
-        if (!batch) break;
-        ++batches[r];
-        for (int64_t id : batch->view().Find("id")->ints()) ids[r].push_back(id);
-        if (r == 1) absl::SleepFor(absl::Milliseconds(20));  // the slow one
-      }
+      const absl::Duration per_batch = r == 1 ? absl::Milliseconds(20) : absl::ZeroDuration();
+      const auto got = Must(ReadEpochIds(*consumer, 0, per_batch));  // rank 1 is the slow one
+      batches[r] = got.size();
+      for (const auto& batch : got) ids[r].insert(ids[r].end(), batch.begin(), batch.end());
     });
   }
   for (auto& t : threads) t.join();
