@@ -16,7 +16,7 @@ import pytest
 import croupier
 from croupier import errors
 from croupier.launcher import detect_rank_world
-from service_cluster import run, synth_glob
+from service_cluster import synth_glob
 from tf_records import DETECTION, MIXED, REGRESSION, TF_WRITTEN_COUNTS
 
 FEATURES = "id:int64,label:int64,image:bytes"

@@ -79,6 +79,13 @@ def write_regression(tf, path, n):
             w.write(tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString())
 
 
+def write_regression_file(tf, out_dir, n):
+    """write_regression's n records in out_dir/reg.tfrecord; returns its path, as a string."""
+    path = pathlib.Path(out_dir) / "reg.tfrecord"
+    write_regression(tf, path, n)
+    return str(path)
+
+
 def regression_row(i):
     """Record i of write_regression_examples: x in [0, 1000), y = 2x plus a little noise (as
     doubles; the file holds them rounded to float32)."""
