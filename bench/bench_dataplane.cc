@@ -38,6 +38,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -47,6 +48,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/bench_util.h"
 #include "bench/fixed_source.h"
 #include "croupier/batch.h"
 #include "src/consumer/prefetcher.h"
@@ -56,13 +58,9 @@
 namespace croupier {
 namespace {
 
+using bench::Die;
 using bench::FixedSource;
 using bench::MakeBatch;
-
-void Die(const std::string& what) {
-  std::fprintf(stderr, "bench_dataplane: %s\n", what.c_str());
-  std::_Exit(1);
-}
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
@@ -211,6 +209,31 @@ ConsumerResult Percentiles(std::vector<std::vector<double>>& lat, double seconds
   return r;
 }
 
+// The measured part of a consumer process: says it is ready on `out`, waits for the go on `in`,
+// runs consume(k, latencies) on a thread per consumer k, then writes the latencies' percentiles
+// and the run's times to `out`. A consume that returns false (a batch missing or of the wrong
+// size) ends the process, naming `what`.
+void MeasureConsumers(int consumers, int out, int in, const char* what,
+                      const std::function<bool(int k, std::vector<double>& latencies)>& consume) {
+  char c;
+  WriteAll(out, "r", 1);
+  ReadAll(in, &c, 1);  // go
+  std::vector<std::vector<double>> lat(consumers);
+  std::atomic<bool> failed{false};
+  const double cpu0 = CpuSeconds(), t0 = Now();
+  std::vector<std::thread> threads;
+  for (int k = 0; k < consumers; ++k) {
+    threads.emplace_back([&, k] {
+      if (!consume(k, lat[k])) failed = true;
+    });
+  }
+  for (auto& t : threads) t.join();
+  const double seconds = Now() - t0, cpu = CpuSeconds() - cpu0;
+  if (failed) Die(what);
+  ConsumerResult r = Percentiles(lat, seconds, cpu);
+  WriteAll(out, &r, sizeof(r));
+}
+
 // `window` fetches in flight per consumer, through the Consumer's own prefetch window (a
 // Prefetcher of prefetch_batches = `window` over the DataClient: small batches in groups, each
 // group one pipelined DataClient::FetchBatches call, handed over together; 0 is the automatic
@@ -229,58 +252,42 @@ void CroupierConsumers(Transport* transport, const std::vector<std::string>& add
       clients[c].push_back(*std::move(client));
     }
   }
-  char c;
-  WriteAll(out, "r", 1);
-  ReadAll(in, &c, 1);  // go
-  std::vector<std::vector<double>> lat(consumers);
-  std::atomic<bool> failed{false};
-  const double cpu0 = CpuSeconds(), t0 = Now();
-  std::vector<std::thread> threads;
-  for (int k = 0; k < consumers; ++k) {
-    threads.emplace_back([&, k] {
-      lat[k].reserve(per_consumer);
-      // Alternates between the producers, as a rank's batches are spread over them.
-      auto client_of = [&](uint64_t i) -> DataClient& {
-        return *clients[k][i % clients[k].size()];
-      };
-      if (window == 1) {
-        for (uint64_t i = 0; i < per_consumer; ++i) {
-          const double s = Now();
-          auto batch = client_of(i).Fetch({"bench", 0, i}, absl::Now() + absl::Seconds(30));
-          if (!batch.ok() || batch->bytes().size() != bytes) failed = true;
-          lat[k].push_back(Now() - s);
-        }
-        return;
-      }
-      Prefetcher prefetcher(
-          {.first = 0, .end = per_consumer, .max_batches = static_cast<uint32_t>(window)},
-          [&](uint64_t i) {
-            return client_of(i).Fetch({"bench", 0, i}, absl::Now() + absl::Seconds(30));
-          },
-          [&](uint64_t first, uint32_t count) {
-            std::vector<uint64_t> keys(count);
-            for (uint32_t j = 0; j < count; ++j) keys[j] = first + j;
-            std::vector<absl::StatusOr<Batch>> out(count, absl::UnavailableError("not fetched"));
-            client_of(first).FetchBatches(
-                "bench", 0, keys, absl::Now() + absl::Seconds(30),
-                [&](size_t j, absl::StatusOr<Batch> batch) { out[j] = std::move(batch); });
-            return out;
-          });
+  MeasureConsumers(consumers, out, in, "a fetch failed", [&](int k, std::vector<double>& lat) {
+    bool ok = true;
+    lat.reserve(per_consumer);
+    // Alternates between the producers, as a rank's batches are spread over them.
+    auto client_of = [&](uint64_t i) -> DataClient& { return *clients[k][i % clients[k].size()]; };
+    if (window == 1) {
       for (uint64_t i = 0; i < per_consumer; ++i) {
         const double s = Now();
-        auto batch = prefetcher.Next();
-        if (!batch.ok() || !batch->has_value() || (*batch)->bytes().size() != bytes) {
-          failed = true;
-        }
-        lat[k].push_back(Now() - s);
+        auto batch = client_of(i).Fetch({"bench", 0, i}, absl::Now() + absl::Seconds(30));
+        if (!batch.ok() || batch->bytes().size() != bytes) ok = false;
+        lat.push_back(Now() - s);
       }
-    });
-  }
-  for (auto& t : threads) t.join();
-  const double seconds = Now() - t0, cpu = CpuSeconds() - cpu0;
-  if (failed) Die("a fetch failed");
-  ConsumerResult r = Percentiles(lat, seconds, cpu);
-  WriteAll(out, &r, sizeof(r));
+      return ok;
+    }
+    Prefetcher prefetcher(
+        {.first = 0, .end = per_consumer, .max_batches = static_cast<uint32_t>(window)},
+        [&](uint64_t i) {
+          return client_of(i).Fetch({"bench", 0, i}, absl::Now() + absl::Seconds(30));
+        },
+        [&](uint64_t first, uint32_t count) {
+          std::vector<uint64_t> keys(count);
+          for (uint32_t j = 0; j < count; ++j) keys[j] = first + j;
+          std::vector<absl::StatusOr<Batch>> out(count, absl::UnavailableError("not fetched"));
+          client_of(first).FetchBatches(
+              "bench", 0, keys, absl::Now() + absl::Seconds(30),
+              [&](size_t j, absl::StatusOr<Batch> batch) { out[j] = std::move(batch); });
+          return out;
+        });
+    for (uint64_t i = 0; i < per_consumer; ++i) {
+      const double s = Now();
+      auto batch = prefetcher.Next();
+      if (!batch.ok() || !batch->has_value() || (*batch)->bytes().size() != bytes) ok = false;
+      lat.push_back(Now() - s);
+    }
+    return ok;
+  });
 }
 
 void ZmqConsumers(const std::string& endpoint, int consumers, uint64_t total, size_t bytes,
@@ -295,32 +302,21 @@ void ZmqConsumers(const std::string& endpoint, int consumers, uint64_t total, si
   }
   // PUSH only deals to connected peers: let every connection complete first.
   ::usleep(200 * 1000);
-  char c;
-  WriteAll(out, "r", 1);
-  ReadAll(in, &c, 1);  // go
   std::atomic<uint64_t> received{0};
-  std::atomic<bool> failed{false};
-  std::vector<std::vector<double>> lat(consumers);
-  const double cpu0 = CpuSeconds(), t0 = Now();
-  std::vector<std::thread> threads;
-  for (int k = 0; k < consumers; ++k) {
-    threads.emplace_back([&, k] {
-      while (received.load() < total) {
-        zmq::message_t msg;
-        const double s = Now();
-        auto got = pulls[k].recv(msg, zmq::recv_flags::none);
-        if (!got) continue;  // timed out: check whether every message has arrived
-        lat[k].push_back(Now() - s);
-        if (msg.size() != bytes) failed = true;
-        received.fetch_add(1);
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  const double seconds = Now() - t0, cpu = CpuSeconds() - cpu0;
-  if (failed) Die("a zmq message of the wrong size");
-  ConsumerResult r = Percentiles(lat, seconds, cpu);
-  WriteAll(out, &r, sizeof(r));
+  MeasureConsumers(consumers, out, in, "a zmq message of the wrong size",
+                   [&](int k, std::vector<double>& lat) {
+                     bool ok = true;
+                     while (received.load() < total) {
+                       zmq::message_t msg;
+                       const double s = Now();
+                       auto got = pulls[k].recv(msg, zmq::recv_flags::none);
+                       if (!got) continue;  // timed out: has every message arrived?
+                       lat.push_back(Now() - s);
+                       if (msg.size() != bytes) ok = false;
+                       received.fetch_add(1);
+                     }
+                     return ok;
+                   });
 }
 
 void Print(const std::string& system, size_t bytes, int producers, int consumers,
@@ -427,29 +423,14 @@ void MemcpyLimit(size_t bytes, uint64_t total_bytes) {
 // Plain blocking TCP on loopback, one sender process writing `bytes` at a time with large
 // writes, one receiver reading into one reused buffer: what the kernel's TCP can move.
 void PlainTcpLimit(size_t bytes, uint64_t total_bytes) {
-  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::listen(listener, 4) != 0 ||
-      ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    Die("plain tcp listener");
-  }
+  auto [listener, addr] = bench::ListenOnLoopback(4);
   const uint64_t reps = std::max<uint64_t>(4, total_bytes / bytes);
   Pipe to_child = Pipe::Make(), to_parent = Pipe::Make();
   const pid_t pid = Spawn(to_child, to_parent, [&](int out, int in) {
     const int fd = ::accept(listener, nullptr, nullptr);
     std::vector<char> buf(bytes, 7);
     const double cpu0 = CpuSeconds();
-    for (uint64_t i = 0; i < reps; ++i) {
-      for (size_t sent = 0; sent < bytes;) {
-        const ssize_t n = ::send(fd, buf.data() + sent, bytes - sent, 0);
-        if (n <= 0) Die("plain tcp send");
-        sent += n;
-      }
-    }
+    for (uint64_t i = 0; i < reps; ++i) bench::SendFully(fd, buf.data(), bytes);
     char c;
     ReadAll(in, &c, 1);
     SideResult r{CpuSeconds() - cpu0, PeakRssMiB()};
@@ -461,13 +442,7 @@ void PlainTcpLimit(size_t bytes, uint64_t total_bytes) {
   ::close(listener);
   std::vector<char> buf(bytes);
   const double cpu0 = CpuSeconds(), t0 = Now();
-  for (uint64_t i = 0; i < reps; ++i) {
-    for (size_t got = 0; got < bytes;) {
-      const ssize_t n = ::recv(fd, buf.data() + got, bytes - got, 0);
-      if (n <= 0) Die("plain tcp recv");
-      got += n;
-    }
-  }
+  for (uint64_t i = 0; i < reps; ++i) bench::RecvFully(fd, buf.data(), bytes);
   ConsumerResult c;
   c.seconds = Now() - t0;
   c.batches = reps;

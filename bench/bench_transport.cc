@@ -38,13 +38,9 @@
 namespace croupier {
 namespace {
 
+using bench::Die;
 using bench::FixedSource;
 using bench::MakeBatch;
-
-void Die(const std::string& what) {
-  std::fprintf(stderr, "bench_transport: %s\n", what.c_str());
-  std::exit(1);
-}
 
 // Seconds for `consumers` clients to fetch `per_consumer` batches each.
 double TimeTransport(const std::string& address, int consumers, int per_consumer,
@@ -76,14 +72,6 @@ double TimeTransport(const std::string& address, int consumers, int per_consumer
   });
 }
 
-void ReadFully(int fd, char* dst, size_t n) {
-  for (size_t got = 0; got < n;) {
-    const ssize_t r = ::recv(fd, dst + got, n - got, 0);
-    if (r <= 0) Die("baseline recv");
-    got += r;
-  }
-}
-
 // Writes all of iov[0..1] with writev.
 void WriteFully(int fd, iovec* iov) {
   int first = 0;
@@ -102,16 +90,7 @@ void WriteFully(int fd, iovec* iov) {
 // The baseline: plain blocking TCP over loopback, one sender thread per receiver. With
 // `ask_each`, the receiver requests every message with 8 bytes before the sender writes it.
 double TimePlainTcp(const Batch& batch, int receivers, int per_receiver, bool ask_each) {
-  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::listen(listener, 64) != 0 ||
-      ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    Die("baseline listener");
-  }
+  auto [listener, addr] = bench::ListenOnLoopback(64);
   std::vector<int> senders, receiving;
   const int one = 1;
   for (int r = 0; r < receivers; ++r) {
@@ -133,7 +112,7 @@ double TimePlainTcp(const Batch& batch, int receivers, int per_receiver, bool as
         for (int i = 0; i < per_receiver; ++i) {
           if (ask_each) {
             uint64_t request = 0;
-            ReadFully(senders[r], reinterpret_cast<char*>(&request), sizeof(request));
+            bench::RecvFully(senders[r], reinterpret_cast<char*>(&request), sizeof(request));
           }
           iovec iov[2] = {{&size, sizeof(size)}, {const_cast<char*>(bytes.data()), bytes.size()}};
           WriteFully(senders[r], iov);
@@ -149,8 +128,8 @@ double TimePlainTcp(const Batch& batch, int receivers, int per_receiver, bool as
             }
           }
           uint64_t size = 0;
-          ReadFully(receiving[r], reinterpret_cast<char*>(&size), sizeof(size));
-          ReadFully(receiving[r], buffer.get(), size);
+          bench::RecvFully(receiving[r], reinterpret_cast<char*>(&size), sizeof(size));
+          bench::RecvFully(receiving[r], buffer.get(), size);
         }
       });
     }

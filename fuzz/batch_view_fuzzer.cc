@@ -10,41 +10,16 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "croupier/batch.h"
 #include "fuzz/fuzz_util.h"
+#include "src/io/batch_testing.h"
 
 namespace croupier::fuzz {
 namespace {
-
-uint64_t TouchEverything(const BatchView& view) {
-  uint64_t sum = 0;
-  for (const ColumnView& c : view.columns()) {
-    std::vector<int64_t> shape = c.ValuesShape(view.num_records());
-    FUZZ_CHECK(!shape.empty(), "a shape");
-    for (float f : c.floats()) sum += f > 0;
-    for (int64_t v : c.ints()) sum += static_cast<uint64_t>(v);
-    for (uint8_t v : c.values_as<uint8_t>()) sum += v;
-    for (uint16_t v : c.values_as<uint16_t>()) sum += v;
-    for (uint32_t v : c.values_as<uint32_t>()) sum += v;
-    for (uint64_t v : c.values_as<uint64_t>()) sum += v;
-    if (c.dtype == DType::kBool) {
-      for (bool v : c.values_as<bool>()) sum += v;  // UBSan flags a byte other than 0 or 1
-    }
-    FUZZ_CHECK(c.dtype == DType::kBytes || c.values.size() == c.num_values * c.element_size(),
-               "values size");
-    for (uint64_t s : c.row_splits) sum += s;
-    if (c.dtype == DType::kBytes) {
-      for (uint64_t i = 0; i < c.num_values; ++i) sum += c.bytes(i).size();
-    }
-    for (char ch : c.values) sum += static_cast<uint8_t>(ch);
-    FUZZ_CHECK(!c.variable_length || c.row_splits.size() == view.num_records() + 1, "splits");
-    FUZZ_CHECK(c.dtype != DType::kBytes || c.offsets.size() == c.num_values + 1, "offsets");
-  }
-  return sum;
-}
 
 void Run(absl::string_view bytes) {
   // As the TCP client receives it: into an aligned buffer from Batch::AllocateBuffer.
@@ -54,11 +29,10 @@ void Run(absl::string_view bytes) {
   auto batch = Batch::FromBuffer(buffer, bytes.size());
   auto copied = Batch::FromBytes(bytes);
   FUZZ_CHECK(batch.ok() == copied.ok(), "FromBuffer and FromBytes agree");
-  if (!batch.ok()) {
-    FUZZ_CHECK(absl::IsDataLoss(batch.status()), "batch errors are DATA_LOSS");
-    return;
-  }
-  volatile uint64_t sink = TouchEverything(batch->view());
+  if (RefusedAsDataLoss(batch.status(), "batch errors are DATA_LOSS")) return;
+  absl::StatusOr<uint64_t> read = ReadEveryValue(batch->view());
+  FUZZ_CHECK(read.ok(), std::string(read.status().message()).c_str());
+  volatile uint64_t sink = *read;
   (void)sink;
   FUZZ_CHECK(batch->ContentHash() == copied->ContentHash(), "same bytes, same hash");
 

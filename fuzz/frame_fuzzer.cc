@@ -48,10 +48,7 @@ constexpr uint64_t kMaxBatchBytes = 1 << 20;
 
 void CheckRequest(const frame::FrameHeader& h, absl::string_view header, absl::string_view body) {
   auto request = frame::ParseRequest(h, body);
-  if (!request.ok()) {
-    FUZZ_CHECK(absl::IsDataLoss(request.status()), "request errors are DATA_LOSS");
-    return;
-  }
+  if (RefusedAsDataLoss(request.status(), "request errors are DATA_LOSS")) return;
   FUZZ_CHECK(request->job.size() <= frame::kMaxJobBytes, "job name bounded");
   frame::Request canonical = *request;
   if (canonical.type == frame::FrameType::kGetAny) canonical.batch = 0;
@@ -69,10 +66,7 @@ void Server(Stream in) {
   absl::string_view prefix, token;
   if (!in.Take(frame::kHelloPrefixBytes, prefix)) return;
   auto hello = frame::ParseHelloPrefix(prefix);
-  if (!hello.ok()) {
-    FUZZ_CHECK(absl::IsDataLoss(hello.status()), "hello errors are DATA_LOSS");
-    return;
-  }
+  if (RefusedAsDataLoss(hello.status(), "hello errors are DATA_LOSS")) return;
   FUZZ_CHECK(hello->payload_length <= frame::kMaxTokenBytes, "payload bounded before reading it");
   if (!in.Take(hello->payload_length, token)) return;
   FUZZ_CHECK(frame::EncodeHello(hello->version, token) == std::string(prefix) + std::string(token),
@@ -81,18 +75,12 @@ void Server(Stream in) {
     absl::string_view header, body;
     if (!in.Take(frame::kHeaderBytes, header)) return;
     auto h = frame::ParseHeader(header);
-    if (!h.ok()) {
-      FUZZ_CHECK(absl::IsDataLoss(h.status()), "header errors are DATA_LOSS");
-      return;
-    }
+    if (RefusedAsDataLoss(h.status(), "header errors are DATA_LOSS")) return;
     if (h->type == static_cast<uint32_t>(frame::FrameType::kAuth)) {
       // Bounded before reading, as the server does.
       if (h->length > kProofBytes || !in.Take(h->length, body)) return;
       auto proof = frame::ParseAuth(body);
-      if (!proof.ok()) {
-        FUZZ_CHECK(absl::IsDataLoss(proof.status()), "AUTH errors are DATA_LOSS");
-        return;
-      }
+      if (RefusedAsDataLoss(proof.status(), "AUTH errors are DATA_LOSS")) return;
       FUZZ_CHECK(frame::EncodeAuth(*proof) == std::string(header) + std::string(body),
                  "AUTH encodes back");
       continue;
@@ -115,10 +103,7 @@ void ClientError(const frame::FrameHeader& h, absl::string_view header, Stream& 
     return;
   }
   auto error = frame::ParseError(body);
-  if (!error.ok()) {
-    FUZZ_CHECK(absl::IsDataLoss(error.status()), "ERROR errors are DATA_LOSS");
-    return;
-  }
+  if (RefusedAsDataLoss(error.status(), "ERROR errors are DATA_LOSS")) return;
   FUZZ_CHECK(error->code != absl::StatusCode::kOk, "an ERROR is never OK");
   FUZZ_CHECK(frame::EncodeError(absl::Status(error->code, error->message)) ==
                  std::string(header) + std::string(body),
@@ -145,10 +130,7 @@ void ClientCompressedBatch(const frame::FrameHeader& h, absl::string_view header
   const uint64_t compressed_size = h.length - frame::kCompressedFixedBytes;
   if (!in.Take(frame::kCompressedFixedBytes, fixed_bytes)) return;
   auto fixed = frame::ParseCompressedBatchFixed(fixed_bytes);
-  if (!fixed.ok()) {
-    FUZZ_CHECK(absl::IsDataLoss(fixed.status()), "BATCH_COMPRESSED errors are DATA_LOSS");
-    return;
-  }
+  if (RefusedAsDataLoss(fixed.status(), "BATCH_COMPRESSED errors are DATA_LOSS")) return;
   const auto prefix = frame::EncodeCompressedBatchPrefix(fixed->index, fixed->codec,
                                                          fixed->uncompressed_bytes, compressed_size);
   FUZZ_CHECK(absl::string_view(prefix.data(), prefix.size()) ==
@@ -166,10 +148,7 @@ void ClientCompressedBatch(const frame::FrameHeader& h, absl::string_view header
   const absl::Status s =
       Decompress(static_cast<Codec>(fixed->codec), body, reinterpret_cast<char*>(buffer.get()),
                  size);
-  if (!s.ok()) {
-    FUZZ_CHECK(absl::IsDataLoss(s), "decompression errors are DATA_LOSS");
-    return;
-  }
+  if (RefusedAsDataLoss(s, "decompression errors are DATA_LOSS")) return;
   auto batch = Batch::FromBuffer(std::move(buffer), size);
   FUZZ_CHECK(batch.ok() || absl::IsDataLoss(batch.status()), "batch errors are DATA_LOSS");
 }
@@ -185,10 +164,7 @@ void Client(Stream in) {
     // Bounded before reading, as the client does.
     if (h->length > kNonceBytes + kProofBytes || !in.Take(h->length, body)) return;
     auto challenge = frame::ParseChallenge(body);
-    if (!challenge.ok()) {
-      FUZZ_CHECK(absl::IsDataLoss(challenge.status()), "CHALLENGE errors are DATA_LOSS");
-      return;
-    }
+    if (RefusedAsDataLoss(challenge.status(), "CHALLENGE errors are DATA_LOSS")) return;
     FUZZ_CHECK(frame::EncodeChallenge(challenge->nonce, challenge->proof) ==
                    std::string(header) + std::string(body),
                "CHALLENGE encodes back");

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 
 namespace croupier::fuzz {
@@ -21,6 +22,14 @@ namespace croupier::fuzz {
       std::abort();                                                       \
     }                                                                     \
   } while (0)
+
+// True when `status` is an error, which must then be DATA_LOSS, the code of bad bytes (`what`
+// names the check in the crash report): the target returns, the input refused.
+inline bool RefusedAsDataLoss(const absl::Status& status, const char* what) {
+  if (status.ok()) return false;
+  FUZZ_CHECK(absl::IsDataLoss(status), what);
+  return true;
+}
 
 // This process's scratch file: in $TMPDIR or /tmp, one per pid so that parallel fuzzers do not
 // share it, removed at exit.

@@ -18,10 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace croupier;
   absl::string_view bytes(reinterpret_cast<const char*>(data), size);
   auto index = ParseRecordIndex(bytes, "fuzz.crindex");
-  if (!index.ok()) {
-    FUZZ_CHECK(absl::IsDataLoss(index.status()), "index errors are DATA_LOSS");
-    return 0;
-  }
+  if (fuzz::RefusedAsDataLoss(index.status(), "index errors are DATA_LOSS")) return 0;
   uint64_t framed_total = 0;
   for (uint64_t i = 0; i < index->num_records(); ++i) {
     const uint64_t start = index->offsets[i];

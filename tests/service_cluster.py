@@ -145,6 +145,27 @@ class Cluster:
                             "--output", output, "--timeout-ms", "30000",
                             *self.token_args(), *extra], f"consumer-{job}-{rank}", prefix=prefix)
 
+    def start_ranks(self, job, world, out_dir, epochs=1, *extra):
+        """A consumer of each rank of `job`, rank r writing out_dir/rank{r}.jsonl; returns
+        (outs, procs), both in rank order."""
+        outs = [pathlib.Path(out_dir) / f"rank{r}.jsonl" for r in range(world)]
+        procs = [self.start_consumer(job, r, world, outs[r], epochs, *extra) for r in range(world)]
+        return outs, procs
+
+    def producer_ids(self):
+        """{data address: producer id} of the producers the dispatcher knows."""
+        return {p["dataAddress"]: p["producerId"] for p in self.status().get("producers", [])}
+
+    def producer_address(self, timeout=20):
+        """The data address of the first producer, once it has registered."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            producers = self.status().get("producers", [])
+            if producers:
+                return producers[0]["dataAddress"]
+            time.sleep(0.1)
+        raise AssertionError(f"no producer registered within {timeout} s")
+
     def wait(self, procs, timeout):
         deadline = time.monotonic() + timeout
         for proc in procs:
@@ -283,6 +304,12 @@ def synth_dataset(out_dir, records, files=3, image_bytes=256):
     return sorted(pathlib.Path(out_dir).glob("*.tfrecord"))
 
 
+def synth_glob(out_dir, records, files=3, image_bytes=256):
+    """synth_dataset, as the glob of its files (what the Python API's create_job takes)."""
+    synth_dataset(out_dir, records, files, image_bytes)
+    return str(pathlib.Path(out_dir) / "*.tfrecord")
+
+
 def fault_free_run(work_dir, files, features, batch_size, world, seed, epochs=1, env=None):
     """A run with one producer and no fault: each rank's [(epoch, step, hash)], what the fault
     tests compare against. `env`: extra environment of the cluster's processes."""
@@ -290,9 +317,7 @@ def fault_free_run(work_dir, files, features, batch_size, world, seed, epochs=1,
     with Cluster(work_dir / "cluster", env=env) as cluster:
         cluster.add_producer()
         cluster.create_job("train", files, features, batch_size, world, seed=seed, epochs=epochs)
-        outs = [work_dir / f"rank{r}.jsonl" for r in range(world)]
-        procs = [cluster.start_consumer("train", r, world, outs[r], epochs)
-                 for r in range(world)]
+        outs, procs = cluster.start_ranks("train", world, work_dir, epochs)
         cluster.wait(procs, timeout=90)
     return [batch_hashes(read_batches(o)) for o in outs]
 

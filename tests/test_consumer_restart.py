@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from service_cluster import Cluster, kill, read_batches, run
+from service_cluster import (Cluster, batch_hashes, fault_free_run, kill, read_batches,
+                             synth_dataset)
 
 FEATURES = "id:int64,label:int64,image:bytes"
 RECORDS, BATCH, WORLD, SEED = 2400, 16, 3, 5
@@ -15,27 +16,15 @@ STEPS = RECORDS // (BATCH * WORLD)  # 50 per rank per epoch
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    data = tmp_path_factory.mktemp("restart") / "data"
-    run("synth", "--out", data, "--files", 2, "--records", RECORDS, "--image-bytes", 128,
-        "--quiet")
-    return sorted(data.glob("*.tfrecord"))
-
-
-def keyed(batches):
-    return [(b["epoch"], b["step"], b["hash"]) for b in batches]
+    return synth_dataset(tmp_path_factory.mktemp("restart") / "data", RECORDS, files=2,
+                         image_bytes=128)
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, dataset):
     """A fault-free run over 2 epochs: each rank's [(epoch, step, hash)]."""
-    tmp = tmp_path_factory.mktemp("reference")
-    with Cluster(tmp / "cluster") as cluster:
-        cluster.add_producer()
-        cluster.create_job("train", dataset, FEATURES, BATCH, WORLD, seed=SEED, epochs=2)
-        outs = [tmp / f"r{r}.jsonl" for r in range(WORLD)]
-        procs = [cluster.start_consumer("train", r, WORLD, outs[r], 2) for r in range(WORLD)]
-        cluster.wait(procs, timeout=90)
-    return [keyed(read_batches(o)) for o in outs]
+    return fault_free_run(tmp_path_factory.mktemp("reference"), dataset, FEATURES, BATCH, WORLD,
+                          SEED, epochs=2)
 
 
 def lines(path):
@@ -57,9 +46,7 @@ def test_a_killed_consumer_restarts_with_its_rank(tmp_path, dataset, reference, 
         for _ in range(2):
             cluster.add_producer()
         cluster.create_job("train", dataset, FEATURES, BATCH, WORLD, seed=SEED, epochs=2)
-        outs = [tmp_path / f"r{r}.jsonl" for r in range(WORLD)]
-        procs = [cluster.start_consumer("train", r, WORLD, outs[r], 2, "--slow-ms", "20")
-                 for r in range(WORLD)]
+        outs, procs = cluster.start_ranks("train", WORLD, tmp_path, 2, "--slow-ms", "20")
         victim = 1
         wait_for_lines(outs[victim], 30, procs[victim])
         kill(procs[victim])
@@ -79,9 +66,9 @@ def test_a_killed_consumer_restarts_with_its_rank(tmp_path, dataset, reference, 
         took = time.monotonic() - start
     for rank in range(WORLD):
         if rank != victim:
-            assert keyed(read_batches(outs[rank])) == reference[rank], f"rank {rank}"
+            assert batch_hashes(read_batches(outs[rank])) == reference[rank], f"rank {rank}"
     want = reference[victim]
-    got_first, got_second = keyed(first), keyed(second)
+    got_first, got_second = batch_hashes(first), batch_hashes(second)
     if checkpoint:
         # Exact: the checkpointed run and the restored one join with nothing missing or repeated.
         assert got_first + got_second == want
@@ -125,4 +112,5 @@ def test_the_whole_job_restarts_from_a_checkpoint_bit_identically(tmp_path, data
         cluster.wait(procs, timeout=90)
     for rank in range(WORLD):
         # The rest of epoch 0 and all of epoch 1, as if nothing had happened.
-        assert keyed(firsts[rank]) + keyed(read_batches(outs[rank])) == reference[rank], rank
+        resumed = batch_hashes(read_batches(outs[rank]))
+        assert batch_hashes(firsts[rank]) + resumed == reference[rank], rank

@@ -10,31 +10,9 @@ import time
 import pytest
 
 import croupier
-from service_cluster import (Cluster, batch_hashes, fault_free_run, kill, read_batches, run,
-                            synth_dataset)
-
-FEATURES = "id:int64,label:int64,image:bytes"
-RECORDS, BATCH, WORLD, SEED = 3000, 16, 4, 7
-STEPS = RECORDS // (BATCH * WORLD)  # per consumer per epoch
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    """The records over 3 files; each record's `id` feature is its global record id."""
-    return synth_dataset(tmp_path_factory.mktemp("faults") / "data", RECORDS)
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory, dataset):
-    """A fault-free run: each rank's [(epoch, step, hash)]."""
-    return fault_free_run(tmp_path_factory.mktemp("reference"), dataset, FEATURES, BATCH, WORLD,
-                          SEED)
-
-
-def start_consumers(cluster, out_dir, *extra):
-    outs = [out_dir / f"rank{r}.jsonl" for r in range(WORLD)]
-    procs = [cluster.start_consumer("train", r, WORLD, outs[r], 1, *extra) for r in range(WORLD)]
-    return outs, procs
+from fault_job import (BATCH, FEATURES, RECORDS, SEED, STEPS, WORLD,  # noqa: F401 (fixtures)
+                       dataset, reference)
+from service_cluster import Cluster, batch_hashes, kill, read_batches, run
 
 
 def lines(path):
@@ -109,7 +87,7 @@ def test_producer_killed_mid_epoch_loses_and_repeats_nothing(tmp_path, dataset, 
         for _ in range(3):
             cluster.add_producer()
         cluster.create_job("train", dataset, FEATURES, BATCH, WORLD, seed=SEED, epochs=1)
-        outs, procs = start_consumers(cluster, tmp_path, "--slow-ms", "60")
+        outs, procs = cluster.start_ranks("train", WORLD, tmp_path, 1, "--slow-ms", "60")
         wait_for_progress(outs, procs, STEPS // 4, timeout=60)
         kill(cluster.producers[1])
         stall = watch(cluster, outs, procs, timeout=90)
@@ -124,7 +102,7 @@ def test_dispatcher_killed_mid_epoch_and_restarted_carries_on(tmp_path, dataset,
         for _ in range(3):
             cluster.add_producer()
         cluster.create_job("train", dataset, FEATURES, BATCH, WORLD, seed=SEED, epochs=1)
-        outs, procs = start_consumers(cluster, tmp_path, "--slow-ms", "60")
+        outs, procs = cluster.start_ranks("train", WORLD, tmp_path, 1, "--slow-ms", "60")
         wait_for_progress(outs, procs, STEPS // 4, timeout=60)
         kill(cluster.dispatcher)
         killed = time.monotonic()
@@ -156,7 +134,7 @@ def test_torn_final_journal_entry_is_cut_and_nothing_complete_is_lost(tmp_path, 
         for _ in range(2):
             cluster.add_producer()
         cluster.create_job("train", dataset, FEATURES, BATCH, WORLD, seed=SEED, epochs=2)
-        outs, procs = start_consumers(cluster, tmp_path)
+        outs, procs = cluster.start_ranks("train", WORLD, tmp_path)
         cluster.wait(procs, timeout=60)  # epoch 0, then the consumers leave at (1, 0)
         time.sleep(1.5)  # producers settle: their slots hold epoch 1's first tasks
         before = durable(status(cluster))

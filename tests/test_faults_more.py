@@ -10,32 +10,12 @@ import time
 
 import pytest
 
-from service_cluster import (Cluster, OutputWatch, check_exactly_once, fault_free_run,
-                             synth_dataset)
+from fault_job import (BATCH, FEATURES, RECORDS, SEED, STEPS, WORLD,  # noqa: F401 (fixtures)
+                       dataset, reference)
+from service_cluster import Cluster, OutputWatch, check_exactly_once
 
-FEATURES = "id:int64,label:int64,image:bytes"
-RECORDS, BATCH, WORLD, SEED = 3000, 16, 4, 7
-STEPS = RECORDS // (BATCH * WORLD)  # per consumer per epoch
 TIMEOUT_MS = 1500  # --producer-timeout-ms
 FROZEN_S = 4.0  # well past the timeout, and past the dispatcher's 1 s expiry tick
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    """The records over 3 files; each record's `id` feature is its global record id."""
-    return synth_dataset(tmp_path_factory.mktemp("faults-more") / "data", RECORDS)
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory, dataset):
-    """A fault-free run: each rank's [(epoch, step, hash)]."""
-    return fault_free_run(tmp_path_factory.mktemp("reference"), dataset, FEATURES, BATCH, WORLD,
-                          SEED)
-
-
-def producer_ids(status):
-    """{data address: producer id} of the producers the dispatcher knows."""
-    return {p["dataAddress"]: p["producerId"] for p in status.get("producers", [])}
 
 
 def wait_until(predicate, timeout, what):
@@ -55,18 +35,16 @@ def test_frozen_producer_loses_its_work_and_rejoins_as_a_new_producer(tmp_path, 
         for _ in range(3):
             cluster.add_producer()
         cluster.create_job("train", dataset, FEATURES, BATCH, WORLD, seed=SEED, epochs=1)
-        outs = [tmp_path / f"rank{r}.jsonl" for r in range(WORLD)]
         # Slow consumers, so that the epoch outlasts the freeze and the thaw; with a window of 4,
         # so that the frozen producer still holds work they have not fetched (the automatic
         # window, 64 batches this small, can have fetched all of it before the freeze).
-        procs = [cluster.start_consumer("train", r, WORLD, outs[r], 1, "--slow-ms", "150",
-                                        "--prefetch", "4")
-                 for r in range(WORLD)]
+        outs, procs = cluster.start_ranks("train", WORLD, tmp_path, 1, "--slow-ms", "150",
+                                          "--prefetch", "4")
         watch = OutputWatch(outs)
         watch.wait_for(STEPS // 5, procs, timeout=60)
 
         frozen = cluster.producers[1]
-        before = producer_ids(cluster.status())
+        before = cluster.producer_ids()
         assert len(before) == 3, before
         # Its id and address, from its log ("producer 2 serving on 127.0.0.1:PORT for ...").
         old_id, address = re.search(r"producer (\d+) serving on (\S+) ",
@@ -79,7 +57,7 @@ def test_frozen_producer_loses_its_work_and_rejoins_as_a_new_producer(tmp_path, 
                 watch.poll()
                 time.sleep(0.02)
             # Presumed dead: removed, and its tasks orphaned for the others.
-            gone = producer_ids(cluster.status())
+            gone = cluster.producer_ids()
             assert address not in gone, gone
             # ... with work in hand that had to move to the others.
             assert re.search(f"producer {old_id} at {address} removed \\(expired .*\\); "
@@ -92,7 +70,7 @@ def test_frozen_producer_loses_its_work_and_rejoins_as_a_new_producer(tmp_path, 
         # It learns it was expired on its next heartbeat, drops its tasks and registers anew, at
         # the same data address under a new id.
         def rejoined():
-            now = producer_ids(cluster.status())
+            now = cluster.producer_ids()
             return now.get(address) not in (None, old_id) and now
         after = wait_until(rejoined, 15, f"producer {address} did not register again")
         new_id = after[address]
@@ -107,7 +85,7 @@ def test_frozen_producer_loses_its_work_and_rejoins_as_a_new_producer(tmp_path, 
               f"longest consumer stall {stall:.2f} s (includes 0.15 s --slow-ms)")
         # The thawed producer is still alive and heartbeating under its new id.
         assert frozen.poll() is None
-        assert producer_ids(cluster.status())[address] == new_id
+        assert cluster.producer_ids()[address] == new_id
         # Each consumer handed exactly the epoch's steps to its trainer, no more.
         for p in procs:
             assert f"': {STEPS} batches" in p.log_path.read_text()
@@ -122,20 +100,18 @@ def test_producer_frozen_and_thawed_before_the_timeout_keeps_its_id(tmp_path, da
         for _ in range(2):
             cluster.add_producer()
         cluster.create_job("train", dataset, FEATURES, BATCH, WORLD, seed=SEED, epochs=1)
-        outs = [tmp_path / f"rank{r}.jsonl" for r in range(WORLD)]
-        procs = [cluster.start_consumer("train", r, WORLD, outs[r], 1, "--slow-ms", "60")
-                 for r in range(WORLD)]
+        outs, procs = cluster.start_ranks("train", WORLD, tmp_path, 1, "--slow-ms", "60")
         watch = OutputWatch(outs)
         watch.wait_for(STEPS // 5, procs, timeout=60)
         paused = cluster.producers[0]
-        before = producer_ids(cluster.status())
+        before = cluster.producer_ids()
         paused.send_signal(signal.SIGSTOP)
         try:
             time.sleep(1.0)
         finally:
             paused.send_signal(signal.SIGCONT)
         watch.follow(cluster, procs, timeout=90)
-        assert producer_ids(cluster.status()) == before
+        assert cluster.producer_ids() == before
         assert "registered again" not in paused.log_path.read_text()
         assert not re.search("producer [0-9]+ at .* removed",
                              cluster.dispatcher.log_path.read_text())

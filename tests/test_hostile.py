@@ -17,7 +17,7 @@ import pytest
 
 import croupier
 import data_wire
-from service_cluster import Cluster, read_batches, run, wait_for_file
+from service_cluster import Cluster, read_batches, run, synth_dataset, wait_for_file
 
 FEATURES = "id:int64,label:int64,image:bytes"
 RECORDS = 1200
@@ -26,10 +26,7 @@ TOKEN = "hostile-token"
 
 @pytest.fixture
 def dataset(tmp_path):
-    data = tmp_path / "data"
-    run("synth", "--out", data, "--files", 2, "--records", RECORDS, "--image-bytes", 256,
-        "--quiet")
-    return sorted(data.glob("*.tfrecord"))
+    return synth_dataset(tmp_path / "data", RECORDS, files=2)
 
 
 def check_every_record_once(outs, batch, world, seed, epochs=1):
@@ -49,16 +46,6 @@ def run_job(cluster, tmp_path, name, world=2, epochs=1, seed=3):
     cluster.wait([cluster.start_consumer(name, r, world, outs[r], epochs) for r in range(world)],
                  timeout=90)
     return outs
-
-
-def producer_address(cluster, timeout=20):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        producers = cluster.status().get("producers", [])
-        if producers:
-            return producers[0]["dataAddress"]
-        time.sleep(0.1)
-    raise AssertionError("no producer registered")
 
 
 def garbage_payloads():
@@ -97,7 +84,7 @@ def test_garbage_on_every_port_is_refused_and_harms_nothing(tmp_path, dataset):
                                   metrics_file]) as cluster:
         producer = cluster.add_producer()
         cluster.create_job("train", dataset, FEATURES, 16, 2, seed=3, epochs=1)
-        data_port = int(producer_address(cluster).rsplit(":", 1)[1])
+        data_port = int(cluster.producer_address().rsplit(":", 1)[1])
         metrics_port = int(wait_for_file(metrics_file, 10))
         for port in (cluster.port, data_port, metrics_port):
             send_garbage(port)
@@ -211,23 +198,13 @@ def test_a_read_only_work_directory_is_refused_at_start(tmp_path):
         assert "Read-only file system" in p.stderr and str(work) in p.stderr
 
 
-def data_frame(sock, n):
-    buf = b""
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return buf
-
-
 def test_a_consumer_fetching_another_ranks_batches_takes_nothing_from_it(tmp_path, dataset):
     with Cluster(tmp_path / "cluster", auth_token=TOKEN, env={"CROUPIER_SHM": "off"}) as cluster:
         cluster.add_producer()
         cluster.create_job("train", dataset, FEATURES, 16, 2, seed=3, epochs=1)
         outs = [tmp_path / f"rank{r}.jsonl" for r in range(2)]
         rank0 = cluster.start_consumer("train", 0, 2, outs[0], 1)
-        host, port = producer_address(cluster).rsplit(":", 1)
+        host, port = cluster.producer_address().rsplit(":", 1)
         wait_for_file(outs[0], 30, rank0)  # rank 0 runs: the producer holds tasks of the job
         # A client with the cluster's token asks the producer for rank 1's batches (odd global
         # batches) of epoch 0 before rank 1 does.
@@ -239,8 +216,7 @@ def test_a_consumer_fetching_another_ranks_batches_takes_nothing_from_it(tmp_pat
                 g = plan.global_batch(1, step)
                 body = struct.pack("<QQQII", 0, g, 5000, 5, 0) + b"train"
                 s.sendall(struct.pack("<IIQ", 1, 0, len(body)) + body)
-                kind, _, length = struct.unpack("<IIQ", data_frame(s, 16))
-                data_frame(s, length)
+                kind, _ = data_wire.read_frame(s)
                 taken += kind == 18  # BATCH
         assert taken > 0, "the producer held none of rank 1's batches"
         rank1 = cluster.start_consumer("train", 1, 2, outs[1], 1)

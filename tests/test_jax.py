@@ -6,7 +6,6 @@ the plan's (record ids), equal steps, the global arrays holding every rank's bat
 identical parameters on every process at the end (the gradients were reduced over the global
 batch)."""
 import collections
-import json
 import os
 import subprocess
 import sys
@@ -16,8 +15,8 @@ import pytest
 
 import croupier
 
-from tf_records import write_regression
-from workers import free_ports, run_all
+from tf_records import write_regression_file
+from workers import free_ports, read_outputs, run_all, write_script
 
 pytest.importorskip("jax")
 tf = pytest.importorskip("tensorflow")  # writes the TFRecord file
@@ -74,12 +73,10 @@ _WORKER = textwrap.dedent("""
 def test_jax_distributed_4_processes_train_data_parallel_on_global_arrays(tmp_path):
     processes, local_devices, batch = 4, 2, 16
     records = 640  # per epoch: 4 ranks x 10 steps x 16 records
-    path = tmp_path / "reg.tfrecord"
-    write_regression(tf, path, records)
-    script = tmp_path / "worker.py"
-    script.write_text(_WORKER)
+    path = write_regression_file(tf, tmp_path, records)
+    script = write_script(tmp_path, "worker.py", _WORKER)
     with croupier.local_cluster(producers=2, work_dir=tmp_path / "cluster") as cluster:
-        cluster.create_job("train", str(path), FEATURES, batch, consumers=processes, seed=7,
+        cluster.create_job("train", path, FEATURES, batch, consumers=processes, seed=7,
                            epochs=2)
         coordinator = f"127.0.0.1:{free_ports(1)[0]}"
         procs = []
@@ -92,8 +89,7 @@ def test_jax_distributed_4_processes_train_data_parallel_on_global_arrays(tmp_pa
                  str(i), str(processes), str(local_devices), coordinator],
                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
         run_all(procs, 240)
-    outs = sorted((json.loads((tmp_path / f"out{i}.json").read_text()) for i in range(processes)),
-                  key=lambda o: o["process"])
+    outs = read_outputs((tmp_path / f"out{i}.json" for i in range(processes)), key="process")
     assert [o["process"] for o in outs] == list(range(processes))
     assert all(o["devices"] == local_devices and o["shards"] == local_devices for o in outs)
     steps = records // batch // processes

@@ -9,7 +9,7 @@ import pytest
 
 import croupier
 from croupier import errors
-from service_cluster import run
+from service_cluster import run, synth_glob
 
 FEATURES = "id:int64,label:int64,image:bytes"
 
@@ -17,9 +17,7 @@ FEATURES = "id:int64,label:int64,image:bytes"
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     """120 records over 2 files."""
-    data = tmp_path_factory.mktemp("data")
-    run("synth", "--out", data, "--files", 2, "--records", 120, "--image-bytes", 16, "--quiet")
-    return str(data / "*.tfrecord")
+    return synth_glob(tmp_path_factory.mktemp("data"), 120, files=2, image_bytes=16)
 
 
 def summary(cluster, job):

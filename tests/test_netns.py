@@ -18,12 +18,10 @@ import time
 
 import pytest
 
-from service_cluster import (Cluster, OutputWatch, check_exactly_once, fault_free_run,
-                             synth_dataset)
+from fault_job import (BATCH, FEATURES, RECORDS, SEED, STEPS, WORLD,  # noqa: F401 (fixtures)
+                       dataset, reference)
+from service_cluster import Cluster, OutputWatch, check_exactly_once
 
-FEATURES = "id:int64,label:int64,image:bytes"
-RECORDS, BATCH, WORLD, SEED = 3000, 16, 4, 7
-STEPS = RECORDS // (BATCH * WORLD)
 TIMEOUT_MS = 1500  # --producer-timeout-ms
 DOWN_S = 5.0  # how long the link stays down: well past the timeout
 
@@ -133,23 +131,6 @@ def network():
         net.close()
 
 
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    """The records over 3 files; each record's `id` feature is its global record id."""
-    return synth_dataset(tmp_path_factory.mktemp("netns") / "data", RECORDS)
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory, dataset):
-    """A fault-free run: each rank's [(epoch, step, hash)]."""
-    return fault_free_run(tmp_path_factory.mktemp("reference"), dataset, FEATURES, BATCH, WORLD,
-                          SEED)
-
-
-def producer_ids(cluster):
-    return {p["dataAddress"]: p["producerId"] for p in cluster.status().get("producers", [])}
-
-
 @pytest.mark.timeout(150)
 def test_producer_link_down_is_a_crash_and_link_up_duplicates_nothing(tmp_path, network,
                                                                         dataset, reference):
@@ -172,7 +153,7 @@ def test_producer_link_down_is_a_crash_and_link_up_duplicates_nothing(tmp_path, 
         ids = {}
         deadline = time.monotonic() + 20
         while len(ids) < 2 and time.monotonic() < deadline:
-            ids = producer_ids(cluster)
+            ids = cluster.producer_ids()
             time.sleep(0.1)
         assert sorted(a.rsplit(":", 1)[0] for a in ids) == sorted(producer_ips), ids
         cut = next(a for a in ids if a.startswith(producer_ips[1] + ":"))
@@ -193,17 +174,17 @@ def test_producer_link_down_is_a_crash_and_link_up_duplicates_nothing(tmp_path, 
             # The dispatcher took it for dead and orphaned its work, as for a crash.
             log = cluster.dispatcher.log_path.read_text()
             assert re.search(f"producer {ids[cut]} at {cut} removed \\(expired", log), log
-            assert cut not in producer_ids(cluster)
+            assert cut not in cluster.producer_ids()
         finally:
             network.set_link("producer1", "up")
         up_at = watch.poll()[:]
 
         # Back on the network, it finds it was expired, drops its tasks and rejoins anew.
         deadline = time.monotonic() + 20
-        while producer_ids(cluster).get(cut) in (None, ids[cut]):
+        while cluster.producer_ids().get(cut) in (None, ids[cut]):
             assert time.monotonic() < deadline, "the producer did not register again in 20 s"
             time.sleep(0.2)
-        new_id = producer_ids(cluster)[cut]
+        new_id = cluster.producer_ids()[cut]
         assert int(new_id) > int(ids[cut])
         assert "registering again" in cluster.producers[1].log_path.read_text()
 

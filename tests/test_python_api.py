@@ -16,7 +16,7 @@ import pytest
 import croupier
 from croupier import errors
 from croupier.launcher import detect_rank_world
-from service_cluster import run
+from service_cluster import synth_glob
 from tf_records import DETECTION, MIXED, REGRESSION, TF_WRITTEN_COUNTS
 
 FEATURES = "id:int64,label:int64,image:bytes"
@@ -25,9 +25,7 @@ FEATURES = "id:int64,label:int64,image:bytes"
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     """1,200 records over 3 files; each record's `id` is its global record id."""
-    data = tmp_path_factory.mktemp("data")
-    run("synth", "--out", data, "--files", 3, "--records", 1200, "--image-bytes", 128, "--quiet")
-    return str(data / "*.tfrecord")
+    return synth_glob(tmp_path_factory.mktemp("data"), 1200, image_bytes=128)
 
 
 @pytest.fixture

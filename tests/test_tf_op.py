@@ -15,7 +15,8 @@ import croupier
 
 tf = pytest.importorskip("tensorflow")
 import croupier.tf as ctf  # noqa: E402
-from tf_records import MIXED, write_mixed_examples  # noqa: E402
+from tf_records import (MIXED, check_first_mixed_batch, mixed_total,  # noqa: E402
+                        mixed_total_in_tf_function, write_mixed_examples)
 
 if not ctf.op_available():
     pytest.skip("the TensorFlow op was not built", allow_module_level=True)
@@ -48,22 +49,10 @@ def test_op_reads_dense_ragged_and_bytes_eagerly_and_in_tf_function(tmp_path):
         assert isinstance(ds.element_spec["tokens"], tf.RaggedTensorSpec)
         batches = list(ds)  # eager: epoch 0
         assert len(batches) == 5
-        first = batches[0]
-        assert first["id"].numpy().tolist() == list(range(8))
-        assert first["tokens"].to_list() == [list(range(i % 4)) for i in range(8)]
-        assert first["name"].numpy().tolist() == [b"r%d" % i for i in range(8)]
-        np.testing.assert_allclose(first["emb"].numpy()[3], [3, 1.5, -3])
+        check_first_mixed_batch(batches[0])
         assert [i for b in batches for i in b["id"].numpy().tolist()] == list(range(40))
-
-        @tf.function
-        def total(dataset):
-            s = tf.constant(0, tf.int64)
-            for b in dataset:
-                s += tf.reduce_sum(b["id"]) + tf.reduce_sum(b["tokens"].flat_values)
-            return s
-
-        want = sum(range(40)) + sum(sum(range(i % 4)) for i in range(40))
-        assert int(total(ds)) == want  # epoch 1, inside a tf.function
+        # epoch 1, inside a tf.function
+        assert mixed_total_in_tf_function(tf, ds) == mixed_total(40)
         assert len(list(ds)) == 5  # epoch 2
         assert list(ds) == []  # past the bounded job's last epoch
         del ds

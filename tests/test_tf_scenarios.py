@@ -25,8 +25,8 @@ import croupier
 
 tf = pytest.importorskip("tensorflow")
 import croupier.tf as ctf  # noqa: E402
-from tf_records import write_regression  # noqa: E402
-from workers import free_ports, run_all  # noqa: E402
+from tf_records import write_regression_file  # noqa: E402
+from workers import free_ports, read_outputs, run_all, write_script  # noqa: E402
 
 if not ctf.op_available():
     pytest.skip("the TensorFlow op was not built", allow_module_level=True)
@@ -82,16 +82,14 @@ _MWMS_WORKER = textwrap.dedent("""
 @pytest.mark.timeout(300)
 def test_multi_worker_mirrored_strategy_4_processes_each_read_their_rank_exactly_once(tmp_path):
     workers = 4
-    path = tmp_path / "reg.tfrecord"
-    write_regression(tf, path, 640)  # per epoch: 4 ranks x 10 steps x 16 records
-    script = tmp_path / "worker.py"
-    script.write_text(_MWMS_WORKER)
+    path = write_regression_file(tf, tmp_path, 640)  # per epoch: 4 ranks x 10 steps x 16 records
+    script = write_script(tmp_path, "worker.py", _MWMS_WORKER)
     with croupier.local_cluster(producers=2, work_dir=tmp_path / "cluster") as cluster:
-        cluster.create_job("train", str(path), FEATURES, 16, consumers=workers, seed=3, epochs=2)
+        cluster.create_job("train", path, FEATURES, 16, consumers=workers, seed=3, epochs=2)
         procs = start_workers(
             tmp_path, script, lambda i: [cluster.address, str(tmp_path / f"out{i}.json")], workers)
         run_all(procs, 240)
-    outs = [json.loads((tmp_path / f"out{i}.json").read_text()) for i in range(workers)]
+    outs = read_outputs(tmp_path / f"out{i}.json" for i in range(workers))
     steps = 640 // 16 // workers  # per worker per epoch
     for o in outs:
         assert len(o["batches"]) == 2 * steps, (o["index"], len(o["batches"]))
@@ -153,12 +151,10 @@ _MIRRORED = textwrap.dedent("""
 @pytest.mark.timeout(240)
 def test_mirrored_strategy_gives_each_replica_its_own_ranks_batch_each_step(tmp_path):
     replicas = 2
-    path = tmp_path / "reg.tfrecord"
-    write_regression(tf, path, 320)
-    script = tmp_path / "mirrored.py"
-    script.write_text(_MIRRORED)
+    path = write_regression_file(tf, tmp_path, 320)
+    script = write_script(tmp_path, "mirrored.py", _MIRRORED)
     with croupier.local_cluster(producers=1, work_dir=tmp_path / "cluster") as cluster:
-        cluster.create_job("train", str(path), FEATURES, 16, consumers=replicas, seed=5, epochs=1)
+        cluster.create_job("train", path, FEATURES, 16, consumers=replicas, seed=5, epochs=1)
         out = tmp_path / "steps.json"
         proc = subprocess.Popen([sys.executable, str(script), cluster.address, str(out),
                                  str(replicas)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -317,18 +313,15 @@ def start_workers(tmp_path, script, args, workers):
 def test_keras_fit_under_multi_worker_mirrored_strategy_4_processes_without_steps_per_epoch(
         tmp_path):
     workers, records, batch, epochs = 4, 640, 16, 2
-    path = tmp_path / "reg.tfrecord"
-    write_regression(tf, path, records)
-    script = tmp_path / "fit.py"
-    script.write_text(_FIT_WORKER)
+    path = write_regression_file(tf, tmp_path, records)
+    script = write_script(tmp_path, "fit.py", _FIT_WORKER)
     with croupier.local_cluster(producers=2, work_dir=tmp_path / "cluster") as cluster:
-        cluster.create_job("train", str(path), FEATURES, batch, consumers=workers, seed=3,
+        cluster.create_job("train", path, FEATURES, batch, consumers=workers, seed=3,
                            epochs=epochs)
         procs = start_workers(tmp_path, script, lambda i: [
             cluster.address, "train", str(tmp_path / f"out{i}.json"), str(epochs)], workers)
         run_all(procs, 240)
-    outs = sorted((json.loads((tmp_path / f"out{i}.json").read_text()) for i in range(workers)),
-                  key=lambda o: o["index"])
+    outs = read_outputs((tmp_path / f"out{i}.json" for i in range(workers)), key="index")
     steps = records // batch // workers
     for epoch in range(epochs):
         plan = croupier.EpochPlan(records, batch, workers, seed=3, epoch=epoch)
@@ -365,15 +358,13 @@ def test_keras_fit_resumes_mid_epoch_exactly_from_backup_and_restore(tmp_path):
     epoch 1 step 5 with exactly the plan's batches from there, and end with the weights of an
     uninterrupted run: every batch of the trajectory trained once, in order."""
     workers, records, batch, epochs, steps = 4, 640, 16, 2, 10
-    path = tmp_path / "reg.tfrecord"
-    write_regression(tf, path, records)
-    script = tmp_path / "fit.py"
-    script.write_text(_FIT_WORKER)
+    path = write_regression_file(tf, tmp_path, records)
+    script = write_script(tmp_path, "fit.py", _FIT_WORKER)
     backup = tmp_path / "backup"
     out = lambda run, i: str(tmp_path / f"{run}{i}.json")  # noqa: E731
     with croupier.local_cluster(producers=2, work_dir=tmp_path / "cluster") as cluster:
         for job in ("reference", "train"):
-            cluster.create_job(job, str(path), FEATURES, batch, consumers=workers, seed=3,
+            cluster.create_job(job, path, FEATURES, batch, consumers=workers, seed=3,
                                epochs=epochs)
         run_all(start_workers(tmp_path, script, lambda i: [
             cluster.address, "reference", out("ref", i), str(epochs)], workers), 240)
@@ -383,9 +374,8 @@ def test_keras_fit_resumes_mid_epoch_exactly_from_backup_and_restore(tmp_path):
         run_all(start_workers(tmp_path, script, lambda i: [
             cluster.address, "train", out("resumed", i), str(epochs), str(backup)], workers),
             240)
-    read = lambda run: sorted((json.loads(pathlib.Path(out(run, i)).read_text())  # noqa: E731
-                               for i in range(workers)), key=lambda o: o["index"])
-    ref, died, resumed = read("ref"), read("died"), read("resumed")
+    ref, died, resumed = (read_outputs((out(run, i) for i in range(workers)), key="index")
+                          for run in ("ref", "died", "resumed"))
     plan = croupier.EpochPlan(records, batch, workers, seed=3, epoch=1)
     for rank in range(workers):
         want = [plan.batch(plan.global_batch(rank, s)).tolist() for s in range(steps)]

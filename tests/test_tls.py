@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from service_cluster import ROOT, Cluster, read_batches, run
+from service_cluster import ROOT, Cluster, read_batches, run, synth_dataset
 
 FEATURES = "id:int64,label:int64,image:bytes"
 
@@ -50,20 +50,7 @@ def no_tls(env):
 
 @pytest.fixture
 def dataset(tmp_path):
-    data = tmp_path / "data"
-    run("synth", "--out", data, "--files", 2, "--records", 1200, "--image-bytes", 256, "--quiet")
-    return sorted(data.glob("*.tfrecord"))
-
-
-def producer_address(cluster, timeout=20):
-    """The data address of the cluster's first producer, once it has registered."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        producers = cluster.status().get("producers", [])
-        if producers:
-            return producers[0]["dataAddress"]
-        time.sleep(0.1)
-    raise AssertionError(f"no producer registered within {timeout} s")
+    return synth_dataset(tmp_path / "data", 1200, files=2)
 
 
 def test_a_whole_run_over_mutual_tls_delivers_every_record_once(tmp_path, dataset, certs):
@@ -152,7 +139,7 @@ def hello(token=b""):
 def test_data_plane_refusals_from_a_tls_producer(tmp_path, certs):
     with Cluster(tmp_path / "cluster", env=tls_env(certs)) as cluster:
         cluster.add_producer()
-        host, port = producer_address(cluster).rsplit(":", 1)
+        host, port = cluster.producer_address().rsplit(":", 1)
         port = int(port)
         # A plaintext croupier client is told, in a plaintext ERROR frame, that TLS is required.
         with socket.create_connection((host, port), timeout=5) as s:
@@ -193,7 +180,7 @@ def test_data_plane_refusals_from_a_tls_producer(tmp_path, certs):
 def test_a_tls_client_on_a_plaintext_producer_is_refused_and_logged(tmp_path, certs):
     with Cluster(tmp_path / "cluster", env={"CROUPIER_SHM": "off"}) as cluster:
         cluster.add_producer()
-        host, port = producer_address(cluster).rsplit(":", 1)
+        host, port = cluster.producer_address().rsplit(":", 1)
         context = ssl.create_default_context(cafile=str(certs / "ca.pem"))
         with socket.create_connection((host, int(port)), timeout=5) as raw:
             with pytest.raises((ssl.SSLError, ConnectionError)):
@@ -228,7 +215,7 @@ def test_a_consumer_whose_certificate_a_producer_refuses_fails_at_once_naming_it
                  dispatcher_args=tls_flags(certs, "server", None)) as cluster:
         cluster.add_producer(*tls_flags(certs, "server", "ca"))
         cluster.create_job("train", dataset, FEATURES, 16, 1, seed=5, epochs=1, mode=mode)
-        address = producer_address(cluster)
+        address = cluster.producer_address()
         start = time.monotonic()
         proc = run("consume", "--dispatcher", cluster.address, "--job", "train", "--rank", 0,
                    "--world", 1, "--timeout-ms", 30000, check=False, env=cluster.env,

@@ -38,6 +38,33 @@ def write_mixed_examples(tf, path, n):
             w.write(tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString())
 
 
+def check_first_mixed_batch(first):
+    """Checks the first batch of 8 unshuffled mixed records as TensorFlow gives it: the dense,
+    ragged, bytes and fixed-shape float features."""
+    assert first["id"].numpy().tolist() == list(range(8))
+    assert first["tokens"].to_list() == [list(range(i % 4)) for i in range(8)]
+    assert first["name"].numpy().tolist() == [b"r%d" % i for i in range(8)]
+    assert first["emb"].numpy()[3].tolist() == [3, 1.5, -3]  # exact in float32
+
+
+def mixed_total_in_tf_function(tf, dataset):
+    """The sum of every id and token of a dataset of mixed records, iterated inside a
+    tf.function (graph mode)."""
+    @tf.function
+    def total(ds):
+        s = tf.constant(0, tf.int64)
+        for b in ds:
+            s += tf.reduce_sum(b["id"]) + tf.reduce_sum(b["tokens"].flat_values)
+        return s
+
+    return int(total(dataset))
+
+
+def mixed_total(n):
+    """What mixed_total_in_tf_function gives for records 0..n-1."""
+    return sum(range(n)) + sum(sum(range(i % 4)) for i in range(n))
+
+
 def write_regression(tf, path, n):
     """n records: id i, x = (i, 2i, 3i, 4i) / n, y = a fixed linear function of x (FEATURES
     "id:int64,x:float32[4],y:float32")."""
@@ -50,6 +77,13 @@ def write_regression(tf, path, n):
                 "y": tf.train.Feature(float_list=tf.train.FloatList(value=[sum(x) / 2 - 0.25])),
             }
             w.write(tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString())
+
+
+def write_regression_file(tf, out_dir, n):
+    """write_regression's n records in out_dir/reg.tfrecord; returns its path, as a string."""
+    path = pathlib.Path(out_dir) / "reg.tfrecord"
+    write_regression(tf, path, n)
+    return str(path)
 
 
 def regression_row(i):

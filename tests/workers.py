@@ -1,5 +1,7 @@
 """Worker processes of the multi-process framework tests: free loopback ports, and a wait that
 bounds their time and leaves none behind."""
+import json
+import pathlib
 import socket
 import time
 
@@ -13,6 +15,20 @@ def free_ports(n):
     for s in socks:
         s.close()
     return ports
+
+
+def write_script(out_dir, name, text):
+    """A worker's script: `text` written to out_dir/name. Returns its path."""
+    script = pathlib.Path(out_dir) / name
+    script.write_text(text)
+    return script
+
+
+def read_outputs(paths, key=None):
+    """The JSON each worker wrote to its file of `paths`, in that order, or sorted by its field
+    `key` (where each worker names itself)."""
+    outs = [json.loads(pathlib.Path(p).read_text()) for p in paths]
+    return outs if key is None else sorted(outs, key=lambda o: o[key])
 
 
 def run_all(procs, timeout):

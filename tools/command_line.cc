@@ -162,6 +162,16 @@ CLI::Option* AddSwitch(CLI::App* app, const std::string& name, bool* value,
   return app->add_flag(name, *value, help);
 }
 
+CLI::Option* AddMillisFlag(CLI::App* app, const std::string& name, int64_t* value, int64_t min,
+                           const std::string& help) {
+  constexpr int64_t kDayMs = 86400000;
+  return AddFlag(app, name, value, "MS", help)->check(CLI::Range(min, kDayMs));
+}
+
+void AddDispatcherFlag(CLI::App* app, std::string* address) {
+  AddFlag(app, "--dispatcher", address, "HOST:PORT", "the dispatcher's address")->required();
+}
+
 void AddTlsFlags(CLI::App* app, TlsConfig* tls, bool server) {
   app->footer(server ? "TLS (docs/operations.md#security): with --tls-cert and --tls-key this "
                        "process speaks only TLS; with --tls-ca too it requires client "

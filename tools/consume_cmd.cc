@@ -125,12 +125,8 @@ absl::Status Run(const ConsumeFlags& f) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-Subcommand AddConsumeCommand(CLI::App& parent) {
-  auto f = std::make_shared<ConsumeFlags>();
-  CLI::App* app = parent.add_subcommand("consume", kConsumeDescription);
-  AddFlag(app, "--dispatcher", &f->dispatcher, "HOST:PORT", "the dispatcher's address")->required();
+void Declare(CLI::App* app, ConsumeFlags* f) {
+  AddDispatcherFlag(app, &f->dispatcher);
   AddFlag(app, "--job", &f->job, "NAME", "the job to read")->required();
   AddFlag(app, "--rank", &f->rank, "R", "this consumer's rank, from 0 to N - 1")->required();
   AddFlag(app, "--world", &f->world, "N", "the number of consumers of the job")
@@ -147,8 +143,7 @@ Subcommand AddConsumeCommand(CLI::App& parent) {
   AddFlag(app, "--prefetch", &f->prefetch, "K",
           "the window in batches; 0: automatic (4, more for batches of 256 KiB or less)")
       ->check(CLI::Range(0, 1024));
-  AddFlag(app, "--timeout-ms", &f->timeout_ms, "MS", "how long one wait may last")
-      ->check(CLI::Range(1, 86400000));
+  AddMillisFlag(app, "--timeout-ms", &f->timeout_ms, 1, "how long one wait may last");
   AddFlag(app, "--slow-ms", &f->slow_ms, "MS", "sleep after every batch (to test backpressure)")
       ->check(CLI::Range(0, 3600000));
   AddFlag(app, "--pause-at-step", &f->pause_at, "S",
@@ -164,7 +159,12 @@ Subcommand AddConsumeCommand(CLI::App& parent) {
       ->default_str("$CROUPIER_SHM, else auto");
   AddSwitch(app, "--quiet", &f->quiet, "no progress bar");
   AddTlsFlags(app, &f->tls, /*server=*/false);
-  return {app, [f] { return Run(*f); }};
+}
+
+}  // namespace
+
+Subcommand AddConsumeCommand(CLI::App& parent) {
+  return AddCommand<ConsumeFlags>(parent, "consume", kConsumeDescription, Declare, Run);
 }
 
 }  // namespace croupier::cli

@@ -4,12 +4,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "src/common/env.h"
 #include "src/common/logging.h"
 #include "src/common/status_macros.h"
 #include "src/node/dispatcher_node.h"
 #include "src/rpc/grpc_util.h"
 #include "tools/commands.h"
+#include "tools/node_flags.h"
 #include "tools/signals.h"
 
 namespace croupier::cli {
@@ -21,15 +21,13 @@ and is never on the data path. Stops cleanly on SIGINT or SIGTERM.)";
 
 struct DispatcherFlags {
   std::string work_dir;
-  int port = 5050;
-  std::string bind = "127.0.0.1";
+  ListenFlags listen{.port = 5050};
   std::string auth_token;
   int64_t producer_timeout_ms = 10000;
   int64_t consumer_timeout_ms = 60000;
   uint32_t rounds_per_task = 0;
   std::string port_file;
-  int metrics_port = -1;
-  std::string metrics_port_file;
+  MetricsFlags metrics;
   int64_t advice_smoothing_ms = 30000;
   int64_t advice_hold_ms = 15000;
   std::string job_retention = "0";
@@ -39,14 +37,14 @@ struct DispatcherFlags {
 absl::Status Run(const DispatcherFlags& f) {
   DispatcherNodeOptions options;
   options.work_dir = f.work_dir;
-  options.port = f.port;
-  options.bind_address = f.bind;
+  options.port = f.listen.port;
+  options.bind_address = f.listen.bind;
   options.auth_token = rpc::ResolveAuthToken(f.auth_token);
   options.tls = f.tls;
   options.dispatcher.producer_timeout = absl::Milliseconds(f.producer_timeout_ms);
   options.dispatcher.consumer_timeout = absl::Milliseconds(f.consumer_timeout_ms);
   options.dispatcher.rounds_per_task = f.rounds_per_task;
-  options.metrics_port = f.metrics_port;
+  options.metrics_port = f.metrics.port;
   options.dispatcher.advice.smoothing = absl::Milliseconds(f.advice_smoothing_ms);
   options.dispatcher.advice.hold = absl::Milliseconds(f.advice_hold_ms);
   if (f.job_retention != "0") {
@@ -63,60 +61,44 @@ absl::Status Run(const DispatcherFlags& f) {
 
   BlockTerminationSignals();
   ASSIGN_OR_RETURN(auto node, DispatcherNode::Start(options));
-  if (!f.port_file.empty()) {
-    RETURN_IF_ERROR(
-        Env::Default()->WriteFileAtomically(f.port_file, absl::StrCat(node->port(), "\n")));
-  }
-  if (!f.metrics_port_file.empty()) {
-    RETURN_IF_ERROR(Env::Default()->WriteFileAtomically(f.metrics_port_file,
-                                                        absl::StrCat(node->metrics_port(), "\n")));
-  }
+  RETURN_IF_ERROR(WritePortFile(f.port_file, node->port()));
+  RETURN_IF_ERROR(WritePortFile(f.metrics.port_file, node->metrics_port()));
   int sig = WaitForTerminationSignal();
   Log(LogLevel::kInfo, "dispatcher", absl::StrCat("signal ", sig, ": shutting down"));
   node->Shutdown();
   return absl::OkStatus();
 }
 
-}  // namespace
-
-Subcommand AddDispatcherCommand(CLI::App& parent) {
-  auto f = std::make_shared<DispatcherFlags>();
-  CLI::App* app = parent.add_subcommand("dispatcher", kDispatcherDescription);
+void Declare(CLI::App* app, DispatcherFlags* f) {
   AddFlag(app, "--work-dir", &f->work_dir, "DIR",
           "the folder of the dispatcher's journal and snapshots")
       ->required();
-  AddFlag(app, "--port", &f->port, "P", "the gRPC port; 0 picks a free one")
-      ->check(CLI::Range(0, 65535));
-  AddFlag(app, "--bind", &f->bind, "ADDR", "the address to listen on (0.0.0.0: every interface)");
+  AddListenFlags(app, &f->listen, "the gRPC port");
   AddFlag(app, "--port-file", &f->port_file, "FILE", "write the port chosen to FILE");
   AddAuthTokenFlag(app, &f->auth_token);
-  AddFlag(app, "--producer-timeout-ms", &f->producer_timeout_ms, "MS",
-          "a producer silent this long is gone; its tasks go to others")
-      ->check(CLI::Range(100, 86400000));
-  AddFlag(app, "--consumer-timeout-ms", &f->consumer_timeout_ms, "MS",
-          "a consumer silent this long is gone; its rank is free")
-      ->check(CLI::Range(100, 86400000));
+  AddMillisFlag(app, "--producer-timeout-ms", &f->producer_timeout_ms, 100,
+                "a producer silent this long is gone; its tasks go to others");
+  AddMillisFlag(app, "--consumer-timeout-ms", &f->consumer_timeout_ms, 100,
+                "a consumer silent this long is gone; its rank is free");
   AddFlag(app, "--rounds-per-task", &f->rounds_per_task, "K",
           "a task is N x K consecutive batches of a job of N consumers; 0 chooses per job")
       ->check(CLI::Range(0, 1 << 20));
-  AddFlag(app, "--metrics-port", &f->metrics_port, "P",
-          "serve Prometheus metrics at /metrics and a live page at / (0 picks a free port)")
-      ->check(CLI::Range(0, 65535))
-      ->default_str("off");
-  AddFlag(app, "--metrics-port-file", &f->metrics_port_file, "FILE",
-          "write the metrics port chosen to FILE");
-  AddFlag(app, "--advice-smoothing-ms", &f->advice_smoothing_ms, "MS",
-          "the demand and capacity behind a fall of the recommended producers are smoothed over "
-          "this long")
-      ->check(CLI::Range(1, 86400000));
-  AddFlag(app, "--advice-hold-ms", &f->advice_hold_ms, "MS",
-          "fewer producers are recommended only after this long (a rise waits 2 s)")
-      ->check(CLI::Range(0, 86400000));
+  AddMetricsFlags(app, &f->metrics, "Prometheus metrics at /metrics and a live page at /");
+  AddMillisFlag(app, "--advice-smoothing-ms", &f->advice_smoothing_ms, 1,
+                "the demand and capacity behind a fall of the recommended producers are smoothed "
+                "over this long");
+  AddMillisFlag(app, "--advice-hold-ms", &f->advice_hold_ms, 0,
+                "fewer producers are recommended only after this long (a rise waits 2 s)");
   AddFlag(app, "--job-retention", &f->job_retention, "DURATION",
           "delete a done job no consumer reads this long after it became done (72h, 30m, 90s; "
           "0 keeps jobs for ever)");
   AddTlsFlags(app, &f->tls, /*server=*/true);
-  return {app, [f] { return Run(*f); }};
+}
+
+}  // namespace
+
+Subcommand AddDispatcherCommand(CLI::App& parent) {
+  return AddCommand<DispatcherFlags>(parent, "dispatcher", kDispatcherDescription, Declare, Run);
 }
 
 }  // namespace croupier::cli

@@ -68,18 +68,19 @@ absl::Status Run(const IndexFlags& flags) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-Subcommand AddIndexCommand(CLI::App& parent) {
-  auto f = std::make_shared<IndexFlags>();
-  CLI::App* app = parent.add_subcommand("index", kIndexDescription);
+void Declare(CLI::App* app, IndexFlags* f) {
   app->add_option("files", f->files, "TFRecord files or globs")
       ->required()
       ->option_text("FILES...");
   AddFlag(app, "--cache-dir", &f->cache_dir, "DIR", "the index cache")
       ->default_str("$CROUPIER_INDEX_DIR, else ~/.cache/croupier/index");
   AddSwitch(app, "--quiet", &f->quiet, "print nothing");
-  return {app, [f] { return Run(*f); }};
+}
+
+}  // namespace
+
+Subcommand AddIndexCommand(CLI::App& parent) {
+  return AddCommand<IndexFlags>(parent, "index", kIndexDescription, Declare, Run);
 }
 
 absl::StatusOr<std::vector<std::string>> ExpandFiles(const std::vector<std::string>& patterns) {

@@ -16,6 +16,9 @@
 namespace croupier::cli {
 namespace {
 
+constexpr char kInspectDescription[] =
+    "Prints the records of a TFRecord file, decoded as tf.train.Example.";
+
 constexpr size_t kShownValues = 8;    // human view: values shown per feature
 constexpr size_t kShownBytes = 48;    // human view: bytes shown per byte string
 
@@ -132,18 +135,18 @@ absl::Status Run(const InspectFlags& f) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-Subcommand AddInspectCommand(CLI::App& parent) {
-  auto f = std::make_shared<InspectFlags>();
-  CLI::App* app = parent.add_subcommand(
-      "inspect", "Prints the records of a TFRecord file, decoded as tf.train.Example.");
+void Declare(CLI::App* app, InspectFlags* f) {
   app->add_option("file", f->file, "the TFRecord file")->required()->option_text("FILE");
   AddFlag(app, "--limit", &f->limit, "K", "show at most K records; -1: all")
       ->check(CLI::Range(int64_t{-1}, INT64_MAX))
       ->default_str("all");
   AddSwitch(app, "--json", &f->json, "one JSON object per record (bytes in base64)");
-  return {app, [f] { return Run(*f); }};
+}
+
+}  // namespace
+
+Subcommand AddInspectCommand(CLI::App& parent) {
+  return AddCommand<InspectFlags>(parent, "inspect", kInspectDescription, Declare, Run);
 }
 
 }  // namespace croupier::cli

@@ -5,12 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "google/protobuf/util/json_util.h"
 #include "src/common/status_macros.h"
-#include "src/job/job_json.h"
 #include "src/job/job_settings.h"
 #include "src/rpc/dispatcher_client.h"
-#include "src/rpc/grpc_util.h"
 #include "tools/commands.h"
 #include "tools/job_common.h"
 
@@ -23,6 +20,8 @@ constexpr char kJobDescription[] =
 constexpr char kCreateDescription[] =
     R"(Defines a job. A bad spec is refused with the reason: no file matches, a feature absent from
 the data, a wrong dtype or count, a setting out of range.)";
+
+constexpr char kShowDescription[] = "Shows a job's settings and size.";
 
 struct CreateFlags {
   ClientFlags client;
@@ -51,9 +50,7 @@ struct ShowFlags {
 
 void PrintJob(const v1::JobInfo& job, bool json) {
   if (json) {
-    google::protobuf::util::JsonPrintOptions options;
-    options.always_print_primitive_fields = true;
-    std::printf("%s\n", ToUserJson(job, options).c_str());
+    PrintJson(job);
     return;
   }
   const v1::JobSpec& s = job.spec();
@@ -113,9 +110,7 @@ absl::Status RunCreate(const CreateFlags& f) {
   return absl::OkStatus();
 }
 
-Subcommand AddJobCreateCommand(CLI::App& job) {
-  auto f = std::make_shared<CreateFlags>();
-  CLI::App* app = job.add_subcommand("create", kCreateDescription);
+void Declare(CLI::App* app, CreateFlags* f) {
   AddClientFlags(app, &f->client);
   AddFlag(app, "--name", &f->name, "NAME", "the job's name")->required();
   AddFlag(app, "--files", &f->files, "GLOB[,GLOB...]", "the TFRecord files the job reads");
@@ -141,24 +136,24 @@ Subcommand AddJobCreateCommand(CLI::App& job) {
       ->default_str("none");
   AddSwitch(app, "--exist-ok", &f->exist_ok, "succeed if the same job exists already");
   AddSwitch(app, "--json", &f->json, "print the job as JSON");
-  return {app, [f] { return RunCreate(*f); }};
 }
 
-Subcommand AddJobShowCommand(CLI::App& job) {
-  auto f = std::make_shared<ShowFlags>();
-  CLI::App* app = job.add_subcommand("show", "Shows a job's settings and size.");
+void Declare(CLI::App* app, ShowFlags* f) {
   AddClientFlags(app, &f->client);
   AddFlag(app, "--name", &f->name, "NAME", "the job's name")->required();
   AddSwitch(app, "--json", &f->json, "print the job as JSON");
-  return {app, [f] { return RunShow(*f); }};
 }
 
 }  // namespace
 
 std::vector<Subcommand> AddJobCommands(CLI::App& parent) {
   CLI::App* job = parent.add_subcommand("job", kJobDescription);
-  return {{job, nullptr},          AddJobCreateCommand(*job),   AddJobShowCommand(*job),
-          AddJobListCommand(*job), AddJobDescribeCommand(*job), AddJobDeleteCommand(*job)};
+  return {{job, nullptr},
+          AddCommand<CreateFlags>(*job, "create", kCreateDescription, Declare, RunCreate),
+          AddCommand<ShowFlags>(*job, "show", kShowDescription, Declare, RunShow),
+          AddJobListCommand(*job),
+          AddJobDescribeCommand(*job),
+          AddJobDeleteCommand(*job)};
 }
 
 }  // namespace croupier::cli

@@ -11,21 +11,28 @@
 
 namespace croupier::cli {
 
-void AddClientFlags(CLI::App* app, ClientFlags* flags) {
-  AddFlag(app, "--dispatcher", &flags->dispatcher, "HOST:PORT", "the dispatcher's address")
-      ->required();
+void AddCallFlags(CLI::App* app, CallFlags* flags) {
   AddAuthTokenFlag(app, &flags->auth_token);
-  AddFlag(app, "--timeout-ms", &flags->timeout_ms, "MS", "the deadline of each call")
-      ->check(CLI::Range(1, 86400000));
+  AddMillisFlag(app, "--timeout-ms", &flags->timeout_ms, 1, "the deadline of each call");
   AddTlsFlags(app, &flags->tls, /*server=*/false);
 }
 
-std::unique_ptr<rpc::DispatcherClient> JobClient(const ClientFlags& flags) {
-  return rpc::DispatcherClient::Create(flags.dispatcher,
+std::unique_ptr<rpc::DispatcherClient> DispatcherClientOf(const std::string& address,
+                                                          const CallFlags& flags) {
+  return rpc::DispatcherClient::Create(address,
                                        {.auth_token = rpc::ResolveAuthToken(flags.auth_token),
                                         .call_timeout = absl::Milliseconds(flags.timeout_ms),
                                         .timeout = absl::Milliseconds(flags.timeout_ms),
                                         .tls = flags.tls});
+}
+
+void AddClientFlags(CLI::App* app, ClientFlags* flags) {
+  AddDispatcherFlag(app, &flags->dispatcher);
+  AddCallFlags(app, &flags->call);
+}
+
+std::unique_ptr<rpc::DispatcherClient> JobClient(const ClientFlags& flags) {
+  return DispatcherClientOf(flags.dispatcher, flags.call);
 }
 
 void AddNameFlags(CLI::App* app, NameFlags* flags) {

@@ -1,5 +1,5 @@
-// What the `croupier job` subcommands share: their common flags, the client they make from them,
-// the job's name, and how a job's summary reads.
+// What the `croupier job` subcommands (and status) share: their common flags, the client they make
+// from them, the job's name, and how a job's summary and a dispatcher's answer print.
 #ifndef CROUPIER_TOOLS_JOB_COMMON_H_
 #define CROUPIER_TOOLS_JOB_COMMON_H_
 
@@ -14,13 +14,22 @@
 
 namespace croupier::cli {
 
-// The flags every job subcommand takes: --dispatcher (required), --auth-token, --timeout-ms and
-// TLS's.
-struct ClientFlags {
-  std::string dispatcher;
+// How a command calls the dispatcher: --auth-token, --timeout-ms (the deadline of each call; its
+// default is the holder's) and TLS's. The dispatcher's address is each command's own.
+struct CallFlags {
   std::string auth_token;
   int64_t timeout_ms = 30000;
   TlsConfig tls;
+};
+void AddCallFlags(CLI::App* app, CallFlags* flags);
+// A client of the dispatcher at `address`, calling as `flags` say.
+std::unique_ptr<rpc::DispatcherClient> DispatcherClientOf(const std::string& address,
+                                                          const CallFlags& flags);
+
+// The flags every job subcommand takes: --dispatcher (required) and the CallFlags.
+struct ClientFlags {
+  std::string dispatcher;
+  CallFlags call;
 };
 void AddClientFlags(CLI::App* app, ClientFlags* flags);
 // A client of --dispatcher.

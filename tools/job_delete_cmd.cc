@@ -12,6 +12,9 @@ namespace croupier::cli {
 
 namespace {
 
+constexpr char kJobDeleteDescription[] =
+    "Deletes a job: frees its name and revokes its tasks from the producers.";
+
 struct DeleteFlags {
   ClientFlags client;
   NameFlags name;
@@ -38,18 +41,18 @@ absl::Status Run(const DeleteFlags& f) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-Subcommand AddJobDeleteCommand(CLI::App& job) {
-  auto f = std::make_shared<DeleteFlags>();
-  CLI::App* app = job.add_subcommand(
-      "delete", "Deletes a job: frees its name and revokes its tasks from the producers.");
+void Declare(CLI::App* app, DeleteFlags* f) {
   AddNameFlags(app, &f->name);
   AddClientFlags(app, &f->client);
   AddSwitch(app, "--force", &f->force,
             "delete a job that live consumers read too (their trainers fail with NOT_FOUND)");
   AddSwitch(app, "--json", &f->json, "print the dispatcher's answer as JSON");
-  return {app, [f] { return Run(*f); }};
+}
+
+}  // namespace
+
+Subcommand AddJobDeleteCommand(CLI::App& job) {
+  return AddCommand<DeleteFlags>(job, "delete", kJobDeleteDescription, Declare, Run);
 }
 
 }  // namespace croupier::cli

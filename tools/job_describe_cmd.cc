@@ -12,6 +12,9 @@ namespace croupier::cli {
 
 namespace {
 
+constexpr char kJobDescribeDescription[] =
+    "Shows one job: its settings, state and counts, and its ranks' positions.";
+
 struct DescribeFlags {
   ClientFlags client;
   NameFlags name;
@@ -53,17 +56,17 @@ absl::Status Run(const DescribeFlags& f) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-Subcommand AddJobDescribeCommand(CLI::App& job) {
-  auto f = std::make_shared<DescribeFlags>();
-  CLI::App* app = job.add_subcommand(
-      "describe", "Shows one job: its settings, state and counts, and its ranks' positions.");
+void Declare(CLI::App* app, DescribeFlags* f) {
   AddNameFlags(app, &f->name);
   AddClientFlags(app, &f->client);
   AddSwitch(app, "--files", &f->files, "list the job's files and their record counts too");
   AddSwitch(app, "--json", &f->json, "print the dispatcher's answer as JSON");
-  return {app, [f] { return Run(*f); }};
+}
+
+}  // namespace
+
+Subcommand AddJobDescribeCommand(CLI::App& job) {
+  return AddCommand<DescribeFlags>(job, "describe", kJobDescribeDescription, Declare, Run);
 }
 
 }  // namespace croupier::cli

@@ -11,6 +11,9 @@ namespace croupier::cli {
 
 namespace {
 
+constexpr char kJobListDescription[] =
+    "Lists every job's state (idle, running, done) and counts, without file lists.";
+
 struct ListFlags {
   ClientFlags client;
   bool json = false;
@@ -33,15 +36,15 @@ absl::Status Run(const ListFlags& f) {
   return absl::OkStatus();
 }
 
+void Declare(CLI::App* app, ListFlags* f) {
+  AddClientFlags(app, &f->client);
+  AddSwitch(app, "--json", &f->json, "print the summaries as JSON");
+}
+
 }  // namespace
 
 Subcommand AddJobListCommand(CLI::App& job) {
-  auto f = std::make_shared<ListFlags>();
-  CLI::App* app = job.add_subcommand(
-      "list", "Lists every job's state (idle, running, done) and counts, without file lists.");
-  AddClientFlags(app, &f->client);
-  AddSwitch(app, "--json", &f->json, "print the summaries as JSON");
-  return {app, [f] { return Run(*f); }};
+  return AddCommand<ListFlags>(job, "list", kJobListDescription, Declare, Run);
 }
 
 }  // namespace croupier::cli

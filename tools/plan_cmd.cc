@@ -109,12 +109,8 @@ absl::Status Run(const PlanFlags& f) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-Subcommand AddPlanCommand(CLI::App& parent) {
-  auto f = std::make_shared<PlanFlags>();
+void Declare(CLI::App* app, PlanFlags* f) {
   const CLI::Validator positive = CLI::Range(uint32_t{1}, UINT32_MAX);
-  CLI::App* app = parent.add_subcommand("plan", kPlanDescription);
   f->records_flag =
       AddFlag(app, "--records", &f->records, "N", "plan N records (this or --files is required)")
           ->default_str("");
@@ -149,7 +145,12 @@ Subcommand AddPlanCommand(CLI::App& parent) {
       throw CLI::RequiredError("--records or --files");
     }
   });
-  return {app, [f] { return Run(*f); }};
+}
+
+}  // namespace
+
+Subcommand AddPlanCommand(CLI::App& parent) {
+  return AddCommand<PlanFlags>(parent, "plan", kPlanDescription, Declare, Run);
 }
 
 }  // namespace croupier::cli

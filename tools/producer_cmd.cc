@@ -6,13 +6,13 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "src/common/env.h"
 #include "src/common/logging.h"
 #include "src/common/memory.h"
 #include "src/common/status_macros.h"
 #include "src/node/producer_node.h"
 #include "src/rpc/grpc_util.h"
 #include "tools/commands.h"
+#include "tools/node_flags.h"
 #include "tools/signals.h"
 
 namespace croupier::cli {
@@ -32,8 +32,7 @@ jobs.)";
 
 struct ProducerFlags {
   std::string dispatcher;
-  int port = 0;
-  std::string bind = "127.0.0.1";
+  ListenFlags listen;
   std::string advertise_host;
   int threads = 0;
   uint64_t buffer_bytes = uint64_t{256} << 20;
@@ -46,8 +45,7 @@ struct ProducerFlags {
   int64_t test_delay_ms = 0;
   int64_t test_make_delay_ms = 0;
   std::string shm;
-  int metrics_port = -1;
-  std::string metrics_port_file;
+  MetricsFlags metrics;
   size_t max_connections = 256;
   size_t max_connections_per_peer = 128;
   TlsConfig tls;
@@ -57,9 +55,9 @@ absl::Status Run(const ProducerFlags& f) {
   ProducerNodeOptions options;
   options.dispatcher = f.dispatcher;
   options.runner.test_make_delay = absl::Milliseconds(f.test_make_delay_ms);
-  options.metrics_port = f.metrics_port;
-  options.port = f.port;
-  options.bind_address = f.bind;
+  options.metrics_port = f.metrics.port;
+  options.port = f.listen.port;
+  options.bind_address = f.listen.bind;
   options.advertise_host = f.advertise_host;
   options.auth_token = rpc::ResolveAuthToken(f.auth_token);
   options.tls = f.tls;
@@ -99,10 +97,7 @@ absl::Status Run(const ProducerFlags& f) {
     return started_node.status();
   }
   std::unique_ptr<ProducerNode> node = *std::move(started_node);
-  if (!f.metrics_port_file.empty()) {
-    RETURN_IF_ERROR(Env::Default()->WriteFileAtomically(f.metrics_port_file,
-                                                        absl::StrCat(node->metrics_port(), "\n")));
-  }
+  RETURN_IF_ERROR(WritePortFile(f.metrics.port_file, node->metrics_port()));
   watcher.join();
   Log(LogLevel::kInfo, "producer",
       absl::StrCat("signal ", received.load(), ": leaving (handing its tasks back) and stopping"));
@@ -110,15 +105,9 @@ absl::Status Run(const ProducerFlags& f) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-Subcommand AddProducerCommand(CLI::App& parent) {
-  auto f = std::make_shared<ProducerFlags>();
-  CLI::App* app = parent.add_subcommand("producer", kProducerDescription);
-  AddFlag(app, "--dispatcher", &f->dispatcher, "HOST:PORT", "the dispatcher's address")->required();
-  AddFlag(app, "--port", &f->port, "P", "the data port; 0 picks a free one")
-      ->check(CLI::Range(0, 65535));
-  AddFlag(app, "--bind", &f->bind, "ADDR", "the address to listen on (0.0.0.0: every interface)");
+void Declare(CLI::App* app, ProducerFlags* f) {
+  AddDispatcherFlag(app, &f->dispatcher);
+  AddListenFlags(app, &f->listen, "the data port");
   AddFlag(app, "--advertise-host", &f->advertise_host, "HOST",
           "the host consumers reach this producer at")
       ->default_str("--bind's address, or the host name with 0.0.0.0");
@@ -137,19 +126,13 @@ Subcommand AddProducerCommand(CLI::App& parent) {
       ->default_str(
           "$CROUPIER_INDEX_DIR, else $XDG_CACHE_HOME/croupier/index or ~/.cache/croupier/index");
   AddAuthTokenFlag(app, &f->auth_token);
-  AddFlag(app, "--connect-timeout-ms", &f->connect_timeout_ms, "MS",
-          "how long to wait for the dispatcher before giving up")
-      ->check(CLI::Range(1, 86400000));
+  AddMillisFlag(app, "--connect-timeout-ms", &f->connect_timeout_ms, 1,
+                "how long to wait for the dispatcher before giving up");
   AddFlag(app, "--shm", &f->shm, "on|off",
           "batches to consumers on this host through shared memory")
       ->check(CLI::IsMember({"on", "off"}))
       ->default_str("on without TLS, off with TLS (the shared-memory path is not encrypted)");
-  AddFlag(app, "--metrics-port", &f->metrics_port, "P",
-          "serve Prometheus metrics at /metrics (0 picks a free port)")
-      ->check(CLI::Range(0, 65535))
-      ->default_str("off");
-  AddFlag(app, "--metrics-port-file", &f->metrics_port_file, "FILE",
-          "write the metrics port chosen to FILE");
+  AddMetricsFlags(app, &f->metrics, "Prometheus metrics at /metrics");
   AddFlag(app, "--max-connections", &f->max_connections, "N",
           "connections the data port accepts at most")
       ->check(CLI::Range(1, 65536));
@@ -164,7 +147,12 @@ Subcommand AddProducerCommand(CLI::App& parent) {
   AddFlag(app, "--test-make-delay-ms", &f->test_make_delay_ms, "MS", "")
       ->check(CLI::Range(0, 60000))
       ->group("");
-  return {app, [f] { return Run(*f); }};
+}
+
+}  // namespace
+
+Subcommand AddProducerCommand(CLI::App& parent) {
+  return AddCommand<ProducerFlags>(parent, "producer", kProducerDescription, Declare, Run);
 }
 
 }  // namespace croupier::cli

@@ -11,12 +11,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "google/protobuf/util/json_util.h"
 #include "src/common/status_macros.h"
-#include "src/job/job_json.h"
 #include "src/job/job_settings.h"
 #include "src/rpc/dispatcher_client.h"
-#include "src/rpc/grpc_util.h"
 #include "tools/commands.h"
 #include "tools/job_common.h"
 
@@ -37,9 +34,7 @@ struct StatusFlags {
   bool json = false;
   bool job_info = false;
   bool watch = false;
-  std::string auth_token;
-  int64_t timeout_ms = 10000;
-  TlsConfig tls;
+  CallFlags call{.auth_token = "", .timeout_ms = 10000, .tls = {}};
 };
 
 void Print(const std::string& address, const v1::StatusResponse& status) {
@@ -92,19 +87,13 @@ void Print(const std::string& address, const v1::StatusResponse& status) {
 absl::Status Run(const StatusFlags& f) {
   const std::string& address = f.address;
   const double every = f.every;
-  auto client =
-      rpc::DispatcherClient::Create(address, {.auth_token = rpc::ResolveAuthToken(f.auth_token),
-                                              .call_timeout = absl::Milliseconds(f.timeout_ms),
-                                              .timeout = absl::Milliseconds(f.timeout_ms),
-                                              .tls = f.tls});
+  auto client = DispatcherClientOf(address, f.call);
   if (!f.watch) {
     v1::StatusRequest request;
     request.set_include_job_info(f.job_info);
     ASSIGN_OR_RETURN(v1::StatusResponse status, client->GetStatus(request));
     if (f.json) {
-      google::protobuf::util::JsonPrintOptions options;
-      options.always_print_primitive_fields = true;
-      std::printf("%s\n", ToUserJson(status, options).c_str());
+      PrintJson(status);
     } else {
       Print(address, status);
     }
@@ -121,11 +110,7 @@ absl::Status Run(const StatusFlags& f) {
   }
 }
 
-}  // namespace
-
-Subcommand AddStatusCommand(CLI::App& parent) {
-  auto f = std::make_shared<StatusFlags>();
-  CLI::App* app = parent.add_subcommand("status", kStatusDescription);
+void Declare(CLI::App* app, StatusFlags* f) {
   app->add_option("address", f->address, "the dispatcher's address")
       ->required()
       ->option_text("HOST:PORT");
@@ -140,11 +125,13 @@ Subcommand AddStatusCommand(CLI::App& parent) {
             "print the dispatcher's answer as JSON: a summary of each job");
   AddSwitch(app, "--job-info", &f->job_info,
             "with --json, each job's whole JobInfo (its file list too: large for many jobs)");
-  AddAuthTokenFlag(app, &f->auth_token);
-  AddFlag(app, "--timeout-ms", &f->timeout_ms, "MS", "the deadline of each call")
-      ->check(CLI::Range(1, 86400000));
-  AddTlsFlags(app, &f->tls, /*server=*/false);
-  return {app, [f] { return Run(*f); }};
+  AddCallFlags(app, &f->call);
+}
+
+}  // namespace
+
+Subcommand AddStatusCommand(CLI::App& parent) {
+  return AddCommand<StatusFlags>(parent, "status", kStatusDescription, Declare, Run);
 }
 
 }  // namespace croupier::cli

@@ -88,11 +88,7 @@ absl::Status Run(const SynthFlags& flags) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-Subcommand AddSynthCommand(CLI::App& parent) {
-  auto f = std::make_shared<SynthFlags>();
-  CLI::App* app = parent.add_subcommand("synth", kSynthDescription);
+void Declare(CLI::App* app, SynthFlags* f) {
   AddFlag(app, "--out", &f->out, "DIR", "the folder to write (made if missing)")->required();
   AddFlag(app, "--files", &f->files, "K", "the number of files")->check(CLI::Range(1, 100000));
   AddFlag(app, "--records", &f->records, "N", "the number of records")
@@ -101,7 +97,12 @@ Subcommand AddSynthCommand(CLI::App& parent) {
       ->check(CLI::Range(0, 1 << 30));
   AddFlag(app, "--seed", &f->seed, "S", "the seed of the image bytes");
   AddSwitch(app, "--quiet", &f->quiet, "no progress bar, no summary");
-  return {app, [f] { return Run(*f); }};
+}
+
+}  // namespace
+
+Subcommand AddSynthCommand(CLI::App& parent) {
+  return AddCommand<SynthFlags>(parent, "synth", kSynthDescription, Declare, Run);
 }
 
 }  // namespace croupier::cli

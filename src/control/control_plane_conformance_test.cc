@@ -114,6 +114,18 @@ class ControlPlaneConformanceTest : public ::testing::TestWithParam<Kind> {
     client_ = backend_->Client(absl::Seconds(5));
   }
 
+  // The heartbeat of a producer at 127.0.0.1:1 with 2 free task slots, registered by sending it:
+  // its id is the one the dispatcher gave.
+  v1::ProducerHeartbeatRequest RegisteredProducer() {
+    v1::ProducerHeartbeatRequest beat;
+    beat.set_data_address("127.0.0.1:1");
+    beat.set_free_task_slots(2);
+    auto registered = client_->ProducerHeartbeat(beat);
+    EXPECT_TRUE(registered.ok()) << registered.status();
+    if (registered.ok()) beat.set_producer_id(registered->producer_id());
+    return beat;
+  }
+
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<ControlPlane> client_;
 };
@@ -147,19 +159,15 @@ TEST_P(ControlPlaneConformanceTest, ABadSpecIsRefusedNamingTheJob) {
 }
 
 TEST_P(ControlPlaneConformanceTest, AProducerRegistersByHeartbeatAndTheStatusListsIt) {
-  v1::ProducerHeartbeatRequest beat;
-  beat.set_data_address("127.0.0.1:1");
-  beat.set_free_task_slots(2);
-  auto registered = client_->ProducerHeartbeat(beat);
-  ASSERT_TRUE(registered.ok()) << registered.status();
-  EXPECT_NE(registered->producer_id(), 0u);
+  v1::ProducerHeartbeatRequest beat = RegisteredProducer();
+  EXPECT_NE(beat.producer_id(), 0u);
   auto status = client_->GetStatus({});
   ASSERT_TRUE(status.ok()) << status.status();
   ASSERT_EQ(status->producers_size(), 1);
-  EXPECT_EQ(status->producers(0).producer_id(), registered->producer_id());
+  EXPECT_EQ(status->producers(0).producer_id(), beat.producer_id());
   EXPECT_EQ(status->producers(0).data_address(), "127.0.0.1:1");
 
-  beat.set_producer_id(registered->producer_id() + 1000);  // one the dispatcher never gave
+  beat.set_producer_id(beat.producer_id() + 1000);  // one the dispatcher never gave
   EXPECT_EQ(client_->ProducerHeartbeat(beat).status().code(), absl::StatusCode::kNotFound);
 }
 
@@ -176,12 +184,8 @@ TEST_P(ControlPlaneConformanceTest, ADeletedJobIsGone) {
 }
 
 TEST_P(ControlPlaneConformanceTest, CancelEndsAHeldHeartbeatAtOnceAndEveryLaterCall) {
-  v1::ProducerHeartbeatRequest beat;
-  beat.set_data_address("127.0.0.1:1");
-  beat.set_free_task_slots(2);
-  auto registered = client_->ProducerHeartbeat(beat);
-  ASSERT_TRUE(registered.ok()) << registered.status();
-  beat.set_producer_id(registered->producer_id());
+  v1::ProducerHeartbeatRequest beat = RegisteredProducer();
+  ASSERT_NE(beat.producer_id(), 0u);
   beat.set_wait_for_work_ms(5000);  // no job: the dispatcher holds it
   absl::StatusOr<v1::ProducerHeartbeatResponse> held;
   const absl::Time start = absl::Now();

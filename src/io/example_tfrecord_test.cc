@@ -16,34 +16,21 @@ namespace {
 
 using ::croupier::testing::SharedTfrecordDir;
 
-std::vector<std::string> ReadAll(const std::string& path) {
-  std::vector<std::string> records;
-  auto reader = RecordReader::Open(path);
-  EXPECT_TRUE(reader.ok()) << reader.status();
-  if (!reader.ok()) return records;
-  while (true) {
-    auto record = (*reader)->Next();
-    EXPECT_TRUE(record.ok()) << record.status();
-    if (!record.ok() || !record->has_value()) break;
-    records.emplace_back(**record);
-  }
+using ExampleTfrecordTest = testing::TestdataTest<SharedTfrecordDir>;
+
+// Every record of the file at `path`, which must read to its end without error.
+std::vector<std::string> Records(const std::string& path) {
+  auto [records, status] = testing::ReadAll(path);
+  EXPECT_TRUE(status.ok()) << status;
   return records;
 }
 
-std::vector<std::string> Names(const Example& example) {
-  std::vector<std::string> names;
-  for (const auto& [name, feature] : example) names.push_back(name);
-  return names;
-}
-
-TEST(ExampleTfrecordTest, TitanicBatchesLikeItsReadmeSays) {
-  auto dir = SharedTfrecordDir();
-  if (!dir.ok()) GTEST_SKIP() << dir.status().message();
-  std::vector<std::string> records = ReadAll(*dir + "/titanic-train.tfrecord");
+TEST_F(ExampleTfrecordTest, TitanicBatchesLikeItsReadmeSays) {
+  std::vector<std::string> records = Records(Path("titanic-train.tfrecord"));
   ASSERT_EQ(records.size(), 891u);
   auto first = ParseExample(records[0]);
   ASSERT_TRUE(first.ok()) << first.status();
-  EXPECT_THAT(Names(*first),
+  EXPECT_THAT(testing::FeatureNames(*first),
               ::testing::ElementsAre("cabin_id", "cabin_type", "embarked", "fare", "gender",
                                      "label", "parch", "pass_id", "pclass", "sibsp", "ticket"));
   auto builder = *BatchBuilder::Create(
@@ -63,18 +50,16 @@ TEST(ExampleTfrecordTest, TitanicBatchesLikeItsReadmeSays) {
   for (float fare : view.Find("fare")->floats()) EXPECT_GE(fare, 0.0f);
 
   // The test split has no label: a job asking for one fails on the first record, saying why.
-  std::vector<std::string> test = ReadAll(*dir + "/titanic-test.tfrecord");
+  std::vector<std::string> test = Records(Path("titanic-test.tfrecord"));
   ASSERT_EQ(test.size(), 418u);
   absl::Status missing = builder->AddRecord(test[0]);
   EXPECT_TRUE(absl::IsInvalidArgument(missing));
   EXPECT_EQ(missing.message(), "feature 'label': missing");
 }
 
-TEST(ExampleTfrecordTest, RegressionFloats) {
-  auto dir = SharedTfrecordDir();
-  if (!dir.ok()) GTEST_SKIP() << dir.status().message();
+TEST_F(ExampleTfrecordTest, RegressionFloats) {
   for (const char* name : {"regression-train.tfrecord", "regression-eval.tfrecord"}) {
-    std::vector<std::string> records = ReadAll(*dir + "/" + name);
+    std::vector<std::string> records = Records(Path(name));
     auto builder = *BatchBuilder::Create(*ParseFeatureSpecs("x:float32,y:float32"));
     for (const std::string& record : records) ASSERT_TRUE(builder->AddRecord(record).ok());
     auto batch = builder->Finish();
@@ -83,10 +68,8 @@ TEST(ExampleTfrecordTest, RegressionFloats) {
   }
 }
 
-TEST(ExampleTfrecordTest, DetectionRecordWithALargeJpeg) {
-  auto dir = SharedTfrecordDir();
-  if (!dir.ok()) GTEST_SKIP() << dir.status().message();
-  std::vector<std::string> records = ReadAll(*dir + "/detection-test.tfrecord");
+TEST_F(ExampleTfrecordTest, DetectionRecordWithALargeJpeg) {
+  std::vector<std::string> records = Records(Path("detection-test.tfrecord"));
   ASSERT_EQ(records.size(), 1u);
   auto example = ParseExample(records[0]);
   ASSERT_TRUE(example.ok()) << example.status();

@@ -15,7 +15,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "croupier/example.h"
 #include "croupier/tfrecord.h"
+#include "gtest/gtest.h"
 #include "src/common/env.h"
 #include "src/common/testing.h"
 
@@ -78,6 +80,31 @@ inline std::pair<std::vector<std::string>, absl::Status> ReadAll(const std::stri
     if (!r->has_value()) return {out, absl::OkStatus()};
     out.emplace_back(**r);
   }
+}
+
+// A test of the files in the folder that `Folder` finds (SharedTfrecordDir, TfWrittenTfrecordDir):
+// each test skips, naming the folder and why, when it is absent.
+template <absl::StatusOr<std::string> (*Folder)()>
+class TestdataTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::string> dir = Folder();
+    if (!dir.ok()) GTEST_SKIP() << dir.status().message();
+    dir_ = *std::move(dir);
+  }
+
+  // The path of the file `name` of the folder.
+  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
+
+ private:
+  std::string dir_;
+};
+
+// The names of the example's features, in its order.
+inline std::vector<std::string> FeatureNames(const Example& example) {
+  std::vector<std::string> names;
+  for (const auto& [name, feature] : example) names.push_back(name);
+  return names;
 }
 
 }  // namespace croupier::testing

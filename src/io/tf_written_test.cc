@@ -19,6 +19,7 @@
 namespace croupier {
 namespace {
 
+using ::croupier::testing::FeatureNames;
 using ::croupier::testing::ReadAll;
 using ::croupier::testing::ScopedTempDir;
 using ::croupier::testing::TfWrittenTfrecordDir;
@@ -43,23 +44,7 @@ absl::StatusOr<Batch> BatchOf(const std::string& path, const std::string& spec) 
   return (*builder)->Finish();
 }
 
-std::vector<std::string> Names(const Example& example) {
-  std::vector<std::string> names;
-  for (const auto& [name, feature] : example) names.push_back(name);
-  return names;
-}
-
-class TfWrittenTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    auto dir = TfWrittenTfrecordDir();
-    if (!dir.ok()) GTEST_SKIP() << dir.status().message();
-    dir_ = *dir;
-  }
-  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
-
-  std::string dir_;
-};
+using TfWrittenTest = testing::TestdataTest<TfWrittenTfrecordDir>;
 
 TEST_F(TfWrittenTest, RecordCountsWithEveryCrcChecked) {
   const std::vector<std::pair<std::string, size_t>> files = {{"mixed.tfrecord", kMixed},
@@ -112,7 +97,7 @@ TEST_F(TfWrittenTest, MixedFeaturesHoldWhatTensorflowWrote) {
   for (const std::string& record : records) {
     auto example = ParseExample(record);
     ASSERT_TRUE(example.ok()) << example.status();
-    EXPECT_THAT(Names(*example), ElementsAre("emb", "id", "name", "tokens"));
+    EXPECT_THAT(FeatureNames(*example), ElementsAre("emb", "id", "name", "tokens"));
     EXPECT_EQ(EncodeExample(*example).size(), record.size());  // the same bytes, re-encoded
   }
   auto batch =

@@ -1,4 +1,5 @@
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "croupier/plan.h"
@@ -38,21 +39,19 @@ TEST(PlanSpecTest, GoodSpecIsOk) {
 }
 
 TEST(PlanSpecTest, EachZeroSettingIsNamed) {
-  PlanSpec spec = GoodSpec();
-  spec.num_records = 0;
-  ExpectInvalid(spec, AllOf(HasSubstr("num_records is 0"), HasSubstr("[1, 2^62]")));
-  spec = GoodSpec();
-  spec.batch_size = 0;
-  ExpectInvalid(spec, AllOf(HasSubstr("batch_size is 0"), HasSubstr("at least 1")));
-  spec = GoodSpec();
-  spec.num_consumers = 0;
-  ExpectInvalid(spec, AllOf(HasSubstr("num_consumers is 0"), HasSubstr("at least 1")));
-  spec = GoodSpec();
-  spec.block_size = 0;
-  ExpectInvalid(spec, AllOf(HasSubstr("block_size is 0"), HasSubstr("at least 1")));
-  spec = GoodSpec();
-  spec.window_blocks = 0;
-  ExpectInvalid(spec, AllOf(HasSubstr("window_blocks is 0"), HasSubstr("at least 1")));
+  // A good spec but for one setting set to 0: the error names the setting and its range.
+  auto expect_zero_named = []<typename T>(T PlanSpec::*setting, const std::string& name,
+                                          const std::string& range) {
+    SCOPED_TRACE(name);
+    PlanSpec spec = GoodSpec();
+    spec.*setting = 0;
+    ExpectInvalid(spec, AllOf(HasSubstr(name + " is 0"), HasSubstr(range)));
+  };
+  expect_zero_named(&PlanSpec::num_records, "num_records", "[1, 2^62]");
+  expect_zero_named(&PlanSpec::batch_size, "batch_size", "at least 1");
+  expect_zero_named(&PlanSpec::num_consumers, "num_consumers", "at least 1");
+  expect_zero_named(&PlanSpec::block_size, "block_size", "at least 1");
+  expect_zero_named(&PlanSpec::window_blocks, "window_blocks", "at least 1");
 }
 
 TEST(PlanSpecTest, TooManyRecords) {

@@ -33,15 +33,7 @@ std::vector<std::vector<std::vector<int64_t>>> ReadAllRanks(
   for (uint32_t r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       auto consumer = Must(cluster.Connect("train", r, world, options));
-      if (!consumer) return;
-      CROUPIER_ASSERT_OK(consumer->StartEpoch(epoch));
-      while (true) {
-        auto batch = Must(consumer->Next());
-        if (!batch) break;
-        absl::Span<const int64_t> ids = batch->view().Find("id")->ints();
-        got[r].emplace_back(ids.begin(), ids.end());
-        absl::SleepFor(per_batch);
-      }
+      if (consumer) got[r] = Must(ReadEpochIds(*consumer, epoch, per_batch));
     });
   }
   if (meanwhile) meanwhile();
@@ -54,6 +46,24 @@ std::vector<std::vector<std::vector<int64_t>>> FaultFreeRun() {
   auto cluster = ClusterWithDataset({.producers = 2});
   EXPECT_TRUE(cluster->CreateJob(DatasetSpec(cluster->dir(), 2)).ok());
   return ReadAllRanks(*cluster, 2, 0);
+}
+
+// The job of FaultFreeRun in tasks of one round, so that both producers hold work when a fault
+// comes mid-epoch.
+std::unique_ptr<TestCluster> ClusterForAFault() {
+  auto cluster = ClusterWithDataset({.producers = 2, .rounds_per_task = 1});
+  EXPECT_TRUE(cluster->CreateJob(DatasetSpec(cluster->dir(), 2)).ok());
+  return cluster;
+}
+
+// Epoch 0 read on both ranks a batch at a time, `per_batch` apart, while `fault` runs 150 ms in:
+// the ids per rank.
+std::vector<std::vector<std::vector<int64_t>>> ReadThroughAFault(
+    TestCluster& cluster, absl::Duration per_batch, const std::function<void()>& fault) {
+  return ReadAllRanks(cluster, 2, 0, {.prefetch_batches = 1}, per_batch, [&] {
+    absl::SleepFor(absl::Milliseconds(150));
+    fault();
+  });
 }
 
 TEST(ClusterTest, FirstComeDealsEveryBatchOnceToConsumersOfDifferentSpeeds) {
@@ -71,14 +81,10 @@ TEST(ClusterTest, FirstComeDealsEveryBatchOnceToConsumersOfDifferentSpeeds) {
       auto consumer = Must(cluster->Connect("train", r, 2, {.prefetch_batches = 1}));
       started.arrive_and_wait();
       if (!consumer) return;
-      CROUPIER_ASSERT_OK(consumer->StartEpoch(0));
-      while (true) {
-        auto batch = Must(consumer->Next());
-        if (!batch) break;
-        ++batches[r];
-        for (int64_t id : batch->view().Find("id")->ints()) ids[r].push_back(id);
-        if (r == 1) absl::SleepFor(absl::Milliseconds(20));  // the slow one
-      }
+      const absl::Duration per_batch = r == 1 ? absl::Milliseconds(20) : absl::ZeroDuration();
+      const auto got = Must(ReadEpochIds(*consumer, 0, per_batch));  // rank 1 is the slow one
+      batches[r] = got.size();
+      for (const auto& batch : got) ids[r].insert(ids[r].end(), batch.begin(), batch.end());
     });
   }
   for (auto& t : threads) t.join();
@@ -93,15 +99,9 @@ TEST(ClusterTest, FirstComeDealsEveryBatchOnceToConsumersOfDifferentSpeeds) {
 
 TEST(ClusterTest, AStoppedProducersBatchesAreMadeAgainIdentically) {
   const auto reference = FaultFreeRun();
-  // Tasks of one round, so that the stopped producer holds work when it stops mid-epoch.
-  auto cluster = ClusterWithDataset({.producers = 2, .rounds_per_task = 1});
-  CROUPIER_ASSERT_OK(cluster->CreateJob(DatasetSpec(cluster->dir(), 2)).status());
-  const auto got =
-      ReadAllRanks(*cluster, 2, 0, {.prefetch_batches = 1}, absl::Milliseconds(30), [&] {
-        absl::SleepFor(absl::Milliseconds(150));
-        cluster->StopProducer(0);
-      });
-  EXPECT_EQ(got, reference);
+  auto cluster = ClusterForAFault();
+  EXPECT_EQ(ReadThroughAFault(*cluster, absl::Milliseconds(30), [&] { cluster->StopProducer(0); }),
+            reference);
   // The stopped producer expires (producer_timeout) and the other one alone is left.
   v1::StatusResponse status;
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
@@ -116,15 +116,12 @@ TEST(ClusterTest, AStoppedProducersBatchesAreMadeAgainIdentically) {
 
 TEST(ClusterTest, TheDispatcherCrashedMidEpochAndRestartedFromItsJournalLosesNothing) {
   const auto reference = FaultFreeRun();
-  auto cluster = ClusterWithDataset({.producers = 2, .rounds_per_task = 1});
-  CROUPIER_ASSERT_OK(cluster->CreateJob(DatasetSpec(cluster->dir(), 2)).status());
-  const auto got =
-      ReadAllRanks(*cluster, 2, 0, {.prefetch_batches = 1}, absl::Milliseconds(20), [&] {
-        absl::SleepFor(absl::Milliseconds(150));
-        cluster->dispatcher().Crash();
-        absl::SleepFor(absl::Milliseconds(300));  // calls retry
-        CROUPIER_ASSERT_OK(cluster->dispatcher().Restart());
-      });
+  auto cluster = ClusterForAFault();
+  const auto got = ReadThroughAFault(*cluster, absl::Milliseconds(20), [&] {
+    cluster->dispatcher().Crash();
+    absl::SleepFor(absl::Milliseconds(300));  // calls retry
+    CROUPIER_ASSERT_OK(cluster->dispatcher().Restart());
+  });
   EXPECT_EQ(got, reference);
 }
 

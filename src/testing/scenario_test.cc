@@ -45,6 +45,19 @@ std::vector<int64_t> StreamIds(uint64_t epoch, uint64_t g) {
   return ids;
 }
 
+// Job "train" of a Python source (records function or stream): ids only, batches of kBatchSize,
+// 2 epochs, `world` ranks.
+v1::JobSpec SourceJobSpec(v1::SourceKind source, uint32_t world) {
+  v1::JobSpec spec;
+  spec.set_name("train");
+  spec.set_source(source);
+  spec.set_features("id:int64");
+  spec.set_batch_size(kBatchSize);
+  spec.set_num_consumers(world);
+  spec.set_num_epochs(2);
+  return spec;
+}
+
 // A cluster serving job "train" (batches of 4, 2 epochs, `world` ranks) from one supply, with its
 // producers and, for a stream, one feeder thread per producer.
 class SupplyCluster {
@@ -61,22 +74,12 @@ class SupplyCluster {
         spec = DatasetSpec(cluster_->dir(), world);
         break;
       case Supply::kRecordsFunction:
-        spec.set_name("train");
-        spec.set_source(v1::SOURCE_KIND_MAP);
-        spec.set_features("id:int64");
-        spec.set_batch_size(kBatchSize);
-        spec.set_num_consumers(world);
+        spec = SourceJobSpec(v1::SOURCE_KIND_MAP, world);
         spec.set_seed(11);
-        spec.set_num_epochs(2);
         spec.set_num_records(kDatasetRecords);
         break;
       case Supply::kStream:
-        spec.set_name("train");
-        spec.set_source(v1::SOURCE_KIND_PYTHON);
-        spec.set_features("id:int64");
-        spec.set_batch_size(kBatchSize);
-        spec.set_num_consumers(world);
-        spec.set_num_epochs(2);
+        spec = SourceJobSpec(v1::SOURCE_KIND_PYTHON, world);
         spec.set_source_batches_per_epoch(kBatchesPerEpoch);
         spec.set_source_count(static_cast<uint32_t>(producers));
         break;
@@ -305,13 +308,9 @@ TEST_P(ScenarioTest, ResumingWithAnotherWorldSizeRepeatsAndSkipsNothing) {
       options.timeout = absl::Seconds(20);
       auto consumer = Must(s.cluster().Connect("resumed", r, 3, options));
       if (!consumer) return;
-      CROUPIER_ASSERT_OK(consumer->StartEpoch(0));
-      while (true) {
-        auto batch = Must(consumer->Next());
-        if (!batch) break;
-        ++steps[r];
-        for (int64_t id : batch->view().Find("id")->ints()) ids[r].push_back(id);
-      }
+      const auto got = Must(ReadEpochIds(*consumer, 0));
+      steps[r] = got.size();
+      for (const auto& batch : got) ids[r].insert(ids[r].end(), batch.begin(), batch.end());
     });
   }
   for (auto& t : threads) t.join();

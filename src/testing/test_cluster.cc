@@ -129,7 +129,8 @@ absl::StatusOr<std::vector<uint64_t>> ReadEpoch(Consumer& consumer, uint64_t epo
   }
 }
 
-absl::StatusOr<std::vector<std::vector<int64_t>>> ReadEpochIds(Consumer& consumer, uint64_t epoch) {
+absl::StatusOr<std::vector<std::vector<int64_t>>> ReadEpochIds(Consumer& consumer, uint64_t epoch,
+                                                               absl::Duration per_batch) {
   RETURN_IF_ERROR(consumer.StartEpoch(epoch, 0));
   std::vector<std::vector<int64_t>> out;
   while (true) {
@@ -139,6 +140,7 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> ReadEpochIds(Consumer& consume
     if (id == nullptr) return absl::NotFoundError("the batch has no feature 'id'");
     absl::Span<const int64_t> ids = id->ints();
     out.emplace_back(ids.begin(), ids.end());
+    absl::SleepFor(per_batch);
   }
 }
 

@@ -124,8 +124,9 @@ absl::StatusOr<std::vector<uint64_t>> ReadEpoch(Consumer& consumer, uint64_t epo
                                                 uint64_t step = 0);
 
 // The global record ids (feature "id", an int64 scalar) of every batch `consumer` gets in
-// `epoch`, batch by batch.
-absl::StatusOr<std::vector<std::vector<int64_t>>> ReadEpochIds(Consumer& consumer, uint64_t epoch);
+// `epoch`, batch by batch, waiting `per_batch` after each (a slow trainer).
+absl::StatusOr<std::vector<std::vector<int64_t>>> ReadEpochIds(
+    Consumer& consumer, uint64_t epoch, absl::Duration per_batch = absl::ZeroDuration());
 
 }  // namespace croupier::testing
 

@@ -32,6 +32,16 @@ CroupierConnectOptions Options(const std::string& dispatcher, double timeout) {
   return o;
 }
 
+// connect() to an address no one listens at with `timeout`: its code, its message in `error`.
+int ConnectToNowhere(double timeout, char* error, size_t size) {
+  const std::string address = "127.0.0.1:1";
+  CroupierConnectOptions o = Options(address, timeout);
+  CroupierConsumer* consumer = nullptr;
+  const int code = croupier_consumer_api()->connect(&o, &consumer, error, size);
+  EXPECT_EQ(consumer, nullptr);
+  return code;
+}
+
 TEST(ConsumerApiTest, TheTableDescribesItself) {
   const CroupierConsumerApi* api = croupier_consumer_api();
   ASSERT_NE(api, nullptr);
@@ -58,27 +68,19 @@ TEST(ConsumerApiTest, AnUnknownJobIsNotFoundWithTheDispatchersMessage) {
 }
 
 TEST(ConsumerApiTest, AnUnreachableDispatcherIsDeadlineExceededCutToTheBuffer) {
-  const CroupierConsumerApi* api = croupier_consumer_api();
-  const std::string address = "127.0.0.1:1";
-  CroupierConnectOptions o = Options(address, 0.5);
-  CroupierConsumer* consumer = nullptr;
   char error[2048];
-  const int code = api->connect(&o, &consumer, error, sizeof error);
+  const int code = ConnectToNowhere(0.5, error, sizeof error);
   EXPECT_EQ(code, static_cast<int>(absl::StatusCode::kDeadlineExceeded));
   EXPECT_THAT(std::string(error), HasSubstr("127.0.0.1:1"));
   char small[8];
   std::memset(small, 'x', sizeof small);
-  EXPECT_EQ(api->connect(&o, &consumer, small, sizeof small), code);
+  EXPECT_EQ(ConnectToNowhere(0.5, small, sizeof small), code);
   EXPECT_EQ(std::strlen(small), sizeof small - 1);  // cut, and NUL-terminated
 }
 
 TEST(ConsumerApiTest, ABadTimeoutIsRefusedBeforeAnyCall) {
-  const CroupierConsumerApi* api = croupier_consumer_api();
-  const std::string address = "127.0.0.1:1";
-  CroupierConnectOptions o = Options(address, 0);
-  CroupierConsumer* consumer = nullptr;
   char error[256];
-  EXPECT_EQ(api->connect(&o, &consumer, error, sizeof error),
+  EXPECT_EQ(ConnectToNowhere(0, error, sizeof error),
             static_cast<int>(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(std::string(error), HasSubstr("timeout"));
 }

@@ -135,6 +135,19 @@ DataClientOptions ClientOptions() {
   return options;
 }
 
+// What a client gets fetching batch `index` of job "train" from a fake server that answers with
+// `response`: the fetch's status, and the server's address (which its errors name).
+struct FetchResult {
+  absl::Status status;
+  std::string server;
+};
+FetchResult FetchFromServerAnswering(std::string response, uint64_t index) {
+  FakeServer fake(Respond(std::move(response)));
+  auto client = Transport::Tcp()->Connect(fake.address(), ClientOptions());
+  if (!client.ok()) return {client.status(), fake.address()};
+  return {(*client)->Fetch({"train", 0, index}, In(absl::Seconds(5))).status(), fake.address()};
+}
+
 class TcpTransportTest : public ::testing::Test {
  protected:
   ~TcpTransportTest() override {
@@ -150,13 +163,10 @@ class TcpTransportTest : public ::testing::Test {
 
   // A fetch through a fresh client: the server still serves.
   void ExpectServes() {
-    const Batch batch = testing::MakeBatch(8 << 10, 77);
-    source_.Put({"check", 0, 0}, batch);
+    const Batch batch = source_.PutMade({"check", 0, 0}, 8 << 10, 77);
     auto client = Transport::Tcp()->Connect(server_->address(), ClientOptions());
     ASSERT_TRUE(client.ok()) << client.status();
-    auto got = (*client)->Fetch({"check", 0, 0}, In(absl::Seconds(10)));
-    ASSERT_TRUE(got.ok()) << got.status();
-    EXPECT_EQ(got->ContentHash(), batch.ContentHash());
+    testing::ExpectFetched(**client, {"check", 0, 0}, batch, absl::Seconds(10));
   }
 
   testing::TestGuard guard_{absl::Seconds(60)};
@@ -411,34 +421,27 @@ TEST_F(TcpTransportTest, StaleIdleConnectionIsReplaced) {
   DataServerOptions options;
   options.port = port;
   StartServer(options);
-  const Batch batch = testing::MakeBatch(4 << 10, 3);
-  source_.Put({"train", 0, 9}, batch);
-  auto got = (*client)->Fetch({"train", 0, 9}, In(absl::Seconds(10)));
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_EQ(got->ContentHash(), batch.ContentHash());
+  const Batch batch = source_.PutMade({"train", 0, 9}, 4 << 10, 3);
+  testing::ExpectFetched(**client, {"train", 0, 9}, batch, absl::Seconds(10));
 }
 
 TEST_F(TcpTransportTest, MalformedBatchFromTheServerIsDataLoss) {
   const std::string garbage(100, 'g');
   const auto prefix = frame::EncodeBatchPrefix(3, garbage.size());
-  FakeServer fake(Respond(std::string(prefix.data(), prefix.size()) + garbage));
-  auto client = Transport::Tcp()->Connect(fake.address(), ClientOptions());
-  ASSERT_TRUE(client.ok()) << client.status();
-  auto got = (*client)->Fetch({"train", 0, 3}, In(absl::Seconds(5)));
-  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
-  EXPECT_THAT(got.status().message(),
-              HasSubstr("malformed batch 3 from data server " + fake.address()));
+  const FetchResult got =
+      FetchFromServerAnswering(std::string(prefix.data(), prefix.size()) + garbage, 3);
+  EXPECT_EQ(got.status.code(), absl::StatusCode::kDataLoss) << got.status;
+  EXPECT_THAT(got.status.message(),
+              HasSubstr("malformed batch 3 from data server " + got.server));
 }
 
 TEST_F(TcpTransportTest, WrongBatchIndexFromTheServerIsDataLoss) {
   const Batch batch = testing::MakeBatch(4 << 10, 1);
   const auto prefix = frame::EncodeBatchPrefix(7, batch.bytes().size());
-  FakeServer fake(Respond(std::string(prefix.data(), prefix.size()) + std::string(batch.bytes())));
-  auto client = Transport::Tcp()->Connect(fake.address(), ClientOptions());
-  ASSERT_TRUE(client.ok()) << client.status();
-  auto got = (*client)->Fetch({"train", 0, 3}, In(absl::Seconds(5)));
-  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
-  EXPECT_THAT(got.status().message(), HasSubstr("answered batch 7 to a request for batch 3"));
+  const FetchResult got = FetchFromServerAnswering(
+      std::string(prefix.data(), prefix.size()) + std::string(batch.bytes()), 3);
+  EXPECT_EQ(got.status.code(), absl::StatusCode::kDataLoss) << got.status;
+  EXPECT_THAT(got.status.message(), HasSubstr("answered batch 7 to a request for batch 3"));
 }
 
 TEST_F(TcpTransportTest, UnknownResponseFromTheServerIsDataLoss) {
@@ -455,22 +458,16 @@ TEST_F(TcpTransportTest, UnknownResponseFromTheServerIsDataLoss) {
 TEST_F(TcpTransportTest, ErrorFrameWithAnOkCodeIsDataLoss) {
   std::string error = frame::EncodeError(absl::NotFoundError("x"));
   error[frame::kHeaderBytes] = 0;
-  FakeServer fake(Respond(error));
-  auto client = Transport::Tcp()->Connect(fake.address(), ClientOptions());
-  ASSERT_TRUE(client.ok()) << client.status();
-  auto got = (*client)->Fetch({"train", 0, 0}, In(absl::Seconds(5)));
-  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
-  EXPECT_THAT(got.status().message(), HasSubstr("status code 0"));
+  const FetchResult got = FetchFromServerAnswering(error, 0);
+  EXPECT_EQ(got.status.code(), absl::StatusCode::kDataLoss) << got.status;
+  EXPECT_THAT(got.status.message(), HasSubstr("status code 0"));
 }
 
 TEST_F(TcpTransportTest, HugeClaimedBatchIsRefusedBeforeAllocating) {
   const auto prefix = frame::EncodeBatchPrefix(0, uint64_t{1} << 62);
-  FakeServer fake(Respond(std::string(prefix.data(), prefix.size())));
-  auto client = Transport::Tcp()->Connect(fake.address(), ClientOptions());
-  ASSERT_TRUE(client.ok()) << client.status();
-  auto got = (*client)->Fetch({"train", 0, 0}, In(absl::Seconds(5)));
-  EXPECT_EQ(got.status().code(), absl::StatusCode::kResourceExhausted) << got.status();
-  EXPECT_THAT(got.status().message(), HasSubstr("exceeds max_batch_bytes 4294967296"));
+  const FetchResult got = FetchFromServerAnswering(std::string(prefix.data(), prefix.size()), 0);
+  EXPECT_EQ(got.status.code(), absl::StatusCode::kResourceExhausted) << got.status;
+  EXPECT_THAT(got.status.message(), HasSubstr("exceeds max_batch_bytes 4294967296"));
 }
 
 // A BATCH_COMPRESSED frame of `batch` with `codec`, its body optionally replaced.
@@ -490,16 +487,7 @@ Batch CompressibleBatch(uint64_t seed) {
   std::vector<int64_t> values(kRecords * 8192);
   for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<int64_t>((i * seed) % 13);
   const std::vector<int64_t> dims = {8192};
-  const ColumnData columns[] = {
-      {"tokens",
-       DType::kInt64,
-       false,
-       dims,
-       values.size(),
-       absl::string_view(reinterpret_cast<const char*>(values.data()), 8 * values.size()),
-       {},
-       {}},
-  };
+  const ColumnData columns[] = {testing::FixedColumn("tokens", DType::kInt64, dims, values)};
   absl::StatusOr<Batch> batch = Batch::FromColumns(kRecords, columns);
   EXPECT_TRUE(batch.ok()) << batch.status();
   return *std::move(batch);
@@ -508,14 +496,13 @@ Batch CompressibleBatch(uint64_t seed) {
 TEST_F(TcpTransportTest, CompressedJobsDeliverTheSameBytes) {
   StartServer();
   for (Codec codec : {Codec::kNone, Codec::kZstd, Codec::kLz4}) {
+    SCOPED_TRACE(CodecName(codec));
     source_.SetCompression(codec);
     const Batch batch = CompressibleBatch(40 + static_cast<uint64_t>(codec));
     source_.Put({"train", 0, 1}, batch);
     auto client = Transport::Tcp()->Connect(server_->address(), ClientOptions());
     ASSERT_TRUE(client.ok()) << client.status();
-    auto got = (*client)->Fetch({"train", 0, 1}, In(absl::Seconds(10)));
-    ASSERT_TRUE(got.ok()) << CodecName(codec) << ": " << got.status();
-    EXPECT_EQ(got->ContentHash(), batch.ContentHash()) << CodecName(codec);
+    testing::ExpectFetched(**client, {"train", 0, 1}, batch, absl::Seconds(10));
   }
 }
 
@@ -560,13 +547,12 @@ TEST_F(TcpTransportTest, ServerSendsCompressedFramesOnlyWhenTheyShrink) {
 
 TEST_F(TcpTransportTest, ClientDecompressesACompressedFrame) {
   for (Codec codec : {Codec::kZstd, Codec::kLz4}) {
+    SCOPED_TRACE(CodecName(codec));
     const Batch batch = CompressibleBatch(5);
     FakeServer fake(Respond(CompressedFrame(4, codec, batch)));
     auto client = Transport::Tcp()->Connect(fake.address(), ClientOptions());
     ASSERT_TRUE(client.ok()) << client.status();
-    auto got = (*client)->Fetch({"train", 0, 4}, In(absl::Seconds(5)));
-    ASSERT_TRUE(got.ok()) << CodecName(codec) << ": " << got.status();
-    EXPECT_EQ(got->ContentHash(), batch.ContentHash());
+    testing::ExpectFetched(**client, {"train", 0, 4}, batch);
   }
 }
 
@@ -575,35 +561,28 @@ TEST_F(TcpTransportTest, CorruptCompressedBatchIsDataLossNamingServerAndBatch) {
   std::string body = *Compress(Codec::kZstd, batch.bytes());
   for (size_t i = body.size() / 2; i < body.size() / 2 + 32; ++i) body[i] ^= 0x33;
   body.resize(body.size() - 1);
-  FakeServer fake(Respond(CompressedFrame(8, Codec::kZstd, batch, body)));
-  auto client = Transport::Tcp()->Connect(fake.address(), ClientOptions());
-  ASSERT_TRUE(client.ok()) << client.status();
-  auto got = (*client)->Fetch({"train", 0, 8}, In(absl::Seconds(5)));
-  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
-  EXPECT_THAT(got.status().message(),
-              HasSubstr("corrupt zstd body of batch 8 from data server " + fake.address()));
+  const FetchResult got =
+      FetchFromServerAnswering(CompressedFrame(8, Codec::kZstd, batch, body), 8);
+  EXPECT_EQ(got.status.code(), absl::StatusCode::kDataLoss) << got.status;
+  EXPECT_THAT(got.status.message(),
+              HasSubstr("corrupt zstd body of batch 8 from data server " + got.server));
 }
 
 TEST_F(TcpTransportTest, HugeClaimedUncompressedSizeIsRefusedBeforeAllocating) {
   const Batch batch = CompressibleBatch(7);
-  FakeServer fake(Respond(CompressedFrame(0, Codec::kLz4, batch, std::nullopt, uint64_t{1} << 62)));
-  auto client = Transport::Tcp()->Connect(fake.address(), ClientOptions());
-  ASSERT_TRUE(client.ok()) << client.status();
-  auto got = (*client)->Fetch({"train", 0, 0}, In(absl::Seconds(5)));
-  EXPECT_EQ(got.status().code(), absl::StatusCode::kResourceExhausted) << got.status();
-  EXPECT_THAT(got.status().message(), HasSubstr("exceeds max_batch_bytes 4294967296"));
+  const FetchResult got = FetchFromServerAnswering(
+      CompressedFrame(0, Codec::kLz4, batch, std::nullopt, uint64_t{1} << 62), 0);
+  EXPECT_EQ(got.status.code(), absl::StatusCode::kResourceExhausted) << got.status;
+  EXPECT_THAT(got.status.message(), HasSubstr("exceeds max_batch_bytes 4294967296"));
 }
 
 TEST_F(TcpTransportTest, UnknownCodecIsDataLoss) {
   const Batch batch = CompressibleBatch(8);
   std::string frame_bytes = CompressedFrame(0, Codec::kLz4, batch);
   frame_bytes[frame::kHeaderBytes + 8] = 9;  // the codec field
-  FakeServer fake(Respond(frame_bytes));
-  auto client = Transport::Tcp()->Connect(fake.address(), ClientOptions());
-  ASSERT_TRUE(client.ok()) << client.status();
-  auto got = (*client)->Fetch({"train", 0, 0}, In(absl::Seconds(5)));
-  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
-  EXPECT_THAT(got.status().message(), HasSubstr("unknown codec 9"));
+  const FetchResult got = FetchFromServerAnswering(frame_bytes, 0);
+  EXPECT_EQ(got.status.code(), absl::StatusCode::kDataLoss) << got.status;
+  EXPECT_THAT(got.status.message(), HasSubstr("unknown codec 9"));
 }
 
 TEST_F(TcpTransportTest, ServerThatNeverAnswersTheHandshakeIsUnavailable) {

@@ -64,11 +64,8 @@ TEST_F(TlsTest, MutualTlsCarriesBatchesOfEverySize) {
   ASSERT_TRUE(client.ok()) << client.status();
   // Small, and large enough that a write is split across many TLS records and partial writes.
   for (size_t bytes : {size_t{600}, size_t{3} << 20, size_t{24} << 20}) {
-    const Batch batch = testing::MakeBatch(bytes, bytes);
-    source_.Put({"job", 0, bytes}, batch);
-    auto got = (*client)->Fetch({"job", 0, bytes}, In(absl::Seconds(20)));
-    ASSERT_TRUE(got.ok()) << got.status();
-    EXPECT_EQ(got->ContentHash(), batch.ContentHash());
+    const Batch batch = source_.PutMade({"job", 0, bytes}, bytes, bytes);
+    testing::ExpectFetched(**client, {"job", 0, bytes}, batch, absl::Seconds(20));
   }
   // A source error crosses TLS with its code, and the connection stays usable.
   source_.Fail({"job", 0, 7}, absl::NotFoundError("no batch 7"));
@@ -109,20 +106,16 @@ TEST_F(TlsTest, PipelinedFetchesCrossTls) {
 
 TEST_F(TlsTest, ServerOnlyTlsNeedsNoClientCertificate) {
   StartServer(Config("server", ""));
-  const Batch batch = testing::MakeBatch(4096, 1);
-  source_.Put({"job", 1, 2}, batch);
+  const Batch batch = source_.PutMade({"job", 1, 2}, 4096, 1);
   auto client = Connect(Config("", "ca"));
   ASSERT_TRUE(client.ok()) << client.status();
-  auto got = (*client)->Fetch({"job", 1, 2}, In(absl::Seconds(5)));
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_EQ(got->ContentHash(), batch.ContentHash());
+  testing::ExpectFetched(**client, {"job", 1, 2}, batch);
 }
 
 TEST_F(TlsTest, IdlePooledConnectionIsReusedNotReplaced) {
   // The server sends no session tickets, so an idle TLS connection stays quiet (not Stale).
   StartServer(Config("server", "ca"));
-  const Batch batch = testing::MakeBatch(4096, 2);
-  source_.Put({"job", 0, 0}, batch);
+  source_.PutMade({"job", 0, 0}, 4096, 2);
   auto client = Connect(Config("client", "ca"));
   ASSERT_TRUE(client.ok()) << client.status();
   for (int i = 0; i < 5; ++i) {
@@ -233,8 +226,7 @@ TEST_F(TlsTest, ConnectionsPerPeerAreBounded) {
 
 TEST_F(TlsTest, ARetiredClientGivesItsConnectionSlotsBack) {
   StartServer(Config("server", ""), /*per_peer=*/2);
-  const Batch batch = testing::MakeBatch(4096, 3);
-  source_.Put({"job", 0, 0}, batch);
+  const Batch batch = source_.PutMade({"job", 0, 0}, 4096, 3);
   auto retired = Connect(Config("", "ca"));
   auto busy = Connect(Config("", "ca"));
   ASSERT_TRUE(retired.ok() && busy.ok());

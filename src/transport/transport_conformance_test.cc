@@ -377,8 +377,7 @@ TEST_P(TransportTest, EightThreadsShareOneClient) {
 
 TEST_P(TransportTest, CallsBeyondMaxConnectionsWaitForAConnection) {
   StartServer();
-  const Batch batch = testing::MakeBatch(16 << 10, 1);
-  source_.Put({"train", 0, 0}, batch);
+  const Batch batch = source_.PutMade({"train", 0, 0}, 16 << 10, 1);
   DataClientOptions options;
   options.max_connections = 2;
   std::unique_ptr<DataClient> client = Connect(options);

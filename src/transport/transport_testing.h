@@ -34,8 +34,25 @@
 #include "src/net/token.h"
 #include "src/transport/batch_source.h"
 #include "src/transport/frame.h"
+#include "src/transport/transport.h"
 
 namespace croupier::testing {
+
+// A fixed-length column of `dtype` over `values`, `dims` of them per record. It views `values` and
+// `dims`, which must outlive it.
+template <typename T>
+ColumnData FixedColumn(absl::string_view name, DType dtype, absl::Span<const int64_t> dims,
+                       const std::vector<T>& values) {
+  return ColumnData{name,
+                    dtype,
+                    /*variable_length=*/false,
+                    dims,
+                    values.size(),
+                    absl::string_view(reinterpret_cast<const char*>(values.data()),
+                                      sizeof(T) * values.size()),
+                    {},
+                    {}};
+}
 
 // A batch of about `bytes` bytes (at least a few hundred): an int64 "id" column and a float32
 // "payload" column of pseudo-random values from `seed`.
@@ -50,24 +67,8 @@ inline Batch MakeBatch(size_t bytes, uint64_t seed) {
   std::vector<int64_t> ids(kRecords);
   for (uint64_t i = 0; i < kRecords; ++i) ids[i] = static_cast<int64_t>(seed * 100 + i);
   const std::vector<int64_t> dims = {per_record};
-  const ColumnData columns[] = {
-      {"id",
-       DType::kInt64,
-       false,
-       {},
-       kRecords,
-       absl::string_view(reinterpret_cast<const char*>(ids.data()), 8 * ids.size()),
-       {},
-       {}},
-      {"payload",
-       DType::kFloat32,
-       false,
-       dims,
-       payload.size(),
-       absl::string_view(reinterpret_cast<const char*>(payload.data()), 4 * payload.size()),
-       {},
-       {}},
-  };
+  const ColumnData columns[] = {FixedColumn("id", DType::kInt64, {}, ids),
+                                 FixedColumn("payload", DType::kFloat32, dims, payload)};
   absl::StatusOr<Batch> batch = Batch::FromColumns(kRecords, columns);
   EXPECT_TRUE(batch.ok()) << batch.status();
   return *std::move(batch);
@@ -93,6 +94,15 @@ inline Batch MakeExampleBatch(int records) {
   return *std::move(batch);
 }
 
+// Expects `client` to fetch `key` within `timeout` and receive `batch`, byte for byte (by content
+// hash).
+inline void ExpectFetched(DataClient& client, const BatchKey& key, const Batch& batch,
+                          absl::Duration timeout = absl::Seconds(5)) {
+  auto got = client.Fetch(key, absl::Now() + timeout);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->ContentHash(), batch.ContentHash());
+}
+
 // A BatchSource whose answers the test scripts. Thread-safe.
 //   GetBatch: the error set with Fail(key), else the batch Put(key), else waits for one until
 //     the deadline, then DEADLINE_EXCEEDED "batch <n> of job '<job>' epoch <e> not made by the
@@ -106,6 +116,12 @@ class FakeBatchSource final : public BatchSource {
   void Put(const BatchKey& key, Batch batch) {
     absl::MutexLock lock(&mu_);
     batches_.insert_or_assign(key, std::move(batch));
+  }
+  // Puts MakeBatch(bytes, seed) as `key` and returns it, what a fetch of `key` must give.
+  Batch PutMade(const BatchKey& key, size_t bytes, uint64_t seed) {
+    Batch batch = MakeBatch(bytes, seed);
+    Put(key, batch);
+    return batch;
   }
   // Every job's batches are served compressed with `codec` (TCP only).
   void SetCompression(Codec codec) {
@@ -241,6 +257,14 @@ inline absl::StatusOr<std::pair<frame::FrameHeader, std::string>> RawReadFrame(i
   return std::make_pair(*h, std::move(body));
 }
 
+// The next frame from the server on a raw socket, or the error its ERROR frame carries.
+inline absl::StatusOr<std::pair<frame::FrameHeader, std::string>> RawReadAnswer(int fd) {
+  auto got = RawReadFrame(fd);
+  if (!got.ok() || got->first.type != static_cast<uint32_t>(frame::FrameType::kError)) return got;
+  auto error = frame::ParseError(got->second);  // never an OK code
+  return error.ok() ? absl::Status(error->code, error->message) : error.status();
+}
+
 // The client's side of the handshake on a raw socket, in protocol `version`, proving `token`
 // (none when empty) without checking the server's proof: OK once HELLO_OK has come; the
 // server's ERROR as a status.
@@ -249,12 +273,8 @@ inline absl::Status RawClientHandshake(int fd, uint32_t version, absl::string_vi
   const std::string nonce(kNonceBytes, 'c');
   absl::Status sent = net::SendAll(fd, frame::EncodeHello(version, nonce), wait, "test peer");
   if (!sent.ok()) return sent;
-  auto challenge = RawReadFrame(fd);
+  auto challenge = RawReadAnswer(fd);
   if (!challenge.ok()) return challenge.status();
-  if (challenge->first.type == static_cast<uint32_t>(frame::FrameType::kError)) {
-    auto error = frame::ParseError(challenge->second);
-    return error.ok() ? absl::Status(error->code, error->message) : error.status();
-  }
   auto parsed = frame::ParseChallenge(challenge->second);
   if (!parsed.ok()) return parsed.status();
   const std::string proof =
@@ -262,12 +282,8 @@ inline absl::Status RawClientHandshake(int fd, uint32_t version, absl::string_vi
                     : TokenProof(token, frame::ProofLabel(version, false), nonce, parsed->nonce);
   sent = net::SendAll(fd, frame::EncodeAuth(proof), wait, "test peer");
   if (!sent.ok()) return sent;
-  auto ok = RawReadFrame(fd);
+  auto ok = RawReadAnswer(fd);
   if (!ok.ok()) return ok.status();
-  if (ok->first.type == static_cast<uint32_t>(frame::FrameType::kError)) {
-    auto error = frame::ParseError(ok->second);
-    return error.ok() ? absl::Status(error->code, error->message) : error.status();
-  }
   if (ok->first.type != static_cast<uint32_t>(frame::FrameType::kHelloOk)) {
     return absl::DataLossError(absl::StrCat("frame type ", ok->first.type, " for HELLO_OK"));
   }
