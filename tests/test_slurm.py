@@ -274,6 +274,41 @@ def test_the_slurm_block_of_the_doc_runs_as_written(slurm, tmp_path):
     assert not processes_naming(str(folder))
 
 
+def _autoscale_module():
+    """deploy/slurm/autoscale.py, imported."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("slurm_autoscale", SLURM / "autoscale.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.timeout(30)
+def test_the_autoscaler_survives_a_slurm_command_that_fails(tmp_path, capsys):
+    """A Slurm command that fails or does not answer (here squeue with a missing slurm.conf,
+    which retries for a minute, against a timeout of 1 s) is an UnavailableError naming it,
+    printed; the Autoscaler's loop goes on to the next round instead of dying with it."""
+    import croupier
+    from croupier.autoscale import Autoscaler
+    producers = _autoscale_module().SlurmProducers(
+        "127.0.0.1:1", "croupier-producer-none", timeout=1,
+        env=dict(os.environ, SLURM_CONF=str(tmp_path / "missing.conf")))
+    scaler = Autoscaler(lambda: {"producer_advice": {"recommended": 2}}, producers.current,
+                        producers.scale, interval=0.2)
+    with pytest.raises(croupier.errors.UnavailableError, match="squeue failed"):
+        scaler.step()
+    scaler.start()
+    try:
+        time.sleep(2.5)
+        assert scaler._thread.is_alive()
+    finally:
+        scaler.stop()
+    printed = capsys.readouterr().out
+    assert printed.count("croupier autoscale: squeue -h --name croupier-producer-none") >= 2, \
+        printed
+    assert scaler.changes == []
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("kind", ["tfrecord", "map"])
 def test_autoscaled_producers_are_slurm_jobs(slurm, tmp_path, kind):
@@ -285,13 +320,10 @@ def test_autoscaled_producers_are_slurm_jobs(slurm, tmp_path, kind):
     TFRecord producer (`croupier producer`, which logs "signal 15: leaving"), and a map job's
     (CROUPIER_PRODUCE=map_sources:pipeline: `croupier produce`, whose first producer creates the
     job and which logs "producer N left"). At the end, scale(0) leaves no job and no process."""
-    import importlib.util
     import json
     from service_cluster import Cluster
     from croupier.autoscale import Autoscaler
-    spec = importlib.util.spec_from_file_location("slurm_autoscale", SLURM / "autoscale.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _autoscale_module()
     logs = tmp_path / "logs"
     logs.mkdir()
     with Cluster(tmp_path / "service") as cluster:
@@ -469,17 +501,19 @@ def test_the_autoscaler_follows_the_dispatchers_advice_while_trainers_read(slurm
             pace["step"] = 0
             epochs = readers.stop(timeout=30)
         finally:
-            if readers is not None and epochs is None:
-                pace["step"] = 0
-                readers.stop(timeout=30)
-            if scaler.poll() is None:
-                scaler.send_signal(signal.SIGTERM)  # it cancels every producer job it started
             try:
-                scaler.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                scaler.kill()
-                scaler.wait(10)
-                raise
+                if readers is not None and epochs is None:
+                    pace["step"] = 0
+                    readers.stop(timeout=30)
+            finally:  # the autoscaler is stopped whatever happened to the readers
+                if scaler.poll() is None:
+                    scaler.send_signal(signal.SIGTERM)  # it ends every producer job it started
+                try:
+                    scaler.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    scaler.kill()
+                    scaler.wait(10)
+                    raise
         assert scaler.returncode == 0, scaler_log.read_text()
         until(lambda s: s[2] == 0 and s[3] == 0, 20, "producers left over")
         dispatcher_log = (tmp_path / "service" / "dispatcher.log").read_text()

@@ -25,6 +25,7 @@ import sys
 import time
 
 import croupier
+from croupier import errors
 from croupier.autoscale import Autoscaler
 
 SCRIPT = pathlib.Path(__file__).resolve().parent / "croupier-producer.sbatch"
@@ -51,8 +52,18 @@ class SlurmProducers:
         self.leaving = set()  # the jobs told to leave (SIGTERM) that may not have ended yet
 
     def _run(self, argv):
-        return subprocess.run(argv, env=self.env, capture_output=True, text=True, check=True,
-                              timeout=self.timeout).stdout
+        """Runs a Slurm command; its failure (or no answer within `timeout` s) is an
+        UnavailableError naming it, which the Autoscaler's loop survives (it tries again next
+        round)."""
+        try:
+            return subprocess.run(argv, env=self.env, capture_output=True, text=True, check=True,
+                                  timeout=self.timeout).stdout
+        except subprocess.CalledProcessError as e:
+            why = f"exited {e.returncode}: {(e.stderr or '').strip()}"
+        except (subprocess.TimeoutExpired, OSError) as e:
+            why = str(e)
+        print(f"croupier autoscale: {' '.join(argv)} {why}", flush=True)
+        raise errors.UnavailableError(f"{argv[0]} failed ({why})")
 
     def _queue(self):
         """{job id: state} of this name's pending and running jobs."""
@@ -136,8 +147,13 @@ def main(argv=None):
         pass
     finally:
         scaler.stop()
-        if not args.keep:
+    if not args.keep:
+        try:
             producers.stop(args.stop_timeout)
+        except errors.Error as e:  # Slurm did not answer: the jobs may still run
+            print(f"croupier autoscale: could not end the producer jobs named {name}: {e}",
+                  flush=True)
+            return 1
     return 0
 
 
