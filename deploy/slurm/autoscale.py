@@ -4,12 +4,17 @@
         [--interval 5] [-- SBATCH OPTIONS...]
 
 Each producer is one job of deploy/slurm/croupier-producer.sbatch, submitted with sbatch and ended
-with scancel (its SIGTERM makes the producer leave the dispatcher cleanly). `SlurmProducers` is the
-`current` and `scale` of croupier.autoscale.Autoscaler, whose loop reads the dispatcher's
-`producer_advice.recommended` every `interval` seconds. The jobs are found by their name
-(`--name`, default croupier-producer-<dispatcher port>) among the user's pending and running jobs;
-scaling down cancels the newest first. On exit (Ctrl-C, SIGTERM) it cancels every producer job
-it finds by that name, unless --keep.
+with `scancel --signal=TERM --batch` (the SIGTERM makes the producer leave the dispatcher cleanly
+and exit; the job ends COMPLETED). `SlurmProducers` is the `current` and `scale` of
+croupier.autoscale.Autoscaler, whose loop reads the dispatcher's `producer_advice.recommended`
+every `interval` seconds. The jobs are found by their name (`--name`, default
+croupier-producer-<dispatcher port>) among the user's pending and running jobs; scaling down ends
+the newest first. Each change is printed as a line ("croupier autoscale: 1 -> 3 producer jobs,
+submitted 12 13"). On exit (Ctrl-C, SIGTERM) it ends every producer job it finds by that name and
+waits for them (--stop-timeout, then scancel), unless --keep.
+
+The dispatcher's figure counts TFRecord jobs only: a map job's producers (CROUPIER_PRODUCE) get
+no recommendation ("no consumer of a TFRecord job"), and this loop then changes nothing.
 """
 import argparse
 import os
@@ -17,8 +22,10 @@ import pathlib
 import signal
 import subprocess
 import sys
+import time
 
 import croupier
+from croupier import errors
 from croupier.autoscale import Autoscaler
 
 SCRIPT = pathlib.Path(__file__).resolve().parent / "croupier-producer.sbatch"
@@ -26,35 +33,88 @@ SCRIPT = pathlib.Path(__file__).resolve().parent / "croupier-producer.sbatch"
 
 class SlurmProducers:
     """The producer jobs of one name. `env` is sbatch's environment (the job inherits it, with
-    CROUPIER_DISPATCHER set); `sbatch_args` are more sbatch options (partition, CPUs, output)."""
+    CROUPIER_DISPATCHER set); `sbatch_args` are more sbatch options (partition, CPUs, output).
+
+    Scaling down tells the newest running jobs' producers to leave: `scancel --signal=TERM
+    --batch` sends SIGTERM to the batch script, which is the producer (croupier-producer.sbatch
+    execs it); it leaves the dispatcher and exits 0, and the job ends COMPLETED, or FAILED if the
+    producer failed. (A plain scancel would end it too, but always as CANCELLED. Either way
+    slurmstepd writes its notice "error: *** JOB N ON NODE CANCELLED AT ... ***" into the job's
+    output.) A job not yet running is cancelled. A job told to leave no longer counts in
+    current(); stop() waits for them and cancels any that has not ended within its timeout. Not
+    thread-safe: one caller (the Autoscaler's loop)."""
 
     def __init__(self, dispatcher, name, sbatch_args=(), env=None, script=SCRIPT, timeout=30):
         self.dispatcher, self.name, self.script = dispatcher, name, str(script)
         self.sbatch_args = list(sbatch_args)
         self.env = dict(os.environ if env is None else env, CROUPIER_DISPATCHER=dispatcher)
         self.timeout = timeout
+        self.leaving = set()  # the jobs told to leave (SIGTERM) that may not have ended yet
 
     def _run(self, argv):
-        return subprocess.run(argv, env=self.env, capture_output=True, text=True, check=True,
-                              timeout=self.timeout).stdout
+        """Runs a Slurm command; its failure (or no answer within `timeout` s) is an
+        UnavailableError naming it, which the Autoscaler's loop survives (it tries again next
+        round)."""
+        try:
+            return subprocess.run(argv, env=self.env, capture_output=True, text=True, check=True,
+                                  timeout=self.timeout).stdout
+        except subprocess.CalledProcessError as e:
+            why = f"exited {e.returncode}: {(e.stderr or '').strip()}"
+        except (subprocess.TimeoutExpired, OSError) as e:
+            why = str(e)
+        print(f"croupier autoscale: {' '.join(argv)} {why}", flush=True)
+        raise errors.UnavailableError(f"{argv[0]} failed ({why})")
+
+    def _queue(self):
+        """{job id: state} of this name's pending and running jobs."""
+        out = self._run(["squeue", "-h", "--name", self.name,
+                         "--states=PENDING,RUNNING,CONFIGURING,COMPLETING", "-o", "%i %T"])
+        return {int(job): state for job, state in (line.split() for line in out.splitlines())}
 
     def jobs(self):
-        """The ids of this name's pending and running jobs, oldest first."""
-        out = self._run(["squeue", "-h", "--name", self.name, "--states=PENDING,RUNNING,CONFIGURING",
-                         "-o", "%i"])
-        return sorted(int(j) for j in out.split())
+        """The ids of this name's pending and running jobs not told to leave, oldest first."""
+        queue = self._queue()
+        self.leaving &= set(queue)
+        return sorted(job for job, state in queue.items()
+                      if job not in self.leaving and state != "COMPLETING")
 
     def current(self):
         return len(self.jobs())
 
     def scale(self, n):
-        """Submits or cancels jobs until `n` are pending or running."""
+        """Submits jobs, or tells the newest to leave, until `n` are pending or running."""
+        queue = self._queue()
         jobs = self.jobs()
-        for _ in range(n - len(jobs)):
-            self._run(["sbatch", "--parsable", f"--job-name={self.name}", *self.sbatch_args,
-                       self.script])
-        for job in reversed(jobs[n:] if n < len(jobs) else []):
+        submitted = [self._run(["sbatch", "--parsable", f"--job-name={self.name}",
+                                *self.sbatch_args, self.script]).strip().split(";")[0]
+                     for _ in range(n - len(jobs))]
+        told = list(reversed(jobs[n:] if n < len(jobs) else []))
+        for job in told:
+            if queue.get(job) != "RUNNING":
+                self._run(["scancel", str(job)])
+            else:
+                self._run(["scancel", "--signal=TERM", "--batch", str(job)])
+                self.leaving.add(job)
+        if submitted or told:
+            print(f"croupier autoscale: {len(jobs)} -> {n} producer jobs"
+                  + (f", submitted {' '.join(submitted)}" if submitted else "")
+                  + (f", told to leave {' '.join(map(str, told))}" if told else ""),
+                  flush=True)
+
+    def stop(self, timeout=60):
+        """scale(0), then waits until every job of the name has ended; cancels (scancel) those
+        that have not within `timeout` seconds. Returns the ids it had to cancel."""
+        self.scale(0)
+        deadline = time.monotonic() + timeout
+        while self._queue() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = sorted(self._queue())
+        for job in left:
             self._run(["scancel", str(job)])
+        if left:
+            print(f"croupier autoscale: cancelled {' '.join(map(str, left))}, still running "
+                  f"{timeout} s after SIGTERM", flush=True)
+        return left
 
 
 def main(argv=None):
@@ -66,6 +126,8 @@ def main(argv=None):
     parser.add_argument("--interval", type=float, default=5.0)
     parser.add_argument("--name", help="the producer jobs' name [croupier-producer-PORT]")
     parser.add_argument("--keep", action="store_true", help="leave the producers on exit")
+    parser.add_argument("--stop-timeout", type=float, default=60.0,
+                        help="seconds the producers have to leave on exit before scancel [60]")
     parser.add_argument("sbatch_args", nargs=argparse.REMAINDER, help="-- SBATCH OPTIONS")
     args = parser.parse_args(argv)
     if not args.dispatcher:
@@ -85,8 +147,13 @@ def main(argv=None):
         pass
     finally:
         scaler.stop()
-        if not args.keep:
-            producers.scale(0)
+    if not args.keep:
+        try:
+            producers.stop(args.stop_timeout)
+        except errors.Error as e:  # Slurm did not answer: the jobs may still run
+            print(f"croupier autoscale: could not end the producer jobs named {name}: {e}",
+                  flush=True)
+            return 1
     return 0
 
 
