@@ -59,7 +59,7 @@ def test_local_cluster_auto_scales_out_when_input_bound_and_in_when_the_trainer_
         changes = list(cluster.autoscaler.changes)
     assert most >= 2 and changes[0][1] >= 2 and changes[-1][1] == 1, changes
     logs = "".join(p.read_text() for p in (tmp_path / "c").glob("producer*.log"))
-    assert "leaving (handing its tasks back)" in logs
+    assert "leaving (serving what it has made, handing the rest back)" in logs
 
 
 def test_the_autoscaler_follows_the_figure_within_its_bounds():

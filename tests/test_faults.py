@@ -5,6 +5,7 @@ steps (G2), bit-identical (G3). Every test bounds its time and the Cluster kills
 started.
 """
 import json
+import re
 import time
 
 import pytest
@@ -93,6 +94,36 @@ def test_producer_killed_mid_epoch_loses_and_repeats_nothing(tmp_path, dataset, 
         stall = watch(cluster, outs, procs, timeout=90)
         print(f"producer killed: longest consumer stall {stall:.2f} s")
         assert "expired" in cluster.dispatcher.log_path.read_text()
+    check_against_reference(outs, reference)
+
+
+@pytest.mark.timeout(120)
+def test_a_producer_stopped_mid_epoch_serves_what_it_made_then_leaves(tmp_path, dataset,
+                                                                      reference):
+    """SIGTERM to a producer while the ranks read slowly: it drains (ProducerNode::Drain). The
+    dispatcher keeps with it the tasks it had made whole, which it serves, and hands its other
+    tasks to the others at once; it exits 0 once it has served them, well within its bound.
+    Every rank gets the fault-free run's batches."""
+    # Tasks of one round (4 batches), so that a producer holds some it has made whole.
+    with Cluster(tmp_path / "cluster", producer_timeout_ms=60000,
+                 dispatcher_args=["--rounds-per-task", "1"]) as cluster:
+        for _ in range(2):
+            cluster.add_producer("--drain-timeout-ms", "30000")
+        cluster.create_job("train", dataset, FEATURES, BATCH, WORLD, seed=SEED, epochs=1)
+        outs, procs = cluster.start_ranks("train", WORLD, tmp_path, 1, "--slow-ms", "60")
+        wait_for_progress(outs, procs, STEPS // 4, timeout=60)
+        stopped = time.monotonic()
+        cluster.producers[0].terminate()
+        assert cluster.producers[0].wait(timeout=30) == 0
+        took = time.monotonic() - stopped
+        watch(cluster, outs, procs, timeout=90)
+        log = cluster.producers[0].log_path.read_text()
+        kept = re.search(r"drains: it serves the (\d+) tasks it has made", log)
+        assert kept and int(kept.group(1)) > 0, log[-3000:]
+        assert "were not all read" not in log, log[-3000:]
+        assert took < 20, f"it took {took:.1f} s to leave"
+        print(f"drained: kept {kept.group(1)} tasks, served them and left in {took:.2f} s")
+        assert "removed (it left)" in cluster.dispatcher.log_path.read_text()
     check_against_reference(outs, reference)
 
 

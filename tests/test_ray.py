@@ -127,7 +127,7 @@ def test_shutdown_leaves_no_croupier_process(ray_cluster, tmp_path):
         assert time.monotonic() < deadline, "a croupier process outlived its service"
         time.sleep(0.05)
     logs = "".join(p.read_text() for p in (tmp_path / "s").glob("producer*.log"))
-    assert logs.count("leaving (handing its tasks back)") == 2, logs
+    assert logs.count("leaving (serving what it has made, handing the rest back)") == 2, logs
 
 
 @pytest.mark.timeout(180)

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "src/common/logging.h"
 #include "src/common/memory.h"
 #include "src/common/status_macros.h"
@@ -26,7 +27,9 @@ constexpr char kProducerDescription[] =
     R"(Runs a producer of TFRecord jobs. It takes work (ranges of global batches) from the dispatcher, reads and
 decodes the records, keeps finished batches in a bounded buffer and serves them to consumers on
 its data port. Consumers on the same host receive batches through shared memory unless
---shm off. Stops cleanly on SIGINT or SIGTERM, handing its tasks back.
+--shm off. On SIGINT or SIGTERM it leaves gracefully: it hands back at once the tasks it has not
+made, serves the batches it has made to the ranks that ask for them (up to --drain-timeout-ms),
+then hands back what is left and stops; a second signal stops it at once.
 This is the TFRecord producer; `croupier produce` runs the Python producer of map and stream
 jobs.)";
 
@@ -42,6 +45,7 @@ struct ProducerFlags {
   std::string index_cache_dir;
   std::string auth_token;
   int64_t connect_timeout_ms = 60000;
+  int64_t drain_timeout_ms = 5000;
   int64_t test_delay_ms = 0;
   int64_t test_make_delay_ms = 0;
   std::string shm;
@@ -100,8 +104,16 @@ absl::Status Run(const ProducerFlags& f) {
   RETURN_IF_ERROR(WritePortFile(f.metrics.port_file, node->metrics_port()));
   watcher.join();
   Log(LogLevel::kInfo, "producer",
-      absl::StrCat("signal ", received.load(), ": leaving (handing its tasks back) and stopping"));
-  node->Leave();
+      absl::StrCat("signal ", received.load(),
+                   ": leaving (serving what it has made, handing the rest back) and stopping"));
+  // A second signal ends the drain; the thread waiting for it ends with the process.
+  static absl::Notification leave_now;
+  std::thread([] {
+    const int sig = WaitForTerminationSignal();
+    Log(LogLevel::kInfo, "producer", absl::StrCat("signal ", sig, ": leaving now"));
+    leave_now.Notify();
+  }).detach();
+  node->Drain(absl::Milliseconds(f.drain_timeout_ms), &leave_now);
   return absl::OkStatus();
 }
 
@@ -128,6 +140,9 @@ void Declare(CLI::App* app, ProducerFlags* f) {
   AddAuthTokenFlag(app, &f->auth_token);
   AddMillisFlag(app, "--connect-timeout-ms", &f->connect_timeout_ms, 1,
                 "how long to wait for the dispatcher before giving up");
+  AddMillisFlag(app, "--drain-timeout-ms", &f->drain_timeout_ms, 0,
+                "on SIGTERM, how long to serve the batches made before leaving (0: leave at once); "
+                "keep it below the supervisor's grace before SIGKILL");
   AddFlag(app, "--shm", &f->shm, "on|off",
           "batches to consumers on this host through shared memory")
       ->check(CLI::IsMember({"on", "off"}))

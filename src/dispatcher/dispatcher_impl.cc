@@ -273,6 +273,7 @@ absl::StatusOr<v1::StatusResponse> DispatcherImpl::GetStatus(const v1::StatusReq
     v1::ProducerStatus* out = response.add_producers();
     out->set_producer_id(id);
     out->set_data_address(producer.data_address);
+    out->set_draining(producer.draining);
     for (uint64_t task : producer.tasks) out->add_tasks(task);
     auto info = producer_info_.find(id);
     // Since its last heartbeat, or since this dispatcher started for a producer replayed from

@@ -257,6 +257,11 @@ class DispatcherImpl {
   // Feeds the advisor the rates of the live producers and consumers of TFRecord jobs.
   void UpdateAdviceLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Journals that producer `id` drains (ProducerDraining): it keeps the tasks it owns that the
+  // request's made_tasks name, and the others become orphans, revoked at this heartbeat (through
+  // info.revoked).
+  absl::Status StartDrainingLocked(uint64_t id, const v1::ProducerHeartbeatRequest& request,
+                                   ProducerInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Assigns producer `id` up to `slots` new tasks (task_assignment.h) into `response`, with the
   // JobInfo of each job it has not been sent yet.
   absl::Status AssignTasksLocked(uint64_t id, uint32_t slots, ProducerInfo& info,

@@ -269,7 +269,7 @@ void DispatcherImpl::UpdateAdviceLocked(absl::Time now) {
   }
   std::vector<ProducerAdvisor::ProducerLoad> producers;
   for (const auto& [id, producer] : state_.producers()) {
-    if (!producer.source_job.empty()) continue;
+    if (!producer.source_job.empty() || producer.draining) continue;  // a drainer makes nothing
     auto it = producer_info_.find(id);
     if (it == producer_info_.end() || !it->second.rates.measured()) continue;  // just registered
     const ProducerInfo& info = it->second;

@@ -38,6 +38,8 @@ absl::Status DispatcherState::Apply(const journal::Update& update) {
       return ApplyProducerRegistered(update.producer_registered());
     case journal::Update::kProducerRemoved:
       return ApplyProducerRemoved(update.producer_removed());
+    case journal::Update::kProducerDraining:
+      return ApplyProducerDraining(update.producer_draining());
     case journal::Update::kTaskAssigned:
       return ApplyTaskAssigned(update.task_assigned());
     case journal::Update::kTaskFinished:
@@ -110,6 +112,7 @@ absl::Status DispatcherState::ApplyProducerRegistered(const journal::ProducerReg
                                    next_producer_id()));
   }
   if (u.data_address().empty()) return Malformed("producer_registered without a data address");
+  if (u.draining()) return Malformed("producer_registered draining outside a snapshot");
   if (const Producer* holder = ProducerAt(u.data_address())) {
     return DoesNotFit(
         absl::StrCat("address ", u.data_address(), " is held by producer ", holder->id));
@@ -141,6 +144,29 @@ absl::Status DispatcherState::ApplyProducerRemoved(const journal::ProducerRemove
   }
   for (uint64_t task_id : std::set<uint64_t>(it->second.tasks)) OrphanTask(task_id);
   producers_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherState::ApplyProducerDraining(const journal::ProducerDraining& u) {
+  auto it = producers_.find(u.producer_id());
+  if (it == producers_.end()) {
+    return DoesNotFit(absl::StrCat("producer ", u.producer_id(), " is unknown"));
+  }
+  Producer& producer = it->second;
+  if (producer.draining) {
+    return DoesNotFit(absl::StrCat("producer ", u.producer_id(), " drains already"));
+  }
+  const std::set<uint64_t> kept(u.kept_tasks().begin(), u.kept_tasks().end());
+  for (uint64_t task_id : kept) {
+    if (!producer.tasks.contains(task_id)) {
+      return DoesNotFit(absl::StrCat("producer ", u.producer_id(), " keeps task ", task_id,
+                                     ", which it does not own"));
+    }
+  }
+  for (uint64_t task_id : std::set<uint64_t>(producer.tasks)) {
+    if (!kept.contains(task_id)) OrphanTask(task_id);
+  }
+  producer.draining = true;
   return absl::OkStatus();
 }
 
@@ -182,6 +208,10 @@ absl::Status DispatcherState::ApplyTaskAssigned(const journal::TaskAssigned& u) 
   if (producer == producers_.end()) {
     return DoesNotFit(absl::StrCat("task ", task.task_id(), " goes to producer ", u.producer_id(),
                                    ", which is unknown"));
+  }
+  if (producer->second.draining) {
+    return DoesNotFit(absl::StrCat("task ", task.task_id(), " goes to producer ", u.producer_id(),
+                                   ", which drains"));
   }
   Job* job = MutableJob(task.job());
   if (job == nullptr) {

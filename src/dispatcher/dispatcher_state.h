@@ -81,6 +81,8 @@ class DispatcherState {
     std::string source_job;    // the Python job it is the source of; empty: a TFRecord producer
     uint32_t source_index = 0;  // which of that job's sources
     std::set<uint64_t> tasks;  // the task ids it owns
+    // It leaves gracefully (ProducerDraining): it serves the tasks it owns and gets no new one.
+    bool draining = false;
   };
 
   struct Consumer {
@@ -198,6 +200,7 @@ class DispatcherState {
   absl::Status ApplyJobCreated(const journal::JobCreated& u);
   absl::Status ApplyProducerRegistered(const journal::ProducerRegistered& u);
   absl::Status ApplyProducerRemoved(const journal::ProducerRemoved& u);
+  absl::Status ApplyProducerDraining(const journal::ProducerDraining& u);
   absl::Status ApplyTaskAssigned(const journal::TaskAssigned& u);
   absl::Status ApplyTaskFinished(const journal::TaskFinished& u);
   absl::Status ApplyConsumerRegistered(const journal::ConsumerRegistered& u);

@@ -182,7 +182,7 @@ std::string DispatcherState::DebugString() const {
   }
   for (const auto& [id, p] : producers_) {
     absl::StrAppend(&out, "producer ", id, " ", p.data_address, " tasks [",
-                    absl::StrJoin(p.tasks, ","), "]\n");
+                    absl::StrJoin(p.tasks, ","), "]", p.draining ? " draining" : "", "\n");
   }
   for (const auto& [id, t] : tasks_) absl::StrAppend(&out, "task {", t.ShortDebugString(), "}\n");
   for (const OrphanKey& o : orphans_) {

@@ -56,6 +56,7 @@ std::vector<journal::Update> DispatcherState::Snapshot() const {
     r->set_data_address(p.data_address);
     r->set_source_job(p.source_job);
     r->set_source_index(p.source_index);
+    r->set_draining(p.draining);
   }
   for (const auto& [id, c] : consumers_) {
     journal::ConsumerRegistered* r = end->add_consumers();
@@ -140,8 +141,8 @@ absl::Status DispatcherState::ApplySnapshotEnd(const journal::SnapshotEnd& u) {
       return BadSnapshot(absl::StrCat("producer ", p.producer_id(),
                                       " is the source of unknown job '", p.source_job(), "'"));
     }
-    next.producers_[p.producer_id()] =
-        Producer{p.producer_id(), p.data_address(), p.source_job(), p.source_index(), {}};
+    next.producers_[p.producer_id()] = Producer{p.producer_id(), p.data_address(), p.source_job(),
+                                                p.source_index(), {}, p.draining()};
   }
   for (auto& [name, job] : next.jobs_) {
     for (const auto& [key, o] : job.outstanding) {

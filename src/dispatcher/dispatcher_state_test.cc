@@ -1,9 +1,11 @@
 #include "src/dispatcher/dispatcher_state.h"
 
+#include <set>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "src/dispatcher/task_assignment.h"
 #include "src/dispatcher/test_util.h"
 
 namespace croupier {
@@ -203,6 +205,40 @@ TEST(DispatcherStateTest, ProducerRemovedOrphansItsTasks) {
   EXPECT_EQ(state.FindJob("a")->next_batch, 0u);
 }
 
+TEST(DispatcherStateTest, ADrainingProducerKeepsItsMadeTasksAndGetsNoOther) {
+  DispatcherState state;
+  MustApply(state, JobCreated(FakeJob("a", 12, 2, 4)));
+  MustApply(state, ProducerRegistered(1, "h:1"));
+  MustApply(state, ProducerRegistered(2, "h:2"));
+  MustApply(state, TaskAssigned(MakeTask(1, "a", 0, 0, 4), 1));
+  MustApply(state, TaskAssigned(MakeTask(2, "a", 0, 4, 4), 1));
+  ExpectRefused(state, ProducerDraining(1, {1, 3}), absl::StatusCode::kFailedPrecondition,
+                "keeps task 3, which it does not own");
+  ExpectRefused(state, ProducerDraining(7, {}), absl::StatusCode::kFailedPrecondition,
+                "producer 7 is unknown");
+  MustApply(state, ProducerDraining(1, {1}));
+  EXPECT_TRUE(state.FindProducer(1)->draining);
+  EXPECT_EQ(state.FindProducer(1)->tasks, std::set<uint64_t>{1});
+  EXPECT_EQ(state.FindJob("a")->outstanding.at({0, 0}).producer_id, 1u);  // Locate sends there
+  ASSERT_EQ(state.orphans().size(), 1u);
+  EXPECT_EQ(state.orphans().begin()->first_batch, 4u);
+  ExpectRefused(state, ProducerDraining(1, {1}), absl::StatusCode::kFailedPrecondition,
+                "drains already");
+  // Nothing new goes to it, neither the orphan nor the next task; the other producer takes both.
+  EXPECT_FALSE(NextTask(state, *state.FindProducer(1)).has_value());
+  ExpectRefused(state, TaskAssigned(MakeTask(3, "a", 0, 4, 4), 1),
+                absl::StatusCode::kFailedPrecondition, "which drains");
+  MustApply(state, TaskAssigned(MakeTask(3, "a", 0, 4, 4), 2));
+  // It finishes what it kept, and leaves.
+  MustApply(state, TaskFinished(1, 1));
+  MustApply(state, ProducerRemoved(1));
+  EXPECT_TRUE(state.orphans().empty());
+  // A registration cannot say it drains (only a snapshot can).
+  journal::Update draining = ProducerRegistered(3, "h:3");
+  draining.mutable_producer_registered()->set_draining(true);
+  ExpectRefused(state, draining, absl::StatusCode::kInvalidArgument, "outside a snapshot");
+}
+
 TEST(DispatcherStateTest, Consumers) {
   DispatcherState state;
   MustApply(state, JobCreated(FakeJob("a", 12, 3, 3, 2)));
@@ -344,6 +380,10 @@ TEST(DispatcherStateTest, ReplayRebuildsTheStateExactly) {
       TasksDelivered("a", 0, 5),  // refused: past the frontier
       TasksDelivered("a", 0, 4),  // finishes task 3: [4, 8)
       ProducerRemoved(3),         // task 5 becomes an orphan
+      ProducerRegistered(4, "h:3"),
+      TaskAssigned(MakeTask(6, "a", 0, 8, 2), 4),
+      TaskAssigned(MakeTask(7, "a", 1, 0, 4), 4),
+      ProducerDraining(4, {7}),  // task 6 becomes an orphan again
   };
   DispatcherState live;
   std::vector<journal::Update> journal;

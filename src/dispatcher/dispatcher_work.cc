@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -66,6 +68,15 @@ absl::StatusOr<v1::ProducerHeartbeatResponse> DispatcherImpl::ProducerHeartbeat(
     RETURN_IF_ERROR(RemoveProducerLocked(id, "it left"));
     return response;
   }
+  if (request.draining() && !state_.FindProducer(id)->draining) {
+    RETURN_IF_ERROR(StartDrainingLocked(id, request, info));
+  }
+  if (state_.FindProducer(id)->draining) {
+    // It serves what it kept and takes nothing new; what it held beyond that is revoked.
+    for (uint64_t task_id : info.revoked) response.add_revoked_tasks(task_id);
+    info.revoked.clear();
+    return response;
+  }
   uint32_t slots = std::min(request.free_task_slots(), kMaxTasksPerHeartbeat);
   for (v1::Task& task : LostTasksLocked(id, request, info)) {
     // Lost tasks take the slots first: the producer counted them as free.
@@ -81,6 +92,32 @@ absl::StatusOr<v1::ProducerHeartbeatResponse> DispatcherImpl::ProducerHeartbeat(
   for (uint64_t task_id : info.revoked) response.add_revoked_tasks(task_id);
   info.revoked.clear();
   return response;
+}
+
+absl::Status DispatcherImpl::StartDrainingLocked(uint64_t id,
+                                                 const v1::ProducerHeartbeatRequest& request,
+                                                 ProducerInfo& info) {
+  const DispatcherState::Producer& producer = *state_.FindProducer(id);
+  const std::set<uint64_t> made(request.made_tasks().begin(), request.made_tasks().end());
+  journal::Update update;
+  update.mutable_producer_draining()->set_producer_id(id);
+  std::vector<uint64_t> handed_back;
+  for (uint64_t task_id : producer.tasks) {
+    if (made.contains(task_id)) {
+      update.mutable_producer_draining()->add_kept_tasks(task_id);
+    } else {
+      handed_back.push_back(task_id);
+    }
+  }
+  const std::string address = producer.data_address;
+  RETURN_IF_ERROR(ApplyLocked(update));
+  for (uint64_t task_id : handed_back) info.revoked.push_back(task_id);
+  Log(LogLevel::kInfo, "dispatcher",
+      absl::StrCat("producer ", id, " at ", address, " drains: it keeps the ",
+                   update.producer_draining().kept_tasks_size(),
+                   " tasks it has made, to serve them, and hands back ", handed_back.size(),
+                   ", which will be assigned again"));
+  return absl::OkStatus();
 }
 
 absl::Status DispatcherImpl::AssignTasksLocked(uint64_t id, uint32_t slots, ProducerInfo& info,

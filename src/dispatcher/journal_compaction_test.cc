@@ -40,6 +40,10 @@ DispatcherState RichState() {
   apply(TaskAssigned(MakeTask(5, "py", 0, 0, 4), 3));
   apply(TaskFinished(1, 1));
   apply(ProducerRemoved(2));  // task 2 becomes an orphan
+  apply(ProducerRegistered(4, "h:4"));  // drains, keeping task 6; task 7 becomes an orphan
+  apply(TaskAssigned(MakeTask(6, "a", 1, 0, 4), 4));
+  apply(TaskAssigned(MakeTask(7, "a", 1, 4, 4), 4));
+  apply(ProducerDraining(4, {6}));
   apply(ConsumerAcknowledged(1, 0, 2));
   apply(ConsumerRemoved(3));
   journal::Update idle;
@@ -54,14 +58,16 @@ DispatcherState RichState() {
 TEST(SnapshotTest, ASnapshotRebuildsTheStateExactly) {
   const DispatcherState state = RichState();
   ASSERT_THAT(state.DebugString(), HasSubstr("orphan 'a'"));
+  ASSERT_THAT(state.DebugString(), HasSubstr("producer 4 h:4 tasks [6] draining"));
   DispatcherState rebuilt;
   const std::vector<journal::Update> snapshot = state.Snapshot();
   ASSERT_EQ(snapshot.size(), 4u);  // three jobs and the end
   for (const journal::Update& u : snapshot) ASSERT_TRUE(rebuilt.Apply(u).ok()) << u.DebugString();
   EXPECT_EQ(rebuilt.DebugString(), state.DebugString());
   // And it carries on as the original would: the next ids, the orphans first.
-  EXPECT_EQ(rebuilt.next_task_id(), 6u);
-  EXPECT_TRUE(rebuilt.Apply(TaskAssigned(MakeTask(6, "a", 0, 4, 4), 1)).ok());
+  EXPECT_EQ(rebuilt.next_task_id(), 8u);
+  EXPECT_FALSE(rebuilt.Apply(TaskAssigned(MakeTask(8, "a", 0, 4, 4), 4)).ok());  // it drains
+  EXPECT_TRUE(rebuilt.Apply(TaskAssigned(MakeTask(8, "a", 0, 4, 4), 1)).ok());
 }
 
 TEST(SnapshotTest, ASnapshotFitsOnlyAnEmptyStateAndChecksItsReferences) {

@@ -298,6 +298,64 @@ TEST_F(DispatcherProducerHeartbeatTest, ALeavingProducersTasksGoToAnotherAtOnce)
   EXPECT_THAT(std::string(after.status().message()), HasSubstr("it left"));
 }
 
+TEST_F(DispatcherProducerHeartbeatTest, ADrainingProducerServesWhatItMadeAndHandsBackTheRest) {
+  auto first = Producer(0, "h:1", 2);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(Cuts(*first).size(), 2u);  // tasks 1 (batches [0, 8)) and 2 ([8, 16))
+  auto second = Producer(0, "h:2", 0);
+  ASSERT_TRUE(second.ok()) << second.status();
+
+  // Producer 1 drains, having made task 1 whole: it keeps task 1, and task 2 is revoked from it
+  // and becomes an orphan at once.
+  v1::ProducerHeartbeatRequest drain;
+  drain.set_producer_id(1);
+  drain.set_data_address("h:1");
+  drain.add_held_tasks(1);
+  drain.add_held_tasks(2);
+  drain.set_held_tasks_reported(true);
+  drain.set_draining(true);
+  drain.add_made_tasks(1);
+  auto drained = impl_->ProducerHeartbeat(drain);
+  ASSERT_TRUE(drained.ok()) << drained.status();
+  EXPECT_TRUE(drained->new_tasks().empty());
+  EXPECT_THAT(drained->revoked_tasks(), ::testing::ElementsAre(2));
+  auto located = Locate("train", 0, 0, 1);  // its made batches are still fetched from it
+  ASSERT_TRUE(located.ok()) << located.status();
+  EXPECT_EQ(located->tasks(0).producer_address(), "h:1");
+  located = Locate("train", 0, 8, 1);
+  ASSERT_TRUE(located.ok()) << located.status();
+  EXPECT_TRUE(located->tasks(0).producer_address().empty());
+  auto status = impl_->GetStatus({});
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_TRUE(status->producers(0).draining());
+  EXPECT_FALSE(status->producers(1).draining());
+
+  // The other producer takes the orphan first; the drainer gets nothing, even asking for work.
+  auto taken = Producer(2, "h:2", 1);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  ASSERT_EQ(Cuts(*taken).size(), 1u);
+  EXPECT_EQ(std::get<3>(Cuts(*taken)[0]), 8u);
+  drain.clear_held_tasks();
+  drain.add_held_tasks(1);
+  drain.set_free_task_slots(2);
+  auto again = impl_->ProducerHeartbeat(drain);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->new_tasks().empty());
+  EXPECT_TRUE(again->revoked_tasks().empty());
+
+  // It served task 1 and leaves: nothing is left to assign again.
+  v1::ProducerHeartbeatRequest leave;
+  leave.set_producer_id(1);
+  leave.set_data_address("h:1");
+  leave.add_finished_tasks(1);
+  leave.set_leaving(true);
+  ASSERT_TRUE(impl_->ProducerHeartbeat(leave).ok());
+  located = Locate("train", 0, 0, 1);
+  ASSERT_TRUE(located.ok()) << located.status();
+  EXPECT_TRUE(located->tasks(0).producer_address().empty());  // finished, not an orphan
+  EXPECT_TRUE(located->tasks(0).waiting_for().empty()) << located->tasks(0).waiting_for();
+}
+
 TEST_F(DispatcherProducerHeartbeatTest, ABatchNotAssignedYetSaysWhy) {
   // No producer at all.
   auto located = Locate("train", 0, 0, 1);

@@ -22,9 +22,10 @@ v1::Task MakeTask(const DispatcherState& state, const std::string& job, uint64_t
 
 // Whether `producer` can make the batches of `job`'s task starting at `first_batch` of `epoch`: a
 // Python job's tasks come from its own sources (JobConfig::SourceOf), a map job's from any
-// producer registered for it.
+// producer registered for it. A draining producer makes nothing new.
 bool CanMake(const DispatcherState::Producer& producer, const DispatcherState::Job& job,
              uint64_t epoch, uint64_t first_batch) {
+  if (producer.draining) return false;
   if (!job.config.made_by_sources()) return producer.source_job.empty();
   return producer.source_job == job.name() &&
          (job.config.map() || job.config.SourceOf(epoch, first_batch) == producer.source_index);

@@ -74,6 +74,12 @@ inline v1::JobInfo FakePythonJob(const std::string& name, uint64_t batches_per_e
   info.mutable_spec()->set_source_batches_per_epoch(batches_per_epoch);
   return info;
 }
+inline journal::Update ProducerDraining(uint64_t id, std::vector<uint64_t> kept) {
+  journal::Update u;
+  u.mutable_producer_draining()->set_producer_id(id);
+  for (uint64_t t : kept) u.mutable_producer_draining()->add_kept_tasks(t);
+  return u;
+}
 inline journal::Update ProducerRemoved(uint64_t id) {
   journal::Update u;
   u.mutable_producer_removed()->set_producer_id(id);

@@ -220,9 +220,14 @@ absl::Status ProducerNode::Heartbeat(bool wait_for_work) {
   for (uint64_t t : unreported_finished_) request.add_finished_tasks(t);
   for (uint64_t t : held) request.add_held_tasks(t);
   request.set_held_tasks_reported(true);
-  request.set_free_task_slots(holder_->FreeTaskSlots());
+  const bool draining = draining_.load();
+  request.set_free_task_slots(draining ? 0 : holder_->FreeTaskSlots());
+  if (draining) {
+    request.set_draining(true);
+    for (uint64_t t : holder_->MadeTasks()) request.add_made_tasks(t);
+  }
   *request.mutable_stats() = Stats();
-  if (wait_for_work && request.producer_id() != 0) {
+  if (wait_for_work && !draining && request.producer_id() != 0) {
     request.set_wait_for_work_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(interval_)));
   }
   if (request.producer_id() == 0) {
@@ -239,6 +244,7 @@ absl::Status ProducerNode::Heartbeat(bool wait_for_work) {
                      "; dropping its tasks and registering again"));
     for (uint64_t t : holder_->HeldTasks()) holder_->RevokeTask(t);
     unreported_finished_.clear();
+    if (draining && !drain_told_.HasBeenNotified()) drain_told_.Notify();  // it holds nothing
     absl::MutexLock lock(&mu_);
     producer_id_ = 0;
     return absl::OkStatus();
@@ -257,6 +263,7 @@ absl::Status ProducerNode::Heartbeat(bool wait_for_work) {
   for (uint64_t t : response->revoked_tasks()) holder_->RevokeTask(t);
   for (const v1::JobInfo& job : response->jobs()) jobs_[job.spec().name()] = job;
   for (const v1::Task& task : response->new_tasks()) AddTask(task);
+  if (draining && !drain_told_.HasBeenNotified()) drain_told_.Notify();
   return absl::OkStatus();
 }
 
@@ -275,12 +282,14 @@ void ProducerNode::HeartbeatLoop() {
   while (!stop_.WaitForNotificationWithTimeout(kPoll)) {
     absl::Duration since = absl::Now() - last;
     bool due = since >= interval_;
-    const bool free = holder_->FreeTaskSlots() > 0;
+    // A draining producer takes no work: it beats at the interval, or when Drain asks.
+    const bool free = !draining_.load() && holder_->FreeTaskSlots() > 0;
+    const bool now = beat_now_.exchange(false);
     // Eager only while the dispatcher has work to give, so an idle producer beats at the interval.
     bool eager = work_available_ && free;
     // Not after a failed beat: the next one waits for the interval.
     bool wait = !work_available_ && free && dispatcher_waits_ && last_heartbeat_ok_;
-    if (!due && !eager && !wait) continue;
+    if (!due && !eager && !wait && !now) continue;
     absl::Status s = Heartbeat(wait);
     last = absl::Now();
     last_heartbeat_ok_ = s.ok();
@@ -293,6 +302,7 @@ void ProducerNode::HeartbeatLoop() {
       last_end_check_ = last;
       CheckJobEnded();
     }
+    if (!s.ok() && draining_.load()) drain_failed_.store(true);
     if (!s.ok() && !stop_.HasBeenNotified()) {
       Log(LogLevel::kWarning, "producer",
           absl::StrCat("producer ", producer_id(), ": heartbeat failed: ", s.ToString()));
@@ -324,6 +334,46 @@ void ProducerNode::CheckJobEnded() {
       absl::StrCat("producer ", producer_id(), ": job '", source_job_,
                    "' has ended (every rank has read its last epoch, or it was deleted)"));
   job_ended_.Notify();
+}
+
+ProducerNode::Drained ProducerNode::Drain(absl::Duration bound,
+                                          const absl::Notification* leave_now) {
+  Drained drained;
+  if (bound > absl::ZeroDuration() && sequential_ == nullptr && producer_id() != 0 &&
+      !stop_.HasBeenNotified()) {
+    const absl::Time deadline = absl::Now() + bound;
+    draining_.store(true);
+    beat_now_.store(true);
+    auto interrupted = [&] {
+      return (leave_now != nullptr && leave_now->HasBeenNotified()) || drain_failed_.load();
+    };
+    // The dispatcher hears it at the next beat (the heartbeat thread's call in flight first).
+    while (!drain_told_.WaitForNotificationWithTimeout(absl::Milliseconds(10))) {
+      if (absl::Now() >= deadline || interrupted()) break;
+    }
+    if (drain_told_.HasBeenNotified()) {
+      drained.kept = holder_->HeldTasks().size();
+      Log(LogLevel::kInfo, "producer",
+          absl::StrCat("producer ", producer_id(), " drains: it serves the ", drained.kept,
+                       " tasks it has made, for up to ", absl::FormatDuration(bound),
+                       "; its other tasks went to the other producers"));
+      while (!holder_->HeldTasks().empty() && absl::Now() < deadline && !interrupted()) {
+        absl::SleepFor(absl::Milliseconds(10));
+      }
+      const size_t left = holder_->HeldTasks().size();
+      drained.served = drained.kept - std::min(left, drained.kept);
+      if (left > 0) {
+        Log(LogLevel::kInfo, "producer",
+            absl::StrCat("producer ", producer_id(), ": ", left, " of its tasks were not all read ",
+                         drain_failed_.load() ? "before a heartbeat failed"
+                         : interrupted()      ? "before a second signal"
+                                              : "within the drain bound",
+                         "; they go to the other producers"));
+      }
+    }
+  }
+  Leave();
+  return drained;
 }
 
 void ProducerNode::Leave(absl::Duration timeout) {

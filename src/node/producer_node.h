@@ -13,6 +13,7 @@
 #ifndef CROUPIER_SRC_NODE_PRODUCER_NODE_H_
 #define CROUPIER_SRC_NODE_PRODUCER_NODE_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -134,6 +135,22 @@ class ProducerNode {
   // Shutdown(). A dispatcher that cannot be reached within `timeout` only delays the reassignment
   // to the producer timeout. What SIGTERM does to `croupier producer`. Idempotent.
   void Leave(absl::Duration timeout = absl::Seconds(1));
+  // Leaves gracefully: takes no more work and tells the dispatcher at once (a heartbeat with
+  // `draining` and the tasks whose every batch is made, ProducerHeartbeatRequest). The dispatcher
+  // keeps those tasks with this producer and hands its other tasks to the other producers now;
+  // this producer serves what it kept to the ranks that ask for it, reporting each task finished
+  // as before, until it holds no task, `bound` passes, `leave_now` (if given) is notified (a
+  // second signal), or a heartbeat fails (the dispatcher is gone or unreachable: it leaves as it
+  // would have). Then Leave(): what it still holds goes to the others. Keep `bound` below the
+  // grace its supervisor gives between SIGTERM and SIGKILL. With a stream
+  // supply, or a bound of zero, it is Leave() alone. Returns how many tasks it kept and how many
+  // of those it finished serving. What SIGTERM does to `croupier producer`
+  // (--drain-timeout-ms). Call it once, instead of Leave().
+  struct Drained {
+    size_t kept = 0;
+    size_t served = 0;
+  };
+  Drained Drain(absl::Duration bound, const absl::Notification* leave_now = nullptr);
 
  private:
   class DelayingSource;
@@ -179,6 +196,14 @@ class ProducerNode {
   // The dispatcher holds heartbeats that ask to wait for work (false for an older one).
   bool dispatcher_waits_ = true;
   bool last_heartbeat_ok_ = true;
+  // Set by Drain: every heartbeat says the producer drains, asks for no work and names the tasks
+  // it has made; beat_now_ asks the heartbeat thread for a heartbeat at once.
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> beat_now_{false};
+  // The heartbeat thread's first heartbeat that said the producer drains got an answer; a
+  // heartbeat failed while draining (the dispatcher is gone: nobody can be sent here any more).
+  absl::Notification drain_told_;
+  std::atomic<bool> drain_failed_{false};
 
   absl::Notification stop_;
   absl::Notification job_ended_;

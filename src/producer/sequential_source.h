@@ -66,6 +66,8 @@ class SequentialSource final : public TaskHolder {
   bool RevokeTask(uint64_t task_id) override;
   std::vector<uint64_t> TakeFinishedTasks() override;
   std::vector<uint64_t> HeldTasks() const override;
+  // None: a stream's owner leaves at once (ProducerNode::Leave), never drains.
+  std::vector<uint64_t> MadeTasks() const override { return {}; }
   // (epoch, end batch) of the furthest task ever added, if any: how far the dispatcher has dealt.
   std::optional<std::pair<uint64_t, uint64_t>> LastTaskEnd() const;
   uint32_t FreeTaskSlots() const override;

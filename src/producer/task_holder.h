@@ -50,6 +50,9 @@ class TaskHolder : public BatchSource {
   virtual std::vector<uint64_t> TakeFinishedTasks() = 0;
   // The tasks held and not finished, in the order added.
   virtual std::vector<uint64_t> HeldTasks() const = 0;
+  // The held tasks whose every batch is made (in the buffer, handed out or served): what a
+  // draining producer keeps to serve (ProducerNode::Drain).
+  virtual std::vector<uint64_t> MadeTasks() const = 0;
   // How many more tasks it takes now.
   virtual uint32_t FreeTaskSlots() const = 0;
   // Buffer, batch and time counters as the producer reports them (cpu_seconds left 0).

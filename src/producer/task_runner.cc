@@ -221,6 +221,15 @@ std::vector<uint64_t> TaskRunner::HeldTasks() const {
   return ids;
 }
 
+std::vector<uint64_t> TaskRunner::MadeTasks() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<uint64_t> ids;
+  for (const auto& t : tasks_) {
+    if (t->Unmade() == 0) ids.push_back(t->id());
+  }
+  return ids;
+}
+
 absl::Status TaskRunner::AddTask(const v1::Task& task, const v1::JobInfo& job) {
   std::shared_ptr<const BatchMaker> maker;
   {

@@ -138,6 +138,9 @@ class TaskRunner final : public TaskHolder {
   uint32_t FreeTaskSlots() const override;
   // The ids of the tasks held, in the order added.
   std::vector<uint64_t> HeldTasks() const override;
+  // The held tasks with no batch pending or being made (HeldTask::Unmade() 0), in the order
+  // added. A batch of theirs evicted from the buffer is made again if it is asked for.
+  std::vector<uint64_t> MadeTasks() const override;
   Stats stats() const;
   v1::ProducerStats Report() const override;
 

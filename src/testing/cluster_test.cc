@@ -293,6 +293,34 @@ TEST(ClusterTest, ALeavingProducersTasksAreMadeByAnotherAtOnce) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(8));
 }
 
+// A producer that drains while the ranks read slowly: it keeps the tasks it had made and serves
+// them (not made again elsewhere), its other tasks go to the other producer at once, and it
+// leaves once it has served what it kept, well within its bound. Every rank gets the plan.
+TEST(ClusterTest, ADrainingProducerServesTheBatchesItMadeAndLeaves) {
+  TestClusterOptions options{.producers = 2, .producer_timeout = absl::Seconds(60),
+                             .rounds_per_task = 1};
+  auto cluster = ClusterWithDataset(std::move(options));
+  const v1::JobInfo job = Must(cluster->CreateJob(DatasetSpec(cluster->dir(), 2)));
+  ProducerNode::Drained drained;
+  absl::Duration took;
+  const auto got = ReadAllRanks(*cluster, 2, 0, {.prefetch_batches = 1, .timeout = absl::Seconds(20)},
+                                absl::Milliseconds(60), [&] {
+                                  absl::SleepFor(absl::Milliseconds(150));
+                                  const absl::Time start = absl::Now();
+                                  drained = cluster->producer(0)->Drain(absl::Seconds(20));
+                                  took = absl::Now() - start;
+                                });
+  const auto planned = PlannedIds(job, 0);
+  for (uint32_t r = 0; r < 2; ++r) EXPECT_EQ(got[r], planned[r]) << "rank " << r;
+  EXPECT_GT(drained.kept, 0u) << "it had made no task whole";
+  EXPECT_EQ(drained.served, drained.kept);
+  EXPECT_LT(took, absl::Seconds(10));
+  // The dispatcher removed it (it left), and nothing of its is waiting to be made again.
+  const v1::StatusResponse status = Must(cluster->Status());
+  ASSERT_EQ(status.producers_size(), 1);
+  EXPECT_FALSE(status.producers(0).draining());
+}
+
 // Producers come and go: through a 3-epoch job, a producer joins or one leaves every 100 ms (at
 // least one stays). Each rank gets exactly the bytes of a run with 2 fixed producers: a batch's
 // content does not depend on which producer made it, so an engine may scale producers freely.
