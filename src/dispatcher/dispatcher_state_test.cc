@@ -29,6 +29,16 @@ void MustApply(DispatcherState& state, const journal::Update& update) {
   ASSERT_TRUE(status.ok()) << status << " applying " << update.ShortDebugString();
 }
 
+// Job "a" of `batches` batches an epoch (2 consumers, tasks of 4), and producers 1 at h:1 and 2
+// at h:2.
+DispatcherState JobAndTwoProducers(uint64_t batches) {
+  DispatcherState state;
+  MustApply(state, JobCreated(FakeJob("a", batches, 2, 4)));
+  MustApply(state, ProducerRegistered(1, "h:1"));
+  MustApply(state, ProducerRegistered(2, "h:2"));
+  return state;
+}
+
 TEST(DispatcherStateTest, JobCreated) {
   DispatcherState state;
   MustApply(state, JobCreated(FakeJob("a", 12, 2, 4)));
@@ -128,10 +138,7 @@ TEST(DispatcherStateTest, BadTaskAssignedRefused) {
 }
 
 TEST(DispatcherStateTest, TaskFinished) {
-  DispatcherState state;
-  MustApply(state, JobCreated(FakeJob("a", 8, 2, 4)));
-  MustApply(state, ProducerRegistered(1, "h:1"));
-  MustApply(state, ProducerRegistered(2, "h:2"));
+  DispatcherState state = JobAndTwoProducers(8);
   MustApply(state, TaskAssigned(MakeTask(1, "a", 0, 0, 4), 1));
   MustApply(state, TaskAssigned(MakeTask(2, "a", 0, 4, 4), 2));
   ExpectRefused(state, TaskFinished(1, 2), absl::StatusCode::kFailedPrecondition,
@@ -175,10 +182,7 @@ TEST(DispatcherStateTest, TaskRemadeMakesAFinishedTaskAnOrphan) {
 }
 
 TEST(DispatcherStateTest, ProducerRemovedOrphansItsTasks) {
-  DispatcherState state;
-  MustApply(state, JobCreated(FakeJob("a", 12, 2, 4)));
-  MustApply(state, ProducerRegistered(1, "h:1"));
-  MustApply(state, ProducerRegistered(2, "h:2"));
+  DispatcherState state = JobAndTwoProducers(12);
   MustApply(state, TaskAssigned(MakeTask(1, "a", 0, 0, 4), 1));
   MustApply(state, TaskAssigned(MakeTask(2, "a", 0, 4, 4), 2));
   MustApply(state, TaskAssigned(MakeTask(3, "a", 0, 8, 4), 1));
@@ -206,10 +210,7 @@ TEST(DispatcherStateTest, ProducerRemovedOrphansItsTasks) {
 }
 
 TEST(DispatcherStateTest, ADrainingProducerKeepsItsMadeTasksAndGetsNoOther) {
-  DispatcherState state;
-  MustApply(state, JobCreated(FakeJob("a", 12, 2, 4)));
-  MustApply(state, ProducerRegistered(1, "h:1"));
-  MustApply(state, ProducerRegistered(2, "h:2"));
+  DispatcherState state = JobAndTwoProducers(12);
   MustApply(state, TaskAssigned(MakeTask(1, "a", 0, 0, 4), 1));
   MustApply(state, TaskAssigned(MakeTask(2, "a", 0, 4, 4), 1));
   ExpectRefused(state, ProducerDraining(1, {1, 3}), absl::StatusCode::kFailedPrecondition,
