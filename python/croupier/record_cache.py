@@ -211,8 +211,8 @@ class RecordCache:
                             "(%s: %s); such records are made again each time",
                             self.path, i, type(e).__name__, e)
             return None
-        pages = pages(size)
-        if not self._reserve(pages):
+        taken = pages(size)
+        if not self._reserve(taken):
             return False
         tmp = os.path.join(self.path, f".tmp-{os.getpid()}-{threading.get_ident()}-{i}")
         try:
@@ -220,10 +220,10 @@ class RecordCache:
             os.link(tmp, self._file(i))  # atomic; fails if the file is there
             return True
         except FileExistsError:
-            self._add(bytes=-pages, records=-1)  # another process added it meanwhile
+            self._add(bytes=-taken, records=-1)  # another process added it meanwhile
             return True
         except OSError as e:
-            self._add(bytes=-pages, records=-1)
+            self._add(bytes=-taken, records=-1)
             if e.errno in (errno.ENOSPC, errno.ENOMEM, errno.EDQUOT):
                 self._set_full()
                 held = self.stats()
