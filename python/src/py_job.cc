@@ -26,24 +26,52 @@ namespace pyb = pybind11;
 namespace {
 
 // The attributes to_dict() gives, in this order: every typed setting and size of a Job.
-constexpr const char* kFields[] = {
-    "name",          "source",        "mode",
-    "features",      "batch_size",    "num_consumers",
-    "num_epochs",    "seed",          "shuffle",
-    "remainder",     "block_size",    "window_blocks",
-    "compression",   "source_count",  "source_batches_per_epoch",
-    "start_epoch",   "start_batch",   "skip_failing_records",
-    "files",         "num_records",   "batches_per_epoch",
-    "steps_per_epoch", "batches_per_task", "state",
-    "rank_positions"};
+constexpr const char* kFields[] = {"name",
+                                   "source",
+                                   "mode",
+                                   "features",
+                                   "batch_size",
+                                   "num_consumers",
+                                   "num_epochs",
+                                   "seed",
+                                   "shuffle",
+                                   "remainder",
+                                   "block_size",
+                                   "window_blocks",
+                                   "compression",
+                                   "source_count",
+                                   "source_batches_per_epoch",
+                                   "start_epoch",
+                                   "start_batch",
+                                   "skip_failing_records",
+                                   "files",
+                                   "num_records",
+                                   "batches_per_epoch",
+                                   "steps_per_epoch",
+                                   "batches_per_task",
+                                   "state",
+                                   "rank_positions"};
 
 // The keys of job["spec"] (the old dicts' JobSpec), each the attribute of its name but "files".
-constexpr const char* kSpecFields[] = {
-    "name",          "features",     "batch_size",    "seed",
-    "shuffle",       "block_size",   "window_blocks", "remainder",
-    "num_consumers", "num_epochs",   "mode",          "source",
-    "source_batches_per_epoch",      "source_count",  "start_epoch",
-    "start_batch",   "compression",  "num_records",   "skip_failing_records"};
+constexpr const char* kSpecFields[] = {"name",
+                                       "features",
+                                       "batch_size",
+                                       "seed",
+                                       "shuffle",
+                                       "block_size",
+                                       "window_blocks",
+                                       "remainder",
+                                       "num_consumers",
+                                       "num_epochs",
+                                       "mode",
+                                       "source",
+                                       "source_batches_per_epoch",
+                                       "source_count",
+                                       "start_epoch",
+                                       "start_batch",
+                                       "compression",
+                                       "num_records",
+                                       "skip_failing_records"};
 
 // The JobInfo as JSON, as the dispatcher's answers and the command line's --json give it.
 std::string InfoJson(const v1::JobInfo& info) {
@@ -90,8 +118,9 @@ void BindJob(pyb::module_& m) {
           },
           pyb::arg("info_json"),
           "The Job of a JobInfo as JSON (to_json's, or `croupier job describe --json`'s \"job\").")
-      .def("to_json", [](const PyJob& j) { return InfoJson(j.info); },
-           "The JobInfo as JSON (without state and rank_positions).")
+      .def(
+          "to_json", [](const PyJob& j) { return InfoJson(j.info); },
+          "The JobInfo as JSON (without state and rank_positions).")
       .def(
           "to_dict",
           [](pyb::object self) {
@@ -128,28 +157,32 @@ void BindJob(pyb::module_& m) {
       .def_property_readonly(
           "mode", [](const PyJob& j) { return std::string(DealModeName(j.config.mode)); },
           "'dealt' or 'first_come'.")
-      .def_property_readonly("features", [](const PyJob& j) { return j.config.features; },
-                             "The feature spec text.")
+      .def_property_readonly(
+          "features", [](const PyJob& j) { return j.config.features; }, "The feature spec text.")
       .def_property_readonly("batch_size", [](const PyJob& j) { return j.config.plan.batch_size; })
-      .def_property_readonly("num_consumers", [](const PyJob& j) { return j.config.num_consumers(); },
-                             "The job's world size: its ranks.")
-      .def_property_readonly("num_epochs", [](const PyJob& j) { return j.config.num_epochs; },
-                             "0: unbounded.")
+      .def_property_readonly(
+          "num_consumers", [](const PyJob& j) { return j.config.num_consumers(); },
+          "The job's world size: its ranks.")
+      .def_property_readonly(
+          "num_epochs", [](const PyJob& j) { return j.config.num_epochs; }, "0: unbounded.")
       .def_property_readonly("seed", [](const PyJob& j) { return j.config.plan.seed; })
       .def_property_readonly(
-          "shuffle", [](const PyJob& j) { return std::string(ShuffleModeName(j.config.plan.shuffle)); },
+          "shuffle",
+          [](const PyJob& j) { return std::string(ShuffleModeName(j.config.plan.shuffle)); },
           "'none', 'global' or 'blocks'.")
       .def_property_readonly(
-          "remainder", [](const PyJob& j) { return std::string(RemainderName(j.config.plan.remainder)); },
+          "remainder",
+          [](const PyJob& j) { return std::string(RemainderName(j.config.plan.remainder)); },
           "'drop' or 'pad'.")
       .def_property_readonly("block_size", [](const PyJob& j) { return j.config.plan.block_size; })
       .def_property_readonly("window_blocks",
                              [](const PyJob& j) { return j.config.plan.window_blocks; })
-      .def_property_readonly("compression",
-                             [](const PyJob& j) { return CodecName(j.config.compression); },
-                             "'none', 'zstd' or 'lz4'.")
-      .def_property_readonly("source_count", [](const PyJob& j) { return j.config.source_count; },
-                             "How many processes serve a python job.")
+      .def_property_readonly(
+          "compression", [](const PyJob& j) { return CodecName(j.config.compression); },
+          "'none', 'zstd' or 'lz4'.")
+      .def_property_readonly(
+          "source_count", [](const PyJob& j) { return j.config.source_count; },
+          "How many processes serve a python job.")
       .def_property_readonly(
           "source_batches_per_epoch",
           [](const PyJob& j) { return j.info.spec().source_batches_per_epoch(); },
@@ -167,32 +200,34 @@ void BindJob(pyb::module_& m) {
           },
           "The files, expanded, in global record order (tfrecord jobs).")
       .def_property_readonly("num_records", [](const PyJob& j) { return j.info.num_records(); })
-      .def_property_readonly("batches_per_epoch",
-                             [](const PyJob& j) { return j.config.batches_per_epoch; },
-                             "Global batches dealt per epoch, a multiple of num_consumers.")
-      .def_property_readonly("steps_per_epoch",
-                             [](const PyJob& j) { return j.config.steps_per_epoch; },
-                             "Each rank's steps per epoch (dealt).")
+      .def_property_readonly(
+          "batches_per_epoch", [](const PyJob& j) { return j.config.batches_per_epoch; },
+          "Global batches dealt per epoch, a multiple of num_consumers.")
+      .def_property_readonly(
+          "steps_per_epoch", [](const PyJob& j) { return j.config.steps_per_epoch; },
+          "Each rank's steps per epoch (dealt).")
       .def_property_readonly("batches_per_task",
                              [](const PyJob& j) { return j.config.batches_per_task; })
-      .def_property_readonly("state", [](const PyJob& j) { return j.state; },
-                             "'idle', 'running' or 'done' as get_job read it; None where the "
-                             "answer did not say (create_job's, Job.from_json's).")
-      .def_property_readonly("rank_positions", [](const PyJob& j) { return j.rank_positions; },
-                             "[(rank, epoch, step)]: each rank's last position as get_job read "
-                             "it; [] elsewhere.")
+      .def_property_readonly(
+          "state", [](const PyJob& j) { return j.state; },
+          "'idle', 'running' or 'done' as get_job read it; None where the "
+          "answer did not say (create_job's, Job.from_json's).")
+      .def_property_readonly(
+          "rank_positions", [](const PyJob& j) { return j.rank_positions; },
+          "[(rank, epoch, step)]: each rank's last position as get_job read "
+          "it; [] elsewhere.")
       .def("__eq__",
            [](const PyJob& a, const PyJob& b) {
              return a.info.SerializeAsString() == b.info.SerializeAsString() &&
                     a.state == b.state && a.rank_positions == b.rank_positions;
            })
       .def("__repr__", [](const PyJob& j) {
-        return absl::StrCat("Job(name='", j.config.name, "', source='",
-                            SourceKindName(j.config.source), "', batch_size=",
-                            j.config.plan.batch_size, ", num_consumers=", j.config.num_consumers(),
-                            ", num_epochs=", j.config.num_epochs,
-                            ", steps_per_epoch=", j.config.steps_per_epoch,
-                            j.state ? absl::StrCat(", state='", *j.state, "'") : "", ")");
+        return absl::StrCat(
+            "Job(name='", j.config.name, "', source='", SourceKindName(j.config.source),
+            "', batch_size=", j.config.plan.batch_size,
+            ", num_consumers=", j.config.num_consumers(), ", num_epochs=", j.config.num_epochs,
+            ", steps_per_epoch=", j.config.steps_per_epoch,
+            j.state ? absl::StrCat(", state='", *j.state, "'") : "", ")");
       });
 }
 
