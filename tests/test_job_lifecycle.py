@@ -39,7 +39,8 @@ def test_a_read_job_is_done_and_its_next_trainer_is_warned(tmp_path, dataset):
             assert sum(1 for _ in feed.batches(0)) == 12
         got = croupier.get_job(cluster.address, "j", auth_token=cluster.auth_token)
         assert isinstance(got, croupier.Job) and got.state == "done", got
-        assert got.name == "j" and got.files and got.steps_per_epoch == 12
+        assert got.name == "j" and got.files and got.to_dict()["steps_per_epoch"] == 12
+        assert croupier.Job.from_json(got.to_json()).files == got.files
         assert [rank for rank, _, _ in got.rank_positions] == [0]
         # A trainer that resumes the done job hears so, instead of reading nothing in silence.
         with cluster.consumer("j", 0, 1) as again:

@@ -106,9 +106,12 @@ def status(dispatcher: str, *, auth_token: Optional[str] = None, timeout: float 
     """The dispatcher's view: {"job_summaries": [...], "producers": [...], "consumers": [...],
     "rank_positions": [...], ...}. Each job's summary holds its name, its "state" ("idle",
     "running", "done") and counts, not its file list; job_info=True adds "jobs", every job's
-    whole JobInfo (large for many jobs of many files). get_job() gives one job."""
-    return json.loads(_croupier.dispatcher_status(dispatcher, auth_token_or_env(auth_token),
-                                                  float(timeout), bool(job_info)))
+    whole Job (croupier.Job; large for many jobs of many files). get_job() gives one job."""
+    text, jobs = _croupier.dispatcher_status(dispatcher, auth_token_or_env(auth_token),
+                                             float(timeout), bool(job_info))
+    out: Dict[str, Any] = json.loads(text)  # summaries and counts: the jobs come typed
+    out["jobs"] = list(jobs)
+    return out
 
 
 def get_job(dispatcher: str, name: str, *, auth_token: Optional[str] = None,

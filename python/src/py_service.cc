@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "croupier/consumer.h"
@@ -299,12 +300,16 @@ void BindService(pyb::module_& m) {
           pyb::gil_scoped_release nogil;
           response = Client(dispatcher, auth_token, timeout)->GetStatus(request);
         }
-        return ToJson(Unwrap(std::move(response)));
+        v1::StatusResponse status = Unwrap(std::move(response));
+        std::vector<PyJob> jobs;
+        for (v1::JobInfo& info : *status.mutable_jobs()) jobs.push_back(MakeJob(std::move(info)));
+        status.clear_jobs();
+        return std::make_pair(ToJson(status), std::move(jobs));
       },
       pyb::arg("dispatcher"), pyb::arg("auth_token"), pyb::arg("timeout"),
       pyb::arg("include_job_info") = false,
-      "The dispatcher's status (job summaries, producers, consumers; each job's whole JobInfo "
-      "with include_job_info) as JSON.");
+      "(the dispatcher's status as JSON: job summaries, producers, consumers; [Job]: each "
+      "job, with include_job_info, else []).");
 
   m.def(
       "get_job",
