@@ -33,15 +33,16 @@ def test_a_read_job_is_done_and_its_next_trainer_is_warned(tmp_path, dataset):
         assert summary(cluster, "j")["state"] == "idle"
         assert summary(cluster, "j")["num_files"] == 2
         with cluster.consumer("j", 0, 1) as feed:
-            assert not feed.job["done_at_registration"]
+            assert not feed.done_at_registration and feed.job.name == "j"
             assert sum(1 for _ in feed.batches(0)) == 12
         got = croupier.get_job(cluster.address, "j", auth_token=cluster.auth_token)
-        assert got["summary"]["state"] == "done", got["summary"]
-        assert got["job"]["spec"]["name"] == "j"
-        assert [p["rank"] for p in got["rank_positions"]] == [0]
+        assert isinstance(got, croupier.Job) and got.state == "done", got
+        assert got.name == "j" and got.files and got.to_dict()["steps_per_epoch"] == 12
+        assert croupier.Job.from_json(got.to_json()).files == got.files
+        assert [rank for rank, _, _ in got.rank_positions] == [0]
         # A trainer that resumes the done job hears so, instead of reading nothing in silence.
         with cluster.consumer("j", 0, 1) as again:
-            assert again.job["done_at_registration"]
+            assert again.done_at_registration
             with pytest.warns(RuntimeWarning, match="job 'j' is done"):
                 assert list(again.batches(0)) == []
         assert cluster.status(job_info=True)["jobs"][0]["files"], "whole JobInfos on request"

@@ -482,8 +482,7 @@ def test_a_job_that_skips_failing_records_deals_the_rest_once_and_counts_them(tm
                                   fail_every=7, skip_failing_records=True, consumers=world,
                                   epochs=1, batch_size=4)
         wait_for_job(cluster, "m")
-        job = croupier.get_job(cluster.address, "m")["job"]
-        assert job["spec"]["skip_failing_records"] is True
+        assert croupier.get_job(cluster.address, "m").skip_failing_records is True
         feeds = [croupier.Consumer(cluster.address, "m", r, world, timeout=30)
                  for r in range(world)]
         try:

@@ -43,6 +43,7 @@ from croupier._croupier import (
 from croupier.cluster import (LocalCluster, create_job, croupier_binary, delete_job, get_job,
                               local_cluster, status)
 from croupier.consumer import Consumer
+from croupier.job import Job
 from croupier.launcher import detect_rank_world
 from croupier.pipeline import batch_rng, record_rng
 from croupier.producer import ProduceOptions, produce
@@ -66,6 +67,7 @@ __all__ = [
     "Batch",
     "BytesColumn",
     "Consumer",
+    "Job",
     "LocalCluster",
     "create_job",
     "croupier_binary",

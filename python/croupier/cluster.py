@@ -18,6 +18,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from croupier import _croupier, errors
+from croupier.job import Job
 # The name croupier.ray imports from here.
 from croupier.processes import die_with_parent, stop_child, wait_for_file
 
@@ -54,9 +55,9 @@ def create_job(dispatcher: str, name: str, files: Union[str, "os.PathLike[str]",
                batches_per_epoch: int = 0, source_count: int = 0, num_records: int = 0,
                resume_from: Optional[Dict[str, Any]] = None, compression: str = "none",
                skip_failing_records: bool = False, exist_ok: bool = False,
-               auth_token: Optional[str] = None, timeout: float = 60.0) -> Dict[str, Any]:
-    """Creates a job on the dispatcher and returns it as the dispatcher holds it (a dict: spec,
-    files, num_records, batches_per_epoch, steps_per_epoch, ...). `files` is a glob, a path, or a
+               auth_token: Optional[str] = None, timeout: float = 60.0) -> Job:
+    """Creates a job on the dispatcher and returns it as the dispatcher holds it (a croupier.Job:
+    name, files, num_records, batches_per_epoch, steps_per_epoch, ...). `files` is a glob, a path, or a
     list of them. `consumers` (required: the job's world size, every rank of which must read) is
     the number of trainer ranks. A bad spec raises InvalidArgumentError naming the problem. With
     exist_ok, an identical existing job is returned instead of AlreadyExistsError.
@@ -65,7 +66,7 @@ def create_job(dispatcher: str, name: str, files: Union[str, "os.PathLike[str]",
     source="map" makes a job of an addressable Python source read by index, that
     croupier.produce() makes (no files; num_records is how many records it holds; shuffle,
     remainder and resume_from as for files). The settings are text here ("global",
-    "first_come", "zstd"); the module turns them into the wire's enums, and the returned dict
+    "first_come", "zstd"); the module turns them into the wire's enums, and the returned Job
     names them the same way.
     compression="zstd" or "lz4" makes producers compress the batches they send over TCP (the
     consumers receive the same bytes; docs/operations.md says when it pays).
@@ -96,9 +97,8 @@ def create_job(dispatcher: str, name: str, files: Union[str, "os.PathLike[str]",
             "source_count": int(source_count), "start_epoch": str(start_epoch),
             "start_batch": str(start_batch), "num_records": str(int(num_records)),
             "compression": compression or "", "skip_failing_records": bool(skip_failing_records)}
-    text = _croupier.create_job(dispatcher, json.dumps(spec), bool(exist_ok),
+    return _croupier.create_job(dispatcher, json.dumps(spec), bool(exist_ok),
                                 auth_token_or_env(auth_token), float(timeout))
-    return json.loads(text)
 
 
 def status(dispatcher: str, *, auth_token: Optional[str] = None, timeout: float = 10.0,
@@ -106,17 +106,21 @@ def status(dispatcher: str, *, auth_token: Optional[str] = None, timeout: float 
     """The dispatcher's view: {"job_summaries": [...], "producers": [...], "consumers": [...],
     "rank_positions": [...], ...}. Each job's summary holds its name, its "state" ("idle",
     "running", "done") and counts, not its file list; job_info=True adds "jobs", every job's
-    whole JobInfo (large for many jobs of many files). get_job() gives one job."""
-    return json.loads(_croupier.dispatcher_status(dispatcher, auth_token_or_env(auth_token),
-                                                  float(timeout), bool(job_info)))
+    whole Job (croupier.Job; large for many jobs of many files). get_job() gives one job."""
+    text, jobs = _croupier.dispatcher_status(dispatcher, auth_token_or_env(auth_token),
+                                             float(timeout), bool(job_info))
+    out: Dict[str, Any] = json.loads(text)  # summaries and counts: the jobs come typed
+    out["jobs"] = list(jobs)
+    return out
 
 
 def get_job(dispatcher: str, name: str, *, auth_token: Optional[str] = None,
-            timeout: float = 10.0) -> Dict[str, Any]:
-    """One job: {"job": JobInfo, "summary": {"state": "done", ...}, "rank_positions": [...]}.
-    croupier.errors.NotFoundError for an unknown (or deleted) job."""
-    return json.loads(_croupier.get_job(dispatcher, str(name), auth_token_or_env(auth_token),
-                                        float(timeout)))
+            timeout: float = 10.0) -> Job:
+    """One job (a croupier.Job), with its state ("idle", "running", "done") and its ranks'
+    last positions [(rank, epoch, step)]; status() has its counts. croupier.errors.NotFoundError
+    for an unknown (or deleted) job."""
+    return _croupier.get_job(dispatcher, str(name), auth_token_or_env(auth_token),
+                             float(timeout))
 
 
 def delete_job(dispatcher: str, name: str, *, force: bool = False,
@@ -248,7 +252,7 @@ class LocalCluster:
             time.sleep(0.05)
 
     def create_job(self, name: str, files: Any, features: str, batch_size: int, *,
-                   consumers: int, **options: Any) -> Dict[str, Any]:
+                   consumers: int, **options: Any) -> Job:
         """create_job() on this cluster's dispatcher."""
         options.setdefault("auth_token", self.auth_token)
         return create_job(self.address, name, files, features, batch_size, consumers=consumers,
@@ -257,7 +261,7 @@ class LocalCluster:
     def status(self, job_info: bool = False) -> Dict[str, Any]:
         return status(self.address, auth_token=self.auth_token, job_info=job_info)
 
-    def get_job(self, name: str) -> Dict[str, Any]:
+    def get_job(self, name: str) -> Job:
         return get_job(self.address, name, auth_token=self.auth_token)
 
     def consumer(self, job: str, rank: Optional[int] = None, world: Optional[int] = None,

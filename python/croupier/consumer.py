@@ -3,6 +3,8 @@ import warnings
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from croupier import _croupier, errors
+from croupier.cluster import auth_token_or_env
+from croupier.job import Job
 from croupier.launcher import detect_rank_world
 
 _STATE_FORMAT = 1
@@ -29,7 +31,7 @@ class Consumer:
     wins. resume=False starts at epoch 0, step 0.
 
     A job that is done when the consumer registers (every epoch delivered: the dispatcher's job
-    state "done", job["done_at_registration"]) is logged at registration, and batches() or
+    state "done", consumer.done_at_registration) is logged at registration, and batches() or
     epoch() asked for an epoch that the resumed position puts behind it (so they yield nothing)
     warns (RuntimeWarning) naming the job and its state, instead of silently yielding nothing.
 
@@ -74,10 +76,13 @@ class Consumer:
                 self._consumers.append(_croupier._Consumer(
                     dispatcher, job, r, self._world, auth_token or "", int(prefetch),
                     int(prefetch_bytes), float(timeout), bool(resume)))
+            # The job as the dispatcher holds it now that it exists (a rank waits for it).
+            self._job = _croupier.get_job(dispatcher, job, auth_token_or_env(auth_token),
+                                          float(timeout))
         except BaseException:
             self.close()
             raise
-        self._job = self._consumers[0].job
+        self._done_at_registration = bool(self._consumers[0].done_at_registration)
         # The next (epoch, step) this feed will yield, and the position epoch() starts from: where
         # the dispatcher registered the ranks (the earliest, when this feed holds several).
         self._position = min(c.registered_position for c in self._consumers)
@@ -85,10 +90,17 @@ class Consumer:
 
     # --- what the job is ----------------------------------------------------------------------
     @property
-    def job(self) -> Dict[str, Any]:
-        """The job as the dispatcher holds it: name, features, mode, num_consumers, batch_size,
-        num_records, num_epochs (0: unbounded), steps_per_epoch."""
-        return dict(self._job)
+    def job(self) -> Job:
+        """The job as the dispatcher held it when this feed registered (a croupier.Job: name,
+        features, mode, num_consumers, batch_size, num_records, num_epochs (0: unbounded),
+        steps_per_epoch, ...)."""
+        return self._job
+
+    @property
+    def done_at_registration(self) -> bool:
+        """The dispatcher said, when this feed registered, that the job was done (every epoch
+        delivered): a trainer resumed a finished job."""
+        return self._done_at_registration
 
     @property
     def rank(self) -> int:
@@ -106,9 +118,9 @@ class Consumer:
 
     def __len__(self) -> int:
         """Steps per epoch: the same for every rank of a dealt job."""
-        if self._job["mode"] != "dealt":
-            raise TypeError(f"a {self._job['mode']} job has no fixed number of steps per epoch")
-        return int(self._job["steps_per_epoch"])
+        if self._job.mode != "dealt":
+            raise TypeError(f"a {self._job.mode} job has no fixed number of steps per epoch")
+        return self._job.steps_per_epoch
 
     # --- iterating ----------------------------------------------------------------------------
     def batches(self, epoch: int) -> Iterator[Any]:
@@ -117,11 +129,11 @@ class Consumer:
         step = 0
         if self._resume is not None:
             resume_epoch, resume_step = self._resume
-            at_end = (epoch == resume_epoch and self._job["mode"] == "dealt"
-                      and resume_step >= self._job["steps_per_epoch"])
-            if self._job.get("done_at_registration") and (epoch < resume_epoch or at_end):
+            at_end = (epoch == resume_epoch and self._job.mode == "dealt"
+                      and resume_step >= self._job.steps_per_epoch)
+            if self._done_at_registration and (epoch < resume_epoch or at_end):
                 warnings.warn(
-                    f"job {self._job['name']!r} is done (every epoch delivered): rank(s) "
+                    f"job {self._job.name!r} is done (every epoch delivered): rank(s) "
                     f"{list(self._ranks)} resumed at epoch {resume_epoch} step {resume_step}, "
                     f"so epoch {epoch} has nothing left to read; to train again, create a job "
                     f"of another name (or delete this one)", RuntimeWarning, stacklevel=3)
@@ -191,7 +203,7 @@ class Consumer:
     def state_dict(self) -> Dict[str, Any]:
         """The position to save with the trainer's checkpoint: the next step this feed yields."""
         epoch, step = self._position
-        return {"format": _STATE_FORMAT, "job": self._job["name"], "world": self._world,
+        return {"format": _STATE_FORMAT, "job": self._job.name, "world": self._world,
                 "ranks": list(self._ranks), "epoch": epoch, "step": step}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
@@ -205,9 +217,9 @@ class Consumer:
         if fmt != _STATE_FORMAT:
             raise errors.InvalidArgumentError(f"consumer state format {fmt}; this version reads "
                                               f"{_STATE_FORMAT}")
-        if job != self._job["name"]:
+        if job != self._job.name:
             raise errors.InvalidArgumentError(
-                f"the state is of job {job!r}, this consumer reads job {self._job['name']!r}")
+                f"the state is of job {job!r}, this consumer reads job {self._job.name!r}")
         if world != self._world:
             raise errors.InvalidArgumentError(
                 f"the state was saved with world {world}, this consumer has world {self._world}: "

@@ -51,7 +51,7 @@ from croupier import _croupier, errors
 from croupier.errors import BatchError
 from croupier.processes import describe
 from croupier.record_cache import RecordCache
-from croupier.source import columns_of, tensor_to_numpy
+from croupier.columns import columns_of, tensor_to_numpy
 from croupier.spec import Spec, check_spec, spec_of, vary_as_spec
 
 __all__ = ["Pipeline", "default_collate", "record_rng", "batch_rng", "log"]

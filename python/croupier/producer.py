@@ -14,7 +14,7 @@ from croupier.errors import BatchError
 from croupier.pipeline import Pipeline, log
 from croupier.pool import WorkerPool, default_workers, in_process
 from croupier.record_cache import summary
-from croupier.source import features_of
+from croupier.columns import features_of
 from croupier.spec import spec_of
 
 __all__ = ["produce", "ProduceOptions"]

@@ -39,6 +39,7 @@ import ray
 from croupier import errors
 from croupier.autoscale import Autoscaler
 from croupier.cluster import create_job, croupier_binary, status
+from croupier.job import Job
 from croupier.processes import die_with_parent, stop_child, wait_for_file
 
 __all__ = ["Service", "consumer"]
@@ -218,7 +219,7 @@ class Service:
     # --- jobs and status ------------------------------------------------------------------------
 
     def create_job(self, name: str, files: Any, features: str, batch_size: int,
-                   **options: Any) -> Any:
+                   **options: Any) -> Job:
         """croupier.create_job() on this service's dispatcher."""
         options.setdefault("auth_token", self.auth_token)
         return create_job(self.address, name, files, features, batch_size, **options)

@@ -9,15 +9,15 @@ deterministic (a function of the record alone), which is what makes the cache in
 holds the same bytes with it and without it.
 
 Layout: a directory on /dev/shm (tmpfs: its files are memory, not disk), private to the user (mode
-0700), named croupier-cache-<pid namespace>-<pid>-<random>, made by the producer before it forks
-its workers and removed by it when it stops (RecordCache.close):
+0700), named croupier-cache-<pid namespace>-<pid>-<random> (croupier.cache_dirs), made by the
+producer before it forks its workers and removed by it when it stops (RecordCache.close):
 
     state        the counters (_STATE, mmap'd by every process) and the locks: byte 0 of the file
                  locks the counters, byte _CLAIMS + i is the claim of record i (fcntl record locks,
                  which the kernel releases when the process holding them dies)
-    <i>          record i: _HEADER, the lengths of the out-of-band buffers, a pickle (protocol 5)
-                 of the record, then each buffer (the arrays' bytes) at a 64-byte boundary. The
-                 header holds a CRC-32 of everything after it: a file that does not check (or
+    <i>          record i (croupier.record_file): a header, the lengths of the out-of-band
+                 buffers, a pickle (protocol 5) of the record, then each buffer (the arrays'
+                 bytes) at a 64-byte boundary. The header holds a CRC-32 of everything after it: a file that does not check (or
                  cannot be read) is a miss, removed and made again, never data.
     .tmp-...     a record being written; hard-linked to <i> once whole (atomic, and never replaces
                  a file that is there), then unlinked.
@@ -38,37 +38,28 @@ import fcntl
 import logging
 import mmap
 import os
-import pickle
-import re
-import shutil
 import struct
-import tempfile
 import threading
 import weakref
-import zlib
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
+
+from croupier.cache_dirs import default_root, make_dir, remove_tree, warn_if_small
+from croupier.record_file import decode, encode, pages, read_file
+# By name into this module, not called as record_file.write_file: a test replaces it here to find
+# /dev/shm full.
+from croupier.record_file import write_file as _write_file
+# The name tests/test_produce.py imports from here.
+from croupier.cache_dirs import pid_namespace as _pid_namespace  # noqa: F401
 
 __all__ = ["RecordCache", "default_root", "summary"]
 
 _log = logging.getLogger(__name__)
 
-_PREFIX = "croupier-cache-"
-_PAGE = mmap.PAGESIZE
-_ALIGN = 64  # each out-of-band buffer starts at a multiple of this in the file
-_MAGIC = b"CRPCACHE"
-# magic, record index, file size, pickle length, number of buffers, CRC-32 of the rest
-_HEADER = struct.Struct("<8sQQQQI4x")
-_LENGTH = struct.Struct("<Q")
 _FIELDS = ("bytes", "records", "hits", "misses", "not_added", "corrupt", "uncacheable", "full")
 _STATE = struct.Struct(f"<{len(_FIELDS)}Q")
 _CLAIMS = 4096  # byte _CLAIMS + i of the state file is the claim of record i
-
-
-def default_root() -> str:
-    """Where caches are made: /dev/shm (shared memory) if there is one, else the temp folder."""
-    return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
 
 class RecordCache:
@@ -85,12 +76,10 @@ class RecordCache:
         if capacity <= 0:
             raise ValueError(f"a record cache needs a capacity above 0 bytes, not {capacity}")
         root = root or default_root()
-        _sweep(root)
         self.capacity = capacity
-        self.path = tempfile.mkdtemp(prefix=f"{_PREFIX}{_pid_namespace()}-{os.getpid()}-",
-                                     dir=root)
+        self.path = make_dir(root)
         self._owner = os.getpid()
-        self._remove = weakref.finalize(self, _remove_tree, self.path, self._owner)
+        self._remove = weakref.finalize(self, remove_tree, self.path, self._owner)
         # Closed (None) by close(); open from here on while the cache is used.
         self._fd: Any = None
         self._state: Any = None
@@ -104,7 +93,7 @@ class RecordCache:
             raise
         self._pid: Optional[int] = None
         self._in_this_process()
-        _warn_if_small(root, capacity)
+        warn_if_small(root, capacity)
 
     # -- the interface -------------------------------------------------------------------------
 
@@ -183,7 +172,7 @@ class RecordCache:
         removed and counted."""
         path = self._file(i)
         try:
-            data = _read_file(path)
+            data = read_file(path)
         except FileNotFoundError:
             return None
         except OSError as e:
@@ -191,7 +180,7 @@ class RecordCache:
                 self._drop(i, path, f"unreadable: {e}")
             return None
         try:
-            return _decode(i, data)
+            return decode(i, data)
         except Exception as e:  # noqa: BLE001 (whatever is wrong with the file, it is a miss)
             if claimed:
                 self._drop(i, path, f"corrupt: {type(e).__name__}: {e}")
@@ -206,7 +195,7 @@ class RecordCache:
             return
         _log.warning("record cache %s: the file of record %d is %s; the record is made again",
                      self.path, i, why)
-        self._add(bytes=-_pages(size), records=-1, corrupt=1)
+        self._add(bytes=-pages(size), records=-1, corrupt=1)
 
     def _put(self, i, record):
         """Adds record i if there is room. True if it is in the cache now, False if there was no
@@ -215,15 +204,15 @@ class RecordCache:
         if self._is_full():
             return False
         try:
-            parts, size = _encode(i, record)
+            parts, size = encode(i, record)
         except Exception as e:  # noqa: BLE001 (an object pickle cannot take is not cached)
             self._add(uncacheable=1)
             self._warn_once("uncacheable", "record cache %s: record %d cannot be kept "
                             "(%s: %s); such records are made again each time",
                             self.path, i, type(e).__name__, e)
             return None
-        pages = _pages(size)
-        if not self._reserve(pages):
+        taken = pages(size)
+        if not self._reserve(taken):
             return False
         tmp = os.path.join(self.path, f".tmp-{os.getpid()}-{threading.get_ident()}-{i}")
         try:
@@ -231,10 +220,10 @@ class RecordCache:
             os.link(tmp, self._file(i))  # atomic; fails if the file is there
             return True
         except FileExistsError:
-            self._add(bytes=-pages, records=-1)  # another process added it meanwhile
+            self._add(bytes=-taken, records=-1)  # another process added it meanwhile
             return True
         except OSError as e:
-            self._add(bytes=-pages, records=-1)
+            self._add(bytes=-taken, records=-1)
             if e.errno in (errno.ENOSPC, errno.ENOMEM, errno.EDQUOT):
                 self._set_full()
                 held = self.stats()
@@ -365,139 +354,3 @@ def summary(stats: Dict[str, Any]) -> str:
     if stats["uncacheable"]:
         text += f"; {stats['uncacheable']} records could not be serialized"
     return text
-
-
-# --- The file of a record -----------------------------------------------------------------------
-
-def _pages(size):
-    return -(-int(size) // _PAGE) * _PAGE
-
-
-def _encode(index, record):
-    """The file of record `index`: (the parts to write in order, their total size). Arrays
-    (and whatever supports pickle's protocol 5 buffers) are written out of band, as raw bytes."""
-    buffers: List[Any] = []
-    data = pickle.dumps(record, protocol=5, buffer_callback=buffers.append)
-    raws = [b.raw() for b in buffers]
-    parts = [b"".join(_LENGTH.pack(r.nbytes) for r in raws), data]
-    size = _HEADER.size + len(parts[0]) + len(data)
-    for raw in raws:
-        pad = -size % _ALIGN
-        if pad:
-            parts.append(bytes(pad))
-        parts.append(raw)
-        size += pad + raw.nbytes
-    crc = 0
-    for part in parts:
-        crc = zlib.crc32(part, crc)
-    return [_HEADER.pack(_MAGIC, index, size, len(data), len(raws), crc)] + parts, size
-
-
-def _decode(index, data):
-    """Record `index` from its file's bytes `data` (a bytearray: the arrays are views of it,
-    aligned and writable). Raises ValueError if the file is not record `index`'s, whole."""
-    if len(data) < _HEADER.size:
-        raise ValueError(f"{len(data)} bytes, shorter than a header")
-    magic, got, size, length, count, crc = _HEADER.unpack_from(data)
-    if magic != _MAGIC or got != index or size != len(data):
-        raise ValueError("not a record file of this record, or not whole")
-    view = memoryview(data)
-    if zlib.crc32(view[_HEADER.size:]) != crc:
-        raise ValueError("its CRC-32 does not match")
-    offset = _HEADER.size + count * _LENGTH.size
-    lengths = [_LENGTH.unpack_from(data, _HEADER.size + k * _LENGTH.size)[0] for k in range(count)]
-    pickled = view[offset:offset + length]
-    offset += length
-    buffers = []
-    for n in lengths:
-        offset += -offset % _ALIGN
-        buffers.append(view[offset:offset + n])
-        offset += n
-    if offset != size:
-        raise ValueError("its parts do not add up to its size")
-    return pickle.loads(pickled, buffers=buffers)
-
-
-def _read_file(path):
-    """The whole file as a bytearray (os calls: a file object costs more than the read)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        data = bytearray(os.fstat(fd).st_size)
-        view = memoryview(data)
-        done = 0
-        while done < len(data):
-            n = os.readv(fd, [view[done:]])
-            if not n:
-                raise OSError(errno.EIO, "the file ended early")
-            done += n
-    finally:
-        os.close(fd)
-    return data
-
-
-def _write_file(path, parts):
-    """A new file of the bytes of `parts`, in order."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        views = [memoryview(p).cast("B") for p in parts]
-        while views:
-            n = os.writev(fd, views)
-            while views and n >= len(views[0]):
-                n -= len(views[0])
-                views.pop(0)
-            if views:
-                views[0] = views[0][n:]
-    finally:
-        os.close(fd)
-
-
-# --- Directories --------------------------------------------------------------------------------
-
-def _remove_tree(path, owner):
-    if os.getpid() == owner:  # never from a fork
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def _pid_namespace():
-    """An id of this process's pid namespace (0 if unknown): pids are compared only within one."""
-    try:
-        return os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        return 0
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _sweep(root):
-    """Removes the caches in `root` that producers left when they were killed (SIGKILL, a crash)
-    before they could remove them: those of this pid namespace whose process is gone."""
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return
-    namespace = _pid_namespace()
-    for name in names:
-        m = re.fullmatch(rf"{_PREFIX}(\d+)-(\d+)-\w+", name)
-        if m and int(m.group(1)) == namespace and not _alive(int(m.group(2))):
-            _log.info("record cache: removing %s, left by process %s, which is gone",
-                      os.path.join(root, name), m.group(2))
-            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-
-
-def _warn_if_small(root, capacity):
-    try:
-        st = os.statvfs(root)
-    except OSError:
-        return
-    free = st.f_bavail * st.f_frsize
-    if free < capacity:
-        _log.warning("record cache: %s has %d bytes free, less than the cache's %d: the cache "
-                     "will be full when %s is", root, free, capacity, root)

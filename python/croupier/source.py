@@ -8,10 +8,10 @@ calls it with the epoch number when it is a function (`source(epoch)` returns th
 iterable).
 
 Several processes can serve one job for throughput (source_count=K, each with its own
-source_index k): the job's tasks (runs of T = job["batches_per_task"] batches) go to the sources
+source_index k): the job's tasks (runs of T = job.batches_per_task batches) go to the sources
 in turn, so global batch g comes from source (g // T) % K as the
 ((g // T) // K * T + g % T)-th batch that source yields in the epoch (the job's own arithmetic,
-src/job/job.h, answers it: _croupier.JobSources). Each source yields its own share; with
+src/job/job.h, answers it: _croupier.JobSources of the croupier.Job). Each source yields its own share; with
 deterministic sources the deal is deterministic.
 
 What holds depends on the source (docs/python.md):
@@ -26,140 +26,20 @@ What holds depends on the source (docs/python.md):
     instead (_SavedStates);
   - a crash of the serving process loses its buffered batches: nothing can make them again.
 """
-import json
 import os
 import pathlib
 import pickle
 import re
 import time
-from typing import Any, Dict, List, Optional, Tuple
-
-import numpy as np
+from typing import Any, Optional
 
 from croupier import _croupier, _exit, errors
 from croupier.cluster import auth_token_or_env, create_job
+# columns_of, features_of, make_batch and tensor_to_numpy were this module's before they had a
+# module of their own; they are still importable from here.
+from croupier.columns import columns_of, features_of, make_batch, tensor_to_numpy
 
-# The numeric dtypes a batch carries, by the names that numpy and croupier both give them, as the
-# C++ library lists them (bfloat16 is ml_dtypes.bfloat16, the type TensorFlow and JAX use too).
-_NUMERIC: Tuple[str, ...] = tuple(_croupier.NUMERIC_DTYPES)
-
-
-def tensor_to_numpy(value: Any, name: str) -> np.ndarray:
-    """A torch or TensorFlow (eager) tensor as a numpy array of its own dtype."""
-    if type(value).__module__.startswith("torch"):
-        import torch
-        value = value.detach()
-        if value.dtype == torch.bfloat16:  # numpy has no bfloat16: reinterpret the bits
-            import ml_dtypes
-            return value.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    try:
-        return value.numpy()
-    except TypeError as e:
-        raise errors.InvalidArgumentError(
-            f"feature '{name}' is a tensor of dtype {value.dtype}, which croupier cannot carry "
-            f"({e})") from None
-
-
-def _as_array(value, name):
-    """A numpy array (torch and TensorFlow tensors are converted), numeric of a dtype in _NUMERIC,
-    or of strings or objects (bytes)."""
-    if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
-        value = tensor_to_numpy(value, name)  # torch.Tensor, tf.Tensor (eager)
-    arr = np.asarray(value)
-    if arr.dtype.kind in "SOU":
-        return arr
-    if not arr.dtype.isnative:  # the batch is little-endian, like every machine croupier runs on
-        arr = arr.astype(arr.dtype.newbyteorder("="))
-    if arr.dtype.name not in _NUMERIC:
-        raise errors.InvalidArgumentError(
-            f"feature '{name}' has dtype {arr.dtype}, which croupier cannot carry (bytes, "
-            f"{', '.join(_NUMERIC)})")
-    return np.ascontiguousarray(arr)
-
-
-def _bytes_list(arr, name):
-    out = []
-    for v in arr.reshape(-1):
-        if isinstance(v, bytes):
-            out.append(v)
-        elif isinstance(v, str):
-            out.append(v.encode())
-        else:
-            raise errors.InvalidArgumentError(f"feature '{name}' mixes bytes with {type(v)}")
-    return out
-
-
-def columns_of(batch: Dict[str, Any]) -> Tuple[int, List[Tuple[Any, ...]]]:
-    """(num_records, [(name, dtype, variable, dims, values, offsets, splits)]) for one batch."""
-    if not isinstance(batch, dict):
-        raise errors.InvalidArgumentError(
-            f"a served batch must be a dict of feature name -> array, not {type(batch).__name__}"
-            " (for a tuple, map it to a dict, e.g. lambda x, y: {'x': x, 'y': y})")
-    if not batch:
-        raise errors.InvalidArgumentError("a served batch has no features")
-    columns: List[Tuple[Any, ...]] = []
-    num_records = None
-    for name, value in batch.items():
-        splits = None
-        if isinstance(value, tuple) and len(value) == 2:  # (values, row_splits): variable length
-            value, splits = value
-            splits = np.ascontiguousarray(np.asarray(splits), dtype=np.uint64)
-            n = len(splits) - 1
-        if isinstance(value, _croupier.BytesColumn):  # one string per record, as received
-            if splits is None:
-                n = len(value)
-            if num_records is None:
-                num_records = n
-            elif n != num_records:
-                raise errors.InvalidArgumentError(
-                    f"feature '{name}' has {n} records, another feature {num_records}")
-            columns.append((str(name), "bytes", splits is not None, [], value.values,
-                            value.offsets.astype(np.uint64), splits))
-            continue
-        if isinstance(value, list) and value and isinstance(value[0], (bytes, str)):
-            value = np.array(value, dtype=object)
-        arr = _as_array(value, name)
-        if splits is None:
-            if arr.ndim == 0:
-                raise errors.InvalidArgumentError(
-                    f"feature '{name}' is a scalar; every feature needs a leading batch dimension")
-            n = arr.shape[0]
-        if num_records is None:
-            num_records = n
-        elif n != num_records:
-            raise errors.InvalidArgumentError(
-                f"feature '{name}' has {n} records, another feature {num_records}")
-        dims = [] if splits is not None else list(arr.shape[1:])
-        if arr.dtype.kind in "SOU":
-            strings = _bytes_list(arr, name)
-            offsets = np.zeros(len(strings) + 1, dtype=np.uint64)
-            np.cumsum([len(s) for s in strings], out=offsets[1:])
-            columns.append((str(name), "bytes", splits is not None, dims, b"".join(strings),
-                            offsets, splits))
-        else:
-            values = arr.reshape(-1)
-            if arr.dtype.name == "bfloat16":  # no buffer protocol for it: hand over its bits
-                values = values.view(np.uint16)
-            columns.append((str(name), arr.dtype.name, splits is not None, dims, values, None,
-                            splits))
-    if num_records is None:  # unreachable: a batch has features (checked above)
-        raise errors.InvalidArgumentError("a served batch has no features")
-    return num_records, columns
-
-
-def features_of(batch: Dict[str, Any]) -> str:
-    """The feature spec text that describes `batch` (a dict of arrays)."""
-    _, columns = columns_of(batch)
-    return str(_croupier.format_feature_spec(
-        [(name, dtype, None if variable else list(dims))
-         for name, dtype, variable, dims, *_ in columns]))
-
-
-def make_batch(batch: Dict[str, Any]) -> Any:
-    """A croupier.Batch holding a copy of `batch` (a dict of arrays)."""
-    num_records, columns = columns_of(batch)
-    return _croupier.batch_from_columns(num_records, columns)
-
+__all__ = ["serve", "columns_of", "features_of", "make_batch", "tensor_to_numpy"]
 
 class _CannotGoBack(errors.DataLossError):
     """A batch a stream cannot make again."""
@@ -318,7 +198,7 @@ def serve(source: Any, dispatcher: str, job: str, *, consumers: Optional[int] = 
 
     state_dir: for a source with state_dict() and load_state_dict() (torchdata's
     StatefulDataLoader, or a class of a user's): serve() saves source.state_dict() in this
-    folder (pickled, one file per point) after every job["batches_per_task"] batches the source
+    folder (pickled, one file per point) after every job.batches_per_task batches the source
     yields in an epoch, and a serving process that must start an epoch past its beginning (a
     consumer resumed from a checkpoint, the tasks of a dead serving process) loads the last
     saved point at or before it, load_state_dict(state) then iter(source), instead of iterating
@@ -344,14 +224,14 @@ def serve(source: Any, dispatcher: str, job: str, *, consumers: Optional[int] = 
     if features is None:
         features = features_of(first)
     num_records, _ = columns_of(first)
-    info = create_job(dispatcher, job, [], features, num_records, consumers=consumers,
-                      epochs=epochs, mode=mode, shuffle="none", source="python",
-                      batches_per_epoch=batches_per_epoch, source_count=source_count,
-                      exist_ok=True, auth_token=auth_token, timeout=timeout)
-    sources = _croupier.JobSources(json.dumps(info))  # which batches are this source's
+    created = create_job(dispatcher, job, [], features, num_records, consumers=consumers,
+                         epochs=epochs, mode=mode, shuffle="none", source="python",
+                         batches_per_epoch=batches_per_epoch, source_count=source_count,
+                         exist_ok=True, auth_token=auth_token, timeout=timeout)
+    sources = _croupier.JobSources(created)  # which batches are this source's
     if state_dir is not None:
         epochs_source._states = _SavedStates(state_dir, job, source_index,
-                                             info["batches_per_task"])
+                                             created.batches_per_task)
     last = sources.last_task_end(int(source_index))
     if epochs > 0 and last is None:
         return 0  # more sources than tasks: this one has nothing to serve

@@ -19,7 +19,6 @@ float64; bytes are tf.string), and variable lengths are tf.RaggedTensor. The op 
 TensorFlow the numeric arrays of the received buffer without a copy; from_generator copies them.
 """
 import ctypes
-import json
 import os
 import pathlib
 import threading
@@ -29,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from croupier import _croupier, errors
+from croupier.job import Job
 from croupier.launcher import detect_rank_world
 
 # Each dtype of a feature spec as the tf dtype of the same bytes.
@@ -74,7 +74,7 @@ def generator_dataset(consumer, epoch):
     """The batches of `epoch` from a croupier.Consumer (one rank) as a tf.data.Dataset of dicts.
 
     The dataset reads the consumer when it is iterated; iterate it once per epoch."""
-    signature = output_signature(consumer.job["features"])
+    signature = output_signature(consumer.job.features)
 
     def generate():
         for batch in consumer.epoch(epoch):
@@ -144,12 +144,11 @@ def _load_op():
         return _op_module
 
 
-def _job_info(dispatcher, job, auth_token, timeout):
-    """The job's JobInfo, asked of the dispatcher for this job alone (GetJob):
-    {"spec": ..., "steps_per_epoch": ...}."""
+def _job_info(dispatcher, job, auth_token, timeout) -> Job:
+    """The job, asked of the dispatcher for this job alone (GetJob)."""
     from croupier import cluster
     try:
-        return cluster.get_job(dispatcher, job, auth_token=auth_token, timeout=timeout)["job"]
+        return cluster.get_job(dispatcher, job, auth_token=auth_token, timeout=timeout)
     except errors.NotFoundError:
         raise tf.errors.NotFoundError(
             None, None, f"no job {job!r} at the dispatcher {dispatcher}") from None
@@ -158,13 +157,12 @@ def _job_info(dispatcher, job, auth_token, timeout):
 
 
 def _job_features(dispatcher, job, auth_token, timeout):
-    info = _job_info(dispatcher, job, auth_token, timeout)
-    return info.get("spec", info)["features"]
+    return _job_info(dispatcher, job, auth_token, timeout).features
 
 
 def _job_steps(dispatcher, job, auth_token, timeout):
     """A dealt job's steps per epoch for each rank (0: not dealt)."""
-    return int(_job_info(dispatcher, job, auth_token, timeout).get("steps_per_epoch", 0))
+    return _job_info(dispatcher, job, auth_token, timeout).steps_per_epoch
 
 
 class _CroupierDataset(tf.data.Dataset):

@@ -5,8 +5,14 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "croupier/batch.h"
+#include "proto/croupier.pb.h"
+#include "src/job/job.h"
 
 namespace croupier::py {
 
@@ -15,6 +21,20 @@ void BindPlan(pybind11::module_& m);   // py_plan.cc: epoch plans
 void BindBatch(pybind11::module_& m);  // py_batch.cc: batches as numpy views
 void BindService(pybind11::module_& m);  // py_service.cc: the consumer and dispatcher calls
 void BindProduce(pybind11::module_& m);  // py_produce.cc: the producer of a map job
+void BindJob(pybind11::module_& m);      // py_job.cc: croupier.Job
+
+// croupier.Job: a JobInfo and its typed settings (parsed once), with the state and the ranks'
+// positions when the dispatcher's GetJob gave them. A copyable value.
+struct PyJob {
+  v1::JobInfo info;
+  JobConfig config;
+  std::optional<std::string> state;  // "idle", "running", "done"
+  std::vector<std::tuple<uint32_t, uint64_t, uint64_t>> rank_positions;  // (rank, epoch, step)
+};
+// The Job of `info` (create_job's answer) or of a GetJob answer; a JobInfo whose settings do not
+// parse raises InvalidArgumentError (py_job.cc).
+PyJob MakeJob(v1::JobInfo info);
+PyJob MakeJob(v1::GetJobResponse response);
 
 // A Batch holding a copy of `columns`: (name, dtype, variable, dims, values, offsets or None,
 // row splits or None) each, as croupier/source.py lays them out (py_batch.cc).

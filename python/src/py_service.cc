@@ -9,9 +9,9 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "croupier/consumer.h"
 #include "croupier/example.h"
 #include "google/protobuf/util/json_util.h"
@@ -64,20 +64,8 @@ class PyConsumer {
     return pyb::make_tuple(p.epoch, p.step);
   }
 
-  pyb::dict Job() const {
-    const JobSummary& j = consumer_->job();
-    pyb::dict d;
-    d["name"] = j.name;
-    d["features"] = j.features;
-    d["mode"] = std::string(DealModeName(j.mode));
-    d["num_consumers"] = j.num_consumers;
-    d["batch_size"] = j.batch_size;
-    d["num_records"] = j.num_records;
-    d["num_epochs"] = j.num_epochs;
-    d["steps_per_epoch"] = j.steps_per_epoch;
-    d["done_at_registration"] = j.done_at_registration;
-    return d;
-  }
+  // The dispatcher said at registration that the job was done (JobSummary).
+  bool DoneAtRegistration() const { return consumer_->job().done_at_registration; }
 
   void Close() {
     pyb::gil_scoped_release nogil;
@@ -223,7 +211,7 @@ void BindService(pyb::module_& m) {
       .def("next", &PyConsumer::Next, "The next Batch of the epoch, or None at its end.")
       .def_property_readonly("position", &PyConsumer::Position)
       .def_property_readonly("registered_position", &PyConsumer::RegisteredPosition)
-      .def_property_readonly("job", &PyConsumer::Job)
+      .def_property_readonly("done_at_registration", &PyConsumer::DoneAtRegistration)
       .def("close", &PyConsumer::Close);
 
   pyb::class_<PySourceProducer>(m, "_SourceProducer",
@@ -271,15 +259,8 @@ void BindService(pyb::module_& m) {
   // Which batches are a source's (croupier.serve): the job's own arithmetic (src/job/job.h), so
   // that Python does not compute it a second time.
   pyb::class_<JobConfig>(m, "JobSources")
-      .def(pyb::init([](const std::string& info_json) {
-             v1::JobInfo info;
-             absl::Status parsed = FromUserJson(info_json, &info);
-             if (!parsed.ok()) {
-               ThrowIfError(absl::InvalidArgumentError("job info: " + std::string(parsed.message())));
-             }
-             return Unwrap(ParseJobConfig(info));
-           }),
-           pyb::arg("info_json"), "The job's sources, from its JobInfo as JSON (create_job's).")
+      .def(pyb::init([](const PyJob& job) { return job.config; }), pyb::arg("job"),
+           "The sources of a croupier.Job (create_job's).")
       .def("source_of", &JobConfig::SourceOf, pyb::arg("epoch"), pyb::arg("batch"),
            "Which source makes global batch `batch` of `epoch`.")
       .def("ordinal", &JobConfig::SourceOrdinal, pyb::arg("epoch"), pyb::arg("batch"),
@@ -303,10 +284,10 @@ void BindService(pyb::module_& m) {
           pyb::gil_scoped_release nogil;
           response = Client(dispatcher, auth_token, timeout)->CreateJob(request);
         }
-        return ToJson(Unwrap(std::move(response)).job());
+        return MakeJob(std::move(*Unwrap(std::move(response)).mutable_job()));
       },
       pyb::arg("dispatcher"), pyb::arg("spec_json"), pyb::arg("exist_ok"), pyb::arg("auth_token"),
-      pyb::arg("timeout"), "Creates a job; returns the JobInfo as JSON.");
+      pyb::arg("timeout"), "Creates a job; returns it as a Job.");
 
   m.def(
       "dispatcher_status",
@@ -319,95 +300,23 @@ void BindService(pyb::module_& m) {
           pyb::gil_scoped_release nogil;
           response = Client(dispatcher, auth_token, timeout)->GetStatus(request);
         }
-        return ToJson(Unwrap(std::move(response)));
+        v1::StatusResponse status = Unwrap(std::move(response));
+        std::vector<PyJob> jobs;
+        for (v1::JobInfo& info : *status.mutable_jobs()) jobs.push_back(MakeJob(std::move(info)));
+        status.clear_jobs();
+        return std::make_pair(ToJson(status), std::move(jobs));
       },
       pyb::arg("dispatcher"), pyb::arg("auth_token"), pyb::arg("timeout"),
       pyb::arg("include_job_info") = false,
-      "The dispatcher's status (job summaries, producers, consumers; each job's whole JobInfo "
-      "with include_job_info) as JSON.");
+      "(the dispatcher's status as JSON: job summaries, producers, consumers; [Job]: each "
+      "job, with include_job_info, else []).");
 
   m.def(
       "get_job",
       [](const std::string& dispatcher, const std::string& name, const std::string& auth_token,
-         double timeout) {
-        return ToJson(GetJob(dispatcher, name, auth_token, timeout));
-      },
+         double timeout) { return MakeJob(GetJob(dispatcher, name, auth_token, timeout)); },
       pyb::arg("dispatcher"), pyb::arg("name"), pyb::arg("auth_token"), pyb::arg("timeout"),
-      "One job (GetJob): {job: JobInfo, summary: JobSummary (its state), rank_positions} as "
-      "JSON.");
-
-  // The typed job: a JobInfo with the job's settings as attributes, beside the JSON functions
-  // above (which the Python package uses, unchanged).
-  pyb::class_<v1::JobInfo>(m, "Job", "A job's settings and its plan's sizes (JobInfo), typed.")
-      .def_static(
-          "from_json",
-          [](const std::string& info_json) {
-            v1::JobInfo info;
-            absl::Status parsed = FromUserJson(info_json, &info);
-            if (!parsed.ok()) {
-              ThrowIfError(
-                  absl::InvalidArgumentError("job info: " + std::string(parsed.message())));
-            }
-            return info;
-          },
-          pyb::arg("info_json"), "The Job of a JobInfo as JSON (create_job's answer).")
-      .def("to_json", [](const v1::JobInfo& j) { return ToJson(j); }, "The JobInfo as JSON.")
-      .def_property_readonly("name", [](const v1::JobInfo& j) { return j.spec().name(); })
-      .def_property_readonly("source",
-                             [](const v1::JobInfo& j) -> std::string {
-                               switch (j.spec().source()) {
-                                 case v1::SOURCE_KIND_PYTHON:
-                                   return "python";
-                                 case v1::SOURCE_KIND_MAP:
-                                   return "map";
-                                 default:
-                                   return "tfrecord";
-                               }
-                             },
-                             "'tfrecord', 'python' (a stream) or 'map'.")
-      .def_property_readonly("features", [](const v1::JobInfo& j) { return j.spec().features(); })
-      .def_property_readonly("batch_size",
-                             [](const v1::JobInfo& j) { return j.spec().batch_size(); })
-      .def_property_readonly("num_consumers",
-                             [](const v1::JobInfo& j) { return j.spec().num_consumers(); })
-      .def_property_readonly("num_epochs", [](const v1::JobInfo& j) { return j.spec().num_epochs(); },
-                             "0: unbounded.")
-      .def_property_readonly("seed", [](const v1::JobInfo& j) { return j.spec().seed(); })
-      .def_property_readonly("source_count",
-                             [](const v1::JobInfo& j) { return j.spec().source_count(); })
-      .def_property_readonly("start_epoch",
-                             [](const v1::JobInfo& j) { return j.spec().start_epoch(); })
-      .def_property_readonly("start_batch",
-                             [](const v1::JobInfo& j) { return j.spec().start_batch(); })
-      .def_property_readonly("files",
-                             [](const v1::JobInfo& j) {
-                               std::vector<std::string> out;
-                               for (const auto& f : j.files()) out.push_back(f.path());
-                               return out;
-                             },
-                             "The files, expanded, in global record order (tfrecord jobs).")
-      .def_property_readonly("num_records", [](const v1::JobInfo& j) { return j.num_records(); })
-      .def_property_readonly("batches_per_epoch",
-                             [](const v1::JobInfo& j) { return j.batches_per_epoch(); })
-      .def_property_readonly("steps_per_epoch",
-                             [](const v1::JobInfo& j) { return j.steps_per_epoch(); })
-      .def_property_readonly("batches_per_task",
-                             [](const v1::JobInfo& j) { return j.batches_per_task(); })
-      .def("__repr__", [](const v1::JobInfo& j) {
-        return absl::StrCat("Job(name='", j.spec().name(), "', batch_size=", j.spec().batch_size(),
-                            ", num_consumers=", j.spec().num_consumers(),
-                            ", num_epochs=", j.spec().num_epochs(),
-                            ", steps_per_epoch=", j.steps_per_epoch(), ")");
-      });
-
-  m.def(
-      "get_job_info",
-      [](const std::string& dispatcher, const std::string& name, const std::string& auth_token,
-         double timeout) {
-        return GetJob(dispatcher, name, auth_token, timeout).job();
-      },
-      pyb::arg("dispatcher"), pyb::arg("name"), pyb::arg("auth_token"), pyb::arg("timeout"),
-      "One job's settings (GetJob) as a typed Job; get_job gives the whole answer as JSON.");
+      "One job (GetJob) as a Job, with its state and its ranks' positions.");
 
   m.def(
       "delete_job",

@@ -1,0 +1,77 @@
+"""Where record caches live (croupier.record_cache): one directory per producer, named
+croupier-cache-<pid namespace>-<pid>-<random> in a root (/dev/shm when there is one), made by the
+producer and removed by it; sweep() removes those of producers that died before they could.
+"""
+import logging
+import os
+import re
+import shutil
+import tempfile
+
+__all__ = ["PREFIX", "default_root", "make_dir", "remove_tree", "pid_namespace", "sweep",
+           "warn_if_small"]
+
+_log = logging.getLogger("croupier.record_cache")
+
+PREFIX = "croupier-cache-"
+
+
+def default_root() -> str:
+    """Where caches are made: /dev/shm (shared memory) if there is one, else the temp folder."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+
+
+def make_dir(root: str) -> str:
+    """A new cache directory in `root` (mode 0700), after sweeping the dead producers' ones."""
+    sweep(root)
+    return tempfile.mkdtemp(prefix=f"{PREFIX}{pid_namespace()}-{os.getpid()}-", dir=root)
+
+
+def remove_tree(path: str, owner: int) -> None:
+    if os.getpid() == owner:  # never from a fork
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def pid_namespace() -> int:
+    """An id of this process's pid namespace (0 if unknown): pids are compared only within one."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep(root: str) -> None:
+    """Removes the caches in `root` that producers left when they were killed (SIGKILL, a crash)
+    before they could remove them: those of this pid namespace whose process is gone."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    namespace = pid_namespace()
+    for name in names:
+        m = re.fullmatch(rf"{PREFIX}(\d+)-(\d+)-\w+", name)
+        if m and int(m.group(1)) == namespace and not _alive(int(m.group(2))):
+            _log.info("record cache: removing %s, left by process %s, which is gone",
+                      os.path.join(root, name), m.group(2))
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
+def warn_if_small(root: str, capacity: int) -> None:
+    try:
+        st = os.statvfs(root)
+    except OSError:
+        return
+    free = st.f_bavail * st.f_frsize
+    if free < capacity:
+        _log.warning("record cache: %s has %d bytes free, less than the cache's %d: the cache "
+                     "will be full when %s is", root, free, capacity, root)

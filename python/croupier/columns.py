@@ -1,0 +1,134 @@
+"""A batch as columns: a dict {feature name: array} checked and laid out for the C++ library.
+
+columns_of() is the one reading of a batch given by Python code (a served batch, croupier.serve;
+a map job's transformed records, croupier.pipeline): numeric arrays of a dtype croupier carries,
+torch and TensorFlow tensors converted, bytes as lists or croupier.BytesColumn, (values,
+row_splits) for a variable length. features_of() names a batch's feature spec, make_batch() makes
+a croupier.Batch of it.
+"""
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+
+from croupier import _croupier, errors
+
+# The numeric dtypes a batch carries, by the names that numpy and croupier both give them, as the
+# C++ library lists them (bfloat16 is ml_dtypes.bfloat16, the type TensorFlow and JAX use too).
+_NUMERIC: Tuple[str, ...] = tuple(_croupier.NUMERIC_DTYPES)
+
+
+def tensor_to_numpy(value: Any, name: str) -> np.ndarray:
+    """A torch or TensorFlow (eager) tensor as a numpy array of its own dtype."""
+    if type(value).__module__.startswith("torch"):
+        import torch
+        value = value.detach()
+        if value.dtype == torch.bfloat16:  # numpy has no bfloat16: reinterpret the bits
+            import ml_dtypes
+            return value.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    try:
+        return value.numpy()
+    except TypeError as e:
+        raise errors.InvalidArgumentError(
+            f"feature '{name}' is a tensor of dtype {value.dtype}, which croupier cannot carry "
+            f"({e})") from None
+
+
+def _as_array(value, name):
+    """A numpy array (torch and TensorFlow tensors are converted), numeric of a dtype in _NUMERIC,
+    or of strings or objects (bytes)."""
+    if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
+        value = tensor_to_numpy(value, name)  # torch.Tensor, tf.Tensor (eager)
+    arr = np.asarray(value)
+    if arr.dtype.kind in "SOU":
+        return arr
+    if not arr.dtype.isnative:  # the batch is little-endian, like every machine croupier runs on
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    if arr.dtype.name not in _NUMERIC:
+        raise errors.InvalidArgumentError(
+            f"feature '{name}' has dtype {arr.dtype}, which croupier cannot carry (bytes, "
+            f"{', '.join(_NUMERIC)})")
+    return np.ascontiguousarray(arr)
+
+
+def _bytes_list(arr, name):
+    out = []
+    for v in arr.reshape(-1):
+        if isinstance(v, bytes):
+            out.append(v)
+        elif isinstance(v, str):
+            out.append(v.encode())
+        else:
+            raise errors.InvalidArgumentError(f"feature '{name}' mixes bytes with {type(v)}")
+    return out
+
+
+def columns_of(batch: Dict[str, Any]) -> Tuple[int, List[Tuple[Any, ...]]]:
+    """(num_records, [(name, dtype, variable, dims, values, offsets, splits)]) for one batch."""
+    if not isinstance(batch, dict):
+        raise errors.InvalidArgumentError(
+            f"a served batch must be a dict of feature name -> array, not {type(batch).__name__}"
+            " (for a tuple, map it to a dict, e.g. lambda x, y: {'x': x, 'y': y})")
+    if not batch:
+        raise errors.InvalidArgumentError("a served batch has no features")
+    columns: List[Tuple[Any, ...]] = []
+    num_records = None
+    for name, value in batch.items():
+        splits = None
+        if isinstance(value, tuple) and len(value) == 2:  # (values, row_splits): variable length
+            value, splits = value
+            splits = np.ascontiguousarray(np.asarray(splits), dtype=np.uint64)
+            n = len(splits) - 1
+        if isinstance(value, _croupier.BytesColumn):  # one string per record, as received
+            if splits is None:
+                n = len(value)
+            if num_records is None:
+                num_records = n
+            elif n != num_records:
+                raise errors.InvalidArgumentError(
+                    f"feature '{name}' has {n} records, another feature {num_records}")
+            columns.append((str(name), "bytes", splits is not None, [], value.values,
+                            value.offsets.astype(np.uint64), splits))
+            continue
+        if isinstance(value, list) and value and isinstance(value[0], (bytes, str)):
+            value = np.array(value, dtype=object)
+        arr = _as_array(value, name)
+        if splits is None:
+            if arr.ndim == 0:
+                raise errors.InvalidArgumentError(
+                    f"feature '{name}' is a scalar; every feature needs a leading batch dimension")
+            n = arr.shape[0]
+        if num_records is None:
+            num_records = n
+        elif n != num_records:
+            raise errors.InvalidArgumentError(
+                f"feature '{name}' has {n} records, another feature {num_records}")
+        dims = [] if splits is not None else list(arr.shape[1:])
+        if arr.dtype.kind in "SOU":
+            strings = _bytes_list(arr, name)
+            offsets = np.zeros(len(strings) + 1, dtype=np.uint64)
+            np.cumsum([len(s) for s in strings], out=offsets[1:])
+            columns.append((str(name), "bytes", splits is not None, dims, b"".join(strings),
+                            offsets, splits))
+        else:
+            values = arr.reshape(-1)
+            if arr.dtype.name == "bfloat16":  # no buffer protocol for it: hand over its bits
+                values = values.view(np.uint16)
+            columns.append((str(name), arr.dtype.name, splits is not None, dims, values, None,
+                            splits))
+    if num_records is None:  # unreachable: a batch has features (checked above)
+        raise errors.InvalidArgumentError("a served batch has no features")
+    return num_records, columns
+
+
+def features_of(batch: Dict[str, Any]) -> str:
+    """The feature spec text that describes `batch` (a dict of arrays)."""
+    _, columns = columns_of(batch)
+    return str(_croupier.format_feature_spec(
+        [(name, dtype, None if variable else list(dims))
+         for name, dtype, variable, dims, *_ in columns]))
+
+
+def make_batch(batch: Dict[str, Any]) -> Any:
+    """A croupier.Batch holding a copy of `batch` (a dict of arrays)."""
+    num_records, columns = columns_of(batch)
+    return _croupier.batch_from_columns(num_records, columns)
