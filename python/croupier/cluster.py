@@ -227,7 +227,7 @@ class LocalCluster:
 
     def scale(self, count, timeout=30.0):
         """Runs `count` producers: starts new ones and waits until they have registered, or stops
-        the newest ones (SIGTERM: each leaves, and its tasks go to the others at once)."""
+        the newest ones (SIGTERM: each drains, serving the batches it made, then leaves)."""
         live = self.live_producers
         for proc in reversed(live[count:]):
             stop_child(proc, 10.0)
@@ -310,7 +310,7 @@ def local_cluster(producers: int = 1, **options: Any) -> LocalCluster:
     producers="auto" starts one and then follows the dispatcher's recommended number of producers
     (docs/operations.md, "How many producers"), between 1 and max_producers (default: the cores
     here), checked every autoscale_interval seconds (croupier.autoscale.Autoscaler); a producer
-    scaled away leaves, handing its tasks back, and no trainer sees a byte change.
+    scaled away drains (serves what it made) and leaves, and no trainer sees a byte change.
 
     Options: work_dir (default: a temporary directory, removed at the end), auth_token, threads
     and buffer_bytes (per producer), producer_args and dispatcher_args (extra command-line flags),

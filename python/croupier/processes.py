@@ -97,7 +97,7 @@ def describe(e: BaseException) -> str:
 
 
 def stop_child(proc: "subprocess.Popen[Any]", grace: float) -> int:
-    """SIGTERM to `proc` (a croupier command: a producer then leaves, handing its tasks back),
+    """SIGTERM to `proc` (a croupier command: a producer then drains and leaves),
     then SIGKILL to its process group after `grace` seconds; waits for it. Its exit status."""
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):

@@ -159,7 +159,7 @@ class Service:
 
     def scale(self, count: int, timeout: float | None = None) -> int:
         """Runs `count` producers: starts new ones (and waits until they have registered), or
-        stops the newest ones (each leaves: its tasks go to the others at once). Returns the
+        stops the newest ones (each drains, serving the batches it made, then leaves). Returns the
         number before."""
         count = int(count)
         if count < 0:
