@@ -112,6 +112,14 @@ def test_a_producer_stopped_mid_epoch_serves_what_it_made_then_leaves(tmp_path, 
         cluster.create_job("train", dataset, FEATURES, BATCH, WORLD, seed=SEED, epochs=1)
         outs, procs = cluster.start_ranks("train", WORLD, tmp_path, 1, "--slow-ms", "60")
         wait_for_progress(outs, procs, STEPS // 4, timeout=60)
+        # Stopped once it has batches buffered ahead of the readers (a loaded machine may make
+        # them late): then it holds tasks it has made whole.
+        address = re.search(r"serving on (\S+) ", cluster.producers[0].log_path.read_text())[1]
+        deadline = time.monotonic() + 30
+        while not any(p["dataAddress"] == address and int(p["stats"].get("bufferedBytes", 0)) > 0
+                      for p in cluster.status()["producers"]):
+            assert time.monotonic() < deadline, "the producer buffered nothing"
+            time.sleep(0.05)
         stopped = time.monotonic()
         cluster.producers[0].terminate()
         assert cluster.producers[0].wait(timeout=30) == 0

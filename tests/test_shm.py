@@ -45,14 +45,19 @@ def test_exactly_once_over_shared_memory_matches_tcp(tmp_path, dataset):
     reference = fault_free_run(tmp_path / "tcp", dataset, FEATURES, BATCH, 4, seed=11,
                                env={"CROUPIER_SHM": "off"})
     with Cluster(tmp_path / "shm", env={"CROUPIER_SHM": "on"}) as cluster:
-        before = shm_listeners()
         cluster.add_producer()
         cluster.add_producer()
         cluster.create_job("train", dataset, FEATURES, BATCH, 4, seed=11)
+        # The shared-memory names of this cluster's producers (other tests' producers may listen
+        # on this machine at the same time).
         deadline = time.monotonic() + 10
-        while len(shm_listeners() - before) < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert len(shm_listeners() - before) == 2, "each producer offers shared memory"
+        wanted = set()
+        while time.monotonic() < deadline:
+            wanted = {f"@croupier-shm/{p['dataAddress']}" for p in cluster.status()["producers"]}
+            if len(wanted) == 2 and wanted <= shm_listeners():
+                break
+            time.sleep(0.05)
+        assert len(wanted) == 2 and wanted <= shm_listeners(), "each producer offers shared memory"
         outs = [tmp_path / f"rank{r}.jsonl" for r in range(4)]
         # CROUPIER_SHM=on: a consumer that could not use shared memory would fail, not fall back.
         procs = [cluster.start_consumer("train", r, 4, outs[r]) for r in range(4)]
