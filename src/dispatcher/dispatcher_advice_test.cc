@@ -22,10 +22,12 @@ class DispatcherAdviceTest : public testing::DispatcherTest {
     ASSERT_TRUE(Create(Spec("train", 2, 2)).ok());
   }
 
-  void ProducerBeat(uint64_t id, uint64_t made, double cpu_seconds, double make_seconds) {
+  void ProducerBeat(uint64_t id, uint64_t made, double cpu_seconds, double make_seconds,
+                    const std::string& address = "h:1", bool draining = false) {
     v1::ProducerHeartbeatRequest request;
     request.set_producer_id(id);
-    if (id == 0) request.set_data_address("h:1");  // registers
+    if (id == 0) request.set_data_address(address);  // registers
+    request.set_draining(draining);
     request.mutable_stats()->set_batches_made(made);
     request.mutable_stats()->set_cpu_seconds(cpu_seconds);
     request.mutable_stats()->set_threads(4);
@@ -78,6 +80,18 @@ TEST_F(DispatcherAdviceTest, MeasuresRatesFromHeartbeatsAndRecommends) {
   EXPECT_NEAR(advice.target(), 1.5, 1e-9);
   EXPECT_EQ(advice.recommended(), 2u) << advice.reason();
   EXPECT_EQ(advice.producers(), 1u);
+}
+
+TEST_F(DispatcherAdviceTest, ADrainingProducerDoesNotCount) {
+  ProducerBeat(0, 0, 0, 0);          // producer 1
+  ProducerBeat(0, 0, 0, 0, "h:2");  // producer 2
+  for (int s = 1; s <= 12; ++s) {
+    clock_->Advance(absl::Seconds(1));
+    ProducerBeat(1, 10 * s, 0.1 * s, 0.1 * s);
+    ProducerBeat(2, 10 * s, 0.1 * s, 0.1 * s, "h:2", /*draining=*/s > 6);
+    impl_->Tick();
+  }
+  EXPECT_EQ(impl_->GetStatus({})->producer_advice().producers(), 1u);
 }
 
 TEST_F(DispatcherAdviceTest, APythonJobsSourcesAndConsumersDoNotCount) {

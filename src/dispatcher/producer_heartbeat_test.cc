@@ -356,6 +356,25 @@ TEST_F(DispatcherProducerHeartbeatTest, ADrainingProducerServesWhatItMadeAndHand
   EXPECT_TRUE(located->tasks(0).waiting_for().empty()) << located->tasks(0).waiting_for();
 }
 
+TEST_F(DispatcherProducerHeartbeatTest, ADrainerThatDiesHasWhatItKeptReassignedAtItsExpiry) {
+  ASSERT_TRUE(Producer(0, "h:1", 2).ok());  // tasks 1 ([0, 8)) and 2 ([8, 16))
+  v1::ProducerHeartbeatRequest drain;
+  drain.set_producer_id(1);
+  drain.set_draining(true);
+  drain.add_made_tasks(1);
+  drain.add_made_tasks(2);
+  ASSERT_TRUE(impl_->ProducerHeartbeat(drain).ok());
+  ASSERT_TRUE(Producer(0, "h:2", 0).ok());
+  clock_->Advance(absl::Seconds(11));
+  ASSERT_TRUE(Producer(2, "h:2", 0).ok());
+  impl_->Tick();  // producer 1 expires, draining
+  auto taken = Producer(2, "h:2", 2);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  ASSERT_EQ(Cuts(*taken).size(), 2u);
+  EXPECT_EQ(std::get<3>(Cuts(*taken)[0]), 0u);
+  EXPECT_EQ(std::get<3>(Cuts(*taken)[1]), 8u);
+}
+
 TEST_F(DispatcherProducerHeartbeatTest, ABatchNotAssignedYetSaysWhy) {
   // No producer at all.
   auto located = Locate("train", 0, 0, 1);

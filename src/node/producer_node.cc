@@ -281,7 +281,10 @@ void ProducerNode::HeartbeatLoop() {
   absl::Time last = absl::Now();
   while (!stop_.WaitForNotificationWithTimeout(kPoll)) {
     absl::Duration since = absl::Now() - last;
-    bool due = since >= interval_;
+    // While draining it beats often: the tasks it serves finish sooner in the dispatcher's eyes,
+    // and a dispatcher that is gone (its heartbeat fails) ends the drain within this time.
+    constexpr absl::Duration kDrainBeat = absl::Milliseconds(100);
+    bool due = since >= (draining_.load() ? std::min(interval_, kDrainBeat) : interval_);
     // A draining producer takes no work: it beats at the interval, or when Drain asks.
     const bool free = !draining_.load() && holder_->FreeTaskSlots() > 0;
     const bool now = beat_now_.exchange(false);
@@ -372,7 +375,16 @@ ProducerNode::Drained ProducerNode::Drain(absl::Duration bound,
       }
     }
   }
-  Leave();
+  if (drain_failed_.load()) {
+    // The dispatcher did not answer its last heartbeat: telling it would only wait out a timeout.
+    // What this producer still holds is reassigned when it expires, as after a crash.
+    Log(LogLevel::kInfo, "producer",
+        absl::StrCat("producer ", producer_id(), " stops without a last word: the dispatcher did "
+                     "not answer its heartbeat"));
+    Shutdown();
+  } else {
+    Leave();
+  }
   return drained;
 }
 

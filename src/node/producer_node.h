@@ -142,7 +142,8 @@ class ProducerNode {
   // as before, until it holds no task, `bound` passes, `leave_now` (if given) is notified (a
   // second signal), or a heartbeat fails (the dispatcher is gone or unreachable: it leaves as it
   // would have). Then Leave(): what it still holds goes to the others. Keep `bound` below the
-  // grace its supervisor gives between SIGTERM and SIGKILL. With a stream
+  // grace its supervisor gives between SIGTERM and SIGKILL. After a failed heartbeat it does not
+  // call the dispatcher again: it stops (Shutdown), and its tasks are reassigned at its expiry. With a stream
   // supply, or a bound of zero, it is Leave() alone. Returns how many tasks it kept and how many
   // of those it finished serving. What SIGTERM does to `croupier producer`
   // (--drain-timeout-ms). Call it once, instead of Leave().
