@@ -184,7 +184,9 @@ class DispatcherImpl {
     v1::ProducerStats stats;
     ProducerRates rates;
     absl::flat_hash_set<std::string> jobs_sent;
-    std::vector<uint64_t> revoked;  // finished by delivery, to be told in the next response
+    // Tasks no longer its own, to be told in the next response: finished by delivery, or handed
+    // back when it began to drain.
+    std::vector<uint64_t> revoked;
   };
   struct ConsumerInfo {
     absl::Time last_heartbeat = absl::InfinitePast();

@@ -139,13 +139,13 @@ class ProducerNode {
   // `draining` and the tasks whose every batch is made, ProducerHeartbeatRequest). The dispatcher
   // keeps those tasks with this producer and hands its other tasks to the other producers now;
   // this producer serves what it kept to the ranks that ask for it, reporting each task finished
-  // as before, until it holds no task, `bound` passes, `leave_now` (if given) is notified (a
-  // second signal), or a heartbeat fails (the dispatcher is gone or unreachable: it leaves as it
-  // would have). Then Leave(): what it still holds goes to the others. Keep `bound` below the
-  // grace its supervisor gives between SIGTERM and SIGKILL. After a failed heartbeat it does not
-  // call the dispatcher again: it stops (Shutdown), and its tasks are reassigned at its expiry. With a stream
-  // supply, or a bound of zero, it is Leave() alone. Returns how many tasks it kept and how many
-  // of those it finished serving. What SIGTERM does to `croupier producer`
+  // as before (a heartbeat every 100 ms), until it holds no task, `bound` passes, or
+  // `leave_now` (if given) is notified (a second signal). Then Leave(): what it still holds goes
+  // to the others. If a heartbeat fails meanwhile (the dispatcher is gone or unreachable), it
+  // stops at once without calling the dispatcher again (Shutdown): its tasks are reassigned at
+  // its expiry. With a stream supply, or a bound of zero, it is Leave() alone. Keep `bound` below
+  // the grace its supervisor gives between SIGTERM and SIGKILL. Returns how many tasks it kept
+  // and how many of those it finished serving. What SIGTERM does to `croupier producer`
   // (--drain-timeout-ms). Call it once, instead of Leave().
   struct Drained {
     size_t kept = 0;
