@@ -305,6 +305,49 @@ def test_a_worker_killed_between_batches_is_replaced(caplog):
         "got batch 9 of epoch 1" in lines[0], lines
 
 
+def mapping_of(address):
+    """The name and inode of the mapping of this process holding `address` (/proc/self/maps)."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            span, _, _, _, inode, *name = line.split()
+            lo, hi = (int(x, 16) for x in span.split("-"))
+            if lo <= address < hi:
+                return (name[0] if name else ""), int(inode)
+    return "", 0
+
+
+@pytest.mark.timeout(60)
+def test_a_workers_batch_is_served_from_the_slot_it_was_laid_out_in():
+    """One copy: the worker lays the batch out in a shared-memory slot and the producer's Batch
+    is that memory (not a copy on the heap); a slot is reused once its batch is dropped, and grows
+    for a larger batch; the bytes equal the batch made in this process."""
+    def widen(record):  # 256 KiB a record
+        return {**record, "wide": np.full(1 << 16, record["id"], dtype=np.float32)}
+
+    pipeline = Pipeline(map_sources.Records(40), transform=widen)
+    pool = WorkerPool(Pipeline(map_sources.Records(40), transform=widen), 1)
+    try:
+        small = np.array([3], dtype=np.uint64)
+        batch = pool.make(0, 1, small)
+        assert batch.content_hash == pipeline.make(0, 1, small).content_hash
+        assert "croupier-batch-slot" in mapping_of(batch.buffer_address)[0]
+        address = batch.buffer_address
+        held = pool.make(0, 2, small)  # the first slot is still held by `batch`
+        assert mapping_of(held.buffer_address) != mapping_of(address)
+        del batch, held
+        again = pool.make(0, 3, small)
+        assert mapping_of(again.buffer_address) == mapping_of(address)
+        del again
+        large = np.arange(8, dtype=np.uint64)  # 2 MiB: the worker grows its 1 MiB slot
+        big = pool.make(1, 0, large)
+        assert big.nbytes > 2 << 20
+        assert big.content_hash == pipeline.make(1, 0, large).content_hash
+        assert "croupier-batch-slot" in mapping_of(big.buffer_address)[0]
+    finally:
+        pool.close()
+    assert big.to_dict()["wide"].shape == (8, 1 << 16)  # a batch outlives its pool
+
+
 @pytest.mark.timeout(60)
 def test_a_batch_whose_worker_dies_is_made_again_identically(tmp_path, caplog):
     ids = np.array([7, 3, 30, 12], dtype=np.uint64)

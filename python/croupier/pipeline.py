@@ -370,8 +370,11 @@ class Pipeline:
                 raise BatchError(f"the batch transform raised {describe(e)}") from e
         return batch
 
-    def make(self, epoch: int, g: int, ids: Any) -> Any:
-        """Batch g of `epoch` as a croupier Batch, checked against the job's features."""
+    def make(self, epoch: int, g: int, ids: Any,
+             allocate: Optional[Callable[[int], Any]] = None) -> Any:
+        """Batch g of `epoch` as a croupier Batch, checked against the job's features. With
+        `allocate`, the batch is laid out in the writable buffer allocate(size) returns (a
+        worker's shared-memory slot, croupier.zygote), which the Batch then views."""
         batch, ids = self.batch_dict(epoch, g, ids)
         try:
             num_records, columns = columns_of(batch)
@@ -381,7 +384,7 @@ class Pipeline:
             raise BatchError(f"the batch holds {num_records} records; the plan names {len(ids)}")
         if self._spec is not None:
             check_spec(columns, self._spec)
-        return _croupier.batch_from_columns(num_records, columns)
+        return _croupier.batch_from_columns(num_records, columns, allocate)
 
 
 

@@ -10,13 +10,12 @@ import threading
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
-import numpy as np
 
 from croupier import errors
 from croupier.errors import BatchError
 from croupier.pipeline import Pipeline, log
 from croupier.processes import describe, how_it_ended
-from croupier.zygote import REQUEST, Result, Worker, WorkerDied, Zygote, ZygoteError
+from croupier.zygote import Result, Worker, WorkerDied, Zygote, ZygoteError
 
 __all__ = ["WorkerPool", "in_process", "default_workers", "max_worker_deaths", "DEATH_WINDOW"]
 
@@ -99,13 +98,11 @@ class WorkerPool:
             poisoned = self._poisoned.get((int(epoch), int(g)))
         if poisoned is not None:
             return (errors.INTERNAL, f"{poisoned} (not tried again)")
-        request = REQUEST.pack(int(epoch), int(g)) + \
-            np.ascontiguousarray(ids, dtype=np.uint64).tobytes()
         deaths = []  # the workers that died making this batch, in words
         worker = self._take()
         while worker is not None:
             try:
-                result = worker.make(request)
+                result = worker.make(epoch, g, ids)
             except WorkerDied as died:
                 dead = worker
                 how = self._bury(dead)

@@ -4,10 +4,13 @@ The producer's C++ threads start once the pool exists, and forking a process tha
 unsafe. So the pool forks one single-threaded process at its creation, the zygote, which holds
 the pipeline (it is a fork of the producer at that time), and every worker, the first ones and
 the replacements of dead ones, is a fork of the zygote. The producer asks the zygote over a
-SOCK_SEQPACKET socket pair, one small pickled message a request, passing a new worker's file
-descriptors along (SCM_RIGHTS): its shared memory and its end of a socket pair, over which the
-producer sends it record indexes and it answers with the size of the batch it wrote. The zygote
-is the workers' parent: it reaps them and says how they died.
+SOCK_SEQPACKET socket pair, one small pickled message a request, passing a new worker's end of a
+socket pair along (SCM_RIGHTS). Over that channel the producer sends the worker the record indexes
+of a batch and a shared-memory slot (src/producer/batch_slots.h: a memfd whose descriptor goes
+along with the first request that names it), the worker lays the batch out in the slot, straight
+from its columns, and answers with its size, and the producer holds and serves those bytes as
+they are: the one copy of a batch between the worker's columns and the data plane. The zygote is
+the workers' parent: it reaps them and says how they died.
 
 croupier.pool (WorkerPool) decides when a worker is replaced and when a batch fails.
 """
@@ -20,7 +23,6 @@ import struct
 import threading
 import time
 import traceback
-from multiprocessing.connection import Connection
 from typing import Any, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
@@ -29,52 +31,113 @@ from croupier import _croupier, errors
 from croupier.errors import BatchError
 from croupier.processes import describe, fork, how_it_ended, reap
 
-__all__ = ["REQUEST", "Zygote", "ZygoteError", "Worker", "WorkerDied"]
+__all__ = ["Zygote", "ZygoteError", "Worker", "WorkerDied"]
 
 # What a worker answers: a Batch, or (numeric error code, message).
 Result = Union[Any, Tuple[int, str]]
 
 
-INITIAL_SHM = 16 << 20
-REQUEST = struct.Struct("<QQ")  # epoch, batch; the record indexes follow, as uint64
+# A request on a worker's channel: epoch, batch, the slot's id and capacity, and the number of
+# slots to forget; then those slots' ids and the record indexes, as uint64.
+REQUEST = struct.Struct("<QQQQQ")
+LENGTH = struct.Struct("<Q")  # before each message on a worker's channel: its length
+MAX_IDLE_SLOTS = 4  # idle shared-memory slots kept per worker
 CONTROL_BYTES = 1 << 16  # the largest message on the zygote's socket
 REAP_GRACE = 2.0  # seconds a worker whose channel closed has to exit before it is SIGKILLed
 CLOSE_GRACE = 5.0  # seconds the workers have to exit once the pool closes
 
 
-def _worker_main(pipeline: Any, channel: int, fd: int, capacity: int) -> None:
-    """A worker: makes the batches it is asked for, each into its shared memory `fd`, until its
-    channel (a socket's file descriptor) closes. A request is REQUEST's epoch and batch and the
-    record indexes (uint64); the answer ("ok", size, capacity) says the batch's bytes are in the
-    first `size` bytes of the memory, now `capacity` bytes long, and ("error", code, message)
-    why there is no batch."""
-    conn = Connection(channel)
-    view = mmap.mmap(fd, capacity)
+def send_message(sock: socket.socket, payload: bytes, fds: Sequence[int] = ()) -> None:
+    """Sends one message (its length, then `payload`) on a worker's channel, with `fds` passed
+    along (SCM_RIGHTS) on its first byte."""
+    data = LENGTH.pack(len(payload)) + payload
+    sent = socket.send_fds(sock, [data], list(fds)) if fds else 0
+    sock.sendall(memoryview(data)[sent:])
+
+
+def receive_message(sock: socket.socket) -> Tuple[bytes, List[int]]:
+    """The next message on a worker's channel and the descriptors that came with it. Raises
+    EOFError once the other end has closed. Requests and answers alternate, so a message's
+    descriptors come with its first byte and no read spans two messages."""
+    head, fds, _, _ = socket.recv_fds(sock, LENGTH.size, 4)
+    if not head:
+        raise EOFError
+    while len(head) < LENGTH.size:
+        more = sock.recv(LENGTH.size - len(head))
+        if not more:
+            raise EOFError
+        head += more
+    (size,) = LENGTH.unpack(head)
+    payload = bytearray(size)
+    view, got = memoryview(payload), 0
+    while got < size:
+        n = sock.recv_into(view[got:])
+        if n == 0:
+            raise EOFError
+        got += n
+    return bytes(payload), fds
+
+
+class _WorkerSlot:
+    """A worker's read-write mapping of one of its shared-memory slots (src/producer/
+    batch_slots.h), grown when a batch needs more."""
+
+    def __init__(self, fd: int, capacity: int) -> None:
+        self.fd, self.capacity = fd, capacity
+        self.view = mmap.mmap(fd, capacity)
+
+    def allocate(self, size: int) -> mmap.mmap:
+        """The mapping, of at least `size` bytes (the memfd is grown first if needed)."""
+        if size > self.capacity:
+            page = mmap.PAGESIZE
+            capacity = max(size, 2 * self.capacity)
+            capacity = (capacity + page - 1) // page * page
+            self.view.close()  # no batch views it: each is dropped before the next request
+            os.ftruncate(self.fd, capacity)
+            self.capacity = capacity
+            self.view = mmap.mmap(self.fd, capacity)
+        return self.view
+
+    def close(self) -> None:
+        self.view.close()
+        os.close(self.fd)
+
+
+def _worker_main(pipeline: Any, channel: int) -> None:
+    """A worker: makes the batches it is asked for, each laid out straight into the shared-memory
+    slot the request names (its descriptor comes with the first request that names it), until
+    its channel (a socket's file descriptor) closes. The answer ("ok", size) says the batch's bytes
+    are the slot's first `size` bytes; ("error", code, message) why there is no batch."""
+    sock = socket.socket(fileno=channel)
+    slots: dict = {}
     while True:
         try:
-            request = conn.recv_bytes()
+            request, fds = receive_message(sock)
         except (EOFError, OSError):
             return
-        epoch, g = REQUEST.unpack_from(request)
-        ids = np.frombuffer(request, dtype=np.uint64, offset=REQUEST.size).copy()
+        epoch, g, slot_id, capacity, forget = REQUEST.unpack_from(request)
+        tail = np.frombuffer(request, dtype=np.uint64, offset=REQUEST.size)
+        for old in tail[:forget]:
+            gone = slots.pop(int(old), None)
+            if gone is not None:
+                gone.close()
+        ids = tail[forget:].copy()
+        if fds:
+            slots[slot_id] = _WorkerSlot(fds[0], capacity)
+            for extra in fds[1:]:
+                os.close(extra)
         try:
-            batch = pipeline.make(epoch, g, ids)
-            size = batch.nbytes
-            if size > capacity:
-                capacity = max(size, capacity * 2)
-                view.close()
-                os.ftruncate(fd, capacity)
-                view = mmap.mmap(fd, capacity)
-            _croupier.batch_copy_into(batch, view)
-            reply: Tuple[Any, ...] = ("ok", size, capacity)
+            batch = pipeline.make(epoch, g, ids, allocate=slots[slot_id].allocate)
+            reply: Tuple[Any, ...] = ("ok", batch.nbytes)
+            del batch  # it views the slot, which may be remapped for the next batch
         except BatchError as e:
             reply = ("error", e.code, str(e))
         except Exception as e:  # a bug of croupier's or an unexpected failure: say where
             reply = ("error", errors.INTERNAL,
                      f"{describe(e)}\n{''.join(traceback.format_exc(limit=4))}")
         try:
-            conn.send(reply)
-        except (EOFError, OSError):
+            send_message(sock, pickle.dumps(reply))
+        except OSError:
             return
 
 
@@ -82,8 +145,8 @@ def _zygote_main(pipeline: Any, control: socket.socket) -> None:
     """The zygote: answers the requests on `control` until the producer closes its end, then
     waits for its workers (they exit once the producer has closed their channels), SIGKILLing
     those still running after CLOSE_GRACE seconds. Requests and answers:
-      ("spawn", capacity) with the worker's memory and channel file descriptors: ("spawned", pid)
-        of a new worker, or ("error", message) if none could be forked;
+      ("spawn",) with the worker's channel's file descriptor: ("spawned", pid) of a new worker,
+        or ("error", message) if none could be forked;
       ("reap", pid): ("reaped", wait status or None) once worker `pid` has exited (it is
         SIGKILLed if it has not within REAP_GRACE seconds)."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # reaping is its job, whatever the producer's
@@ -97,7 +160,7 @@ def _zygote_main(pipeline: Any, control: socket.socket) -> None:
             break  # the producer closed its end
         request = pickle.loads(data)
         if request[0] == "spawn":
-            reply = _spawn_worker(pipeline, control, fds, request[1], workers)
+            reply = _spawn_worker(pipeline, control, fds, workers)
         else:
             workers.discard(request[1])
             reply = ("reaped", reap(request[1], REAP_GRACE))
@@ -110,14 +173,14 @@ def _zygote_main(pipeline: Any, control: socket.socket) -> None:
         reap(pid, max(0.0, deadline - time.monotonic()))
 
 
-def _spawn_worker(pipeline: Any, control: socket.socket, fds: List[int], capacity: int,
+def _spawn_worker(pipeline: Any, control: socket.socket, fds: List[int],
                   workers: Set[int]) -> Tuple[str, Any]:
-    """Forks a worker on the file descriptors `fds` (its memory, its channel), which the zygote
-    closes then; adds its pid to `workers`. The answer to a "spawn" request."""
+    """Forks a worker on the file descriptor in `fds` (its channel), which the zygote closes
+    then; adds its pid to `workers`. The answer to a "spawn" request."""
     try:
-        if len(fds) != 2:
-            return ("error", f"a spawn request came with {len(fds)} file descriptors, not 2")
-        pid = fork(_worker_main, pipeline, fds[1], fds[0], capacity, close=(control,))
+        if len(fds) != 1:
+            return ("error", f"a spawn request came with {len(fds)} file descriptors, not 1")
+        pid = fork(_worker_main, pipeline, fds[0], close=(control,))
     except OSError as e:
         return ("error", f"the zygote could not fork a worker: {describe(e)}")
     finally:
@@ -146,9 +209,9 @@ class Zygote:
         self._lock = threading.Lock()
         self._gone: Optional[str] = None  # why it answers no more
 
-    def spawn(self, memfd: int, channel: int, capacity: int) -> int:
-        """The pid of a new worker on those file descriptors (the zygote gets copies)."""
-        reply = self._ask(("spawn", capacity), (memfd, channel))
+    def spawn(self, channel: int) -> int:
+        """The pid of a new worker on that channel's file descriptor (the zygote gets a copy)."""
+        reply = self._ask(("spawn",), (channel,))
         if reply[0] != "spawned":
             raise ZygoteError(reply[1])
         return reply[1]
@@ -209,65 +272,59 @@ class WorkerDied(Exception):
 
 
 class Worker:
-    """A worker process as the producer holds it: its pid, its channel, its shared memory."""
+    """A worker process as the producer holds it: its pid, its channel, and its shared-memory
+    slots (src/producer/batch_slots.h), in which it lays out the batches that the producer then
+    serves without a copy."""
 
     def __init__(self, zygote: Zygote, index: int) -> None:
         self.index = index
-        self.capacity = INITIAL_SHM
-        self.fd: Any = os.memfd_create(f"croupier-worker-{index}", 0)
-        # None once closed (close()); set below, before the worker is used.
-        self.view: Any = None
-        self.conn: Any = None
+        self.slots: Any = _croupier._BatchSlots(MAX_IDLE_SLOTS)
+        self.sock: Optional[socket.socket] = None  # None once closed (close_channel())
+        self._last_size = 0  # the size of its last batch: the slot asked for next
+        ours, theirs = socket.socketpair()
         try:
-            os.ftruncate(self.fd, self.capacity)
-            self.view = mmap.mmap(self.fd, self.capacity)
-            ours, theirs = socket.socketpair()
-            try:
-                self.pid = zygote.spawn(self.fd, theirs.fileno(), self.capacity)
-            except BaseException:
-                ours.close()
-                raise
-            finally:
-                theirs.close()
-            self.conn = Connection(ours.detach())
+            self.pid = zygote.spawn(theirs.fileno())
         except BaseException:
-            self.close()
+            ours.close()
+            self.slots.close()
             raise
+        finally:
+            theirs.close()
+        self.sock = ours
 
-    def make(self, request: bytes) -> Result:
-        """The batch `request` (REQUEST and the record indexes) asks for: a Batch, or (code,
-        message). Raises WorkerDied if the worker's channel closes."""
+    def make(self, epoch: int, g: int, ids: Any) -> Result:
+        """Batch g of `epoch`, of records `ids`: a Batch (the worker's bytes, in one of its slots),
+        or (code, message). Raises WorkerDied if the worker's channel closes."""
+        slot, fd, capacity, fresh = self.slots.acquire(self._last_size)
+        forget = np.asarray(self.slots.take_freed(), dtype=np.uint64)
+        request = (REQUEST.pack(int(epoch), int(g), slot, capacity, len(forget)) +
+                   forget.tobytes() + np.ascontiguousarray(ids, dtype=np.uint64).tobytes())
         try:
-            self.conn.send_bytes(request)
-        except OSError:
+            send_message(self.sock, request, [fd] if fresh else [])
+        except (OSError, AttributeError):  # AttributeError: the channel was closed meanwhile
+            self.slots.release(slot)
             raise WorkerDied(before=True) from None
         try:
-            reply = self.conn.recv()
-        except (EOFError, OSError):
+            reply = pickle.loads(receive_message(self.sock)[0])
+        except (EOFError, OSError, AttributeError):
+            self.slots.release(slot)
             raise WorkerDied(before=False) from None
         if reply[0] != "ok":
+            self.slots.release(slot)
             return (reply[1], reply[2])
-        _, size, capacity = reply
-        if capacity != self.capacity:
-            self.view.close()
-            self.capacity = capacity
-            self.view = mmap.mmap(self.fd, capacity)
-        return _croupier.batch_from_buffer(memoryview(self.view)[:size])
+        self._last_size = int(reply[1])
+        try:
+            return self.slots.adopt(slot, self._last_size)
+        except errors.Error as e:  # not a batch: a bug, or a transform that wrote into the slot
+            return (errors.code_of(e), f"worker pid {self.pid}: {e}")
 
     def close_channel(self) -> None:
         """Closes the channel: a live worker exits when it reads its end."""
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
 
     def close(self) -> None:
+        """Closes the channel and the slots (those batches still hold are freed with them)."""
         self.close_channel()
-        if self.view is not None:
-            try:
-                self.view.close()
-            except BufferError:
-                pass
-            self.view = None
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        self.slots.close()

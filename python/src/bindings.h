@@ -37,8 +37,11 @@ PyJob MakeJob(v1::JobInfo info);
 PyJob MakeJob(v1::GetJobResponse response);
 
 // A Batch holding a copy of `columns`: (name, dtype, variable, dims, values, offsets or None,
-// row splits or None) each, as croupier/source.py lays them out (py_batch.cc).
-croupier::Batch BatchFromColumns(uint64_t num_records, const pybind11::list& columns);
+// row splits or None) each, as croupier/columns.py lays them out (py_batch.cc). With `allocate`
+// (not None), the batch is laid out in the writable buffer allocate(size) returns, which the
+// Batch then views and keeps alive. Called with the GIL.
+croupier::Batch BatchFromColumns(uint64_t num_records, const pybind11::list& columns,
+                                 const pybind11::object& allocate = pybind11::none());
 
 }  // namespace croupier::py
 

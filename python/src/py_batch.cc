@@ -2,6 +2,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <memory>
+#include <optional>
+
 #include "croupier/batch.h"
 #include "croupier/example.h"
 #include "python/src/bindings.h"
@@ -171,7 +174,8 @@ absl::Span<const uint64_t> U64Span(const pyb::object& o, pyb::array_t<uint64_t>&
 
 }  // namespace
 
-Batch BatchFromColumns(uint64_t num_records, const pyb::list& columns) {
+Batch BatchFromColumns(uint64_t num_records, const pyb::list& columns,
+                       const pyb::object& allocate) {
   // (name, dtype, variable, dims, values, offsets or None, splits or None) per column.
   struct Held {
     std::string name;
@@ -206,9 +210,29 @@ Batch BatchFromColumns(uint64_t num_records, const pyb::list& columns) {
     }
   }
   absl::StatusOr<Batch> batch;
-  {
+  if (allocate.is_none()) {
     pyb::gil_scoped_release nogil;
     batch = Batch::FromColumns(num_records, data);
+  } else {
+    // The caller's writable buffer of at least the batch's size (a worker's shared-memory slot,
+    // croupier.zygote): the batch is laid out there. The Batch keeps the buffer object alive.
+    std::optional<pyb::error_already_set> raised;
+    auto in_callers_buffer = [&](size_t size) -> std::shared_ptr<uint8_t> {
+      try {
+        auto held = std::make_shared<pyb::buffer_info>(
+            allocate(size).cast<pyb::buffer>().request(/*writable=*/true));
+        if (static_cast<size_t>(held->size * held->itemsize) < size ||
+            reinterpret_cast<uintptr_t>(held->ptr) % kBatchAlignment != 0) {
+          return nullptr;
+        }
+        return std::shared_ptr<uint8_t>(held, static_cast<uint8_t*>(held->ptr));
+      } catch (pyb::error_already_set& e) {
+        raised = std::move(e);
+        return nullptr;
+      }
+    };
+    batch = Batch::FromColumns(num_records, data, in_callers_buffer);
+    if (raised) throw std::move(*raised);
   }
   return Unwrap(std::move(batch));
 }
@@ -261,8 +285,11 @@ that to_dict() gives by default.)doc")
       });
 
   m.def("batch_from_columns", &BatchFromColumns, pyb::arg("num_records"), pyb::arg("columns"),
+        pyb::arg("allocate") = pyb::none(),
         "A Batch holding a copy of the given columns: (name, dtype, variable, dims, values, "
-        "offsets, row_splits) each. Use croupier.source.make_batch.");
+        "offsets, row_splits) each. Use croupier.columns.make_batch. allocate(size), if given, "
+        "returns the writable buffer (64-byte aligned, at least `size` bytes) to lay the batch out "
+        "in, which the Batch then views (RESOURCE_EXHAUSTED if it is smaller or unaligned).");
 
   m.def(
       "build_batch",

@@ -3,6 +3,7 @@
 // python/croupier/produce.py). The plan, the tasks, the buffer and the data plane are C++'s.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <algorithm>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include "python/src/bindings.h"
 #include "python/src/status.h"
 #include "src/node/producer_node.h"
+#include "src/producer/batch_slots.h"
 #include "src/producer/function_maker.h"
 #include "src/rpc/grpc_util.h"
 
@@ -124,39 +126,54 @@ void BindProduce(pyb::module_& m) {
            "Seconds since the dispatcher last answered this producer.")
       .def("close", &PyMapProducer::Close);
 
-  // The worker side: a batch goes back to the producer process through shared memory, as its
-  // bytes (the batch format is its own serialization: nothing is pickled).
-  m.def(
-      "batch_copy_into",
-      [](const Batch& batch, pyb::buffer out) {
-        pyb::buffer_info info = out.request(/*writable=*/true);
-        const absl::string_view bytes = batch.bytes();
-        if (static_cast<size_t>(info.size * info.itemsize) < bytes.size()) {
-          ThrowIfError(absl::ResourceExhaustedError(absl::StrCat(
-              "a batch of ", bytes.size(), " bytes does not fit in ", info.size * info.itemsize)));
-        }
-        pyb::gil_scoped_release nogil;
-        std::memcpy(info.ptr, bytes.data(), bytes.size());
-        return bytes.size();
-      },
-      pyb::arg("batch"), pyb::arg("out"),
-      "Copies the batch's bytes into the writable buffer `out`; returns their count.");
-  m.def(
-      "batch_from_buffer",
-      [](pyb::buffer in) {
-        pyb::buffer_info info = in.request();
-        const absl::string_view bytes(static_cast<const char*>(info.ptr),
-                                      static_cast<size_t>(info.size * info.itemsize));
-        absl::StatusOr<Batch> batch;
-        {
-          pyb::gil_scoped_release nogil;
-          batch = Batch::FromBytes(bytes);
-        }
-        return Unwrap(std::move(batch));
-      },
-      pyb::arg("buffer"),
-      "A Batch holding a copy of the batch bytes in `buffer`, validated as received batches "
-      "are (DataLossError naming the inconsistency).");
+  // The producer side of a worker's shared-memory slots (croupier.zygote): the worker lays the
+  // batch out in a slot, and the producer holds and serves those bytes as they are.
+  pyb::class_<BatchSlots>(m, "_BatchSlots",
+                          "Shared-memory slots a worker process lays batches out in "
+                          "(src/producer/batch_slots.h). Thread-safe.")
+      .def(pyb::init<size_t>(), pyb::arg("max_idle"))
+      .def(
+          "acquire",
+          [](BatchSlots& slots, size_t min_capacity) {
+            BatchSlots::Lease lease;
+            {
+              pyb::gil_scoped_release nogil;
+              lease = Unwrap(slots.Acquire(min_capacity));
+            }
+            return pyb::make_tuple(lease.id, lease.fd, lease.capacity, lease.fresh);
+          },
+          pyb::arg("min_capacity"),
+          "A slot for one batch: (id, fd, capacity, fresh); fresh: its descriptor has not been "
+          "sent to the worker yet.")
+      .def(
+          "adopt",
+          [](BatchSlots& slots, uint64_t id, size_t size) {
+            absl::StatusOr<Batch> batch;
+            {
+              pyb::gil_scoped_release nogil;
+              batch = slots.Adopt(id, size);
+            }
+            return Unwrap(std::move(batch));
+          },
+          pyb::arg("id"), pyb::arg("size"),
+          "The first `size` bytes of leased slot `id` as a Batch, without a copy; the slot is "
+          "reused once the Batch is gone.")
+      .def("release", &BatchSlots::Release, pyb::arg("id"),
+           pyb::call_guard<pyb::gil_scoped_release>(),
+           "Gives back a leased slot without a batch.")
+      .def("close", &BatchSlots::Close, pyb::call_guard<pyb::gil_scoped_release>())
+      .def("take_freed", &BatchSlots::TakeFreed,
+           "The ids of the slots freed since the last call (the worker may unmap them).")
+      .def_property_readonly("stats", [](const BatchSlots& slots) {
+        const BatchSlots::Stats s = slots.stats();
+        pyb::dict out;
+        out["slots"] = s.slots;
+        out["idle"] = s.idle;
+        out["bytes"] = s.bytes;
+        out["created"] = s.created;
+        return out;
+      });
+
 }
 
 }  // namespace croupier::py
