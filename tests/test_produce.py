@@ -179,12 +179,62 @@ def test_a_map_source_with_a_random_transform_is_dealt_as_planned(tmp_path):
     check_against_plan(per_rank, 96, 4, seed=5, epochs=2)
 
 
-@pytest.mark.timeout(200)
-def test_same_bytes_with_one_or_three_producers_and_one_or_four_workers(tmp_path):
+@pytest.mark.timeout(240)
+def test_same_bytes_with_one_or_three_producers_one_or_four_workers_and_threads(tmp_path):
     one = run_job(tmp_path / "one", producers=1, workers=1, records=96, batch_size=4)
-    many = run_job(tmp_path / "many", producers=3, workers=4, records=96, batch_size=4)
+    many = run_job(tmp_path / "many", producers=3, workers=4, records=96, batch_size=4,
+                   transform_threads=4)
     assert [batch_hashes(r) for r in one] == [batch_hashes(r) for r in many]
     assert len(one[0]) == 2 * 12
+    # Threads only: no worker process, the producer's own threads and "auto" record threads.
+    threads = run_job(tmp_path / "threads", producers=1, workers=0, records=96, batch_size=4,
+                      transform_threads="auto")
+    assert [batch_hashes(r) for r in threads] == [batch_hashes(r) for r in one]
+
+
+def test_record_threads_give_the_same_batches_and_the_same_first_error():
+    """A batch's records on 1, 4 or "auto" threads: the same bytes, and, when records fail, the
+    error the serial order meets first (a failing read before a failing transform)."""
+    ids = np.array([9, 2, 31, 4, 17, 5, 22, 8], dtype=np.uint64)
+    made = {}
+    for threads in (1, 4, "auto"):
+        pipeline = Pipeline(map_sources.Records(40), transform=map_sources.augment, seed=5,
+                            transform_threads=threads)
+        made[threads] = [pipeline.make(e, g, ids).content_hash for e in range(2) for g in range(5)]
+        assert pipeline.transform_threads in (1, 4)  # "auto" chose after 3 batches of each
+    assert made[1] == made[4] == made["auto"]
+
+    def failing_transform(record):
+        if int(record["id"]) == 2:
+            raise ValueError("transform of 2")
+        return record
+
+    for threads in (1, 4):
+        pipeline = Pipeline(map_sources.Records(40, fail_at=17), transform=failing_transform,
+                            transform_threads=threads)
+        with pytest.raises(croupier.errors.BatchError, match=r"^record 17: "):
+            pipeline.make(0, 0, ids)  # record 2's transform fails first in time, not in order
+
+
+def test_transform_threads_are_checked():
+    for bad in (0, -1, "many", 1.5):
+        with pytest.raises(errors.InvalidArgumentError, match="transform_threads"):
+            Pipeline(map_sources.Records(4), transform_threads=bad)
+
+
+@pytest.mark.timeout(60)
+def test_a_pool_forked_after_record_threads_ran_makes_batches_on_its_own_threads():
+    """The producer makes batch 0 in its own process (its record threads start) and then forks
+    the zygote: the threads are shut down before the fork and each worker starts its own."""
+    pipeline = Pipeline(map_sources.Records(40), transform=map_sources.augment, seed=5,
+                        transform_threads=4)
+    ids = np.arange(8, dtype=np.uint64)
+    want = pipeline.make(0, 0, ids).content_hash
+    pool = WorkerPool(pipeline, 2)
+    try:
+        assert [pool.make(0, 0, ids).content_hash for _ in range(4)] == [want] * 4
+    finally:
+        pool.close()
 
 
 @pytest.mark.timeout(200)

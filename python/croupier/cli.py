@@ -65,6 +65,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                              "with tf_transform, which forks none)")
     parser.add_argument("--threads", type=int, default=None, metavar="N",
                         help="the producer's threads; none: produce()'s default")
+    parser.add_argument("--transform-threads", default=None, metavar="N|auto",
+                        help="threads per worker process for the records' read, decode and "
+                             "transform (work that releases the GIL); 'auto' measures; none: "
+                             "what the function returns, or 1")
     parser.add_argument("--cache-bytes", type=int, default=None, metavar="B",
                         help="the record cache's size on /dev/shm, in bytes; none: what the "
                              "function returns, or 0 (no cache)")
@@ -84,7 +88,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 f"{args.pipeline}() must return a dict of produce() arguments with 'source'")
         options = dict(options)
         source = options.pop("source")
-        for key in ("workers", "threads", "cache_bytes", "auth_token", "timeout"):
+        for key in ("workers", "threads", "transform_threads", "cache_bytes", "auth_token",
+                    "timeout"):
             if getattr(args, key) is not None:
                 options[key] = getattr(args, key)
         stop = threading.Event()

@@ -4,13 +4,14 @@ columns_of() is the one reading of a batch given by Python code (a served batch,
 a map job's transformed records, croupier.pipeline): numeric arrays of a dtype croupier carries,
 torch and TensorFlow tensors converted, bytes as lists or croupier.BytesColumn, (values,
 row_splits) for a variable length. features_of() names a batch's feature spec, make_batch() makes
-a croupier.Batch of it.
+a croupier.Batch of it, and default_collate() stacks a map job's records into such a dict.
 """
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from croupier import _croupier, errors
+from croupier.errors import BatchError
 
 # The numeric dtypes a batch carries, by the names that numpy and croupier both give them, as the
 # C++ library lists them (bfloat16 is ml_dtypes.bfloat16, the type TensorFlow and JAX use too).
@@ -132,3 +133,62 @@ def make_batch(batch: Dict[str, Any]) -> Any:
     """A croupier.Batch holding a copy of `batch` (a dict of arrays)."""
     num_records, columns = columns_of(batch)
     return _croupier.batch_from_columns(num_records, columns)
+
+
+def _as_value(value: Any, name: str) -> Any:
+    """A numpy array for tensors (torch, TensorFlow eager), else the value."""
+    if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
+        return tensor_to_numpy(value, name)
+    return value
+
+
+def default_collate(records: Sequence[Any], names: Optional[Sequence[str]] = None,
+                    variable: Iterable[str] = ()) -> Dict[str, Any]:
+    """croupier's collation of records into a batch dict {name: column}.
+
+    A record is a dict {name: value} (or a tuple/list, named by `names`). Per feature:
+    bytes or str values make a bytes column; numbers and numpy arrays (tensors are converted)
+    are stacked as [num_records, *shape] in their own dtype, and every record must have the same
+    shape and dtype; Python lists make a variable-length column ((values, row_splits)), as do
+    the values of the features named in `variable` (those the job's spec says are [*]), whatever
+    their lengths."""
+    if not records:
+        raise BatchError("a batch has no records")
+    first = records[0]
+    if not isinstance(first, dict):
+        if names is None or not isinstance(first, (tuple, list)):
+            raise BatchError(
+                f"a record is a {type(first).__name__}; croupier collates dicts of feature name -> "
+                "value (or tuples, with names=('image', 'label') given to produce())")
+        records = [dict(zip(names, r)) for r in records]
+        first = records[0]
+    batch: Dict[str, Any] = {}
+    for name in first:
+        values = []
+        for k, r in enumerate(records):
+            if not isinstance(r, dict) or name not in r:
+                raise BatchError(f"feature '{name}': missing from the batch's record {k}")
+            values.append(_as_value(r[name], name))
+        v0 = values[0]
+        if isinstance(v0, (bytes, str)):
+            batch[name] = [v if isinstance(v, bytes) else str(v).encode() for v in values]
+        elif isinstance(v0, list) or name in variable:
+            # The dtype of the values (numpy scalars keep theirs), not float64 for an empty list.
+            dtype = next((np.asarray(v).dtype for v in values if len(v)), None)
+            arrays = [np.asarray(v, dtype=dtype) for v in values]
+            lengths = np.array([a.size for a in arrays], dtype=np.uint64)
+            splits = np.zeros(len(arrays) + 1, dtype=np.uint64)
+            np.cumsum(lengths, out=splits[1:])
+            batch[name] = (np.concatenate([a.reshape(-1) for a in arrays]) if arrays else
+                           np.zeros(0), splits)
+        else:
+            arrays = [np.asarray(v) for v in values]
+            a0 = arrays[0]
+            for k, a in enumerate(arrays):
+                if a.shape != a0.shape or a.dtype != a0.dtype:
+                    raise BatchError(
+                        f"feature '{name}': the batch's record {k} is {a.dtype}{list(a.shape)}, "
+                        f"its record 0 {a0.dtype}{list(a0.shape)}; every record of a feature "
+                        "needs one dtype and shape (a Python list makes a variable length)")
+            batch[name] = np.stack(arrays)
+    return batch

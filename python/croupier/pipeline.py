@@ -51,7 +51,8 @@ from croupier import _croupier, errors
 from croupier.errors import BatchError
 from croupier.processes import describe
 from croupier.record_cache import RecordCache
-from croupier.columns import columns_of, tensor_to_numpy
+from croupier.record_threads import RecordThreads
+from croupier.columns import columns_of, default_collate
 from croupier.spec import Spec, check_spec, spec_of, vary_as_spec
 
 __all__ = ["Pipeline", "default_collate", "record_rng", "batch_rng", "log"]
@@ -83,65 +84,6 @@ def _takes_rng(fn: Callable[..., Any]) -> bool:
 
 
 
-def _as_value(value: Any, name: str) -> Any:
-    """A numpy array for tensors (torch, TensorFlow eager), else the value."""
-    if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
-        return tensor_to_numpy(value, name)
-    return value
-
-
-def default_collate(records: Sequence[Any], names: Optional[Sequence[str]] = None,
-                    variable: Iterable[str] = ()) -> Dict[str, Any]:
-    """croupier's collation of records into a batch dict {name: column}.
-
-    A record is a dict {name: value} (or a tuple/list, named by `names`). Per feature:
-    bytes or str values make a bytes column; numbers and numpy arrays (tensors are converted)
-    are stacked as [num_records, *shape] in their own dtype, and every record must have the same
-    shape and dtype; Python lists make a variable-length column ((values, row_splits)), as do
-    the values of the features named in `variable` (those the job's spec says are [*]), whatever
-    their lengths."""
-    if not records:
-        raise BatchError("a batch has no records")
-    first = records[0]
-    if not isinstance(first, dict):
-        if names is None or not isinstance(first, (tuple, list)):
-            raise BatchError(
-                f"a record is a {type(first).__name__}; croupier collates dicts of feature name -> "
-                "value (or tuples, with names=('image', 'label') given to produce())")
-        records = [dict(zip(names, r)) for r in records]
-        first = records[0]
-    batch: Dict[str, Any] = {}
-    for name in first:
-        values = []
-        for k, r in enumerate(records):
-            if not isinstance(r, dict) or name not in r:
-                raise BatchError(f"feature '{name}': missing from the batch's record {k}")
-            values.append(_as_value(r[name], name))
-        v0 = values[0]
-        if isinstance(v0, (bytes, str)):
-            batch[name] = [v if isinstance(v, bytes) else str(v).encode() for v in values]
-        elif isinstance(v0, list) or name in variable:
-            # The dtype of the values (numpy scalars keep theirs), not float64 for an empty list.
-            dtype = next((np.asarray(v).dtype for v in values if len(v)), None)
-            arrays = [np.asarray(v, dtype=dtype) for v in values]
-            lengths = np.array([a.size for a in arrays], dtype=np.uint64)
-            splits = np.zeros(len(arrays) + 1, dtype=np.uint64)
-            np.cumsum(lengths, out=splits[1:])
-            batch[name] = (np.concatenate([a.reshape(-1) for a in arrays]) if arrays else
-                           np.zeros(0), splits)
-        else:
-            arrays = [np.asarray(v) for v in values]
-            a0 = arrays[0]
-            for k, a in enumerate(arrays):
-                if a.shape != a0.shape or a.dtype != a0.dtype:
-                    raise BatchError(
-                        f"feature '{name}': the batch's record {k} is {a.dtype}{list(a.shape)}, "
-                        f"its record 0 {a0.dtype}{list(a0.shape)}; every record of a feature "
-                        "needs one dtype and shape (a Python list makes a variable length)")
-            batch[name] = np.stack(arrays)
-    return batch
-
-
 class Pipeline:
     """What makes a map job's batches from record indexes: the source, the decode, the transforms
     and the collation. A pure function of (seed, epoch, batch, record indexes).
@@ -155,7 +97,7 @@ class Pipeline:
 
     def __init__(self, source, *, transform=None, batch_transform=None, collate=None,
                  names=None, features=None, seed=0, tf_transform=None,
-                 skip_failing_records=False, decode=None, cache_bytes=0):
+                 skip_failing_records=False, decode=None, cache_bytes=0, transform_threads=1):
         if not hasattr(source, "__getitem__") or not hasattr(source, "__len__"):
             raise errors.InvalidArgumentError(
                 f"a map source needs __len__ and __getitem__(i); a {type(source).__name__} has "
@@ -182,6 +124,7 @@ class Pipeline:
         self._record_rng = transform is not None and _takes_rng(transform)
         self._batch_rng = batch_transform is not None and _takes_rng(batch_transform)
         self._spec: Optional[Spec] = None if features is None else spec_of(features)
+        self._threads = RecordThreads(transform_threads)
         self.tf_transform = tf_transform
         self._tf = None
         if tf_transform is not None:
@@ -274,14 +217,49 @@ class Pipeline:
         if self.skip_failing_records:
             records, ids = self._records_skipping(epoch, ids)
         else:
-            records = self.load(ids)
-            if self._tf is None:
-                records = [self._transform_one(r, epoch, i) for r, i in zip(records, ids)]
+            records = self._records(epoch, ids)
         if self._tf is not None:
             batch, ids = self._tf_batch(records, epoch, ids)
         else:
             batch = self._collate(records)
         return self._batch_transform(batch, epoch, g), ids
+
+    def _records(self, epoch, ids):
+        """The batch's records, loaded and (without tf_transform) transformed, the per-record work
+        on the pipeline's transform threads, in order. A failure raises the error the serial
+        order meets first: the first record that fails to read, else to decode, else to
+        transform. With get_many or a record cache the batch's records are loaded at once, and
+        only the transforms are spread."""
+        transform = self._tf is None and self.transform is not None
+        if self._cache is not None or hasattr(self.source, "get_many"):
+            records = self.load(ids)
+            if not transform:
+                return records
+            return self._threads.map(lambda k: self._transform_one(records[k], epoch, ids[k]),
+                                     range(len(ids)))
+
+        def one(k):
+            i, stage = ids[k], 0
+            try:
+                record = self._read_one(i)
+                stage = 1
+                record = self._decode_one(record, i)
+                stage = 2
+                return self._transform_one(record, epoch, i) if transform else record
+            except BatchError as e:
+                return _Failed(e, stage)
+
+        out = self._threads.map(one, range(len(ids)))
+        failed = [r for r in out if isinstance(r, _Failed)]
+        if failed:
+            raise min(failed, key=lambda f: f.stage).error  # the first of the earliest stage
+        return out
+
+    @property
+    def transform_threads(self) -> Optional[int]:
+        """The threads each batch's per-record work runs on: the setting, or what "auto" chose
+        in this process (None while it measures)."""
+        return self._threads.chosen
 
     def _transform_one(self, record, epoch, i):
         if self.transform is None:
@@ -386,6 +364,14 @@ class Pipeline:
             check_spec(columns, self._spec)
         return _croupier.batch_from_columns(num_records, columns, allocate)
 
+
+
+class _Failed:
+    """A record's failure on a transform thread, and the stage it failed at (0 read, 1 decode,
+    2 transform)."""
+
+    def __init__(self, error: BatchError, stage: int) -> None:
+        self.error, self.stage = error, stage
 
 
 def _few(ids: Iterable[int]) -> str:

@@ -50,6 +50,7 @@ class ProduceOptions:
     cache_bytes: int = 0
     # This producer.
     workers: Optional[int] = None
+    transform_threads: Any = 1  # a count, or "auto"
     threads: Optional[int] = None
     auth_token: Optional[str] = None
     buffer_bytes: int = 256 << 20
@@ -135,6 +136,14 @@ def produce(source: Any, dispatcher: str, job: str,
     seconds, or once no worker can be forked: dead workers are then not replaced, their batches
     fail naming why, and once none is left every batch fails so (restart the producer).
 
+    transform_threads (default 1): the threads on which each worker process (with workers=0,
+    the producer) reads, decodes and transforms a batch's records, for work that releases the
+    GIL (PIL's decode, numpy, OpenCV); "auto" measures 1 against
+    croupier.record_threads.AUTO_THREADS (4) threads on the first batches of each process and
+    keeps the faster (logged once). The records keep their order, and each its own generator, so
+    a batch holds the same bytes with any number of threads. With get_many or a record cache the
+    records are loaded at once and only the transforms are spread.
+
     tf_transform(ds) -> ds is a tf.data pipeline run on each batch's records instead of
     transform and collate (croupier.tf_pipeline): `ds` has one element per record of the batch,
     in plan order, holding the record's fields and "croupier_seed" (int64 [2], the record's seed
@@ -173,7 +182,8 @@ def produce(source: Any, dispatcher: str, job: str,
     pipeline = Pipeline(source, transform=o.transform, batch_transform=o.batch_transform,
                         collate=o.collate, names=o.names, features=features, seed=o.seed,
                         tf_transform=o.tf_transform, skip_failing_records=o.skip_failing_records,
-                        decode=o.decode, cache_bytes=o.cache_bytes)
+                        decode=o.decode, cache_bytes=o.cache_bytes,
+                        transform_threads=o.transform_threads)
     try:
         num_records = len(pipeline)
         if num_records == 0:

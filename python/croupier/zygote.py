@@ -299,14 +299,17 @@ class Worker:
         forget = np.asarray(self.slots.take_freed(), dtype=np.uint64)
         request = (REQUEST.pack(int(epoch), int(g), slot, capacity, len(forget)) +
                    forget.tobytes() + np.ascontiguousarray(ids, dtype=np.uint64).tobytes())
+        sock = self.sock
         try:
-            send_message(self.sock, request, [fd] if fresh else [])
-        except (OSError, AttributeError):  # AttributeError: the channel was closed meanwhile
+            if sock is None:  # the channel was closed meanwhile
+                raise OSError("closed")
+            send_message(sock, request, [fd] if fresh else [])
+        except OSError:
             self.slots.release(slot)
             raise WorkerDied(before=True) from None
         try:
-            reply = pickle.loads(receive_message(self.sock)[0])
-        except (EOFError, OSError, AttributeError):
+            reply = pickle.loads(receive_message(sock)[0])
+        except (EOFError, OSError):
             self.slots.release(slot)
             raise WorkerDied(before=False) from None
         if reply[0] != "ok":
