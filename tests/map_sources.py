@@ -137,7 +137,8 @@ def pipeline():
     if "decode" in opts:  # {"marker_dir": a folder or None}
         out["decode"] = Decoding(opts["decode"].get("marker_dir"))
     for key in ("resume_from", "workers", "features", "max_tasks", "buffer_bytes",
-                "skip_failing_records", "cache_bytes", "transform_threads"):
+                "skip_failing_records", "cache_bytes", "transform_threads",
+                "drain_timeout"):
         if key in opts:
             out[key] = opts[key]
     return out

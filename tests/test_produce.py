@@ -237,6 +237,51 @@ def test_a_pool_forked_after_record_threads_ran_makes_batches_on_its_own_threads
         pool.close()
 
 
+@pytest.mark.timeout(180)
+def test_a_map_producer_stopped_mid_epoch_serves_what_it_made_then_leaves(tmp_path):
+    """SIGTERM to one of two map producers (`croupier produce`) while the ranks read slowly: it
+    drains. It says so, keeps the tasks it has made whole and serves them, its other tasks go
+    to the other producer at once, and it exits 0 well within its bound. Every rank gets the
+    bytes of a run without a stop."""
+    opts = dict(records=384, batch_size=4, drain_timeout=30)
+    reference = run_job(tmp_path / "ref", world=2, epochs=1, **opts)
+    opts.update(consumers=2, epochs=1)
+    with Cluster(tmp_path / "run", producer_timeout_ms=60000,
+                 dispatcher_args=["--rounds-per-task", "1"]) as cluster:
+        procs = [start_producer(cluster, "m", f"producer{k}", workers=1, **opts)
+                 for k in range(2)]
+        wait_for_job(cluster, "m")
+        outs = [tmp_path / f"rank{r}.jsonl" for r in range(2)]
+        consumers = [cluster.start_consumer("m", r, 2, outs[r], 1, "--slow-ms", "60")
+                     for r in range(2)]
+        deadline = time.monotonic() + 60
+        while not outs[0].exists() or len(read_batches(outs[0])) < 8:
+            assert time.monotonic() < deadline, "the consumers did not start"
+            time.sleep(0.05)
+        # Stopped once it has batches buffered ahead of the readers: then it holds tasks it has
+        # made whole.
+        address = re.search(r"serving on (\S+)", procs[0].log_path.read_text())
+        deadline = time.monotonic() + 30
+        while not any(int(p["stats"].get("bufferedBytes", 0)) > 0 and
+                      (address is None or p["dataAddress"] == address[1])
+                      for p in cluster.status()["producers"]):
+            assert time.monotonic() < deadline, "the producer buffered nothing"
+            time.sleep(0.05)
+        stopped = time.monotonic()
+        procs[0].terminate()
+        assert procs[0].wait(timeout=40) == 0
+        took = time.monotonic() - stopped
+        cluster.wait(consumers, timeout=120)
+        log = procs[0].log_path.read_text()
+    assert "signal 15: leaving (serving what it has made, handing the rest back)" in log, log
+    drained = re.search(r"drained: served (\d+) of the (\d+) tasks it had made", log)
+    assert drained and int(drained[2]) > 0 and drained[1] == drained[2], log[-3000:]
+    assert took < 25, f"it took {took:.1f} s to leave"
+    print(f"map producer drained: kept {drained[2]} tasks, served them, left in {took:.2f} s")
+    got = [read_batches(o) for o in outs]
+    assert [batch_hashes(r) for r in got] == [batch_hashes(r) for r in reference]
+
+
 @pytest.mark.timeout(200)
 def test_a_producer_killed_mid_epoch_changes_no_byte(tmp_path):
     reference = run_job(tmp_path / "ref", records=96, batch_size=4)

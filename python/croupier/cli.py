@@ -80,6 +80,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="the host consumers reach it at; empty: the bind address")
     parser.add_argument("--timeout", type=float, default=60.0, metavar="S",
                         help="seconds to wait for the dispatcher")
+    parser.add_argument("--drain-timeout", type=float, default=None, metavar="S",
+                        help="on SIGTERM or SIGINT, seconds to serve the batches it has made "
+                             "before leaving (a second signal leaves at once); none: 5")
     args = parser.parse_args(argv)
     try:
         options = load(args.pipeline)()
@@ -89,23 +92,39 @@ def main(argv: Optional[List[str]] = None) -> int:
         options = dict(options)
         source = options.pop("source")
         for key in ("workers", "threads", "transform_threads", "cache_bytes", "auth_token",
-                    "timeout"):
+                    "timeout", "drain_timeout"):
             if getattr(args, key) is not None:
                 options[key] = getattr(args, key)
         stop = threading.Event()
 
+        leave_now = threading.Event()
+
+        def on_signal(signum, _frame):
+            if not stop.is_set():
+                print(f"croupier produce: signal {signum}: leaving (serving what it has made, "
+                      "handing the rest back) and stopping", flush=True)
+                stop.set()
+            elif not leave_now.is_set():
+                print(f"croupier produce: signal {signum}: leaving now", flush=True)
+                leave_now.set()
+
         def graceful():
-            # Once serving: a signal stops the producer cleanly (it leaves the job, handing its
-            # tasks back). Until then the default action ends the process at once: a Python handler
-            # would run only after the wait for the dispatcher (up to --timeout) returned.
-            signal.signal(signal.SIGTERM, lambda *_: stop.set())
-            signal.signal(signal.SIGINT, lambda *_: stop.set())
+            # Once serving: a signal stops the producer cleanly (it drains: serves what it has
+            # made, hands the rest back; a second signal leaves at once). Until then the default
+            # action ends the process at once: a Python handler would run only after the wait for
+            # the dispatcher (up to --timeout) returned.
+            signal.signal(signal.SIGTERM, on_signal)
+            signal.signal(signal.SIGINT, on_signal)
 
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         done = produce(source, args.dispatcher, args.job, bind=args.bind,
                        advertise_host=args.advertise_host, stop=stop, on_serving=graceful,
-                       **options)
+                       leave_now=leave_now, **options)
+        if done["drained"] is not None:
+            print(f"croupier produce: job '{args.job}': drained: served "
+                  f"{done['drained']['served']} of the {done['drained']['kept']} tasks it had "
+                  "made, and left the job", flush=True)
         if done["record_cache"] is not None:
             print(f"croupier produce: job '{args.job}': {summary(done['record_cache'])}",
                   flush=True)

@@ -60,6 +60,7 @@ class ProduceOptions:
     timeout: float = 60.0
     dispatcher_timeout: float = 120.0
     stop: Optional[threading.Event] = None
+    drain_timeout: float = 5.0
 
 
 def _settled(options: Optional[ProduceOptions], keywords: Dict[str, Any]) -> ProduceOptions:
@@ -77,7 +78,8 @@ def _settled(options: Optional[ProduceOptions], keywords: Dict[str, Any]) -> Pro
 
 def produce(source: Any, dispatcher: str, job: str,
             options: Optional[ProduceOptions] = None, *,
-            on_serving: Optional[Callable[[], None]] = None, **keywords: Any) -> Dict[str, Any]:
+            on_serving: Optional[Callable[[], None]] = None,
+            leave_now: Optional[threading.Event] = None, **keywords: Any) -> Dict[str, Any]:
     """Runs a producer of map job `job`, whose records are `source[i]` (any object with
     __len__ and __getitem__; a `get_many(indexes)` method, if it has one, reads a batch's
     records at once), until every rank has read the job's last epoch (epochs > 0) or `stop`
@@ -113,7 +115,8 @@ def produce(source: Any, dispatcher: str, job: str,
     workers need it at once (they wait for the one making it). A cache file that is corrupt or
     unreadable is a miss: removed, made again. Each producer has its own cache.
 
-    Returns {"record_cache": counts} (None without a cache): hits, misses (records made),
+    Returns {"record_cache": counts, "drained": {"kept", "served"}} (drained: None unless it was
+    stopped and drained, see below; record_cache: None without a cache): hits, misses (records made),
     bytes and records held, not_added (made while it was full), corrupt, full, capacity, path
     (RecordCache.stats()); the same counts are logged as one line on the logger
     croupier.pipeline (INFO): "record cache: H hits, M misses, B bytes in F records".
@@ -154,6 +157,14 @@ def produce(source: Any, dispatcher: str, job: str,
     must be 0 or None. decode and the record cache work with it too: the records that go into
     the tf.data pipeline are decode's outputs, from the cache when it holds them.
 
+    Once `stop` is set the producer leaves gracefully (drains): it takes no more work, the
+    dispatcher hands its unfinished tasks to the other producers at once and keeps with it the
+    tasks whose every batch it has made, which it serves to the ranks that ask for them, for up
+    to `drain_timeout` seconds (default 5; 0: it leaves at once), or until `leave_now` (a
+    threading.Event) is set; what it still holds then goes to the others. `croupier produce`
+    does this on SIGTERM or SIGINT, and leaves at once on a second signal. The batches are the same
+    bytes whoever serves them.
+
     If the dispatcher does not answer for `dispatcher_timeout` seconds, produce() stops and
     raises UnavailableError naming it.
 
@@ -179,6 +190,7 @@ def produce(source: Any, dispatcher: str, job: str,
             "once TensorFlow runs")
     if o.tf_transform is not None and threads is None:
         threads = max(2, default_workers())
+    drained: Optional[Dict[str, int]] = None
     pipeline = Pipeline(source, transform=o.transform, batch_transform=o.batch_transform,
                         collate=o.collate, names=o.names, features=features, seed=o.seed,
                         tf_transform=o.tf_transform, skip_failing_records=o.skip_failing_records,
@@ -230,7 +242,10 @@ def produce(source: Any, dispatcher: str, job: str,
                     float(o.timeout), make))
                 if on_serving is not None:
                     on_serving()  # the command line's graceful stop (croupier.cli)
-                _wait_for_the_end(node, pool, dispatcher, job, o.stop, o.dispatcher_timeout)
+                stopped = _wait_for_the_end(node, pool, dispatcher, job, o.stop,
+                                            o.dispatcher_timeout)
+                if stopped and not _exit.exiting.is_set():
+                    drained = _drain(node, job, float(o.drain_timeout), leave_now)
             except errors.Error:
                 if not _exit.exiting.is_set():
                     raise
@@ -244,12 +259,30 @@ def produce(source: Any, dispatcher: str, job: str,
         pipeline.close()  # after the workers have exited: removes the record cache
         if cache is not None:
             log.info("croupier produce: job '%s': %s", job, summary(cache))
-    return {"record_cache": cache}
+    return {"record_cache": cache, "drained": drained}
+
+
+def _drain(node: Any, job: str, bound: float,
+           leave_now: Optional[threading.Event]) -> Dict[str, int]:
+    """node.drain(bound) on a thread, so that this one sees `leave_now` (set by a signal
+    handler, which runs only here); logs and returns what it kept and served."""
+    result: List[Any] = []
+    drainer = threading.Thread(target=lambda: result.append(node.drain(bound)),
+                               name="croupier-drain", daemon=True)
+    drainer.start()
+    while drainer.is_alive():
+        drainer.join(0.1)
+        if leave_now is not None and leave_now.is_set():
+            node.leave_now()
+    kept, served = result[0] if result else (0, 0)
+    log.info("croupier produce: job '%s': drained: served %d of the %d tasks it had made, and "
+             "left the job", job, served, kept)
+    return {"kept": int(kept), "served": int(served)}
 
 
 def _wait_for_the_end(node: Any, pool: Optional[WorkerPool], dispatcher: str, job: str,
-                      stop: Optional[threading.Event], dispatcher_timeout: float) -> None:
-    """Returns once the job has ended, or `stop` is set. The job's end is the producer node's
+                      stop: Optional[threading.Event], dispatcher_timeout: float) -> bool:
+    """Returns False once the job has ended, True once `stop` is set or the interpreter exits. The job's end is the producer node's
     (C++: every rank has acknowledged the end of its last epoch, or the job was deleted; not the
     job's state "done" alone, which is also every task served while a restarted rank may still
     need a batch made again). Raises UnavailableError once the worker pool can make no batch (the
@@ -263,9 +296,9 @@ def _wait_for_the_end(node: Any, pool: Optional[WorkerPool], dispatcher: str, jo
                 f"the producer of job '{job}' left it: its worker pool can make no batch any "
                 f"more: {broken}")
         if node.wait_for_job_end(0.25):  # without the GIL
-            return
+            return False
         if (stop is not None and stop.is_set()) or _exit.exiting.is_set():
-            return  # asked to stop, or the interpreter is exiting
+            return True  # asked to stop, or the interpreter is exiting
         silent = node.since_dispatcher_contact()
         if silent > dispatcher_timeout:
             raise errors.UnavailableError(

@@ -12,6 +12,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "python/src/bindings.h"
 #include "python/src/status.h"
 #include "src/node/producer_node.h"
@@ -74,9 +76,24 @@ class PyMapProducer {
     pyb::gil_scoped_release nogil;
     node_->Leave();  // its unfinished tasks go to the other producers at once
   }
+  // ProducerNode::Drain, without the GIL; LeaveNow() (from another thread) ends it early.
+  pyb::tuple Drain(double bound) {
+    ProducerNode::Drained drained;
+    {
+      pyb::gil_scoped_release nogil;
+      drained = node_->Drain(absl::Seconds(std::max(0.0, bound)), &leave_now_);
+    }
+    return pyb::make_tuple(drained.kept, drained.served);
+  }
+  void LeaveNow() {
+    absl::MutexLock lock(&mu_);
+    if (!leave_now_.HasBeenNotified()) leave_now_.Notify();
+  }
 
  private:
   std::unique_ptr<ProducerNode> node_;
+  absl::Mutex mu_;  // LeaveNow's check-and-notify
+  absl::Notification leave_now_;
 };
 
 }  // namespace
@@ -124,7 +141,12 @@ void BindProduce(pyb::module_& m) {
            "Whether the job this producer serves has ended (see wait_for_job_end).")
       .def("since_dispatcher_contact", &PyMapProducer::SinceDispatcherContact,
            "Seconds since the dispatcher last answered this producer.")
-      .def("close", &PyMapProducer::Close);
+      .def("close", &PyMapProducer::Close)
+      .def("drain", &PyMapProducer::Drain, pyb::arg("bound"),
+           "Leaves gracefully (ProducerNode::Drain): takes no more work, serves the tasks it has "
+           "made to the ranks that ask, for up to `bound` seconds or until leave_now(), then "
+           "leaves. Returns (tasks kept, tasks served). Call once, instead of close().")
+      .def("leave_now", &PyMapProducer::LeaveNow, "Ends a drain() in progress (a second signal).");
 
   // The producer side of a worker's shared-memory slots (croupier.zygote): the worker lays the
   // batch out in a slot, and the producer holds and serves those bytes as they are.
