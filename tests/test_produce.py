@@ -443,6 +443,37 @@ def test_a_workers_batch_is_served_from_the_slot_it_was_laid_out_in():
     assert big.to_dict()["wide"].shape == (8, 1 << 16)  # a batch outlives its pool
 
 
+@pytest.mark.timeout(120)
+def test_a_trainer_on_the_same_host_reads_the_workers_slot_and_a_slot_it_still_holds_is_kept(
+        tmp_path):
+    """End to end, one copy: a trainer on the producer's host (shared memory) maps the very
+    memfd the worker laid the batch out in. A trainer whose connection closes while it still
+    holds batches keeps their bytes: their slots are retired, never written again, while the
+    worker goes on making the other rank's batches."""
+    opts = dict(records=400, batch_size=4, consumers=2, epochs=1, pipeline="map_sources:pipeline")
+    with Cluster(tmp_path / "run") as cluster:
+        start_producer(cluster, "m", "producer0", workers=1, **opts)
+        wait_for_job(cluster, "m")
+        held, hashes = [], []
+        rank0 = croupier.Consumer(cluster.address, "m", 0, 2, timeout=30)
+        try:
+            for batch in rank0.batches(0):
+                assert "croupier-batch-slot" in mapping_of(batch.buffer_address)[0]
+                held.append(batch)
+                hashes.append(batch.content_hash)
+                if len(held) == 6:
+                    break
+        finally:
+            rank0.close()  # its connection closes while it holds 6 batches
+        rank1 = croupier.Consumer(cluster.address, "m", 1, 2, timeout=30)
+        try:
+            read = sum(1 for _ in rank1.batches(0))  # the worker makes 50 more batches meanwhile
+        finally:
+            rank1.close()
+        assert read == 50
+        assert [b.content_hash for b in held] == hashes
+
+
 @pytest.mark.timeout(60)
 def test_a_batch_whose_worker_dies_is_made_again_identically(tmp_path, caplog):
     ids = np.array([7, 3, 30, 12], dtype=np.uint64)

@@ -52,7 +52,8 @@ def send_message(sock: socket.socket, payload: bytes, fds: Sequence[int] = ()) -
     along (SCM_RIGHTS) on its first byte."""
     data = LENGTH.pack(len(payload)) + payload
     sent = socket.send_fds(sock, [data], list(fds)) if fds else 0
-    sock.sendall(memoryview(data)[sent:])
+    if sent < len(data):  # (a send of nothing would fail once a quick worker has died)
+        sock.sendall(memoryview(data)[sent:])
 
 
 def receive_message(sock: socket.socket) -> Tuple[bytes, List[int]]:

@@ -17,6 +17,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "src/transport/memfd_bytes.h"
 
 namespace croupier {
 namespace {
@@ -64,16 +65,17 @@ struct BatchSlots::State {
   std::vector<uint64_t> idle ABSL_GUARDED_BY(mu);
   absl::flat_hash_set<uint64_t> leased ABSL_GUARDED_BY(mu);
   std::vector<uint64_t> freed ABSL_GUARDED_BY(mu);  // since the last TakeFreed
-  uint64_t next_id ABSL_GUARDED_BY(mu) = 1;
+  uint64_t created ABSL_GUARDED_BY(mu) = 0;
   bool closed ABSL_GUARDED_BY(mu) = false;
 
-  // A slot no Batch or lease holds any more: idle again, or freed.
-  void GiveBack(uint64_t id) {
+  // A slot no Batch or lease holds any more: idle again, or freed (always when `retired`: a
+  // client may still map it).
+  void GiveBack(uint64_t id, bool retired = false) {
     std::unique_ptr<Slot> unmapped;  // outside the lock
     absl::MutexLock lock(&mu);
     auto it = slots.find(id);
     if (it == slots.end()) return;
-    if (closed || idle.size() >= max_idle) {
+    if (retired || closed || idle.size() >= max_idle) {
       unmapped = std::move(it->second);
       slots.erase(it);
       freed.push_back(id);
@@ -124,7 +126,8 @@ absl::StatusOr<BatchSlots::Lease> BatchSlots::Acquire(size_t min_capacity) {
   if (absl::Status mapped = slot->Map(capacity); !mapped.ok()) return mapped;
   absl::MutexLock lock(&s.mu);
   if (s.closed) return absl::FailedPreconditionError("the batch slots are closed");
-  const uint64_t id = s.next_id++;
+  ++s.created;
+  const uint64_t id = NextShmSegmentId();
   slot->id = id;
   Lease lease{.id = id, .fd = slot->fd, .capacity = capacity, .fresh = true};
   s.slots.emplace(id, std::move(slot));
@@ -154,9 +157,13 @@ absl::StatusOr<Batch> BatchSlots::Adopt(uint64_t id, size_t size) {
       return mapped;
     }
   }
-  std::shared_ptr<State> state = state_;
-  std::shared_ptr<const uint8_t> bytes(slot->data,
-                                       [state, id](const uint8_t*) { state->GiveBack(id); });
+  // The deleter tells a same-host data server that it may pass the memfd on as it is.
+  MemfdBytes backing{.segment_id = id,
+                     .fd = slot->fd,
+                     .give_back = [state = state_, id](bool retired) {
+                       state->GiveBack(id, retired);
+                     }};
+  std::shared_ptr<const uint8_t> bytes(slot->data, std::move(backing));
   absl::StatusOr<Batch> batch = Batch::FromBuffer(std::move(bytes), size);
   if (!batch.ok()) {  // the slot went back idle with `bytes`
     return absl::DataLossError(
@@ -197,7 +204,7 @@ BatchSlots::Stats BatchSlots::stats() const {
   out.slots = state_->slots.size();
   out.idle = state_->idle.size();
   for (const auto& [id, slot] : state_->slots) out.bytes += slot->mapped;
-  out.created = state_->next_id - 1;
+  out.created = state_->created;
   return out;
 }
 

@@ -19,6 +19,12 @@
 // One pool per worker process: a slot's descriptor goes to one worker only, and when that worker
 // dies its pool is closed: the idle slots are unmapped at once, and those still held by batches
 // when the last copy of each goes.
+//
+// An adopted Batch's buffer has a MemfdBytes deleter (src/transport/memfd_bytes.h): the
+// shared-memory data server passes the slot itself to a same-host consumer instead of copying
+// the batch again, holds the Batch until the consumer releases it, and retires the slot if the
+// consumer's connection closes first (a retired slot is freed, never written again). Slot ids
+// are shared-memory segment ids (NextShmSegmentId), unique in the process.
 #ifndef CROUPIER_SRC_PRODUCER_BATCH_SLOTS_H_
 #define CROUPIER_SRC_PRODUCER_BATCH_SLOTS_H_
 

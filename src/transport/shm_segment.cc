@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/common/status_macros.h"
 #include "src/net/socket.h"
+#include "src/transport/memfd_bytes.h"
 #include "src/transport/shm_transport.h"
 
 namespace croupier {
@@ -47,8 +48,12 @@ absl::StatusOr<ShmMode> ParseShmMode(absl::string_view text) {
       ") is not auto, on or off"));
 }
 
-absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(size_t capacity) {
+uint64_t NextShmSegmentId() {
   static std::atomic<uint64_t> next_id{1};
+  return next_id.fetch_add(1);
+}
+
+absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(size_t capacity) {
   const size_t page = static_cast<size_t>(::getpagesize());
   capacity = std::max(page, (capacity + page - 1) / page * page);
   auto failed = [&](absl::string_view doing) {
@@ -64,7 +69,7 @@ absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(size_t capacity) 
   void* p = ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd.fd(), 0);
   if (p == MAP_FAILED) return failed("mmap");
   return std::unique_ptr<ShmSegment>(
-      new ShmSegment(next_id.fetch_add(1), std::move(fd), static_cast<uint8_t*>(p), capacity));
+      new ShmSegment(NextShmSegmentId(), std::move(fd), static_cast<uint8_t*>(p), capacity));
 }
 
 ShmSegment::~ShmSegment() { ::munmap(data_, capacity_); }

@@ -15,6 +15,7 @@
 #include "src/common/logging.h"
 #include "src/common/status_macros.h"
 #include "src/transport/frame.h"
+#include "src/transport/memfd_bytes.h"
 #include "src/transport/serve_loop.h"
 #include "src/transport/server_connection.h"
 #include "src/transport/shm_socket.h"
@@ -39,7 +40,14 @@ class ShmServerConnection final : public ServerConnection {
         socket_(std::move(socket)),
         pool_(pool) {}
   // Segments still leased to the client are dropped, not reused: it may still hold their batches.
-  ~ShmServerConnection() override = default;
+  // So are the memfds of batches passed as they are (retired: never written again).
+  ~ShmServerConnection() override {
+    for (const auto& [id, batch] : passed_) {
+      if (const MemfdBytes* backing = std::get_deleter<MemfdBytes>(batch.buffer())) {
+        backing->Retire();
+      }
+    }
+  }
 
  private:
   absl::Status SendAll(absl::string_view bytes, const net::IoWait& wait) override {
@@ -63,6 +71,7 @@ class ShmServerConnection final : public ServerConnection {
     for (size_t i = 0; i < body.size(); i += 8) {
       uint64_t id;
       std::memcpy(&id, body.data() + i, 8);
+      if (passed_.erase(id) > 0) continue;  // the batch's own memfd: its owner reuses it
       auto it = leased_.find(id);
       if (it == leased_.end()) {
         return absl::DataLossError(
@@ -82,6 +91,17 @@ class ShmServerConnection final : public ServerConnection {
     }
     const auto& [index, batch] = *answer;
     const absl::string_view bytes = batch.bytes();
+    // A batch already at the start of a memfd (a map job's worker laid it out there) goes as it
+    // is: no copy. Held until the client releases it.
+    const MemfdBytes* backing = std::get_deleter<MemfdBytes>(batch.buffer());
+    if (backing != nullptr && bytes.data() == reinterpret_cast<const char*>(batch.buffer().get()) &&
+        !passed_.contains(backing->segment_id)) {
+      AppendBatchFrame(index, bytes.size(), backing->segment_id, backing->fd);
+      NoteServed(BatchKey{request.job, request.epoch, index}, bytes.size(),
+                 request.type == frame::FrameType::kGetAny);
+      passed_.emplace(backing->segment_id, batch);
+      return;
+    }
     absl::StatusOr<std::unique_ptr<ShmSegment>> segment = pool_->Get(bytes.size());
     if (!segment.ok()) {
       Log(LogLevel::kWarning, kComponent,
@@ -92,16 +112,22 @@ class ShmServerConnection final : public ServerConnection {
     }
     // The one copy of the shared-memory path: into pages the segment already has.
     std::memcpy((*segment)->data(), bytes.data(), bytes.size());
+    AppendBatchFrame(index, bytes.size(), (*segment)->id(), (*segment)->fd());
+    NoteServed(BatchKey{request.job, request.epoch, index}, bytes.size(),
+               request.type == frame::FrameType::kGetAny);
+    leased_.emplace((*segment)->id(), *std::move(segment));
+  }
+
+  // An SHM_BATCH frame for batch `index` of `size` bytes in segment `id`, whose descriptor goes
+  // with it.
+  void AppendBatchFrame(uint64_t index, uint64_t size, uint64_t id, int fd) {
     const auto header = frame::EncodeHeader(static_cast<frame::FrameType>(kShmBatchFrameType),
                                             kShmBatchBodyBytes);
     out_.append(header.data(), header.size());
     // Little-endian hosts only, as frame.cc.
-    const uint64_t fields[3] = {index, bytes.size(), (*segment)->id()};
+    const uint64_t fields[3] = {index, size, id};
     out_.append(reinterpret_cast<const char*>(fields), sizeof(fields));
-    fds_.push_back((*segment)->fd());
-    NoteServed(BatchKey{request.job, request.epoch, index}, bytes.size(),
-               request.type == frame::FrameType::kGetAny);
-    leased_.emplace((*segment)->id(), *std::move(segment));
+    fds_.push_back(fd);
   }
 
   bool HeldFull() const override { return fds_.size() >= net::kMaxFdsPerMessage; }
@@ -122,6 +148,8 @@ class ShmServerConnection final : public ServerConnection {
   std::vector<int> fds_;  // the descriptors of their SHM_BATCH frames, in order
   // Segments whose batches the client has not released yet, by id.
   absl::flat_hash_map<uint64_t, std::unique_ptr<ShmSegment>> leased_;
+  // Batches passed in their own memfd (MemfdBytes) that the client has not released yet, by id.
+  absl::flat_hash_map<uint64_t, Batch> passed_;
 };
 
 // Thread-safe.
