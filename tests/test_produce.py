@@ -243,7 +243,7 @@ def test_a_map_producer_stopped_mid_epoch_serves_what_it_made_then_leaves(tmp_pa
     drains. It says so, keeps the tasks it has made whole and serves them, its other tasks go
     to the other producer at once, and it exits 0 well within its bound. Every rank gets the
     bytes of a run without a stop."""
-    opts = dict(records=384, batch_size=4, drain_timeout=30)
+    opts = dict(records=960, batch_size=4, drain_timeout=30)
     reference = run_job(tmp_path / "ref", world=2, epochs=1, **opts)
     opts.update(consumers=2, epochs=1)
     with Cluster(tmp_path / "run", producer_timeout_ms=60000,
@@ -267,6 +267,7 @@ def test_a_map_producer_stopped_mid_epoch_serves_what_it_made_then_leaves(tmp_pa
                       for p in cluster.status()["producers"]):
             assert time.monotonic() < deadline, "the producer buffered nothing"
             time.sleep(0.05)
+        time.sleep(0.5)  # a task's second batch too: made whole (the readers wait 60 ms a batch)
         stopped = time.monotonic()
         procs[0].terminate()
         assert procs[0].wait(timeout=40) == 0

@@ -123,6 +123,8 @@ class BatchView {
 };
 
 // The arrays of one column, handed to Batch::FromColumns; layout as described at the top.
+// `values` with a null data() and a size are deferred: FromColumns leaves that many bytes for the
+// caller's `fill` to write (see FromColumns).
 struct ColumnData {
   absl::string_view name;
   DType dtype = DType::kBytes;
@@ -137,6 +139,9 @@ struct ColumnData {
 // Gives an uninitialized kBatchAlignment-aligned buffer of at least `size` bytes to lay a batch
 // out in, or nullptr when it cannot (e.g. Batch::AllocateBuffer, or a pool's Get).
 using BatchAllocator = absl::FunctionRef<std::shared_ptr<uint8_t>(size_t size)>;
+// Writes the deferred values of column `column` (ColumnData) into `values`, where the batch
+// buffer has them: e.g. records stacked straight into the batch, without an array in between.
+using BatchValuesFiller = absl::FunctionRef<absl::Status(size_t column, absl::Span<uint8_t> values)>;
 
 // An immutable batch buffer, 64-byte aligned, with its parsed view. Copies share the buffer.
 // Thread-safe: nothing changes after creation.
@@ -148,6 +153,12 @@ class Batch {
   static absl::StatusOr<Batch> FromColumns(uint64_t num_records,
                                            absl::Span<const ColumnData> columns,
                                            BatchAllocator allocate = &Batch::AllocateBuffer);
+  // The same, where columns may have deferred values (ColumnData): `fill` is called for each of
+  // them, in column order, once the rest is laid out, and the batch is validated after. An error
+  // from `fill` is returned as it is.
+  static absl::StatusOr<Batch> FromColumns(uint64_t num_records,
+                                           absl::Span<const ColumnData> columns,
+                                           BatchAllocator allocate, BatchValuesFiller fill);
   // Copies `bytes` into a new aligned buffer and validates it as BatchView::Parse does.
   static absl::StatusOr<Batch> FromBytes(absl::string_view bytes);
   // Adopts `size` bytes at `data` (e.g. from AllocateBuffer, filled from a socket) after

@@ -90,6 +90,16 @@ def columns_of(batch: Dict[str, Any]) -> Tuple[int, List[Tuple[Any, ...]]]:
             columns.append((str(name), "bytes", splits is not None, [], value.values,
                             value.offsets.astype(np.uint64), splits))
             continue
+        if isinstance(value, Stacked) and splits is None and value.dtype.name in _NUMERIC:
+            n = value.shape[0]
+            if num_records is None:
+                num_records = n
+            elif n != num_records:
+                raise errors.InvalidArgumentError(
+                    f"feature '{name}' has {n} records, another feature {num_records}")
+            columns.append((str(name), value.dtype.name, False, list(value.shape[1:]), value,
+                            None, None))
+            continue
         if isinstance(value, list) and value and isinstance(value[0], (bytes, str)):
             value = np.array(value, dtype=object)
         arr = _as_array(value, name)
@@ -142,8 +152,29 @@ def _as_value(value: Any, name: str) -> Any:
     return value
 
 
+class Stacked:
+    """A fixed-shape column whose records are not stacked yet: columns_of() hands it to the batch
+    layout as deferred values, and fill_into() stacks the records straight into the batch buffer,
+    so that no stacked array is made in between (one copy of the records, not two)."""
+
+    def __init__(self, arrays: List[np.ndarray]) -> None:
+        self.arrays = arrays
+        a0 = arrays[0]
+        self.dtype = a0.dtype if a0.dtype.isnative else a0.dtype.newbyteorder("=")
+        self.shape = (len(arrays),) + a0.shape
+        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def fill_into(self, view: memoryview) -> None:
+        out = np.frombuffer(view, dtype=self.dtype).reshape(self.shape)
+        np.stack(self.arrays, out=out)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        stacked = np.stack(self.arrays)
+        return stacked if dtype is None else stacked.astype(dtype)
+
+
 def default_collate(records: Sequence[Any], names: Optional[Sequence[str]] = None,
-                    variable: Iterable[str] = ()) -> Dict[str, Any]:
+                    variable: Iterable[str] = (), stack: bool = True) -> Dict[str, Any]:
     """croupier's collation of records into a batch dict {name: column}.
 
     A record is a dict {name: value} (or a tuple/list, named by `names`). Per feature:
@@ -151,7 +182,8 @@ def default_collate(records: Sequence[Any], names: Optional[Sequence[str]] = Non
     are stacked as [num_records, *shape] in their own dtype, and every record must have the same
     shape and dtype; Python lists make a variable-length column ((values, row_splits)), as do
     the values of the features named in `variable` (those the job's spec says are [*]), whatever
-    their lengths."""
+    their lengths. With stack=False, a fixed-shape numeric column is a Stacked, whose records
+    are stacked straight into the batch buffer when the batch is laid out."""
     if not records:
         raise BatchError("a batch has no records")
     first = records[0]
@@ -190,5 +222,5 @@ def default_collate(records: Sequence[Any], names: Optional[Sequence[str]] = Non
                         f"feature '{name}': the batch's record {k} is {a.dtype}{list(a.shape)}, "
                         f"its record 0 {a0.dtype}{list(a0.shape)}; every record of a feature "
                         "needs one dtype and shape (a Python list makes a variable length)")
-            batch[name] = np.stack(arrays)
+            batch[name] = np.stack(arrays) if stack else Stacked(arrays)
     return batch

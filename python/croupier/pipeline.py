@@ -330,7 +330,9 @@ class Pipeline:
             else:
                 variable = () if self._spec is None else \
                     {name for name, (_, shape) in self._spec.items() if shape is None}
-                batch = default_collate(records, self.names, variable)
+                # Without a batch transform, the records are stacked straight into the batch.
+                batch = default_collate(records, self.names, variable,
+                                        stack=self.batch_transform is not None)
         except BatchError:
             raise
         except Exception as e:

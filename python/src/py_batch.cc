@@ -4,7 +4,10 @@
 
 #include <memory>
 #include <optional>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "croupier/batch.h"
 #include "croupier/example.h"
 #include "python/src/bindings.h"
@@ -184,6 +187,7 @@ Batch BatchFromColumns(uint64_t num_records, const pyb::list& columns,
   };
   std::vector<Held> held(columns.size());
   std::vector<ColumnData> data(columns.size());
+  std::vector<std::pair<size_t, pyb::object>> deferred;  // (column, its Stacked)
   for (size_t i = 0; i < columns.size(); ++i) {
     auto c = columns[i].cast<pyb::tuple>();
     if (c.size() != 7) ThrowIfError(absl::InvalidArgumentError("a column is a 7-tuple"));
@@ -195,7 +199,14 @@ Batch BatchFromColumns(uint64_t num_records, const pyb::list& columns,
     d.variable_length = c[2].cast<bool>();
     h.dims = c[3].cast<std::vector<int64_t>>();
     d.dims = h.dims;
-    d.values = BufferBytes(c[4].cast<pyb::buffer>());
+    if (pyb::hasattr(c[4], "fill_into")) {
+      // Deferred values (croupier.columns.Stacked): `nbytes` bytes that fill_into(view) writes
+      // straight into the batch buffer.
+      d.values = absl::string_view(nullptr, c[4].attr("nbytes").cast<size_t>());
+      deferred.emplace_back(i, c[4]);
+    } else {
+      d.values = BufferBytes(c[4].cast<pyb::buffer>());
+    }
     d.offsets = U64Span(c[5], h.offsets);
     d.row_splits = U64Span(c[6], h.splits);
     if (d.dtype == DType::kBytes) {
@@ -210,13 +221,31 @@ Batch BatchFromColumns(uint64_t num_records, const pyb::list& columns,
     }
   }
   absl::StatusOr<Batch> batch;
-  if (allocate.is_none()) {
+  std::optional<pyb::error_already_set> raised;
+  // Calls each deferred column's fill_into with a writable view of its values (with the GIL).
+  auto fill = [&](size_t column, absl::Span<uint8_t> values) -> absl::Status {
+    for (const auto& [index, stacked] : deferred) {
+      if (index != column) continue;
+      try {
+        stacked.attr("fill_into")(pyb::memoryview::from_memory(
+            values.data(), static_cast<pyb::ssize_t>(values.size()), /*readonly=*/false));
+        return absl::OkStatus();
+      } catch (pyb::error_already_set& e) {
+        raised = std::move(e);
+        return absl::InternalError("fill_into raised");
+      }
+    }
+    return absl::InternalError(absl::StrCat("column ", column, " has no deferred values"));
+  };
+  if (allocate.is_none() && deferred.empty()) {
     pyb::gil_scoped_release nogil;
     batch = Batch::FromColumns(num_records, data);
+  } else if (allocate.is_none()) {
+    batch = Batch::FromColumns(num_records, data, &Batch::AllocateBuffer, fill);
+    if (raised) throw std::move(*raised);
   } else {
     // The caller's writable buffer of at least the batch's size (a worker's shared-memory slot,
     // croupier.zygote): the batch is laid out there. The Batch keeps the buffer object alive.
-    std::optional<pyb::error_already_set> raised;
     auto in_callers_buffer = [&](size_t size) -> std::shared_ptr<uint8_t> {
       try {
         auto held = std::make_shared<pyb::buffer_info>(
@@ -231,7 +260,7 @@ Batch BatchFromColumns(uint64_t num_records, const pyb::list& columns,
         return nullptr;
       }
     };
-    batch = Batch::FromColumns(num_records, data, in_callers_buffer);
+    batch = Batch::FromColumns(num_records, data, in_callers_buffer, fill);
     if (raised) throw std::move(*raised);
   }
   return Unwrap(std::move(batch));

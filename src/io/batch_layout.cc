@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "croupier/batch.h"
+#include "src/common/status_macros.h"
 
 namespace croupier {
 namespace {
@@ -29,9 +30,10 @@ struct Placement {
 class Writer {
  public:
   explicit Writer(uint8_t* buffer) : buffer_(buffer) {}
+  // A null `data` leaves the `size` bytes at `offset` for the caller (deferred values).
   void Put(uint64_t offset, const void* data, size_t size) {
     std::memset(buffer_ + written_, 0, offset - written_);
-    if (size > 0) std::memcpy(buffer_ + offset, data, size);
+    if (size > 0 && data != nullptr) std::memcpy(buffer_ + offset, data, size);
     written_ = offset + size;
   }
   template <typename T>
@@ -66,6 +68,19 @@ void WriteDescriptor(Writer& w, uint64_t at, const ColumnData& c, const Placemen
 absl::StatusOr<Batch> Batch::FromColumns(uint64_t num_records,
                                          absl::Span<const ColumnData> columns,
                                          BatchAllocator allocate) {
+  for (const ColumnData& c : columns) {
+    if (c.values.data() == nullptr && !c.values.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "inconsistent batch columns: column '", c.name, "' has deferred values and no filler"));
+    }
+  }
+  return FromColumns(num_records, columns, allocate,
+                     [](size_t, absl::Span<uint8_t>) { return absl::OkStatus(); });
+}
+
+absl::StatusOr<Batch> Batch::FromColumns(uint64_t num_records,
+                                         absl::Span<const ColumnData> columns,
+                                         BatchAllocator allocate, BatchValuesFiller fill) {
   // Metadata: names and dims, after the descriptors.
   std::vector<Placement> placements(columns.size());
   uint64_t cursor = kBatchHeaderBytes + kBatchColumnBytes * columns.size();
@@ -123,6 +138,14 @@ absl::StatusOr<Batch> Batch::FromColumns(uint64_t num_records,
     }
     if (!c.row_splits.empty()) {
       w.Put(placements[i].splits_offset, c.row_splits.data(), 8 * c.row_splits.size());
+    }
+  }
+
+  for (size_t i = 0; i < columns.size(); ++i) {
+    const ColumnData& c = columns[i];
+    if (c.values.data() == nullptr && !c.values.empty()) {
+      RETURN_IF_ERROR(fill(i, absl::Span<uint8_t>(buffer.get() + placements[i].values_offset,
+                                                  c.values.size())));
     }
   }
 

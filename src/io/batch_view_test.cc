@@ -388,3 +388,48 @@ TEST(ExampleBatchViewTest, RandomCorruptionOfEveryDTypeGivesAnErrorOrAConsistent
 
 }  // namespace
 }  // namespace croupier
+
+namespace croupier {
+namespace {
+
+TEST(ExampleBatchViewTest, DeferredValuesAreFilledInPlaceBeforeTheBatchIsValidated) {
+  const std::vector<int32_t> values = {7, 8, 9, 10};
+  const absl::string_view raw(reinterpret_cast<const char*>(values.data()), 16);
+  const std::vector<int64_t> dims = {2};
+  ColumnData given{"x", DType::kInt32, false, dims, 4, raw, {}, {}};
+  const Batch want = *Batch::FromColumns(2, {given});
+
+  ColumnData deferred = given;
+  deferred.values = absl::string_view(nullptr, 16);
+  std::vector<size_t> filled;
+  auto batch = Batch::FromColumns(2, {deferred}, &Batch::AllocateBuffer,
+                                  [&](size_t column, absl::Span<uint8_t> out) {
+                                    filled.push_back(column);
+                                    EXPECT_EQ(out.size(), 16u);
+                                    std::memcpy(out.data(), values.data(), 16);
+                                    return absl::OkStatus();
+                                  });
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_EQ(filled, std::vector<size_t>{0});
+  EXPECT_EQ(batch->ContentHash(), want.ContentHash());
+
+  // Without a filler, deferred values are refused; a filler's error is returned as it is.
+  EXPECT_TRUE(absl::IsInvalidArgument(Batch::FromColumns(2, {deferred}).status()));
+  auto failed = Batch::FromColumns(2, {deferred}, &Batch::AllocateBuffer,
+                                   [](size_t, absl::Span<uint8_t>) {
+                                     return absl::DataLossError("no records");
+                                   });
+  EXPECT_EQ(failed.status(), absl::DataLossError("no records"));
+  // A bool column filled with a byte other than 0 or 1 fails validation, as a copied one would.
+  ColumnData flags{"b", DType::kBool, false, {}, 2, absl::string_view(nullptr, 2), {}, {}};
+  auto bad = Batch::FromColumns(2, {flags}, &Batch::AllocateBuffer,
+                                [](size_t, absl::Span<uint8_t> out) {
+                                  out[0] = 1;
+                                  out[1] = 7;
+                                  return absl::OkStatus();
+                                });
+  EXPECT_TRUE(absl::IsInvalidArgument(bad.status())) << bad.status();
+}
+
+}  // namespace
+}  // namespace croupier
