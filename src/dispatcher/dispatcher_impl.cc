@@ -306,14 +306,7 @@ absl::StatusOr<v1::StatusResponse> DispatcherImpl::GetStatus(const v1::StatusReq
       out->set_input_bound(info->second.rates.input_bound());
     }
   }
-  const ProducerAdvisor::Advice& advice = advisor_.advice();
-  v1::ProducerAdvice* out = response.mutable_producer_advice();
-  out->set_recommended(advice.recommended);
-  out->set_target(advice.target);
-  out->set_demand_batches_per_second(advice.demand);
-  out->set_capacity_batches_per_second(advice.capacity);
-  out->set_producers(advice.producers);
-  out->set_reason(advice.reason);
+  AdviceToProto(advisor_.advice(), *response.mutable_producer_advice());
   return response;
 }
 

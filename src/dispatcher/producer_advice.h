@@ -1,6 +1,8 @@
-// The recommended number of producers: how many `croupier producer` processes the consumers of
-// the TFRecord jobs need, from what the dispatcher measures. Plain logic over figures, fed once a
-// second by the dispatcher (DispatcherImpl::Tick) and tested alone.
+// The recommended number of producers: how many producers some consumers need, from what the
+// dispatcher measures. Plain logic over figures, fed once a second by the dispatcher
+// (DispatcherImpl::Tick, UpdateAdviceLocked) and tested alone. The dispatcher keeps one for the
+// cluster (the `croupier producer` processes, for the consumers of every TFRecord job) and one per
+// job (that job's consumers, and the producers that make its batches).
 //
 // The model. A consumer that received r batches/s and waited a share w of its wall time for data
 // would take r / (1 - w) batches/s if its input never made it wait: that is its demand (w is
@@ -77,6 +79,8 @@ class ProducerAdvisor {
     absl::Duration up_hold = absl::Seconds(2);     // how long a rise must be asked for
     absl::Duration cooldown = absl::Seconds(8);    // no change within this of the last one
     uint32_t max_producers = 1024;                 // never recommend more
+    // Whose consumers it measures, for the reason without any: "no consumer of <this>".
+    std::string consumers_of = "a TFRecord job";
   };
   // A live consumer's rates over its last heartbeats.
   struct ConsumerLoad {
