@@ -8,6 +8,7 @@ seconds; src/dispatcher/producer_advice_test.cc checks the logic itself against 
 """
 import json
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -38,10 +39,12 @@ def advice_when(cluster, done, timeout):
         time.sleep(0.5)
 
 
-def scale_json(port_file):
-    """The dispatcher's /api/scale, what an engine's autoscaler (KEDA's metrics-api) reads."""
+def scale_json(port_file, query=""):
+    """The dispatcher's /api/scale (with `query`, e.g. "?job=train": one job's), what an engine's
+    autoscaler (KEDA's metrics-api) reads."""
     port = int(port_file.read_text())
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/scale", timeout=10) as answer:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/scale{query}",
+                                timeout=10) as answer:
         return json.loads(answer.read())
 
 
@@ -57,6 +60,18 @@ def test_a_slowed_producer_makes_the_dispatcher_ask_for_more(tmp_path, dataset):
         scale = scale_json(port_file)["producers"]
         assert scale["measured"] is True and scale["recommended"] >= 2, scale
         assert scale["registered"] == 1 and scale["reason"], scale
+        # The job's own figure: its consumer, and the generic producer that serves it.
+        (job,) = status["jobSummaries"]
+        assert job["producerAdvice"]["recommended"] >= 2, job
+        mine = scale_json(port_file, "?job=slow")["producers"]
+        assert mine["job"] == "slow" and mine["registered"] == 1, mine
+        assert mine["measured"] is True and mine["recommended"] >= 2, mine
+        # An unknown job: a 404 whose JSON names it.
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            scale_json(port_file, "?job=nope")
+        assert missing.value.code == 404
+        error = json.loads(missing.value.read())
+        assert error["error"] == "NOT_FOUND" and "'nope'" in error["message"], error
     advice = status["producerAdvice"]
     consumer = status["consumers"][0]
     producer = status["producers"][0]

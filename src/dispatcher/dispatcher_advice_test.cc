@@ -173,6 +173,7 @@ TEST_F(DispatcherAdviceTest, APythonJobsSourcesAndConsumersDoNotCount) {
   EXPECT_EQ(advice.recommended(), 0u);
   EXPECT_NE(advice.reason().find("no consumer of a TFRecord job"), std::string::npos)
       << advice.reason();
+  EXPECT_EQ(impl_->GetStatus({})->producers(0).source_job(), "py");
   // The stream job has no target: its producers cannot change.
   const v1::ProducerAdvice job = JobAdvice("py");
   EXPECT_TRUE(job.fixed());

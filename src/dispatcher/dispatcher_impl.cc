@@ -274,6 +274,7 @@ absl::StatusOr<v1::StatusResponse> DispatcherImpl::GetStatus(const v1::StatusReq
     out->set_producer_id(id);
     out->set_data_address(producer.data_address);
     out->set_draining(producer.draining);
+    out->set_source_job(producer.source_job);
     for (uint64_t task : producer.tasks) out->add_tasks(task);
     auto info = producer_info_.find(id);
     // Since its last heartbeat, or since this dispatcher started for a producer replayed from
