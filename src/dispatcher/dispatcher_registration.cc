@@ -300,9 +300,8 @@ void DispatcherImpl::UpdateAdviceLocked(absl::Time now) {
     if (!job.config.map()) tfrecord.insert(tfrecord.end(), readers.begin(), readers.end());
     auto advisor = job_advisors_.find(name);
     if (advisor == job_advisors_.end()) {
-      ProducerAdvisor::Options options = options_.advice;
-      options.consumers_of = absl::StrCat("job '", name, "'");
-      advisor = job_advisors_.try_emplace(name, std::move(options)).first;
+      advisor =
+          job_advisors_.try_emplace(name, options_.advice, absl::StrCat("job '", name, "'")).first;
     }
     // A map job's producers are bound to it; a TFRecord job's are the generic ones, shared.
     advisor->second.Update(now, readers,

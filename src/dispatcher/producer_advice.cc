@@ -22,7 +22,7 @@ const ProducerAdvisor::Advice& ProducerAdvisor::Update(absl::Time now,
   advice_.producers = static_cast<uint32_t>(producers.size());
   if (consumers.empty()) {
     advice_.reason =
-        absl::StrCat("no consumer of ", options_.consumers_of, ": nothing to measure demand by");
+        absl::StrCat("no consumer of ", consumers_of_, ": nothing to measure demand by");
     return advice_;
   }
   if (producers.empty()) {

@@ -44,6 +44,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -79,8 +80,6 @@ class ProducerAdvisor {
     absl::Duration up_hold = absl::Seconds(2);     // how long a rise must be asked for
     absl::Duration cooldown = absl::Seconds(8);    // no change within this of the last one
     uint32_t max_producers = 1024;                 // never recommend more
-    // Whose consumers it measures, for the reason without any: "no consumer of <this>".
-    std::string consumers_of = "a TFRecord job";
   };
   // A live consumer's rates over its last heartbeats.
   struct ConsumerLoad {
@@ -106,7 +105,10 @@ class ProducerAdvisor {
     std::string reason;        // one sentence: why the figure is what it is
   };
 
-  explicit ProducerAdvisor(Options options) : options_(options) {}
+  // `consumers_of` names whose consumers it measures, for the reason without any ("no consumer
+  // of <consumers_of>").
+  explicit ProducerAdvisor(Options options, std::string consumers_of = "a TFRecord job")
+      : options_(options), consumers_of_(std::move(consumers_of)) {}
   ProducerAdvisor() : ProducerAdvisor(Options()) {}
 
   // One measurement at `now` (non-decreasing between calls). Returns the advice.
@@ -116,6 +118,7 @@ class ProducerAdvisor {
 
  private:
   const Options options_;
+  const std::string consumers_of_;
   Advice advice_;
   // The moving averages' weighted sums and total weight (0: nothing measured yet).
   double demand_sum_ = 0;

@@ -34,7 +34,7 @@ struct HttpRoute {
   std::function<std::string()> render;  // called from the server's thread
   // Instead of render, when set: the answer to a request with this query (from the server's
   // thread).
-  std::function<HttpReply(const HttpQuery&)> handle;
+  std::function<HttpReply(const HttpQuery&)> handle = nullptr;
 };
 
 // Thread-safe.
