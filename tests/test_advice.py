@@ -5,12 +5,21 @@ but serves each one late (60 ms of latency) leaves the consumer waiting too, but
 would not help, and the dispatcher says 1 and why; a fast producer feeding a slow consumer is enough. The damping is
 shortened (--advice-smoothing-ms 3000, --advice-hold-ms 2000) so that each case settles in
 seconds; src/dispatcher/producer_advice_test.cc checks the logic itself against exact loads.
+Each job's own figure is served at /api/scale?job=NAME (a 404 for an unknown job, a 409 for a
+stream job, which has none).
 """
 import json
+import os
+import pathlib
+import subprocess
+import sys
 import time
+import urllib.error
 import urllib.request
 
 import pytest
+
+import croupier
 
 from service_cluster import Cluster, run
 
@@ -38,10 +47,12 @@ def advice_when(cluster, done, timeout):
         time.sleep(0.5)
 
 
-def scale_json(port_file):
-    """The dispatcher's /api/scale, what an engine's autoscaler (KEDA's metrics-api) reads."""
+def scale_json(port_file, query=""):
+    """The dispatcher's /api/scale (with `query`, e.g. "?job=train": one job's), what an engine's
+    autoscaler (KEDA's metrics-api) reads."""
     port = int(port_file.read_text())
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/scale", timeout=10) as answer:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/scale{query}",
+                                timeout=10) as answer:
         return json.loads(answer.read())
 
 
@@ -57,6 +68,18 @@ def test_a_slowed_producer_makes_the_dispatcher_ask_for_more(tmp_path, dataset):
         scale = scale_json(port_file)["producers"]
         assert scale["measured"] is True and scale["recommended"] >= 2, scale
         assert scale["registered"] == 1 and scale["reason"], scale
+        # The job's own figure: its consumer, and the generic producer that serves it.
+        (job,) = status["jobSummaries"]
+        assert job["producerAdvice"]["recommended"] >= 2, job
+        mine = scale_json(port_file, "?job=slow")["producers"]
+        assert mine["job"] == "slow" and mine["registered"] == 1, mine
+        assert mine["measured"] is True and mine["recommended"] >= 2, mine
+        # An unknown job: a 404 whose JSON names it.
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            scale_json(port_file, "?job=nope")
+        assert missing.value.code == 404
+        error = json.loads(missing.value.read())
+        assert error["error"] == "NOT_FOUND" and "'nope'" in error["message"], error
     advice = status["producerAdvice"]
     consumer = status["consumers"][0]
     producer = status["producers"][0]
@@ -103,3 +126,29 @@ def test_a_fast_producer_for_a_slow_consumer_is_enough(tmp_path, dataset):
             time.sleep(0.5)
     assert status["producerAdvice"]["recommended"] == 1, status["producerAdvice"]
     assert seen == {1}, seen
+
+
+def test_a_stream_job_has_no_target_for_an_engine_to_follow(tmp_path):
+    """A croupier.serve() stream job's producers are its streams: /api/scale?job= answers 409
+    with the reason, and deploy/slurm/autoscale.py --job NAME says so and exits 2 (before it
+    runs any Slurm command)."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    port_file = tmp_path / "metrics.port"
+    with Cluster(tmp_path / "c", dispatcher_args=[
+            "--metrics-port", "0", "--metrics-port-file", str(port_file)]) as cluster:
+        croupier.create_job(cluster.address, "py", [], "x:int64", 1, consumers=1,
+                            source="python", batches_per_epoch=10, shuffle="none")
+        with pytest.raises(urllib.error.HTTPError) as fixed:
+            scale_json(port_file, "?job=py")
+        assert fixed.value.code == 409
+        error = json.loads(fixed.value.read())
+        assert error["error"] == "FAILED_PRECONDITION", error
+        assert "has no producer target" in error["message"], error
+        (job,) = cluster.status()["jobSummaries"]
+        assert job["producerAdvice"]["fixed"] is True, job
+        proc = subprocess.run(
+            [sys.executable, str(root / "deploy" / "slurm" / "autoscale.py"), "--dispatcher",
+             cluster.address, "--job", "py"], capture_output=True, text=True, timeout=60,
+            env=dict(os.environ, PYTHONPATH=str(root / "python"), PATH="/nonexistent"))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "job 'py' has no producer target to follow" in proc.stdout, proc.stdout

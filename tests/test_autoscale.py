@@ -2,7 +2,14 @@
 dispatcher's recommendation up when the trainer is input-bound, and down when it slows, while
 the trainer gets exactly the plan's records every epoch (scaling changes no byte). Producers are
 made slow (--test-make-delay-ms: each batch takes 40 ms more, a fixed cost that sleeps, so that
-they scale on 2 cores), and the dispatcher's damping is shortened so that it settles in seconds."""
+they scale on 2 cores), and the dispatcher's damping is shortened so that it settles in seconds.
+
+A map job's producers (`croupier produce` processes, each record read in a fixed 10 ms of sleep)
+follow that job's own target the same way, and every rank gets the bytes of a run with a fixed
+producer."""
+import hashlib
+import json
+import os
 import pathlib
 import sys
 import time
@@ -78,3 +85,81 @@ def test_the_autoscaler_follows_the_figure_within_its_bounds():
     assert auto.changes == [(1, 3), (3, 4), (4, 1)]
     with pytest.raises(croupier.errors.InvalidArgumentError):
         Autoscaler(dict, int, print, min_producers=3, max_producers=2)
+
+
+TESTS = pathlib.Path(__file__).resolve().parent
+# The map job of tests/map_sources.py: 400 records in batches of 4, two ranks, 5 epochs.
+MAP = {"records": 400, "batch_size": 4, "consumers": 2, "epochs": 5, "seed": 5}
+
+
+def batch_digest(batch):
+    """A batch's content: every feature's name, dtype, shape and bytes."""
+    h = hashlib.sha256()
+    for name in sorted(batch):
+        value = batch[name]
+        h.update(name.encode())
+        if isinstance(value, list):  # a bytes feature
+            for item in value:
+                h.update(len(item).to_bytes(8, "little") + item)
+        else:
+            h.update(f"{value.dtype}{value.shape}".encode() + value.tobytes())
+    return h.hexdigest()
+
+
+def run_map_job(work_dir, monkeypatch, producers, delay, **options):
+    """Map job "m" served by `producers` (a number, or "auto") `croupier produce` processes whose
+    reads take `delay` s per record; both ranks read every epoch as fast as they can. Returns
+    (each rank's batch digests, the autoscaler's changes, the cluster's advice at the end)."""
+    monkeypatch.setenv("MAP_TEST", json.dumps(dict(MAP, delay=delay)))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p))
+    with croupier.local_cluster(producers=producers, pipeline="map_sources:pipeline", job="m",
+                                work_dir=work_dir, dispatcher_args=DAMPING,
+                                producer_args=["--workers", "1"], **options) as cluster:
+        feed = cluster.consumer("m", ranks=[0, 1], world=2, timeout=30)
+        digests = [[], []]
+        for epoch in range(MAP["epochs"]):
+            for step in feed.epoch(epoch):
+                for rank, batch in enumerate(step):
+                    digests[rank].append(batch_digest(batch))
+        changes = []
+        if cluster.autoscaler is not None:
+            # Stopped before the producers end with the job, so that it starts none again.
+            cluster.autoscaler.stop()
+            changes = list(cluster.autoscaler.changes)
+        status = cluster.status()
+        feed.close()
+    return digests, changes, status
+
+
+@pytest.mark.timeout(60)
+def test_a_map_jobs_producers_follow_its_own_target(tmp_path, monkeypatch):
+    fixed, _, _ = run_map_job(tmp_path / "fixed", monkeypatch, 1, 0.0)
+    steps = MAP["epochs"] * MAP["records"] // MAP["batch_size"] // 2
+    assert [len(d) for d in fixed] == [steps, steps]
+    started = time.monotonic()
+    scaled, changes, status = run_map_job(tmp_path / "auto", monkeypatch, "auto", 0.01,
+                                          max_producers=3, autoscale_interval=0.5)
+    # The job's target rose from the one producer it started with, and the producers followed.
+    assert changes and changes[0][0] == 1 and changes[0][1] >= 2, (changes, status)
+    # The map job's producers count in its own figure only, not in the cluster's (which is for
+    # the `croupier producer` processes of TFRecord jobs).
+    assert status["producer_advice"]["producers"] == 0, status["producer_advice"]
+    # Scaling changed no byte any rank got.
+    assert scaled == fixed
+    print(f"autoscaled map job: {time.monotonic() - started:.1f} s, changes {changes}")
+
+
+def test_the_autoscaler_follows_a_jobs_figure_and_refuses_a_job_without_one():
+    status = {"producer_advice": {"recommended": 5},
+              "job_summaries": [{"name": "m", "producer_advice": {"recommended": 2}},
+                                {"name": "s", "producer_advice": {"fixed": True,
+                                                                  "reason": "a stream job"}}]}
+    scaled = []
+    auto = Autoscaler(lambda: status, lambda: 1, scaled.append, job="m")
+    assert auto.step() == 2 and scaled == [2]
+    assert Autoscaler(lambda: status, lambda: 1, scaled.append).wanted() == 5  # the cluster's
+    with pytest.raises(croupier.errors.NotFoundError, match="no job 'x'"):
+        Autoscaler(lambda: status, lambda: 1, scaled.append, job="x").step()
+    with pytest.raises(croupier.errors.FailedPreconditionError, match="a stream job"):
+        Autoscaler(lambda: status, lambda: 1, scaled.append, job="s").step()

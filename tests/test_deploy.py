@@ -171,6 +171,39 @@ def test_the_autoscalers_size_the_producers_to_the_dispatchers_figure():
         assert 1 <= low <= high
 
 
+def test_a_map_jobs_producers_scale_on_that_jobs_own_target():
+    """autoscale/keda-map-job.yaml: a Deployment of one map job's `croupier produce` processes and
+    a ScaledObject on that job's figure (/api/scale?job=NAME; tests/test_advice.py reads it from
+    a real dispatcher), all naming the same job; its flags are `croupier produce`'s."""
+    yaml = pytest.importorskip("yaml")
+    docs = {d["kind"]: d for d in yaml.safe_load_all(
+        (K8S / "autoscale" / "keda-map-job.yaml").read_text())}
+    deployment, keda = docs["Deployment"], docs["ScaledObject"]
+    service = yaml.safe_load_all((K8S / "dispatcher.yaml").read_text())
+    service = next(d for d in service if d["kind"] == "Service")
+    metrics_port = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "metrics")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["python", "-m", "croupier"]
+    args = container["args"]
+    assert args[0] == "produce"
+    job = _flag(args, "job")
+    assert _flag(args, "dispatcher") == f"{service['metadata']['name']}:5050"
+    assert deployment["metadata"]["labels"]["croupier.dev/job"] == job
+    assert keda["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+    (trigger,) = keda["spec"]["triggers"]
+    assert trigger["type"] == "metrics-api" and trigger["metricType"] == "AverageValue"
+    assert trigger["metadata"]["url"] == \
+        f"http://{service['metadata']['name']}:{metrics_port}/api/scale?job={job}"
+    assert trigger["metadata"]["valueLocation"] == "producers.recommended"
+    assert trigger["metadata"]["targetValue"] == "1"
+    proc = subprocess.run([sys.executable, "-m", "croupier", "produce", "--help"],
+                          capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT / "python")))
+    known = set(re.findall(r"--([a-z][a-z0-9-]*)", proc.stdout))
+    used = {a[2:] for a in args if a.startswith("--")}
+    assert used <= known, (used - known, proc.stdout + proc.stderr)
+
+
 def _pod_spec(doc):
     if doc["kind"] in ("StatefulSet", "Deployment", "Job"):
         return doc["spec"]["template"]["spec"]

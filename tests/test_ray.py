@@ -1,7 +1,8 @@
 """croupier.ray on a real local Ray cluster (ray.init on this machine): the dispatcher and the
 producers as Ray actors, trainers under Ray Train's TorchTrainer reading their ranks, and
-producers scaled up and down while they read. Checked on content: every rank gets exactly the
-plan's record ids, every record once per epoch."""
+producers scaled up and down while they read, and a map job's producer actors following that
+job's own target. Checked on content: every rank gets exactly the plan's record ids, every record
+once per epoch."""
 import json
 import os
 import pathlib
@@ -180,3 +181,43 @@ def test_a_killed_producer_actor_is_restarted_and_registers_anew(ray_cluster, tm
     for r in range(WORLD):
         assert got[r] == [planned(e)[r] for e in range(EPOCHS)], f"rank {r}"
 
+
+
+# A map job of tests/map_sources.py whose records each take 10 ms of sleep to read, so that its one
+# producer is the bottleneck of two ranks reading flat out.
+MAP = {"records": 400, "batch_size": 4, "consumers": 2, "epochs": 4, "seed": 5, "delay": 0.01}
+
+
+def map_planned(epoch):
+    plan = croupier.EpochPlan(MAP["records"], MAP["batch_size"], 2, seed=MAP["seed"], epoch=epoch,
+                              shuffle="global")
+    return [[plan.batch(s * 2 + r).tolist() for s in range(plan.steps_per_consumer)]
+            for r in range(2)]
+
+
+@pytest.mark.timeout(90)
+def test_a_map_jobs_producer_actors_follow_its_own_target(ray_cluster, tmp_path):
+    """croupier.ray.Service(pipeline=..., job=...): the map job's `croupier produce` processes as
+    actors, scaled by autoscale() on that job's own target, while two ranks read the plan."""
+    started = time.monotonic()
+    with croupier.ray.Service(producers=1, work_dir=tmp_path, bind="127.0.0.1",
+                              pipeline="map_sources:pipeline", job="m",
+                              producer_args=["--workers", "1"],
+                              dispatcher_args=["--advice-smoothing-ms", "2000",
+                                               "--advice-hold-ms", "1500"],
+                              env={"MAP_TEST": json.dumps(MAP)}) as service:
+        autoscaler = service.autoscale(1, 3, interval=0.5)
+        feed = croupier.Consumer(service.address, "m", ranks=[0, 1], world=2, timeout=60)
+        for epoch in range(MAP["epochs"]):
+            got = [[], []]
+            for step in feed.epoch(epoch):
+                for rank, batch in enumerate(step):
+                    got[rank].append(batch["id"].tolist())
+            assert got == map_planned(epoch), f"epoch {epoch}"
+        service.stop_autoscaling()  # before the producers end with the job
+        feed.close()
+        status = service.status()
+    changes = autoscaler.changes
+    assert changes and changes[0][0] == 1 and changes[0][1] >= 2, (changes, status)
+    assert status["producer_advice"]["producers"] == 0, status["producer_advice"]
+    print(f"map job under Ray: {time.monotonic() - started:.1f} s, changes {changes}")

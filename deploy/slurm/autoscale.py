@@ -1,20 +1,23 @@
 """Producers as Slurm jobs, sized to the dispatcher's recommendation.
 
-    CROUPIER_DISPATCHER=HOST:PORT python deploy/slurm/autoscale.py [--min 1] [--max 8] \\
-        [--interval 5] [-- SBATCH OPTIONS...]
+    CROUPIER_DISPATCHER=HOST:PORT python deploy/slurm/autoscale.py [--job NAME] [--min 1] \\
+        [--max 8] [--interval 5] [-- SBATCH OPTIONS...]
 
 Each producer is one job of deploy/slurm/croupier-producer.sbatch, submitted with sbatch and ended
 with `scancel --signal=TERM --batch` (the SIGTERM makes the producer leave the dispatcher cleanly
 and exit; the job ends COMPLETED). `SlurmProducers` is the `current` and `scale` of
-croupier.autoscale.Autoscaler, whose loop reads the dispatcher's `producer_advice.recommended`
-every `interval` seconds. The jobs are found by their name (`--name`, default
+croupier.autoscale.Autoscaler, whose loop reads the dispatcher's recommendation every `interval`
+seconds: the cluster's (`producer_advice.recommended`, for the `croupier producer` processes of
+the TFRecord jobs), or with --job NAME that job's own target (its summary's producer_advice). The jobs are found by their name (`--name`, default
 croupier-producer-<dispatcher port>) among the user's pending and running jobs; scaling down ends
 the newest first. Each change is printed as a line ("croupier autoscale: 1 -> 3 producer jobs,
 submitted 12 13"). On exit (Ctrl-C, SIGTERM) it ends every producer job it finds by that name and
 waits for them (--stop-timeout, then scancel), unless --keep.
 
-The dispatcher's figure counts TFRecord jobs only: a map job's producers (CROUPIER_PRODUCE) get
-no recommendation ("no consumer of a TFRecord job"), and this loop then changes nothing.
+A map job's producers (CROUPIER_PRODUCE=MODULE:FUNCTION, CROUPIER_JOB=NAME in the environment the
+jobs inherit) follow that job's target: give --job NAME. Without it the loop follows the cluster's
+figure, which counts no map job. A croupier.serve() stream job has no target (its producers cannot
+change): the script prints why and exits 2.
 """
 import argparse
 import os
@@ -121,6 +124,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dispatcher", default=os.environ.get("CROUPIER_DISPATCHER"),
                         help="HOST:PORT [$CROUPIER_DISPATCHER]")
+    parser.add_argument("--job", default=None,
+                        help="follow this job's target (a map job's own producers) rather than "
+                             "the cluster's")
     parser.add_argument("--min", type=int, default=1)
     parser.add_argument("--max", type=int, default=8)
     parser.add_argument("--interval", type=float, default=5.0)
@@ -136,8 +142,16 @@ def main(argv=None):
     producers = SlurmProducers(args.dispatcher, name,
                                [a for a in args.sbatch_args if a != "--"])
     scaler = Autoscaler(lambda: croupier.status(args.dispatcher), producers.current,
-                        producers.scale, min_producers=args.min, max_producers=args.max,
-                        interval=args.interval)
+                        producers.scale, job=args.job, min_producers=args.min,
+                        max_producers=args.max, interval=args.interval)
+    if args.job is not None:
+        try:
+            scaler.advice()
+        except errors.FailedPreconditionError as e:  # a stream job: nothing to follow
+            print(f"croupier autoscale: {e}", flush=True)
+            return 2
+        except errors.Error as e:  # not created yet (its first producer may create it)
+            print(f"croupier autoscale: {e}; waiting for it", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     producers.scale(args.min)
     scaler.start()

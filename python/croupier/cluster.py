@@ -137,9 +137,22 @@ class LocalCluster:
 
     def __init__(self, producers=1, *, work_dir=None, auth_token=None, threads=None,
                  buffer_bytes=None, producer_args=(), dispatcher_args=(), ready_timeout=30.0,
-                 max_producers=None, autoscale_interval=5.0):
+                 max_producers=None, autoscale_interval=5.0, pipeline=None, job=None):
         self._tmp = None
         self.autoscaler = None
+        self.processes = []
+        # With a pipeline, the producers are `croupier produce PIPELINE --job JOB` processes, the
+        # producers of one map job, and "auto" follows that job's target.
+        if (pipeline is None) != (job is None):
+            raise errors.InvalidArgumentError(
+                "pipeline (module:function) and job (the map job's name) go together: "
+                f"pipeline={pipeline!r}, job={job!r}")
+        if pipeline is not None and buffer_bytes is not None:
+            raise errors.InvalidArgumentError(
+                "buffer_bytes sizes a `croupier producer`'s buffer; a map job's producers "
+                "(pipeline) take theirs from the pipeline's arguments")
+        self.pipeline = None if pipeline is None else str(pipeline)
+        self.job = None if job is None else str(job)
         auto = producers == "auto"
         if auto:
             producers = 1
@@ -153,7 +166,6 @@ class LocalCluster:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.auth_token = auth_token
         self.binary = croupier_binary()
-        self.processes = []
         self._producer_args = list(producer_args)
         if threads is not None:
             self._producer_args += ["--threads", str(threads)]
@@ -163,6 +175,11 @@ class LocalCluster:
         self._env.setdefault("CROUPIER_INDEX_DIR", str(self.work_dir / "index"))
         if auth_token:
             self._env["CROUPIER_AUTH_TOKEN"] = auth_token
+        if self.pipeline is not None:
+            # `python -m croupier produce` imports this very package.
+            package_root = str(pathlib.Path(__file__).resolve().parent.parent)
+            self._env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (package_root, self._env.get("PYTHONPATH", "")) if p)
         try:
             port_file = self.work_dir / "dispatcher.port"
             port_file.unlink(missing_ok=True)
@@ -180,16 +197,17 @@ class LocalCluster:
                 from croupier.autoscale import Autoscaler
                 high = max_producers if max_producers is not None else max(1, os.cpu_count() or 1)
                 self.autoscaler = Autoscaler(self.status, lambda: len(self.live_producers),
-                                             self.scale, min_producers=1, max_producers=high,
+                                             self.scale, job=self.job, min_producers=1,
+                                             max_producers=high,
                                              interval=autoscale_interval).start()
         except BaseException:
             self.close()
             raise
 
-    def _spawn(self, name, args):
+    def _spawn(self, name, args, command=None):
         log = open(self.work_dir / f"{name}.log", "w")
         try:
-            proc = subprocess.Popen([self.binary, *args], stdout=log, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen([*(command or [self.binary]), *args], stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=self._env,
                                     start_new_session=True, preexec_fn=die_with_parent)
         finally:
@@ -215,8 +233,14 @@ class LocalCluster:
     def add_producer(self, *extra_args, wait=True, timeout=30.0):
         """Starts one more producer (for throughput) and returns its process."""
         n = len(self.producers)
-        proc = self._spawn(f"producer{n}", ["producer", "--dispatcher", self.address,
-                                            *self._producer_args, *map(str, extra_args)])
+        if self.pipeline is not None:
+            proc = self._spawn(f"producer{n}",
+                               ["produce", self.pipeline, "--dispatcher", self.address, "--job",
+                                self.job, *self._producer_args, *map(str, extra_args)],
+                               command=[sys.executable, "-m", "croupier"])
+        else:
+            proc = self._spawn(f"producer{n}", ["producer", "--dispatcher", self.address,
+                                                *self._producer_args, *map(str, extra_args)])
         if wait:
             self.wait_for_producers(n + 1, timeout)
         return proc
@@ -243,7 +267,9 @@ class LocalCluster:
                 if p.poll() is not None and p.returncode != 0:
                     raise errors.UnavailableError(
                         f"{p.name} exited with {p.returncode}: {self.log_tail(p)}")
-            live = len(self.status()["producers"])
+            # This cluster's kind of producer: the map job's, or the generic ones.
+            live = sum(1 for p in self.status()["producers"]
+                       if p.get("source_job", "") == (self.job or ""))
             if live >= count:
                 return
             if time.monotonic() > deadline:
@@ -311,6 +337,11 @@ def local_cluster(producers: int = 1, **options: Any) -> LocalCluster:
     (docs/operations.md, "How many producers"), between 1 and max_producers (default: the cores
     here), checked every autoscale_interval seconds (croupier.autoscale.Autoscaler); a producer
     scaled away drains (serves what it made) and leaves, and no trainer sees a byte change.
+
+    pipeline="module:function" with job="name": the producers are those of map job `name`,
+    `python -m croupier produce module:function --job name` processes (croupier.cli; `module`
+    importable here, the job created by the first of them), and "auto" follows that job's own
+    target; producer_args are then `croupier produce` flags (--workers, --threads, ...).
 
     Options: work_dir (default: a temporary directory, removed at the end), auth_token, threads
     and buffer_bytes (per producer), producer_args and dispatcher_args (extra command-line flags),

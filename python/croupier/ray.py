@@ -19,8 +19,11 @@ depend on which producer made it, so adding, removing or restarting producers ch
 trainer gets. The dispatcher actor is not restarted: its journal is in `work_dir` on the node it
 runs on (give that node durable disk, e.g. with `dispatcher_options={"resources": ...}`).
 
-Producers here serve TFRecord jobs (`croupier producer`). Needs the `ray` package (pinned in
-scripts/requirements-dev.txt) and the `croupier` command on every node (croupier_binary()).
+Producers here serve TFRecord jobs (`croupier producer`), or, with pipeline= and job=, one map
+job (`python -m croupier produce PIPELINE --job JOB`, run by the actor's own Python: the package
+and the pipeline's module importable on every node). autoscale() follows the cluster's target, or
+that map job's own. Needs the `ray` package (pinned in scripts/requirements-dev.txt) and the
+`croupier` command on every node (croupier_binary()).
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ import contextlib
 import os
 import pathlib
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -44,20 +48,26 @@ from croupier.processes import die_with_parent, stop_child, wait_for_file
 
 __all__ = ["Service", "consumer"]
 
+NODE_IP = "{node_ip}"  # in a _Process's args: the address of the node it runs on
+
 
 @ray.remote(num_cpus=0)
 class _Process:
     """One croupier command, run as this actor's child process."""
 
     def __init__(self, name: str, args: list[str], work_dir: str | os.PathLike[str],
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, python: bool = False) -> None:
         self.name = name
         self.work_dir = pathlib.Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.work_dir / f"{name}.log"
         self.host = ray.util.get_node_ip_address()
+        # python: `python -m croupier ARGS` (a map job's producer) rather than the croupier
+        # command; NODE_IP in ARGS is this node's address.
+        command = [sys.executable, "-m", "croupier"] if python else [croupier_binary()]
+        args = [self.host if a == NODE_IP else a for a in args]
         with open(self.log_path, "a") as log:
-            self.proc = subprocess.Popen([croupier_binary(), *args], stdout=log,
+            self.proc = subprocess.Popen([*command, *args], stdout=log,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          env=dict(os.environ, **(env or {})),
                                          start_new_session=True, preexec_fn=die_with_parent)
@@ -101,17 +111,29 @@ class Service:
     "4"]); dispatcher_args: extra `croupier dispatcher` flags (e.g. the advice's damping,
     ["--advice-hold-ms", "6000"]). producer_options / dispatcher_options: Ray actor options
     (num_cpus, resources, scheduling_strategy); a producer asks for 1 CPU by default, so that
-    Ray places it (and, with an autoscaler, adds nodes for it). auth_token: the token every process presents."""
+    Ray places it (and, with an autoscaler, adds nodes for it). auth_token: the token every process presents.
+    pipeline ("module:function") with job: the producers are that map job's, `python -m croupier
+    produce` processes (producer_args are then its flags, e.g. ["--workers", "2"]), and
+    autoscale() follows that job's own target. env: more environment variables for every
+    process."""
 
     def __init__(self, producers: int = 1, *, work_dir: str | os.PathLike[str] | None = None,
                  bind: str = "0.0.0.0", producer_args: Iterable[Any] = (),
                  dispatcher_args: Iterable[Any] = (),
                  producer_options: Mapping[str, Any] | None = None,
                  dispatcher_options: Mapping[str, Any] | None = None,
-                 auth_token: str | None = None, ready_timeout: float = 60.0) -> None:
+                 auth_token: str | None = None, ready_timeout: float = 60.0,
+                 pipeline: str | None = None, job: str | None = None,
+                 env: Mapping[str, str] | None = None) -> None:
         if not ray.is_initialized():
             raise errors.FailedPreconditionError(
                 "croupier.ray.Service needs a Ray cluster: call ray.init() first")
+        if (pipeline is None) != (job is None):
+            raise errors.InvalidArgumentError(
+                "pipeline (module:function) and job (the map job's name) go together: "
+                f"pipeline={pipeline!r}, job={job!r}")
+        self.pipeline = None if pipeline is None else str(pipeline)
+        self.job = None if job is None else str(job)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if work_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="croupier-ray-")
@@ -123,7 +145,9 @@ class Service:
         self._producer_options = dict({"num_cpus": 1, "max_restarts": -1},
                                       **(producer_options or {}))
         self._ready_timeout = float(ready_timeout)
-        self._env = {"CROUPIER_AUTH_TOKEN": auth_token} if auth_token else {}
+        self._env = dict(env or {})
+        if auth_token:
+            self._env["CROUPIER_AUTH_TOKEN"] = auth_token
         self._lock = threading.Lock()
         self._producers: list[Any] = []  # actors, oldest first
         self._count = 0  # producers started so far: their names
@@ -169,11 +193,18 @@ class Service:
             before = len(self._producers)
             while len(self._producers) < count:
                 self._count += 1
-                args = ["producer", "--dispatcher", self.address, "--bind", self._bind,
-                        *self._producer_args]
+                if self.pipeline is not None:
+                    args = ["produce", self.pipeline, "--dispatcher", self.address, "--job",
+                            str(self.job), "--bind", self._bind, "--advertise-host",
+                            "127.0.0.1" if self._bind == "127.0.0.1" else NODE_IP,
+                            *self._producer_args]
+                else:
+                    args = ["producer", "--dispatcher", self.address, "--bind", self._bind,
+                            *self._producer_args]
                 actor = _Process.options(  # type: ignore[attr-defined]
                     **self._producer_options).remote(
-                    f"producer{self._count}", args, self.work_dir, self._env)
+                    f"producer{self._count}", args, self.work_dir, self._env,
+                    self.pipeline is not None)
                 self._producers.append(actor)
             leaving = []
             while len(self._producers) > count:
@@ -189,7 +220,9 @@ class Service:
     def _wait_for_producers(self, count: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while True:
-            live = len(self.status().get("producers", []))
+            # This service's kind of producer: the map job's, or the generic ones.
+            live = sum(1 for p in self.status().get("producers", [])
+                       if p.get("source_job", "") == (self.job or ""))
             if live >= count:
                 return
             if time.monotonic() > deadline:
@@ -201,14 +234,14 @@ class Service:
 
     def autoscale(self, min_producers: int = 1, max_producers: int = 8,
                   interval: float = 5.0) -> Autoscaler:
-        """Sets the number of producers to the dispatcher's recommendation, within
-        [min_producers, max_producers], every `interval` seconds, on a thread, until
-        stop_autoscaling() or shutdown() (croupier.autoscale.Autoscaler). Returns the
-        Autoscaler."""
+        """Sets the number of producers to the dispatcher's recommendation (the cluster's, or
+        the map job's own with pipeline= and job=), within [min_producers, max_producers], every
+        `interval` seconds, on a thread, until stop_autoscaling() or shutdown()
+        (croupier.autoscale.Autoscaler). Returns the Autoscaler."""
         self.stop_autoscaling()
         self._autoscaler = Autoscaler(self.status, lambda: self.producers, self.scale,
-                                      min_producers=min_producers, max_producers=max_producers,
-                                      interval=interval).start()
+                                      job=self.job, min_producers=min_producers,
+                                      max_producers=max_producers, interval=interval).start()
         return self._autoscaler
 
     def stop_autoscaling(self) -> None:

@@ -274,6 +274,7 @@ absl::StatusOr<v1::StatusResponse> DispatcherImpl::GetStatus(const v1::StatusReq
     out->set_producer_id(id);
     out->set_data_address(producer.data_address);
     out->set_draining(producer.draining);
+    out->set_source_job(producer.source_job);
     for (uint64_t task : producer.tasks) out->add_tasks(task);
     auto info = producer_info_.find(id);
     // Since its last heartbeat, or since this dispatcher started for a producer replayed from
@@ -306,14 +307,7 @@ absl::StatusOr<v1::StatusResponse> DispatcherImpl::GetStatus(const v1::StatusReq
       out->set_input_bound(info->second.rates.input_bound());
     }
   }
-  const ProducerAdvisor::Advice& advice = advisor_.advice();
-  v1::ProducerAdvice* out = response.mutable_producer_advice();
-  out->set_recommended(advice.recommended);
-  out->set_target(advice.target);
-  out->set_demand_batches_per_second(advice.demand);
-  out->set_capacity_batches_per_second(advice.capacity);
-  out->set_producers(advice.producers);
-  out->set_reason(advice.reason);
+  AdviceToProto(advisor_.advice(), *response.mutable_producer_advice());
   return response;
 }
 

@@ -69,6 +69,9 @@ inline constexpr uint32_t kMaxTasksPerHeartbeat = 64;
 
 // Thread-safe. No method blocks on I/O while holding the lock: CreateJob indexes the files
 // outside it.
+// The advisor's figures as the status shows them (dispatcher_registration.cc).
+void AdviceToProto(const ProducerAdvisor::Advice& advice, v1::ProducerAdvice& out);
+
 class DispatcherImpl {
  public:
   // Replays the journal at options.journal_path, if set and present, into the state: the jobs,
@@ -256,8 +259,14 @@ class DispatcherImpl {
   // Notes the outcome of a journal write: the first failure is logged as an ERROR naming the file
   // and the OS error, and stays in journal_error_ (GetStatus) until a write succeeds again.
   void NoteJournalWriteLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Feeds the advisor the rates of the live producers and consumers of TFRecord jobs.
+  // Feeds the advisors the rates of the live producers and consumers: the cluster's (consumers of
+  // TFRecord jobs, generic producers) and each job's (its consumers; the producers bound to it
+  // for a map job, the generic ones for a TFRecord job; a stream job has none). Makes the
+  // advisors of new jobs and drops those of jobs gone.
   void UpdateAdviceLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Job `job`'s advice as its summary shows it (JobSummary.producer_advice).
+  v1::ProducerAdvice JobAdviceLocked(const DispatcherState::Job& job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Journals that producer `id` drains (ProducerDraining): it keeps the tasks it owns that the
   // request's made_tasks name, and the others become orphans, revoked at this heartbeat (through
@@ -295,6 +304,9 @@ class DispatcherImpl {
   std::map<uint64_t, std::string> gone_consumers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<PendingJob>> creating_ ABSL_GUARDED_BY(mu_);
   ProducerAdvisor advisor_ ABSL_GUARDED_BY(mu_);
+  // One per job but stream jobs, made at its first measurement and dropped with the job (not
+  // journaled: measurement, rebuilt after a restart).
+  std::map<std::string, ProducerAdvisor, std::less<>> job_advisors_ ABSL_GUARDED_BY(mu_);
   // When Tick() first saw each done job done (volatile: a job replayed done counts from the first
   // Tick after the start).
   std::map<std::string, absl::Time, std::less<>> done_since_ ABSL_GUARDED_BY(mu_);

@@ -34,6 +34,7 @@ v1::JobSummary DispatcherImpl::SummaryLocked(const DispatcherState::Job& job,
   out.set_batches_finished(job.batches_finished);
   out.set_cursor_epoch(job.next_epoch);
   out.set_seconds_to_expiry(-1);
+  *out.mutable_producer_advice() = JobAdviceLocked(job);
   if (out.state() == v1::JOB_STATE_DONE) {
     // Tick() notes the time; until it has, the job has been done for no time yet.
     auto it = done_since_.find(spec.name());
@@ -94,6 +95,7 @@ absl::StatusOr<v1::DeleteJobResponse> DispatcherImpl::DeleteJobLocked(const std:
   // A job of the same name created later is another job: producers must be sent its JobInfo.
   for (auto& [id, info] : producer_info_) info.jobs_sent.erase(name);
   done_since_.erase(name);
+  job_advisors_.erase(name);  // a job of the same name created later is measured afresh
   response.set_consumers_removed(consumers.size());
   response.set_producers_removed(sources.size());
   response.set_tasks_revoked(outstanding);

@@ -255,30 +255,87 @@ void DispatcherImpl::Tick() {
   UpdateAdviceLocked(now);
 }
 
+void AdviceToProto(const ProducerAdvisor::Advice& advice, v1::ProducerAdvice& out) {
+  out.set_recommended(advice.recommended);
+  out.set_target(advice.target);
+  out.set_demand_batches_per_second(advice.demand);
+  out.set_capacity_batches_per_second(advice.capacity);
+  out.set_producers(advice.producers);
+  out.set_reason(advice.reason);
+}
+
 void DispatcherImpl::UpdateAdviceLocked(absl::Time now) {
-  // Python and map jobs have their own producers, fixed by the job: only TFRecord jobs' demand,
-  // and the producers that serve them, count.
-  std::vector<ProducerAdvisor::ConsumerLoad> consumers;
+  // Each consumer's and each producer's load, by job ("" for the generic producers, which serve
+  // every TFRecord job).
+  std::map<std::string, std::vector<ProducerAdvisor::ConsumerLoad>, std::less<>> consumers;
   for (const auto& [id, consumer] : state_.consumers()) {
-    const DispatcherState::Job* job = state_.FindJob(consumer.job);
-    if (job == nullptr || job->config.made_by_sources()) continue;
     auto it = consumer_info_.find(id);
     if (it == consumer_info_.end() || !it->second.rates.measured()) continue;
-    consumers.push_back({.batches_per_second = it->second.rates.batches_per_second(),
-                         .input_bound = it->second.rates.input_bound()});
+    consumers[consumer.job].push_back({.batches_per_second = it->second.rates.batches_per_second(),
+                                       .input_bound = it->second.rates.input_bound()});
   }
-  std::vector<ProducerAdvisor::ProducerLoad> producers;
+  std::map<std::string, std::vector<ProducerAdvisor::ProducerLoad>, std::less<>> producers;
   for (const auto& [id, producer] : state_.producers()) {
-    if (!producer.source_job.empty() || producer.draining) continue;  // a drainer makes nothing
+    if (producer.draining) continue;  // a drainer makes nothing new
     auto it = producer_info_.find(id);
     if (it == producer_info_.end() || !it->second.rates.measured()) continue;  // just registered
     const ProducerInfo& info = it->second;
     ProducerAdvisor::ProducerLoad load{.batches_per_second = info.rates.batches_per_second(),
                                        .busy_share = std::nullopt};
     if (info.stats.threads() > 0) load.busy_share = info.rates.busy_share();
-    producers.push_back(load);
+    producers[producer.source_job].push_back(load);
   }
-  advisor_.Update(now, consumers, producers);
+  static const std::vector<ProducerAdvisor::ConsumerLoad> kNoConsumers;
+  static const std::vector<ProducerAdvisor::ProducerLoad> kNoProducers;
+  auto of = [](const auto& by_job, const std::string& job, const auto& none) -> const auto& {
+    auto it = by_job.find(job);
+    return it == by_job.end() ? none : it->second;
+  };
+  // The cluster: the consumers of every TFRecord job, the generic producers.
+  std::vector<ProducerAdvisor::ConsumerLoad> tfrecord;
+  for (const std::string& name : state_.job_order()) {
+    const DispatcherState::Job& job = *state_.FindJob(name);
+    const auto& readers = of(consumers, name, kNoConsumers);
+    if (job.config.python()) continue;  // a stream job has no target (JobAdviceLocked)
+    if (!job.config.map()) tfrecord.insert(tfrecord.end(), readers.begin(), readers.end());
+    auto advisor = job_advisors_.find(name);
+    if (advisor == job_advisors_.end()) {
+      advisor =
+          job_advisors_.try_emplace(name, options_.advice, absl::StrCat("job '", name, "'")).first;
+    }
+    // A map job's producers are bound to it; a TFRecord job's are the generic ones, shared.
+    advisor->second.Update(now, readers,
+                           of(producers, job.config.map() ? name : std::string(), kNoProducers));
+  }
+  advisor_.Update(now, tfrecord, of(producers, std::string(), kNoProducers));
+  for (auto it = job_advisors_.begin(); it != job_advisors_.end();) {
+    const DispatcherState::Job* job = state_.FindJob(it->first);
+    it = job == nullptr || job->config.python() ? job_advisors_.erase(it) : std::next(it);
+  }
+}
+
+v1::ProducerAdvice DispatcherImpl::JobAdviceLocked(const DispatcherState::Job& job) const {
+  v1::ProducerAdvice out;
+  const std::string& name = job.info.spec().name();
+  if (job.config.python()) {
+    uint32_t sources = 0;
+    for (const auto& [id, producer] : state_.producers()) {
+      sources += producer.source_job == name && !producer.draining;
+    }
+    out.set_fixed(true);
+    out.set_producers(sources);
+    out.set_reason(
+        "a croupier.serve() stream job has no producer target: each of its producers is its own "
+        "stream, so their number is fixed by the job");
+    return out;
+  }
+  auto it = job_advisors_.find(name);
+  if (it == job_advisors_.end()) {
+    out.set_reason("not measured yet: the job's first measurement comes within a second");
+    return out;
+  }
+  AdviceToProto(it->second.advice(), out);
+  return out;
 }
 
 }  // namespace croupier

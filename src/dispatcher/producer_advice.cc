@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace croupier {
@@ -20,7 +21,8 @@ const ProducerAdvisor::Advice& ProducerAdvisor::Update(absl::Time now,
                                                        const std::vector<ProducerLoad>& producers) {
   advice_.producers = static_cast<uint32_t>(producers.size());
   if (consumers.empty()) {
-    advice_.reason = "no consumer of a TFRecord job: nothing to measure demand by";
+    advice_.reason =
+        absl::StrCat("no consumer of ", consumers_of_, ": nothing to measure demand by");
     return advice_;
   }
   if (producers.empty()) {

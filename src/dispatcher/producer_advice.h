@@ -1,6 +1,8 @@
-// The recommended number of producers: how many `croupier producer` processes the consumers of
-// the TFRecord jobs need, from what the dispatcher measures. Plain logic over figures, fed once a
-// second by the dispatcher (DispatcherImpl::Tick) and tested alone.
+// The recommended number of producers: how many producers some consumers need, from what the
+// dispatcher measures. Plain logic over figures, fed once a second by the dispatcher
+// (DispatcherImpl::Tick, UpdateAdviceLocked) and tested alone. The dispatcher keeps one for the
+// cluster (the `croupier producer` processes, for the consumers of every TFRecord job) and one per
+// job (that job's consumers, and the producers that make its batches).
 //
 // The model. A consumer that received r batches/s and waited a share w of its wall time for data
 // would take r / (1 - w) batches/s if its input never made it wait: that is its demand (w is
@@ -42,6 +44,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -102,7 +105,10 @@ class ProducerAdvisor {
     std::string reason;        // one sentence: why the figure is what it is
   };
 
-  explicit ProducerAdvisor(Options options) : options_(options) {}
+  // `consumers_of` names whose consumers it measures, for the reason without any ("no consumer
+  // of <consumers_of>").
+  explicit ProducerAdvisor(Options options, std::string consumers_of = "a TFRecord job")
+      : options_(options), consumers_of_(std::move(consumers_of)) {}
   ProducerAdvisor() : ProducerAdvisor(Options()) {}
 
   // One measurement at `now` (non-decreasing between calls). Returns the advice.
@@ -112,6 +118,7 @@ class ProducerAdvisor {
 
  private:
   const Options options_;
+  const std::string consumers_of_;
   Advice advice_;
   // The moving averages' weighted sums and total weight (0: nothing measured yet).
   double demand_sum_ = 0;

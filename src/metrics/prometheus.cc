@@ -197,6 +197,22 @@ std::string FormatPrometheus(const v1::StatusResponse& status) {
   Family(&out, "croupier_producer_capacity_batches_per_second", "gauge",
          "Batches per second one producer makes when running flat out, on average.")
       .Add({}, advice.capacity_batches_per_second());
+  // Each job's own figure (JobSummary.producer_advice); a stream job, which has none, has no
+  // series.
+  Family job_recommended(&out, "croupier_job_producers_recommended", "gauge",
+                         "The recommended number of producers for one job's consumers: its own "
+                         "producers for a map job, the shared ones for a TFRecord job (0 while "
+                         "measuring).");
+  for (const v1::JobSummary& j : status.job_summaries()) {
+    if (j.producer_advice().fixed()) continue;
+    job_recommended.Add({{"job", j.name()}}, j.producer_advice().recommended());
+  }
+  Family job_target(&out, "croupier_job_producers_target", "gauge",
+                    "One job's consumers' demand over one of its producers' capacity, smoothed.");
+  for (const v1::JobSummary& j : status.job_summaries()) {
+    if (j.producer_advice().fixed()) continue;
+    job_target.Add({{"job", j.name()}}, j.producer_advice().target());
+  }
   return out;
 }
 

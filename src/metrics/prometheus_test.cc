@@ -65,7 +65,18 @@ TEST(MetricsPrometheusTest, TheAdviceAndCpuAreMetrics) {
   c->set_job("train");
   c->set_rank(0);
   c->set_input_bound(0.25);
+  v1::JobSummary* map = status.add_job_summaries();
+  map->set_name("m");
+  map->mutable_producer_advice()->set_recommended(4);
+  map->mutable_producer_advice()->set_target(3.5);
+  v1::JobSummary* stream = status.add_job_summaries();
+  stream->set_name("s");
+  stream->mutable_producer_advice()->set_fixed(true);
   const std::string text = FormatPrometheus(status);
+  // Each job's own figure, but none for a stream job, which has no target.
+  EXPECT_THAT(text, HasSubstr("croupier_job_producers_recommended{job=\"m\"} 4\n"));
+  EXPECT_THAT(text, HasSubstr("croupier_job_producers_target{job=\"m\"} 3.5\n"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("croupier_job_producers_recommended{job=\"s\"}")));
   EXPECT_THAT(text, HasSubstr("# TYPE croupier_producers_recommended gauge\n"
                               "croupier_producers_recommended 3\n"));
   EXPECT_THAT(text, HasSubstr("croupier_producers_target 2.75\n"));

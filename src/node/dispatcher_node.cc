@@ -26,28 +26,58 @@ std::string StatusJson(const absl::StatusOr<v1::StatusResponse>& status) {
   return ToUserJson(*status, options) + "\n";
 }
 
-// What an engine's autoscaler reads (docs/operations.md, "Scaling the producers"): the number of
-// `croupier producer` processes the dispatcher recommends, in the shape a KEDA metrics-api
-// trigger reads (valueLocation "producers.recommended"). While the dispatcher is still measuring
-// the figure is the number registered, so that nothing scales on a guess.
-std::string ScaleJson(const absl::StatusOr<v1::StatusResponse>& status) {
-  if (!status.ok()) {
-    return absl::StrCat("{\"error\": \"", absl::StatusCodeToString(status.status().code()),
-                        "\"}\n");
-  }
-  const v1::ProducerAdvice& advice = status->producer_advice();
-  const uint32_t recommended =
-      advice.recommended() > 0 ? advice.recommended() : advice.producers();
-  std::string reason = advice.reason();
+// `text` as the inside of a JSON string.
+std::string JsonEscaped(const std::string& text) {
   std::string escaped;
-  for (char c : reason) {
+  for (char c : text) {
     if (c == '"' || c == '\\') escaped.push_back('\\');
     if (static_cast<unsigned char>(c) >= 0x20) escaped.push_back(c);
   }
-  return absl::StrCat("{\"producers\": {\"recommended\": ", recommended,
-                      ", \"measured\": ", advice.recommended() > 0 ? "true" : "false",
-                      ", \"registered\": ", advice.producers(), ", \"target\": ", advice.target(),
-                      ", \"reason\": \"", escaped, "\"}}\n");
+  return escaped;
+}
+
+HttpReply ScaleError(int http_status, absl::StatusCode code, const std::string& message) {
+  return {http_status, absl::StrCat("{\"error\": \"", absl::StatusCodeToString(code),
+                                    "\", \"message\": \"", JsonEscaped(message), "\"}\n")};
+}
+
+// What an engine's autoscaler reads (docs/operations.md, "How many producers"): the number of
+// producers the dispatcher recommends, in the shape a KEDA metrics-api trigger reads
+// (valueLocation "producers.recommended"): the cluster's `croupier producer` processes, or with
+// ?job=NAME that job's producers (its own for a map job, the shared ones for a TFRecord job).
+// While the dispatcher is still measuring the figure is the number registered, so that nothing
+// scales on a guess. An unknown job is a 404, a stream job (which has no target) a 409, each with
+// a JSON error naming it.
+HttpReply ScaleJson(const absl::StatusOr<v1::StatusResponse>& status, const HttpQuery& query) {
+  if (!status.ok()) {
+    return ScaleError(503, status.status().code(), std::string(status.status().message()));
+  }
+  const v1::ProducerAdvice* advice = &status->producer_advice();
+  std::string job;
+  if (auto it = query.find("job"); it != query.end()) {
+    job = it->second;
+    advice = nullptr;
+    for (const v1::JobSummary& summary : status->job_summaries()) {
+      if (summary.name() == job) advice = &summary.producer_advice();
+    }
+    if (advice == nullptr) {
+      return ScaleError(404, absl::StatusCode::kNotFound,
+                        absl::StrCat("no job '", job, "' on this dispatcher"));
+    }
+    if (advice->fixed()) {
+      return ScaleError(409, absl::StatusCode::kFailedPrecondition,
+                        absl::StrCat("job '", job, "': ", advice->reason()));
+    }
+  }
+  const uint32_t recommended =
+      advice->recommended() > 0 ? advice->recommended() : advice->producers();
+  return {200,
+          absl::StrCat(
+              "{\"producers\": {\"recommended\": ", recommended,
+              ", \"measured\": ", advice->recommended() > 0 ? "true" : "false",
+              ", \"registered\": ", advice->producers(), ", \"target\": ", advice->target(),
+              ", \"reason\": \"", JsonEscaped(advice->reason()), "\"",
+              job.empty() ? "" : absl::StrCat(", \"job\": \"", JsonEscaped(job), "\""), "}}\n")};
 }
 
 }  // namespace
@@ -129,8 +159,10 @@ absl::StatusOr<std::unique_ptr<DispatcherNode>> DispatcherNode::Start(
         {"/api/status", "application/json",
          [raw] { return StatusJson(raw->impl_->GetStatus(v1::StatusRequest())); }},
         {"/api/history", "application/json", [raw] { return raw->history_.ToJson(); }},
-        {"/api/scale", "application/json",
-         [raw] { return ScaleJson(raw->impl_->GetStatus(v1::StatusRequest())); }},
+        {"/api/scale", "application/json", nullptr,
+         [raw](const HttpQuery& query) {
+           return ScaleJson(raw->impl_->GetStatus(v1::StatusRequest()), query);
+         }},
     };
     ASSIGN_OR_RETURN(node->metrics_, MetricsServer::Start(options.bind_address,
                                                           options.metrics_port, std::move(routes)));

@@ -14,8 +14,16 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::s
   for (HttpRoute& route : routes) {
     const std::string path = route.path;
     server->server_->Get(
-        path, [route = std::move(route)](const httplib::Request&, httplib::Response& res) {
-          res.set_content(route.render(), route.content_type);
+        path, [route = std::move(route)](const httplib::Request& req, httplib::Response& res) {
+          if (route.handle) {
+            HttpQuery query;
+            for (const auto& [key, value] : req.params) query.emplace(key, value);
+            HttpReply reply = route.handle(query);
+            res.status = reply.status;
+            res.set_content(std::move(reply.body), route.content_type);
+          } else {
+            res.set_content(route.render(), route.content_type);
+          }
           // The figures change every second: no cache may keep them.
           res.set_header("Cache-Control", "no-store");
         });

@@ -5,6 +5,7 @@
 #define CROUPIER_SRC_NODE_METRICS_SERVER_H_
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -18,11 +19,22 @@ class Server;
 
 namespace croupier {
 
+// An answer to a GET whose route reads the query (HttpRoute::handle).
+struct HttpReply {
+  int status = 200;
+  std::string body;
+};
+// A request's query parameters (the first value of each).
+using HttpQuery = std::map<std::string, std::string>;
+
 // One path the server answers GET on.
 struct HttpRoute {
   std::string path;
   std::string content_type;
   std::function<std::string()> render;  // called from the server's thread
+  // Instead of render, when set: the answer to a request with this query (from the server's
+  // thread).
+  std::function<HttpReply(const HttpQuery&)> handle = nullptr;
 };
 
 // Thread-safe.
