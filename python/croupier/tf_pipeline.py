@@ -3,14 +3,36 @@
 For batch g of epoch e, of records ids = plan(e).batch_records(g), a producer makes
 
     records = [source[i] for i in ids]                      # Python: the source's own reads
-    ds      = tf.data.Dataset.from_tensor_slices({field: column of records...,
-                                                  "croupier_seed": record_seeds(seed, e, ids)})
-    ds      = fn(ds)                                        # the user's: one output per input
-    batch   = every element of ds, collated                 # dict of numpy columns
+    columns = {field: column of records..., "croupier_seed": record_seeds(seed, e, ids)}
+    batch   = fn(the records of columns, one element each)  # the user's: one output per input
+              collated                                      # dict of numpy columns
 
-and the whole of it (the slices, the user's map, the collation into one batch) runs as one
-tf.function: TensorFlow's runtime runs the user's map over the batch's records in its own threads
-(num_parallel_calls), with no Python per record, and the graph is traced once, not per batch.
+The records of many batches flow through one long-lived tf.data pipeline (a "feed"):
+
+    Dataset.from_generator(the batches' columns, in the order make() was called)
+        .unbatch()                 # one element per record, as from_tensor_slices gives them
+        -> fn                      # the user's map: num_parallel_calls spans batch boundaries
+        .ragged_batch(n)           # regrouped into the batches they came in (n records each)
+        .prefetch(AUTOTUNE)
+
+make() calls (the producer's threads, concurrently) put their columns into the feed and wait; one
+puller thread iterates the pipeline (TensorFlow releases the GIL while it works) and hands each
+batch's outputs to the call that put its records in: a map keeps one output per record, in order,
+so batch k's outputs are the pipeline's k-th group of n. TensorFlow's runtime runs the user's map
+with no Python per record, its parallelism and prefetch reaching across batches.
+
+Where the feed cannot be used, a batch is made alone, as one tf.function call (the "per-batch
+path": Dataset.from_tensor_slices(columns) -> fn -> ragged_batch -> get_single_element):
+  - fn is checked once, on a dataset of known length: if it does not keep that length (a
+    filter, batch, take, skip or repeat), every batch takes the per-batch path, which raises the
+    error naming the rule (its count of outputs against the batch's records);
+  - a batch whose count or columns' types differ from its feed's (skip_failing_records left a
+    record out; a field dense in one batch and ragged in another) is made alone;
+  - when the pipeline raises (a record fails), every batch in flight is made again alone (which
+    finds the failing record by halving and names it) and the next batch starts a new feed.
+A pipeline that may reorder records (a shuffle, deterministic=False, tf.data.Options
+deterministic=False) is refused, on either path: outputs must stay aligned with their records.
+Both paths make the same bytes (the same graph on the same records and seeds).
 
 The only randomness is the stateless ops' seeds (tf.random.stateless_*, tf.image.stateless_*):
 record i of epoch e has croupier_seed = record_seed(seed, e, i), so what a batch holds is a
@@ -19,12 +41,20 @@ function of (seed, epoch, batch, record indexes), like every map job's batch.
 This module imports TensorFlow; croupier.pipeline imports it only when tf_transform is given.
 """
 
-from typing import Any, Dict, Iterable, Tuple
+import collections
+import logging
+import queue
+import threading
+from typing import Any, Dict, Iterable, Optional, Tuple
 
 import numpy as np
 
 SEED_FIELD = "croupier_seed"
 _SEED_KIND = 2  # record_rng uses 0, batch_rng 1
+_MAX_FEEDS = 2  # live feeds, one per record count (a full batch's, and one short)
+_JOIN_SECONDS = 30.0  # close(): how long a puller may take to end
+
+log = logging.getLogger("croupier.pipeline")
 
 
 def record_seed(seed, epoch, index):
@@ -66,14 +96,23 @@ def _tf_message(e):
 
 
 class TfTransform:
-    """The user's tf.data function, run on the records of one batch at a time."""
+    """The user's tf.data function run on the records of the batches make() is called for:
+    through one long-lived pipeline (a _Feed) when `continuous`, else one tf.function call per
+    batch (the per-batch path; also the fallback, see the module's docstring). Thread-safe:
+    __call__ is called by the producer's threads concurrently. close() ends the feeds and their
+    puller threads; calls after it take the per-batch path."""
 
-    def __init__(self, fn, seed):
+    def __init__(self, fn, seed, continuous=True):
         import tensorflow as tf
         self._tf = tf
         self.fn = fn
         self.seed = int(seed)
+        self.continuous = bool(continuous)  # False: every batch alone (tests compare the two)
         self._run = tf.function(self._graph, reduce_retracing=True, autograph=False)
+        self._lock = threading.Lock()
+        self._feeds: Dict[int, "_Feed"] = {}  # record count -> the live feed of that count
+        self._closed = False
+        self._spans: Optional[bool] = None  # whether fn keeps a dataset's length; None: unchecked
 
     # -- inputs --------------------------------------------------------------------------------
 
@@ -123,7 +162,7 @@ class TfTransform:
         cols[SEED_FIELD] = record_seeds(self.seed, epoch, ids)
         return cols
 
-    # -- the graph -----------------------------------------------------------------------------
+    # -- the per-batch graph -------------------------------------------------------------------
 
     def _graph(self, cols, limit):
         """The user's pipeline over `cols`, its outputs batched: (count, outputs); count is
@@ -137,11 +176,21 @@ class TfTransform:
         outputs = out.ragged_batch(limit).take(1).get_single_element()
         return _count(outputs), outputs
 
-    def __call__(self, records, epoch, ids):
-        """The batch dict {name: numpy column or (values, row_splits)} of records `ids`."""
+    def __call__(self, records, epoch, ids, per_batch=False):
+        """The batch dict {name: numpy column or (values, row_splits)} of records `ids`; through
+        the feed unless `per_batch` (or the feed cannot take the batch)."""
+        cols = self.columns(records, epoch, ids)
+        if self._spans is None:
+            self._check(cols)
+        if self.continuous and self._spans and not per_batch:
+            outputs = self._through_feed(cols, len(ids))
+            if outputs is not None:
+                return _to_numpy(outputs)
+        return self._per_batch(cols, records, epoch, ids)
+
+    def _per_batch(self, cols, records, epoch, ids):
         tf = self._tf
         n = len(ids)
-        cols = self.columns(records, epoch, ids)
         try:
             count, outputs = self._run(cols, tf.constant(n + 1, tf.int64))
         except TfTransformError:
@@ -186,6 +235,250 @@ class TfTransform:
             else:
                 lo = mid
         return int(ids[lo]) if fails(lo, lo + 1) else None
+
+    # -- the checks of fn, once ----------------------------------------------------------------
+
+    def _check(self, cols):
+        """Checks fn once on datasets of these columns (building them runs nothing): it must keep
+        records in order (TfTransformError otherwise), and it may span batches (self._spans)
+        only if it keeps a dataset's length, for two lengths (so that take(n) is caught too).
+        An exception of fn's own, raised while TensorFlow traces it, propagates."""
+        tf = self._tf
+        base = tf.data.Dataset.from_tensor_slices(cols)
+        n = int(base.cardinality())
+        out = self.fn(base)
+        if not isinstance(out, tf.data.Dataset):
+            raise TfTransformError(f"tf_transform returned a {type(out).__name__}, not a "
+                                   "tf.data.Dataset")
+        reorders = _reordering(out)
+        if reorders:
+            raise TfTransformError(
+                f"tf_transform's pipeline may reorder records ({reorders}); it must keep one "
+                "output per record, in order (a map with deterministic=True or unset: no "
+                "shuffle, no tf.data.Options(deterministic=False)), so that a batch is a "
+                "function of its records")
+        spans = int(out.cardinality()) == n and \
+            int(self.fn(base.repeat(3)).cardinality()) == 3 * n
+        with self._lock:
+            self._spans = spans
+
+    # -- the feeds -----------------------------------------------------------------------------
+
+    def _through_feed(self, cols, n):
+        """The batch's outputs (tensors, from the feed of n-record batches), or None: the feed
+        cannot take the batch, or it stopped before making it (make it alone)."""
+        specs = _specs_of(self._tf, cols)
+        with self._lock:
+            if self._closed:
+                return None
+            feed = self._feeds.get(n)
+            if feed is not None and feed.stopped():
+                del self._feeds[n]
+                feed = None
+            if feed is None:
+                if specs is None or len(self._feeds) >= _MAX_FEEDS:
+                    return None
+                feed = _Feed(self._tf, self.fn, specs, n)
+                self._feeds[n] = feed
+            if specs is None or not feed.takes(specs):
+                return None
+            slot = feed.submit(cols)
+        if slot is None:
+            return None
+        return slot.wait(feed)
+
+    def close(self):
+        """Ends the feeds: a call waiting on one raises TfTransformError; the puller threads are
+        joined (for at most _JOIN_SECONDS each). Later calls make their batches alone."""
+        with self._lock:
+            self._closed = True
+            feeds, self._feeds = list(self._feeds.values()), {}
+        for feed in feeds:
+            feed.stop(closing=True)
+        for feed in feeds:
+            feed.join(_JOIN_SECONDS)
+
+
+class _Slot:
+    """A batch handed to a feed: set once, with its outputs, with None (make it alone), or with
+    an error."""
+
+    def __init__(self):
+        self._done = threading.Event()
+        self.outputs = None
+        self.error: Optional[Exception] = None
+
+    def set(self, outputs=None, error=None):
+        if not self._done.is_set():
+            self.outputs, self.error = outputs, error
+            self._done.set()
+
+    def wait(self, feed):
+        """The outputs (None: make the batch alone); raises the slot's error. Ends once the
+        slot is set or the feed's puller thread has ended (it sets every slot it holds when it
+        ends; the check is a guard)."""
+        while not self._done.wait(1.0):
+            if not feed.alive():
+                self.set()
+        if self.error is not None:
+            raise self.error
+        return self.outputs
+
+
+class _Feed:
+    """One long-lived tf.data pipeline over batches of n records: the batches' columns in, the
+    user's fn over their records, the outputs regrouped by n; one puller thread. Every method is
+    thread-safe. Once stopped (the pipeline raised or ended, or close()), it takes no batch, and
+    the batches it held are set to be made alone (or, when closing, to an error)."""
+
+    def __init__(self, tf, fn, specs, n):
+        self.n = n
+        self._tf = tf
+        self._specs = specs
+        self._lock = threading.Lock()
+        self._requests: "queue.Queue[Any]" = queue.Queue()  # columns, then None: the end
+        self._pending: "collections.deque[_Slot]" = collections.deque()  # in feed order
+        self._stopped = False
+        self._closing = False
+        signature = {name: _unsized(tf, spec) for name, spec in specs.items()}
+        records = tf.data.Dataset.from_generator(self._generate,
+                                                 output_signature=signature).unbatch()
+        out = fn(records)
+        self._dataset = out.ragged_batch(n).prefetch(tf.data.AUTOTUNE)
+        self._thread = threading.Thread(target=self._pull, name="croupier-tf-feed", daemon=True)
+        self._thread.start()
+
+    def takes(self, specs):
+        """Whether a batch of these column specs fits the pipeline's input signature."""
+        if specs.keys() != self._specs.keys():
+            return False
+        return all(_unsized(self._tf, self._specs[name]).is_compatible_with(spec)
+                   for name, spec in specs.items())
+
+    def submit(self, cols):
+        """A _Slot the batch's outputs will be set in, or None once the feed is stopped."""
+        slot = _Slot()
+        with self._lock:
+            if self._stopped:
+                return None
+            self._pending.append(slot)
+            self._requests.put(cols)
+        return slot
+
+    def stopped(self):
+        with self._lock:
+            return self._stopped
+
+    def alive(self):
+        return self._thread.is_alive()
+
+    def stop(self, closing=False):
+        """Takes no more batches; the batches held are made alone (or fail, when closing); the
+        pipeline's input ends, so that the puller's iteration ends."""
+        with self._lock:
+            first = not self._stopped
+            self._stopped = True
+            self._closing = self._closing or closing
+            slots, self._pending = list(self._pending), collections.deque()
+            while True:  # the batches not yet taken in are dropped
+                try:
+                    self._requests.get_nowait()
+                except queue.Empty:
+                    break
+            if first:
+                self._requests.put(None)
+        error = TfTransformError("the tf_transform's pipeline was closed (the producer is "
+                                 "stopping) before it made the batch") if self._closing else None
+        for slot in slots:
+            slot.set(error=error)
+
+    def join(self, timeout):
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("tf_transform: the pipeline's puller thread did not end within %.0f s",
+                        timeout)
+
+    def _generate(self):
+        """The pipeline's input (run by TensorFlow's threads): each batch's columns, in the
+        order they were submitted, until None."""
+        while True:
+            cols = self._requests.get()
+            if cols is None:
+                return
+            yield cols
+
+    def _pull(self):
+        tf = self._tf
+        try:
+            for outputs in self._dataset:
+                with self._lock:
+                    slot = self._pending.popleft() if self._pending else None
+                if slot is None:
+                    break  # stopped: the batches it held are made alone
+                count = int(_count(outputs))
+                if count != self.n:  # never for a map: stop, the batches are made alone
+                    log.warning("tf_transform: the pipeline made a group of %d outputs for a "
+                                "batch of %d records; making the batches alone", count, self.n)
+                    slot.set()
+                    break
+                slot.set(outputs)
+        except tf.errors.OpError:
+            pass  # a record failed: the batches in flight are made alone, which names it
+        except Exception as e:  # noqa: BLE001 -- whatever it is, the batches are made alone
+            log.warning("tf_transform: the pipeline's puller raised %s: %s; making the batches "
+                        "alone", type(e).__name__, e)
+        finally:
+            self.stop()
+
+
+def _specs_of(tf, cols):
+    """{name: TypeSpec} of a batch's columns, or None if one has none (made alone)."""
+    specs = {}
+    try:
+        for name, col in cols.items():
+            if isinstance(col, np.ndarray):
+                specs[name] = tf.TensorSpec(col.shape, tf.as_dtype(col.dtype))
+            else:
+                specs[name] = tf.type_spec_from_value(col)
+    except (TypeError, ValueError):
+        return None
+    return specs
+
+
+def _unsized(tf, spec):
+    """The spec with its first (the batch's) dimension unknown."""
+    shape = tf.TensorShape([None]).concatenate(spec.shape[1:])
+    if isinstance(spec, tf.RaggedTensorSpec):
+        return tf.RaggedTensorSpec(shape, spec.dtype, spec.ragged_rank, spec.row_splits_dtype)
+    return tf.TensorSpec(shape, spec.dtype)
+
+
+_SHUFFLES = ("ShuffleDataset", "ShuffleDatasetV2", "ShuffleDatasetV3",
+             "ShuffleAndRepeatDataset", "ShuffleAndRepeatDatasetV2")
+
+
+def _reordering(ds):
+    """What in the dataset's graph may reorder its elements ('' if nothing): a shuffle, an op
+    with deterministic=False (or sloppy), or tf.data.Options deterministic=False."""
+    import tensorflow as tf
+    found = []
+    if ds.options().deterministic is False:
+        found.append("tf.data.Options deterministic=False")
+    graph = tf.compat.v1.GraphDef()
+    graph.ParseFromString(ds._as_serialized_graph().numpy())  # pylint: disable=protected-access
+    nodes = list(graph.node)
+    for function in graph.library.function:
+        nodes.extend(function.node_def)
+    for node in nodes:
+        if node.op in _SHUFFLES:
+            found.append(f"{node.op}")
+        deterministic = node.attr.get("deterministic")
+        if deterministic is not None and deterministic.s == b"false":
+            found.append(f"{node.op} with deterministic=False")
+        sloppy = node.attr.get("sloppy")
+        if sloppy is not None and sloppy.b:
+            found.append(f"{node.op} sloppy")
+    return ", ".join(dict.fromkeys(found))
 
 
 def _count(outputs):
