@@ -45,6 +45,7 @@ import collections
 import logging
 import queue
 import threading
+import weakref
 from typing import Any, Dict, Iterable, Optional, Tuple
 
 import numpy as np
@@ -53,6 +54,7 @@ SEED_FIELD = "croupier_seed"
 _SEED_KIND = 2  # record_rng uses 0, batch_rng 1
 _MAX_FEEDS = 2  # live feeds, one per record count (a full batch's, and one short)
 _JOIN_SECONDS = 30.0  # close(): how long a puller may take to end
+_MAX_DRAIN_ERRORS = 1000  # errors a stopped feed's iterator may give while it is drained
 
 log = logging.getLogger("croupier.pipeline")
 
@@ -113,6 +115,10 @@ class TfTransform:
         self._feeds: Dict[int, "_Feed"] = {}  # record count -> the live feed of that count
         self._closed = False
         self._spans: Optional[bool] = None  # whether fn keeps a dataset's length; None: unchecked
+        self.made = collections.Counter()  # batches made "by_feed" and "alone"
+        # A TfTransform dropped without close() stops its feeds (their threads hold no reference
+        # to it), so that no puller thread outlives it.
+        weakref.finalize(self, _stop_feeds, self._feeds)
 
     # -- inputs --------------------------------------------------------------------------------
 
@@ -185,8 +191,15 @@ class TfTransform:
         if self.continuous and self._spans and not per_batch:
             outputs = self._through_feed(cols, len(ids))
             if outputs is not None:
+                self._count_made("by_feed")
                 return _to_numpy(outputs)
-        return self._per_batch(cols, records, epoch, ids)
+        batch = self._per_batch(cols, records, epoch, ids)
+        self._count_made("alone")
+        return batch
+
+    def _count_made(self, how):
+        with self._lock:
+            self.made[how] += 1
 
     def _per_batch(self, cols, records, epoch, ids):
         tf = self._tf
@@ -292,11 +305,21 @@ class TfTransform:
         joined (for at most _JOIN_SECONDS each). Later calls make their batches alone."""
         with self._lock:
             self._closed = True
-            feeds, self._feeds = list(self._feeds.values()), {}
+            feeds = list(self._feeds.values())
+            self._feeds.clear()
         for feed in feeds:
             feed.stop(closing=True)
         for feed in feeds:
             feed.join(_JOIN_SECONDS)
+
+
+def _stop_feeds(feeds):
+    """A dropped TfTransform's finalizer: stops its feeds from a thread of its own (the garbage
+    collector may run it in any thread, one holding a feed's lock too)."""
+    live = list(feeds.values())
+    if live:
+        threading.Thread(target=lambda: [feed.stop(closing=True) for feed in live],
+                         name="croupier-tf-stop", daemon=True).start()
 
 
 class _Slot:
@@ -408,27 +431,45 @@ class _Feed:
             yield cols
 
     def _pull(self):
+        """Iterates the pipeline, handing each group of outputs to the batch it belongs to, until
+        the input ends (stop()). After an error the feed is stopped and the iterator is drained
+        to its end rather than dropped mid-flight: TensorFlow's threads may be inside the
+        generator (which needs the GIL) and the iterator is not released under them."""
         tf = self._tf
+        iterator = None
         try:
-            for outputs in self._dataset:
+            iterator = iter(self._dataset)
+            failures = 0
+            while True:
+                try:
+                    outputs = next(iterator)
+                except StopIteration:
+                    break
+                except tf.errors.OpError:
+                    # A record failed: the batches in flight are made alone, which names it.
+                    self.stop()
+                    failures += 1
+                    if failures > _MAX_DRAIN_ERRORS:
+                        raise
+                    continue
                 with self._lock:
                     slot = self._pending.popleft() if self._pending else None
                 if slot is None:
-                    break  # stopped: the batches it held are made alone
+                    continue  # stopped: the batches it held are made alone; drain
                 count = int(_count(outputs))
                 if count != self.n:  # never for a map: stop, the batches are made alone
                     log.warning("tf_transform: the pipeline made a group of %d outputs for a "
                                 "batch of %d records; making the batches alone", count, self.n)
                     slot.set()
-                    break
+                    self.stop()
+                    continue
                 slot.set(outputs)
-        except tf.errors.OpError:
-            pass  # a record failed: the batches in flight are made alone, which names it
         except Exception as e:  # noqa: BLE001 -- whatever it is, the batches are made alone
             log.warning("tf_transform: the pipeline's puller raised %s: %s; making the batches "
                         "alone", type(e).__name__, e)
         finally:
             self.stop()
+            del iterator
 
 
 def _specs_of(tf, cols):
