@@ -43,7 +43,6 @@ This module imports TensorFlow; croupier.pipeline imports it only when tf_transf
 
 import collections
 import logging
-import queue
 import threading
 import weakref
 from typing import Any, Dict, Iterable, Optional, Tuple
@@ -55,6 +54,7 @@ _SEED_KIND = 2  # record_rng uses 0, batch_rng 1
 _MAX_FEEDS = 2  # live feeds, one per record count (a full batch's, and one short)
 _JOIN_SECONDS = 30.0  # close(): how long a puller may take to end
 _MAX_DRAIN_ERRORS = 1000  # errors a stopped feed's iterator may give while it is drained
+_QUEUE_CAPACITY = 1 << 20  # batches; never reached (each waits in a make() call)
 
 log = logging.getLogger("croupier.pipeline")
 
@@ -280,7 +280,7 @@ class TfTransform:
     def _through_feed(self, cols, n):
         """The batch's outputs (tensors, from the feed of n-record batches), or None: the feed
         cannot take the batch, or it stopped before making it (make it alone)."""
-        specs = _specs_of(self._tf, cols)
+        types = _types_of(self._tf, cols)
         with self._lock:
             if self._closed:
                 return None
@@ -289,11 +289,12 @@ class TfTransform:
                 del self._feeds[n]
                 feed = None
             if feed is None:
+                specs = _specs_of(self._tf, cols)
                 if specs is None or len(self._feeds) >= _MAX_FEEDS:
                     return None
-                feed = _Feed(self._tf, self.fn, specs, n)
+                feed = _Feed(self._tf, self.fn, specs, types, n)
                 self._feeds[n] = feed
-            if specs is None or not feed.takes(specs):
+            if types != feed.types:
                 return None
             slot = feed.submit(cols)
         if slot is None:
@@ -354,29 +355,27 @@ class _Feed:
     thread-safe. Once stopped (the pipeline raised or ended, or close()), it takes no batch, and
     the batches it held are set to be made alone (or, when closing, to an error)."""
 
-    def __init__(self, tf, fn, specs, n):
+    def __init__(self, tf, fn, specs, types, n):
         self.n = n
+        self.types = types  # _types_of the batches it takes
         self._tf = tf
         self._specs = specs
         self._lock = threading.Lock()
-        self._requests: "queue.Queue[Any]" = queue.Queue()  # columns, then None: the end
         self._pending: "collections.deque[_Slot]" = collections.deque()  # in feed order
         self._stopped = False
         self._closing = False
         signature = {name: _unsized(tf, spec) for name, spec in specs.items()}
-        records = tf.data.Dataset.from_generator(self._generate,
-                                                 output_signature=signature).unbatch()
-        out = fn(records)
-        self._dataset = out.ragged_batch(n).prefetch(tf.data.AUTOTUNE)
+        # The input: a TensorFlow queue of the batches' column tensors (a ragged column as its
+        # values and row splits), which make() fills and the pipeline empties in C++ (no Python,
+        # no GIL, in TensorFlow's threads); closing it ends the pipeline.
+        dtypes = []
+        for spec in signature.values():
+            dtypes += [spec.dtype, spec.row_splits_dtype] \
+                if isinstance(spec, tf.RaggedTensorSpec) else [spec.dtype]
+        self._queue = tf.queue.FIFOQueue(_QUEUE_CAPACITY, dtypes)
+        self._dataset = _continuous(tf, fn, self._queue, signature, n)
         self._thread = threading.Thread(target=self._pull, name="croupier-tf-feed", daemon=True)
         self._thread.start()
-
-    def takes(self, specs):
-        """Whether a batch of these column specs fits the pipeline's input signature."""
-        if specs.keys() != self._specs.keys():
-            return False
-        return all(_unsized(self._tf, self._specs[name]).is_compatible_with(spec)
-                   for name, spec in specs.items())
 
     def submit(self, cols):
         """A _Slot the batch's outputs will be set in, or None once the feed is stopped."""
@@ -384,8 +383,11 @@ class _Feed:
         with self._lock:
             if self._stopped:
                 return None
+            try:
+                self._queue.enqueue(_components(self._tf, cols))
+            except self._tf.errors.OpError:
+                return None  # closed
             self._pending.append(slot)
-            self._requests.put(cols)
         return slot
 
     def stopped(self):
@@ -403,13 +405,8 @@ class _Feed:
             self._stopped = True
             self._closing = self._closing or closing
             slots, self._pending = list(self._pending), collections.deque()
-            while True:  # the batches not yet taken in are dropped
-                try:
-                    self._requests.get_nowait()
-                except queue.Empty:
-                    break
-            if first:
-                self._requests.put(None)
+            if first:  # the pipeline takes what the queue holds, then ends
+                self._queue.close(cancel_pending_enqueues=True)
         error = TfTransformError("the tf_transform's pipeline was closed (the producer is "
                                  "stopping) before it made the batch") if self._closing else None
         for slot in slots:
@@ -421,20 +418,10 @@ class _Feed:
             log.warning("tf_transform: the pipeline's puller thread did not end within %.0f s",
                         timeout)
 
-    def _generate(self):
-        """The pipeline's input (run by TensorFlow's threads): each batch's columns, in the
-        order they were submitted, until None."""
-        while True:
-            cols = self._requests.get()
-            if cols is None:
-                return
-            yield cols
-
     def _pull(self):
         """Iterates the pipeline, handing each group of outputs to the batch it belongs to, until
         the input ends (stop()). After an error the feed is stopped and the iterator is drained
-        to its end rather than dropped mid-flight: TensorFlow's threads may be inside the
-        generator (which needs the GIL) and the iterator is not released under them."""
+        to its end rather than dropped mid-flight."""
         tf = self._tf
         iterator = None
         try:
@@ -456,7 +443,7 @@ class _Feed:
                     slot = self._pending.popleft() if self._pending else None
                 if slot is None:
                     continue  # stopped: the batches it held are made alone; drain
-                count = int(_count(outputs))
+                count = _rows(tf, outputs)
                 if count != self.n:  # never for a map: stop, the batches are made alone
                     log.warning("tf_transform: the pipeline made a group of %d outputs for a "
                                 "batch of %d records; making the batches alone", count, self.n)
@@ -470,6 +457,70 @@ class _Feed:
         finally:
             self.stop()
             del iterator
+
+
+def _continuous(tf, fn, columns, signature, n):
+    """The feed's dataset: the batches' columns dequeued from `columns` (until it is closed),
+    one element per record (as from_tensor_slices gives them), fn, regrouped by n, prefetched."""
+    names = list(signature)
+
+    def dequeue(_):
+        parts = columns.dequeue()
+        parts = list(parts) if isinstance(parts, (list, tuple)) else [parts]
+        cols = {}
+        for name in names:
+            spec = signature[name]
+            if isinstance(spec, tf.RaggedTensorSpec):
+                values, splits = parts.pop(0), parts.pop(0)
+                values.set_shape(tf.TensorShape([None]).concatenate(spec.shape[2:]))
+                splits.set_shape([None])
+                cols[name] = tf.RaggedTensor.from_row_splits(values, splits, validate=False)
+            else:
+                column = parts.pop(0)
+                column.set_shape(spec.shape)
+                cols[name] = column
+        return cols
+
+    def open_or_not_empty(_):
+        return tf.logical_or(tf.logical_not(columns.is_closed()), columns.size() > 0)
+
+    # The input ends once the queue is closed and empty (a dequeue that was already waiting
+    # then fails once, with OutOfRangeError, and the next element ends it).
+    records = tf.data.Dataset.from_tensors(0).repeat().take_while(open_or_not_empty) \
+        .map(dequeue).unbatch()
+    return fn(records).ragged_batch(n).prefetch(tf.data.AUTOTUNE)
+
+
+def _components(tf, cols):
+    """A batch's columns as the feed's queue takes them: a ragged column as values, splits."""
+    parts = []
+    for col in cols.values():
+        if isinstance(col, tf.RaggedTensor):
+            parts += [col.values, col.row_splits]
+        else:
+            parts.append(col)
+    return parts
+
+
+def _types_of(tf, cols):
+    """What the feed's input signature says of a batch's columns, as a comparable tuple: per
+    column its name, kind, dtype and the shape past the first dimension."""
+    types = []
+    for name, col in cols.items():
+        if isinstance(col, tf.RaggedTensor):
+            types.append((name, "ragged", col.dtype, col.row_splits.dtype, col.ragged_rank,
+                          tuple(col.flat_values.shape[1:])))
+        else:
+            types.append((name, "dense", str(col.dtype), tuple(col.shape[1:])))
+    return tuple(types)
+
+
+def _rows(tf, outputs):
+    """The number of records in a group of outputs (their first output's first dimension)."""
+    first = tf.nest.flatten(outputs, expand_composites=False)[0]
+    if isinstance(first, tf.RaggedTensor):
+        return int(first.nrows())
+    return int(first.shape[0])
 
 
 def _specs_of(tf, cols):
