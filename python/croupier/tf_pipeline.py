@@ -9,13 +9,13 @@ For batch g of epoch e, of records ids = plan(e).batch_records(g), a producer ma
 
 The records of many batches flow through one long-lived tf.data pipeline (a "feed"):
 
-    Dataset.from_generator(the batches' columns, in the order make() was called)
-        .unbatch()                 # one element per record, as from_tensor_slices gives them
+    a tf.queue.FIFOQueue of the batches' columns, in the order make() was called
+        -> dequeue, .unbatch()     # one element per record, as from_tensor_slices gives them
         -> fn                      # the user's map: num_parallel_calls spans batch boundaries
         .ragged_batch(n)           # regrouped into the batches they came in (n records each)
         .prefetch(AUTOTUNE)
 
-make() calls (the producer's threads, concurrently) put their columns into the feed and wait; one
+make() calls (the producer's threads, concurrently) enqueue their columns and wait; one
 puller thread iterates the pipeline (TensorFlow releases the GIL while it works) and hands each
 batch's outputs to the call that put its records in: a map keeps one output per record, in order,
 so batch k's outputs are the pipeline's k-th group of n. TensorFlow's runtime runs the user's map
