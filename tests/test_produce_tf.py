@@ -17,7 +17,7 @@ import croupier  # noqa: E402
 from croupier import errors  # noqa: E402
 from croupier.errors import BatchError  # noqa: E402
 from croupier.pipeline import Pipeline  # noqa: E402
-from croupier.tf_pipeline import record_seed  # noqa: E402
+from croupier.tf_pipeline import record_seed, record_seeds  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import map_sources_tf  # noqa: E402
@@ -425,3 +425,20 @@ def test_a_slot_whose_puller_is_gone_ends_the_wait():
         def alive(self):
             return False
     assert _Slot().wait(Gone()) is None
+
+
+@pytest.mark.timeout(60)
+def test_record_seeds_are_numpys_seed_sequence_words():
+    """record_seeds computes SeedSequence([seed, epoch, i, 2])'s words for many records at once
+    (indexes below 2**32); every one equals record_seed's, which asks SeedSequence itself, also
+    where a value needs more than one 32-bit word (the per-record path)."""
+    rng = np.random.default_rng(1)
+    for seed, epoch in [(0, 0), (5, 1), (2**32 - 1, 7), (123456789, 2**32 - 1), (2**40, 3)]:
+        ids = np.concatenate([[0, 1, 2**32 - 1], rng.integers(0, 2**32, 100)]).astype(np.uint64)
+        if seed == 2**40:
+            ids = np.concatenate([ids, [2**32, 2**63]]).astype(np.uint64)
+        got = record_seeds(seed, epoch, ids)
+        want = np.stack([record_seed(seed, epoch, int(i)) for i in ids])
+        assert got.dtype == np.int64 and got.shape == (len(ids), 2)
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(record_seeds(5, 0, [9]), record_seed(5, 0, 9)[None])

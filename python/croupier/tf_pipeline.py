@@ -68,11 +68,62 @@ def record_seed(seed, epoch, index):
 
 
 def record_seeds(seed, epoch, ids):
-    """record_seed of every index of `ids`, as an int64 [len(ids), 2] array."""
+    """record_seed of every index of `ids`, as an int64 [len(ids), 2] array. Where seed, epoch
+    and every index are below 2**32 (one 32-bit word each), SeedSequence's mixing is computed
+    for all of them at once in numpy (_seed_words); otherwise one SeedSequence per record."""
+    ids = np.asarray(ids, dtype=np.uint64).reshape(-1)
+    if 0 <= int(seed) < 1 << 32 and 0 <= int(epoch) < 1 << 32 and \
+            (len(ids) == 0 or int(ids.max()) < 1 << 32):
+        return _seed_words(int(seed), int(epoch), ids).view(np.int64).reshape(len(ids), 2)
     out = np.empty((len(ids), 2), dtype=np.int64)
     for k, i in enumerate(ids):
-        out[k] = record_seed(seed, epoch, i)
+        out[k] = record_seed(seed, epoch, int(i))
     return out
+
+
+# numpy's SeedSequence (numpy/random/bit_generator.pyx): its pool of 4 uint32 words, its hash
+# constants, and the mixing of an entropy of exactly 4 words [seed, epoch, index, 2], each below
+# 2**32, and generate_state(2, uint64) (4 uint32 words), vectorised over the indexes. Checked
+# against SeedSequence itself by tests/test_produce_tf.py.
+_INIT_A, _MULT_A = 0x43b0d7e5, 0x931e8875
+_INIT_B, _MULT_B = 0x8b51f9dd, 0x58f38ded
+_MIX_MULT_L, _MIX_MULT_R = 0xca01f9dd, 0x4973f715
+_POOL = 4
+
+
+def _seed_words(seed, epoch, ids):
+    """The uint64 [len(ids) * 2] words of SeedSequence([seed, epoch, i, 2]).generate_state(2,
+    np.uint64) for every i of `ids` (uint64, each below 2**32)."""
+    u32 = np.uint32
+    with np.errstate(over="ignore"):
+        n = len(ids)
+        entropy = [np.full(n, seed, u32), np.full(n, epoch, u32), ids.astype(u32),
+                   np.full(n, _SEED_KIND, u32)]
+        hash_a = [u32(_INIT_A)]
+
+        def hashmix(value):
+            value = value ^ hash_a[0]
+            hash_a[0] = u32(hash_a[0] * u32(_MULT_A))
+            value = value * hash_a[0]
+            return value ^ (value >> u32(16))
+
+        def mix(x, y):
+            result = u32(_MIX_MULT_L) * x - u32(_MIX_MULT_R) * y
+            return result ^ (result >> u32(16))
+
+        pool = [hashmix(entropy[k]) for k in range(_POOL)]
+        for src in range(_POOL):
+            for dst in range(_POOL):
+                if src != dst:
+                    pool[dst] = mix(pool[dst], hashmix(pool[src]))
+        hash_b = u32(_INIT_B)
+        state = np.empty((n, 4), dtype=u32)
+        for k in range(4):
+            value = pool[k % _POOL] ^ hash_b
+            hash_b = u32(hash_b * u32(_MULT_B))
+            value = value * hash_b
+            state[:, k] = value ^ (value >> u32(16))
+    return state.astype("<u4").view("<u8").astype(np.uint64).reshape(-1)
 
 
 class TfTransformError(Exception):
