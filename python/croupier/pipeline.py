@@ -157,6 +157,8 @@ class Pipeline:
         cache, self._cache = self._cache, None
         if cache is not None:
             cache.close()
+        if self._tf is not None:
+            self._tf.close()  # ends the tf_transform's pipeline and its thread
 
     def __enter__(self) -> "Pipeline":
         return self
@@ -301,19 +303,21 @@ class Pipeline:
                      epoch, error)
 
     def _tf_batch(self, records, epoch, ids):
-        """(batch, ids): the records through the tf_transform, in TensorFlow's runtime, and
-        collated. With skip_failing_records, a record the function fails on is left out and the
-        rest run again."""
+        """(batch, ids): the records through the tf_transform, in TensorFlow's runtime (its
+        continuous pipeline, croupier.tf_pipeline), and collated. With skip_failing_records, a
+        record the function fails on is left out and the rest run again, alone."""
         from croupier.tf_pipeline import TfTransformError
+        per_batch = False
         while True:
             try:
                 assert self._tf is not None
-                batch = self._tf(records, epoch, ids)
+                batch = self._tf(records, epoch, ids, per_batch=per_batch)
                 break
             except TfTransformError as e:
                 if not self.skip_failing_records or e.record is None or len(ids) == 1:
                     raise BatchError(str(e)) from None
                 self._skipped(epoch, e)
+                per_batch = True
                 k = [int(i) for i in ids].index(e.record)
                 records = records[:k] + records[k + 1:]
                 ids = np.delete(np.asarray(ids, dtype=np.uint64), k)

@@ -152,10 +152,18 @@ def produce(source: Any, dispatcher: str, job: str,
     in plan order, holding the record's fields and "croupier_seed" (int64 [2], the record's seed
     for tf.random.stateless_* ops: tf_pipeline.record_seed(seed, epoch, index)); it must return
     one element per record, in order (a map), a dict of tensors that croupier collates. It runs
-    in TensorFlow's runtime, called from the producer's own threads (`threads`, default
-    max(2, default_workers())): no worker process is forked once TensorFlow runs, so `workers`
-    must be 0 or None. decode and the record cache work with it too: the records that go into
-    the tf.data pipeline are decode's outputs, from the cache when it holds them.
+    in TensorFlow's runtime as one continuous tf.data pipeline per producer: the records of the
+    batches the producer's threads (`threads`, default max(2, default_workers())) ask for flow
+    through it, fn's parallel map and prefetch spanning batch boundaries, one puller thread
+    handing each batch its outputs; a batch whose record count or field types differ from the
+    pipeline's is made alone (one tf.function call), with the same bytes. fn is checked at the
+    first batch: one that may reorder records (shuffle, deterministic=False) is refused, one
+    that does not keep a dataset's length (filter, batch, take) makes each batch alone and its
+    count of outputs is checked. When the pipeline raises, the batches in it are made again
+    alone, which names the failing record, and a new pipeline starts. No worker process is
+    forked once TensorFlow runs, so `workers` must be 0 or None. decode and the record cache
+    work with it too: the records that go into the tf.data pipeline are decode's outputs, from
+    the cache when it holds them.
 
     Once `stop` is set the producer leaves gracefully (drains): it takes no more work, the
     dispatcher hands its unfinished tasks to the other producers at once and keeps with it the
