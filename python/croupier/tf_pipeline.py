@@ -45,7 +45,7 @@ import collections
 import logging
 import threading
 import weakref
-from typing import Any, Dict, Iterable, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
@@ -166,7 +166,7 @@ class TfTransform:
         self._feeds: Dict[int, "_Feed"] = {}  # record count -> the live feed of that count
         self._closed = False
         self._spans: Optional[bool] = None  # whether fn keeps a dataset's length; None: unchecked
-        self.made = collections.Counter()  # batches made "by_feed" and "alone"
+        self.made: "collections.Counter[str]" = collections.Counter()  # "by_feed", "alone"
         # A TfTransform dropped without close() stops its feeds (their threads hold no reference
         # to it), so that no puller thread outlives it.
         weakref.finalize(self, _stop_feeds, self._feeds)
@@ -556,7 +556,7 @@ def _components(tf, cols):
 def _types_of(tf, cols):
     """What the feed's input signature says of a batch's columns, as a comparable tuple: per
     column its name, kind, dtype and the shape past the first dimension."""
-    types = []
+    types: List[Tuple[Any, ...]] = []
     for name, col in cols.items():
         if isinstance(col, tf.RaggedTensor):
             types.append((name, "ragged", col.dtype, col.row_splits.dtype, col.ragged_rank,
