@@ -74,7 +74,8 @@ producers, workers, dispatchers, Ray's and the tf.data service's processes) from
 signal to the end of the work (the last trainer's loop; the processes' exit left out), per
 record (cpu_ms_per_record), in all (cpu_s, per round) and per second of the run (cpu_cores: 2.0
 is both cores busy all the time) (bench/cpu_budget.py: the program is the processes' child
-subreaper, so that every one of them is counted).
+subreaper, so that every one of them is counted); and other_cores, per round, the CPU that the
+machine's other processes used meanwhile, per second of the run (about 0 on a quiet machine).
 
 The decode limit, in the same run (system "decode_limit"): the workload's images decoded (the
 same PIL decode) and collated into batches without random transforms, by one process per core
@@ -98,7 +99,7 @@ system whose framework is not installed is left out with a line saying so; one t
 reported so, and the others go on.
 
 JSON lines on stdout, each with "workload": {"bench": "map", "system", "records_per_s",
-"samples", "setup", "budget", "cpus", "cpu_ms_per_record", "cpu_s", "cpu_cores",
+"samples", "setup", "budget", "cpus", "cpu_ms_per_record", "cpu_s", "cpu_cores", "other_cores",
 "decode_limit_fraction", "first_batch_s", "after_last_batch_s"} per system and for
 "decode_limit" (records_per_s null, with a note, for a system not run); {"bench": "map",
 "case", "unit", "value", "baseline", "baseline_value", "ratio", "goal", "met", "note"} for the
@@ -390,6 +391,7 @@ def run_workload(wl, systems, args, work):
                 failed[entry] = extra["error"]
                 print(f"{entry} on {wl.name}: {extra['error']}", file=sys.stderr, flush=True)
                 continue
+            extra["other_cpu"] = meter.other
             samples[entry].append(rate)
             extras[entry].append(extra)
         if any(SYSTEMS[s].role == "producer" for s in here):
@@ -405,7 +407,8 @@ def cpu_fields(extras):
     return {"cpu_ms_per_record": float(np.median([e["run_cpu"] / e["records"] * 1e3
                                                   for e in runs])),
             "cpu_cores": float(np.median([e["run_cpu"] / e["seconds"] for e in runs])),
-            "cpu_s": [round(e["run_cpu"], 2) for e in runs]}
+            "cpu_s": [round(e["run_cpu"], 2) for e in runs],
+            "other_cores": [round(e["other_cpu"] / e["seconds"], 2) for e in runs]}
 
 
 def report(wl, n, args, samples, extras, failed, alone):

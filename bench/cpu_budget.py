@@ -93,6 +93,15 @@ def reaped_cpu():
     return r.ru_utime + r.ru_stime
 
 
+def machine_busy():
+    """CPU seconds the whole machine has been busy since boot (/proc/stat: user, nice, system,
+    irq and softirq time of every core)."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq = (int(v) for v in fields[:7])
+    return (user + nice + system + irq + softirq) / TICK
+
+
 def reap_descendants(timeout=60.0):
     """Waits until this process has no descendant left, reaping the orphans handed to it; kills
     (by pid) and reaps what is still alive after `timeout` seconds, saying so on stderr. Call it
@@ -127,7 +136,8 @@ class CpuMeter:
     its work (end()): see the module's docstring."""
 
     def __init__(self):
-        self._before = None
+        self._before = self._busy = None
+        self.other = None  # after end(): the CPU seconds of every other process of the machine
 
     @staticmethod
     def _now():
@@ -136,9 +146,14 @@ class CpuMeter:
     def start(self):
         """Call right before the start signal, with every process of the run set up and
         waiting for it."""
+        self._busy = machine_busy()
         self._before = self._now()
 
     def end(self):
         """Call once the run's work is done (its trainers' loops ended), before its processes
-        exit (an interpreter's exit is not the run's work): the CPU seconds since start()."""
-        return self._now() - self._before
+        exit (an interpreter's exit is not the run's work): the CPU seconds since start(). Sets
+        `other`: what the rest of the machine used meanwhile (this program's own CPU included,
+        which is small), to tell a quiet machine from a busy one."""
+        cpu = self._now() - self._before
+        self.other = max(0.0, machine_busy() - self._busy - cpu)
+        return cpu
