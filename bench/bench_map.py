@@ -30,6 +30,8 @@ The CPU budget. Every process of a run is pinned (os.sched_setaffinity) to the s
                   dispatcher process, 4 croupier.Consumer processes;
   croupier_batch  the same map job with crop, flip and normalise vectorised on the collated
                   batch (batch_transform), the W workers only decoding (small and large only);
+  croupier_threads  the same map job with W / 2 worker processes, each reading, decoding and
+                  transforming a batch's records on 2 threads (transform_threads=2);
   dataloader      4 trainer processes, each a torch DataLoader over the dataset with a
                   DistributedSampler (shuffle on) and W / 4 worker processes;
   serve           croupier.serve(DataLoader(dataset, shuffle=True, num_workers=W)) in one
@@ -65,9 +67,8 @@ thread pool of its share of W threads:
                with distribute(processing_mode="distributed_epoch": each batch to one trainer;
                compression --service-compression, TensorFlow's AUTO by default).
 
-Another croupier system (a producer set up otherwise, e.g. worker threads beside or instead of
-the worker processes) is one more row of SYSTEMS below and of MAP_JOBS (bench/map_roles.py,
-where every process's role is).
+Another croupier system (a producer set up otherwise) is one more row of SYSTEMS below and of
+MAP_JOBS (bench/map_roles.py, where every process's role is).
 
 The CPU: each system's line gives the CPU seconds of all the processes of its run (trainers,
 producers, workers, dispatchers, Ray's and the tf.data service's processes) from the start
@@ -115,7 +116,8 @@ make the images.
 
 usage: .venv/bin/python bench/bench_map.py [--workload small,large,decode | all] [--quick]
        [--images N] [--workers 4] [--rounds 2] [--uint8] [--cpus 0-1] [--cache-dir DIR]
-       [--systems croupier,croupier_batch,dataloader,serve,grain,ray,spdl | tf,tfshard,tfservice]
+       [--systems croupier,croupier_threads,croupier_batch,dataloader,serve,grain,ray,spdl |
+                  tf,tfshard,tfservice]
        [--grain-threads 1] [--spdl-threads 1] [--service-workers 1]
        [--service-compression AUTO|none]
 """
@@ -163,8 +165,11 @@ SYSTEMS = {
     "croupier_batch": System((), "map_job", "producer",
                              lambda a: f"{a.workers} worker processes of the producer",
                              workloads=("small", "large")),
-    # Another croupier map job (e.g. the producer's worker threads: croupier_threads) is a row
-    # here (runner "map_job", role "producer") and its produce() set-up in map_roles.MAP_JOBS.
+    "croupier_threads": System((), "map_job", "producer",
+                               lambda a: f"{max(1, a.workers // 2)} worker processes of the "
+                                         "producer x 2 record threads"),
+    # Another croupier map job is a row here (runner "map_job", role "producer") and its
+    # produce() set-up in map_roles.MAP_JOBS.
     "dataloader": System(("torch",), "trainers", "dataloader",
                          lambda a: f"{WORLD} trainers x {share(a)} DataLoader worker process(es)"),
     "serve": System(("torch",), "map_job", "serve",
@@ -517,7 +522,7 @@ def main():
     parser.add_argument("--cache-dir", default=None,
                         help="where the images are kept (default: TMP/croupier-bench-map)")
     parser.add_argument("--systems",
-                        default="croupier,croupier_batch,dataloader,serve,grain,ray,spdl")
+                        default="croupier,croupier_threads,croupier_batch,dataloader,serve,grain,ray,spdl")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: 512 images (256 on the large images), 1 round")
     parser.add_argument("--grain-threads", type=int, default=1,

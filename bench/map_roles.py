@@ -47,11 +47,19 @@ def map_job_vectorised(args, wl):
                 batch_transform=lambda b, rng: batch_transform(b, rng, uint8, crop))
 
 
+def map_job_threads(args, wl):
+    """The map job with half the worker processes, each reading, decoding and transforming its
+    batches' records on 2 threads (transform_threads: PIL's decode and numpy release the GIL):
+    --workers workers in all."""
+    job = map_job(args, wl)
+    job.update(workers=max(1, args.workers // 2), transform_threads=2)
+    return job
+
+
 # Each croupier map-job system of bench_map.SYSTEMS (role "producer"): (args, workload) ->
-# produce()'s source and keywords. Another set-up of the producer (croupier_threads: worker
-# threads for transforms that release the GIL) is one more entry, giving the same budget of
-# --workers workers.
-MAP_JOBS = {"croupier": map_job, "croupier_batch": map_job_vectorised}
+# produce()'s source and keywords, each with the same budget of --workers workers.
+MAP_JOBS = {"croupier": map_job, "croupier_batch": map_job_vectorised,
+            "croupier_threads": map_job_threads}
 
 
 # --- Roles (each a process) ---------------------------------------------------------------------
