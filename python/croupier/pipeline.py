@@ -29,17 +29,20 @@ with cache_bytes, a record cache on /dev/shm shared by the producer's processes
 (croupier.record_cache) holds decode's outputs by record index, and the epochs after the first
 run only the random part (transform, batch_transform).
 
-The transforms run in `workers` worker processes, each making whole batches; a batch comes back
-to the producer through shared memory in croupier's batch format, nothing pickled. The workers are
-forks of a "zygote" process that the producer forks at start (before any thread of croupier's
-starts), so that a worker that dies (OOM-killed, a crash in a decoder) can be replaced by a new
-fork at any time; the replacement makes the dead worker's batch again (croupier.pool says when a
-batch fails instead, and when replacing stops; croupier.zygote holds the processes). workers=0
-makes batches in the producer's own threads (for code that releases the GIL).
+The transforms run in `workers` worker processes, each making whole batches, each batch laid
+out in a shared-memory slot that the producer serves from as it is (croupier.zygote), nothing
+pickled; within a process, a batch's records are read, decoded and transformed on
+`transform_threads` threads (croupier.record_threads). The workers are forks of a "zygote"
+process that the producer forks at start (before any thread of croupier's starts), so that a
+worker that dies (OOM-killed, a crash in a decoder) can be replaced by a new fork at any time;
+the replacement makes the dead worker's batch again (croupier.pool says when a batch fails
+instead, and when replacing stops; croupier.zygote holds the processes). workers=0 makes batches
+in the producer's own threads (for code that releases the GIL).
 
-tf_transform (a tf.data pipeline, croupier.tf_pipeline) replaces transform and collate: it runs
-in TensorFlow's runtime from the producer's own threads, with no worker process (forking once
-TensorFlow runs is unsafe).
+tf_transform (a tf.data pipeline, croupier.tf_pipeline) replaces transform and collate: the
+records of the batches the producer's threads ask for flow through one long-lived tf.data
+pipeline in TensorFlow's runtime, with no worker process (forking once TensorFlow runs is
+unsafe).
 """
 import inspect
 import logging
