@@ -62,6 +62,9 @@ thread pool of its share of W threads:
   tfshard      4 trainer processes, each running the pipeline on its own shard (file list
                shuffled with one seed, ds.shard(4, rank), read_file, map, batch, prefetch), W / 4
                tf.data threads each;
+  tfserve      croupier.serve() of the whole pipeline (no shard) in one process, W tf.data
+               threads (the continuous pipeline, without the map job's guarantees), 4
+               croupier.Consumer processes;
   tfservice    tf.data service: a dispatcher and --service-workers (1) workers in one process
                run the whole pipeline (W tf.data threads), distributed to 4 trainer processes
                with distribute(processing_mode="distributed_epoch": each batch to one trainer;
@@ -106,8 +109,9 @@ JSON lines on stdout, each with "workload": {"bench": "map", "system", "records_
 "case", "unit", "value", "baseline", "baseline_value", "ratio", "goal", "met", "note"} for the
 goals: croupier against dataloader >= 1.3 (each workload), spdl, serve and grain >= 1.0, ray
 >= 2.0; croupier's fraction of the decode limit >= 0.5 (decode workloads); producer CPU per
-record <= 1.10x the work alone (met is null below 16,384 records); tf against tfshard >= 0.95
-and tfservice >= 3. On workloads other than small, a case's name ends with "(NAME workload)".
+record <= 1.10x the work alone (met is null below 16,384 records); tf against tfshard >= 0.95,
+tfserve >= 1.0 and tfservice >= 3. On workloads other than small, a case's name ends with
+"(NAME workload)".
 
 How long, here (2 cores, with other work running): --quick (512 and 256 images, 1 round) about
 4 minutes for the default systems and workloads, about 8 with --systems tf,tfshard,tfservice;
@@ -117,7 +121,7 @@ make the images.
 usage: .venv/bin/python bench/bench_map.py [--workload small,large,decode | all] [--quick]
        [--images N] [--workers 4] [--rounds 2] [--uint8] [--cpus 0-1] [--cache-dir DIR]
        [--systems croupier,croupier_threads,croupier_batch,dataloader,serve,grain,ray,spdl |
-                  tf,tfshard,tfservice]
+                  tf,tfshard,tfserve,tfservice]
        [--grain-threads 1] [--spdl-threads 1] [--service-workers 1]
        [--service-compression AUTO|none]
 """
@@ -185,6 +189,8 @@ SYSTEMS = {
                  lambda a: f"{a.workers} tf.data threads in the producer process"),
     "tfshard": System(("tensorflow",), "trainers", "tf_shard",
                       lambda a: f"{WORLD} trainers x {share(a)} tf.data thread(s)"),
+    "tfserve": System(("tensorflow",), "map_job", "tf_serve",
+                      lambda a: f"{a.workers} tf.data threads in the serving process"),
     "tfservice": System(("tensorflow",), "tfservice", "tf_service",
                         lambda a: f"{a.workers} tf.data threads in the service's process"),
 }
@@ -489,6 +495,7 @@ def report(wl, n, args, samples, extras, failed, alone):
         runs = [e for e in extras["tf"] if "cpu" in e]
         cpu = float(np.median([e["cpu"] / e["records"] for e in runs])) * 1e3 if runs else None
         for base, what, goal in (("tfshard", "tf.data on each trainer's shard", 0.95),
+                                 ("tfserve", "croupier.serve() of the same tf.data pipeline", 1.0),
                                  ("tfservice", "tf.data service", 3.0)):
             if base not in rates:
                 continue

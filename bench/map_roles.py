@@ -371,6 +371,16 @@ def role_serve(args, wl):
     croupier.serve(loader, args.address, "bench", consumers=WORLD, epochs=1)
 
 
+def role_tf_serve(args, wl):
+    """croupier.serve() of the tf.data pipeline a TensorFlow user writes, whole (no shard), on a
+    private pool of --workers threads: the continuous pipeline, without the map job's
+    guarantees."""
+    import croupier
+    ds = tf_pipeline(args, wl, threads=args.workers)
+    ready_then_wait(args, "serve")
+    croupier.serve(ds, args.address, "bench", consumers=WORLD, epochs=1)
+
+
 def role_decode_limit(args, wl):
     """One of the decode limit's processes, pinned to one core of the budget: its share of the
     batches (in one seeded order of the records) decoded by the dataset and collated, nothing
@@ -413,6 +423,7 @@ def role_alone(args, wl):
 
 ROLES = {"dataloader": role_dataloader, "consumer": role_consumer, "producer": role_producer,
          "serve": role_serve, "tf_producer": role_tf_producer, "tf_shard": role_tf_shard,
+         "tf_serve": role_tf_serve,
          "tf_service": role_tf_service, "tf_service_trainer": role_tf_service_trainer,
          "grain": role_grain, "ray": role_ray, "spdl": role_spdl,
          "decode_limit": role_decode_limit, "alone": role_alone}

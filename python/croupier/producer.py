@@ -153,7 +153,7 @@ def produce(source: Any, dispatcher: str, job: str,
     for tf.random.stateless_* ops: tf_pipeline.record_seed(seed, epoch, index)); it must return
     one element per record, in order (a map), a dict of tensors that croupier collates. It runs
     in TensorFlow's runtime as one continuous tf.data pipeline per producer: the records of the
-    batches the producer's threads (`threads`, default max(2, default_workers())) ask for flow
+    batches the producer's threads (`threads`, default max(8, 2 * default_workers())) ask for flow
     through it, fn's parallel map and prefetch spanning batch boundaries, one puller thread
     handing each batch its outputs; a batch whose record count or field types differ from the
     pipeline's is made alone (one tf.function call), with the same bytes. fn is checked at the
@@ -197,7 +197,7 @@ def produce(source: Any, dispatcher: str, job: str,
             f"doing the parallel work; workers must be 0 (not {workers}): no process is forked "
             "once TensorFlow runs")
     if o.tf_transform is not None and threads is None:
-        threads = max(2, default_workers())
+        threads = max(8, 2 * default_workers())  # batches in flight: the pipeline's lookahead
     drained: Optional[Dict[str, int]] = None
     pipeline = Pipeline(source, transform=o.transform, batch_transform=o.batch_transform,
                         collate=o.collate, names=o.names, features=features, seed=o.seed,
