@@ -113,10 +113,10 @@ record <= 1.10x the work alone (met is null below 16,384 records); tf against tf
 tfserve >= 1.0 and tfservice >= 3. On workloads other than small, a case's name ends with
 "(NAME workload)".
 
-How long, here (2 cores, with other work running): --quick (512 and 256 images, 1 round) about
-4 minutes for the default systems and workloads, about 8 with --systems tf,tfshard,tfservice;
-the full default run longer (see docs/benchmarks.md), plus about a minute the first time, to
-make the images.
+How long, here (2 cores, 27 November, with other work running): --quick (512 and 256 images, 1
+round) about 4 minutes for the default systems and workloads, about 8 with --systems
+tf,tfshard,tfservice; the full default run 18 minutes (small about 10, large 7, decode 5), plus
+about 40 s the first time, to make the images (514 MB in the temp folder).
 
 usage: .venv/bin/python bench/bench_map.py [--workload small,large,decode | all] [--quick]
        [--images N] [--workers 4] [--rounds 2] [--uint8] [--cpus 0-1] [--cache-dir DIR]
