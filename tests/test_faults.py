@@ -33,6 +33,19 @@ def wait_for_progress(outs, procs, steps, timeout):
         time.sleep(0.02)
 
 
+def wait_for_batches_ahead(cluster, address, ahead, timeout=30):
+    """Waits until the producer at `address` has made `ahead` batches more than it has served."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for p in cluster.status()["producers"]:
+            stats = p.get("stats", {})
+            if p["dataAddress"] == address and \
+                    int(stats.get("batchesMade", 0)) - int(stats.get("batchesServed", 0)) >= ahead:
+                return
+        assert time.monotonic() < deadline, f"the producer made no {ahead} batches ahead"
+        time.sleep(0.05)
+
+
 def watch(cluster, outs, procs, timeout):
     """Waits for the consumers like Cluster.wait, and returns the longest time any of them went
     without writing a batch (the stall a fault caused, on top of --slow-ms)."""
@@ -112,14 +125,10 @@ def test_a_producer_stopped_mid_epoch_serves_what_it_made_then_leaves(tmp_path, 
         cluster.create_job("train", dataset, FEATURES, BATCH, WORLD, seed=SEED, epochs=1)
         outs, procs = cluster.start_ranks("train", WORLD, tmp_path, 1, "--slow-ms", "60")
         wait_for_progress(outs, procs, STEPS // 4, timeout=60)
-        # Stopped once it has batches buffered ahead of the readers (a loaded machine may make
-        # them late): then it holds tasks it has made whole.
+        # Stopped once it has made two tasks' batches (8) more than it served (a loaded machine
+        # may make them late): then it holds a task it has made whole.
         address = re.search(r"serving on (\S+) ", cluster.producers[0].log_path.read_text())[1]
-        deadline = time.monotonic() + 30
-        while not any(p["dataAddress"] == address and int(p["stats"].get("bufferedBytes", 0)) > 0
-                      for p in cluster.status()["producers"]):
-            assert time.monotonic() < deadline, "the producer buffered nothing"
-            time.sleep(0.05)
+        wait_for_batches_ahead(cluster, address, 8)
         stopped = time.monotonic()
         cluster.producers[0].terminate()
         assert cluster.producers[0].wait(timeout=30) == 0

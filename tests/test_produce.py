@@ -258,16 +258,16 @@ def test_a_map_producer_stopped_mid_epoch_serves_what_it_made_then_leaves(tmp_pa
         while not outs[0].exists() or len(read_batches(outs[0])) < 8:
             assert time.monotonic() < deadline, "the consumers did not start"
             time.sleep(0.05)
-        # Stopped once it has batches buffered ahead of the readers: then it holds tasks it has
-        # made whole.
-        address = re.search(r"serving on (\S+)", procs[0].log_path.read_text())
+        # Stopped once it has made two tasks' batches (4) more than it served: then it holds a
+        # task it has made whole.
+        address = re.search(r"serving on (\S+) ", procs[0].log_path.read_text())[1]
         deadline = time.monotonic() + 30
-        while not any(int(p["stats"].get("bufferedBytes", 0)) > 0 and
-                      (address is None or p["dataAddress"] == address[1])
+        while not any(p["dataAddress"] == address and
+                      int(p["stats"].get("batchesMade", 0)) -
+                      int(p["stats"].get("batchesServed", 0)) >= 4
                       for p in cluster.status()["producers"]):
-            assert time.monotonic() < deadline, "the producer buffered nothing"
+            assert time.monotonic() < deadline, "the producer made no 4 batches ahead"
             time.sleep(0.05)
-        time.sleep(0.5)  # a task's second batch too: made whole (the readers wait 60 ms a batch)
         stopped = time.monotonic()
         procs[0].terminate()
         assert procs[0].wait(timeout=40) == 0
