@@ -63,6 +63,11 @@ def test_local_cluster_auto_scales_out_when_input_bound_and_in_when_the_trainer_
             assert read_epoch(feed, epoch, 0.2) == planned(epoch), f"epoch {epoch}"
             epoch += 1
         feed.close()
+        # The autoscaler records a change once scale() has returned, which waits for the stopped
+        # producer: that producer may be gone a moment before.
+        deadline = time.monotonic() + 15
+        while cluster.autoscaler.changes[-1][1] != 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
         changes = list(cluster.autoscaler.changes)
     assert most >= 2 and changes[0][1] >= 2 and changes[-1][1] == 1, changes
     logs = "".join(p.read_text() for p in (tmp_path / "c").glob("producer*.log"))
