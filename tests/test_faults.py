@@ -4,8 +4,11 @@ fault-free run of the same job by (step, content hash) and record ids: exactly o
 steps (G2), bit-identical (G3). Every test bounds its time and the Cluster kills every process it
 started.
 """
+import contextlib
 import json
+import pathlib
 import re
+import signal
 import time
 
 import pytest
@@ -31,6 +34,26 @@ def wait_for_progress(outs, procs, steps, timeout):
             assert p.poll() is None or p.returncode == 0, f"{p.args[1:3]} exited {p.returncode}"
         assert time.monotonic() < deadline, f"consumers did not reach step {steps} in {timeout} s"
         time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def readers_paused(procs):
+    """The consumer processes `procs` stopped (SIGSTOP) inside the block, continued after."""
+    for p in procs:
+        p.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGCONT)
+
+
+def wait_for_line(path, text, timeout):
+    """Waits until the file at `path` contains `text`."""
+    deadline = time.monotonic() + timeout
+    while text not in pathlib.Path(path).read_text():
+        assert time.monotonic() < deadline, f"no '{text}' in {path} within {timeout} s"
+        time.sleep(0.05)
 
 
 def wait_for_batches_ahead(cluster, address, ahead, timeout=30):
@@ -130,7 +153,9 @@ def test_a_producer_stopped_mid_epoch_serves_what_it_made_then_leaves(tmp_path, 
         address = re.search(r"serving on (\S+) ", cluster.producers[0].log_path.read_text())[1]
         wait_for_batches_ahead(cluster, address, 8)
         stopped = time.monotonic()
-        cluster.producers[0].terminate()
+        with readers_paused(procs):  # else a loaded machine may serve them before the drain
+            cluster.producers[0].terminate()
+            wait_for_line(cluster.producers[0].log_path, "drains: it serves the", 20)
         assert cluster.producers[0].wait(timeout=30) == 0
         took = time.monotonic() - stopped
         watch(cluster, outs, procs, timeout=90)

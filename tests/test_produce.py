@@ -269,7 +269,17 @@ def test_a_map_producer_stopped_mid_epoch_serves_what_it_made_then_leaves(tmp_pa
             assert time.monotonic() < deadline, "the producer made no 4 batches ahead"
             time.sleep(0.05)
         stopped = time.monotonic()
-        procs[0].terminate()
+        for c in consumers:  # paused: else a loaded machine may serve them before the drain
+            c.send_signal(signal.SIGSTOP)
+        try:
+            procs[0].terminate()
+            deadline = time.monotonic() + 20
+            while "drains: it serves the" not in procs[0].log_path.read_text():
+                assert time.monotonic() < deadline, "the producer did not drain"
+                time.sleep(0.05)
+        finally:
+            for c in consumers:
+                c.send_signal(signal.SIGCONT)
         assert procs[0].wait(timeout=40) == 0
         took = time.monotonic() - stopped
         cluster.wait(consumers, timeout=120)
