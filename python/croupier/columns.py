@@ -63,6 +63,15 @@ def _bytes_list(arr, name):
     return out
 
 
+def _agreed(num_records: Any, n: int, name: Any) -> int:
+    """The batch's record count once feature `name` says it holds `n` records: the same as the
+    features before it (num_records, or None for the first)."""
+    if num_records is not None and n != num_records:
+        raise errors.InvalidArgumentError(
+            f"feature '{name}' has {n} records, another feature {num_records}")
+    return n
+
+
 def columns_of(batch: Dict[str, Any]) -> Tuple[int, List[Tuple[Any, ...]]]:
     """(num_records, [(name, dtype, variable, dims, values, offsets, splits)]) for one batch."""
     if not isinstance(batch, dict):
@@ -82,21 +91,13 @@ def columns_of(batch: Dict[str, Any]) -> Tuple[int, List[Tuple[Any, ...]]]:
         if isinstance(value, _croupier.BytesColumn):  # one string per record, as received
             if splits is None:
                 n = len(value)
-            if num_records is None:
-                num_records = n
-            elif n != num_records:
-                raise errors.InvalidArgumentError(
-                    f"feature '{name}' has {n} records, another feature {num_records}")
+            num_records = _agreed(num_records, n, name)
             columns.append((str(name), "bytes", splits is not None, [], value.values,
                             value.offsets.astype(np.uint64), splits))
             continue
         if isinstance(value, Stacked) and splits is None and value.dtype.name in _NUMERIC:
             n = value.shape[0]
-            if num_records is None:
-                num_records = n
-            elif n != num_records:
-                raise errors.InvalidArgumentError(
-                    f"feature '{name}' has {n} records, another feature {num_records}")
+            num_records = _agreed(num_records, n, name)
             columns.append((str(name), value.dtype.name, False, list(value.shape[1:]), value,
                             None, None))
             continue
@@ -108,11 +109,7 @@ def columns_of(batch: Dict[str, Any]) -> Tuple[int, List[Tuple[Any, ...]]]:
                 raise errors.InvalidArgumentError(
                     f"feature '{name}' is a scalar; every feature needs a leading batch dimension")
             n = arr.shape[0]
-        if num_records is None:
-            num_records = n
-        elif n != num_records:
-            raise errors.InvalidArgumentError(
-                f"feature '{name}' has {n} records, another feature {num_records}")
+        num_records = _agreed(num_records, n, name)
         dims = [] if splits is not None else list(arr.shape[1:])
         if arr.dtype.kind in "SOU":
             strings = _bytes_list(arr, name)
