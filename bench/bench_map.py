@@ -486,7 +486,11 @@ def report(wl, n, args, samples, extras, failed, alone):
                    f"{np.median([e['workers_cpu'] / e['records'] for e in runs]) * 1e3:.3f} "
                    f"ms/record, the producer process "
                    f"{np.median([e['parent_cpu'] / e['records'] for e in runs]) * 1e3:.3f} "
-                   f"ms/record; the work alone: the source's record and the transform, "
+                   f"ms/record; page faults a record: the workers "
+                   f"{np.median([e['workers_page_faults'] / e['records'] for e in runs]):.0f}, "
+                   f"the producer process "
+                   f"{np.median([e['parent_page_faults'] / e['records'] for e in runs]):.0f}; "
+                   f"the work alone: the source's record and the transform, "
                    f"{ALONE_RECORDS} records in one process on one core"
                    + ("" if judged else f"; not judged: {records} records, the goal is on "
                                         f"{GOAL_RECORDS} or more")))

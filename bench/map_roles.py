@@ -154,10 +154,15 @@ def role_producer(args, wl):
     # work): this process's CPU time, and all of its worker processes' (forked after the signal,
     # and waited for when produce() returns).
     before = own_cpu()
+    faults_before = [resource.getrusage(who).ru_minflt
+                     for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     croupier.produce(source, args.address, "bench", batch_size=wl.batch, consumers=WORLD,
                      epochs=1, seed=1, **job)
     parent, workers = own_cpu(before)
-    print(json.dumps({"cpu": parent + workers, "parent_cpu": parent, "workers_cpu": workers}),
+    faults = [resource.getrusage(who).ru_minflt - before_faults for who, before_faults in
+              zip((resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN), faults_before)]
+    print(json.dumps({"cpu": parent + workers, "parent_cpu": parent, "workers_cpu": workers,
+                      "parent_page_faults": faults[0], "workers_page_faults": faults[1]}),
           flush=True)
 
 

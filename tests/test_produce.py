@@ -454,6 +454,38 @@ def test_a_workers_batch_is_served_from_the_slot_it_was_laid_out_in():
     assert big.to_dict()["wide"].shape == (8, 1 << 16)  # a batch outlives its pool
 
 
+def minor_faults(pid):
+    """The minor page faults of process `pid` so far (/proc/PID/stat, field 10)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_makes_its_next_batch_in_the_memory_of_the_last():
+    """A worker holds a batch's records at once, then frees them: it keeps that memory for the
+    next batch (src/common/memory.h, KeepFreedMemoryForReuse) instead of giving it back and
+    faulting every page in again. 32 records of 600 KB: without it each batch costs about 4,700
+    page faults in the worker; with it, after the first batches, a few dozen."""
+    def widen(record):  # 600 KB a record, made in the worker and freed once stacked
+        return {**record, "wide": np.full(150_000, record["id"], dtype=np.float32)}
+
+    pool = WorkerPool(Pipeline(map_sources.Records(64), transform=widen), 1)
+    try:
+        ids = np.arange(32, dtype=np.uint64)
+        for g in range(2):  # the memory and the slot, made once
+            pool.make(0, g, ids)
+        _, pid = pool.pids  # the zygote, the worker
+        before = minor_faults(pid)
+        for g in range(2, 6):
+            batch = pool.make(0, g, ids)
+            assert batch.to_dict()["wide"].shape == (32, 150_000)
+            del batch  # its slot is reused for the next
+        per_batch = (minor_faults(pid) - before) / 4
+    finally:
+        pool.close()
+    assert per_batch < 500, f"{per_batch:.0f} page faults a batch in the worker"
+
+
 @pytest.mark.timeout(120)
 def test_a_trainer_on_the_same_host_reads_the_workers_slot_and_a_slot_it_still_holds_is_kept(
         tmp_path):

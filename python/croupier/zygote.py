@@ -111,6 +111,10 @@ def _worker_main(pipeline: Any, channel: int) -> None:
     are the slot's first `size` bytes; ("error", code, message) why there is no batch."""
     sock = socket.socket(fileno=channel)
     slots: dict = {}
+    try:  # a batch's records are held at once, then freed: keep that memory for the next batch
+        _croupier.keep_freed_memory_for_reuse()
+    except errors.Error:
+        pass  # not glibc's allocator: its own policy
     while True:
         try:
             request, fds = receive_message(sock)

@@ -16,6 +16,7 @@
 #include "absl/synchronization/notification.h"
 #include "python/src/bindings.h"
 #include "python/src/status.h"
+#include "src/common/memory.h"
 #include "src/node/producer_node.h"
 #include "src/producer/batch_slots.h"
 #include "src/producer/function_maker.h"
@@ -195,6 +196,11 @@ void BindProduce(pyb::module_& m) {
         out["created"] = s.created;
         return out;
       });
+
+  m.def(
+      "keep_freed_memory_for_reuse", [] { ThrowIfError(KeepFreedMemoryForReuse()); },
+      "Keeps the memory this process frees for its next batch (src/common/memory.h): called by a "
+      "map job's worker process at its start.");
 
 }
 
