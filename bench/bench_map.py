@@ -56,9 +56,11 @@ tf.data pipeline (tf.io.decode_jpeg, tf.image.stateless_random_crop and _flip_le
 normalise; on the decode workloads the decode only), each process's tf.data work on a private
 thread pool of its share of W threads:
 
-  tf           croupier.produce(JPEG bytes, tf_transform=pipeline) in one producer process (no
-               worker processes: W tf.data threads in the producer), 4 croupier.Consumer
+  tf           croupier.produce(JPEG paths, tf_transform=pipeline) in one producer process (no
+               worker processes: W tf.data threads in the producer), the pipeline reading each
+               file (tf.io.read_file) as the other systems' pipelines do, 4 croupier.Consumer
                processes;
+  tf_bytes     the same with a source that reads each file's bytes in Python (by name only);
   tfshard      4 trainer processes, each running the pipeline on its own shard (file list
                shuffled with one seed, ds.shard(4, rank), read_file, map, batch, prefetch), W / 4
                tf.data threads each;
@@ -187,6 +189,8 @@ SYSTEMS = {
                    lambda a: f"{WORLD} trainers x {a.spdl_threads} SPDL thread(s)"),
     "tf": System(("tensorflow",), "map_job", "tf_producer",
                  lambda a: f"{a.workers} tf.data threads in the producer process"),
+    "tf_bytes": System(("tensorflow",), "map_job", "tf_producer",
+                       lambda a: f"{a.workers} tf.data threads in the producer process"),
     "tfshard": System(("tensorflow",), "trainers", "tf_shard",
                       lambda a: f"{WORLD} trainers x {share(a)} tf.data thread(s)"),
     "tfserve": System(("tensorflow",), "map_job", "tf_serve",

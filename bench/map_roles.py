@@ -17,8 +17,8 @@ import time
 import numpy as np
 
 import cpu_budget
-from map_workloads import (WORKLOADS, WORLD, JpegBytes, JpegFolder, batch_transform, collate,
-                           dataset, record_transform, tf_augment)
+from map_workloads import (WORKLOADS, WORLD, JpegBytes, JpegFolder, JpegPaths, batch_transform,
+                           collate, dataset, record_transform, tf_augment, tf_read_and_augment)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ALONE_RECORDS = 2048  # records of the work-alone loop
@@ -177,11 +177,16 @@ def tf_threads(ds, threads):
 def role_tf_producer(args, wl):
     import croupier
     import tensorflow as tf
-    data = JpegBytes(args.images_dir)
+    # tf: the source gives the paths and the pipeline reads the files, as the other TensorFlow
+    # systems' pipelines do; tf_bytes: the source reads each file's bytes in Python.
     uint8, crop, threads = args.uint8, wl.crop, args.workers
+    if args.system == "tf_bytes":
+        data, augment = JpegBytes(args.images_dir), tf_augment
+    else:
+        data, augment = JpegPaths(args.images_dir), tf_read_and_augment
 
     def pipeline(ds):
-        return tf_threads(ds.map(lambda r: tf_augment(r, uint8, crop),
+        return tf_threads(ds.map(lambda r: augment(r, uint8, crop),
                                  num_parallel_calls=tf.data.AUTOTUNE, deterministic=True),
                           threads)
     ready_then_wait(args, "producer")

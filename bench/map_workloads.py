@@ -214,6 +214,20 @@ class RecordTransform:
         return transform(record, rng, self.uint8, self.crop)
 
 
+class JpegPaths:
+    """A map-style source of the folder's JPEG files' paths, for a tf.data pipeline that reads
+    them itself (tf.io.read_file), as the TensorFlow systems' pipelines do."""
+
+    def __init__(self, folder):
+        self.paths = [str(p) for p in sorted(pathlib.Path(folder).glob("*.jpg"))]
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        return {"path": self.paths[i], "label": np.int64(i % 10), "id": np.int64(i)}
+
+
 class JpegBytes:
     """A map-style source of the folder's JPEGs, not decoded: for the tf.data pipelines."""
 
@@ -225,6 +239,14 @@ class JpegBytes:
 
     def __getitem__(self, i):
         return {"image": self.paths[i].read_bytes(), "label": np.int64(i % 10), "id": np.int64(i)}
+
+
+def tf_read_and_augment(record, uint8=False, crop=CROP):
+    """tf_augment of the record whose "path" is read with tf.io.read_file."""
+    import tensorflow as tf
+    record = dict(record)
+    record["image"] = tf.io.read_file(record.pop("path"))
+    return tf_augment(record, uint8, crop)
 
 
 def tf_augment(record, uint8=False, crop=CROP):

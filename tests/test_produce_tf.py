@@ -430,13 +430,14 @@ def test_a_slot_whose_puller_is_gone_ends_the_wait():
 @pytest.mark.timeout(60)
 def test_record_seeds_are_numpys_seed_sequence_words():
     """record_seeds computes SeedSequence([seed, epoch, i, 2])'s words for many records at once
-    (indexes below 2**32); every one equals record_seed's, which asks SeedSequence itself, also
-    where a value needs more than one 32-bit word (the per-record path)."""
+    (in C++, src/plan/seed_sequence.h); every one equals record_seed's, which asks SeedSequence
+    itself, also where a value needs more than one 32-bit word; a seed past 64 bits takes the
+    per-record path."""
     rng = np.random.default_rng(1)
-    for seed, epoch in [(0, 0), (5, 1), (2**32 - 1, 7), (123456789, 2**32 - 1), (2**40, 3)]:
-        ids = np.concatenate([[0, 1, 2**32 - 1], rng.integers(0, 2**32, 100)]).astype(np.uint64)
-        if seed == 2**40:
-            ids = np.concatenate([ids, [2**32, 2**63]]).astype(np.uint64)
+    for seed, epoch in [(0, 0), (5, 1), (2**32 - 1, 7), (123456789, 2**32 - 1), (2**40, 3),
+                        (2**64 - 1, 2**63), (2**70, 1)]:
+        ids = np.concatenate([[0, 1, 2**32 - 1, 2**32, 2**63, 2**64 - 1],
+                              rng.integers(0, 2**32, 100)]).astype(np.uint64)
         got = record_seeds(seed, epoch, ids)
         want = np.stack([record_seed(seed, epoch, int(i)) for i in ids])
         assert got.dtype == np.int64 and got.shape == (len(ids), 2)

@@ -27,6 +27,8 @@ def tensor_to_numpy(value: Any, name: str) -> np.ndarray:
             import ml_dtypes
             return value.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
     try:
+        if type(value).__module__.startswith("tensorflow"):
+            return np.asarray(value)  # a view of the tensor's buffer; numpy() would copy it
         return value.numpy()
     except TypeError as e:
         raise errors.InvalidArgumentError(

@@ -49,6 +49,8 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
+from croupier import _croupier
+
 SEED_FIELD = "croupier_seed"
 _SEED_KIND = 2  # record_rng uses 0, batch_rng 1
 _MAX_FEEDS = 2  # live feeds, one per record count (a full batch's, and one short)
@@ -68,62 +70,16 @@ def record_seed(seed, epoch, index):
 
 
 def record_seeds(seed, epoch, ids):
-    """record_seed of every index of `ids`, as an int64 [len(ids), 2] array. Where seed, epoch
-    and every index are below 2**32 (one 32-bit word each), SeedSequence's mixing is computed
-    for all of them at once in numpy (_seed_words); otherwise one SeedSequence per record."""
+    """record_seed of every index of `ids`, as an int64 [len(ids), 2] array, computed in C++
+    (src/plan/seed_sequence.h, SeedSequence's mixing) where seed and epoch fit in 64 bits;
+    otherwise one SeedSequence per record."""
     ids = np.asarray(ids, dtype=np.uint64).reshape(-1)
-    if 0 <= int(seed) < 1 << 32 and 0 <= int(epoch) < 1 << 32 and \
-            (len(ids) == 0 or int(ids.max()) < 1 << 32):
-        return _seed_words(int(seed), int(epoch), ids).view(np.int64).reshape(len(ids), 2)
+    if 0 <= int(seed) < 1 << 64 and 0 <= int(epoch) < 1 << 64:
+        return _croupier.record_seeds(int(seed), int(epoch), ids, _SEED_KIND)
     out = np.empty((len(ids), 2), dtype=np.int64)
     for k, i in enumerate(ids):
         out[k] = record_seed(seed, epoch, int(i))
     return out
-
-
-# numpy's SeedSequence (numpy/random/bit_generator.pyx): its pool of 4 uint32 words, its hash
-# constants, and the mixing of an entropy of exactly 4 words [seed, epoch, index, 2], each below
-# 2**32, and generate_state(2, uint64) (4 uint32 words), vectorised over the indexes. Checked
-# against SeedSequence itself by tests/test_produce_tf.py.
-_INIT_A, _MULT_A = 0x43b0d7e5, 0x931e8875
-_INIT_B, _MULT_B = 0x8b51f9dd, 0x58f38ded
-_MIX_MULT_L, _MIX_MULT_R = 0xca01f9dd, 0x4973f715
-_POOL = 4
-
-
-def _seed_words(seed, epoch, ids):
-    """The uint64 [len(ids) * 2] words of SeedSequence([seed, epoch, i, 2]).generate_state(2,
-    np.uint64) for every i of `ids` (uint64, each below 2**32)."""
-    u32 = np.uint32
-    with np.errstate(over="ignore"):
-        n = len(ids)
-        entropy = [np.full(n, seed, u32), np.full(n, epoch, u32), ids.astype(u32),
-                   np.full(n, _SEED_KIND, u32)]
-        hash_a = [u32(_INIT_A)]
-
-        def hashmix(value):
-            value = value ^ hash_a[0]
-            hash_a[0] = u32(hash_a[0] * u32(_MULT_A))
-            value = value * hash_a[0]
-            return value ^ (value >> u32(16))
-
-        def mix(x, y):
-            result = u32(_MIX_MULT_L) * x - u32(_MIX_MULT_R) * y
-            return result ^ (result >> u32(16))
-
-        pool = [hashmix(entropy[k]) for k in range(_POOL)]
-        for src in range(_POOL):
-            for dst in range(_POOL):
-                if src != dst:
-                    pool[dst] = mix(pool[dst], hashmix(pool[src]))
-        hash_b = u32(_INIT_B)
-        state = np.empty((n, 4), dtype=u32)
-        for k in range(4):
-            value = pool[k % _POOL] ^ hash_b
-            hash_b = u32(hash_b * u32(_MULT_B))
-            value = value * hash_b
-            state[:, k] = value ^ (value >> u32(16))
-    return state.astype("<u4").view("<u8").astype(np.uint64).reshape(-1)
 
 
 class TfTransformError(Exception):
@@ -204,6 +160,14 @@ class TfTransform:
                     [v if isinstance(v, bytes) else str(v).encode() for v in values],
                     dtype=object), dtype=tf.string)
                 continue
+            if isinstance(v0, (np.generic, int, float)):  # one number a record: at once
+                try:
+                    column = np.array(values)
+                except ValueError:  # a later record holds an array: the general path says why
+                    column = None
+                if column is not None and column.ndim == 1 and column.dtype != object:
+                    cols[name] = column
+                    continue
             arrays = [np.asarray(v) for v in values]
             if all(a.shape == arrays[0].shape for a in arrays):
                 cols[name] = np.stack(arrays)
@@ -656,7 +620,7 @@ def _to_numpy(outputs):
             if value.ragged_rank != 1:
                 raise TfTransformError(f"output '{name}' varies in more than its first dimension "
                                        "per record; only one variable dimension travels")
-            values = value.flat_values.numpy()
+            values = np.asarray(value.flat_values)  # a view; numpy() would copy
             if value.dtype == tf.string:
                 values = list(values)
             batch[str(name)] = (values, value.row_splits.numpy().astype(np.uint64))
@@ -667,5 +631,5 @@ def _to_numpy(outputs):
                                        "travels")
             batch[str(name)] = list(value.numpy())
         else:
-            batch[str(name)] = value.numpy()
+            batch[str(name)] = np.asarray(value)  # a view of the tensor; numpy() would copy
     return batch

@@ -2,6 +2,7 @@
 #include <pybind11/pybind11.h>
 
 #include "croupier/plan.h"
+#include "src/plan/seed_sequence.h"
 #include "python/src/bindings.h"
 #include "python/src/status.h"
 
@@ -10,6 +11,19 @@ namespace croupier::py {
 namespace pyb = pybind11;
 
 void BindPlan(pyb::module_& m) {
+  m.def(
+      "record_seeds",
+      [](uint64_t seed, uint64_t epoch,
+         pyb::array_t<uint64_t, pyb::array::c_style | pyb::array::forcecast> ids, uint64_t kind) {
+        const auto n = static_cast<size_t>(ids.size());
+        pyb::array_t<int64_t> out({static_cast<pyb::ssize_t>(n), pyb::ssize_t{2}});
+        plan::RecordSeeds(seed, epoch, absl::MakeConstSpan(ids.data(), n), kind,
+                          absl::MakeSpan(out.mutable_data(), 2 * n));
+        return out;
+      },
+      pyb::arg("seed"), pyb::arg("epoch"), pyb::arg("ids"), pyb::arg("kind"),
+      "int64 [len(ids), 2]: row k is numpy.random.SeedSequence([seed, epoch, ids[k], kind])"
+      ".generate_state(2, numpy.uint64) (src/plan/seed_sequence.h).");
   pyb::class_<EpochPlan>(m, "EpochPlan", R"doc(The plan of one epoch: which records form each
 global batch, and which consumer takes it (batch g goes to consumer g % N as its step g // N).)doc")
       .def(pyb::init([](uint64_t num_records, uint32_t batch_size, uint32_t num_consumers,
