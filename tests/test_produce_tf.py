@@ -419,7 +419,7 @@ def test_close_ends_a_make_waiting_on_the_pipeline_and_its_thread():
 def test_a_slot_whose_puller_is_gone_ends_the_wait():
     """The guard of _Slot.wait: a batch whose feed's thread ended without setting it is made
     alone (wait returns None) instead of waiting forever."""
-    from croupier.tf_pipeline import _Slot
+    from croupier.tf_feed import Slot as _Slot
 
     class Gone:
         def alive(self):

@@ -7,19 +7,10 @@ For batch g of epoch e, of records ids = plan(e).batch_records(g), a producer ma
     batch   = fn(the records of columns, one element each)  # the user's: one output per input
               collated                                      # dict of numpy columns
 
-The records of many batches flow through one long-lived tf.data pipeline (a "feed"):
-
-    a tf.queue.FIFOQueue of the batches' columns, in the order make() was called
-        -> dequeue, .unbatch()     # one element per record, as from_tensor_slices gives them
-        -> fn                      # the user's map: num_parallel_calls spans batch boundaries
-        .ragged_batch(n)           # regrouped into the batches they came in (n records each)
-        .prefetch(AUTOTUNE)
-
-make() calls (the producer's threads, concurrently) enqueue their columns and wait; one
-puller thread iterates the pipeline (TensorFlow releases the GIL while it works) and hands each
-batch's outputs to the call that put its records in: a map keeps one output per record, in order,
-so batch k's outputs are the pipeline's k-th group of n. TensorFlow's runtime runs the user's map
-with no Python per record, its parallelism and prefetch reaching across batches.
+The records of many batches flow through one long-lived tf.data pipeline, a "feed"
+(croupier.tf_feed): make() calls (the producer's threads, concurrently) submit their columns and
+wait, and get back their own batch's outputs. TensorFlow's runtime runs the user's map with no
+Python per record, its parallelism and prefetch reaching across batches.
 
 Where the feed cannot be used, a batch is made alone, as one tf.function call (the "per-batch
 path": Dataset.from_tensor_slices(columns) -> fn -> ragged_batch -> get_single_element):
@@ -42,23 +33,20 @@ This module imports TensorFlow; croupier.pipeline imports it only when tf_transf
 """
 
 import collections
-import logging
 import threading
 import weakref
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, Optional, Tuple
 
 import numpy as np
 
 from croupier import _croupier
+from croupier.tf_feed import Feed, FeedClosed, specs_of, stop_feeds, types_of
 
 SEED_FIELD = "croupier_seed"
 _SEED_KIND = 2  # record_rng uses 0, batch_rng 1
 _MAX_FEEDS = 2  # live feeds, one per record count (a full batch's, and one short)
 _JOIN_SECONDS = 30.0  # close(): how long a puller may take to end
-_MAX_DRAIN_ERRORS = 1000  # errors a stopped feed's iterator may give while it is drained
-_QUEUE_CAPACITY = 1 << 20  # batches; never reached (each waits in a make() call)
 
-log = logging.getLogger("croupier.pipeline")
 
 
 def record_seed(seed, epoch, index):
@@ -106,7 +94,7 @@ def _tf_message(e):
 
 class TfTransform:
     """The user's tf.data function run on the records of the batches make() is called for:
-    through one long-lived pipeline (a _Feed) when `continuous`, else one tf.function call per
+    through one long-lived pipeline (a Feed) when `continuous`, else one tf.function call per
     batch (the per-batch path; also the fallback, see the module's docstring). Thread-safe:
     __call__ is called by the producer's threads concurrently. close() ends the feeds and their
     puller threads; calls after it take the per-batch path."""
@@ -119,13 +107,13 @@ class TfTransform:
         self.continuous = bool(continuous)  # False: every batch alone (tests compare the two)
         self._run = tf.function(self._graph, reduce_retracing=True, autograph=False)
         self._lock = threading.Lock()
-        self._feeds: Dict[int, "_Feed"] = {}  # record count -> the live feed of that count
+        self._feeds: Dict[int, "Feed"] = {}  # record count -> the live feed of that count
         self._closed = False
         self._spans: Optional[bool] = None  # whether fn keeps a dataset's length; None: unchecked
         self.made: "collections.Counter[str]" = collections.Counter()  # "by_feed", "alone"
         # A TfTransform dropped without close() stops its feeds (their threads hold no reference
         # to it), so that no puller thread outlives it.
-        weakref.finalize(self, _stop_feeds, self._feeds)
+        weakref.finalize(self, stop_feeds, self._feeds)
 
     # -- inputs --------------------------------------------------------------------------------
 
@@ -295,7 +283,7 @@ class TfTransform:
     def _through_feed(self, cols, n):
         """The batch's outputs (tensors, from the feed of n-record batches), or None: the feed
         cannot take the batch, or it stopped before making it (make it alone)."""
-        types = _types_of(self._tf, cols)
+        types = types_of(self._tf, cols)
         with self._lock:
             if self._closed:
                 return None
@@ -304,17 +292,20 @@ class TfTransform:
                 del self._feeds[n]
                 feed = None
             if feed is None:
-                specs = _specs_of(self._tf, cols)
+                specs = specs_of(self._tf, cols)
                 if specs is None or len(self._feeds) >= _MAX_FEEDS:
                     return None
-                feed = _Feed(self._tf, self.fn, specs, types, n)
+                feed = Feed(self._tf, self.fn, specs, types, n)
                 self._feeds[n] = feed
             if types != feed.types:
                 return None
             slot = feed.submit(cols)
         if slot is None:
             return None
-        return slot.wait(feed)
+        try:
+            return slot.wait(feed)
+        except FeedClosed as e:
+            raise TfTransformError(str(e)) from None
 
     def close(self):
         """Ends the feeds: a call waiting on one raises TfTransformError; the puller threads are
@@ -327,237 +318,6 @@ class TfTransform:
             feed.stop(closing=True)
         for feed in feeds:
             feed.join(_JOIN_SECONDS)
-
-
-def _stop_feeds(feeds):
-    """A dropped TfTransform's finalizer: stops its feeds from a thread of its own (the garbage
-    collector may run it in any thread, one holding a feed's lock too)."""
-    live = list(feeds.values())
-    if live:
-        threading.Thread(target=lambda: [feed.stop(closing=True) for feed in live],
-                         name="croupier-tf-stop", daemon=True).start()
-
-
-class _Slot:
-    """A batch handed to a feed: set once, with its outputs, with None (make it alone), or with
-    an error."""
-
-    def __init__(self):
-        self._done = threading.Event()
-        self.outputs = None
-        self.error: Optional[Exception] = None
-
-    def set(self, outputs=None, error=None):
-        if not self._done.is_set():
-            self.outputs, self.error = outputs, error
-            self._done.set()
-
-    def wait(self, feed):
-        """The outputs (None: make the batch alone); raises the slot's error. Ends once the
-        slot is set or the feed's puller thread has ended (it sets every slot it holds when it
-        ends; the check is a guard)."""
-        while not self._done.wait(1.0):
-            if not feed.alive():
-                self.set()
-        if self.error is not None:
-            raise self.error
-        return self.outputs
-
-
-class _Feed:
-    """One long-lived tf.data pipeline over batches of n records: the batches' columns in, the
-    user's fn over their records, the outputs regrouped by n; one puller thread. Every method is
-    thread-safe. Once stopped (the pipeline raised or ended, or close()), it takes no batch, and
-    the batches it held are set to be made alone (or, when closing, to an error)."""
-
-    def __init__(self, tf, fn, specs, types, n):
-        self.n = n
-        self.types = types  # _types_of the batches it takes
-        self._tf = tf
-        self._specs = specs
-        self._lock = threading.Lock()
-        self._pending: "collections.deque[_Slot]" = collections.deque()  # in feed order
-        self._stopped = False
-        self._closing = False
-        signature = {name: _unsized(tf, spec) for name, spec in specs.items()}
-        # The input: a TensorFlow queue of the batches' column tensors (a ragged column as its
-        # values and row splits), which make() fills and the pipeline empties in C++ (no Python,
-        # no GIL, in TensorFlow's threads); closing it ends the pipeline.
-        dtypes = []
-        for spec in signature.values():
-            dtypes += [spec.dtype, spec.row_splits_dtype] \
-                if isinstance(spec, tf.RaggedTensorSpec) else [spec.dtype]
-        self._queue = tf.queue.FIFOQueue(_QUEUE_CAPACITY, dtypes)
-        self._dataset = _continuous(tf, fn, self._queue, signature, n)
-        self._thread = threading.Thread(target=self._pull, name="croupier-tf-feed", daemon=True)
-        self._thread.start()
-
-    def submit(self, cols):
-        """A _Slot the batch's outputs will be set in, or None once the feed is stopped."""
-        slot = _Slot()
-        with self._lock:
-            if self._stopped:
-                return None
-            try:
-                self._queue.enqueue(_components(self._tf, cols))
-            except self._tf.errors.OpError:
-                return None  # closed
-            self._pending.append(slot)
-        return slot
-
-    def stopped(self):
-        with self._lock:
-            return self._stopped
-
-    def alive(self):
-        return self._thread.is_alive()
-
-    def stop(self, closing=False):
-        """Takes no more batches; the batches held are made alone (or fail, when closing); the
-        pipeline's input ends, so that the puller's iteration ends."""
-        with self._lock:
-            first = not self._stopped
-            self._stopped = True
-            self._closing = self._closing or closing
-            slots, self._pending = list(self._pending), collections.deque()
-            if first:  # the pipeline takes what the queue holds, then ends
-                self._queue.close(cancel_pending_enqueues=True)
-        error = TfTransformError("the tf_transform's pipeline was closed (the producer is "
-                                 "stopping) before it made the batch") if self._closing else None
-        for slot in slots:
-            slot.set(error=error)
-
-    def join(self, timeout):
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            log.warning("tf_transform: the pipeline's puller thread did not end within %.0f s",
-                        timeout)
-
-    def _pull(self):
-        """Iterates the pipeline, handing each group of outputs to the batch it belongs to, until
-        the input ends (stop()). After an error the feed is stopped and the iterator is drained
-        to its end rather than dropped mid-flight."""
-        tf = self._tf
-        iterator = None
-        try:
-            iterator = iter(self._dataset)
-            failures = 0
-            while True:
-                try:
-                    outputs = next(iterator)
-                except StopIteration:
-                    break
-                except tf.errors.OpError:
-                    # A record failed: the batches in flight are made alone, which names it.
-                    self.stop()
-                    failures += 1
-                    if failures > _MAX_DRAIN_ERRORS:
-                        raise
-                    continue
-                with self._lock:
-                    slot = self._pending.popleft() if self._pending else None
-                if slot is None:
-                    continue  # stopped: the batches it held are made alone; drain
-                count = _rows(tf, outputs)
-                if count != self.n:  # never for a map: stop, the batches are made alone
-                    log.warning("tf_transform: the pipeline made a group of %d outputs for a "
-                                "batch of %d records; making the batches alone", count, self.n)
-                    slot.set()
-                    self.stop()
-                    continue
-                slot.set(outputs)
-        except Exception as e:  # noqa: BLE001 -- whatever it is, the batches are made alone
-            log.warning("tf_transform: the pipeline's puller raised %s: %s; making the batches "
-                        "alone", type(e).__name__, e)
-        finally:
-            self.stop()
-            del iterator
-
-
-def _continuous(tf, fn, columns, signature, n):
-    """The feed's dataset: the batches' columns dequeued from `columns` (until it is closed),
-    one element per record (as from_tensor_slices gives them), fn, regrouped by n, prefetched."""
-    names = list(signature)
-
-    def dequeue(_):
-        parts = columns.dequeue()
-        parts = list(parts) if isinstance(parts, (list, tuple)) else [parts]
-        cols = {}
-        for name in names:
-            spec = signature[name]
-            if isinstance(spec, tf.RaggedTensorSpec):
-                values, splits = parts.pop(0), parts.pop(0)
-                values.set_shape(tf.TensorShape([None]).concatenate(spec.shape[2:]))
-                splits.set_shape([None])
-                cols[name] = tf.RaggedTensor.from_row_splits(values, splits, validate=False)
-            else:
-                column = parts.pop(0)
-                column.set_shape(spec.shape)
-                cols[name] = column
-        return cols
-
-    def open_or_not_empty(_):
-        return tf.logical_or(tf.logical_not(columns.is_closed()), columns.size() > 0)
-
-    # The input ends once the queue is closed and empty (a dequeue that was already waiting
-    # then fails once, with OutOfRangeError, and the next element ends it).
-    records = tf.data.Dataset.from_tensors(0).repeat().take_while(open_or_not_empty) \
-        .map(dequeue).unbatch()
-    return fn(records).ragged_batch(n).prefetch(tf.data.AUTOTUNE)
-
-
-def _components(tf, cols):
-    """A batch's columns as the feed's queue takes them: a ragged column as values, splits."""
-    parts = []
-    for col in cols.values():
-        if isinstance(col, tf.RaggedTensor):
-            parts += [col.values, col.row_splits]
-        else:
-            parts.append(col)
-    return parts
-
-
-def _types_of(tf, cols):
-    """What the feed's input signature says of a batch's columns, as a comparable tuple: per
-    column its name, kind, dtype and the shape past the first dimension."""
-    types: List[Tuple[Any, ...]] = []
-    for name, col in cols.items():
-        if isinstance(col, tf.RaggedTensor):
-            types.append((name, "ragged", col.dtype, col.row_splits.dtype, col.ragged_rank,
-                          tuple(col.flat_values.shape[1:])))
-        else:
-            types.append((name, "dense", str(col.dtype), tuple(col.shape[1:])))
-    return tuple(types)
-
-
-def _rows(tf, outputs):
-    """The number of records in a group of outputs (their first output's first dimension)."""
-    first = tf.nest.flatten(outputs, expand_composites=False)[0]
-    if isinstance(first, tf.RaggedTensor):
-        return int(first.nrows())
-    return int(first.shape[0])
-
-
-def _specs_of(tf, cols):
-    """{name: TypeSpec} of a batch's columns, or None if one has none (made alone)."""
-    specs = {}
-    try:
-        for name, col in cols.items():
-            if isinstance(col, np.ndarray):
-                specs[name] = tf.TensorSpec(col.shape, tf.as_dtype(col.dtype))
-            else:
-                specs[name] = tf.type_spec_from_value(col)
-    except (TypeError, ValueError):
-        return None
-    return specs
-
-
-def _unsized(tf, spec):
-    """The spec with its first (the batch's) dimension unknown."""
-    shape = tf.TensorShape([None]).concatenate(spec.shape[1:])
-    if isinstance(spec, tf.RaggedTensorSpec):
-        return tf.RaggedTensorSpec(shape, spec.dtype, spec.ragged_rank, spec.row_splits_dtype)
-    return tf.TensorSpec(shape, spec.dtype)
 
 
 _SHUFFLES = ("ShuffleDataset", "ShuffleDatasetV2", "ShuffleDatasetV3",
@@ -620,7 +380,7 @@ def _to_numpy(outputs):
             if value.ragged_rank != 1:
                 raise TfTransformError(f"output '{name}' varies in more than its first dimension "
                                        "per record; only one variable dimension travels")
-            values = np.asarray(value.flat_values)  # a view; numpy() would copy
+            values: Any = np.asarray(value.flat_values)  # a view; numpy() would copy
             if value.dtype == tf.string:
                 values = list(values)
             batch[str(name)] = (values, value.row_splits.numpy().astype(np.uint64))
