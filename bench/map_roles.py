@@ -412,23 +412,26 @@ def role_decode_limit(args, wl):
 
 
 def role_alone(args, wl):
-    """The croupier map job's per-record work (the source's record, then its transform with the
-    record's generator) alone in a loop in this process, pinned to one core: CPU seconds per
-    record."""
+    """One of the work-alone processes, pinned to one core of the budget, all started together
+    (so that every core is busy, as during a system's run): the croupier map job's per-record
+    work (the source's record, then its transform with the record's generator) in a loop over
+    its share of the records; prints its CPU seconds per record."""
     from croupier.pipeline import record_rng
-    cpu_budget.pin(cpu_budget.parse_cpus(args.cpus)[:1])
+    cpus = cpu_budget.parse_cpus(args.cpus)
+    cpu_budget.pin([cpus[args.rank % len(cpus)]])
     job = map_job(args, wl)
     source, fn = job["source"], job.get("transform")
-    n = min(len(source), ALONE_RECORDS)
+    ids = range(args.rank, min(len(source), ALONE_RECORDS * args.procs), args.procs)
     for i in range(16):  # warm up: the first calls import and allocate
         source[i]
+    ready_then_wait(args, f"alone{args.rank}")
     start = time.process_time()
-    for i in range(n):
+    for i in ids:
         record = source[i]
         if fn is not None:
             fn(record, record_rng(1, 0, i))
-    print(json.dumps({"cpu_per_record": (time.process_time() - start) / n, "records": n}),
-          flush=True)
+    print(json.dumps({"cpu_per_record": (time.process_time() - start) / len(ids),
+                      "records": len(ids)}), flush=True)
 
 
 ROLES = {"dataloader": role_dataloader, "consumer": role_consumer, "producer": role_producer,
