@@ -57,3 +57,27 @@ def test_bad_settings_raise_invalid_argument_naming_them():
         croupier.EpochPlan(10, 10, 2)  # drop would leave every epoch empty
     with pytest.raises(errors.OutOfRangeError):
         croupier.EpochPlan(100, 10, 2).batch(10)
+
+
+@pytest.mark.parametrize("seed,epoch,index", [(0, 0, 0), (5, 1, 9), (2**32 - 1, 7, 2**32),
+                                              (2**64 - 1, 2**63, 2**64 - 1), (2**70, 1, 2)])
+def test_record_and_batch_generators_are_numpys_default_rng(seed, epoch, index):
+    """record_rng and batch_rng seed their PCG64 from words computed in C++ (numpy's
+    SeedSequence mixing, src/plan/seed_sequence.h): every draw, the spawned children and a pickled
+    copy equal np.random.default_rng([seed, epoch, index, kind])'s (past 64 bits, numpy's own)."""
+    import pickle
+    for make, kind in ((croupier.record_rng, 0), (croupier.batch_rng, 1)):
+        ours, numpys = make(seed, epoch, index), np.random.default_rng([seed, epoch, index, kind])
+        assert ours.bit_generator.state == numpys.bit_generator.state
+        assert (ours.random(8) == numpys.random(8)).all()
+        assert (ours.integers(0, 1 << 40, 8) == numpys.integers(0, 1 << 40, 8)).all()
+        for a, b in zip(ours.spawn(3), numpys.spawn(3)):
+            assert (a.random(4) == b.random(4)).all()
+        assert ours.bit_generator.seed_seq.entropy == numpys.bit_generator.seed_seq.entropy
+        assert ours.bit_generator.seed_seq.n_children_spawned == 3
+        again = pickle.loads(pickle.dumps(ours))
+        assert (again.random(4) == numpys.random(4)).all()
+        seq = ours.bit_generator.seed_seq
+        assert (seq.generate_state(5) == np.random.SeedSequence(seq.entropy).generate_state(5)).all()
+    with pytest.raises(ValueError):
+        croupier.record_rng(1, 2, -1)

@@ -1,5 +1,8 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <vector>
 
 #include "croupier/plan.h"
 #include "src/plan/seed_sequence.h"
@@ -11,6 +14,16 @@ namespace croupier::py {
 namespace pyb = pybind11;
 
 void BindPlan(pyb::module_& m) {
+  m.def(
+      "seed_sequence_words",
+      [](const std::vector<uint64_t>& entropy, size_t n) {
+        pyb::array_t<uint32_t> out(static_cast<pyb::ssize_t>(n));
+        plan::SeedSequenceWords(entropy, absl::MakeSpan(out.mutable_data(), n));
+        return out;
+      },
+      pyb::arg("entropy"), pyb::arg("n"),
+      "uint32 [n]: numpy.random.SeedSequence(entropy).generate_state(n, numpy.uint32), for "
+      "entropy a list of integers in [0, 2**64) (src/plan/seed_sequence.h).");
   m.def(
       "record_seeds",
       [](uint64_t seed, uint64_t epoch,
