@@ -220,3 +220,17 @@ def test_close_from_another_thread_wakes_a_blocked_iteration(tmp_path):
     assert not reader.is_alive()
     assert isinstance(outcome["got"], errors.CancelledError), outcome
     assert took < 5, f"close took {took:.1f} s to wake the reader"
+
+
+def test_a_dense_tensorflow_tensor_is_viewed_and_a_ragged_one_converted_as_before():
+    """tensor_to_numpy views a dense eager tensor's buffer (numpy() would copy it first, and the
+    batch copies it anyway); a RaggedTensor still goes through its numpy() (rows as arrays)."""
+    tf = pytest.importorskip("tensorflow")
+    from croupier.columns import tensor_to_numpy
+    dense = tf.constant([[1.5, 2.0], [3.0, 4.0]])
+    array = tensor_to_numpy(dense, "x")
+    assert not array.flags["OWNDATA"] and array.dtype == np.float32
+    np.testing.assert_array_equal(array, dense.numpy())
+    rows = tensor_to_numpy(tf.ragged.constant([[1, 2], [3]]), "r")
+    assert [list(r) for r in rows] == [[1, 2], [3]]
+    assert list(tensor_to_numpy(tf.constant([b"ab", b"c"]), "s")) == [b"ab", b"c"]

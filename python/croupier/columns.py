@@ -27,8 +27,8 @@ def tensor_to_numpy(value: Any, name: str) -> np.ndarray:
             import ml_dtypes
             return value.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
     try:
-        if type(value).__module__.startswith("tensorflow"):
-            return np.asarray(value)  # a view of the tensor's buffer; numpy() would copy it
+        if type(value).__name__ == "EagerTensor":  # dense TensorFlow: a view, not numpy()'s copy
+            return np.asarray(value)
         return value.numpy()
     except TypeError as e:
         raise errors.InvalidArgumentError(
