@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -246,6 +247,31 @@ def _alive(pid):
     # A zombie is dead for our purpose; its parent is gone or will reap it.
     state = pathlib.Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
     return state != "Z"
+
+
+def _blocked_signals(native_id):
+    """The signal numbers thread `native_id` of this process blocks (/proc, SigBlk)."""
+    with open(f"/proc/self/task/{native_id}/status") as f:
+        mask = int(next(line for line in f if line.startswith("SigBlk:")).split()[1], 16)
+    return {n for n in range(1, 65) if mask >> (n - 1) & 1}
+
+
+@pytest.mark.timeout(60)
+def test_croupiers_threads_leave_signals_to_the_main_thread():
+    """Every thread croupier starts in a process blocks the signals that come from outside, so
+    that the kernel delivers a Ctrl-C to the main thread, whose blocking call (a sleep) it then
+    interrupts; a SIGINT the kernel gave the log reader instead waited until the main thread's
+    sleep ended (seen as test_local_cluster_leaves_no_process_behind[sigint] timing out)."""
+    from croupier.record_threads import RecordThreads
+    threads = RecordThreads(2)
+    threads.map(lambda k: k, range(4))
+    ours = [t for t in threading.enumerate() if t.name.startswith(("croupier-logs",
+                                                                    "croupier-record"))]
+    assert {t.name.split("_")[0] for t in ours} == {"croupier-logs", "croupier-record"}
+    for thread in ours:
+        blocked = _blocked_signals(thread.native_id)
+        assert {signal.SIGINT, signal.SIGTERM, signal.SIGHUP} <= blocked, thread.name
+    assert signal.SIGINT not in _blocked_signals(threading.main_thread().native_id)
 
 
 @pytest.mark.timeout(90)

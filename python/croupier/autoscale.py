@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from croupier import errors
+from croupier.thread_signals import block_async_signals
 
 __all__ = ["Autoscaler"]
 
@@ -88,6 +89,7 @@ class Autoscaler:
         self._stop.clear()
 
         def run() -> None:
+            block_async_signals()
             while not self._stop.wait(self.interval):
                 try:
                     self.step()

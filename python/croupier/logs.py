@@ -23,6 +23,7 @@ import threading
 from typing import Optional
 
 from croupier import _croupier
+from croupier.thread_signals import block_async_signals
 
 __all__ = ["install", "forward", "LOGGER_PREFIX"]
 
@@ -55,6 +56,7 @@ def forward(line: str) -> None:
 
 def _read(fd: int) -> None:
     """The reader thread: forwards every line of the pipe until its writers have closed it."""
+    block_async_signals()
     pending = b""
     while True:
         try:

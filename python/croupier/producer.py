@@ -13,6 +13,7 @@ from croupier.cluster import auth_token_or_env, create_job
 from croupier.errors import BatchError
 from croupier.pipeline import Pipeline, log
 from croupier.pool import WorkerPool, default_workers, in_process
+from croupier.thread_signals import block_async_signals
 from croupier.record_cache import summary
 from croupier.columns import features_of
 from croupier.spec import spec_of
@@ -275,8 +276,11 @@ def _drain(node: Any, job: str, bound: float,
     """node.drain(bound) on a thread, so that this one sees `leave_now` (set by a signal
     handler, which runs only here); logs and returns what it kept and served."""
     result: List[Any] = []
-    drainer = threading.Thread(target=lambda: result.append(node.drain(bound)),
-                               name="croupier-drain", daemon=True)
+    def drain() -> None:
+        block_async_signals()  # the second signal goes to this thread's caller, the main one
+        result.append(node.drain(bound))
+
+    drainer = threading.Thread(target=drain, name="croupier-drain", daemon=True)
     drainer.start()
     while drainer.is_alive():
         drainer.join(0.1)

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
 from croupier import errors
+from croupier.thread_signals import block_async_signals
 
 __all__ = ["RecordThreads", "parse_threads", "AUTO_THREADS", "TRIALS"]
 
@@ -114,7 +115,8 @@ class RecordThreads:
         with self._lock:
             if self._executor is None or self._pid != os.getpid():
                 self._executor = ThreadPoolExecutor(max_workers=count,
-                                                    thread_name_prefix="croupier-record")
+                                                    thread_name_prefix="croupier-record",
+                                                    initializer=block_async_signals)
                 self._pid = os.getpid()
             return self._executor
 

@@ -23,6 +23,8 @@ from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
+from croupier.thread_signals import block_async_signals
+
 _MAX_DRAIN_ERRORS = 1000  # errors a stopped feed's iterator may give while it is drained
 _QUEUE_CAPACITY = 1 << 20  # batches; never reached (each waits in a make() call)
 
@@ -38,7 +40,12 @@ def stop_feeds(feeds):
     collector may run it in any thread, one holding a feed's lock too)."""
     live = list(feeds.values())
     if live:
-        threading.Thread(target=lambda: [feed.stop(closing=True) for feed in live],
+        def stop_all() -> None:
+            block_async_signals()
+            for feed in live:
+                feed.stop(closing=True)
+
+        threading.Thread(target=stop_all,
                          name="croupier-tf-stop", daemon=True).start()
 
 
@@ -141,6 +148,7 @@ class Feed:
         """Iterates the pipeline, handing each group of outputs to the batch it belongs to, until
         the input ends (stop()). After an error the feed is stopped and the iterator is drained
         to its end rather than dropped mid-flight."""
+        block_async_signals()
         tf = self._tf
         iterator = None
         try:
