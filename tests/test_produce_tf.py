@@ -436,8 +436,9 @@ def test_record_seeds_are_numpys_seed_sequence_words():
     rng = np.random.default_rng(1)
     for seed, epoch in [(0, 0), (5, 1), (2**32 - 1, 7), (123456789, 2**32 - 1), (2**40, 3),
                         (2**64 - 1, 2**63), (2**70, 1)]:
-        ids = np.concatenate([[0, 1, 2**32 - 1, 2**32, 2**63, 2**64 - 1],
-                              rng.integers(0, 2**32, 100)]).astype(np.uint64)
+        ids = np.concatenate([np.array([0, 1, 2**32 - 1, 2**32, 2**63, 2**64 - 1], np.uint64),
+                              rng.integers(0, 2**32, 100, dtype=np.uint64)])
+        assert int(ids[5]) == 2**64 - 1
         got = record_seeds(seed, epoch, ids)
         want = np.stack([record_seed(seed, epoch, int(i)) for i in ids])
         assert got.dtype == np.int64 and got.shape == (len(ids), 2)
