@@ -271,14 +271,14 @@ void CroupierConsumers(Transport* transport, const std::vector<std::string>& add
         [&](uint64_t i) {
           return client_of(i).Fetch({"bench", 0, i}, absl::Now() + absl::Seconds(30));
         },
-        [&](uint64_t first, uint32_t count) {
+        [&](uint64_t first, uint32_t count, const LandFn& land) {
           std::vector<uint64_t> keys(count);
           for (uint32_t j = 0; j < count; ++j) keys[j] = first + j;
-          std::vector<absl::StatusOr<Batch>> out(count, absl::UnavailableError("not fetched"));
           client_of(first).FetchBatches(
               "bench", 0, keys, absl::Now() + absl::Seconds(30),
-              [&](size_t j, absl::StatusOr<Batch> batch) { out[j] = std::move(batch); });
-          return out;
+              [&](size_t j, absl::StatusOr<Batch> batch) {
+                land(static_cast<uint32_t>(j), std::move(batch));
+              });
         });
     for (uint64_t i = 0; i < per_consumer; ++i) {
       const double s = Now();

@@ -1,5 +1,5 @@
 """More fault tests: a producer frozen (SIGSTOP) for longer than --producer-timeout-ms, then thawed
-(SIGCONT). Real dispatcher, producer and consumer processes on loopback. Each consumer's batches are
+(SIGCONT); a trainer frozen past its rank's takeover, then thawed. Real dispatcher, producer and consumer processes on loopback. Each consumer's batches are
 compared with a fault-free run of the same job by (epoch, step, content hash) and record ids:
 exactly once (G1), equal steps (G2), bit-identical (G3). Every test bounds its time, thaws what it
 froze (in a finally), and the Cluster kills every process it started.
@@ -12,7 +12,7 @@ import pytest
 
 from fault_job import (BATCH, FEATURES, RECORDS, SEED, STEPS, WORLD,  # noqa: F401 (fixtures)
                        dataset, reference)
-from service_cluster import Cluster, OutputWatch, check_exactly_once
+from service_cluster import Cluster, OutputWatch, batch_hashes, check_exactly_once, read_batches
 
 TIMEOUT_MS = 1500  # --producer-timeout-ms
 FROZEN_S = 4.0  # well past the timeout, and past the dispatcher's 1 s expiry tick
@@ -116,3 +116,49 @@ def test_producer_frozen_and_thawed_before_the_timeout_keeps_its_id(tmp_path, da
         assert not re.search("producer [0-9]+ at .* removed",
                              cluster.dispatcher.log_path.read_text())
     check_exactly_once(outs, reference, RECORDS, BATCH, SEED)
+
+
+@pytest.mark.timeout(120)
+def test_a_frozen_trainer_whose_rank_is_taken_over_delivers_nothing_more(tmp_path, dataset,
+                                                                         reference):
+    """A trainer frozen (SIGSTOP) past its rank's takeover time (3 heartbeats, 3 s), its rank
+    taken over by a new process of the rank: woken, the old process hands its trainer no batch
+    more and fails with ABORTED. It had the next steps prefetched; before the consumer confirmed
+    its rank ahead of each hand-over, it delivered one of them, which the new process delivered
+    too (6 of 7 probes). The new process starts where the rank was last acknowledged; between the
+    two, every step of the rank comes with the fault-free bytes, and the other ranks are
+    untouched."""
+    with Cluster(tmp_path / "cluster") as cluster:
+        cluster.add_producer()
+        cluster.create_job("train", dataset, FEATURES, BATCH, WORLD, seed=SEED, epochs=1)
+        outs, procs = cluster.start_ranks("train", WORLD, tmp_path, 1, "--slow-ms", "40")
+        OutputWatch(outs).wait_for(STEPS // 4, procs, timeout=60)
+        old = procs[1]
+        new_out = tmp_path / "rank1-new.jsonl"
+        old.send_signal(signal.SIGSTOP)
+        try:
+            frozen_at = len(read_batches(outs[1]))
+            # The rank is free for it once the old process has been silent for 3 s.
+            new = cluster._spawn(["consume", "--dispatcher", cluster.address, "--job", "train",
+                                  "--rank", 1, "--world", WORLD, "--epochs", 1,
+                                  "--output", new_out, "--timeout-ms", "30000",
+                                  "--slow-ms", "40"], "consumer-train-1-new")
+            wait_until(lambda: new_out.exists() and read_batches(new_out), 30,
+                       "the new process of rank 1 read a batch")
+        finally:
+            old.send_signal(signal.SIGCONT)
+        old.wait(timeout=30)
+        log = old.log_path.read_text()
+        assert old.returncode != 0 and "lost its rank" in log, log[-2000:]
+        old_batches = batch_hashes(read_batches(outs[1]))
+        assert len(old_batches) == frozen_at, \
+            f"woken, the old process delivered {len(old_batches) - frozen_at} more batches"
+        cluster.wait([p for p in procs if p is not old] + [new], timeout=90)
+    new_batches = batch_hashes(read_batches(new_out))
+    # The new process starts at the rank's last acknowledged step (at most a second behind).
+    first_new = new_batches[0][1]
+    assert first_new <= frozen_at, (first_new, frozen_at)
+    assert old_batches == reference[1][:frozen_at]
+    assert new_batches == reference[1][first_new:]
+    for rank in (0, 2, 3):
+        assert batch_hashes(read_batches(outs[rank])) == reference[rank]

@@ -110,7 +110,12 @@ class Consumer {
   // share no memory with each other. DEADLINE_EXCEEDED naming the job, epoch, step and producer
   // when a batch does not come within `timeout`; other errors as the producer reported them (e.g.
   // DATA_LOSS naming the file and offset). ABORTED once another consumer has taken this rank over
-  // (this one was silent too long). After an error, StartEpoch at position() retries.
+  // (this one was silent too long). A batch is handed over only while the rank is surely this
+  // consumer's: when its last heartbeat the dispatcher answered is older than the takeover time
+  // (the process was frozen, or the dispatcher is unreachable), Next() first confirms the rank
+  // with a heartbeat of its own, so a process frozen past its takeover delivers nothing more
+  // (ABORTED); DEADLINE_EXCEEDED when the dispatcher does not answer within `timeout` (the batch
+  // is kept for the next call). After an error, StartEpoch at position() retries.
   virtual absl::StatusOr<std::optional<Batch>> Next() = 0;
 
   // The next step Next() will return; the dispatcher is told it with every heartbeat.

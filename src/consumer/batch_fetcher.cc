@@ -31,11 +31,9 @@ absl::StatusOr<DataClient*> BatchFetcher::ClientFor(const std::string& address) 
   return absl::UnavailableError(client.status().message());
 }
 
-std::vector<absl::StatusOr<Batch>> BatchFetcher::FetchSteps(uint64_t epoch, uint64_t first,
-                                                            uint32_t count) {
+void BatchFetcher::FetchSteps(uint64_t epoch, uint64_t first, uint32_t count,
+                              absl::FunctionRef<void(uint32_t, absl::StatusOr<Batch>)> land) {
   const absl::Time deadline = absl::Now() + timeout_;
-  std::vector<absl::StatusOr<Batch>> results(count,
-                                             absl::UnavailableError("not fetched with its group"));
   std::vector<uint64_t> globals(count);
   for (uint32_t i = 0; i < count; ++i) globals[i] = job_.GlobalBatch(epoch, first + i, rank_);
   uint32_t i = 0;
@@ -52,12 +50,11 @@ std::vector<absl::StatusOr<Batch>> BatchFetcher::FetchSteps(uint64_t epoch, uint
       (*client)->FetchBatches(job_.name, epoch, absl::MakeConstSpan(globals).subspan(i, end - i),
                               std::min(deadline, absl::Now() + kAttemptTimeout),
                               [&](size_t k, absl::StatusOr<Batch> batch) {
-                                if (batch.ok()) results[i + k] = std::move(batch);
+                                if (batch.ok()) land(static_cast<uint32_t>(i + k), std::move(batch));
                               });
     }
     i = end;
   }
-  return results;
 }
 
 absl::StatusOr<Batch> BatchFetcher::FetchStep(uint64_t epoch, uint64_t step, absl::Time deadline) {

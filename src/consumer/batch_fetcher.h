@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
@@ -32,13 +33,15 @@ class BatchFetcher {
   // batch and the last producer tried.
   absl::StatusOr<Batch> FetchStep(uint64_t epoch, uint64_t step, absl::Time deadline);
 
-  // Dealt: steps [first, first + count) in one go. The runs of consecutive steps whose batches
-  // the same producer holds (as far as the cached locations say) are fetched with one pipelined
-  // call each. A batch that fails there, or whose task is not assigned yet, is UNAVAILABLE: the
-  // caller fetches it again with FetchStep (its retries, its questions to the dispatcher) when
-  // the trainer reaches it. Retrying it here would hold the batches fetched with it from the
+  // Dealt: steps [first, first + count) in one go, each batch handed to land(k, batch) (step
+  // first + k) the moment it arrives. The runs of consecutive steps whose batches the same
+  // producer holds (as far as the cached locations say) are fetched with one pipelined call
+  // each. A batch that fails there, or whose task is not assigned yet, is not landed: the caller
+  // fetches it again with FetchStep (its retries, its questions to the dispatcher) when the
+  // trainer reaches it. Retrying it here would hold the batches fetched with it from the
   // trainer, and so its acknowledgements, which may be what the assignment of its task waits for.
-  std::vector<absl::StatusOr<Batch>> FetchSteps(uint64_t epoch, uint64_t first, uint32_t count);
+  void FetchSteps(uint64_t epoch, uint64_t first, uint32_t count,
+                  absl::FunctionRef<void(uint32_t, absl::StatusOr<Batch>)> land);
 
   // first_come: any ready batch of `epoch` from any producer holding its tasks; OUT_OF_RANGE
   // once the epoch is finished; DEADLINE_EXCEEDED after the timeout without one.

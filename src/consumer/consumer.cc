@@ -86,6 +86,7 @@ class ConsumerImpl final : public Consumer {
       old = std::move(prefetcher_);
     }
     epoch_ = epoch;
+    unconfirmed_.reset();
     Prefetcher::Options p{.first = step,
                           .end = first_come ? UINT64_MAX : steps,
                           .max_batches = options_.prefetch_batches,
@@ -98,8 +99,8 @@ class ConsumerImpl final : public Consumer {
                           });
     FetchGroupFn fetch_group;
     if (!first_come) {
-      fetch_group = [this, epoch](uint64_t first, uint32_t count) {
-        return fetcher_.FetchSteps(epoch, first, count);
+      fetch_group = [this, epoch](uint64_t first, uint32_t count, const LandFn& land) {
+        fetcher_.FetchSteps(epoch, first, count, land);
       };
     }
     auto prefetcher = std::make_shared<Prefetcher>(p, std::move(fetch), std::move(fetch_group));
@@ -127,7 +128,24 @@ class ConsumerImpl final : public Consumer {
     }
     RETURN_IF_ERROR(reporter_.Lost());
     const absl::Time start = absl::Now();
-    auto batch = prefetcher->Next();
+    absl::StatusOr<std::optional<Batch>> batch = std::optional<Batch>();
+    if (unconfirmed_.has_value()) {
+      batch = std::move(unconfirmed_);
+      unconfirmed_.reset();
+    } else {
+      batch = prefetcher->Next();
+    }
+    if (batch.ok() && batch->has_value()) {
+      // The batch reaches the trainer only while the rank is surely this consumer's: one frozen
+      // past the takeover time, whose rank a new process took over, delivers nothing more
+      // (ABORTED). Kept for the next call when the dispatcher could not say in time.
+      absl::Status confirmed = reporter_.ConfirmRank(start + options_.timeout);
+      if (!confirmed.ok()) {
+        if (absl::IsDeadlineExceeded(confirmed)) unconfirmed_ = std::move(*batch);
+        reporter_.Waited(absl::Now() - start);
+        return confirmed;
+      }
+    }
     reporter_.Waited(absl::Now() - start);
     if (batch.ok() && batch->has_value()) {
       reporter_.Received((*batch)->bytes().size());
@@ -161,6 +179,9 @@ class ConsumerImpl final : public Consumer {
   BatchFetcher fetcher_;
   PositionReporter reporter_;
   uint64_t epoch_ = 0;
+  // A batch taken from the prefetcher but not handed over: the dispatcher did not confirm the
+  // rank in time (Next). The next Next() hands it over first; StartEpoch drops it.
+  std::optional<Batch> unconfirmed_;
   // Set by StartEpoch, dropped by Close; Next() works on a copy of the pointer.
   absl::Mutex prefetcher_mu_;
   std::shared_ptr<Prefetcher> prefetcher_ ABSL_GUARDED_BY(prefetcher_mu_);

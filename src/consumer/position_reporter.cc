@@ -7,6 +7,20 @@
 #include "src/common/status_macros.h"
 
 namespace croupier {
+namespace {
+
+// The lease a heartbeat's answer renewed; an older dispatcher sends none: three intervals, its
+// takeover time.
+absl::Duration TakeoverOf(const v1::ConsumerHeartbeatResponse& response) {
+  if (response.takeover_ms() != 0) return absl::Milliseconds(response.takeover_ms());
+  return 3 * absl::Milliseconds(response.heartbeat_interval_ms() ? response.heartbeat_interval_ms()
+                                                                 : 1000);
+}
+
+// How often ConfirmRank asks again while the dispatcher does not answer.
+constexpr absl::Duration kConfirmRetry = absl::Milliseconds(100);
+
+}  // namespace
 
 absl::StatusOr<Registration> RegisterConsumer(ControlPlane& control, const std::string& job,
                                               uint32_t rank, uint32_t world, bool resume,
@@ -19,7 +33,9 @@ absl::StatusOr<Registration> RegisterConsumer(ControlPlane& control, const std::
   const absl::Time deadline = absl::Now() + timeout;
   absl::StatusOr<v1::ConsumerHeartbeatResponse> registered;
   bool said_waiting = false;
+  absl::Time sent;
   while (true) {
+    sent = absl::Now();
     registered = control.ConsumerHeartbeat(request);
     // ALREADY_EXISTS: a live consumer holds the rank (it is taken over once silent). NOT_FOUND:
     // the job does not exist yet (launchers start trainers and producers together, and
@@ -53,6 +69,8 @@ absl::StatusOr<Registration> RegisterConsumer(ControlPlane& control, const std::
   out.heartbeat_interval = absl::Milliseconds(
       response.heartbeat_interval_ms() ? response.heartbeat_interval_ms() : 1000);
   out.job_state = response.job_state();
+  out.takeover = TakeoverOf(response);
+  out.sent = sent;
   Log(LogLevel::kDebug, "consumer",
       absl::StrCat("job '", job, "' rank ", rank, "/", world, " registered as consumer ",
                    out.consumer_id, " with ", control.address()));
@@ -76,7 +94,9 @@ PositionReporter::PositionReporter(ControlPlane* control, const Registration& re
       rank_(rank),
       world_(world),
       interval_(registration.heartbeat_interval),
-      position_(registration.position) {
+      position_(registration.position),
+      confirmed_sent_(registration.sent),
+      takeover_(registration.takeover) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -101,7 +121,7 @@ void PositionReporter::Received(uint64_t bytes) {
   bytes_ += bytes;
 }
 
-void PositionReporter::HeartbeatNow() { Send(/*leaving=*/false); }
+void PositionReporter::HeartbeatNow() { Send(/*leaving=*/false).IgnoreError(); }
 
 void PositionReporter::Wake() {
   absl::MutexLock lock(&mu_);
@@ -111,6 +131,43 @@ void PositionReporter::Wake() {
 absl::Status PositionReporter::Lost() const {
   absl::MutexLock lock(&mu_);
   return lost_;
+}
+
+bool PositionReporter::RankConfirmedLocked(absl::Time now) const {
+  // The margin covers the two clocks' rates, which may differ slightly: the dispatcher's count
+  // of the silence starts when it received the heartbeat, after this consumer sent it.
+  return now < confirmed_sent_ + takeover_ - takeover_ / 10;
+}
+
+absl::Status PositionReporter::ConfirmRank(absl::Time deadline) {
+  absl::Status last = absl::OkStatus();
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!lost_.ok()) return lost_;
+      if (stop_) return absl::CancelledError("the consumer is closed");
+      if (RankConfirmedLocked(absl::Now())) return absl::OkStatus();
+    }
+    if (!last.ok() && absl::Now() >= deadline) {
+      absl::MutexLock lock(&mu_);
+      return absl::DeadlineExceededError(absl::StrCat(
+          "job '", job_, "' rank ", rank_,
+          ": no batch is handed over until the dispatcher confirms that this consumer still holds "
+          "its rank (its last answer was to a heartbeat sent ",
+          absl::FormatDuration(absl::Trunc(absl::Now() - confirmed_sent_, absl::Milliseconds(100))),
+          " ago; a rank silent for ", absl::FormatDuration(takeover_),
+          " may be taken over); last error: ", last.ToString()));
+    }
+    last = Send(/*leaving=*/false);
+    // Answered: the rank is this consumer's as of when that heartbeat was sent, just now.
+    if (last.ok() || absl::IsAborted(last)) return last;
+    {
+      absl::MutexLock lock(&mu_);
+      auto stopped = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_; };
+      mu_.AwaitWithDeadline(absl::Condition(&stopped),
+                            std::min(deadline, absl::Now() + kConfirmRetry));
+    }
+  }
 }
 
 void PositionReporter::Stop() {
@@ -132,13 +189,13 @@ void PositionReporter::Loop() {
       wake_ = false;
       if (stop_) break;
     }
-    Send(/*leaving=*/false);
+    Send(/*leaving=*/false).IgnoreError();
   }
-  Send(/*leaving=*/true);  // the final position, and the rank is free
+  Send(/*leaving=*/true).IgnoreError();  // the final position, and the rank is free
 }
 
-void PositionReporter::Send(bool leaving) {
-  if (!Lost().ok()) return;
+absl::Status PositionReporter::Send(bool leaving) {
+  if (absl::Status lost = Lost(); !lost.ok()) return lost;
   v1::ConsumerHeartbeatRequest request;
   request.set_consumer_id(id_);
   request.set_lease(lease_);
@@ -152,6 +209,7 @@ void PositionReporter::Send(bool leaving) {
   request.set_bytes_received(bytes_);
   request.set_wait_seconds(wait_nanos_ / 1e9);
   request.set_leaving(leaving);
+  const absl::Time sent = absl::Now();
   auto response = control_->ConsumerHeartbeat(request);
   if (absl::IsNotFound(response.status()) || absl::IsPermissionDenied(response.status())) {
     // Removed: another consumer took the rank over (this one was silent too long), or it
@@ -163,13 +221,18 @@ void PositionReporter::Send(bool leaving) {
     Log(LogLevel::kError, "consumer", std::string(lost.message()));
     absl::MutexLock lock(&mu_);
     lost_ = lost;
-    return;
+    return lost;
   }
   if (!response.ok()) {
     Log(LogLevel::kWarning, "consumer",
         absl::StrCat("job '", job_, "' rank ", rank_,
                      ": heartbeat failed: ", response.status().ToString()));
+    return response.status();
   }
+  absl::MutexLock lock(&mu_);
+  confirmed_sent_ = std::max(confirmed_sent_, sent);
+  takeover_ = TakeoverOf(*response);
+  return absl::OkStatus();
 }
 
 }  // namespace croupier

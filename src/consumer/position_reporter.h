@@ -26,6 +26,10 @@ struct Registration {
   v1::JobInfo job;
   ConsumerPosition position;  // where the consumer was registered
   absl::Duration heartbeat_interval = absl::Seconds(1);
+  // The rank is this consumer's until `takeover` after the dispatcher received the registration,
+  // which was sent at `sent` (ConsumerHeartbeatResponse.takeover_ms).
+  absl::Duration takeover = absl::Seconds(3);
+  absl::Time sent = absl::InfinitePast();
   // The job's state as of the registration (JOB_STATE_UNSPECIFIED from an older dispatcher).
   v1::JobState job_state = v1::JOB_STATE_UNSPECIFIED;
 };
@@ -63,12 +67,23 @@ class PositionReporter {
   // OK, or ABORTED once the dispatcher said another consumer took this rank over (this one was
   // silent too long): serving on would deal the rank's batches twice.
   absl::Status Lost() const;
+  // OK once the rank is known to be this consumer's for a while yet: the last heartbeat the
+  // dispatcher answered was sent less than its takeover time ago (less a margin), or a heartbeat
+  // sent now is answered. A consumer hands its trainer a batch only after this: a process
+  // frozen (SIGSTOP, a debugger, a swapped-out machine) past the takeover time, whose rank a new
+  // process took over meanwhile, must not deliver the batch it had prefetched. ABORTED when the
+  // rank is lost; DEADLINE_EXCEEDED naming the dispatcher's last answer when the dispatcher does
+  // not answer before `deadline`; CANCELLED once stopped.
+  absl::Status ConfirmRank(absl::Time deadline);
   // Stops the thread after a last heartbeat that frees the rank. Idempotent.
   void Stop();
 
  private:
   void Loop();
-  void Send(bool leaving);
+  // One heartbeat: OK, ABORTED when the rank is lost, or the call's error.
+  absl::Status Send(bool leaving);
+  // Whether the rank is known to be this consumer's now (see ConfirmRank).
+  bool RankConfirmedLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   ControlPlane* const control_;
   const uint64_t id_;
@@ -82,6 +97,9 @@ class PositionReporter {
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status lost_ ABSL_GUARDED_BY(mu_);
+  // When the last heartbeat the dispatcher answered was sent, and the lease it renewed.
+  absl::Time confirmed_sent_ ABSL_GUARDED_BY(mu_);
+  absl::Duration takeover_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> batches_{0}, bytes_{0};
   std::atomic<int64_t> wait_nanos_{0};
   std::thread thread_;

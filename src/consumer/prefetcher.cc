@@ -89,15 +89,8 @@ void Prefetcher::Work() {
       }
     }
     if (count > 1) {
-      const absl::Time start = absl::Now();
-      std::vector<absl::StatusOr<Batch>> results = fetch_group_(slot, count);
-      const absl::Duration took = absl::Now() - start;
-      // One hand-over, one wake-up of the caller, for the whole group.
       absl::MutexLock lock(&mu_);
-      NoteFetch(took);
-      in_flight_ -= count;
-      changed_.SignalAll();
-      LandGroup(slot, std::move(results), count);
+      FetchGroup(slot, count);
       WakeAWorkerIfUseful();
       continue;
     }
@@ -146,37 +139,49 @@ void Prefetcher::FetchInline() {
   count = std::max<uint64_t>(count, 1);
   next_issue_ += count;
   in_flight_ += count;
-  std::vector<absl::StatusOr<Batch>> results;
-  {
-    mu_.Unlock();
-    const absl::Time start = absl::Now();
-    results = fetch_group_(slot, static_cast<uint32_t>(count));
-    const absl::Duration took = absl::Now() - start;
-    mu_.Lock();
-    NoteFetch(took);
-  }
-  in_flight_ -= count;
-  LandGroup(slot, std::move(results), static_cast<uint32_t>(count));
+  FetchGroup(slot, static_cast<uint32_t>(count));
   if (next_issue_ >= options_.end) can_issue_.SignalAll();  // the idle workers end
 }
 
-void Prefetcher::LandGroup(uint64_t first, std::vector<absl::StatusOr<Batch>> results,
-                           uint32_t count) {
-  for (uint32_t i = 0; i < count; ++i) {
-    absl::StatusOr<Batch> result =
-        i < results.size() ? std::move(results[i])
-                           : absl::StatusOr<Batch>(
-                                 absl::InternalError("the group fetch returned too few results"));
-    if (absl::IsUnavailable(result.status())) {
-      deferred_.insert(first + i);  // fetched alone when the caller reaches it
-      continue;
-    }
+void Prefetcher::FetchGroup(uint64_t first, uint32_t count) {
+  std::vector<bool> landed(count, false);
+  mu_.Unlock();
+  const absl::Time start = absl::Now();
+  fetch_group_(first, count, [&](uint32_t k, absl::StatusOr<Batch> result) {
+    if (k >= count || landed[k]) return;
+    landed[k] = true;
+    absl::MutexLock lock(&mu_);
+    --in_flight_;
+    Land(first + k, std::move(result));
+  });
+  const absl::Duration took = absl::Now() - start;
+  mu_.Lock();
+  NoteFetch(took);
+  for (uint32_t k = 0; k < count; ++k) {
+    if (landed[k]) continue;
+    --in_flight_;
+    Land(first + k, absl::UnavailableError("not fetched with its group"));
+  }
+}
+
+void Prefetcher::Land(uint64_t slot, absl::StatusOr<Batch> result) {
+  if (absl::IsUnavailable(result.status())) {
+    deferred_.insert(slot);  // fetched alone when the caller reaches it
+  } else {
     if (result.ok()) {
       bytes_ += result->bytes().size();
       last_bytes_ = result->bytes().size();
     }
-    ready_.emplace(first + i, std::move(result));
+    ready_.emplace(slot, std::move(result));
   }
+  // The caller waits for exactly one slot: a batch landing ahead of it wakes nobody.
+  if (slot == next_take_) changed_.SignalAll();
+}
+
+bool Prefetcher::FetchInlineNow() const {
+  return !options_.any_order && Grouping() && !cancelled_ && next_take_ == next_issue_ &&
+         next_issue_ < options_.end && ready_.empty() && CanIssue() && fetch_ns_ > 0 &&
+         fetch_ns_ <= absl::ToDoubleNanoseconds(kInlineGroupFetch);
 }
 
 absl::StatusOr<Batch> Prefetcher::FetchDeferred(uint64_t slot) {
@@ -223,9 +228,10 @@ absl::StatusOr<std::optional<Batch>> Prefetcher::Next() {
     }
   } note_return{this};
   if (failed_.has_value()) return *failed_;
-  if (!options_.any_order && Grouping() && !cancelled_ && next_take_ == next_issue_ &&
-      next_issue_ < options_.end && ready_.empty() && CanIssue()) {
+  if (FetchInlineNow()) {
     FetchInline();
+  } else if (ready_.empty() && deferred_.empty() && in_flight_ == 0) {
+    WakeAWorkerIfUseful();  // nothing is coming: a worker fetches while the caller waits
   }
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (cancelled_) return true;

@@ -1,9 +1,13 @@
 // The consumer's prefetch window: worker threads fetch the next steps ahead of the trainer,
 // bounded in batches and in bytes, and hand them over in step order. Small batches go in groups:
 // one worker fetches several consecutive slots in one call (the transport pipelines them on one
-// connection) and hands them all over at once, so that a group costs one round trip and one
-// wake-up of the caller instead of one per batch; and a caller that finds nothing ready and
-// nothing in flight fetches the next group itself rather than wake a worker and wait for it.
+// connection), so that a group costs one round trip instead of one per batch. Each batch of a
+// group is handed over as soon as it lands, never held for the rest of its group: when the
+// producers are slower than the trainer, a rank takes every batch the moment it is made (a
+// group held whole made a rank wait for its whole window). A caller that finds nothing ready
+// and nothing in flight fetches the next group itself, rather than wake a worker and wait for
+// it, but only while groups are known to come back quickly (kInlineGroupFetch): on its own
+// thread it could take none of the group's batches before the last one came.
 #ifndef CROUPIER_SRC_CONSUMER_PREFETCHER_H_
 #define CROUPIER_SRC_CONSUMER_PREFETCHER_H_
 
@@ -25,12 +29,14 @@ namespace croupier {
 // Fetches one item. Dealt mode: `slot` is the step. first_come: slot numbers only order the
 // requests; the function returns OUT_OF_RANGE once the epoch has nothing more to give.
 using FetchFn = std::function<absl::StatusOr<Batch>(uint64_t slot)>;
-// Fetches `count` consecutive slots from `first` (dealt mode); returns exactly `count` results,
-// in slot order. An UNAVAILABLE result is not an error: the Prefetcher fetches that slot again,
-// alone, with the FetchFn, when the caller reaches it (a group's other batches are handed over
-// meanwhile).
-using FetchGroupFn =
-    std::function<std::vector<absl::StatusOr<Batch>>(uint64_t first, uint32_t count)>;
+// Hands over the result of slot `first + k` of a group fetch.
+using LandFn = std::function<void(uint32_t k, absl::StatusOr<Batch> result)>;
+// Fetches `count` consecutive slots from `first` (dealt mode), calling `land` once for each
+// result as soon as it has it (on the calling thread, in any order; a second call for the same k
+// is ignored). A slot not landed by the return, or landed UNAVAILABLE, is not an error: the
+// Prefetcher fetches it again, alone, with the FetchFn, when the caller reaches it (the group's
+// other batches are handed over meanwhile).
+using FetchGroupFn = std::function<void(uint64_t first, uint32_t count, const LandFn& land)>;
 
 // Thread-safe. Destruction cancels, waits for a Next() in progress on another thread to return
 // (CANCELLED, or with the group it was fetching itself), and joins the workers.
@@ -43,6 +49,10 @@ class Prefetcher {
   static constexpr uint32_t kAutoBatches = 4;
   static constexpr uint32_t kAutoMaxBatches = 64;
   static constexpr uint64_t kAutoGroupedBytes = uint64_t{1} << 20;
+  // A caller with nothing to take fetches the next group on its own thread only while a group
+  // fetch takes at most this long (a moving average): the longest it may then wait beyond its
+  // first batch.
+  static constexpr absl::Duration kInlineGroupFetch = absl::Milliseconds(2);
 
   struct Options {
     uint64_t first = 0;  // the first slot
@@ -85,9 +95,15 @@ class Prefetcher {
   void FetchInline() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fetches a deferred slot with fetch_ on the caller's thread (mu_ released meanwhile).
   absl::StatusOr<Batch> FetchDeferred(uint64_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Files the results of a group fetch of [first, first + count): UNAVAILABLE ones are deferred.
-  void LandGroup(uint64_t first, std::vector<absl::StatusOr<Batch>> results, uint32_t count)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fetches [first, first + count) with fetch_group_ (mu_ released meanwhile, taken again to
+  // land each result), counted in flight until each one lands; the slots not landed are
+  // deferred.
+  void FetchGroup(uint64_t first, uint32_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Files one result: into ready_, or deferred_ if UNAVAILABLE; wakes the caller if it is the
+  // slot it waits for.
+  void Land(uint64_t slot, absl::StatusOr<Batch> result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a caller with nothing to take should fetch the next group itself (FetchInline).
+  bool FetchInlineNow() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Grouping: whether a worker should fetch ahead now (see the .cc), from the caller's pace and
   // the groups' round trips.
   bool WorthPrefetching() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -1,6 +1,7 @@
 #include "src/consumer/prefetcher.h"
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -43,6 +44,16 @@ struct InFlight {
   }
   void End(int n) { now -= n; }
 };
+
+// A FetchGroupFn over a function that returns the whole group at once: lands every result when
+// the function returns.
+FetchGroupFn Vectors(
+    std::function<std::vector<absl::StatusOr<Batch>>(uint64_t first, uint32_t count)> fetch) {
+  return [fetch = std::move(fetch)](uint64_t first, uint32_t count, const LandFn& land) {
+    std::vector<absl::StatusOr<Batch>> got = fetch(first, count);
+    for (uint32_t k = 0; k < got.size(); ++k) land(k, std::move(got[k]));
+  };
+}
 
 // Raises `value` to at least `n`.
 void RaiseTo(std::atomic<uint32_t>& value, uint32_t n) {
@@ -203,7 +214,7 @@ TEST(PrefetcherTest, SmallBatchesAreFetchedInGroupsWithinTheWindow) {
         in_flight.End(1);
         return absl::StatusOr<Batch>(MakeBatch(slot));
       },
-      [&](uint64_t first, uint32_t count) {
+      Vectors([&](uint64_t first, uint32_t count) {
         in_flight.Start(static_cast<int>(count));
         ++groups;
         RaiseTo(largest_group, count);
@@ -216,7 +227,7 @@ TEST(PrefetcherTest, SmallBatchesAreFetchedInGroupsWithinTheWindow) {
         }
         in_flight.End(static_cast<int>(count));
         return out;
-      });
+      }));
   for (uint64_t expected = 5; expected < 205; ++expected) {
     auto b = p.Next();
     ASSERT_TRUE(b.ok()) << b.status();
@@ -239,7 +250,7 @@ TEST(PrefetcherTest, AnErrorInsideAGroupReachesTheCallerAtItsSlot) {
   Prefetcher p(
       {.first = 0, .end = 40, .max_batches = 4},
       [&](uint64_t slot) { return absl::StatusOr<Batch>(MakeBatch(slot)); },
-      [&](uint64_t first, uint32_t count) {
+      Vectors([&](uint64_t first, uint32_t count) {
         std::vector<absl::StatusOr<Batch>> out;
         for (uint32_t i = 0; i < count; ++i) {
           if (first + i == 13) {
@@ -249,7 +260,7 @@ TEST(PrefetcherTest, AnErrorInsideAGroupReachesTheCallerAtItsSlot) {
           }
         }
         return out;
-      });
+      }));
   for (uint64_t i = 0; i < 13; ++i) {
     auto b = p.Next();
     ASSERT_TRUE(b.ok()) << b.status();
@@ -280,7 +291,7 @@ TEST(PrefetcherTest, ASlotAGroupCouldNotFetchIsFetchedAloneWhenTheCallerReachesI
         if (slot == 30) return absl::UnavailableError("slot 30 is still not there");
         return MakeBatch(slot);
       },
-      [&](uint64_t first, uint32_t count) {
+      Vectors([&](uint64_t first, uint32_t count) {
         std::vector<absl::StatusOr<Batch>> out;
         for (uint32_t i = 0; i < count; ++i) {
           const uint64_t slot = first + i;
@@ -291,7 +302,7 @@ TEST(PrefetcherTest, ASlotAGroupCouldNotFetchIsFetchedAloneWhenTheCallerReachesI
           }
         }
         return out;
-      });
+      }));
   for (uint64_t expected = 0; expected < 30; ++expected) {
     auto b = p.Next();
     ASSERT_TRUE(b.ok()) << expected << ": " << b.status();
@@ -319,12 +330,12 @@ TEST(PrefetcherTest, LargeBatchesAreNotGrouped) {
   Prefetcher p(
       {.first = 0, .end = 30, .max_batches = 4, .group_below_bytes = 1000},
       [&](uint64_t slot) { return absl::StatusOr<Batch>(MakeBatch(slot, 500)); },
-      [&](uint64_t first, uint32_t count) {
+      Vectors([&](uint64_t first, uint32_t count) {
         ++grouped;
         std::vector<absl::StatusOr<Batch>> out;
         for (uint32_t i = 0; i < count; ++i) out.push_back(MakeBatch(first + i, 500));
         return out;
-      });
+      }));
   for (uint64_t i = 0; i < 30; ++i) {
     auto b = p.Next();
     ASSERT_TRUE(b.ok()) << b.status();
@@ -349,7 +360,7 @@ TEST(PrefetcherTest, TheAutomaticWindowGrowsForSmallBatchesOnly) {
           in_flight.End(1);
           return absl::StatusOr<Batch>(MakeBatch(slot, pad));
         },
-        [&](uint64_t first, uint32_t count) {
+        Vectors([&](uint64_t first, uint32_t count) {
           in_flight.Start(static_cast<int>(count));
           RaiseTo(largest_group, count);
           std::this_thread::sleep_for(std::chrono::microseconds(200));
@@ -357,7 +368,7 @@ TEST(PrefetcherTest, TheAutomaticWindowGrowsForSmallBatchesOnly) {
           for (uint32_t i = 0; i < count; ++i) out.push_back(MakeBatch(first + i, pad));
           in_flight.End(static_cast<int>(count));
           return out;
-        });
+        }));
     for (uint64_t expected = 0; expected < 400; ++expected) {
       auto b = p.Next();
       ASSERT_TRUE(b.ok()) << b.status();
@@ -399,7 +410,7 @@ TEST(PrefetcherTest, ASlowCallerIsPrefetchedFor) {
   Prefetcher p(
       {.first = 0, .end = 60, .max_batches = 4},
       [&](uint64_t slot) { return absl::StatusOr<Batch>(MakeBatch(slot)); },
-      [&](uint64_t first, uint32_t count) { return groups.Fetch(first, count); });
+      Vectors([&](uint64_t first, uint32_t count) { return groups.Fetch(first, count); }));
   int waited = 0;
   for (uint64_t i = 0; i < 60; ++i) {
     const absl::Time start = absl::Now();
@@ -423,7 +434,7 @@ TEST(PrefetcherTest, AFastCallerFetchesTheGroupsItself) {
   Prefetcher p(
       {.first = 0, .end = 400, .max_batches = 4},
       [&](uint64_t slot) { return absl::StatusOr<Batch>(MakeBatch(slot)); },
-      [&](uint64_t first, uint32_t count) { return groups.Fetch(first, count); });
+      Vectors([&](uint64_t first, uint32_t count) { return groups.Fetch(first, count); }));
   for (uint64_t i = 0; i < 400; ++i) {
     auto b = p.Next();
     ASSERT_TRUE(b.ok()) << b.status();
@@ -433,6 +444,54 @@ TEST(PrefetcherTest, AFastCallerFetchesTheGroupsItself) {
   size_t on_caller = 0;
   for (auto id : groups.threads) on_caller += id == std::this_thread::get_id();
   EXPECT_GE(on_caller, groups.threads.size() * 3 / 4) << "of " << groups.threads.size();
+}
+
+// Producers slower than the caller: each batch of a group reaches the caller as soon as it has
+// landed, not when its whole group has (a group held whole made a rank wait for its whole window,
+// 16 s for its first step in a probe with the default window).
+TEST(PrefetcherTest, EachBatchOfAGroupIsHandedOverAsSoonAsItLands) {
+  constexpr absl::Duration kPerBatch = absl::Milliseconds(40);
+  absl::Mutex mu;
+  std::map<uint64_t, absl::Time> landed;
+  uint32_t largest_group = 0;
+  Prefetcher p(
+      {.first = 0, .end = 40, .max_batches = 16},
+      [&](uint64_t slot) {
+        {
+          absl::MutexLock lock(&mu);
+          landed[slot] = absl::Now();
+        }
+        return absl::StatusOr<Batch>(MakeBatch(slot));
+      },
+      [&](uint64_t first, uint32_t count, const LandFn& land) {
+        {
+          absl::MutexLock lock(&mu);
+          largest_group = std::max(largest_group, count);
+        }
+        for (uint32_t k = 0; k < count; ++k) {
+          absl::SleepFor(kPerBatch);  // the producer makes the next batch
+          {
+            absl::MutexLock lock(&mu);
+            landed[first + k] = absl::Now();
+          }
+          land(k, MakeBatch(first + k));
+        }
+      });
+  absl::Duration longest = absl::ZeroDuration();
+  absl::Time asked = absl::Now();
+  for (uint64_t i = 0; i < 40; ++i) {
+    auto b = p.Next();
+    const absl::Time taken = absl::Now();
+    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_EQ(SlotOf(**b), i);
+    absl::MutexLock lock(&mu);
+    // How long it waited once it had landed and the caller had asked for it.
+    longest = std::max(longest, taken - std::max(landed.at(i), asked));
+    asked = taken;  // the caller asks for the next one at once
+  }
+  absl::MutexLock lock(&mu);
+  EXPECT_GE(largest_group, 8u);  // groups of at least half the window: a whole one takes 320 ms
+  EXPECT_LT(longest, absl::Milliseconds(150)) << "a batch waited for the rest of its group";
 }
 
 // Destroying the prefetcher while another thread waits in Next(): that Next returns CANCELLED

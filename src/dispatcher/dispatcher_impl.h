@@ -239,6 +239,9 @@ class DispatcherImpl {
   absl::Status UnknownProducer(uint64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status UnknownConsumer(uint64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t HeartbeatIntervalMs() const;
+  // How long a consumer may be silent before its rank may be taken over by a new consumer (or it
+  // expires): the lease each of its heartbeats renews (ConsumerHeartbeatResponse.takeover_ms).
+  absl::Duration ConsumerTakeover() const;
   // The summary of `job`, which `live_consumers` consumers read.
   v1::JobSummary SummaryLocked(const DispatcherState::Job& job, uint32_t live_consumers,
                                absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -63,6 +63,10 @@ absl::Time DispatcherImpl::ConsumerLastHeartbeat(uint64_t id) const {
   return it == consumer_info_.end() ? created_ : std::max(created_, it->second.last_heartbeat);
 }
 
+absl::Duration DispatcherImpl::ConsumerTakeover() const {
+  return std::min(options_.consumer_timeout, kTakeoverHeartbeats * options_.heartbeat_interval);
+}
+
 absl::Status DispatcherImpl::UnknownProducer(uint64_t id) const {
   return Unknown("producer", id, state_.next_producer_id(), gone_producers_);
 }
@@ -158,8 +162,7 @@ absl::StatusOr<uint64_t> DispatcherImpl::RegisterConsumerLocked(
     // A holder that missed a few heartbeats has crashed (or is frozen): a restarted trainer takes
     // its rank over without waiting for the consumer timeout. The old holder, if it wakes, is told
     // its rank is gone (NOT_FOUND) and stops.
-    const absl::Duration takeover =
-        std::min(options_.consumer_timeout, kTakeoverHeartbeats * options_.heartbeat_interval);
+    const absl::Duration takeover = ConsumerTakeover();
     if (age <= takeover) {
       return absl::AlreadyExistsError(absl::StrCat("rank ", request.rank(), " of job '", name,
                                                    "' is held by consumer ", holder_id,

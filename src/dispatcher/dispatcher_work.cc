@@ -263,6 +263,7 @@ absl::StatusOr<v1::ConsumerHeartbeatResponse> DispatcherImpl::ConsumerHeartbeat(
   // This consumer reads the job: running, unless it is done.
   response.set_job_state(DispatcherState::StateOf(consumed, /*live_consumers=*/1));
   response.set_heartbeat_interval_ms(HeartbeatIntervalMs());
+  response.set_takeover_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(ConsumerTakeover())));
   response.set_epoch(consumer.epoch);
   response.set_step(consumer.step);
   if (request.consumer_id() == 0) response.set_lease(consumer.lease);

@@ -14,7 +14,33 @@ absl::Status Prefixed(const absl::Status& status, absl::string_view prefix) {
   return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
 }
 
+class FailingBatchMaker final : public BatchMaker {
+ public:
+  FailingBatchMaker(v1::JobInfo job, JobConfig config, absl::Status error)
+      : BatchMaker(std::move(job), std::move(config)), error_(std::move(error)) {}
+
+  static absl::StatusOr<std::shared_ptr<const BatchMaker>> Create(const v1::JobInfo& job,
+                                                                  absl::Status error) {
+    ASSIGN_OR_RETURN(JobConfig config, CheckedConfig(job));
+    return std::shared_ptr<const BatchMaker>(
+        new FailingBatchMaker(job, std::move(config), std::move(error)));
+  }
+
+ protected:
+  absl::StatusOr<Batch> MakeRecords(uint64_t, uint64_t, absl::Span<const uint64_t>) const override {
+    return error_;
+  }
+
+ private:
+  const absl::Status error_;
+};
+
 }  // namespace
+
+absl::StatusOr<std::shared_ptr<const BatchMaker>> FailingMaker(const v1::JobInfo& job,
+                                                               absl::Status error) {
+  return FailingBatchMaker::Create(job, std::move(error));
+}
 
 BatchMaker::BatchMaker(v1::JobInfo job, JobConfig config)
     : job_(std::move(job)), config_(std::move(config)) {}
@@ -52,6 +78,9 @@ absl::StatusOr<Batch> BatchMaker::Make(uint64_t epoch, uint64_t batch) const {
   std::vector<uint64_t> ids(config_.plan.batch_size);
   plan->BatchRecords(batch, absl::MakeSpan(ids));
   absl::StatusOr<Batch> made = MakeRecords(epoch, batch, ids);
+  if (absl::IsNotFound(made.status())) {
+    return absl::DataLossError(absl::StrCat(prefix, made.status().message()));
+  }
   if (!made.ok()) return Prefixed(made.status(), prefix);
   return made;
 }

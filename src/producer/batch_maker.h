@@ -35,7 +35,10 @@ class BatchMaker {
 
   // Global batch `batch` of epoch `epoch`: the records EpochPlan(plan, epoch).BatchRecords(batch),
   // made by MakeRecords. Errors are prefixed with "job 'J' epoch E batch G: "; OUT_OF_RANGE for a
-  // batch or epoch past the job's end; the rest as MakeRecords gives them.
+  // batch or epoch past the job's end; the rest as MakeRecords gives them, except NOT_FOUND
+  // (an input file that is gone), which becomes DATA_LOSS: on the data plane NOT_FOUND means
+  // "this producer does not hold the batch", which a consumer answers by asking elsewhere until
+  // its deadline, while the error that names the missing file must reach the rank.
   absl::StatusOr<Batch> Make(uint64_t epoch, uint64_t batch) const;
 
   const v1::JobInfo& job() const { return job_; }
@@ -70,6 +73,13 @@ class BatchMaker {
 // Makes the batch maker of a job, for the jobs a producer is given. Errors name the job.
 using MakerFactory =
     std::function<absl::StatusOr<std::shared_ptr<const BatchMaker>>(const v1::JobInfo& job)>;
+
+// The maker of a job whose own maker could not be made (an input file deleted, say): every batch
+// fails with `error`. A producer holds the tasks it is given with it, so that the rank that needs
+// one of their batches is told why, instead of hearing that no producer holds it until its
+// deadline. Errors as ParseJobConfig's for a job that cannot even be planned.
+absl::StatusOr<std::shared_ptr<const BatchMaker>> FailingMaker(const v1::JobInfo& job,
+                                                               absl::Status error);
 
 }  // namespace croupier
 

@@ -243,9 +243,25 @@ absl::Status TaskRunner::AddTask(const v1::Task& task, const v1::JobInfo& job) {
             "job '", job.spec().name(), "': this producer has no way to make its batches"));
       }
       absl::StatusOr<std::shared_ptr<const BatchMaker>> made = options_.makers(job);
-      if (!made.ok()) return made.status();
-      maker = *made;
-      makers_[job.spec().name()] = maker;
+      if (made.ok()) {
+        maker = *made;
+        makers_[job.spec().name()] = maker;
+      } else if (absl::IsFailedPrecondition(made.status()) ||
+                 absl::IsInvalidArgument(made.status())) {
+        return made.status();  // this producer cannot make the job at all: another may
+      } else {
+        // The job's input failed (a file gone or unreadable): held all the same, with a maker
+        // that fails each batch with the reason, so that the rank that needs a batch learns
+        // why (the file's name) rather than that no producer holds it. Not kept: the job's
+        // next task tries the factory again.
+        Log(LogLevel::kError, "producer",
+            absl::StrCat("task ", task.task_id(), ": ", made.status().ToString(),
+                         "; its batches fail with that error"));
+        absl::StatusOr<std::shared_ptr<const BatchMaker>> failing =
+            FailingMaker(job, made.status());
+        if (!failing.ok()) return made.status();  // a job that cannot even be planned
+        maker = *failing;
+      }
     }
   }
   return AddTask(task, std::move(maker));

@@ -123,8 +123,11 @@ class TaskRunner final : public TaskHolder {
   // decides), and FreeTaskSlots() is then 0.
   absl::Status AddTask(const v1::Task& task, std::shared_ptr<const BatchMaker> maker);
   // TaskHolder: the same, with the job's maker from Options::makers (made on the job's first
-  // task and kept); the factory's error, naming the job, if it cannot be made. A job whose maker
-  // failed is tried again at its next task.
+  // task and kept). The factory's error, naming the job, when it says this producer cannot make
+  // the job (FAILED_PRECONDITION, INVALID_ARGUMENT); any other error is the job's input failing
+  // (a file deleted or unreadable): the task is held all the same, and each of its batches
+  // fails with that error (NOT_FOUND as DATA_LOSS, BatchMaker::Make), so that it reaches the
+  // rank that needs the batch. A job whose maker failed is tried again at its next task.
   absl::Status AddTask(const v1::Task& task, const v1::JobInfo& job) override;
 
   // Drops task `task_id` (held or finished): its buffered batches are freed, and requests waiting

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <functional>
 #include <mutex>
 #include <set>
 #include <thread>
+
+#include <unistd.h>
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -99,6 +102,53 @@ TEST_F(ProducerTaskRunnerTest, ServesEveryBatchOfTwoTasksExactlyOnce) {
   EXPECT_EQ(s.make_failures, 0u);
   EXPECT_EQ(s.buffered_bytes, 0u);
   EXPECT_EQ(s.tasks_held, 0u);
+}
+
+// An input file deleted mid-job, and its producer replaced: the new producer cannot make the
+// job's maker. It holds the job's tasks all the same, and the rank that asks for one of their
+// batches gets DATA_LOSS naming the file (on the data plane NOT_FOUND says "this producer does
+// not hold it", which a consumer retried elsewhere until its deadline). Once the file is back,
+// the job's next task makes batches again. A producer whose maker exists already, when the file
+// goes, names it the same way.
+TEST_F(ProducerTaskRunnerTest, AnInputFileThatIsGoneIsNamedToTheRankThatNeedsIt) {
+  const v1::JobInfo job = MakeJob(paths_, counts_);
+  const std::string saved = tmp_.Join("saved");
+  ASSERT_EQ(std::rename(paths_[1].c_str(), saved.c_str()), 0);
+  TaskRunner::Options options;
+  options.threads = 1;
+  options.makers =
+      [&](const v1::JobInfo& info) -> absl::StatusOr<std::shared_ptr<const BatchMaker>> {
+    IndexCache fresh(tmp_.Join("fresh-index"));  // a new producer: no index of its own yet
+    auto made = TfrecordBatchMaker::Create(info, fresh, nullptr, nullptr);
+    if (!made.ok()) return made.status();
+    return std::shared_ptr<const BatchMaker>(*std::move(made));
+  };
+  TaskRunner runner(options);
+  ASSERT_TRUE(runner.AddTask(MakeTask(1, "train", 0, 0, 20), job).ok());
+  EXPECT_THAT(runner.HeldTasks(), ElementsAre(1));
+  auto got = runner.GetBatch(Key(3), Soon());
+  EXPECT_TRUE(absl::IsDataLoss(got.status())) << got.status();
+  EXPECT_THAT(got.status().message(), HasSubstr(paths_[1]));
+  EXPECT_THAT(got.status().message(), HasSubstr("job 'train' epoch 0 batch 3"));
+
+  ASSERT_EQ(std::rename(saved.c_str(), paths_[1].c_str()), 0);
+  ASSERT_TRUE(runner.AddTask(MakeTask(2, "train", 0, 20, 20), job).ok());
+  auto back = runner.GetBatch(Key(25), Soon());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->ContentHash(), Expected(0)[25]);
+
+  // The file goes while a maker exists (its index built, the file not opened yet): a batch
+  // that reads it names it too.
+  ScopedTempDir again;
+  IndexCache index(again.Join("index"));
+  std::vector<std::string> paths = WriteDataset(again.path(), counts_, nullptr);
+  auto maker = TfrecordBatchMaker::Create(MakeJob(paths, counts_), index, nullptr, nullptr);
+  ASSERT_TRUE(maker.ok()) << maker.status();
+  ASSERT_EQ(::unlink(paths[1].c_str()), 0);
+  absl::Status missing = absl::OkStatus();
+  for (uint64_t g = 0; g < 40 && missing.ok(); ++g) missing = (*maker)->Make(0, g).status();
+  EXPECT_TRUE(absl::IsDataLoss(missing)) << missing;
+  EXPECT_THAT(missing.message(), HasSubstr(paths[1]));
 }
 
 TEST_F(ProducerTaskRunnerTest, CompressionOfFollowsTheHeldJobsSpec) {
