@@ -1127,3 +1127,39 @@ def test_a_record_cache_shared_by_two_workers_changes_no_byte_over_two_epochs(tm
     hits, misses, nbytes, held = map(int, counts.groups())
     assert misses == 96 and hits >= 96 + 4 and held == 96 and nbytes == 96 * mmap.PAGESIZE
     assert not caches_of(producer.pid), "the producer removed its cache"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
+                    reason="needs root and unshare(1) to mount a full /dev/shm in a mount "
+                           "namespace of its own")
+def test_a_full_dev_shm_leaves_the_record_cache_out_with_a_warning(tmp_path):
+    """/dev/shm with no room left (a tmpfs of 64 KiB, filled, mounted over /dev/shm in a mount
+    namespace of the test's own): a map producer's pipeline with a record cache makes the same
+    batch as without one, warning that it runs without the cache and naming /dev/shm. Before,
+    the cache's state file was sized with ftruncate (a hole) and mapped: the first touch of the
+    page killed the process with SIGBUS, before `croupier produce` had created its job."""
+    script = tmp_path / "full_shm.py"
+    script.write_text(
+        "import json, sys\n"
+        "import numpy as np\n"
+        f"sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})\n"
+        "import map_sources\n"
+        "from croupier.pipeline import Pipeline\n"
+        "ids = np.arange(6, dtype=np.uint64)\n"
+        "with Pipeline(map_sources.Records(40), transform=map_sources.augment, seed=5,\n"
+        "              cache_bytes=1 << 20) as p:\n"
+        "    print(json.dumps({'hash': p.make(0, 0, ids).content_hash,\n"
+        "                      'stats': p.cache_stats()}))\n")
+    fill = "head -c 1048576 /dev/zero > /dev/shm/fill 2>/dev/null; "
+    got = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+         "mount -t tmpfs -o size=64k tmpfs /dev/shm && " + fill +
+         f"exec {sys.executable} {script}"],
+        capture_output=True, text=True, timeout=60)
+    assert got.returncode == 0, f"exit {got.returncode}: {got.stderr[-2000:]}"
+    out = json.loads(got.stdout)
+    want = Pipeline(map_sources.Records(40), transform=map_sources.augment, seed=5).make(
+        0, 0, np.arange(6, dtype=np.uint64)).content_hash
+    assert out == {"hash": want, "stats": None}
+    assert "no room on /dev/shm for the cache's state" in got.stderr, got.stderr
+    assert "runs without a record cache" in got.stderr, got.stderr

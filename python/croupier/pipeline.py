@@ -54,7 +54,7 @@ from numpy.random.bit_generator import ISpawnableSeedSequence
 from croupier import _croupier, errors
 from croupier.errors import BatchError
 from croupier.processes import describe
-from croupier.record_cache import RecordCache
+from croupier.record_cache import open_cache
 from croupier.record_threads import RecordThreads
 from croupier.columns import columns_of, default_collate
 from croupier.spec import Spec, check_spec, spec_of, vary_as_spec
@@ -145,8 +145,9 @@ class Pipeline:
     on each record read from the source, before transform. With cache_bytes > 0, what it makes
     (the source's records themselves without decode) is kept in a RecordCache on /dev/shm of at
     most cache_bytes bytes, shared with the processes forked from this one, and a record found
-    there is neither read nor decoded again. close() (or leaving a `with` block) removes the
-    cache."""
+    there is neither read nor decoded again (a /dev/shm with no room for even the cache's state
+    leaves the cache out, with a warning: record_cache.open_cache). close() (or leaving a `with`
+    block) removes the cache."""
 
     def __init__(self, source, *, transform=None, batch_transform=None, collate=None,
                  names=None, features=None, seed=0, tf_transform=None,
@@ -188,7 +189,7 @@ class Pipeline:
             from croupier.tf_pipeline import TfTransform
             self._tf = TfTransform(tf_transform, self.seed)
         # Last, once nothing can fail: the cache's directory is removed by close().
-        self._cache = RecordCache(cache_bytes) if cache_bytes > 0 else None
+        self._cache = open_cache(cache_bytes) if cache_bytes > 0 else None
 
     def __len__(self) -> int:
         return len(self.source)

@@ -53,13 +53,32 @@ from croupier.record_file import write_file as _write_file
 # The name tests/test_produce.py imports from here.
 from croupier.cache_dirs import pid_namespace as _pid_namespace  # noqa: F401
 
-__all__ = ["RecordCache", "default_root", "summary"]
+__all__ = ["RecordCache", "default_root", "open_cache", "summary"]
 
 _log = logging.getLogger(__name__)
 
 _FIELDS = ("bytes", "records", "hits", "misses", "not_added", "corrupt", "uncacheable", "full")
 _STATE = struct.Struct(f"<{len(_FIELDS)}Q")
 _CLAIMS = 4096  # byte _CLAIMS + i of the state file is the claim of record i
+
+
+_NO_ROOM = (errno.ENOSPC, errno.ENOMEM, errno.EDQUOT)
+
+
+def open_cache(capacity: int, root: Optional[str] = None) -> Optional["RecordCache"]:
+    """A RecordCache of `capacity` bytes in `root`, or None, with a warning naming the device,
+    when the device has no room for even its state (a full /dev/shm): the producer then makes
+    every record each epoch, as without a cache, rather than die or refuse to start. The cache
+    changes no byte of a batch, so leaving it out changes only the speed."""
+    try:
+        return RecordCache(capacity, root)
+    except OSError as e:
+        if e.errno not in _NO_ROOM:
+            raise
+        _log.warning("%s; the producer runs without a record cache (every record is read and "
+                     "decoded again each epoch): free space there, or give cache_bytes=0",
+                     e.strerror)
+        return None
 
 
 class RecordCache:
@@ -72,6 +91,8 @@ class RecordCache:
     processes that share it."""
 
     def __init__(self, capacity: int, root: Optional[str] = None) -> None:
+        """OSError (ENOSPC) naming `root` when it has no room for even the cache's state: see
+        open_cache() for a cache that is then left out."""
         capacity = int(capacity)
         if capacity <= 0:
             raise ValueError(f"a record cache needs a capacity above 0 bytes, not {capacity}")
@@ -86,7 +107,13 @@ class RecordCache:
         try:
             self._fd = os.open(os.path.join(self.path, "state"),
                                os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-            os.ftruncate(self._fd, _STATE.size)
+            # Reserved, not only sized: a page of a full tmpfs that is mapped but not allocated
+            # kills the process that touches it with SIGBUS (ftruncate makes a hole).
+            try:
+                os.posix_fallocate(self._fd, 0, _STATE.size)
+            except OSError as e:
+                raise OSError(e.errno, f"record cache: no room on {root} for the cache's state "
+                              f"({_STATE.size} bytes): {e.strerror}") from None
             self._state = mmap.mmap(self._fd, _STATE.size)
         except BaseException:
             self.close()
@@ -224,7 +251,7 @@ class RecordCache:
             return True
         except OSError as e:
             self._add(bytes=-taken, records=-1)
-            if e.errno in (errno.ENOSPC, errno.ENOMEM, errno.EDQUOT):
+            if e.errno in _NO_ROOM:
                 self._set_full()
                 held = self.stats()
                 self._warn_once("space", "record cache %s: %s is out of space (%s) at %d bytes "
