@@ -1,8 +1,9 @@
 """croupier.ray on a real local Ray cluster (ray.init on this machine): the dispatcher and the
 producers as Ray actors, trainers under Ray Train's TorchTrainer reading their ranks, and
-producers scaled up and down while they read, and a map job's producer actors following that
-job's own target. Checked on content: every rank gets exactly the plan's record ids, every record
-once per epoch."""
+producers scaled up and down while they read, a map job's producer actors following that
+job's own target, scale() and leaving the service ending in seconds when a scale-up races the
+job's end or cannot be placed, and a producer's process killed under its live actor. Checked on
+content: every rank gets exactly the plan's record ids, every record once per epoch."""
 import json
 import os
 import pathlib
@@ -221,3 +222,191 @@ def test_a_map_jobs_producer_actors_follow_its_own_target(ray_cluster, tmp_path)
     assert changes and changes[0][0] == 1 and changes[0][1] >= 2, (changes, status)
     assert status["producer_advice"]["producers"] == 0, status["producer_advice"]
     print(f"map job under Ray: {time.monotonic() - started:.1f} s, changes {changes}")
+
+
+def croupier_pids(service):
+    """The croupier processes of the service's live actors (those answering)."""
+    actors = [*service._producers, service._dispatcher]
+    return ray.get([a.pid.remote() for a in actors], timeout=30)
+
+
+def wait_gone(pids, timeout):
+    deadline = time.monotonic() + timeout
+    while any(pathlib.Path(f"/proc/{p}").exists() for p in pids):
+        assert time.monotonic() < deadline, f"croupier processes outlived their service: {pids}"
+        time.sleep(0.05)
+
+
+@pytest.mark.timeout(150)
+def test_a_scale_up_racing_the_map_jobs_end_returns_and_the_service_leaves_in_seconds(
+        ray_cluster, tmp_path):
+    """A scale-up asked for just before a map job ends: the new producer actor starts its
+    `croupier produce` only after the end, so it registers (if at all) and leaves at once, and
+    the service's old producer has left too: scale() must not wait for a registration that
+    cannot come (it waited ready_timeout, 40 s here). A scale-up asked for after the end starts
+    nothing, and leaving the service's `with` block takes seconds."""
+    job = {"records": 64, "batch_size": 4, "consumers": 2, "epochs": 1, "seed": 3}
+    steps = job["records"] // job["batch_size"] // 2
+    with croupier.ray.Service(producers=1, work_dir=tmp_path, bind="127.0.0.1",
+                              pipeline="map_sources:pipeline", job="e", ready_timeout=40,
+                              producer_args=["--workers", "0"],
+                              env={"MAP_TEST": json.dumps(job)}) as service:
+        feed = croupier.Consumer(service.address, "e", ranks=[0, 1], world=2, timeout=60)
+        reading = iter(feed.epoch(0))
+        for _ in range(steps):  # every batch, but the end of the epoch not yet acknowledged
+            next(reading)
+        scaled = {}
+
+        def scale():
+            try:
+                scaled["before"] = service.scale(2)
+            except Exception as e:  # noqa: BLE001 (the test reports it)
+                scaled["error"] = f"{type(e).__name__}: {e}"
+            scaled["at"] = time.monotonic()
+
+        scaler = threading.Thread(target=scale)
+        scaler.start()
+        deadline = time.monotonic() + 30
+        while len(service._producers) < 2:  # the second producer actor is created
+            assert time.monotonic() < deadline and scaler.is_alive(), scaled
+            time.sleep(0.01)
+        assert next(reading, None) is None  # the end of the last epoch: the job ends
+        feed.close()
+        ended = time.monotonic()
+        scaler.join(60)
+        assert not scaler.is_alive()
+        assert "error" not in scaled and scaled["at"] - ended < 15, \
+            (scaled, scaled.get("at", 0) - ended)
+        print(f"\nscale(2) returned {scaled['at'] - ended:.1f} s after the job's end")
+        # Both producers have left with the job: none counts, and none is started any more.
+        deadline = time.monotonic() + 20
+        while service.producers:
+            assert time.monotonic() < deadline, "the producers did not leave with their job"
+            time.sleep(0.2)
+        began = time.monotonic()
+        assert service.scale(2) == 0
+        assert time.monotonic() - began < 10 and service.producers == 0
+        pids = croupier_pids(service)
+        leaving = time.monotonic()
+    left_in = time.monotonic() - leaving
+    print(f"left the service in {left_in:.1f} s")
+    assert left_in < 10
+    wait_gone(pids, 10)
+
+
+@pytest.mark.timeout(150)
+def test_leaving_the_service_ends_the_autoscalers_scale_up_at_once(ray_cluster, tmp_path):
+    """The autoscaler inside scale(), waiting for a producer that cannot come (an actor Ray cannot
+    place: 64 CPUs asked for on a cluster of 4), when the service's `with` block is left: leaving
+    takes seconds, not ready_timeout (30 s here) plus a stop of the unplaced actor (30 s)."""
+    with croupier.ray.Service(producers=0, work_dir=tmp_path, bind="127.0.0.1",
+                              ready_timeout=30, producer_options={"num_cpus": 64}) as service:
+        # The dispatcher's advice, as it would be for a job that wants a producer.
+        service.status = lambda: {"producer_advice": {"recommended": 1}}
+        autoscaler = service.autoscale(min_producers=0, max_producers=1, interval=0.2)
+        deadline = time.monotonic() + 30
+        while len(service._producers) < 1:  # the autoscaler's scale(1) has started an actor
+            assert time.monotonic() < deadline, autoscaler.last_error
+            time.sleep(0.01)
+        time.sleep(1.0)  # inside the wait for its registration
+        pids = [ray.get(service._dispatcher.pid.remote(), timeout=30)]
+        leaving = time.monotonic()
+    left_in = time.monotonic() - leaving
+    print(f"\nleft the service in {left_in:.1f} s")
+    assert left_in < 8
+    assert autoscaler._thread is None and not autoscaler.changes
+    wait_gone(pids, 10)
+
+
+# A map job whose records each take 10 ms of sleep, read by two ranks for 2 epochs.
+KILL = {"records": 320, "batch_size": 4, "consumers": 2, "epochs": 2, "seed": 7, "delay": 0.01}
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("replaced_by", ["ray", "scale"])
+def test_a_producer_process_killed_under_its_live_actor_is_replaced(ray_cluster, tmp_path,
+                                                                    replaced_by):
+    """SIGKILL of the `croupier produce` process of one of two producer actors (the actor itself
+    untouched): the actor dies with it. With max_restarts (the default), Ray restarts it and its
+    new producer registers; with max_restarts=0, service.producers falls to 1 and scale(2) starts
+    another. The two ranks, held between their epochs until then, get every batch of the plan
+    once, with the bytes of the batches made here."""
+    from croupier.pipeline import Pipeline
+    import map_sources
+    options = {"max_restarts": 0} if replaced_by == "scale" else {}
+    with croupier.ray.Service(producers=2, work_dir=tmp_path, bind="127.0.0.1",
+                              pipeline="map_sources:pipeline", job="k",
+                              producer_args=["--workers", "1"], producer_options=options,
+                              dispatcher_args=["--producer-timeout-ms", "4000"],
+                              env={"MAP_TEST": json.dumps(KILL)}) as service:
+        def registered():
+            return {p["producer_id"] for p in service.status()["producers"]
+                    if p.get("source_job") == "k"}
+
+        before = registered()
+        assert len(before) == 2
+        victim = service._producers[1]
+        actor_pid = ray.get(victim.actor_pid.remote(), timeout=30)
+        croupier_pid = ray.get(victim.pid.remote(), timeout=30)
+        got = [[] for _ in range(WORLD)]  # rank: [(epoch, ids, content hash)]
+        replaced = threading.Event()
+
+        def read(rank):
+            feed = croupier.Consumer(service.address, "k", rank, WORLD, timeout=60)
+            for epoch in range(KILL["epochs"]):
+                if epoch == 1:
+                    assert replaced.wait(90), "the killed producer was not replaced"
+                for batch in feed.batches(epoch):
+                    got[rank].append((epoch, batch.to_dict()["id"].tolist(),
+                                      batch.content_hash))
+                    time.sleep(0.02)
+            feed.close()
+
+        readers = RankReaders(read, WORLD)
+        try:
+            deadline = time.monotonic() + 60
+            while min(len(g) for g in got) < 3:  # both ranks are reading
+                assert time.monotonic() < deadline and not readers.errors, readers.errors
+                time.sleep(0.05)
+            os.kill(croupier_pid, signal.SIGKILL)
+            killed = time.monotonic()
+            # The actor dies with its process.
+            deadline = time.monotonic() + 10
+            while pathlib.Path(f"/proc/{actor_pid}").exists():
+                assert time.monotonic() < deadline, "the actor outlived its croupier process"
+                time.sleep(0.05)
+            if replaced_by == "scale":
+                deadline = time.monotonic() + 20
+                while service.producers != 1:
+                    assert time.monotonic() < deadline, "service.producers counts a dead producer"
+                    time.sleep(0.2)
+                assert service.scale(2, timeout=60) == 1
+            # Two producers registered again, one of them new, the killed one expired.
+            deadline = time.monotonic() + 60
+            while True:
+                now = registered()
+                if len(now) == 2 and len(now - before) == 1:
+                    break
+                assert time.monotonic() < deadline, f"no new producer registered: {now}, {before}"
+                time.sleep(0.2)
+            back_in = time.monotonic() - killed
+            assert service.producers == 2
+            if replaced_by == "ray":
+                assert ray.get(victim.actor_pid.remote(), timeout=30) != actor_pid
+        finally:
+            replaced.set()  # the readers go on, or end with the job
+            errors = readers.join(120)
+        assert not errors, errors
+    print(f"\n2 producers registered again {back_in:.1f} s after the kill ({replaced_by})")
+    pipeline = Pipeline(map_sources.Records(KILL["records"], delay=0.0),
+                        transform=map_sources.augment, seed=KILL["seed"])
+    for r in range(WORLD):
+        want = []
+        for epoch in range(KILL["epochs"]):
+            plan = croupier.EpochPlan(KILL["records"], KILL["batch_size"], WORLD,
+                                      seed=KILL["seed"], epoch=epoch, shuffle="global")
+            for s in range(plan.steps_per_consumer):
+                ids = plan.batch(s * WORLD + r)
+                want.append((epoch, ids.tolist(),
+                             pipeline.make(epoch, s * WORLD + r, ids).content_hash))
+        assert got[r] == want, f"rank {r}"

@@ -103,8 +103,15 @@ class Autoscaler:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, timeout: float | None = None) -> None:
+        """Ends the loop, waiting for a round under way (scale() included): at most `timeout`
+        seconds if given, then DeadlineExceededError (the daemon thread ends after that
+        round)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout)
+            if thread.is_alive():
+                raise errors.DeadlineExceededError(
+                    f"the autoscaler's round (a scale() under way) did not end within "
+                    f"{timeout:g} s of stop()")
