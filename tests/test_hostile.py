@@ -246,3 +246,66 @@ def test_a_second_consumer_of_a_held_rank_is_refused_and_the_first_carries_on(tm
         cluster.wait([first, second], timeout=90)
     assert not (tmp_path / "twin.jsonl").exists() or not read_batches(tmp_path / "twin.jsonl")
     check_every_record_once(outs, 16, 2, seed=3)
+
+
+def test_consumers_fail_within_their_deadline_naming_a_journal_that_stays_full(tmp_path,
+                                                                                dataset):
+    """The journal's disk fills while trainers read and stays full: every change the dispatcher
+    would journal is refused, acknowledgements and task assignments included. Each consumer fails
+    within its own deadline (--timeout-ms 8000: from its last batch to its exit), with an error
+    naming the journal and the OS error. Before, consumers with a 60 s
+    timeout were still waiting 80 s later, their only sign a warning that the heartbeat had "no
+    answer" (a call to the dispatcher retried for the client's whole timeout, begun just before
+    the consumer's own deadline)."""
+    timeout_s = 8
+    cluster_dir = tmp_path / "cluster"
+    cluster_dir.mkdir()
+    with tmpfs(tmp_path / "disk", "4m") as disk:
+        (disk / "dispatcher").mkdir()
+        (cluster_dir / "dispatcher").symlink_to(disk / "dispatcher")
+        with Cluster(cluster_dir, env={"CROUPIER_SHM": "off"}) as cluster:
+            cluster.add_producer()
+            cluster.create_job("a", dataset, FEATURES, 16, 2, seed=3, epochs=1)
+            cluster.create_job("b", dataset, FEATURES, 16, 2, seed=4, epochs=20)
+            outs = [tmp_path / f"b-rank{r}.jsonl" for r in range(2)]
+            procs = [cluster._spawn(["consume", "--dispatcher", cluster.address, "--job", "b",
+                                     "--rank", r, "--world", 2, "--epochs", 20,
+                                     "--output", outs[r], "--timeout-ms", timeout_s * 1000,
+                                     "--slow-ms", 50], f"consumer-b-{r}") for r in range(2)]
+            deadline = time.monotonic() + 60
+            while min(len(read_batches(o)) if o.exists() else 0 for o in outs) < 5:
+                assert all(p.poll() is None for p in procs), "a consumer ended early"
+                assert time.monotonic() < deadline, "the consumers read nothing"
+                time.sleep(0.05)
+            filler = fill(disk)
+            try:
+                # The journal's last page may still have room for a few entries: register (and
+                # close) consumers of job a, three entries each, until one is refused.
+                for i in range(200):
+                    refused = run("consume", "--dispatcher", cluster.address, "--job", "a",
+                                  "--rank", i % 2, "--world", 2, "--epochs", 0,
+                                  "--timeout-ms", 1500, check=False, env=cluster.env,
+                                  timeout=60)
+                    if refused.returncode != 0:
+                        break
+                assert refused.returncode != 0, "the journal never ran out of space"
+                # Each consumer's last Next() fails within its timeout, and the process exits
+                # (measured from its last batch, the output file's last write, to its exit: the
+                # timeout, the 50 ms of --slow-ms and the leaving heartbeat, given up after 1 s).
+                exited = {}
+                deadline = time.monotonic() + 2 * timeout_s + 30
+                while len(exited) < len(procs):
+                    for r, p in enumerate(procs):
+                        if r not in exited and p.poll() is not None:
+                            exited[r] = time.time()
+                    assert time.monotonic() < deadline, "a consumer still waits"
+                    time.sleep(0.05)
+                for r, p in enumerate(procs):
+                    log = p.log_path.read_text()
+                    assert p.returncode != 0, log[-2000:]
+                    waited = exited[r] - outs[r].stat().st_mtime
+                    assert waited <= timeout_s + 2.5, (waited, log[-2000:])
+                    last = log.strip().splitlines()[-1]
+                    assert "journal" in last and "No space left on device" in last, log[-3000:]
+            finally:
+                filler.unlink()

@@ -7,6 +7,7 @@
 #include "src/common/logging.h"
 #include "src/common/retry.h"
 #include "src/common/status_macros.h"
+#include "src/control/call_deadline.h"
 
 namespace croupier {
 namespace {
@@ -34,6 +35,7 @@ absl::StatusOr<DataClient*> BatchFetcher::ClientFor(const std::string& address) 
 void BatchFetcher::FetchSteps(uint64_t epoch, uint64_t first, uint32_t count,
                               absl::FunctionRef<void(uint32_t, absl::StatusOr<Batch>)> land) {
   const absl::Time deadline = absl::Now() + timeout_;
+  const CallDeadline bounded(deadline);
   std::vector<uint64_t> globals(count);
   for (uint32_t i = 0; i < count; ++i) globals[i] = job_.GlobalBatch(epoch, first + i, rank_);
   uint32_t i = 0;
@@ -62,6 +64,7 @@ absl::StatusOr<Batch> BatchFetcher::FetchStep(uint64_t epoch, uint64_t step, abs
   const BatchKey key{job_.name, epoch, g};
   absl::StatusOr<Batch> result = absl::UnavailableError("not fetched");
   std::string where = "no producer";
+  const CallDeadline bounded(deadline);  // a question to the dispatcher ends by it too
   absl::Status status = RetryWithBackoff(
       absl::StrCat("job '", job_.name, "' epoch ", epoch, " step ", step, " (global batch ", g,
                    ")"),
@@ -101,6 +104,7 @@ absl::StatusOr<Batch> BatchFetcher::FetchStep(uint64_t epoch, uint64_t step, abs
 
 absl::StatusOr<Batch> BatchFetcher::FetchAny(uint64_t epoch) {
   const absl::Time deadline = absl::Now() + timeout_;
+  const CallDeadline bounded(deadline);
   while (!closed()) {
     ASSIGN_OR_RETURN(auto located, peers_->LocateEpoch(epoch, job_.batches_per_epoch));
     auto& [addresses, finished] = located;

@@ -147,6 +147,16 @@ class ConsumerImpl final : public Consumer {
       }
     }
     reporter_.Waited(absl::Now() - start);
+    if (absl::IsDeadlineExceeded(batch.status())) {
+      // A wait for a batch that ends while the dispatcher refuses this consumer (e.g. a journal
+      // it cannot write, which also keeps tasks from being assigned) names that cause too.
+      if (absl::Status refused = reporter_.LastHeartbeatError(); !refused.ok()) {
+        return absl::DeadlineExceededError(
+            absl::StrCat(batch.status().message(),
+                         "; meanwhile the dispatcher does not take this consumer's heartbeats: ",
+                         refused.ToString()));
+      }
+    }
     if (batch.ok() && batch->has_value()) {
       reporter_.Received((*batch)->bytes().size());
       reporter_.SetPosition({epoch_, position().step + 1});

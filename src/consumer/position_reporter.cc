@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/common/logging.h"
 #include "src/common/status_macros.h"
+#include "src/control/call_deadline.h"
 
 namespace croupier {
 namespace {
@@ -31,6 +32,7 @@ absl::StatusOr<Registration> RegisterConsumer(ControlPlane& control, const std::
   request.set_world(world);
   request.set_resume(resume);
   const absl::Time deadline = absl::Now() + timeout;
+  const CallDeadline bounded(deadline);  // no call outlives the consumer's own timeout
   absl::StatusOr<v1::ConsumerHeartbeatResponse> registered;
   bool said_waiting = false;
   absl::Time sent;
@@ -121,11 +123,24 @@ void PositionReporter::Received(uint64_t bytes) {
   bytes_ += bytes;
 }
 
-void PositionReporter::HeartbeatNow() { Send(/*leaving=*/false).IgnoreError(); }
+void PositionReporter::HeartbeatNow() {
+  absl::Duration bound;
+  {
+    absl::MutexLock lock(&mu_);
+    bound = takeover_;
+  }
+  const CallDeadline bounded(absl::Now() + bound);
+  Send(/*leaving=*/false).IgnoreError();
+}
 
 void PositionReporter::Wake() {
   absl::MutexLock lock(&mu_);
   wake_ = true;
+}
+
+absl::Status PositionReporter::LastHeartbeatError() const {
+  absl::MutexLock lock(&mu_);
+  return last_error_;
 }
 
 absl::Status PositionReporter::Lost() const {
@@ -158,7 +173,10 @@ absl::Status PositionReporter::ConfirmRank(absl::Time deadline) {
           " ago; a rank silent for ", absl::FormatDuration(takeover_),
           " may be taken over); last error: ", last.ToString()));
     }
-    last = Send(/*leaving=*/false);
+    {
+      const CallDeadline bounded(deadline);
+      last = Send(/*leaving=*/false);
+    }
     // Answered: the rank is this consumer's as of when that heartbeat was sent, just now.
     if (last.ok() || absl::IsAborted(last)) return last;
     {
@@ -181,6 +199,7 @@ void PositionReporter::Stop() {
 }
 
 void PositionReporter::Loop() {
+  absl::Duration bound;
   while (true) {
     {
       absl::MutexLock lock(&mu_);
@@ -188,10 +207,18 @@ void PositionReporter::Loop() {
       mu_.AwaitWithTimeout(absl::Condition(&woken), interval_);
       wake_ = false;
       if (stop_) break;
+      bound = takeover_;
     }
+    // A beat that cannot get through is given up after the takeover time (the next one tries
+    // again), so that the thread reports and Stop() is not held for the client's whole timeout.
+    const CallDeadline bounded(absl::Now() + std::max(interval_, bound));
     Send(/*leaving=*/false).IgnoreError();
   }
-  Send(/*leaving=*/true).IgnoreError();  // the final position, and the rank is free
+  // The final position, and the rank is free. Given up after an interval: a consumer that closes
+  // is not held by a dispatcher that refuses or is gone (its rank is then taken over after the
+  // takeover time instead).
+  const CallDeadline bounded(absl::Now() + interval_);
+  Send(/*leaving=*/true).IgnoreError();
 }
 
 absl::Status PositionReporter::Send(bool leaving) {
@@ -227,9 +254,12 @@ absl::Status PositionReporter::Send(bool leaving) {
     Log(LogLevel::kWarning, "consumer",
         absl::StrCat("job '", job_, "' rank ", rank_,
                      ": heartbeat failed: ", response.status().ToString()));
+    absl::MutexLock lock(&mu_);
+    last_error_ = response.status();
     return response.status();
   }
   absl::MutexLock lock(&mu_);
+  last_error_ = absl::OkStatus();
   confirmed_sent_ = std::max(confirmed_sent_, sent);
   takeover_ = TakeoverOf(*response);
   return absl::OkStatus();

@@ -75,6 +75,9 @@ class PositionReporter {
   // rank is lost; DEADLINE_EXCEEDED naming the dispatcher's last answer when the dispatcher does
   // not answer before `deadline`; CANCELLED once stopped.
   absl::Status ConfirmRank(absl::Time deadline);
+  // OK, or the error of the last heartbeat if it failed (the dispatcher unreachable, or its
+  // journal refusing the acknowledgement): a wait that ends in an error says it too.
+  absl::Status LastHeartbeatError() const;
   // Stops the thread after a last heartbeat that frees the rank. Idempotent.
   void Stop();
 
@@ -97,6 +100,7 @@ class PositionReporter {
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status lost_ ABSL_GUARDED_BY(mu_);
+  absl::Status last_error_ ABSL_GUARDED_BY(mu_);
   // When the last heartbeat the dispatcher answered was sent, and the lease it renewed.
   absl::Time confirmed_sent_ ABSL_GUARDED_BY(mu_);
   absl::Duration takeover_ ABSL_GUARDED_BY(mu_);

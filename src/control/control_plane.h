@@ -16,9 +16,10 @@
 namespace croupier {
 
 // Thread-safe. Every call returns the dispatcher's answer or its error (DispatcherImpl's
-// contracts, dispatcher_impl.h), or: DEADLINE_EXCEEDED naming the address when the dispatcher
-// cannot be reached within the implementation's timeout (UNAVAILABLE is retried until then);
-// CANCELLED after Cancel().
+// contracts, dispatcher_impl.h), or: DEADLINE_EXCEEDED naming the address and the last error when
+// the dispatcher cannot be reached, or keeps answering UNAVAILABLE (a journal it cannot write),
+// within the implementation's timeout, or by the caller's CallDeadline (call_deadline.h) if that
+// comes first (UNAVAILABLE is retried until then); CANCELLED after Cancel().
 class ControlPlane {
  public:
   virtual ~ControlPlane() = default;

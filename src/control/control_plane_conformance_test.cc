@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "src/control/call_deadline.h"
 #include "src/control/control_plane.h"
 #include "src/control/in_process.h"
 #include "src/node/dispatcher_node.h"
@@ -206,6 +207,24 @@ TEST_P(ControlPlaneConformanceTest, ADeadDispatcherIsADeadlineNamingItsAddressWi
   EXPECT_LT(absl::Now() - start, absl::Seconds(4));
   EXPECT_EQ(status.status().code(), absl::StatusCode::kDeadlineExceeded) << status.status();
   EXPECT_THAT(status.status().message(), HasSubstr(client->address()));
+}
+
+// A caller's own deadline (call_deadline.h) ends a call sooner than the client's timeout: a
+// consumer's Next() must not outlive its timeout because a call began just before it.
+TEST_P(ControlPlaneConformanceTest, ACallEndsByTheCallersOwnDeadline) {
+  std::unique_ptr<ControlPlane> client = backend_->Client(absl::Seconds(30));
+  backend_->Kill();
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::StatusResponse> status = absl::UnknownError("not called");
+  {
+    const CallDeadline outer(start + absl::Seconds(20));
+    const CallDeadline bounded(start + absl::Milliseconds(500));  // the nearer one counts
+    status = client->GetStatus({});
+  }
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  EXPECT_EQ(status.status().code(), absl::StatusCode::kDeadlineExceeded) << status.status();
+  EXPECT_THAT(status.status().message(), HasSubstr(client->address()));
+  EXPECT_EQ(CallDeadline::Current(), absl::InfiniteFuture()) << "the scopes are closed";
 }
 
 INSTANTIATE_TEST_SUITE_P(Implementations, ControlPlaneConformanceTest,

@@ -1,10 +1,12 @@
 #include "src/control/in_process.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "src/common/retry.h"
 #include "src/common/status_macros.h"
+#include "src/control/call_deadline.h"
 
 namespace croupier {
 
@@ -106,11 +108,12 @@ class InProcessControlPlane final : public ControlPlane {
   }
 
   // Runs `fn` on the running dispatcher; while there is none, UNAVAILABLE, retried with backoff
-  // until the timeout when `retry`.
+  // until the timeout, or the caller's CallDeadline if sooner, when `retry`.
   absl::Status Attempt(const char* name, bool retry,
                        const std::function<absl::Status(DispatcherImpl&)>& fn) {
     return RetryWithBackoff(
-        absl::StrCat("dispatcher ", name_, ": ", name), absl::Now() + timeout_,
+        absl::StrCat("dispatcher ", name_, ": ", name),
+        std::min(absl::Now() + timeout_, CallDeadline::Current()),
         [&](int) -> absl::Status {
           if (IsCancelled()) return Cancelled(name);
           absl::ReaderMutexLock lock(&shared_->mu);

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/common/logging.h"
 #include "src/common/retry.h"
+#include "src/control/call_deadline.h"
 #include "src/net/tls_probe.h"
 #include "src/rpc/grpc_util.h"
 
@@ -77,10 +78,17 @@ absl::StatusOr<Response> DispatcherClient::Call(const char* name, const Request&
   Response response;
   const std::string what = absl::StrCat("dispatcher ", address_, ": ", name);
   bool probed = false;
+  // The dispatcher answered (UNAVAILABLE: e.g. its journal cannot be written), as opposed to
+  // no connection: the waiting message says which.
+  bool answered = false;
+  // The caller's own deadline, if it comes first (call_deadline.h).
+  const absl::Time deadline = std::min(absl::Now() + options_.timeout, CallDeadline::Current());
   absl::Status status = RetryWithBackoff(
-      what, absl::Now() + options_.timeout,
+      what, deadline,
       [&](int) {
-        auto context = MakeClientContext(options_.call_timeout, options_.auth_token);
+        const absl::Duration left = deadline - absl::Now();
+        auto context = MakeClientContext(
+            std::clamp(left, absl::Milliseconds(50), options_.call_timeout), options_.auth_token);
         {
           absl::MutexLock lock(&mu_);
           if (cancelled_) {
@@ -95,6 +103,7 @@ absl::StatusOr<Response> DispatcherClient::Call(const char* name, const Request&
           calls_.erase(context.get());
         }
         absl::Status result = FromGrpcStatus(s, what);
+        answered = absl::IsUnavailable(result) && !IsConnectionFailure(s);
         // gRPC says only "failed to connect" when the two sides disagree on TLS or a certificate
         // is refused: find the cause once with a handshake of our own, and stop retrying if it
         // is one that retrying cannot fix.
@@ -116,10 +125,13 @@ absl::StatusOr<Response> DispatcherClient::Call(const char* name, const Request&
                    // the address and why, not only at its deadline.
                    .still_waiting = [&](absl::Duration waited, const absl::Status& last) {
                      Log(LogLevel::kWarning, "client",
-                         absl::StrCat(what, ": no answer for ", absl::FormatDuration(
-                                                                    absl::Trunc(waited, absl::Seconds(1))),
+                         absl::StrCat(what,
+                                      answered ? ": the dispatcher has refused for "
+                                               : ": no answer for ",
+                                      absl::FormatDuration(absl::Trunc(waited, absl::Seconds(1))),
                                       " (", last.message(), "); trying until ",
-                                      absl::FormatDuration(options_.timeout), " have passed"));
+                                      absl::FormatDuration(deadline - (absl::Now() - waited)),
+                                      " have passed"));
                    }});
   if (!status.ok()) {
     return absl::Status(status.code(), absl::StrCat(status.message(), ConnectionHint(status)));
