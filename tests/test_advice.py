@@ -9,6 +9,7 @@ Each job's own figure is served at /api/scale?job=NAME (a 404 for an unknown job
 stream job, which has none).
 """
 import json
+import math
 import os
 import pathlib
 import subprocess
@@ -86,11 +87,14 @@ def test_a_slowed_producer_makes_the_dispatcher_ask_for_more(tmp_path, dataset):
     # The consumer waits for data a good share of its time, and the producer is busy making.
     assert consumer["inputBound"] > 0.2, consumer
     assert producer["busyShare"] > 0.8, producer
-    # So it rises: to the model's figure, or, a consumer waiting on a saturated producer, to one
-    # more than the one running (the early figures of the model may still say less), and no
-    # further than twice the one producer.
+    # So it rises: to the model's figure (the consumer's demand over one producer's capacity:
+    # 10 ms a step against 60 ms a batch on 2 threads, about 2.8), or, a consumer waiting on a
+    # saturated producer, to one more than the one running (the early figures of the model may
+    # still say less). Since a consumer takes each batch as it lands (not a whole group at once),
+    # its demand is measured at about its real 90-100 batches a second, and the figure reaches 3.
     assert advice["producers"] == 1
-    assert advice["recommended"] == 2, advice
+    model = math.ceil(advice["demandBatchesPerSecond"] / advice["capacityBatchesPerSecond"])
+    assert 2 <= advice["recommended"] <= max(2, model), advice
     assert "the limit is not the producers" not in advice["reason"], advice
 
 
