@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -62,8 +63,6 @@ void RefusalLog::FlushLocked(bool all) {
   }
 }
 
-const net::WakeEvent* ConnectionSlot::stop() const { return loop_->stop_.get(); }
-
 absl::Status ConnectionSlot::Authenticated() { return loop_->Authenticate(id_); }
 
 void ConnectionSlot::LogRefusal(absl::string_view peer, absl::string_view reason) {
@@ -118,15 +117,20 @@ void ServeLoop::Shutdown() {
     std::vector<std::thread> threads;
     {
       absl::MutexLock lock(&mu_);
-      for (auto& [id, running] : running_) threads.push_back(std::move(running.thread));
+      for (auto& [id, running] : running_) {
+        running.wake->Notify();
+        threads.push_back(std::move(running.thread));
+      }
       running_.clear();
       per_host_.clear();
       handshaking_per_host_.clear();
-      handshaking_ = authenticated_ = 0;
+      handshaking_.clear();
+      evicted_ = authenticated_ = 0;
       for (auto& thread : finished_) threads.push_back(std::move(thread));
       finished_.clear();
     }
-    // Every connection thread polls stop_, or returns from its source within kSourceSlice.
+    // Every connection thread polls its wake event, or returns from its source within
+    // kSourceSlice.
     for (std::thread& thread : threads) thread.join();
     Log(LogLevel::kInfo, kComponent, absl::StrCat(options_.name, " stopped"));
   });
@@ -143,6 +147,9 @@ void ServeLoop::AcceptLoop() {
       const int fd = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd >= 0) {
         Admit(net::Socket(fd));
+        // Under a flood the listener may never run dry: the threads of the connections that
+        // ended (evicted ones among them) are joined as they go.
+        JoinFinished();
         continue;
       }
       if (errno == EINTR || errno == ECONNABORTED) continue;
@@ -161,35 +168,67 @@ void ServeLoop::AcceptLoop() {
 
 void ServeLoop::Admit(net::Socket socket) {
   std::string host = options_.admit(socket.fd());
+  std::string peer = options_.peer_name(socket.fd());
   std::string refusal;
-  {
+  // An eviction, logged once the lock is released.
+  struct Evicted {
+    std::string host, peer, reason;
+  };
+  std::optional<Evicted> evicted;
+  absl::StatusOr<std::unique_ptr<net::WakeEvent>> made = net::WakeEvent::Create();
+  if (!made.ok()) {
+    refusal = absl::StrCat("the data server cannot take the connection: ", made.status().message());
+  } else {
+    std::shared_ptr<net::WakeEvent> wake = *std::move(made);
     absl::MutexLock lock(&mu_);
     // A connection proves nothing before its handshake: it counts only against the handshake
     // slots, and takes no slot from the authenticated clients of its host.
-    size_t& from_host = handshaking_per_host_[host];
-    if (handshaking_ < options_.max_handshakes &&
-        from_host < options_.max_handshakes_per_peer) {
-      ++handshaking_;
-      ++from_host;
+    const std::set<uint64_t>& from_host = handshaking_per_host_[host];
+    const bool host_full = from_host.size() >= options_.max_handshakes_per_peer;
+    const bool full = host_full || handshaking_.size() >= options_.max_handshakes;
+    const std::string why =
+        !full       ? std::string()
+        : host_full ? absl::StrCat("the data server has ", options_.max_handshakes_per_peer,
+                                   " connections from ", host, " in their handshake")
+                    : absl::StrCat("the data server has ", options_.max_handshakes,
+                                   " connections in their handshake");
+    if (full && evicted_ >= options_.max_handshakes) {
+      // Evicted connections end within moments; so many still ending is the one case left in
+      // which a connection is refused, so that threads and descriptors stay bounded.
+      refusal = absl::StrCat(why, " already, and ", evicted_, " evicted ones still closing");
+      if (from_host.empty()) handshaking_per_host_.erase(host);
+    } else {
+      if (full) {
+        // The oldest in its handshake of this host, or of all: a client that has the token is
+        // through its handshake within a round trip or two, a silent one is not.
+        const uint64_t victim = host_full ? *from_host.begin() : *handshaking_.begin();
+        Running& running = running_.at(victim);
+        running.evicted = true;
+        running.wake->Notify();
+        ++evicted_;
+        EndHandshake(victim, running.host);
+        evicted =
+            Evicted{running.host, running.peer,
+                    absl::StrCat("evicted from its handshake for a newer connection (", why, ")")};
+      }
       const uint64_t id = next_id_++;
+      handshaking_.insert(id);
+      handshaking_per_host_[host].insert(id);
       // Started under the lock so that the thread's Finished(id) finds its entry.
       running_.emplace(
-          id, Running{.thread = std::thread([this, id, host, s = std::move(socket)]() mutable {
-                        ConnectionSlot slot(this, id, std::move(host));
-                        options_.serve(std::move(s), &slot);
-                        Finished(id);
-                      }),
-                      .host = host});
-      return;
+          id,
+          Running{.thread = std::thread([this, id, host, wake, s = std::move(socket)]() mutable {
+                    ConnectionSlot slot(this, id, std::move(host), wake.get());
+                    options_.serve(std::move(s), &slot);
+                    Finished(id);
+                  }),
+                  .host = host,
+                  .peer = peer,
+                  .wake = wake});
     }
-    if (from_host == 0) handshaking_per_host_.erase(host);
-    refusal = handshaking_ >= options_.max_handshakes
-                  ? absl::StrCat("the data server has ", options_.max_handshakes,
-                                 " connections in their handshake already")
-                  : absl::StrCat("the data server has ", options_.max_handshakes_per_peer,
-                                 " connections from ", host, " in their handshake already");
   }
-  const std::string peer = options_.peer_name(socket.fd());
+  if (evicted.has_value()) refusals_.Note(evicted->host, evicted->peer, evicted->reason);
+  if (refusal.empty()) return;
   refusals_.Note(host, peer, refusal);
   // The client reads this in place of its handshake's answer; short waits keep the acceptor
   // responsive.
@@ -207,12 +246,14 @@ absl::Status ServeLoop::Authenticate(uint64_t id) {
   if (it == running_.end()) return absl::CancelledError("the data server is stopping");
   Running& running = it->second;
   if (running.authenticated) return absl::OkStatus();
+  // Its slot has gone to a newer connection, which may be authenticating in its turn.
+  if (running.evicted) return absl::CancelledError("evicted from its handshake slot");
   size_t& from_host = per_host_[running.host];
   if (authenticated_ < options_.max_connections &&
       from_host < options_.max_connections_per_peer) {
     ++from_host;
     ++authenticated_;
-    EndHandshake(running.host);
+    EndHandshake(id, running.host);
     running.authenticated = true;
     return absl::OkStatus();
   }
@@ -225,10 +266,12 @@ absl::Status ServeLoop::Authenticate(uint64_t id) {
                          " connections from ", running.host));
 }
 
-void ServeLoop::EndHandshake(const std::string& host) {
-  --handshaking_;
+void ServeLoop::EndHandshake(uint64_t id, const std::string& host) {
+  handshaking_.erase(id);
   auto it = handshaking_per_host_.find(host);
-  if (it != handshaking_per_host_.end() && --it->second == 0) handshaking_per_host_.erase(it);
+  if (it == handshaking_per_host_.end()) return;
+  it->second.erase(id);
+  if (it->second.empty()) handshaking_per_host_.erase(it);
 }
 
 void ServeLoop::JoinFinished() {
@@ -248,8 +291,10 @@ void ServeLoop::Finished(uint64_t id) {
     --authenticated_;
     auto from_host = per_host_.find(it->second.host);
     if (from_host != per_host_.end() && --from_host->second == 0) per_host_.erase(from_host);
+  } else if (it->second.evicted) {
+    --evicted_;
   } else {
-    EndHandshake(it->second.host);
+    EndHandshake(id, it->second.host);
   }
   finished_.push_back(std::move(it->second.thread));
   running_.erase(it);

@@ -3,11 +3,19 @@
 // written once over what a transport does with an accepted socket.
 //
 // Slots: a connection that has not proved the token yet holds one of a few handshake slots
-// (max_handshakes, for at most the handshake timeout); only once authenticated
-// (ConnectionSlot::Authenticated) does it take one of the max_connections slots in all and of
-// the max_connections_per_peer slots of its host. So a client without the token, however often it
-// reconnects, never holds the slots of the consumers that have it. Refusals are logged through a
-// RefusalLog: the first few of each kind, then one summary line per interval.
+// (max_handshakes in all, max_handshakes_per_peer from its host, for at most the handshake
+// timeout); only once authenticated (ConnectionSlot::Authenticated) does it take one of the
+// max_connections slots in all and of the max_connections_per_peer slots of its host. So a client
+// without the token, however often it reconnects, never holds the slots of the consumers that
+// have it. When the handshake slots are full, a new connection is not refused: it takes the slot
+// of the oldest connection still in its handshake (its host's oldest when its host's slots are
+// full, else the oldest of all), which is evicted: its thread is woken through the connection's
+// own wake event and closes it. A client with the token proves it within a round trip or two, so
+// it is rarely the oldest, while the silent connections of a flood are: a flood from a client's
+// own address (one host, one NAT) cannot keep it from its handshake. Evicted connections whose
+// threads have not ended yet are bounded too (max_handshakes); beyond them a new connection is
+// refused. Refusals and evictions are logged through a RefusalLog: the first few of each kind,
+// then one summary line per interval.
 #ifndef CROUPIER_SRC_TRANSPORT_SERVE_LOOP_H_
 #define CROUPIER_SRC_TRANSPORT_SERVE_LOOP_H_
 
@@ -15,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -81,28 +90,31 @@ class RefusalLog {
 
 class ServeLoop;
 
-// What a connection thread holds of its server: the stop event, and its slot, which moves from
+// What a connection thread holds of its server: its stop event, and its slot, which moves from
 // the handshake slots to the authenticated ones. Thread-compatible: used by its connection's
 // thread only; the loop outlives it.
 class ConnectionSlot {
  public:
-  // Fires at Shutdown: every wait of the connection must poll it, so that it ends promptly.
-  const net::WakeEvent* stop() const;
+  // The connection's own event, fired at Shutdown and when the connection is evicted from its
+  // handshake slot: every wait of the connection must poll it, so that it ends promptly.
+  const net::WakeEvent* stop() const { return stop_; }
   // The client has proved the token (or the server has none): takes one of the max_connections
   // slots and one of its host's max_connections_per_peer. UNAVAILABLE "the data server is at its
   // limit of <n> connections[ from <host>]" when full (logged here, rate-limited); the caller
-  // sends it as an ERROR and closes.
+  // sends it as an ERROR and closes. CANCELLED when the connection was evicted from its handshake
+  // slot before (logged by the loop) or the server is stopping: the caller closes.
   absl::Status Authenticated();
   // Logs the refusal of this connection for `reason`, rate-limited (RefusalLog).
   void LogRefusal(absl::string_view peer, absl::string_view reason);
 
  private:
   friend class ServeLoop;
-  ConnectionSlot(ServeLoop* loop, uint64_t id, std::string host)
-      : loop_(loop), id_(id), host_(std::move(host)) {}
+  ConnectionSlot(ServeLoop* loop, uint64_t id, std::string host, const net::WakeEvent* stop)
+      : loop_(loop), id_(id), host_(std::move(host)), stop_(stop) {}
   ServeLoop* const loop_;
   const uint64_t id_;
   const std::string host_;
+  const net::WakeEvent* const stop_;
 };
 
 // INVALID_ARGUMENT naming the option for DataServerOptions no data server can work with
@@ -116,7 +128,8 @@ struct ServeLoopOptions {
   // Authenticated connections beyond these are refused: in all, and per host as `admit` names it.
   size_t max_connections = 256;
   size_t max_connections_per_peer = 128;
-  // Connections in their handshake beyond these are refused at once: in all, and per host.
+  // Connections in their handshake at once: in all, and per host. A new connection beyond them
+  // evicts the oldest (see the top of this file).
   size_t max_handshakes = kDefaultMaxHandshakes;
   size_t max_handshakes_per_peer = kDefaultMaxHandshakesPerPeer;
   // Whether a refused client is sent an ERROR frame UNAVAILABLE saying why before the close (a
@@ -146,8 +159,8 @@ class ServeLoop {
   ServeLoop(const ServeLoop&) = delete;
   ServeLoop& operator=(const ServeLoop&) = delete;
 
-  // Stops promptly: fires the stop event, joins the acceptor, closes the listener and joins
-  // every connection thread; logs "<name> stopped". Idempotent.
+  // Stops promptly: fires the stop event and every connection's, joins the acceptor, closes the
+  // listener and joins every connection thread; logs "<name> stopped". Idempotent.
   void Shutdown();
 
  private:
@@ -155,13 +168,14 @@ class ServeLoop {
 
   void AcceptLoop();
   friend class ConnectionSlot;
-  // Starts a connection thread in a handshake slot, or refuses the connection when they are all
-  // taken.
+  // Starts a connection thread in a handshake slot, evicting the oldest connection in its
+  // handshake when they are all taken; refuses the connection when too many evicted ones are
+  // still ending (or no wake event can be made).
   void Admit(net::Socket socket) ABSL_LOCKS_EXCLUDED(mu_);
   // ConnectionSlot::Authenticated.
   absl::Status Authenticate(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
-  // A connection from `host` leaves its handshake slot.
-  void EndHandshake(const std::string& host) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Connection `id`, from `host`, leaves its handshake slot.
+  void EndHandshake(uint64_t id, const std::string& host) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Joins the threads of connections that have ended.
   void JoinFinished() ABSL_LOCKS_EXCLUDED(mu_);
   // Called by a connection thread as its last act.
@@ -169,7 +183,7 @@ class ServeLoop {
 
   // Constant after construction.
   const ServeLoopOptions options_;
-  const std::unique_ptr<net::WakeEvent> stop_;  // fired by Shutdown; every wait polls it
+  const std::unique_ptr<net::WakeEvent> stop_;  // fired by Shutdown; the acceptor polls it
   RefusalLog refusals_;                         // thread-safe
 
   // Used by the acceptor thread only, then closed by Shutdown once that thread has ended.
@@ -182,14 +196,21 @@ class ServeLoop {
   struct Running {
     std::thread thread;
     std::string host;  // what the connection counts against max_connections_per_peer
+    std::string peer;  // as logs name the client
+    // The connection's stop event (ConnectionSlot::stop); its thread holds it too.
+    std::shared_ptr<net::WakeEvent> wake;
     bool authenticated = false;  // holds an authenticated slot, else a handshake slot
+    bool evicted = false;        // lost its handshake slot; its thread is ending
   };
   absl::flat_hash_map<uint64_t, Running> running_ ABSL_GUARDED_BY(mu_);
-  size_t handshaking_ ABSL_GUARDED_BY(mu_) = 0;
+  // The connections in their handshake, in all and per host, by id: the oldest first.
+  std::set<uint64_t> handshaking_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::set<uint64_t>> handshaking_per_host_ ABSL_GUARDED_BY(mu_);
+  // Evicted connections whose threads have not ended yet.
+  size_t evicted_ ABSL_GUARDED_BY(mu_) = 0;
   size_t authenticated_ ABSL_GUARDED_BY(mu_) = 0;
-  // Authenticated connections per host, and connections in their handshake per host.
+  // Authenticated connections per host.
   absl::flat_hash_map<std::string, size_t> per_host_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, size_t> handshaking_per_host_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> finished_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -4,6 +4,8 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -342,6 +344,81 @@ TEST_F(TcpTransportTest, SilentClientIsDroppedAfterTheHandshakeTimeout) {
     EXPECT_GE(absl::Now() - start, absl::Milliseconds(150));
   }
   ExpectServes();
+}
+
+// Clients without the token flood the handshake slots, silent ones (held until the server closes
+// them) and ones refused for the token, in a loop; a client with the token that connects
+// meanwhile gets its batch within 3 s, because a new connection evicts the oldest one still in
+// its handshake (of its host when its host's slots are full, of all when all are) instead of
+// being refused. The server's threads stay bounded meanwhile.
+struct FloodCase {
+  std::vector<std::string> sources;  // where the flood comes from
+  int silent = 0;                    // threads per source
+  int looping = 0;
+  std::string eviction;  // the log names the slots that were full
+};
+
+void ExpectAFetchThroughTheFlood(DataServer& server, testing::FakeBatchSource& source,
+                                 const FloodCase& flood_case) {
+  const Batch batch = source.PutMade({"train", 0, 3}, 8 << 10, 5);
+  const int threads_before = testing::CountThreads();
+  ::testing::internal::CaptureStderr();
+  testing::HandshakeFlood flood(server.port(), flood_case.sources, flood_case.silent,
+                                flood_case.looping);
+  const int flood_threads =
+      static_cast<int>(flood_case.sources.size()) * (flood_case.silent + flood_case.looping);
+  // The flood takes every handshake slot it can.
+  for (const absl::Time until = In(absl::Seconds(5));
+       flood.connections() < static_cast<uint64_t>(flood_threads) && absl::Now() < until;) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  absl::SleepFor(absl::Milliseconds(300));
+  const testing::Fetched fetched = testing::FetchRetrying(
+      Transport::Tcp(), server.address(), ClientOptions(), {"train", 0, 3}, absl::Seconds(10));
+  int peak_threads = 0;
+  for (int i = 0; i < 20; ++i) {
+    peak_threads = std::max(peak_threads, testing::CountThreads());
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  flood.Stop();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  std::printf("first batch after %s in %d attempts (%s); flood: %llu connections, %llu evicted, "
+              "%llu refused; threads %d before, %d at most during (%d of them the flood's)\n",
+              absl::FormatDuration(fetched.took).c_str(), fetched.attempts,
+              fetched.batch.ok() ? "OK" : std::string(fetched.batch.status().message()).c_str(),
+              static_cast<unsigned long long>(flood.connections()),
+              static_cast<unsigned long long>(flood.dropped()),
+              static_cast<unsigned long long>(flood.refused()), threads_before, peak_threads,
+              flood_threads);
+  ASSERT_TRUE(fetched.batch.ok()) << fetched.batch.status();
+  EXPECT_EQ(fetched.batch->ContentHash(), batch.ContentHash());
+  EXPECT_LT(fetched.took, absl::Seconds(3)) << fetched.attempts << " attempts";
+  EXPECT_GT(flood.dropped(), 0u);
+  EXPECT_THAT(log, HasSubstr(flood_case.eviction)) << log;
+  // One thread per connection in its handshake (64) or evicted and ending (64 at most), and the
+  // client's.
+  EXPECT_LE(peak_threads, threads_before + flood_threads + 2 * 64 + 4);
+}
+
+TEST_F(TcpTransportTest, AClientWithTheTokenGetsThroughAFloodOfHandshakesFromItsOwnAddress) {
+  StartServer();  // 64 handshake slots, 16 per address
+  ExpectAFetchThroughTheFlood(
+      *server_, source_,
+      {.sources = {"127.0.0.1"},
+       .silent = 32,
+       .looping = 8,
+       .eviction = "evicted from its handshake for a newer connection (the data server has 16 "
+                   "connections from 127.0.0.1 in their handshake)"});
+}
+
+TEST_F(TcpTransportTest, AClientWithTheTokenGetsThroughAFloodOfHandshakesFromManyAddresses) {
+  StartServer();
+  ExpectAFetchThroughTheFlood(
+      *server_, source_,
+      {.sources = {"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5", "127.0.0.6"},
+       .silent = 14,  // under the 16 of an address, over the 64 of all
+       .eviction = "evicted from its handshake for a newer connection (the data server has 64 "
+                   "connections in their handshake)"});
 }
 
 // Clients of versions 1 and 2 (which sent the token in the HELLO) are refused, saying why. And

@@ -1,6 +1,7 @@
 // The TCP transport over TLS (src/net/tls_stream.h): a fetch over mutual TLS, and every refusal
 // with its cause and the peer's address. Certificates are made at test time by tests/tls_certs.sh
 // (the openssl command-line tool, src/net/net_testing.h).
+#include <cstdio>
 #include <memory>
 #include <string>
 
@@ -183,6 +184,43 @@ TEST_F(TlsTest, GarbageOnATlsPortClosesThatConnectionOnly) {
   // A ClientHello cut short, then silence: dropped at the handshake timeout, others unaffected.
   auto client = Connect(Config("client", "ca"));
   EXPECT_TRUE(client.ok()) << client.status();
+}
+
+// A flood from the client's own address whose silent connections start a TLS handshake and
+// stall in it (a record header, then nothing), with plaintext HELLOs looping besides: a new
+// connection evicts the oldest in its handshake, whose thread wakes inside the TLS handshake and
+// closes it, so a TLS client with the token still gets its batch within 3 s.
+TEST_F(TlsTest, AClientWithTheTokenGetsThroughAFloodStalledInTheTlsHandshake) {
+  StartServer(Config("server", ""));
+  const Batch batch = source_.PutMade({"job", 0, 0}, 4096, 3);
+  ::testing::internal::CaptureStderr();
+  testing::HandshakeFlood flood(server_->port(), {"127.0.0.1"}, /*silent=*/32, /*looping=*/4,
+                                frame::kDataProtocolVersion,
+                                std::string("\x16\x03\x01\x00\x80", 5));
+  for (const absl::Time until = In(absl::Seconds(5));
+       flood.connections() < 36 && absl::Now() < until;) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  absl::SleepFor(absl::Milliseconds(300));
+  DataClientOptions options;
+  options.auth_token = "tls-token";
+  options.tls = Config("", "ca");
+  options.connect_timeout = absl::Seconds(5);
+  const testing::Fetched fetched = testing::FetchRetrying(
+      Transport::Tcp(), server_->address(), options, {"job", 0, 0}, absl::Seconds(10));
+  flood.Stop();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  std::printf("first batch over TLS after %s in %d attempts; flood: %llu connections, %llu "
+              "evicted\n",
+              absl::FormatDuration(fetched.took).c_str(), fetched.attempts,
+              static_cast<unsigned long long>(flood.connections()),
+              static_cast<unsigned long long>(flood.dropped()));
+  ASSERT_TRUE(fetched.batch.ok()) << fetched.batch.status();
+  EXPECT_EQ(fetched.batch->ContentHash(), batch.ContentHash());
+  EXPECT_LT(fetched.took, absl::Seconds(3)) << fetched.attempts << " attempts";
+  EXPECT_GT(flood.dropped(), 0u);
+  EXPECT_THAT(log, HasSubstr("evicted from its handshake for a newer connection (the data server "
+                             "has 16 connections from 127.0.0.1 in their handshake)"));
 }
 
 TEST_F(TlsTest, TlsClientOnAPlaintextPortFailsNamingTheServer) {

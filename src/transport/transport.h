@@ -52,8 +52,10 @@ struct DataServerOptions {
   // Both count only authenticated connections: those whose client has proved the token (any
   // client, when the server has none).
   size_t max_connections_per_peer = 128;
-  // Connections still in their handshake beyond this are refused with UNAVAILABLE (and beyond 16
-  // from one IP address over TCP); each holds its slot for at most handshake_timeout.
+  // Connections in their handshake at once (and 16 from one IP address over TCP); each holds its
+  // slot for at most handshake_timeout. A new connection beyond them evicts the oldest one still
+  // in its handshake (of its address, or of all), so that a flood without the token cannot keep
+  // a client that has it from its handshake (serve_loop.h).
   size_t max_handshakes = 64;
   // A request frame larger than this is malformed: the server drops the connection.
   size_t max_request_bytes = 64 << 10;

@@ -545,8 +545,9 @@ TEST_P(TransportTest, ASquattingServerIsRefused) {
 
 // Connections that have not proved the token hold no authenticated slot: clients refused for
 // their token, and clients still silent in their handshake, leave every slot to the clients
-// with the token. Silent ones beyond max_handshakes are refused at once, and the refusals are
-// logged a few at a time, not one line each.
+// with the token. Once the handshake slots are full, each new connection evicts the oldest
+// silent one (the server closes it at once), and the refusals and evictions are logged a few at
+// a time, not one line each.
 TEST_P(TransportTest, UnauthenticatedClientsHoldNoConnectionSlotAndRefusalsAreRateLimited) {
   DataServerOptions options;
   options.max_connections = 2;
@@ -581,14 +582,23 @@ TEST_P(TransportTest, UnauthenticatedClientsHoldNoConnectionSlotAndRefusalsAreRa
   auto third = TryConnect();
   EXPECT_EQ(third.status().code(), absl::StatusCode::kUnavailable) << third.status();
   EXPECT_THAT(third.status().message(), HasSubstr("limit of 2 connections"));
-  // A fourth silent one fills the handshake slots; the next are refused at once.
+  // A fourth silent one fills the handshake slots. The next ones, with the token, still get
+  // through their handshake, the first in the slot of the oldest silent one, which the server
+  // closes (the next ones may find a slot free); then they are refused for the limit of 2.
   silent.push_back(dial());
   absl::SleepFor(absl::Milliseconds(100));
   for (int i = 0; i < 20; ++i) {
     net::Socket socket = dial();
-    EXPECT_EQ(testing::RawClientHandshake(socket.fd(), VersionOf(GetParam()), kToken).code(),
-              absl::StatusCode::kUnavailable);
+    const absl::Status refused =
+        testing::RawClientHandshake(socket.fd(), VersionOf(GetParam()), kToken);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+    EXPECT_THAT(refused.message(), HasSubstr("limit of 2 connections")) << refused;
   }
+  char byte;
+  absl::StatusOr<size_t> got = net::RecvSome(
+      silent[0].fd(), &byte, 1, net::IoWait{.deadline = In(absl::Seconds(1))}, "the server");
+  EXPECT_TRUE(absl::IsUnavailable(got.status()) || (got.ok() && *got == 0))
+      << "the oldest silent connection was not evicted: " << got.status();
   absl::SleepFor(absl::Milliseconds(300));
   const std::string log = ::testing::internal::GetCapturedStderr();
   size_t lines = 0;
@@ -596,10 +606,11 @@ TEST_P(TransportTest, UnauthenticatedClientsHoldNoConnectionSlotAndRefusalsAreRa
        at = log.find("refuses client", at + 1)) {
     ++lines;
   }
-  // At most 3 for each kind: no token, the limit of 2, the handshake slots.
+  // At most 3 for each kind: no token, the limit of 2, the evictions.
   EXPECT_LE(lines, 9u) << log;
   EXPECT_THAT(log, HasSubstr("are only counted"));
-  EXPECT_THAT(log, HasSubstr("connections in their handshake already"));
+  EXPECT_THAT(log, HasSubstr("evicted from its handshake for a newer connection (the data server "
+                             "has 4 connections"));
 }
 
 TEST_P(TransportTest, UnreachableServerIsUnavailableAtOnce) {

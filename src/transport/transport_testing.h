@@ -1,15 +1,23 @@
-// Test helpers of the transport tests: a scriptable BatchSource, batches of a given size, and a
-// guard that fails a test that overruns its time or leaves a thread or descriptor behind.
+// Test helpers of the transport tests: a scriptable BatchSource, batches of a given size, a flood
+// of clients without the token, and a guard that fails a test that overruns its time or leaves a
+// thread or descriptor behind.
 #ifndef CROUPIER_SRC_TRANSPORT_TRANSPORT_TESTING_H_
 #define CROUPIER_SRC_TRANSPORT_TRANSPORT_TESTING_H_
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 
+#include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -288,6 +296,167 @@ inline absl::Status RawClientHandshake(int fd, uint32_t version, absl::string_vi
     return absl::DataLossError(absl::StrCat("frame type ", ok->first.type, " for HELLO_OK"));
   }
   return absl::OkStatus();
+}
+
+// A TCP connection from `source` (an address of this host: 127.0.0.x) to 127.0.0.1:`port`, made
+// by `deadline` unless `stop` fires (CANCELLED).
+inline absl::StatusOr<net::Socket> DialFrom(const std::string& source, int port,
+                                            absl::Time deadline, const net::WakeEvent* stop) {
+  net::Socket socket(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!socket.valid()) return absl::InternalError("socket() failed");
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  ::inet_pton(AF_INET, source.c_str(), &local.sin_addr);
+  if (::bind(socket.fd(), reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot bind ", source));
+  }
+  sockaddr_in remote{};
+  remote.sin_family = AF_INET;
+  remote.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, "127.0.0.1", &remote.sin_addr);
+  if (::connect(socket.fd(), reinterpret_cast<sockaddr*>(&remote), sizeof(remote)) != 0 &&
+      errno != EINPROGRESS) {
+    return absl::UnavailableError("connect failed");
+  }
+  const absl::Status ready =
+      net::WaitReady(socket.fd(), POLLOUT, net::IoWait{.deadline = deadline, .wake = stop},
+                     absl::Now(), "connecting to", "the server");
+  if (!ready.ok()) return ready;
+  int error = 0;
+  socklen_t len = sizeof(error);
+  ::getsockopt(socket.fd(), SOL_SOCKET, SO_ERROR, &error, &len);
+  if (error != 0) return absl::UnavailableError("connect failed");
+  return socket;
+}
+
+// Clients without the token that reconnect in a loop to 127.0.0.1:`port` until Stop, from each
+// address of `sources`: `silent` threads per address, each holding a connection that sends
+// `silent_prefix` (nothing by default; the start of a TLS record, say) and then nothing until the
+// server closes it, then opening the next; and `looping` threads per address, each sending a
+// HELLO and an AUTH without a proof (`version`), then reconnecting. Counts what the server did to
+// them. Thread-safe.
+class HandshakeFlood {
+ public:
+  HandshakeFlood(int port, const std::vector<std::string>& sources, int silent, int looping,
+                 uint32_t version = frame::kDataProtocolVersion, std::string silent_prefix = "")
+      : silent_prefix_(std::move(silent_prefix)) {
+    auto stop = net::WakeEvent::Create();
+    EXPECT_TRUE(stop.ok()) << stop.status();
+    stop_ = *std::move(stop);
+    for (const std::string& source : sources) {
+      for (int i = 0; i < silent; ++i) {
+        threads_.emplace_back([this, port, source] { Silent(port, source); });
+      }
+      for (int i = 0; i < looping; ++i) {
+        threads_.emplace_back([this, port, source, version] { Looping(port, source, version); });
+      }
+    }
+  }
+  ~HandshakeFlood() { Stop(); }
+  HandshakeFlood(const HandshakeFlood&) = delete;
+  HandshakeFlood& operator=(const HandshakeFlood&) = delete;
+
+  // Ends every thread promptly.
+  void Stop() {
+    stop_->Notify();
+    for (std::thread& thread : threads_) {
+      if (thread.joinable()) thread.join();
+    }
+  }
+  // Connections made.
+  uint64_t connections() const { return connections_.load(); }
+  // Silent connections the server closed without a word, before its handshake timeout (5 s):
+  // evicted for newer ones.
+  uint64_t dropped() const { return dropped_.load(); }
+  // Connections refused with an ERROR naming the handshake slots.
+  uint64_t refused() const { return refused_.load(); }
+
+ private:
+  void Silent(int port, const std::string& source) {
+    while (!stop_->notified()) {
+      absl::StatusOr<net::Socket> socket =
+          DialFrom(source, port, absl::Now() + absl::Seconds(5), stop_.get());
+      if (!socket.ok()) {
+        if (!absl::IsCancelled(socket.status())) absl::SleepFor(absl::Milliseconds(5));
+        continue;
+      }
+      ++connections_;
+      const absl::Time opened = absl::Now();
+      if (!silent_prefix_.empty()) {
+        net::SendAll(socket->fd(), silent_prefix_,
+                     net::IoWait{.deadline = absl::Now() + absl::Seconds(5), .wake = stop_.get()},
+                     "the server")
+            .IgnoreError();
+      }
+      std::string got;
+      char buffer[4096];
+      while (true) {
+        absl::StatusOr<size_t> n = net::RecvSome(
+            socket->fd(), buffer, sizeof(buffer),
+            net::IoWait{.deadline = absl::Now() + absl::Seconds(10), .wake = stop_.get()},
+            "the server");
+        if (n.ok() && *n > 0) {
+          got.append(buffer, *n);
+          continue;
+        }
+        if (!n.ok() && absl::IsCancelled(n.status())) return;
+        break;  // closed or reset by the server
+      }
+      if (got.find("in their handshake already") != std::string::npos) {
+        ++refused_;
+      } else if (got.empty() && absl::Now() - opened < absl::Seconds(4)) {
+        ++dropped_;
+      }
+    }
+  }
+
+  void Looping(int port, const std::string& source, uint32_t version) {
+    while (!stop_->notified()) {
+      absl::StatusOr<net::Socket> socket =
+          DialFrom(source, port, absl::Now() + absl::Seconds(5), stop_.get());
+      if (!socket.ok()) {
+        if (!absl::IsCancelled(socket.status())) absl::SleepFor(absl::Milliseconds(5));
+        continue;
+      }
+      ++connections_;
+      const absl::Status refused = RawClientHandshake(socket->fd(), version, "");
+      if (refused.message().find("in their handshake already") != absl::string_view::npos) {
+        ++refused_;
+      }
+    }
+  }
+
+  const std::string silent_prefix_;
+  std::unique_ptr<net::WakeEvent> stop_;
+  std::vector<std::thread> threads_;
+  std::atomic<uint64_t> connections_{0};
+  std::atomic<uint64_t> dropped_{0};
+  std::atomic<uint64_t> refused_{0};
+};
+
+// What FetchRetrying did.
+struct Fetched {
+  absl::StatusOr<Batch> batch = absl::UnknownError("not tried");
+  absl::Duration took;  // from the first connect to the batch, or to giving up
+  int attempts = 0;
+};
+
+// As a consumer does with a server that refuses it for a while: connects to `address` with
+// `options` and fetches `key`, again 10 ms after each UNAVAILABLE, until `within` has passed.
+inline Fetched FetchRetrying(Transport* transport, const std::string& address,
+                             const DataClientOptions& options, const BatchKey& key,
+                             absl::Duration within) {
+  Fetched fetched;
+  const absl::Time start = absl::Now();
+  while (true) {
+    ++fetched.attempts;
+    absl::StatusOr<std::unique_ptr<DataClient>> client = transport->Connect(address, options);
+    fetched.batch = client.ok() ? (*client)->Fetch(key, absl::Now() + absl::Seconds(5))
+                                : absl::StatusOr<Batch>(client.status());
+    fetched.took = absl::Now() - start;
+    if (!absl::IsUnavailable(fetched.batch.status()) || fetched.took >= within) return fetched;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
 }
 
 // What a scripted server saw of a client's handshake.
