@@ -56,6 +56,22 @@ TEST_F(DispatcherConsumerHeartbeatTest, RegistersAndReturnsTheJob) {
   EXPECT_EQ(c->step(), 3u);
 }
 
+// Only the registration's answer carries the JobInfo: a later heartbeat's answer is a few dozen
+// bytes whatever the job's size (it carried the whole JobInfo, its file list included, every
+// second, for every consumer).
+TEST_F(DispatcherConsumerHeartbeatTest, OnlyTheRegistrationsAnswerCarriesTheJob) {
+  WriteData({40, 40, 40, 40, 40, 40, 40, 40});
+  ASSERT_TRUE(Create(Spec("wide", 2, 4)).ok());
+  auto registered = Consumer(0, "wide", 0, 4);
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  EXPECT_EQ(registered->job().files_size(), 8);
+  auto beat = Consumer(registered->consumer_id(), "wide", 0, 4, 0, 1);
+  ASSERT_TRUE(beat.ok()) << beat.status();
+  EXPECT_FALSE(beat->has_job());
+  EXPECT_LT(beat->ByteSizeLong(), 64u) << beat->ShortDebugString();
+  EXPECT_GT(beat->takeover_ms(), 0u);
+}
+
 TEST_F(DispatcherConsumerHeartbeatTest, RegistrationErrors) {
   ExpectError(Consumer(0, "test", 0, 4), absl::StatusCode::kNotFound,
               "job 'test' is unknown (jobs: train)");

@@ -128,11 +128,12 @@ absl::Status DispatcherState::ApplyProducerRegistered(const journal::ProducerReg
                                      u.source_index()));
     }
   }
-  Producer& p = producers_[u.producer_id()];
+  Producer p;
   p.id = u.producer_id();
   p.data_address = u.data_address();
   p.source_job = u.source_job();
   p.source_index = u.source_index();
+  AddProducer(std::move(p));
   last_producer_id_ = u.producer_id();
   return absl::OkStatus();
 }
@@ -143,7 +144,7 @@ absl::Status DispatcherState::ApplyProducerRemoved(const journal::ProducerRemove
     return DoesNotFit(absl::StrCat("producer ", u.producer_id(), " is unknown"));
   }
   for (uint64_t task_id : std::set<uint64_t>(it->second.tasks)) OrphanTask(task_id);
-  producers_.erase(it);
+  EraseProducer(it);
   return absl::OkStatus();
 }
 
@@ -356,10 +357,9 @@ absl::Status DispatcherState::ApplyConsumerRegistered(const journal::ConsumerReg
                                    "' is held by consumer ", holder->id));
   }
   if (absl::Status s = CheckPosition(*job, u.epoch(), u.step()); !s.ok()) return s;
-  consumers_[u.consumer_id()] =
-      Consumer{u.consumer_id(), u.job(), u.rank(), u.epoch(), u.step(), u.lease()};
+  AddConsumer(Consumer{u.consumer_id(), u.job(), u.rank(), u.epoch(), u.step(), u.lease()});
   Job* mutable_job = MutableJob(u.job());
-  mutable_job->rank_positions[u.rank()] = TaskKey(u.epoch(), u.step());
+  SetRankPosition(*mutable_job, u.rank(), TaskKey(u.epoch(), u.step()));
   mutable_job->idle = false;
   last_consumer_id_ = u.consumer_id();
   return absl::OkStatus();
@@ -375,15 +375,51 @@ absl::Status DispatcherState::ApplyConsumerAcknowledged(const journal::ConsumerA
   }
   it->second.epoch = u.epoch();
   it->second.step = u.step();
-  MutableJob(it->second.job)->rank_positions[it->second.rank] = TaskKey(u.epoch(), u.step());
+  SetRankPosition(*MutableJob(it->second.job), it->second.rank, TaskKey(u.epoch(), u.step()));
   return absl::OkStatus();
 }
 
 absl::Status DispatcherState::ApplyConsumerRemoved(const journal::ConsumerRemoved& u) {
-  if (consumers_.erase(u.consumer_id()) == 0) {
+  auto it = consumers_.find(u.consumer_id());
+  if (it == consumers_.end()) {
     return DoesNotFit(absl::StrCat("consumer ", u.consumer_id(), " is unknown"));
   }
+  EraseConsumer(it);
   return absl::OkStatus();
+}
+
+void DispatcherState::AddConsumer(Consumer consumer) {
+  consumer_at_[{consumer.job, consumer.rank}] = consumer.id;
+  ++consumers_of_[consumer.job];
+  const uint64_t id = consumer.id;
+  consumers_[id] = std::move(consumer);
+}
+
+void DispatcherState::EraseConsumer(std::map<uint64_t, Consumer>::iterator it) {
+  consumer_at_.erase({it->second.job, it->second.rank});
+  auto count = consumers_of_.find(it->second.job);
+  if (--count->second == 0) consumers_of_.erase(count);
+  consumers_.erase(it);
+}
+
+void DispatcherState::AddProducer(Producer producer) {
+  producer_at_[producer.data_address] = producer.id;
+  const uint64_t id = producer.id;
+  producers_[id] = std::move(producer);
+}
+
+void DispatcherState::EraseProducer(std::map<uint64_t, Producer>::iterator it) {
+  producer_at_.erase(it->second.data_address);
+  producers_.erase(it);
+}
+
+void DispatcherState::SetRankPosition(Job& job, uint32_t rank, TaskKey position) {
+  auto [it, added] = job.rank_positions.try_emplace(rank, position);
+  if (!added) {
+    job.positions.erase(job.positions.find(it->second));
+    it->second = position;
+  }
+  job.positions.insert(position);
 }
 
 }  // namespace croupier

@@ -63,8 +63,11 @@ class DispatcherState {
     uint64_t batches_finished = 0;
     std::map<TaskKey, Outstanding> outstanding;
     // The last position each rank registered at or acknowledged, kept after its consumer is
-    // gone: a restarted rank resumes from it, and the delivered frontier counts it.
+    // gone: a restarted rank resumes from it, and the delivered frontier counts it. Changed only
+    // through SetRankPosition, which keeps `positions` (the same values, ordered: the frontier
+    // is its first, found without a pass over the ranks).
     std::map<uint32_t, TaskKey> rank_positions;
+    std::multiset<TaskKey> positions;
     // Its last consumer left (JobIdle) and none has come since: its tasks are not assigned.
     bool idle = false;
 
@@ -222,11 +225,23 @@ class DispatcherState {
   // Forgets an outstanding task, owned or orphaned, counting it as finished.
   void FinishTask(Job& job, const TaskKey& key);
   Job* MutableJob(absl::string_view name);
+  // Every change of consumers_, producers_ and a job's rank positions goes through these, which
+  // keep the indexes below: no call that registers, removes or acknowledges scans every
+  // consumer or producer (10,000 consumers made each acknowledgement a pass over all ranks).
+  void AddConsumer(Consumer consumer);
+  void EraseConsumer(std::map<uint64_t, Consumer>::iterator it);
+  void AddProducer(Producer producer);
+  void EraseProducer(std::map<uint64_t, Producer>::iterator it);
+  static void SetRankPosition(Job& job, uint32_t rank, TaskKey position);
 
   std::map<std::string, Job, std::less<>> jobs_;
   std::vector<std::string> job_order_;
   std::map<uint64_t, Producer> producers_;
   std::map<uint64_t, Consumer> consumers_;
+  // Indexes of consumers_ and producers_ (AddConsumer and the rest keep them).
+  std::map<std::pair<std::string, uint32_t>, uint64_t, std::less<>> consumer_at_;  // (job, rank)
+  std::map<std::string, uint32_t, std::less<>> consumers_of_;  // job -> its live consumers
+  std::map<std::string, uint64_t, std::less<>> producer_at_;   // data address -> producer
   // Owned tasks by id; orphans have no id and live only in their job's `outstanding` and here:
   std::map<uint64_t, v1::Task> tasks_;
   std::set<OrphanKey> orphans_;

@@ -73,11 +73,7 @@ std::optional<DispatcherState::TaskKey> DispatcherState::DeliveredFrontier(const
   if (!job.config.dealt()) return std::nullopt;
   const uint32_t n = job.info.spec().num_consumers();
   if (job.rank_positions.size() < n) return std::nullopt;
-  std::optional<TaskKey> frontier;
-  for (const auto& [rank, p] : job.rank_positions) {
-    if (!frontier || p < *frontier) frontier = p;
-  }
-  return frontier;
+  return *job.positions.begin();
 }
 
 std::vector<std::pair<DispatcherState::TaskKey, DispatcherState::Outstanding>>
@@ -137,25 +133,18 @@ const DispatcherState::Consumer* DispatcherState::FindConsumer(uint64_t id) cons
 }
 
 bool DispatcherState::HasConsumers(absl::string_view job) const {
-  for (const auto& [id, c] : consumers_) {
-    if (c.job == job) return true;
-  }
-  return false;
+  return consumers_of_.find(job) != consumers_of_.end();
 }
 
 const DispatcherState::Consumer* DispatcherState::ConsumerAt(absl::string_view job,
                                                              uint32_t rank) const {
-  for (const auto& [id, c] : consumers_) {
-    if (c.job == job && c.rank == rank) return &c;
-  }
-  return nullptr;
+  auto it = consumer_at_.find(std::make_pair(std::string(job), rank));
+  return it == consumer_at_.end() ? nullptr : &consumers_.find(it->second)->second;
 }
 
 const DispatcherState::Producer* DispatcherState::ProducerAt(absl::string_view data_address) const {
-  for (const auto& [id, p] : producers_) {
-    if (p.data_address == data_address) return &p;
-  }
-  return nullptr;
+  auto it = producer_at_.find(data_address);
+  return it == producer_at_.end() ? nullptr : &producers_.find(it->second)->second;
 }
 
 const v1::Task* DispatcherState::FindTask(uint64_t task_id) const {

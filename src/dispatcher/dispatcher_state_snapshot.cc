@@ -114,7 +114,7 @@ absl::Status DispatcherState::ApplySnapshotEnd(const journal::SnapshotEnd& u) {
       if (absl::Status p = CheckPosition(job, r.epoch(), r.step()); !p.ok()) {
         return BadSnapshot(p.message());
       }
-      job.rank_positions[r.rank()] = TaskKey(r.epoch(), r.step());
+      SetRankPosition(job, r.rank(), TaskKey(r.epoch(), r.step()));
     }
     for (const journal::SnapshotTask& t : s.outstanding()) {
       const TaskKey key(t.epoch(), t.first_batch());
@@ -141,8 +141,8 @@ absl::Status DispatcherState::ApplySnapshotEnd(const journal::SnapshotEnd& u) {
       return BadSnapshot(absl::StrCat("producer ", p.producer_id(),
                                       " is the source of unknown job '", p.source_job(), "'"));
     }
-    next.producers_[p.producer_id()] = Producer{p.producer_id(), p.data_address(), p.source_job(),
-                                                p.source_index(), {}, p.draining()};
+    next.AddProducer(Producer{p.producer_id(), p.data_address(), p.source_job(), p.source_index(),
+                              {}, p.draining()});
   }
   for (auto& [name, job] : next.jobs_) {
     for (const auto& [key, o] : job.outstanding) {
@@ -176,8 +176,7 @@ absl::Status DispatcherState::ApplySnapshotEnd(const journal::SnapshotEnd& u) {
     if (absl::Status p = CheckPosition(*job, c.epoch(), c.step()); !p.ok()) {
       return BadSnapshot(p.message());
     }
-    next.consumers_[c.consumer_id()] =
-        Consumer{c.consumer_id(), c.job(), c.rank(), c.epoch(), c.step(), c.lease()};
+    next.AddConsumer(Consumer{c.consumer_id(), c.job(), c.rank(), c.epoch(), c.step(), c.lease()});
   }
   if (!u.last_cut_job().empty() && next.FindJob(u.last_cut_job()) == nullptr) {
     return BadSnapshot(absl::StrCat("last cut job '", u.last_cut_job(), "' is unknown"));

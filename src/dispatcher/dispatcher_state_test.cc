@@ -1,5 +1,6 @@
 #include "src/dispatcher/dispatcher_state.h"
 
+#include <random>
 #include <set>
 #include <vector>
 
@@ -275,6 +276,47 @@ TEST(DispatcherStateTest, Consumers) {
   ExpectRefused(state, ConsumerRemoved(1), absl::StatusCode::kFailedPrecondition,
                 "consumer 1 is unknown");
   MustApply(state, ConsumerRegistered(3, "a", 0));  // the rank is free again
+}
+
+// The indexes behind ConsumerAt, HasConsumers, ProducerAt and the delivered frontier agree with
+// the maps they index through registrations, acknowledgements (moving positions back and forth),
+// removals, and a state rebuilt from a copy.
+TEST(DispatcherStateTest, TheIndexesFollowEveryChange) {
+  constexpr uint32_t kRanks = 40;
+  DispatcherState state;
+  MustApply(state, JobCreated(FakeJob("a", 4 * kRanks, kRanks, kRanks, 3)));
+  MustApply(state, ProducerRegistered(1, "h:1"));
+  MustApply(state, ProducerRegistered(2, "h:2"));
+  EXPECT_EQ(state.ProducerAt("h:2")->id, 2u);
+  MustApply(state, ProducerRemoved(2));
+  EXPECT_EQ(state.ProducerAt("h:2"), nullptr);
+  EXPECT_FALSE(state.HasConsumers("a"));
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    EXPECT_FALSE(state.DeliveredFrontier(*state.FindJob("a")).has_value());
+    MustApply(state, ConsumerRegistered(r + 1, "a", r));
+  }
+  EXPECT_TRUE(state.HasConsumers("a"));
+  std::mt19937 rng(3);
+  for (int i = 0; i < 2000; ++i) {
+    const uint64_t id = 1 + rng() % kRanks;
+    MustApply(state, ConsumerAcknowledged(id, rng() % 3, rng() % 5));
+    if (i % 97 == 0) {
+      DispatcherState copy = state;
+      state = copy;
+    }
+    std::optional<DispatcherState::TaskKey> brute;
+    for (const auto& [rank, p] : state.FindJob("a")->rank_positions) {
+      if (!brute || p < *brute) brute = p;
+    }
+    ASSERT_EQ(state.DeliveredFrontier(*state.FindJob("a")), brute) << i;
+  }
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    ASSERT_EQ(state.ConsumerAt("a", r)->id, r + 1);
+    MustApply(state, ConsumerRemoved(r + 1));
+    ASSERT_EQ(state.ConsumerAt("a", r), nullptr);
+    ASSERT_EQ(state.HasConsumers("a"), r + 1 < kRanks);
+  }
+  EXPECT_EQ(state.ProducerAt("h:1")->id, 1u);
 }
 
 TEST(DispatcherStateTest, FirstComePositionsCountBatches) {

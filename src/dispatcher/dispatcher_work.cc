@@ -259,7 +259,10 @@ absl::StatusOr<v1::ConsumerHeartbeatResponse> DispatcherImpl::ConsumerHeartbeat(
   v1::ConsumerHeartbeatResponse response;
   response.set_consumer_id(id);
   const DispatcherState::Job& consumed = *state_.FindJob(consumer.job);
-  *response.mutable_job() = consumed.info;
+  // The JobInfo (its file list included: 55 KB for a job of 1,000 files) at registration only. A
+  // job's info never changes once created, and a consumer reads it only then; sent with every
+  // heartbeat it made 550 MB/s of answers for 10,000 consumers of such a job.
+  if (request.consumer_id() == 0) *response.mutable_job() = consumed.info;
   // This consumer reads the job: running, unless it is done.
   response.set_job_state(DispatcherState::StateOf(consumed, /*live_consumers=*/1));
   response.set_heartbeat_interval_ms(HeartbeatIntervalMs());

@@ -276,6 +276,43 @@ TEST(ClusterTest, AFailedBatchFailsOnlyTheRankThatNeedsIt) {
   }
 }
 
+// 2,000 consumers of one job, all registered at once, each reading its epoch: every rank gets the
+// plan's batches in order (equal steps), and across ranks every planned record comes once. The
+// consumers read one after another on this thread (a dealt rank needs no other rank to read), so
+// the test holds 2,000 heartbeat threads, not 2,000 readers with their prefetch workers.
+TEST(ClusterTest, TwoThousandConsumersOfOneJobReadAnEpochExactlyOnce) {
+  constexpr uint32_t kWorld = 2000;
+  TestClusterOptions options{.producers = 2,
+                             .heartbeat_interval = absl::Seconds(1),
+                             .producer_timeout = absl::Seconds(30),
+                             .consumer_timeout = absl::Seconds(60),
+                             .journal = false};
+  auto cluster = Must(TestCluster::Start(std::move(options)));
+  ASSERT_NE(cluster, nullptr);
+  WriteDataset(cluster->dir(), {2 * kWorld, 2 * kWorld});
+  v1::JobSpec spec = DatasetSpec(cluster->dir(), kWorld);
+  spec.set_batch_size(2);
+  spec.set_num_epochs(1);
+  const v1::JobInfo job = Must(cluster->CreateJob(spec));
+  ASSERT_EQ(job.steps_per_epoch(), 2u);
+  std::vector<std::unique_ptr<Consumer>> consumers(kWorld);
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    consumers[r] = Must(cluster->Connect("train", r, kWorld, {.timeout = absl::Seconds(60)}));
+    ASSERT_NE(consumers[r], nullptr) << "rank " << r;
+  }
+  const auto planned = PlannedIds(job, 0);
+  std::set<int64_t> seen;
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    const auto got = Must(ReadEpochIds(*consumers[r], 0));
+    ASSERT_EQ(got, planned[r]) << "rank " << r;
+    for (const auto& batch : got) {
+      for (int64_t id : batch) ASSERT_TRUE(seen.insert(id).second) << "record " << id << " twice";
+    }
+    consumers[r]->Close();
+  }
+  EXPECT_EQ(seen.size(), size_t{4} * kWorld);
+}
+
 // An input file deleted mid-job, and its producer replaced: the rank that needs a batch of the
 // file gets DATA_LOSS naming it, long before its deadline. (A probe of the service saw the ranks
 // give up after 20 s with "producer does not hold batch 72", the file named only in the new
