@@ -12,6 +12,7 @@
 #include "croupier/example.h"
 #include "croupier/plan.h"
 #include "croupier/record_index.h"
+#include "src/io/indexed_dataset.h"
 #include "croupier/tfrecord.h"
 #include "proto/journal.pb.h"
 #include "src/common/env.h"
@@ -120,6 +121,19 @@ void IndexSeeds() {
     Write("record_index", "records" + std::to_string(files[i].size()), SerializeRecordIndex(index));
   }
   std::filesystem::remove(path);
+}
+
+void TokenIndexSeeds() {
+  TokenIndex index;
+  for (TokenDType dtype : {TokenDType::kUInt16, TokenDType::kInt32}) {
+    index.dtype = dtype;
+    index.lengths = {3, 0, 5};
+    index.pointers = {0, 3 * TokenDTypeSize(dtype), 3 * TokenDTypeSize(dtype)};
+    Write("token_index", std::string(TokenDTypeName(dtype)), EncodeTokenIndex(index));
+  }
+  index.lengths.clear();
+  index.pointers.clear();
+  Write("token_index", "empty", EncodeTokenIndex(index));
 }
 
 void BatchSeeds() {
@@ -247,5 +261,6 @@ int main(int argc, char** argv) {
   croupier::fuzz::BatchSeeds();
   croupier::fuzz::FrameSeeds();
   croupier::fuzz::JournalSeeds();
+  croupier::fuzz::TokenIndexSeeds();
   return 0;
 }

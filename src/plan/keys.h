@@ -24,6 +24,7 @@ enum class KeyPurpose : uint64_t {
   kGlobal = 1,      // the global shuffle of all records
   kBlockOrder = 2,  // the order of the blocks in blocks mode
   kWindow = 3,      // the records within one window in blocks mode (index = window number)
+  kTokenSource = 4,  // a token job's source's documents in one source epoch (index = source)
 };
 
 // The key of one permutation of one epoch. Each step absorbs one word through the bijection

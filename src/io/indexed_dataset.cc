@@ -1,0 +1,213 @@
+#include "src/io/indexed_dataset.h"
+
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "src/common/status_macros.h"
+
+namespace croupier {
+namespace {
+
+constexpr char kMagic[] = "MMIDIDX\0\0";
+constexpr size_t kMagicSize = 9;
+constexpr size_t kHeaderSize = kMagicSize + 8 + 1 + 8 + 8;
+
+template <typename T>
+T Load(absl::string_view bytes, size_t at) {
+  T v;
+  std::memcpy(&v, bytes.data() + at, sizeof(T));
+  return v;
+}
+
+template <typename T>
+void Put(std::string& out, T v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+absl::string_view DTypeCodeName(uint8_t code) {
+  switch (code) {
+    case 1: return "uint8";
+    case 2: return "int8";
+    case 3: return "int16";
+    case 4: return "int32";
+    case 5: return "int64";
+    case 6: return "float64";
+    case 7: return "float32";
+    case 8: return "uint16";
+    default: return "unknown";
+  }
+}
+
+}  // namespace
+
+absl::string_view TokenDTypeName(TokenDType dtype) {
+  return dtype == TokenDType::kUInt16 ? "uint16" : "int32";
+}
+
+size_t TokenDTypeSize(TokenDType dtype) { return dtype == TokenDType::kUInt16 ? 2 : 4; }
+
+absl::StatusOr<TokenIndex> ParseTokenIndex(absl::string_view bytes, uint64_t bin_size,
+                                           absl::string_view name) {
+  auto loss = [&](uint64_t offset, absl::string_view what) {
+    return absl::DataLossError(absl::StrCat(name, " at byte ", offset, ": ", what));
+  };
+  if (bytes.size() < kHeaderSize) {
+    return loss(bytes.size(), absl::StrCat("the index ends within its ", kHeaderSize,
+                                           "-byte header (", bytes.size(), " bytes)"));
+  }
+  if (bytes.substr(0, kMagicSize) != absl::string_view(kMagic, kMagicSize)) {
+    return loss(0, "not a Megatron indexed dataset's index (no MMIDIDX magic)");
+  }
+  const uint64_t version = Load<uint64_t>(bytes, kMagicSize);
+  if (version != 1) return loss(kMagicSize, absl::StrCat("index version ", version, ", not 1"));
+  const uint8_t code = Load<uint8_t>(bytes, kMagicSize + 8);
+  TokenIndex index;
+  if (code == static_cast<uint8_t>(TokenDType::kUInt16)) {
+    index.dtype = TokenDType::kUInt16;
+  } else if (code == static_cast<uint8_t>(TokenDType::kInt32)) {
+    index.dtype = TokenDType::kInt32;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": tokens of dtype code ", int{code}, " (", DTypeCodeName(code),
+                     "); token ids are uint16 (8) or int32 (4)"));
+  }
+  const uint64_t sequences = Load<uint64_t>(bytes, kMagicSize + 9);
+  const uint64_t documents = Load<uint64_t>(bytes, kMagicSize + 17);
+  // The arrays' size, checked before it is computed in full (a count near 2^64 must not wrap).
+  const uint64_t most = std::numeric_limits<uint64_t>::max() / 32;
+  if (sequences > most || documents > most) {
+    return loss(kMagicSize + 9, absl::StrCat("counts of ", sequences, " sequences and ", documents,
+                                             " documents cannot fit any file"));
+  }
+  const uint64_t lengths_at = kHeaderSize;
+  const uint64_t pointers_at = lengths_at + 4 * sequences;
+  const uint64_t boundaries_at = pointers_at + 8 * sequences;
+  const uint64_t end = boundaries_at + 8 * documents;
+  if (bytes.size() != end && bytes.size() != end + sequences) {
+    return loss(std::min<uint64_t>(bytes.size(), end),
+                absl::StrCat("the index is ", bytes.size(), " bytes; ", sequences,
+                             " sequences and ", documents, " documents take ", end,
+                             " (or ", end + sequences, " with modes)"));
+  }
+  const size_t size = TokenDTypeSize(index.dtype);
+  index.lengths.resize(sequences);
+  index.pointers.resize(sequences);
+  for (uint64_t s = 0; s < sequences; ++s) {
+    const int32_t length = Load<int32_t>(bytes, lengths_at + 4 * s);
+    const int64_t pointer = Load<int64_t>(bytes, pointers_at + 8 * s);
+    if (length < 0) {
+      return loss(lengths_at + 4 * s, absl::StrCat("document ", s, " has length ", length));
+    }
+    if (pointer < 0 || static_cast<uint64_t>(pointer) > bin_size ||
+        static_cast<uint64_t>(length) * size > bin_size - static_cast<uint64_t>(pointer)) {
+      return loss(pointers_at + 8 * s,
+                  absl::StrCat("document ", s, " (", length, " tokens at byte ", pointer,
+                               ") lies past the end of the .bin (", bin_size, " bytes)"));
+    }
+    index.lengths[s] = static_cast<uint32_t>(length);
+    index.pointers[s] = static_cast<uint64_t>(pointer);
+  }
+  int64_t previous = 0;
+  for (uint64_t d = 0; d < documents; ++d) {
+    const int64_t boundary = Load<int64_t>(bytes, boundaries_at + 8 * d);
+    if (boundary < previous || static_cast<uint64_t>(boundary) > sequences) {
+      return loss(boundaries_at + 8 * d,
+                  absl::StrCat("document boundary ", d, " is ", boundary, ", not in [", previous,
+                               ", ", sequences, "]"));
+    }
+    previous = boundary;
+  }
+  return index;
+}
+
+std::string EncodeTokenIndex(const TokenIndex& index) {
+  std::string out(kMagic, kMagicSize);
+  Put<uint64_t>(out, 1);
+  Put<uint8_t>(out, static_cast<uint8_t>(index.dtype));
+  Put<uint64_t>(out, index.lengths.size());
+  Put<uint64_t>(out, index.lengths.size() + 1);  // a boundary before each document, and the end
+  for (uint32_t v : index.lengths) Put<int32_t>(out, static_cast<int32_t>(v));
+  for (uint64_t v : index.pointers) Put<int64_t>(out, static_cast<int64_t>(v));
+  for (uint64_t d = 0; d <= index.lengths.size(); ++d) Put<int64_t>(out, static_cast<int64_t>(d));
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<IndexedDataset>> IndexedDataset::Open(const std::string& prefix,
+                                                                     Env* env) {
+  if (env == nullptr) env = Env::Default();
+  const std::string idx = prefix + ".idx", bin_path = prefix + ".bin";
+  ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> bin, env->OpenForRandomRead(bin_path));
+  ASSIGN_OR_RETURN(uint64_t bin_size, bin->Size());
+  ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(*env, idx));
+  ASSIGN_OR_RETURN(TokenIndex index, ParseTokenIndex(bytes, bin_size, idx));
+  return std::unique_ptr<IndexedDataset>(
+      new IndexedDataset(prefix, std::move(index), std::move(bin)));
+}
+
+absl::Status IndexedDataset::Read(uint64_t document, uint32_t offset,
+                                  absl::Span<int32_t> out) const {
+  if (document >= index_.lengths.size() || offset > index_.lengths[document] ||
+      out.size() > index_.lengths[document] - offset) {
+    return absl::OutOfRangeError(absl::StrCat(
+        prefix_, ": tokens [", offset, ", ", offset + out.size(), ") of document ", document,
+        document < index_.lengths.size()
+            ? absl::StrCat(", which has ", index_.lengths[document])
+            : absl::StrCat(" of ", index_.lengths.size())));
+  }
+  if (out.empty()) return absl::OkStatus();  // nothing to read (an empty span may be null)
+  const size_t size = TokenDTypeSize(index_.dtype);
+  const uint64_t at = index_.pointers[document] + uint64_t{offset} * size;
+  const size_t bytes = out.size() * size;
+  if (index_.dtype == TokenDType::kInt32) {
+    ASSIGN_OR_RETURN(size_t got, bin_->Read(at, bytes, reinterpret_cast<char*>(out.data())));
+    if (got != bytes) {
+      return absl::DataLossError(absl::StrCat(bin_->name(), " at byte ", at + got,
+                                              ": the file ends within document ", document));
+    }
+    return absl::OkStatus();
+  }
+  // uint16: read into the back half of `out`, then widen from the front (each 4-byte slot is
+  // written only after its 2-byte source and every one after it has been read).
+  char* raw = reinterpret_cast<char*>(out.data()) + out.size() * 2;
+  ASSIGN_OR_RETURN(size_t got, bin_->Read(at, bytes, raw));
+  if (got != bytes) {
+    return absl::DataLossError(absl::StrCat(bin_->name(), " at byte ", at + got,
+                                            ": the file ends within document ", document));
+  }
+  for (size_t t = 0; t < out.size(); ++t) {
+    uint16_t v;
+    std::memcpy(&v, raw + 2 * t, 2);
+    out[t] = v;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteIndexedDataset(const std::string& prefix, TokenDType dtype,
+                                 const std::vector<std::vector<int32_t>>& documents, Env* env) {
+  if (env == nullptr) env = Env::Default();
+  TokenIndex index;
+  index.dtype = dtype;
+  std::string bin;
+  for (size_t d = 0; d < documents.size(); ++d) {
+    index.lengths.push_back(static_cast<uint32_t>(documents[d].size()));
+    index.pointers.push_back(bin.size());
+    for (size_t t = 0; t < documents[d].size(); ++t) {
+      const int32_t v = documents[d][t];
+      if (dtype == TokenDType::kUInt16) {
+        if (v < 0 || v > 0xFFFF) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "document ", d, " token ", t, " is ", v, ", which uint16 cannot hold"));
+        }
+        Put<uint16_t>(bin, static_cast<uint16_t>(v));
+      } else {
+        Put<int32_t>(bin, v);
+      }
+    }
+  }
+  RETURN_IF_ERROR(env->WriteFileAtomically(prefix + ".bin", bin));
+  return env->WriteFileAtomically(prefix + ".idx", EncodeTokenIndex(index));
+}
+
+}  // namespace croupier

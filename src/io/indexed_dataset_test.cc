@@ -1,0 +1,101 @@
+#include "src/io/indexed_dataset.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/common/testing.h"
+
+namespace croupier {
+namespace {
+
+using ::croupier::testing::ScopedTempDir;
+using ::testing::HasSubstr;
+
+std::vector<std::vector<int32_t>> Documents() {
+  return {{5, 6, 7}, {}, {65535, 0, 1, 2}, {42}};
+}
+
+TEST(IndexedDatasetTest, ReadsWhatWasWrittenInEitherDtype) {
+  ScopedTempDir dir;
+  for (TokenDType dtype : {TokenDType::kUInt16, TokenDType::kInt32}) {
+    SCOPED_TRACE(TokenDTypeName(dtype));
+    const std::string prefix = dir.Join(std::string(TokenDTypeName(dtype)));
+    ASSERT_TRUE(WriteIndexedDataset(prefix, dtype, Documents()).ok());
+    auto data = IndexedDataset::Open(prefix);
+    ASSERT_TRUE(data.ok()) << data.status();
+    EXPECT_EQ((*data)->dtype(), dtype);
+    EXPECT_THAT((*data)->lengths(), ::testing::ElementsAre(3, 0, 4, 1));
+    for (uint64_t d = 0; d < 4; ++d) {
+      std::vector<int32_t> got(Documents()[d].size());
+      ASSERT_TRUE((*data)->Read(d, 0, absl::MakeSpan(got)).ok());
+      EXPECT_EQ(got, Documents()[d]) << d;
+    }
+    std::vector<int32_t> middle(2);
+    ASSERT_TRUE((*data)->Read(2, 1, absl::MakeSpan(middle)).ok());
+    EXPECT_EQ(middle, (std::vector<int32_t>{0, 1}));
+    auto past = (*data)->Read(2, 3, absl::MakeSpan(middle));
+    EXPECT_TRUE(absl::IsOutOfRange(past)) << past;
+    EXPECT_THAT(past.message(), HasSubstr("document 2, which has 4"));
+  }
+  EXPECT_THAT(WriteIndexedDataset(dir.Join("big"), TokenDType::kUInt16, {{1, 70000}}).message(),
+              HasSubstr("document 0 token 1 is 70000"));
+}
+
+TEST(IndexedDatasetTest, ABrokenIndexIsNamedWithItsByteOffset) {
+  TokenIndex index;
+  index.dtype = TokenDType::kInt32;
+  index.lengths = {3, 2};
+  index.pointers = {0, 12};
+  const std::string good = EncodeTokenIndex(index);
+  ASSERT_TRUE(ParseTokenIndex(good, 20, "x.idx").ok());
+  auto error = [](const std::string& bytes, uint64_t bin) {
+    return ParseTokenIndex(bytes, bin, "x.idx").status();
+  };
+  std::string bad = good;
+  bad[0] = 'N';
+  EXPECT_THAT(error(bad, 20).message(), HasSubstr("x.idx at byte 0: not a Megatron"));
+  bad = good;
+  bad[9] = 2;
+  EXPECT_THAT(error(bad, 20).message(), HasSubstr("at byte 9: index version 2"));
+  bad = good;
+  bad[17] = 7;  // float32
+  EXPECT_TRUE(absl::IsInvalidArgument(error(bad, 20)));
+  EXPECT_THAT(error(bad, 20).message(), HasSubstr("dtype code 7 (float32)"));
+  EXPECT_THAT(error(good.substr(0, 20), 20).message(), HasSubstr("within its 34-byte header"));
+  EXPECT_THAT(error(good.substr(0, good.size() - 1), 20).message(), HasSubstr("the index is"));
+  bad = good;
+  const int32_t negative = -1;
+  std::memcpy(bad.data() + 34 + 4, &negative, 4);
+  EXPECT_THAT(error(bad, 20).message(), HasSubstr("at byte 38: document 1 has length -1"));
+  // The .bin is shorter than the second document needs.
+  EXPECT_TRUE(absl::IsDataLoss(error(good, 19)));
+  EXPECT_THAT(error(good, 19).message(), HasSubstr("at byte 50: document 1 (2 tokens at byte 12)"));
+  // A count near 2^64 does not wrap into a small size.
+  bad = good;
+  const uint64_t huge = ~uint64_t{0} / 4;
+  std::memcpy(bad.data() + 18, &huge, 8);
+  EXPECT_TRUE(absl::IsDataLoss(error(bad, 20)));
+}
+
+TEST(IndexedDatasetTest, ABinCutShortAfterOpenIsDataLossNamingIt) {
+  ScopedTempDir dir;
+  const std::string prefix = dir.Join("cut");
+  std::vector<std::vector<int32_t>> docs(64, std::vector<int32_t>(1024, 9));
+  ASSERT_TRUE(WriteIndexedDataset(prefix, TokenDType::kInt32, docs).ok());
+  auto data = IndexedDataset::Open(prefix);
+  ASSERT_TRUE(data.ok()) << data.status();
+  ASSERT_EQ(::truncate((prefix + ".bin").c_str(), 4096), 0);
+  std::vector<int32_t> got(1024);
+  const absl::Status read = (*data)->Read(40, 0, absl::MakeSpan(got));
+  EXPECT_TRUE(absl::IsDataLoss(read) || absl::IsOutOfRange(read)) << read;
+  EXPECT_THAT(read.message(), HasSubstr("cut.bin"));
+  EXPECT_TRUE(absl::IsNotFound(IndexedDataset::Open(dir.Join("missing")).status()));
+}
+
+}  // namespace
+}  // namespace croupier
