@@ -158,6 +158,7 @@ struct SimConsumer {
   uint32_t rank = 0;
   uint64_t id = 0;
   uint64_t epoch = 0, step = 0, batches = 0;
+  std::string lease;  // what its registration returned; every later heartbeat carries it
   Clock::time_point last_answered;
   double max_gap_s = 0;  // the longest time without an answered heartbeat, in the window
 };
@@ -166,6 +167,7 @@ struct ThreadResult {
   std::vector<double> latency_ms;   // calls due in the window
   std::vector<double> lateness_ms;  // how late after its due time each was sent
   uint64_t heartbeats = 0, errors = 0, not_found = 0;
+  uint64_t answer_bytes = 0;  // of the heartbeats counted
   std::string first_error;
   double max_gap_s = 0;
 };
@@ -277,6 +279,7 @@ int main(int argc, char** argv) {
           }
           sims[r].rank = r;
           sims[r].id = response->consumer_id();
+          sims[r].lease = response->lease();
           steps_per_epoch = response->job().steps_per_epoch();
         }
       });
@@ -321,6 +324,7 @@ int main(int argc, char** argv) {
           c->batches += 1;
           croupier::v1::ConsumerHeartbeatRequest request;
           request.set_consumer_id(c->id);
+          request.set_lease(c->lease);
           request.set_job("hb");
           request.set_rank(c->rank);
           request.set_world(consumers);
@@ -345,6 +349,7 @@ int main(int argc, char** argv) {
           interval_ms = response->heartbeat_interval_ms();
           if (in_window) {
             ++res.heartbeats;
+            res.answer_bytes += response->ByteSizeLong();
             res.latency_ms.push_back(std::chrono::duration<double, std::milli>(answered - sent)
                                          .count());
             res.lateness_ms.push_back(
@@ -412,10 +417,11 @@ int main(int argc, char** argv) {
   cleanup();
 
   std::vector<double> latency, lateness;
-  uint64_t heartbeats = 0, errors = 0, not_found = 0;
+  uint64_t heartbeats = 0, errors = 0, not_found = 0, answer_bytes = 0;
   double max_gap_s = 0;
   std::string first_error;
   for (ThreadResult& r : results) {
+    answer_bytes += r.answer_bytes;
     latency.insert(latency.end(), r.latency_ms.begin(), r.latency_ms.end());
     lateness.insert(lateness.end(), r.lateness_ms.begin(), r.lateness_ms.end());
     heartbeats += r.heartbeats;
@@ -443,11 +449,14 @@ int main(int argc, char** argv) {
       "\"register_s\": %.2f, \"heartbeats_per_s\": %.1f, \"heartbeats_due_per_s\": %.1f, "
       "\"cpu_cores\": %.4f, \"peak_rss_mib\": %.1f, \"p50_ms\": %.3f, \"p99_ms\": %.3f, "
       "\"max_ms\": %.3f, \"send_late_p99_ms\": %.3f, \"max_gap_s\": %.3f, "
-      "\"journal_entries_per_s\": %.1f, \"errors\": %llu, \"not_found\": %llu, "
+      "\"journal_entries_per_s\": %.1f, \"answer_bytes_per_heartbeat\": %.1f, "
+      "\"errors\": %llu, \"not_found\": %llu, "
       "\"client_cpu_cores\": %.3f, \"load_average\": %.2f, \"met\": %s}\n",
       consumers, producers, threads, seconds, interval_s, register_s, heartbeats / seconds,
       expected / seconds, (cpu1 - cpu0) / seconds, peak_rss_mib, p50, p99, max_ms, late_p99,
-      max_gap_s, (journal1 - journal0) / seconds, static_cast<unsigned long long>(errors),
+      max_gap_s, (journal1 - journal0) / seconds,
+      heartbeats ? static_cast<double>(answer_bytes) / heartbeats : 0.0,
+      static_cast<unsigned long long>(errors),
       static_cast<unsigned long long>(not_found), (self1 - self0) / seconds, load,
       met ? "true" : "false");
   std::fflush(stdout);
