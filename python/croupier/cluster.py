@@ -101,16 +101,32 @@ def create_job(dispatcher: str, name: str, files: Union[str, "os.PathLike[str]",
                                 auth_token_or_env(auth_token), float(timeout))
 
 
+class Status(Dict[str, Any]):
+    """status()'s dict. "jobs" is there only when asked for (job_info=True): reading it otherwise
+    raises a KeyError that says so, rather than finding an empty list, which code that waited for
+    its job there took for "not created yet" and waited forever."""
+
+    def __missing__(self, key: str) -> Any:
+        if key == "jobs":
+            raise KeyError("'jobs': status() holds every job's whole Job only with job_info=True; "
+                           "'job_summaries' has each job's name, state and counts, and get_job() "
+                           "gives one job")
+        raise KeyError(key)
+
+
 def status(dispatcher: str, *, auth_token: Optional[str] = None, timeout: float = 10.0,
            job_info: bool = False) -> Dict[str, Any]:
     """The dispatcher's view: {"job_summaries": [...], "producers": [...], "consumers": [...],
     "rank_positions": [...], ...}. Each job's summary holds its name, its "state" ("idle",
     "running", "done") and counts, not its file list; job_info=True adds "jobs", every job's
-    whole Job (croupier.Job; large for many jobs of many files). get_job() gives one job."""
+    whole Job (croupier.Job; large for many jobs of many files). Without it there is no "jobs"
+    key: reading it raises a KeyError naming job_info. get_job() gives one job."""
     text, jobs = _croupier.dispatcher_status(dispatcher, auth_token_or_env(auth_token),
                                              float(timeout), bool(job_info))
-    out: Dict[str, Any] = json.loads(text)  # summaries and counts: the jobs come typed
-    out["jobs"] = list(jobs)
+    out = Status(json.loads(text))  # summaries and counts: the jobs come typed
+    out.pop("jobs", None)  # the JSON's own (empty) list: the jobs are the typed ones, if asked
+    if job_info:
+        out["jobs"] = list(jobs)
     return out
 
 
