@@ -115,6 +115,34 @@ def tmpfs(path, size):
         subprocess.run(["umount", "-l", str(path)], timeout=30)
 
 
+@contextlib.contextmanager
+def journal_on_small_disk(tmp_path, dataset):
+    """A Cluster (one producer) whose dispatcher's work directory is on a 4 MiB tmpfs, and job
+    "a" (2 ranks, batches of 16, seed 3, one epoch): yields (cluster, disk)."""
+    cluster_dir = tmp_path / "cluster"
+    cluster_dir.mkdir()
+    with tmpfs(tmp_path / "disk", "4m") as disk:
+        (disk / "dispatcher").mkdir()
+        (cluster_dir / "dispatcher").symlink_to(disk / "dispatcher")
+        with Cluster(cluster_dir, env={"CROUPIER_SHM": "off"}) as cluster:
+            cluster.add_producer()
+            cluster.create_job("a", dataset, FEATURES, 16, 2, seed=3, epochs=1)
+            yield cluster, disk
+
+
+def exhaust_journal(cluster):
+    """Once the disk is full, the journal's last page may still have room for a few entries:
+    registers (and closes) consumers of job "a", three entries each, until one is refused.
+    Returns that refused `croupier consume`."""
+    for i in range(200):
+        refused = run("consume", "--dispatcher", cluster.address, "--job", "a",
+                      "--rank", i % 2, "--world", 2, "--epochs", 0, "--timeout-ms", 1500,
+                      check=False, env=cluster.env, timeout=60)
+        if refused.returncode != 0:
+            return refused
+    raise AssertionError("the journal never ran out of space")
+
+
 def fill(directory):
     """Fills the file system of `directory`; returns the filler file."""
     filler = directory / "filler"
@@ -129,52 +157,37 @@ def fill(directory):
 
 
 def test_a_full_disk_refuses_changes_clearly_and_loses_nothing(tmp_path, dataset):
-    cluster_dir = tmp_path / "cluster"
-    cluster_dir.mkdir()
-    with tmpfs(tmp_path / "disk", "4m") as disk:
-        (disk / "dispatcher").mkdir()
-        (cluster_dir / "dispatcher").symlink_to(disk / "dispatcher")
-        with Cluster(cluster_dir, env={"CROUPIER_SHM": "off"}) as cluster:
-            cluster.add_producer()
-            cluster.create_job("a", dataset, FEATURES, 16, 2, seed=3, epochs=1)
-            outs_a = run_job(cluster, tmp_path, "a")
-            filler = fill(disk)
-            # The journal's last page may still have room for a few entries: register (and
-            # close) consumers of the finished job, three entries each, until one is refused.
-            for i in range(200):
-                refused = run("consume", "--dispatcher", cluster.address, "--job", "a",
-                              "--rank", i % 2, "--world", 2, "--epochs", 0, "--timeout-ms", 1500,
-                              check=False, env=cluster.env, timeout=60)
-                if refused.returncode != 0:
-                    break
-            assert refused.returncode != 0, "the journal never ran out of space"
-            assert "No space left on device" in refused.stderr, refused.stderr
-            assert "the change was not made" in refused.stderr
-            create_b = ("job", "create", "--dispatcher", cluster.address, "--name", "b",
-                        "--files", ",".join(map(str, dataset)), "--features", FEATURES,
-                        "--batch-size", 16, "--consumers", 2, "--seed", 4, "--epochs", 1)
-            refused = run(*create_b, "--timeout-ms", 2000, check=False, env=cluster.env,
-                          timeout=60)
-            assert refused.returncode != 0 and "No space left on device" in refused.stderr
-            assert cluster.dispatcher.poll() is None
-            status = cluster.status()
-            assert [j["name"] for j in status["jobSummaries"]] == ["a"]
-            # Said at once, in the log and in the status, naming the file and the OS error.
-            assert "No space left on device" in status["journalError"], status
-            assert "journal" in status["journalError"], status
-            assert "E [dispatcher] the journal cannot be written" in \
-                cluster.dispatcher.log_path.read_text()
-            # Space comes back: the same request now succeeds and its job runs whole.
-            filler.unlink()
-            run(*create_b, env=cluster.env)
-            assert cluster.status()["journalError"] == ""
-            outs_b = run_job(cluster, tmp_path, "b")
-            # The journal is intact: a restarted dispatcher knows both jobs and their positions.
-            cluster.kill_dispatcher()
-            cluster.restart_dispatcher()
-            status = cluster.status()
-            assert [j["name"] for j in status["jobSummaries"]] == ["a", "b"]
-            log = cluster.dispatcher.log_path.read_text()
+    with journal_on_small_disk(tmp_path, dataset) as (cluster, disk):
+        outs_a = run_job(cluster, tmp_path, "a")
+        filler = fill(disk)
+        refused = exhaust_journal(cluster)
+        assert "No space left on device" in refused.stderr, refused.stderr
+        assert "the change was not made" in refused.stderr
+        create_b = ("job", "create", "--dispatcher", cluster.address, "--name", "b",
+                    "--files", ",".join(map(str, dataset)), "--features", FEATURES,
+                    "--batch-size", 16, "--consumers", 2, "--seed", 4, "--epochs", 1)
+        refused = run(*create_b, "--timeout-ms", 2000, check=False, env=cluster.env,
+                      timeout=60)
+        assert refused.returncode != 0 and "No space left on device" in refused.stderr
+        assert cluster.dispatcher.poll() is None
+        status = cluster.status()
+        assert [j["name"] for j in status["jobSummaries"]] == ["a"]
+        # Said at once, in the log and in the status, naming the file and the OS error.
+        assert "No space left on device" in status["journalError"], status
+        assert "journal" in status["journalError"], status
+        assert "E [dispatcher] the journal cannot be written" in \
+            cluster.dispatcher.log_path.read_text()
+        # Space comes back: the same request now succeeds and its job runs whole.
+        filler.unlink()
+        run(*create_b, env=cluster.env)
+        assert cluster.status()["journalError"] == ""
+        outs_b = run_job(cluster, tmp_path, "b")
+        # The journal is intact: a restarted dispatcher knows both jobs and their positions.
+        cluster.kill_dispatcher()
+        cluster.restart_dispatcher()
+        status = cluster.status()
+        assert [j["name"] for j in status["jobSummaries"]] == ["a", "b"]
+        log = cluster.dispatcher.log_path.read_text()
     check_every_record_once(outs_a, 16, 2, seed=3)
     check_every_record_once(outs_b, 16, 2, seed=4)
     assert "DATA_LOSS" not in log
@@ -258,54 +271,38 @@ def test_consumers_fail_within_their_deadline_naming_a_journal_that_stays_full(t
     answer" (a call to the dispatcher retried for the client's whole timeout, begun just before
     the consumer's own deadline)."""
     timeout_s = 8
-    cluster_dir = tmp_path / "cluster"
-    cluster_dir.mkdir()
-    with tmpfs(tmp_path / "disk", "4m") as disk:
-        (disk / "dispatcher").mkdir()
-        (cluster_dir / "dispatcher").symlink_to(disk / "dispatcher")
-        with Cluster(cluster_dir, env={"CROUPIER_SHM": "off"}) as cluster:
-            cluster.add_producer()
-            cluster.create_job("a", dataset, FEATURES, 16, 2, seed=3, epochs=1)
-            cluster.create_job("b", dataset, FEATURES, 16, 2, seed=4, epochs=20)
-            outs = [tmp_path / f"b-rank{r}.jsonl" for r in range(2)]
-            procs = [cluster._spawn(["consume", "--dispatcher", cluster.address, "--job", "b",
-                                     "--rank", r, "--world", 2, "--epochs", 20,
-                                     "--output", outs[r], "--timeout-ms", timeout_s * 1000,
-                                     "--slow-ms", 50], f"consumer-b-{r}") for r in range(2)]
-            deadline = time.monotonic() + 60
-            while min(len(read_batches(o)) if o.exists() else 0 for o in outs) < 5:
-                assert all(p.poll() is None for p in procs), "a consumer ended early"
-                assert time.monotonic() < deadline, "the consumers read nothing"
-                time.sleep(0.05)
-            filler = fill(disk)
-            try:
-                # The journal's last page may still have room for a few entries: register (and
-                # close) consumers of job a, three entries each, until one is refused.
-                for i in range(200):
-                    refused = run("consume", "--dispatcher", cluster.address, "--job", "a",
-                                  "--rank", i % 2, "--world", 2, "--epochs", 0,
-                                  "--timeout-ms", 1500, check=False, env=cluster.env,
-                                  timeout=60)
-                    if refused.returncode != 0:
-                        break
-                assert refused.returncode != 0, "the journal never ran out of space"
-                # Each consumer's last Next() fails within its timeout, and the process exits
-                # (measured from its last batch, the output file's last write, to its exit: the
-                # timeout, the 50 ms of --slow-ms and the leaving heartbeat, given up after 1 s).
-                exited = {}
-                deadline = time.monotonic() + 2 * timeout_s + 30
-                while len(exited) < len(procs):
-                    for r, p in enumerate(procs):
-                        if r not in exited and p.poll() is not None:
-                            exited[r] = time.time()
-                    assert time.monotonic() < deadline, "a consumer still waits"
-                    time.sleep(0.05)
+    with journal_on_small_disk(tmp_path, dataset) as (cluster, disk):
+        cluster.create_job("b", dataset, FEATURES, 16, 2, seed=4, epochs=20)
+        outs = [tmp_path / f"b-rank{r}.jsonl" for r in range(2)]
+        procs = [cluster._spawn(["consume", "--dispatcher", cluster.address, "--job", "b",
+                                 "--rank", r, "--world", 2, "--epochs", 20,
+                                 "--output", outs[r], "--timeout-ms", timeout_s * 1000,
+                                 "--slow-ms", 50], f"consumer-b-{r}") for r in range(2)]
+        deadline = time.monotonic() + 60
+        while min(len(read_batches(o)) if o.exists() else 0 for o in outs) < 5:
+            assert all(p.poll() is None for p in procs), "a consumer ended early"
+            assert time.monotonic() < deadline, "the consumers read nothing"
+            time.sleep(0.05)
+        filler = fill(disk)
+        try:
+            exhaust_journal(cluster)
+            # Each consumer's last Next() fails within its timeout, and the process exits
+            # (measured from its last batch, the output file's last write, to its exit: the
+            # timeout, the 50 ms of --slow-ms and the leaving heartbeat, given up after 1 s).
+            exited = {}
+            deadline = time.monotonic() + 2 * timeout_s + 30
+            while len(exited) < len(procs):
                 for r, p in enumerate(procs):
-                    log = p.log_path.read_text()
-                    assert p.returncode != 0, log[-2000:]
-                    waited = exited[r] - outs[r].stat().st_mtime
-                    assert waited <= timeout_s + 2.5, (waited, log[-2000:])
-                    last = log.strip().splitlines()[-1]
-                    assert "journal" in last and "No space left on device" in last, log[-3000:]
-            finally:
-                filler.unlink()
+                    if r not in exited and p.poll() is not None:
+                        exited[r] = time.time()
+                assert time.monotonic() < deadline, "a consumer still waits"
+                time.sleep(0.05)
+            for r, p in enumerate(procs):
+                log = p.log_path.read_text()
+                assert p.returncode != 0, log[-2000:]
+                waited = exited[r] - outs[r].stat().st_mtime
+                assert waited <= timeout_s + 2.5, (waited, log[-2000:])
+                last = log.strip().splitlines()[-1]
+                assert "journal" in last and "No space left on device" in last, log[-3000:]
+        finally:
+            filler.unlink()

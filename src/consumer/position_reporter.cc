@@ -10,12 +10,17 @@
 namespace croupier {
 namespace {
 
+// The heartbeat interval an answer gives (1 s when it gives none).
+absl::Duration IntervalOf(const v1::ConsumerHeartbeatResponse& response) {
+  return absl::Milliseconds(response.heartbeat_interval_ms() ? response.heartbeat_interval_ms()
+                                                             : 1000);
+}
+
 // The lease a heartbeat's answer renewed; an older dispatcher sends none: three intervals, its
 // takeover time.
 absl::Duration TakeoverOf(const v1::ConsumerHeartbeatResponse& response) {
   if (response.takeover_ms() != 0) return absl::Milliseconds(response.takeover_ms());
-  return 3 * absl::Milliseconds(response.heartbeat_interval_ms() ? response.heartbeat_interval_ms()
-                                                                 : 1000);
+  return 3 * IntervalOf(response);
 }
 
 // How often ConfirmRank asks again while the dispatcher does not answer.
@@ -68,8 +73,7 @@ absl::StatusOr<Registration> RegisterConsumer(ControlPlane& control, const std::
   out.lease = response.lease();
   out.job = response.job();
   out.position = ConsumerPosition{response.epoch(), response.step()};
-  out.heartbeat_interval = absl::Milliseconds(
-      response.heartbeat_interval_ms() ? response.heartbeat_interval_ms() : 1000);
+  out.heartbeat_interval = IntervalOf(response);
   out.job_state = response.job_state();
   out.takeover = TakeoverOf(response);
   out.sent = sent;
@@ -211,7 +215,7 @@ void PositionReporter::Loop() {
     }
     // A beat that cannot get through is given up after the takeover time (the next one tries
     // again), so that the thread reports and Stop() is not held for the client's whole timeout.
-    const CallDeadline bounded(absl::Now() + std::max(interval_, bound));
+    const CallDeadline bounded(absl::Now() + bound);
     Send(/*leaving=*/false).IgnoreError();
   }
   // The final position, and the rank is free. Given up after an interval: a consumer that closes

@@ -47,10 +47,6 @@ std::unique_ptr<TokenPlan> Plan(const TokenPlanSpec& spec,
   return plan.ok() ? *std::move(plan) : nullptr;
 }
 
-// The tokens each document of source k contributes over its source epoch e: pieces of every
-// sequence of the epoch, found through the global stream.
-using Coverage = std::map<uint64_t, std::vector<std::pair<uint32_t, uint32_t>>>;  // doc -> pieces
-
 TEST(PlanTokenTest, TheMixtureKeepsEveryWindowWithinOneSequenceOfItsShare) {
   const std::vector<std::vector<uint32_t>> lengths = {Lengths(500, 1), Lengths(300, 2),
                                                       Lengths(200, 3)};

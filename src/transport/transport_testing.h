@@ -372,15 +372,23 @@ class HandshakeFlood {
   uint64_t refused() const { return refused_.load(); }
 
  private:
+  // A new connection to `port` from `source`, counted; nullopt (after a short pause, unless
+  // stopping) when it cannot be made.
+  std::optional<net::Socket> Connect(int port, const std::string& source) {
+    absl::StatusOr<net::Socket> socket =
+        DialFrom(source, port, absl::Now() + absl::Seconds(5), stop_.get());
+    if (!socket.ok()) {
+      if (!absl::IsCancelled(socket.status())) absl::SleepFor(absl::Milliseconds(5));
+      return std::nullopt;
+    }
+    ++connections_;
+    return *std::move(socket);
+  }
+
   void Silent(int port, const std::string& source) {
     while (!stop_->notified()) {
-      absl::StatusOr<net::Socket> socket =
-          DialFrom(source, port, absl::Now() + absl::Seconds(5), stop_.get());
-      if (!socket.ok()) {
-        if (!absl::IsCancelled(socket.status())) absl::SleepFor(absl::Milliseconds(5));
-        continue;
-      }
-      ++connections_;
+      std::optional<net::Socket> socket = Connect(port, source);
+      if (!socket.has_value()) continue;
       const absl::Time opened = absl::Now();
       if (!silent_prefix_.empty()) {
         net::SendAll(socket->fd(), silent_prefix_,
@@ -412,13 +420,8 @@ class HandshakeFlood {
 
   void Looping(int port, const std::string& source, uint32_t version) {
     while (!stop_->notified()) {
-      absl::StatusOr<net::Socket> socket =
-          DialFrom(source, port, absl::Now() + absl::Seconds(5), stop_.get());
-      if (!socket.ok()) {
-        if (!absl::IsCancelled(socket.status())) absl::SleepFor(absl::Milliseconds(5));
-        continue;
-      }
-      ++connections_;
+      std::optional<net::Socket> socket = Connect(port, source);
+      if (!socket.has_value()) continue;
       const absl::Status refused = RawClientHandshake(socket->fd(), version, "");
       if (refused.message().find("in their handshake already") != absl::string_view::npos) {
         ++refused_;
