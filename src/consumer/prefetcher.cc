@@ -145,26 +145,30 @@ void Prefetcher::FetchInline() {
 
 void Prefetcher::FetchGroup(uint64_t first, uint32_t count) {
   std::vector<bool> landed(count, false);
+  ++groups_in_flight_;
   mu_.Unlock();
   const absl::Time start = absl::Now();
   fetch_group_(first, count, [&](uint32_t k, absl::StatusOr<Batch> result) {
     if (k >= count || landed[k]) return;
     landed[k] = true;
+    const bool prompt = absl::Now() - start >= kPromptLanding;
     absl::MutexLock lock(&mu_);
     --in_flight_;
-    Land(first + k, std::move(result));
+    Land(first + k, std::move(result), prompt);
   });
   const absl::Duration took = absl::Now() - start;
   mu_.Lock();
   NoteFetch(took);
+  --groups_in_flight_;
   for (uint32_t k = 0; k < count; ++k) {
     if (landed[k]) continue;
     --in_flight_;
-    Land(first + k, absl::UnavailableError("not fetched with its group"));
+    Land(first + k, absl::UnavailableError("not fetched with its group"), /*prompt=*/false);
   }
+  changed_.SignalAll();  // the group is in: one wake-up for what landed without one
 }
 
-void Prefetcher::Land(uint64_t slot, absl::StatusOr<Batch> result) {
+void Prefetcher::Land(uint64_t slot, absl::StatusOr<Batch> result, bool prompt) {
   if (absl::IsUnavailable(result.status())) {
     deferred_.insert(slot);  // fetched alone when the caller reaches it
   } else {
@@ -175,7 +179,7 @@ void Prefetcher::Land(uint64_t slot, absl::StatusOr<Batch> result) {
     ready_.emplace(slot, std::move(result));
   }
   // The caller waits for exactly one slot: a batch landing ahead of it wakes nobody.
-  if (slot == next_take_) changed_.SignalAll();
+  if (prompt && slot == next_take_) changed_.SignalAll();
 }
 
 bool Prefetcher::FetchInlineNow() const {
@@ -239,7 +243,14 @@ absl::StatusOr<std::optional<Batch>> Prefetcher::Next() {
     return next_take_ >= options_.end || ready_.count(next_take_) > 0 ||
            deferred_.count(next_take_) > 0;
   };
-  while (!ready()) changed_.Wait(&mu_);
+  while (!ready()) {
+    // While a group is in flight, its batches may land without a wake-up (kPromptLanding).
+    if (groups_in_flight_ > 0) {
+      changed_.WaitWithTimeout(&mu_, kPromptLanding);
+    } else {
+      changed_.Wait(&mu_);
+    }
+  }
   if (cancelled_) return absl::CancelledError("the consumer was closed");
   if (ready_.empty() && (options_.any_order || next_take_ >= options_.end)) {
     return std::optional<Batch>();

@@ -53,6 +53,13 @@ class Prefetcher {
   // fetch takes at most this long (a moving average): the longest it may then wait beyond its
   // first batch.
   static constexpr absl::Duration kInlineGroupFetch = absl::Milliseconds(2);
+  // A batch that lands in a group fetch under way for at least this long wakes a waiting caller
+  // at once; one that lands sooner waits for the group's end or for the caller's next look, at
+  // most this long later (a caller waits at most this long at a time while a group is in
+  // flight). So fast groups cost the caller one wake-up each, not one per batch (measured: a
+  // wake-up per batch cut 4 KiB batches from about 330,000 to 240,000 a second), and slow ones
+  // hand each batch over within this time of its landing.
+  static constexpr absl::Duration kPromptLanding = absl::Milliseconds(1);
 
   struct Options {
     uint64_t first = 0;  // the first slot
@@ -101,7 +108,9 @@ class Prefetcher {
   void FetchGroup(uint64_t first, uint32_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Files one result: into ready_, or deferred_ if UNAVAILABLE; wakes the caller if it is the
   // slot it waits for.
-  void Land(uint64_t slot, absl::StatusOr<Batch> result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `prompt`: wake it at once (see kPromptLanding).
+  void Land(uint64_t slot, absl::StatusOr<Batch> result, bool prompt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a caller with nothing to take should fetch the next group itself (FetchInline).
   bool FetchInlineNow() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Grouping: whether a worker should fetch ahead now (see the .cc), from the caller's pace and
@@ -123,6 +132,7 @@ class Prefetcher {
   uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t last_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // size of the last batch received; 0: none yet
   uint32_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t groups_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t workers_done_ ABSL_GUARDED_BY(mu_) = 0;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::map<uint64_t, absl::StatusOr<Batch>> ready_ ABSL_GUARDED_BY(mu_);
