@@ -494,6 +494,34 @@ TEST(PrefetcherTest, EachBatchOfAGroupIsHandedOverAsSoonAsItLands) {
   EXPECT_LT(longest, absl::Milliseconds(150)) << "a batch waited for the rest of its group";
 }
 
+// A batch that lands at once in a group whose next batches are slow (a producer that had one made
+// ahead): the caller takes it without waiting for the rest of its group (which lands only once
+// the caller has taken it). The group starts as soon as the first batch's size is known, so its
+// first batch has landed before the caller asks; a landing while the caller waits, within 1 ms
+// of its group's start (kPromptLanding's timed wait), is not made to happen here.
+TEST(PrefetcherTest, ABatchThatLandsEarlyIsTakenWithoutWaitingForTheRestOfItsGroup) {
+  absl::Notification first_taken;
+  Prefetcher p(
+      // More slots than a group, so that no idle worker ends (and wakes the caller) meanwhile.
+      {.first = 0, .end = 200, .max_batches = 16},
+      [&](uint64_t slot) { return absl::StatusOr<Batch>(MakeBatch(slot)); },
+      [&](uint64_t first, uint32_t count, const LandFn& land) {
+        land(0, MakeBatch(first));  // at once
+        // The next ones only once the caller has taken the first (or after 5 s).
+        first_taken.WaitForNotificationWithTimeout(absl::Seconds(5));
+        for (uint32_t k = 1; k < count; ++k) land(k, MakeBatch(first + k));
+      });
+  ASSERT_EQ(SlotOf(**p.Next()), 0u);  // fetched alone: its size is not known before
+  const absl::Time start = absl::Now();
+  auto second = p.Next();  // the group's first batch
+  const absl::Duration took = absl::Now() - start;
+  first_taken.Notify();
+  ASSERT_TRUE(second.ok() && second->has_value()) << second.status();
+  EXPECT_EQ(SlotOf(**second), 1u);
+  EXPECT_LT(took, absl::Seconds(1)) << "the batch waited for the rest of its group";
+  for (uint64_t i = 2; i < 200; ++i) ASSERT_EQ(SlotOf(**p.Next()), i);
+}
+
 // Destroying the prefetcher while another thread waits in Next(): that Next returns CANCELLED
 // before the members it uses go away (the sanitizer builds catch a use after free).
 TEST(PrefetcherTest, DestructionWaitsForANextInProgress) {
