@@ -13,7 +13,10 @@
 #include "croupier/plan.h"
 #include "src/common/status_macros.h"
 #include "src/dispatcher/job_spec.h"
+#include "src/io/indexed_dataset.h"
 #include "src/job/job.h"
+#include "src/job/token_job.h"
+#include "src/plan/token_plan.h"
 
 namespace croupier {
 namespace {
@@ -154,10 +157,43 @@ absl::StatusOr<v1::JobInfo> BuildMap(const v1::JobSpec& spec, uint32_t rounds_pe
   return info;
 }
 
+// A tokens job: its sources' indexes are read (for their fingerprints, and to check that the
+// plan can be made from their lengths); an epoch is steps_per_epoch global batches of
+// global_batch sequences, dealt global_batch / num_consumers to a rank.
+absl::StatusOr<v1::JobInfo> BuildTokens(const v1::JobSpec& spec, Env& env,
+                                        uint32_t rounds_per_task) {
+  v1::JobInfo info;
+  std::vector<std::unique_ptr<IndexedDataset>> datasets;
+  std::vector<TokenSource> sources;
+  for (const std::string& prefix : spec.tokens().sources()) {
+    ASSIGN_OR_RETURN(std::unique_ptr<IndexedDataset> dataset, IndexedDataset::Open(prefix, &env));
+    sources.push_back(TokenSource{prefix, dataset->lengths()});
+    *info.add_token_sources() = TokenSourceInfoOf(*dataset);
+    datasets.push_back(std::move(dataset));
+  }
+  RETURN_IF_ERROR(TokenPlan::Create(TokenPlanSpecOf(spec), std::move(sources)).status());
+  const uint64_t sequences = spec.tokens().steps_per_epoch() * spec.tokens().global_batch();
+  ASSIGN_OR_RETURN(EpochPlan plan, EpochPlan::Create(MakePlanSpec(spec, sequences), /*epoch=*/0));
+  RETURN_IF_ERROR(CheckStartBatch(spec, plan));
+  if (rounds_per_task == 0) {
+    const uint64_t batch_bytes = uint64_t{spec.batch_size()} * spec.tokens().sequence_length() *
+                                 sizeof(int32_t) * std::size(kTokenColumns);
+    rounds_per_task =
+        AutoRoundsPerTask(plan.steps_per_consumer(), spec.num_consumers(), batch_bytes);
+  }
+  *info.mutable_spec() = spec;
+  info.set_num_records(sequences);
+  info.set_batches_per_epoch(plan.num_batches());
+  info.set_steps_per_epoch(plan.steps_per_consumer());
+  info.set_batches_per_task(uint64_t{spec.num_consumers()} * rounds_per_task);
+  return info;
+}
+
 absl::StatusOr<v1::JobInfo> Build(const v1::JobSpec& spec, IndexCache& cache, Env& env,
                                   uint32_t rounds_per_task) {
   if (spec.source() == v1::SOURCE_KIND_PYTHON) return BuildPython(spec, rounds_per_task);
   if (spec.source() == v1::SOURCE_KIND_MAP) return BuildMap(spec, rounds_per_task);
+  if (spec.source() == v1::SOURCE_KIND_TOKENS) return BuildTokens(spec, env, rounds_per_task);
   ASSIGN_OR_RETURN(std::vector<std::string> files, ExpandPatterns(spec, env));
   ASSIGN_OR_RETURN(std::unique_ptr<Dataset> dataset, Dataset::Open(files, cache));
   ASSIGN_OR_RETURN(std::vector<FeatureSpec> features, ParseFeatureSpecs(spec.features()));

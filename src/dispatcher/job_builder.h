@@ -19,7 +19,11 @@ namespace croupier {
 // for rounds_per_task 0, num_consumers * AutoRoundsPerTask(...) with the batch size estimated from
 // the files' bytes per record (a Python job: from the step count alone). A python or map job
 // reads no data: a python job's counts come from source_batches_per_epoch, a map job's from its
-// plan over spec.num_records records.
+// plan over spec.num_records records. A tokens job reads its sources' indexes (token_sources:
+// their fingerprints) and holds steps_per_epoch * global_batch sequences an epoch; its sources
+// must make a token plan (TokenPlan::Create's errors: a source with no document, or none with
+// tokens), and their index errors are IndexedDataset::Open's (NOT_FOUND, DATA_LOSS naming the
+// file and byte offset).
 // Errors, each prefixed with "job '<name>': ":
 //   INVALID_ARGUMENT  a pattern that matches no file (or whose directory cannot be read); a file
 //                     matched twice; files that hold no records; a feature absent from the

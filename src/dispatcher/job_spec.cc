@@ -11,6 +11,7 @@
 #include "src/common/status_macros.h"
 #include "src/job/job.h"
 #include "src/job/job_settings.h"
+#include "src/job/token_job.h"
 
 namespace croupier {
 namespace {
@@ -33,6 +34,66 @@ std::string FieldText(const v1::JobSpec& spec, const google::protobuf::FieldDesc
     google::protobuf::TextFormat::PrintFieldValueToString(spec, field, i, &items.emplace_back());
   }
   return absl::StrCat("[", absl::StrJoin(items, ", "), "]");
+}
+
+// A tokens job's own settings (JobSpec.tokens), checked and completed in `out`, whose enum
+// settings are `settings`: the batch size, shuffle and features follow from them.
+absl::Status NormalizeTokens(v1::JobSpec& out, TypedSettings& settings) {
+  v1::TokenSpec& tokens = *out.mutable_tokens();
+  if (tokens.sources().empty()) {
+    return absl::InvalidArgumentError(
+        "a tokens job needs tokens.sources: the prefixes of its indexed datasets "
+        "(PREFIX.idx and PREFIX.bin)");
+  }
+  for (int i = 0; i < tokens.sources_size(); ++i) {
+    if (tokens.sources(i).empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("tokens.sources[", i, "] is empty"));
+    }
+  }
+  if (tokens.steps_per_epoch() == 0) {
+    return absl::InvalidArgumentError(
+        "tokens.steps_per_epoch is 0; a tokens job's epoch is that many global steps");
+  }
+  const uint32_t n = out.num_consumers();
+  if (n == 0) return absl::InvalidArgumentError("num_consumers is 0; it must be at least 1");
+  if (tokens.global_batch() == 0 || tokens.global_batch() % n != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tokens.global_batch is ", tokens.global_batch(), "; it must be a multiple of "
+        "num_consumers (", n, "): each rank's batch is global_batch / num_consumers sequences"));
+  }
+  const uint32_t per_rank = tokens.global_batch() / n;
+  if (out.batch_size() != 0 && out.batch_size() != per_rank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch_size is ", out.batch_size(), "; a tokens job's is global_batch / num_consumers (",
+        per_rank, "): leave it 0"));
+  }
+  out.set_batch_size(per_rank);
+  if (out.shuffle() == v1::SHUFFLE_UNSPECIFIED) settings.shuffle = ShuffleMode::kNone;
+  if (settings.shuffle != ShuffleMode::kNone) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a tokens job's plan shuffles the documents of each source: shuffle must be none, not '",
+        ShuffleModeName(settings.shuffle), "'"));
+  }
+  if (settings.remainder != Remainder::kDrop) {
+    return absl::InvalidArgumentError(
+        "a tokens job's epoch is whole global batches: remainder must be drop");
+  }
+  const std::string features = TokenFeatures(tokens.sequence_length());
+  if (!out.features().empty() && out.features() != features) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a tokens job's columns are ", features, "; leave features empty, not '",
+        out.features(), "'"));
+  }
+  out.set_features(features);
+  ASSIGN_OR_RETURN(Packing packing, FromProto(tokens.packing()));
+  tokens.set_packing(ToProto(packing));
+  if (tokens.packing_window() == 0) tokens.set_packing_window(TokenPlanSpec().window);
+  if (tokens.weights().empty()) {
+    v1::WeightChange* equal = tokens.add_weights();
+    for (int k = 0; k < tokens.sources_size(); ++k) equal->add_weights(1.0);
+  }
+  const std::vector<std::string> names(tokens.sources().begin(), tokens.sources().end());
+  return ValidateTokenPlanSpec(TokenPlanSpecOf(out), names);
 }
 
 }  // namespace
@@ -64,9 +125,21 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec) {
   TypedSettings settings = *typed;
   const bool python = settings.source == SourceKind::kPython;
   const bool map = settings.source == SourceKind::kMap;
-  // Jobs made by Python producers registered for them read no files.
+  const bool tokens = settings.source == SourceKind::kTokens;
+  // Jobs made by Python producers registered for them read no files; a tokens job names its
+  // sources in its TokenSpec.
   if ((python || map) && !spec.files().empty()) {
     return invalid(absl::StrCat("a ", SourceKindName(settings.source), " job reads no files"));
+  }
+  if (tokens && !spec.files().empty()) {
+    return invalid("a tokens job reads no files: its sources are tokens.sources");
+  }
+  if (!tokens && spec.has_tokens()) {
+    return invalid(absl::StrCat("tokens is for tokens jobs only, not a ",
+                                SourceKindName(settings.source), " job"));
+  }
+  if (tokens) {
+    if (absl::Status s = NormalizeTokens(out, settings); !s.ok()) return JobError(name, s);
   }
   if (python) {
     // Batches come from a Python iterable in its own order (croupier.serve): no plan shuffle,
@@ -99,13 +172,15 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec) {
   } else if (out.num_records() != 0) {
     return invalid(absl::StrCat("num_records is for map jobs only; a ",
                                 SourceKindName(settings.source), " job counts its records ",
-                                python ? "from source_batches_per_epoch" : "in its files"));
+                                python   ? "from source_batches_per_epoch"
+                                : tokens ? "from tokens.steps_per_epoch and global_batch"
+                                         : "in its files"));
   }
   if (!map && spec.skip_failing_records()) {
     return invalid(absl::StrCat("skip_failing_records is for map jobs only; a ",
                                 SourceKindName(settings.source), " job's bad input fails its batch"));
   }
-  if (!python && !map && spec.files().empty()) return invalid("no files given");
+  if (!python && !map && !tokens && spec.files().empty()) return invalid("no files given");
   if ((python || map) && settings.compression != Codec::kNone) {
     return invalid(absl::StrCat("compression '", CodecName(settings.compression),
                                 "' is for tfrecord jobs only; a ", SourceKindName(settings.source),
@@ -115,8 +190,8 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec) {
   if ((out.start_epoch() != 0 || out.start_batch() != 0) &&
       (python || settings.mode != DealMode::kDealt)) {
     return invalid(
-        "start_epoch and start_batch (resuming a checkpoint) are for dealt tfrecord "
-        "and map jobs only");
+        "start_epoch and start_batch (resuming a checkpoint) are for dealt tfrecord, map "
+        "and tokens jobs only");
   }
   if (out.num_epochs() != 0 && out.start_epoch() >= out.num_epochs()) {
     return invalid(absl::StrCat("start_epoch ", out.start_epoch(), " is past the job's ",
@@ -125,7 +200,7 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec) {
   for (int i = 0; i < spec.files_size(); ++i) {
     if (spec.files(i).empty()) return invalid(absl::StrCat("files[", i, "] is empty"));
   }
-  absl::StatusOr<std::vector<FeatureSpec>> features = ParseFeatureSpecs(spec.features());
+  absl::StatusOr<std::vector<FeatureSpec>> features = ParseFeatureSpecs(out.features());
   if (!features.ok()) return JobError(name, features.status());
   out.set_features(FormatFeatureSpecs(*features));
 

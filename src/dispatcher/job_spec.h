@@ -29,8 +29,14 @@ absl::Status ValidateJobName(absl::string_view name);
 // prefixed with "job '<name>': ", names the first problem: the name, an enum value this croupier
 // does not know, no files (tfrecord) or files (python, map), an empty file pattern, num_records
 // missing (map) or given (others), the feature spec text, num_consumers 0, and any plan setting
-// out of range (ValidatePlanSpec's message). Whether the files exist and hold enough records is
-// BuildJobInfo's business.
+// out of range (ValidatePlanSpec's message). A tokens job (docs/protocol.md §7) reads no files
+// either: its sources are in spec.tokens. Its batch_size becomes global_batch / num_consumers,
+// its shuffle none (its plan shuffles documents), its features the token columns
+// (TokenFeatures), its packing explicit, packing_window 4096 when 0, and no weights equal
+// weights from step 0; refused besides: no source, an empty one, steps_per_epoch 0, a
+// global_batch that num_consumers does not divide, another batch_size, shuffle or features, and
+// the weight schedule's errors (ValidateTokenPlanSpec). Whether the files exist and hold enough
+// records is BuildJobInfo's business.
 absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec);
 
 // The plan settings of a normalized spec, for a dataset of `num_records` records.

@@ -239,6 +239,84 @@ TEST(DispatcherJobSpecTest, APythonJobDefaultsToNoShuffleAndAllowsNoOther) {
                 "source_batches_per_epoch");
 }
 
+v1::JobSpec Tokens() {
+  v1::JobSpec spec;
+  spec.set_name("lm");
+  spec.set_source(v1::SOURCE_KIND_TOKENS);
+  spec.set_num_consumers(4);
+  v1::TokenSpec& tokens = *spec.mutable_tokens();
+  tokens.add_sources("/data/web");
+  tokens.add_sources("/data/code");
+  tokens.set_sequence_length(2048);
+  tokens.set_global_batch(32);
+  tokens.set_steps_per_epoch(1000);
+  return spec;
+}
+
+TEST(DispatcherJobSpecTest, ATokensJobsBatchSizeShuffleFeaturesAndWeightsFollowFromItsTokenSpec) {
+  absl::StatusOr<v1::JobSpec> spec = NormalizeJobSpec(Tokens());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->batch_size(), 8u);  // 32 / 4
+  EXPECT_EQ(spec->shuffle(), v1::SHUFFLE_NONE);
+  EXPECT_EQ(spec->remainder(), v1::REMAINDER_DROP);
+  EXPECT_EQ(spec->features(),
+            "input_ids:int32[2048],labels:int32[2048],position_ids:int32[2048],"
+            "segment_ids:int32[2048],loss_mask:int32[2048]");
+  EXPECT_EQ(spec->tokens().packing(), v1::PACKING_CONCAT);
+  EXPECT_EQ(spec->tokens().packing_window(), 4096u);
+  ASSERT_EQ(spec->tokens().weights_size(), 1);
+  EXPECT_EQ(spec->tokens().weights(0).first_step(), 0u);
+  EXPECT_THAT(spec->tokens().weights(0).weights(), ::testing::ElementsAre(1.0, 1.0));
+  // Normalizing again changes nothing (CreateJob with exist_ok compares normalized specs).
+  absl::StatusOr<v1::JobSpec> again = NormalizeJobSpec(*spec);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(DescribeSpecDifference(*spec, *again), "");
+}
+
+TEST(DispatcherJobSpecTest, ATokensJobsBadSettingsAreNamed) {
+  auto with = [](auto change) {
+    v1::JobSpec spec = Tokens();
+    change(spec);
+    return spec;
+  };
+  ExpectInvalid(with([](v1::JobSpec& s) { s.mutable_tokens()->clear_sources(); }),
+                "needs tokens.sources");
+  ExpectInvalid(with([](v1::JobSpec& s) { s.mutable_tokens()->set_sources(1, ""); }),
+                "tokens.sources[1] is empty");
+  ExpectInvalid(with([](v1::JobSpec& s) { s.mutable_tokens()->set_global_batch(30); }),
+                "tokens.global_batch is 30; it must be a multiple of num_consumers (4)");
+  ExpectInvalid(with([](v1::JobSpec& s) { s.mutable_tokens()->set_steps_per_epoch(0); }),
+                "tokens.steps_per_epoch is 0");
+  ExpectInvalid(with([](v1::JobSpec& s) { s.mutable_tokens()->set_sequence_length(0); }),
+                "sequence length above 0");
+  ExpectInvalid(with([](v1::JobSpec& s) { s.set_batch_size(16); }),
+                "batch_size is 16; a tokens job's is global_batch / num_consumers (8)");
+  ExpectInvalid(with([](v1::JobSpec& s) { s.set_shuffle(v1::SHUFFLE_GLOBAL); }),
+                "shuffle must be none, not 'global'");
+  ExpectInvalid(with([](v1::JobSpec& s) { s.set_features("x:int64"); }), "leave features empty");
+  ExpectInvalid(with([](v1::JobSpec& s) { s.add_files("a.tfrecord"); }), "reads no files");
+  ExpectInvalid(with([](v1::JobSpec& s) { s.mutable_tokens()->set_packing(v1::Packing(9)); }),
+                "packing 9 is not a value this croupier knows");
+  ExpectInvalid(with([](v1::JobSpec& s) {
+                  v1::WeightChange* w = s.mutable_tokens()->add_weights();
+                  w->add_weights(1);
+                  w->add_weights(-1);
+                }),
+                "the weight of source '/data/code' is -1");
+  ExpectInvalid(with([](v1::JobSpec& s) {
+                  for (uint64_t step : {0, 10, 10}) {
+                    v1::WeightChange* w = s.mutable_tokens()->add_weights();
+                    w->set_first_step(step);
+                    w->add_weights(1);
+                    w->add_weights(1);
+                  }
+                }),
+                "weight change 2 (step 10): steps must increase");
+  v1::JobSpec tfrecord = Minimal();
+  tfrecord.mutable_tokens()->add_sources("/data/web");
+  ExpectInvalid(tfrecord, "tokens is for tokens jobs only, not a tfrecord job");
+}
+
 TEST(DispatcherJobSpecTest, DifferencesNameTheSettingsByTheirText) {
   v1::JobSpec a = *NormalizeJobSpec(Minimal());
   v1::JobSpec b = a;

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "src/common/crc32c.h"
 #include "src/common/status_macros.h"
 
 namespace croupier {
@@ -142,9 +143,27 @@ absl::StatusOr<std::unique_ptr<IndexedDataset>> IndexedDataset::Open(const std::
   ASSIGN_OR_RETURN(uint64_t bin_size, bin->Size());
   ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(*env, idx));
   ASSIGN_OR_RETURN(TokenIndex index, ParseTokenIndex(bytes, bin_size, idx));
+  IndexedDatasetFingerprint fingerprint{bytes.size(), bin_size, crc32c::Value(bytes)};
   return std::unique_ptr<IndexedDataset>(
-      new IndexedDataset(prefix, std::move(index), std::move(bin)));
+      new IndexedDataset(prefix, std::move(index), std::move(bin), fingerprint));
 }
+
+namespace {
+uint64_t Sum(const std::vector<uint32_t>& lengths) {
+  uint64_t total = 0;
+  for (uint32_t n : lengths) total += n;
+  return total;
+}
+}  // namespace
+
+IndexedDataset::IndexedDataset(std::string prefix, TokenIndex index,
+                               std::unique_ptr<RandomAccessFile> bin,
+                               IndexedDatasetFingerprint fingerprint)
+    : prefix_(std::move(prefix)),
+      index_(std::move(index)),
+      fingerprint_(fingerprint),
+      num_tokens_(Sum(index_.lengths)),
+      bin_(std::move(bin)) {}
 
 absl::Status IndexedDataset::Read(uint64_t document, uint32_t offset,
                                   absl::Span<int32_t> out) const {

@@ -50,6 +50,16 @@ absl::StatusOr<TokenIndex> ParseTokenIndex(absl::string_view bytes, uint64_t bin
 // The encoded index of `index` (a writer's half; tests and croupier tokenize).
 std::string EncodeTokenIndex(const TokenIndex& index);
 
+// What identifies a dataset's files cheaply: a tokens job keeps it (JobInfo.token_sources), and a
+// producer whose files differ refuses the job. The .idx holds every length and pointer, so its
+// checksum covers the plan; the .bin is identified by its size.
+struct IndexedDatasetFingerprint {
+  uint64_t idx_bytes = 0;
+  uint64_t bin_bytes = 0;
+  uint32_t idx_crc32c = 0;  // CRC-32C of the whole .idx
+  bool operator==(const IndexedDatasetFingerprint&) const = default;
+};
+
 // An open dataset. Thread-safe: immutable after Open.
 class IndexedDataset {
  public:
@@ -62,6 +72,8 @@ class IndexedDataset {
   TokenDType dtype() const { return index_.dtype; }
   uint64_t num_documents() const { return index_.lengths.size(); }
   absl::Span<const uint32_t> lengths() const { return index_.lengths; }
+  uint64_t num_tokens() const { return num_tokens_; }
+  const IndexedDatasetFingerprint& fingerprint() const { return fingerprint_; }
 
   // Tokens [offset, offset + out.size()) of document `document`, as int32. OUT_OF_RANGE for a
   // range past the document's end; DATA_LOSS naming the .bin and the byte offset for a file
@@ -69,11 +81,13 @@ class IndexedDataset {
   absl::Status Read(uint64_t document, uint32_t offset, absl::Span<int32_t> out) const;
 
  private:
-  IndexedDataset(std::string prefix, TokenIndex index, std::unique_ptr<RandomAccessFile> bin)
-      : prefix_(std::move(prefix)), index_(std::move(index)), bin_(std::move(bin)) {}
+  IndexedDataset(std::string prefix, TokenIndex index, std::unique_ptr<RandomAccessFile> bin,
+                 IndexedDatasetFingerprint fingerprint);
 
   const std::string prefix_;
   const TokenIndex index_;
+  const IndexedDatasetFingerprint fingerprint_;
+  const uint64_t num_tokens_;
   const std::unique_ptr<RandomAccessFile> bin_;
 };
 

@@ -12,7 +12,8 @@ namespace {
 
 constexpr EnumName<SourceKind> kSourceNames[] = {{SourceKind::kTfrecord, "tfrecord"},
                                                  {SourceKind::kPython, "python"},
-                                                 {SourceKind::kMap, "map"}};
+                                                 {SourceKind::kMap, "map"},
+                                                 {SourceKind::kTokens, "tokens"}};
 constexpr EnumName<DealMode> kModeNames[] = {{DealMode::kDealt, "dealt"},
                                              {DealMode::kFirstCome, "first_come"}};
 

@@ -38,9 +38,10 @@ enum class SourceKind {
   kPython,    // croupier.serve(): a Python iterable's batches, made by the job's own sources
   kMap,       // a map-style Python dataset read by index through the epoch plan, made by the
               // Python producers registered for the job
+  kTokens,    // packed sequences of token documents (JobSpec.tokens), made by any producer
 };
 
-// "tfrecord", "python", "map": the names of the command line and the Python API (DealModeName
+// "tfrecord", "python", "map", "tokens": the names of the command line and the Python API (DealModeName
 // is in croupier/deal_mode.h).
 absl::string_view SourceKindName(SourceKind source);
 // Inverses of the above; INVALID_ARGUMENT listing the accepted names for anything else.
@@ -68,6 +69,7 @@ struct JobConfig {
   // The croupier.serve() stream only.
   bool python() const { return source == SourceKind::kPython; }
   bool map() const { return source == SourceKind::kMap; }
+  bool tokens() const { return source == SourceKind::kTokens; }
   // Made by Python producers registered for the job (ProducerHeartbeat's source_job), not by
   // the producers of TFRecord jobs: a python or a map job. Such a job has no files.
   bool made_by_sources() const { return python() || map(); }

@@ -38,6 +38,8 @@ absl::StatusOr<SourceKind> FromProto(v1::SourceKind value) {
       return SourceKind::kPython;
     case v1::SOURCE_KIND_MAP:
       return SourceKind::kMap;
+    case v1::SOURCE_KIND_TOKENS:
+      return SourceKind::kTokens;
     default:
       return Undefined("source", value);
   }
@@ -95,6 +97,28 @@ absl::StatusOr<Codec> FromProto(v1::Compression value) {
   }
 }
 
+absl::StatusOr<Packing> FromProto(v1::Packing value) {
+  switch (value) {
+    case v1::PACKING_UNSPECIFIED:
+    case v1::PACKING_CONCAT:
+      return Packing::kConcat;
+    case v1::PACKING_BEST_FIT:
+      return Packing::kBestFit;
+    default:
+      return Undefined("packing", value);
+  }
+}
+
+v1::Packing ToProto(Packing value) {
+  switch (value) {
+    case Packing::kConcat:
+      return v1::PACKING_CONCAT;
+    case Packing::kBestFit:
+      return v1::PACKING_BEST_FIT;
+  }
+  return v1::PACKING_UNSPECIFIED;
+}
+
 v1::SourceKind ToProto(SourceKind value) {
   switch (value) {
     case SourceKind::kTfrecord:
@@ -103,6 +127,8 @@ v1::SourceKind ToProto(SourceKind value) {
       return v1::SOURCE_KIND_PYTHON;
     case SourceKind::kMap:
       return v1::SOURCE_KIND_MAP;
+    case SourceKind::kTokens:
+      return v1::SOURCE_KIND_TOKENS;
   }
   return v1::SOURCE_KIND_UNSPECIFIED;
 }
@@ -212,7 +238,7 @@ absl::string_view JobStateName(v1::JobState state) {
 bool IsSettingEnum(const google::protobuf::EnumDescriptor* type) {
   return type == v1::JobState_descriptor() || type == v1::SourceKind_descriptor() || type == v1::DealMode_descriptor() ||
          type == v1::Shuffle_descriptor() || type == v1::Remainder_descriptor() ||
-         type == v1::Compression_descriptor();
+         type == v1::Compression_descriptor() || type == v1::Packing_descriptor();
 }
 
 std::string SettingText(const google::protobuf::EnumDescriptor* type, int number) {
@@ -234,6 +260,9 @@ std::string SettingText(const google::protobuf::EnumDescriptor* type, int number
   if (type == v1::Compression_descriptor()) {
     return TextOf(static_cast<v1::Compression>(number), CodecName);
   }
+  if (type == v1::Packing_descriptor()) {
+    return TextOf(static_cast<v1::Packing>(number), PackingName);
+  }
   return "invalid";
 }
 
@@ -253,6 +282,7 @@ absl::StatusOr<int> SettingNumber(const google::protobuf::EnumDescriptor* type,
   if (type == v1::Shuffle_descriptor()) return WireOf<v1::Shuffle>(text, ParseShuffleMode);
   if (type == v1::Remainder_descriptor()) return WireOf<v1::Remainder>(text, ParseRemainder);
   if (type == v1::Compression_descriptor()) return WireOf<v1::Compression>(text, ParseCodec);
+  if (type == v1::Packing_descriptor()) return WireOf<v1::Packing>(text, ParsePacking);
   return absl::InvalidArgumentError(absl::StrCat(type->full_name(), " is not a job setting"));
 }
 

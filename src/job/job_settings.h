@@ -17,6 +17,7 @@
 #include "proto/croupier.pb.h"
 #include "src/job/codec.h"
 #include "src/job/job.h"
+#include "src/plan/token_plan.h"
 
 namespace croupier {
 
@@ -28,6 +29,7 @@ absl::StatusOr<DealMode> FromProto(v1::DealMode value);
 absl::StatusOr<ShuffleMode> FromProto(v1::Shuffle value);
 absl::StatusOr<Remainder> FromProto(v1::Remainder value);
 absl::StatusOr<Codec> FromProto(v1::Compression value);
+absl::StatusOr<Packing> FromProto(v1::Packing value);  // a tokens job's (UNSPECIFIED: concat)
 
 // Typed -> wire value (never UNSPECIFIED).
 v1::SourceKind ToProto(SourceKind value);
@@ -35,6 +37,7 @@ v1::DealMode ToProto(DealMode value);
 v1::Shuffle ToProto(ShuffleMode value);
 v1::Remainder ToProto(Remainder value);
 v1::Compression ToProto(Codec value);
+v1::Packing ToProto(Packing value);
 
 // The five settings of a spec, typed.
 struct TypedSettings {
@@ -69,7 +72,8 @@ SettingsText SettingsTextOf(const v1::JobSpec& spec);
 absl::string_view JobStateName(v1::JobState state);
 
 // The same, one enum at a time, by its descriptor, for the JSON forms (src/job/job_json.h).
-// Whether `type` is one of the five settings' enums, or JobState (named as above).
+// Whether `type` is one of the five settings' enums, Packing (a tokens job's: "concat",
+// "best_fit"), or JobState (named as above).
 bool IsSettingEnum(const google::protobuf::EnumDescriptor* type);
 // The text of `number` of setting enum `type` ("" for 0, "invalid" for an undefined number).
 std::string SettingText(const google::protobuf::EnumDescriptor* type, int number);

@@ -74,7 +74,7 @@ TEST(JobSettingsTest, AnUnknownNameListsTheAcceptedOnesAndChangesNothing) {
   EXPECT_EQ(s.message(), "unknown shuffle mode 'sideways'; expected one of none, global, blocks");
   EXPECT_EQ(spec.shuffle(), v1::SHUFFLE_NONE);
   EXPECT_EQ(SetSettingsFromText({.source = "stream"}, spec).message(),
-            "unknown source 'stream'; expected one of tfrecord, python, map");
+            "unknown source 'stream'; expected one of tfrecord, python, map, tokens");
   EXPECT_EQ(SetSettingsFromText({.mode = "broadcast"}, spec).message(),
             "unknown mode 'broadcast'; expected one of dealt, first_come");
 }

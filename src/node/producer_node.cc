@@ -11,6 +11,7 @@
 #include "src/common/status_macros.h"
 #include "src/metrics/prometheus.h"
 #include "src/producer/tfrecord_maker.h"
+#include "src/producer/token_maker.h"
 #include "src/rpc/dispatcher_client.h"
 #include "src/rpc/grpc_util.h"
 #include "src/transport/shm_transport.h"
@@ -87,7 +88,7 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOp
       };
     } else {
       ProducerNode* raw = node.get();
-      runner.makers = [raw](const v1::JobInfo& job) { return raw->TfrecordMaker(job); };
+      runner.makers = [raw](const v1::JobInfo& job) { return raw->FilesMaker(job); };
     }
     node->holder_ = std::make_unique<TaskRunner>(std::move(runner));
   }
@@ -168,8 +169,12 @@ absl::Duration ProducerNode::SinceDispatcherContact() const {
   return absl::Now() - last_contact_;
 }
 
-absl::StatusOr<std::shared_ptr<const BatchMaker>> ProducerNode::TfrecordMaker(
+absl::StatusOr<std::shared_ptr<const BatchMaker>> ProducerNode::FilesMaker(
     const v1::JobInfo& job) {
+  if (job.spec().source() == v1::SOURCE_KIND_TOKENS) {
+    ASSIGN_OR_RETURN(std::shared_ptr<const BatchMaker> maker, TokenBatchMaker::Create(job));
+    return maker;
+  }
   ASSIGN_OR_RETURN(std::shared_ptr<const BatchMaker> maker,
                    TfrecordBatchMaker::Create(job, *index_cache_, record_cache_.get()));
   return maker;

@@ -4,8 +4,9 @@
 //
 // What it makes batches from is its owner's explicit choice, a ProducerSupply, and the node builds
 // the matching TaskHolder (src/producer/task_holder.h):
-//   TfrecordSupply  every TFRecord job's files: a TaskRunner with TFRecord makers reading through
-//                   the node's index and record caches (`croupier producer`);
+//   TfrecordSupply  every job read from files by any producer: a TaskRunner with TFRecord makers
+//                   reading through the node's index and record caches, and token makers
+//                   (TokenBatchMaker) for tokens jobs (`croupier producer`);
 //   RecordsSupply   one map job, whose batches a records function makes (a Python source's
 //                   workers, croupier.produce): a TaskRunner with a FunctionBatchMaker;
 //   StreamSupply    one source of one python job (croupier.serve): a SequentialSource that the
@@ -160,8 +161,9 @@ class ProducerNode {
   // for this producer, up to one interval (ProducerHeartbeatRequest.wait_for_work_ms).
   absl::Status Heartbeat(bool wait_for_work = false);
   void HeartbeatLoop();
-  // The TFRecord maker of `job`, through the node's caches.
-  absl::StatusOr<std::shared_ptr<const BatchMaker>> TfrecordMaker(const v1::JobInfo& job);
+  // The maker of a job read from files by any producer: a tokens job's TokenBatchMaker, or a
+  // TFRecord job's maker through the node's caches.
+  absl::StatusOr<std::shared_ptr<const BatchMaker>> FilesMaker(const v1::JobInfo& job);
   v1::ProducerStats Stats() const;
   void AddTask(const v1::Task& task);
   // A control plane to the dispatcher whose calls give up after `timeout`.

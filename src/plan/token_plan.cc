@@ -12,6 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "src/common/status_macros.h"
 #include "src/plan/keys.h"
 #include "src/plan/permutation.h"
 
@@ -402,8 +403,8 @@ struct TokenPlan::Impl {
   }
 };
 
-absl::StatusOr<std::unique_ptr<TokenPlan>> TokenPlan::Create(TokenPlanSpec spec,
-                                                             std::vector<TokenSource> sources) {
+absl::Status ValidateTokenPlanSpec(const TokenPlanSpec& spec,
+                                   absl::Span<const std::string> source_names) {
   if (spec.sequence_length == 0) {
     return absl::InvalidArgumentError("a token plan needs a sequence length above 0");
   }
@@ -413,20 +414,8 @@ absl::StatusOr<std::unique_ptr<TokenPlan>> TokenPlan::Create(TokenPlanSpec spec,
   if (spec.global_batch == 0) {
     return absl::InvalidArgumentError("a token plan needs a global batch of at least 1 sequence");
   }
-  if (sources.empty()) return absl::InvalidArgumentError("a token plan needs at least one source");
-  auto impl = std::make_unique<Impl>();
-  for (const TokenSource& source : sources) {
-    if (source.lengths.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("source '", source.name, "' has no document"));
-    }
-    uint64_t total = 0;
-    for (uint32_t len : source.lengths) total += len;
-    if (total == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("source '", source.name, "' has documents of 0 tokens only"));
-    }
-    impl->total_tokens.push_back(total);
+  if (source_names.empty()) {
+    return absl::InvalidArgumentError("a token plan needs at least one source");
   }
   if (spec.schedule.empty()) {
     return absl::InvalidArgumentError("a token plan needs weights (a schedule of one entry or more)");
@@ -442,21 +431,45 @@ absl::StatusOr<std::unique_ptr<TokenPlan>> TokenPlan::Create(TokenPlanSpec spec,
           absl::StrCat(where, ": steps must increase (the change before is at step ",
                        spec.schedule[c - 1].first_step, ")"));
     }
-    if (change.weights.size() != sources.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": ", change.weights.size(),
-                                                     " weights for ", sources.size(), " sources"));
+    if (change.weights.size() != source_names.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": ", change.weights.size(), " weights for ", source_names.size(), " sources"));
     }
     double sum = 0;
     for (size_t k = 0; k < change.weights.size(); ++k) {
       const double w = change.weights[k];
       if (!std::isfinite(w) || w < 0) {
         return absl::InvalidArgumentError(
-            absl::StrCat(where, ": the weight of source '", sources[k].name, "' is ", w,
+            absl::StrCat(where, ": the weight of source '", source_names[k], "' is ", w,
                          "; weights are finite and at least 0"));
       }
       sum += w;
     }
     if (sum <= 0) return absl::InvalidArgumentError(absl::StrCat(where, ": every weight is 0"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<TokenPlan>> TokenPlan::Create(TokenPlanSpec spec,
+                                                             std::vector<TokenSource> sources) {
+  std::vector<std::string> names;
+  for (const TokenSource& source : sources) names.push_back(source.name);
+  RETURN_IF_ERROR(ValidateTokenPlanSpec(spec, names));
+  auto impl = std::make_unique<Impl>();
+  for (const TokenSource& source : sources) {
+    if (source.lengths.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("source '", source.name, "' has no document"));
+    }
+    uint64_t total = 0;
+    for (uint32_t len : source.lengths) total += len;
+    if (total == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("source '", source.name, "' has documents of 0 tokens only"));
+    }
+    impl->total_tokens.push_back(total);
+  }
+  for (const WeightChange& change : spec.schedule) {
     impl->segments.push_back(
         Impl::Segment{change.first_step * spec.global_batch, Quotas(change.weights)});
   }

@@ -77,6 +77,12 @@ struct SequencePlan {
   uint64_t tokens() const;
 };
 
+// Checks everything of `spec` that needs no lengths, for sources named `source_names` (their
+// count is what matters; the names are for messages): TokenPlan::Create's errors but those about
+// the sources' documents.
+absl::Status ValidateTokenPlanSpec(const TokenPlanSpec& spec,
+                                   absl::Span<const std::string> source_names);
+
 // Thread-safe: the caches behind the const methods are locked.
 class TokenPlan {
  public:

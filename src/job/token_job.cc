@@ -1,0 +1,67 @@
+#include "src/job/token_job.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "src/job/job_settings.h"
+
+namespace croupier {
+
+std::string TokenFeatures(uint32_t sequence_length) {
+  std::vector<std::string> items;
+  for (const char* column : kTokenColumns) {
+    items.push_back(absl::StrCat(column, ":int32[", sequence_length, "]"));
+  }
+  return absl::StrJoin(items, ",");
+}
+
+v1::TokenSourceInfo TokenSourceInfoOf(const IndexedDataset& dataset) {
+  v1::TokenSourceInfo info;
+  info.set_prefix(dataset.prefix());
+  info.set_dtype(std::string(TokenDTypeName(dataset.dtype())));
+  info.set_num_documents(dataset.num_documents());
+  info.set_num_tokens(dataset.num_tokens());
+  info.set_idx_bytes(dataset.fingerprint().idx_bytes);
+  info.set_bin_bytes(dataset.fingerprint().bin_bytes);
+  info.set_idx_crc32c(dataset.fingerprint().idx_crc32c);
+  return info;
+}
+
+absl::Status CheckTokenSource(const IndexedDataset& dataset, const v1::TokenSourceInfo& info) {
+  const IndexedDatasetFingerprint& found = dataset.fingerprint();
+  std::string what;
+  if (found.bin_bytes != info.bin_bytes()) {
+    what = absl::StrCat(dataset.prefix(), ".bin is ", found.bin_bytes, " bytes, not ",
+                        info.bin_bytes());
+  } else if (found.idx_bytes != info.idx_bytes() || found.idx_crc32c != info.idx_crc32c()) {
+    what = absl::StrCat(dataset.prefix(), ".idx is ", found.idx_bytes, " bytes with CRC-32C ",
+                        found.idx_crc32c, ", not ", info.idx_bytes(), " bytes with ",
+                        info.idx_crc32c());
+  } else {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "token source ", dataset.prefix(), " changed since the job was created: ", what));
+}
+
+TokenPlanSpec TokenPlanSpecOf(const v1::JobSpec& spec) {
+  const v1::TokenSpec& tokens = spec.tokens();
+  TokenPlanSpec plan;
+  plan.seed = spec.seed();
+  plan.sequence_length = tokens.sequence_length();
+  // A normalized spec holds a valid value; the fallback only keeps this total.
+  plan.packing = FromProto(tokens.packing()).value_or(Packing::kConcat);
+  plan.window = tokens.packing_window();
+  plan.global_batch = tokens.global_batch();
+  for (const v1::WeightChange& change : tokens.weights()) {
+    plan.schedule.push_back(
+        WeightChange{change.first_step(), {change.weights().begin(), change.weights().end()}});
+  }
+  if (plan.schedule.empty()) {
+    plan.schedule.push_back(WeightChange{0, std::vector<double>(tokens.sources_size(), 1.0)});
+  }
+  return plan;
+}
+
+}  // namespace croupier

@@ -1,0 +1,49 @@
+// A tokens job's vocabulary, shared by the dispatcher (which checks and fills in the spec) and
+// the producers (which make its batches): the plan settings a JobSpec's TokenSpec stands for, the
+// columns of its batches, and the step from a batch's records to global sequences
+// (docs/protocol.md §7.2).
+#ifndef CROUPIER_SRC_JOB_TOKEN_JOB_H_
+#define CROUPIER_SRC_JOB_TOKEN_JOB_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "proto/croupier.pb.h"
+#include "src/io/indexed_dataset.h"
+#include "src/plan/token_plan.h"
+
+namespace croupier {
+
+// The columns of every sequence of a tokens job's batch, each int32[sequence_length], in this
+// order (docs/protocol.md §7.2).
+inline constexpr const char* kTokenColumns[] = {"input_ids", "labels", "position_ids",
+                                                "segment_ids", "loss_mask"};
+// The label of a token that counts for nothing (padding, a document's last token with best_fit,
+// the last real token of a source epoch with concat): PyTorch's ignore_index.
+inline constexpr int32_t kIgnoredLabel = -100;
+
+// The feature spec text of those columns for sequences of `sequence_length` tokens: what a
+// tokens job's JobSpec.features holds once normalized.
+std::string TokenFeatures(uint32_t sequence_length);
+
+// The plan settings of a normalized tokens spec (NormalizeJobSpec): seed, L, packing, window,
+// B and the weight schedule (equal weights from step 0 when the spec gives none).
+TokenPlanSpec TokenPlanSpecOf(const v1::JobSpec& spec);
+
+// What the dispatcher keeps of a token source when it creates the job (JobInfo.token_sources).
+v1::TokenSourceInfo TokenSourceInfoOf(const IndexedDataset& dataset);
+// OK if `dataset` is the source `info` describes; FAILED_PRECONDITION naming the file and what
+// differs otherwise (a source rewritten since the job was created would change every batch).
+absl::Status CheckTokenSource(const IndexedDataset& dataset, const v1::TokenSourceInfo& info);
+
+// Global sequence of record `record` of `epoch` in a tokens job of `sequences_per_epoch`
+// sequences an epoch (steps_per_epoch * global_batch = JobInfo.num_records): record p of epoch e
+// is global sequence e * S + p, whatever the number of consumers.
+inline uint64_t GlobalSequence(uint64_t epoch, uint64_t record, uint64_t sequences_per_epoch) {
+  return epoch * sequences_per_epoch + record;
+}
+
+}  // namespace croupier
+
+#endif  // CROUPIER_SRC_JOB_TOKEN_JOB_H_

@@ -1,0 +1,145 @@
+#include "src/producer/token_maker.h"
+
+#include <algorithm>
+#include <array>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "src/common/status_macros.h"
+#include "src/job/token_job.h"
+
+namespace croupier {
+namespace {
+
+constexpr size_t kColumns = std::size(kTokenColumns);
+enum Column { kInputIds, kLabels, kPositionIds, kSegmentIds, kLossMask };
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TokenBatchMaker>> TokenBatchMaker::Create(const v1::JobInfo& job,
+                                                                         Env* env) {
+  const std::string& name = job.spec().name();
+  if (job.spec().source() != v1::SOURCE_KIND_TOKENS) {
+    return absl::InvalidArgumentError(absl::StrCat("job '", name, "' is not a tokens job"));
+  }
+  ASSIGN_OR_RETURN(JobConfig config, CheckedConfig(job));
+  const v1::TokenSpec& spec = job.spec().tokens();
+  if (job.token_sources_size() != spec.sources_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("job '", name, "' names ", spec.sources_size(),
+                                                   " token sources but describes ",
+                                                   job.token_sources_size()));
+  }
+  std::vector<std::unique_ptr<IndexedDataset>> datasets;
+  std::vector<TokenSource> sources;
+  for (const v1::TokenSourceInfo& info : job.token_sources()) {
+    ASSIGN_OR_RETURN(std::unique_ptr<IndexedDataset> dataset,
+                     IndexedDataset::Open(info.prefix(), env));
+    RETURN_IF_ERROR(CheckTokenSource(*dataset, info));
+    sources.push_back(TokenSource{info.prefix(), dataset->lengths()});
+    datasets.push_back(std::move(dataset));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<TokenPlan> plan,
+                   TokenPlan::Create(TokenPlanSpecOf(job.spec()), std::move(sources)));
+  return std::unique_ptr<TokenBatchMaker>(
+      new TokenBatchMaker(job, std::move(config), std::move(datasets), std::move(plan)));
+}
+
+TokenBatchMaker::TokenBatchMaker(v1::JobInfo job, JobConfig config,
+                                 std::vector<std::unique_ptr<IndexedDataset>> datasets,
+                                 std::unique_ptr<TokenPlan> plan)
+    : BatchMaker(std::move(job), std::move(config)),
+      datasets_(std::move(datasets)),
+      plan_(std::move(plan)) {}
+
+TokenBatchMaker::~TokenBatchMaker() = default;
+
+absl::StatusOr<Batch> TokenBatchMaker::MakeRecords(uint64_t epoch, uint64_t /*batch*/,
+                                                   absl::Span<const uint64_t> ids) const {
+  const uint32_t length = plan_->spec().sequence_length;
+  const int32_t pad = job().spec().tokens().pad_id();
+  const bool concat = plan_->spec().packing == Packing::kConcat;
+  const uint64_t per_epoch = job().num_records();
+  const size_t count = ids.size();
+
+  // The batch's sequences: one walk of the mixture when the records are consecutive (a tokens
+  // job's plan does not shuffle records, so they are).
+  std::vector<SequencePlan> sequences;
+  bool consecutive = true;
+  for (size_t r = 1; r < count; ++r) consecutive = consecutive && ids[r] == ids[0] + r;
+  if (consecutive && count > 0) {
+    sequences = plan_->Sequences(GlobalSequence(epoch, ids[0], per_epoch), count);
+  } else {
+    for (uint64_t id : ids) sequences.push_back(plan_->Sequence(GlobalSequence(epoch, id, per_epoch)));
+  }
+
+  std::array<std::vector<int32_t>, kColumns> arrays;
+  for (auto& array : arrays) array.assign(count * length, 0);
+  std::vector<int32_t> tokens;  // one sequence's pieces, concatenated (concat: L + 1 at most)
+  std::vector<int32_t> next;    // best_fit: the token after a piece of a split document
+  for (size_t r = 0; r < count; ++r) {
+    const SequencePlan& sequence = sequences[r];
+    const uint64_t global = GlobalSequence(epoch, ids[r], per_epoch);
+    int32_t* input = arrays[kInputIds].data() + r * length;
+    int32_t* label = arrays[kLabels].data() + r * length;
+    int32_t* position = arrays[kPositionIds].data() + r * length;
+    int32_t* segment = arrays[kSegmentIds].data() + r * length;
+    int32_t* mask = arrays[kLossMask].data() + r * length;
+    std::fill(input, input + length, pad);
+    std::fill(label, label + length, kIgnoredLabel);
+
+    tokens.resize(sequence.tokens());
+    size_t at = 0;     // where the piece's tokens start in `tokens`
+    int32_t seg = 0;   // the piece's segment id
+    for (const Piece& piece : sequence.pieces) {
+      const IndexedDataset& dataset = *datasets_[piece.source];
+      auto read = [&](uint32_t offset, absl::Span<int32_t> out) -> absl::Status {
+        absl::Status s = dataset.Read(piece.document, offset, out);
+        if (s.ok()) return s;
+        return absl::Status(s.code(), absl::StrCat("sequence ", global, " (document ",
+                                                   piece.document, " of ", dataset.prefix(),
+                                                   "): ", s.message()));
+      };
+      RETURN_IF_ERROR(read(piece.offset, absl::MakeSpan(tokens).subspan(at, piece.length)));
+      ++seg;
+      // The piece's inputs: the positions of `tokens` below L.
+      const size_t end = std::min<size_t>(at + piece.length, length);
+      for (size_t j = at; j < end; ++j) {
+        input[j] = tokens[j];
+        position[j] = static_cast<int32_t>(piece.offset + (j - at));
+        segment[j] = seg;
+      }
+      if (!concat && end > at) {
+        // best_fit: each input's label is the next token of its document.
+        for (size_t j = at; j + 1 < end; ++j) label[j] = tokens[j + 1];
+        const uint64_t doc_length = dataset.lengths()[piece.document];
+        if (piece.offset + piece.length < doc_length) {
+          next.resize(1);
+          RETURN_IF_ERROR(read(piece.offset + piece.length, absl::MakeSpan(next)));
+          label[end - 1] = next[0];
+        }
+      }
+      at += piece.length;
+    }
+    if (concat) {
+      // The stream's next token: all of `tokens` after the first.
+      const size_t inputs = std::min<size_t>(tokens.size(), length);
+      for (size_t j = 0; j < inputs && j + 1 < tokens.size(); ++j) label[j] = tokens[j + 1];
+    }
+    for (size_t j = 0; j < length; ++j) mask[j] = label[j] != kIgnoredLabel ? 1 : 0;
+  }
+
+  const std::array<int64_t, 1> dims = {length};
+  std::array<ColumnData, kColumns> columns;
+  for (size_t c = 0; c < kColumns; ++c) {
+    columns[c].name = kTokenColumns[c];
+    columns[c].dtype = DType::kInt32;
+    columns[c].dims = dims;
+    columns[c].num_values = count * length;
+    columns[c].values = absl::string_view(reinterpret_cast<const char*>(arrays[c].data()),
+                                          arrays[c].size() * sizeof(int32_t));
+  }
+  return Batch::FromColumns(count, columns);
+}
+
+}  // namespace croupier

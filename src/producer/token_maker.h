@@ -1,0 +1,66 @@
+// Makes any batch of a tokens job (docs/protocol.md §7): the packed sequences the token plan
+// names for the batch's records, read from the job's Megatron-LM indexed datasets, as the five
+// int32[L] columns of src/job/token_job.h (a BatchMaker, batch_maker.h).
+#ifndef CROUPIER_SRC_PRODUCER_TOKEN_MAKER_H_
+#define CROUPIER_SRC_PRODUCER_TOKEN_MAKER_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "croupier/batch.h"
+#include "proto/croupier.pb.h"
+#include "src/io/indexed_dataset.h"
+#include "src/plan/token_plan.h"
+#include "src/producer/batch_maker.h"
+
+namespace croupier {
+
+class Env;
+
+// Record p of epoch e is global sequence e * S + p (S = JobInfo.num_records, the sequences of an
+// epoch); its columns, for pieces (document, offset, length) from the plan:
+//   input_ids     the pieces' tokens, in order, at most L; pad_id after them;
+//   labels        each input's next token: with concat, the next token of the stream (the pieces
+//                 hold one token more than the inputs: the last input's label), with best_fit,
+//                 the next token of the same document (read past the piece when the document
+//                 goes on in another sequence), kIgnoredLabel at a document's last token; and
+//                 kIgnoredLabel where no next token exists and at padding;
+//   position_ids  offset + j within each piece (a split document's positions continue); 0 at
+//                 padding;
+//   segment_ids   1, 2, ... one per piece holding inputs; 0 at padding;
+//   loss_mask     1 where the label counts, else 0.
+//
+// Thread-safe: Make may run on many threads at once (the plan and the datasets are).
+class TokenBatchMaker final : public BatchMaker {
+ public:
+  // Opens the job's sources (JobInfo.token_sources) through `env` (nullptr: Env::Default(),
+  // which must outlive the maker) and makes the token plan from their lengths. Errors:
+  // IndexedDataset::Open's (NOT_FOUND naming a missing file, DATA_LOSS naming the byte offset
+  // of a bad index); FAILED_PRECONDITION naming the file of a source that changed since the job
+  // was created (CheckTokenSource), or a plan that disagrees with the job's batches per epoch;
+  // INVALID_ARGUMENT naming the job for a job that is not a tokens job or a bad setting.
+  static absl::StatusOr<std::unique_ptr<TokenBatchMaker>> Create(const v1::JobInfo& job,
+                                                                 Env* env = nullptr);
+  ~TokenBatchMaker() override;
+
+  const TokenPlan& plan() const { return *plan_; }
+
+ private:
+  TokenBatchMaker(v1::JobInfo job, JobConfig config,
+                  std::vector<std::unique_ptr<IndexedDataset>> datasets,
+                  std::unique_ptr<TokenPlan> plan);
+  // Errors name the global sequence and the source's document (Read's errors name the file and
+  // byte offset).
+  absl::StatusOr<Batch> MakeRecords(uint64_t epoch, uint64_t batch,
+                                    absl::Span<const uint64_t> ids) const override;
+
+  const std::vector<std::unique_ptr<IndexedDataset>> datasets_;
+  const std::unique_ptr<TokenPlan> plan_;
+};
+
+}  // namespace croupier
+
+#endif  // CROUPIER_SRC_PRODUCER_TOKEN_MAKER_H_

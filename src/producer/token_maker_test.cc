@@ -1,0 +1,184 @@
+#include "src/producer/token_maker.h"
+
+#include <unistd.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/common/testing.h"
+#include "src/dispatcher/job_builder.h"
+#include "src/dispatcher/job_spec.h"
+#include "src/testing/token_data.h"
+
+namespace croupier {
+namespace {
+
+using ::croupier::testing::ScopedTempDir;
+using ::croupier::testing::TokenJobSpec;
+using ::croupier::testing::TokenPlace;
+using ::croupier::testing::WriteTokenSource;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// The JobInfo the dispatcher would make of `spec`.
+absl::StatusOr<v1::JobInfo> Build(const v1::JobSpec& spec) {
+  absl::StatusOr<v1::JobSpec> normal = NormalizeJobSpec(spec);
+  if (!normal.ok()) return normal.status();
+  IndexCache cache;
+  return BuildJobInfo(*normal, cache, *Env::Default(), /*rounds_per_task=*/0);
+}
+
+std::vector<int32_t> Row(const Batch& batch, const char* column, uint64_t record) {
+  const ColumnView* view = batch.view().Find(column);
+  const uint64_t length = view->dims[0];
+  auto values = view->values_as<int32_t>().subspan(record * length, length);
+  return {values.begin(), values.end()};
+}
+
+TEST(ProducerTokenMakerTest, ConcatCutsTheStreamEveryLTokensWithTheNextTokenAsLabel) {
+  ScopedTempDir dir;
+  const std::string prefix = dir.Join("one");
+  ASSERT_TRUE(WriteIndexedDataset(prefix, TokenDType::kInt32, {{10, 11, 12, 13, 14, 15, 16}}).ok());
+  auto info = Build(TokenJobSpec("lm", {prefix}, /*L=*/4, /*B=*/1, /*steps=*/2, /*N=*/1));
+  ASSERT_TRUE(info.ok()) << info.status();
+  auto maker = TokenBatchMaker::Create(*info);
+  ASSERT_TRUE(maker.ok()) << maker.status();
+  auto first = (*maker)->Make(0, 0);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_THAT(Row(*first, "input_ids", 0), ElementsAre(10, 11, 12, 13));
+  EXPECT_THAT(Row(*first, "labels", 0), ElementsAre(11, 12, 13, 14));
+  EXPECT_THAT(Row(*first, "position_ids", 0), ElementsAre(0, 1, 2, 3));
+  EXPECT_THAT(Row(*first, "segment_ids", 0), ElementsAre(1, 1, 1, 1));
+  EXPECT_THAT(Row(*first, "loss_mask", 0), ElementsAre(1, 1, 1, 1));
+  // The end of the source epoch: 3 tokens, padded; the last has no next token.
+  auto second = (*maker)->Make(0, 1);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_THAT(Row(*second, "input_ids", 0), ElementsAre(14, 15, 16, -1));
+  EXPECT_THAT(Row(*second, "labels", 0), ElementsAre(15, 16, -100, -100));
+  EXPECT_THAT(Row(*second, "position_ids", 0), ElementsAre(4, 5, 6, 0));
+  EXPECT_THAT(Row(*second, "segment_ids", 0), ElementsAre(1, 1, 1, 0));
+  EXPECT_THAT(Row(*second, "loss_mask", 0), ElementsAre(1, 1, 0, 0));
+}
+
+TEST(ProducerTokenMakerTest, BestFitLabelsASplitDocumentsLastInputWithTheTokenInTheNextPiece) {
+  ScopedTempDir dir;
+  const std::string prefix = dir.Join("one");
+  // Document 0 is longer than L = 4: pieces [1 2 3 4] and [5 6]; document 1 fits beside [5 6].
+  ASSERT_TRUE(
+      WriteIndexedDataset(prefix, TokenDType::kUInt16, {{1, 2, 3, 4, 5, 6}, {7, 8}}).ok());
+  auto info = Build(TokenJobSpec("lm", {prefix}, 4, 2, 1, 1, v1::PACKING_BEST_FIT));
+  ASSERT_TRUE(info.ok()) << info.status();
+  auto maker = TokenBatchMaker::Create(*info);
+  ASSERT_TRUE(maker.ok()) << maker.status();
+  auto batch = (*maker)->Make(0, 0);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  ASSERT_EQ(batch->num_records(), 2u);
+  // Which bin comes first depends on the permutation: find the one with the first piece.
+  const uint64_t full = Row(*batch, "input_ids", 0)[0] == 1 ? 0 : 1;
+  EXPECT_THAT(Row(*batch, "input_ids", full), ElementsAre(1, 2, 3, 4));
+  EXPECT_THAT(Row(*batch, "labels", full), ElementsAre(2, 3, 4, 5));
+  EXPECT_THAT(Row(*batch, "loss_mask", full), ElementsAre(1, 1, 1, 1));
+  const uint64_t shared = 1 - full;
+  std::vector<int32_t> inputs = Row(*batch, "input_ids", shared);
+  std::vector<int32_t> labels = Row(*batch, "labels", shared);
+  std::vector<int32_t> positions = Row(*batch, "position_ids", shared);
+  std::vector<int32_t> segments = Row(*batch, "segment_ids", shared);
+  std::map<int32_t, std::pair<int32_t, int32_t>> by_input;  // input -> (label, position)
+  for (int j = 0; j < 4; ++j) by_input[inputs[j]] = {labels[j], positions[j]};
+  EXPECT_EQ(by_input[5], std::make_pair(6, 4));
+  EXPECT_EQ(by_input[6], std::make_pair(-100, 5));
+  EXPECT_EQ(by_input[7], std::make_pair(8, 0));
+  EXPECT_EQ(by_input[8], std::make_pair(-100, 1));
+  EXPECT_EQ(std::set<int32_t>(segments.begin(), segments.end()), (std::set<int32_t>{1, 2}));
+}
+
+// Over whole source epochs, of each packing, of two sources of either dtype mixed: every batch
+// holds what the documents say (CheckTokenBatch), and every token of the first source epoch of
+// each source is an input exactly once.
+TEST(ProducerTokenMakerTest, EveryTokenOfASourceEpochIsAnInputOnceAndEachColumnSaysWhereItIsFrom) {
+  ScopedTempDir dir;
+  const std::vector<std::string> prefixes = {
+      WriteTokenSource(dir.Join("a"), 0, 120, TokenDType::kInt32),
+      WriteTokenSource(dir.Join("b"), 1, 80, TokenDType::kUInt16)};
+  for (v1::Packing packing : {v1::PACKING_CONCAT, v1::PACKING_BEST_FIT}) {
+    SCOPED_TRACE(v1::Packing_Name(packing));
+    v1::JobSpec spec = TokenJobSpec("lm", prefixes, 64, 8, 60, 2, packing);
+    spec.mutable_tokens()->set_packing_window(16);
+    auto info = Build(spec);
+    ASSERT_TRUE(info.ok()) << info.status();
+    auto maker = TokenBatchMaker::Create(*info);
+    ASSERT_TRUE(maker.ok()) << maker.status();
+    const TokenPlan& plan = (*maker)->plan();
+    std::vector<std::vector<TokenPlace>> places;  // by global sequence
+    for (uint64_t b = 0; b < info->batches_per_epoch(); ++b) {
+      auto batch = (*maker)->Make(0, b);
+      ASSERT_TRUE(batch.ok()) << batch.status();
+      testing::CheckTokenBatch(batch->view(), packing == v1::PACKING_BEST_FIT, &places);
+      ASSERT_FALSE(HasFatalFailure());
+    }
+    // The job's 480 sequences reach past each source's first source epoch.
+    for (uint32_t k = 0; k < 2; ++k) {
+      ASSERT_GT(plan.CountsBefore(info->num_records())[k], plan.SequencesInEpoch(k, 0));
+    }
+    // The inputs of the sequences of each source's first source epoch (the batch's records are
+    // global sequences in order: batch b of B/N holds sequences b*B/N onwards).
+    ASSERT_EQ(places.size(), info->num_records());
+    std::map<TokenPlace, int> seen;
+    for (uint64_t i = 0; i < places.size(); ++i) {
+      if (plan.Sequence(i).source_epoch != 0) continue;
+      for (const TokenPlace& p : places[i]) ++seen[p];
+    }
+    uint64_t expected = 0;
+    for (uint32_t k = 0; k < 2; ++k) {
+      const uint64_t documents = k == 0 ? 120 : 80;
+      for (uint64_t d = 0; d < documents; ++d) {
+        for (uint32_t p = 0; p < testing::DocumentLength(k, d); ++p) {
+          ASSERT_EQ(seen[(TokenPlace{k, d, p})], 1) << k << " " << d << " " << p;
+          ++expected;
+        }
+      }
+    }
+    EXPECT_EQ(seen.size(), expected);
+  }
+}
+
+TEST(ProducerTokenMakerTest, TheSameBatchIsTheSameBytesFromAnyMakerInAnyOrder) {
+  ScopedTempDir dir;
+  const std::vector<std::string> prefixes = {WriteTokenSource(dir.Join("a"), 0, 200),
+                                             WriteTokenSource(dir.Join("b"), 1, 150)};
+  v1::JobSpec spec = TokenJobSpec("lm", prefixes, 32, 12, 20, 3, v1::PACKING_BEST_FIT);
+  auto info = Build(spec);
+  ASSERT_TRUE(info.ok()) << info.status();
+  auto one = TokenBatchMaker::Create(*info);
+  auto two = TokenBatchMaker::Create(*info);
+  ASSERT_TRUE(one.ok() && two.ok());
+  const uint64_t batches = info->batches_per_epoch();
+  std::vector<uint64_t> forward, backward(batches);
+  for (uint64_t b = 0; b < batches; ++b) forward.push_back((*one)->Make(0, b)->ContentHash());
+  for (uint64_t b = batches; b-- > 0;) backward[b] = (*two)->Make(0, b)->ContentHash();
+  EXPECT_EQ(forward, backward);
+  EXPECT_EQ(std::set<uint64_t>(forward.begin(), forward.end()).size(), batches);
+}
+
+TEST(ProducerTokenMakerTest, ASourceRewrittenSinceTheJobWasCreatedIsRefusedNamingIt) {
+  ScopedTempDir dir;
+  const std::string prefix = WriteTokenSource(dir.Join("a"), 0, 50);
+  auto info = Build(TokenJobSpec("lm", {prefix}, 16, 4, 5, 2));
+  ASSERT_TRUE(info.ok()) << info.status();
+  WriteTokenSource(prefix, 0, 51);
+  auto maker = TokenBatchMaker::Create(*info);
+  EXPECT_EQ(maker.status().code(), absl::StatusCode::kFailedPrecondition) << maker.status();
+  EXPECT_THAT(std::string(maker.status().message()),
+              HasSubstr("token source " + prefix + " changed since the job was created"));
+  ASSERT_TRUE(::unlink((prefix + ".bin").c_str()) == 0);
+  maker = TokenBatchMaker::Create(*info);
+  EXPECT_EQ(maker.status().code(), absl::StatusCode::kNotFound) << maker.status();
+  EXPECT_THAT(std::string(maker.status().message()), HasSubstr(prefix + ".bin"));
+}
+
+}  // namespace
+}  // namespace croupier
