@@ -1,6 +1,7 @@
 // Tokens jobs on the in-process cluster: the dispatcher, producers and consumers of every other
 // job, dealing packed sequences (docs/protocol.md §7).
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -36,6 +37,13 @@ std::vector<uint64_t> ReadSteps(TestCluster& cluster, const std::string& name,
                                 uint32_t world, uint64_t first, uint64_t end) {
   v1::JobSpec spec = TokenJobSpec(name, prefixes, 32, kGlobalBatch, kSteps, world, packing);
   spec.set_start_batch(first * world);  // the first global batch of global step `first`
+  // Web and code 3:1, then 1:1 from global step 7.
+  for (auto [step, web, code] : {std::tuple{0, 3.0, 1.0}, std::tuple{7, 1.0, 1.0}}) {
+    v1::WeightChange* change = spec.mutable_tokens()->add_weights();
+    change->set_first_step(step);
+    change->add_weights(web);
+    change->add_weights(code);
+  }
   const v1::JobInfo job = Must(cluster.CreateJob(spec));
   EXPECT_EQ(job.spec().batch_size(), kGlobalBatch / world);
   std::vector<std::unique_ptr<Consumer>> ranks;
@@ -64,7 +72,7 @@ std::vector<uint64_t> ReadSteps(TestCluster& cluster, const std::string& name,
 // The guarantee no peer gives with packing and mixing: a run resumed at any world size that
 // divides the global batch continues with the same sequences, bit for bit. 1 -> 3 -> 8 -> 5 ranks
 // at B = 120, each resume at a global step, against one uninterrupted run at 1 rank; for both
-// packings, with two sources of either dtype mixed 3:1.
+// packings, with two sources of either dtype mixed 3:1 and then, from step 7, 1:1.
 TEST(TokenClusterTest, AResumeAtAnyWorldSizeContinuesWithTheSameSequences) {
   auto cluster = Must(TestCluster::Start({.producers = 2}));
   ASSERT_NE(cluster, nullptr);
