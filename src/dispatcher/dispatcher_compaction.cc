@@ -15,24 +15,19 @@ absl::Status DispatcherImpl::CompactJournalLocked() {
   const uint64_t before = journal_->size();
   const std::vector<journal::Update> snapshot = state_.Snapshot();
   // Under mu_, as every journal write: no update may land in the old file after the snapshot was
-  // taken. The time is that of writing and syncing the snapshot (about the state's size).
-  absl::StatusOr<uint64_t> size = CompactJournal(*options_.env, journal_->path(), snapshot);
+  // taken. The time is that of writing and syncing the snapshot (about the state's size), after
+  // the sync in progress, if any. Calls waiting for the journal meanwhile are answered once the
+  // snapshot is durable: it holds what they saw (JournalWriter::Compact).
+  absl::StatusOr<uint64_t> size = journal_->Compact(snapshot);
   if (!size.ok()) {
-    // The old journal is whole and still open: carry on with it.
+    if (!journal_->status().ok()) {
+      // Compacted, but the new file cannot be appended to: every change is refused.
+      journal_lost_ = size.status();
+    }
+    // Else the old journal is whole and still in use: carry on with it.
     NoteJournalWriteLocked(size.status());
     return size.status();
   }
-  journal_.reset();  // open on the replaced file
-  absl::StatusOr<std::unique_ptr<JournalWriter>> reopened = JournalWriter::Open(
-      *options_.env, options_.journal_path, *size, {.sync = options_.journal_sync});
-  if (!reopened.ok()) {
-    journal_lost_ = absl::UnavailableError(absl::StrCat(
-        "the journal ", options_.journal_path, " was compacted but cannot be reopened (",
-        reopened.status().message(), "); restart the dispatcher"));
-    NoteJournalWriteLocked(journal_lost_);
-    return journal_lost_;
-  }
-  journal_ = *std::move(reopened);
   compacted_bytes_ = *size;
   Log(LogLevel::kInfo, "dispatcher",
       absl::StrCat("compacted journal ", options_.journal_path, " from ", before, " to ", *size,

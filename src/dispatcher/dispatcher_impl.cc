@@ -11,6 +11,7 @@
 #include "src/common/logging.h"
 #include "src/common/protocol.h"
 #include "src/common/status_macros.h"
+#include "src/control/call_deadline.h"
 #include "src/dispatcher/job_builder.h"
 #include "src/dispatcher/job_spec.h"
 #include "src/dispatcher/locate.h"
@@ -79,12 +80,13 @@ DispatcherImpl::DispatcherImpl(DispatcherOptions options)
       advisor_(options_.advice) {}
 
 absl::Status DispatcherImpl::ApplyLocked(const journal::Update& update) {
-  // Journaled under mu_, and before the update is applied. Under mu_ because the journal's order
+  // Written under mu_, and before the update is applied. Under mu_ because the journal's order
   // must be the order of application: an update depends on the state before it (ids, cursors,
   // owners), so replaying in file order rebuilds the state only if no other update was applied
-  // between writing and applying this one. Before applying, because nothing may become visible to
-  // a caller (this RPC's response, or another RPC reading the state) that a crash could take
-  // back. The price is the write and fdatasync under the lock (journal.h gives the cost).
+  // between writing and applying this one. Only written here, not synced: nothing applied may
+  // reach a caller (this RPC's response, or another RPC reading the state) before a crash can no
+  // longer take it back, and every public method waits for that after releasing mu_ (Durable),
+  // so that the syncs of concurrent calls are shared and none is taken under mu_.
   RETURN_IF_ERROR(journal_lost_);
   if (journal_) {
     absl::Status written = journal_->Append(update);
@@ -103,6 +105,7 @@ absl::Status DispatcherImpl::ApplyLocked(const journal::Update& update) {
     return absl::InternalError(absl::StrCat("the dispatcher's state refused its own update (",
                                             update.ShortDebugString(), "): ", status.message()));
   }
+  if (journal_) journal_->Publish();
   // The changes that can give a producer a task (task_assignment.h): a consumer registering (a
   // job is idle from its creation until then), and new orphans (of a removed producer, a
   // reopened range, a task made again on request).
@@ -110,6 +113,45 @@ absl::Status DispatcherImpl::ApplyLocked(const journal::Update& update) {
     waiters_.Notify();
   }
   return absl::OkStatus();
+}
+
+absl::Status DispatcherImpl::WaitForJournal(absl::Time deadline) {
+  if (!journal_) return absl::OkStatus();
+  // Read after the call's last unlock of mu_: at least what was published then, which covers
+  // every change the call could have seen (ApplyLocked publishes before mu_ is released).
+  return journal_->WaitSynced(journal_->published(), deadline);
+}
+
+template <typename T>
+absl::StatusOr<T> DispatcherImpl::Durable(absl::StatusOr<T> result, absl::Time deadline) {
+  RETURN_IF_ERROR(WaitForJournal(deadline));
+  return result;
+}
+
+absl::StatusOr<v1::CreateJobResponse> DispatcherImpl::CreateJob(
+    const v1::CreateJobRequest& request) {
+  return Durable(CreateJobUnsynced(request), CallDeadline::Current());
+}
+absl::StatusOr<v1::GetJobResponse> DispatcherImpl::GetJob(const v1::GetJobRequest& request) {
+  return Durable(GetJobUnsynced(request), CallDeadline::Current());
+}
+absl::StatusOr<v1::DeleteJobResponse> DispatcherImpl::DeleteJob(
+    const v1::DeleteJobRequest& request) {
+  return Durable(DeleteJobUnsynced(request), CallDeadline::Current());
+}
+absl::StatusOr<v1::ProducerHeartbeatResponse> DispatcherImpl::ProducerHeartbeat(
+    const v1::ProducerHeartbeatRequest& request) {
+  return Durable(ProducerHeartbeatUnsynced(request), CallDeadline::Current());
+}
+absl::StatusOr<v1::ConsumerHeartbeatResponse> DispatcherImpl::ConsumerHeartbeat(
+    const v1::ConsumerHeartbeatRequest& request) {
+  return Durable(ConsumerHeartbeatUnsynced(request), CallDeadline::Current());
+}
+absl::StatusOr<v1::LocateResponse> DispatcherImpl::Locate(const v1::LocateRequest& request) {
+  return Durable(LocateUnsynced(request), CallDeadline::Current());
+}
+absl::StatusOr<v1::StatusResponse> DispatcherImpl::GetStatus(const v1::StatusRequest& request) {
+  return Durable(GetStatusUnsynced(request), CallDeadline::Current());
 }
 
 std::string DispatcherImpl::StateDebugString() const {
@@ -121,7 +163,7 @@ uint32_t DispatcherImpl::HeartbeatIntervalMs() const {
   return static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval));
 }
 
-absl::StatusOr<v1::CreateJobResponse> DispatcherImpl::CreateJob(
+absl::StatusOr<v1::CreateJobResponse> DispatcherImpl::CreateJobUnsynced(
     const v1::CreateJobRequest& request) {
   ASSIGN_OR_RETURN(v1::JobSpec spec, NormalizeJobSpec(request.spec()));
   const std::string name = spec.name();
@@ -189,7 +231,8 @@ absl::StatusOr<v1::CreateJobResponse> DispatcherImpl::ExistingJobLocked(
   return response;
 }
 
-absl::StatusOr<v1::GetJobResponse> DispatcherImpl::GetJob(const v1::GetJobRequest& request) {
+absl::StatusOr<v1::GetJobResponse> DispatcherImpl::GetJobUnsynced(
+    const v1::GetJobRequest& request) {
   absl::MutexLock lock(&mu_);
   const DispatcherState::Job* job = state_.FindJob(request.name());
   if (job == nullptr) return UnknownJobError(state_, request.name());
@@ -209,7 +252,8 @@ absl::StatusOr<v1::GetJobResponse> DispatcherImpl::GetJob(const v1::GetJobReques
   return response;
 }
 
-absl::StatusOr<v1::LocateResponse> DispatcherImpl::Locate(const v1::LocateRequest& request) {
+absl::StatusOr<v1::LocateResponse> DispatcherImpl::LocateUnsynced(
+    const v1::LocateRequest& request) {
   absl::MutexLock lock(&mu_);
   if (request.remake_if_finished() && request.num_batches() == 1) {
     const DispatcherState::Job* job = state_.FindJob(request.job());
@@ -245,7 +289,8 @@ absl::StatusOr<v1::LocateResponse> DispatcherImpl::Locate(const v1::LocateReques
   return response;
 }
 
-absl::StatusOr<v1::StatusResponse> DispatcherImpl::GetStatus(const v1::StatusRequest& request) {
+absl::StatusOr<v1::StatusResponse> DispatcherImpl::GetStatusUnsynced(
+    const v1::StatusRequest& request) {
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
   v1::StatusResponse response;

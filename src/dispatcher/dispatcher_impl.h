@@ -84,6 +84,17 @@ class DispatcherImpl {
   // Every RPC below that changes the durable state writes the change to the journal before the
   // change is visible to any caller. If the journal cannot be written, the call fails with
   // UNAVAILABLE naming the file and the change is not made (see JournalWriter::Append).
+  //
+  // No RPC below answers before everything it could have seen is durable (group commit,
+  // journal.h): the changes are written (not synced) and applied under the mutex, in one order;
+  // each call, after its last unlock, waits until the journal is synced up to the position
+  // published when it last held the mutex (a sync ticket), and many calls share one fdatasync.
+  // Reads count too: an answer read from a change that a crash could take back would reveal it.
+  // The wait ends by the caller's deadline (CallDeadline, call_deadline.h: the gRPC adapter
+  // sets the call's, the in-process control plane the caller's), with DEADLINE_EXCEEDED naming
+  // the journal. A failed sync fails every call whose ticket it did not cover, and every later
+  // one, with UNAVAILABLE naming the journal file and byte (JournalWriter::WaitSynced), until
+  // the dispatcher restarts and replays what is on disk. Tick() does not wait: it answers nobody.
   static absl::StatusOr<std::unique_ptr<DispatcherImpl>> Create(DispatcherOptions options);
 
   // Creates a job: checks the spec (job_spec.h), expands and indexes its files and checks its
@@ -207,8 +218,25 @@ class DispatcherImpl {
 
   explicit DispatcherImpl(DispatcherOptions options);
 
-  // The one path of every durable change. A refusal is a bug of this class: INTERNAL.
+  // The one path of every durable change: written to the journal (not synced), applied, then
+  // published for the next sync. A refusal is a bug of this class: INTERNAL.
   absl::Status ApplyLocked(const journal::Update& update) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `result`, once the journal is durable up to what was published when the call last held mu_
+  // (every public method's answer goes through here, after its last unlock); else the wait's
+  // error (see Create's comment).
+  template <typename T>
+  absl::StatusOr<T> Durable(absl::StatusOr<T> result, absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status WaitForJournal(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
+  // The public methods' work, answered without waiting for the journal.
+  absl::StatusOr<v1::CreateJobResponse> CreateJobUnsynced(const v1::CreateJobRequest& request);
+  absl::StatusOr<v1::GetJobResponse> GetJobUnsynced(const v1::GetJobRequest& request);
+  absl::StatusOr<v1::DeleteJobResponse> DeleteJobUnsynced(const v1::DeleteJobRequest& request);
+  absl::StatusOr<v1::ProducerHeartbeatResponse> ProducerHeartbeatUnsynced(
+      const v1::ProducerHeartbeatRequest& request);
+  absl::StatusOr<v1::ConsumerHeartbeatResponse> ConsumerHeartbeatUnsynced(
+      const v1::ConsumerHeartbeatRequest& request);
+  absl::StatusOr<v1::LocateResponse> LocateUnsynced(const v1::LocateRequest& request);
+  absl::StatusOr<v1::StatusResponse> GetStatusUnsynced(const v1::StatusRequest& request);
   absl::StatusOr<v1::CreateJobResponse> ExistingJobLocked(const DispatcherState::Job& job,
                                                           const v1::JobSpec& spec, bool exist_ok)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -283,7 +311,8 @@ class DispatcherImpl {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Holds `response` for producer `id` until work may be available or `deadline`, then assigns
   // it up to `slots` tasks; waits again, within the deadline, when another producer took the work.
-  void WaitForWork(uint64_t id, uint32_t slots, absl::Time deadline,
+  // The answer waits for the journal as every call's does, by `call_deadline`.
+  void WaitForWork(uint64_t id, uint32_t slots, absl::Time deadline, absl::Time call_deadline,
                    v1::ProducerHeartbeatResponse response, ProducerHeartbeatDone done);
 
   // The tasks of producer `id` that `request` shows it does not know it owns (held_tasks).
@@ -313,8 +342,10 @@ class DispatcherImpl {
   // When Tick() first saw each done job done (volatile: a job replayed done counts from the first
   // Tick after the start).
   std::map<std::string, absl::Time, std::less<>> done_since_ ABSL_GUARDED_BY(mu_);
-  // Written under mu_ (see ApplyLocked); null without a journal.
-  std::unique_ptr<JournalWriter> journal_ ABSL_GUARDED_BY(mu_);
+  // Null without a journal. The pointer is set once by Create, before the object is shared;
+  // the writer's writing side (Append, DropLast, Publish, Compact) is used under mu_ (see
+  // ApplyLocked), its waiting side (WaitSynced) outside it.
+  std::unique_ptr<JournalWriter> journal_;
   // The journal could not be reopened after a compaction: every change fails with this.
   absl::Status journal_lost_ ABSL_GUARDED_BY(mu_);
   // Why the last journal write failed (StatusResponse.journal_error); empty once one succeeds.

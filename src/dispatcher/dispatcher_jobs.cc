@@ -48,7 +48,7 @@ v1::JobSummary DispatcherImpl::SummaryLocked(const DispatcherState::Job& job,
   return out;
 }
 
-absl::StatusOr<v1::DeleteJobResponse> DispatcherImpl::DeleteJob(
+absl::StatusOr<v1::DeleteJobResponse> DispatcherImpl::DeleteJobUnsynced(
     const v1::DeleteJobRequest& request) {
   absl::MutexLock lock(&mu_);
   return DeleteJobLocked(request.name(), request.force(), "on request");

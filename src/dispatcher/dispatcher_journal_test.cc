@@ -1,10 +1,16 @@
 // DispatcherImpl with a journal: restarts rebuild the state, lost assignments are sent again,
 // and a journal that cannot be written fails the call without changing the state.
+#include <atomic>
+#include <cstdio>
+#include <map>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "src/control/call_deadline.h"
 #include "src/dispatcher/test_util.h"
 
 namespace croupier {
@@ -39,6 +45,45 @@ class DispatcherJournalTest : public testing::DispatcherTest {
   }
 
   std::string Journal() const { return dir_.Join("journal"); }
+
+  // A new dispatcher on the same journal, syncing it through `env`; compacting past
+  // `compact_bytes` (0: only at start).
+  void RestartSynced(Env* env, uint64_t compact_bytes = 0) {
+    impl_.reset();
+    DispatcherOptions options;
+    options.journal_path = Journal();
+    options.journal_sync = true;
+    options.journal_compact_bytes = compact_bytes;
+    options.env = env;
+    Recreate(options);
+  }
+
+  // Registers ranks 0..n-1 of a new job "train" (batch size 1, epochs without end), returns the
+  // consumer ids by rank.
+  std::vector<uint64_t> JobWithRanks(uint32_t n) {
+    std::vector<uint64_t> ids;
+    EXPECT_TRUE(Create(Spec("train", 1, n)).ok());
+    for (uint32_t r = 0; r < n; ++r) {
+      auto c = Consumer(0, "train", r, n);
+      EXPECT_TRUE(c.ok()) << c.status();
+      ids.push_back(c.ok() ? c->consumer_id() : 0);
+    }
+    return ids;
+  }
+
+  // The positions of the consumers in the state a replay of `image` (a journal's bytes, as a
+  // crash would leave them) rebuilds; `scratch` is a file path to replay from.
+  absl::StatusOr<std::map<uint64_t, DispatcherState::TaskKey>> CrashPositions(
+      const std::string& image, const std::string& scratch) {
+    RETURN_IF_ERROR(Env::Default()->WriteFileAtomically(scratch, image));
+    DispatcherState state;
+    RETURN_IF_ERROR(ReadJournal(*Env::Default(), scratch,
+                                [&](const journal::Update& u, uint64_t) { return state.Apply(u); })
+                        .status());
+    std::map<uint64_t, DispatcherState::TaskKey> out;
+    for (const auto& [id, c] : state.consumers()) out[id] = {c.epoch, c.step};
+    return out;
+  }
 
   absl::StatusOr<v1::ProducerHeartbeatResponse> Reporting(uint64_t id, uint32_t slots,
                                                           std::vector<uint64_t> held,
@@ -168,6 +213,173 @@ TEST_F(DispatcherJournalTest, JournalWriteErrorFailsTheCallAndChangesNothing) {
   const std::string after = impl_->StateDebugString();
   Restart();
   EXPECT_EQ(impl_->StateDebugString(), after);
+}
+
+// Group commit: 8 consumers acknowledging 30 positions each, concurrently, share the fdatasyncs
+// (each takes 2 ms here), and every acknowledgement is answered only once its journal entry is
+// durable: after each answer, the entry is in what a machine crash would leave (CrashEnv).
+TEST_F(DispatcherJournalTest, ConcurrentCallsShareSyncsAndAnswerOnlyWhatIsDurable) {
+  testing::CrashEnv env(absl::Milliseconds(2));
+  RestartSynced(&env);
+  constexpr uint32_t kRanks = 8;
+  constexpr int kAcks = 30;
+  const std::vector<uint64_t> ids = JobWithRanks(kRanks);  // 40 records: 5 steps per epoch
+  const uint64_t syncs_before = env.syncs();
+  std::atomic<int> failed{0}, early{0};
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      for (int k = 1; k <= kAcks; ++k) {
+        const uint64_t epoch = k / 5, step = k % 5;
+        v1::ConsumerHeartbeatRequest request;
+        request.set_consumer_id(ids[r]);
+        request.set_lease(Lease(ids[r]));
+        request.set_epoch(epoch);
+        request.set_step(step);
+        const CallDeadline bounded(absl::Now() + absl::Seconds(20));
+        auto answer = impl_->ConsumerHeartbeat(request);
+        if (!answer.ok()) {
+          ++failed;
+          ADD_FAILURE() << answer.status();
+          continue;
+        }
+        const std::string entry = JournalEntry(
+            testing::ConsumerAcknowledged(ids[r], epoch, step).SerializeAsString());
+        if (env.Durable(Journal()).find(entry) == std::string::npos) ++early;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failed, 0);
+  EXPECT_EQ(early, 0) << "answers given before their entry was durable";
+  const uint64_t syncs = env.syncs() - syncs_before;
+  std::printf("%u consumers x %d acknowledgements: %llu fdatasyncs\n", kRanks, kAcks,
+              static_cast<unsigned long long>(syncs));
+  EXPECT_LE(syncs, kRanks * kAcks / 2);
+}
+
+// Compaction (by Tick, at every doubling of the journal) while acknowledgements are in flight:
+// after each answer a crash would keep the position answered, and after the last the state a
+// crash leaves holds exactly the positions acknowledged.
+TEST_F(DispatcherJournalTest, CompactionWhileCallsAreInFlightLosesNothingAnswered) {
+  testing::CrashEnv env(absl::Milliseconds(1));
+  RestartSynced(&env, /*compact_bytes=*/1);
+  constexpr uint32_t kRanks = 6;
+  constexpr int kAcks = 25;
+  const std::vector<uint64_t> ids = JobWithRanks(kRanks);  // 40 records: 6 steps per epoch
+  std::atomic<bool> done{false};
+  std::thread ticker([&] {
+    while (!done) {
+      impl_->Tick();
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  });
+  std::atomic<int> failed{0}, lost{0};
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      const std::string scratch = dir_.Join(absl::StrCat("crash-", r));
+      for (int k = 1; k <= kAcks; ++k) {
+        const DispatcherState::TaskKey position(k / 6, k % 6);
+        v1::ConsumerHeartbeatRequest request;
+        request.set_consumer_id(ids[r]);
+        request.set_lease(Lease(ids[r]));
+        request.set_epoch(position.first);
+        request.set_step(position.second);
+        const CallDeadline bounded(absl::Now() + absl::Seconds(20));
+        auto answer = impl_->ConsumerHeartbeat(request);
+        if (!answer.ok()) {
+          ++failed;
+          ADD_FAILURE() << answer.status();
+          continue;
+        }
+        auto crashed = CrashPositions(env.Durable(Journal()), scratch);
+        if (!crashed.ok()) {
+          ++failed;
+          ADD_FAILURE() << crashed.status();
+        } else if ((*crashed)[ids[r]] < position) {
+          ++lost;
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  done = true;
+  ticker.join();
+  EXPECT_EQ(failed, 0);
+  EXPECT_EQ(lost, 0) << "answered positions a crash would lose";
+  // The journal was compacted meanwhile: what a crash leaves begins with a snapshot.
+  const std::string image = env.Durable(Journal());
+  std::vector<journal::Update> entries;
+  const std::string scratch = dir_.Join("crash-end");
+  ASSERT_TRUE(Env::Default()->WriteFileAtomically(scratch, image).ok());
+  ASSERT_TRUE(ReadJournal(*Env::Default(), scratch, [&](const journal::Update& u, uint64_t) {
+                entries.push_back(u);
+                return absl::OkStatus();
+              }).ok());
+  ASSERT_FALSE(entries.empty());
+  EXPECT_TRUE(entries[0].has_snapshot_job()) << entries[0].ShortDebugString();
+  auto crashed = CrashPositions(image, scratch);
+  ASSERT_TRUE(crashed.ok()) << crashed.status();
+  const DispatcherState::TaskKey last(kAcks / 6, kAcks % 6);
+  for (uint64_t id : ids) EXPECT_EQ((*crashed)[id], last) << "consumer " << id;
+}
+
+// A failed fdatasync: the call whose change it was for fails naming the journal, and so does
+// every later call, reads included (they would show the change a crash may take back); a crash
+// leaves the state as last acknowledged.
+TEST_F(DispatcherJournalTest, AFailedSyncFailsTheCallAndEveryLaterOne) {
+  testing::CrashEnv env;
+  RestartSynced(&env);
+  const uint64_t id = JobWithRanks(2)[0];
+  ASSERT_TRUE(Consumer(id, "train", 0, 2, 0, 1).ok());
+  env.set_fail_sync(true);
+  auto r = Consumer(id, "train", 0, 2, 0, 2);
+  EXPECT_TRUE(absl::IsUnavailable(r.status())) << r.status();
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("journal " + Journal() + " is unusable until a restart: syncing it up to "
+                        "byte"));
+  env.set_fail_sync(false);
+  auto status = impl_->GetStatus({});
+  EXPECT_TRUE(absl::IsUnavailable(status.status())) << status.status();
+  r = Consumer(id, "train", 0, 2, 0, 2);  // no change, but it would show the unsynced one
+  EXPECT_TRUE(absl::IsUnavailable(r.status())) << r.status();
+  r = Consumer(id, "train", 0, 2, 0, 3);  // a change: refused
+  EXPECT_TRUE(absl::IsUnavailable(r.status())) << r.status();
+  EXPECT_THAT(r.status().message(), HasSubstr("journal " + Journal() + " is unusable"));
+  auto crashed = CrashPositions(env.Durable(Journal()), dir_.Join("crash"));
+  ASSERT_TRUE(crashed.ok()) << crashed.status();
+  EXPECT_EQ((*crashed)[id], DispatcherState::TaskKey(0, 1));
+}
+
+// A call whose entry waits for another call's fdatasync gives up at its own deadline, naming the
+// journal; the syncing call answers once its fdatasync ends.
+TEST_F(DispatcherJournalTest, AWaitForTheJournalEndsByTheCallsDeadline) {
+  testing::CrashEnv env;
+  RestartSynced(&env);
+  const uint64_t id = JobWithRanks(2)[0];
+  const uint64_t started = env.syncs_started();
+  env.set_hold_syncs(true);
+  absl::Status syncer;
+  std::thread t([&] {
+    const CallDeadline bounded(absl::Now() + absl::Seconds(20));
+    syncer = Consumer(id, "train", 0, 2, 0, 1).status();
+  });
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (env.syncs_started() == started && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  absl::StatusOr<v1::StatusResponse> status = absl::UnknownError("not called");
+  {
+    const CallDeadline bounded(absl::Now() + absl::Milliseconds(50));
+    status = impl_->GetStatus({});
+  }
+  EXPECT_TRUE(absl::IsDeadlineExceeded(status.status())) << status.status();
+  EXPECT_THAT(status.status().message(), HasSubstr("journal " + Journal() + " to be synced"));
+  env.set_hold_syncs(false);
+  t.join();
+  EXPECT_TRUE(syncer.ok()) << syncer;
+  EXPECT_TRUE(impl_->GetStatus({}).ok());
 }
 
 TEST_F(DispatcherJournalTest, UnreplayableJournalFailsTheStart) {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/common/logging.h"
 #include "src/common/status_macros.h"
+#include "src/control/call_deadline.h"
 #include "src/dispatcher/dispatcher_impl.h"
 #include "src/dispatcher/job_spec.h"
 #include "src/dispatcher/locate.h"
@@ -20,7 +21,7 @@
 
 namespace croupier {
 
-absl::StatusOr<v1::ProducerHeartbeatResponse> DispatcherImpl::ProducerHeartbeat(
+absl::StatusOr<v1::ProducerHeartbeatResponse> DispatcherImpl::ProducerHeartbeatUnsynced(
     const v1::ProducerHeartbeatRequest& request) {
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
@@ -139,6 +140,8 @@ absl::Status DispatcherImpl::AssignTasksLocked(uint64_t id, uint32_t slots, Prod
 
 void DispatcherImpl::ProducerHeartbeatOrWait(const v1::ProducerHeartbeatRequest& request,
                                              ProducerHeartbeatDone done) {
+  // The answer given later, from the waiters' thread, waits for the journal by the same deadline.
+  const absl::Time call_deadline = CallDeadline::Current();
   absl::StatusOr<v1::ProducerHeartbeatResponse> response = ProducerHeartbeat(request);
   if (!response.ok() || request.wait_for_work_ms() == 0) {
     std::move(done)(std::move(response));
@@ -153,13 +156,15 @@ void DispatcherImpl::ProducerHeartbeatOrWait(const v1::ProducerHeartbeatRequest&
   const absl::Duration wait =
       std::min(absl::Milliseconds(request.wait_for_work_ms()), options_.heartbeat_interval);
   const uint64_t id = response->producer_id();  // read before the response is moved
-  WaitForWork(id, slots, absl::Now() + wait, *std::move(response), std::move(done));
+  WaitForWork(id, slots, absl::Now() + wait, call_deadline, *std::move(response),
+              std::move(done));
 }
 
 void DispatcherImpl::WaitForWork(uint64_t id, uint32_t slots, absl::Time deadline,
-                                 v1::ProducerHeartbeatResponse response,
+                                 absl::Time call_deadline, v1::ProducerHeartbeatResponse response,
                                  ProducerHeartbeatDone done) {
-  waiters_.Wait(deadline, [this, id, slots, deadline, response = std::move(response),
+  waiters_.Wait(deadline, [this, id, slots, deadline, call_deadline,
+                           response = std::move(response),
                            done = std::move(done)](WorkWaiters::Wake why) mutable {
     if (why == WorkWaiters::Wake::kWorkMayBeAvailable) {
       absl::Status assigned = absl::OkStatus();
@@ -171,12 +176,14 @@ void DispatcherImpl::WaitForWork(uint64_t id, uint32_t slots, absl::Time deadlin
           assigned = AssignTasksLocked(id, slots, info->second, response);
         }
       }
+      // The tasks assigned (or the error, which may reveal state) are answered once durable.
+      if (absl::Status synced = WaitForJournal(call_deadline); !synced.ok()) assigned = synced;
       if (!assigned.ok()) {
         std::move(done)(assigned);
         return;
       }
       if (response.new_tasks_size() == 0 && absl::Now() < deadline) {
-        WaitForWork(id, slots, deadline, std::move(response), std::move(done));
+        WaitForWork(id, slots, deadline, call_deadline, std::move(response), std::move(done));
         return;
       }
     }
@@ -214,7 +221,7 @@ std::vector<v1::Task> DispatcherImpl::LostTasksLocked(uint64_t id,
   return lost;
 }
 
-absl::StatusOr<v1::ConsumerHeartbeatResponse> DispatcherImpl::ConsumerHeartbeat(
+absl::StatusOr<v1::ConsumerHeartbeatResponse> DispatcherImpl::ConsumerHeartbeatUnsynced(
     const v1::ConsumerHeartbeatRequest& request) {
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);

@@ -253,24 +253,49 @@ absl::StatusOr<std::unique_ptr<JournalWriter>> JournalWriter::Open(Env& env, std
 
 JournalWriter::JournalWriter(Env& env, std::string path, Options options,
                              std::unique_ptr<WritableFile> file, uint64_t size)
-    : env_(env), path_(std::move(path)), options_(options), file_(std::move(file)), size_(size) {}
+    : env_(env), path_(std::move(path)), options_(options), file_(std::move(file)), size_(size) {
+  absl::MutexLock lock(&sync_mu_);
+  published_ = synced_ = size;  // Open synced the header or the cut
+}
 
 JournalWriter::~JournalWriter() {
   if (absl::Status s = file_->Close(); !s.ok()) Log(LogLevel::kError, "journal", s.ToString());
 }
 
+uint64_t JournalWriter::published() const {
+  absl::MutexLock lock(&sync_mu_);
+  return published_;
+}
+
+uint64_t JournalWriter::syncs() const {
+  absl::MutexLock lock(&sync_mu_);
+  return syncs_;
+}
+
+absl::Status JournalWriter::status() const {
+  absl::MutexLock lock(&sync_mu_);
+  return broken_;
+}
+
+void JournalWriter::BreakLocked(absl::Status status) {
+  if (!broken_.ok()) return;  // the first cause stays
+  broken_ = std::move(status);
+  Log(LogLevel::kError, "journal", broken_.message());
+  sync_cv_.SignalAll();
+}
+
 void JournalWriter::CutBack(uint64_t size) {
   absl::Status cut = env_.Truncate(path_, size);
   if (!cut.ok()) {
-    broken_ = absl::UnavailableError(
+    absl::MutexLock lock(&sync_mu_);
+    BreakLocked(absl::UnavailableError(
         absl::StrCat("the dispatcher's journal ", path_, " is unusable until a restart: after a "
-                     "failed write it could not be cut back to byte ", size, ": ", cut.message()));
-    Log(LogLevel::kError, "journal", broken_.message());
+                     "failed write it could not be cut back to byte ", size, ": ", cut.message())));
   }
 }
 
 absl::Status JournalWriter::Append(const journal::Update& update) {
-  if (!broken_.ok()) return broken_;
+  RETURN_IF_ERROR(status());
   std::string payload;
   if (!update.SerializeToString(&payload)) {
     return absl::InternalError(absl::StrCat("cannot serialize journal update for ", path_));
@@ -288,41 +313,138 @@ absl::Status JournalWriter::Append(const journal::Update& update) {
                                                " at byte ", size_, ": ", written.message(),
                                                "; the change was not made"));
   }
-  if (options_.sync) {
-    absl::Status synced = file_->Sync();
-    if (!synced.ok()) {
-      // After a failed fdatasync the kernel may have dropped the dirty pages and reports the
-      // next sync as fine: only a replay of what is on disk is trustworthy now.
-      CutBack(size_);
-      broken_ = absl::UnavailableError(
-          absl::StrCat("the dispatcher's journal ", path_, " is unusable until a restart: syncing "
-                       "the entry at byte ", size_, " failed: ", synced.message()));
-      Log(LogLevel::kError, "journal", broken_.message());
-      return broken_;
-    }
-  }
   last_entry_ = size_;
   size_ += entry.size();
   return absl::OkStatus();
 }
 
 absl::Status JournalWriter::DropLast() {
-  if (!broken_.ok()) return broken_;
+  RETURN_IF_ERROR(status());
   if (last_entry_ == 0) {
     return absl::FailedPreconditionError(absl::StrCat("journal ", path_, ": no entry to drop"));
   }
+  {
+    absl::MutexLock lock(&sync_mu_);
+    if (base_ + last_entry_ < published_) {
+      // A waiter may have been told it is durable: it cannot be taken back.
+      return absl::FailedPreconditionError(absl::StrCat(
+          "journal ", path_, ": the entry at byte ", last_entry_, " is published; not dropped"));
+    }
+  }
   CutBack(last_entry_);
-  if (!broken_.ok()) return broken_;
+  RETURN_IF_ERROR(status());
   if (options_.sync) {
+    // Synced at once (a rare path: a refused update is a bug): a crash must not bring the entry
+    // back, since a replay would refuse it too. Concurrent with a syncer's fdatasync, which is
+    // fine for the file; that syncer covers only what was published, which ends before the cut.
     if (absl::Status s = file_->Sync(); !s.ok()) {
-      broken_ = absl::UnavailableError(absl::StrCat("the dispatcher's journal ", path_,
-                                                    " is unusable until a restart: ", s.message()));
+      absl::MutexLock lock(&sync_mu_);
+      BreakLocked(absl::UnavailableError(
+          absl::StrCat("the dispatcher's journal ", path_, " is unusable until a restart: syncing "
+                       "its cut back to byte ", last_entry_, " failed: ", s.message())));
       return broken_;
     }
   }
   size_ = last_entry_;
   last_entry_ = 0;
   return absl::OkStatus();
+}
+
+uint64_t JournalWriter::Publish() {
+  absl::MutexLock lock(&sync_mu_);
+  published_ = std::max(published_, base_ + size_);
+  return published_;
+}
+
+void JournalWriter::SyncLocked() {
+  syncing_ = true;
+  // Everything published was written before it was published: this fdatasync covers it. Entries
+  // written meanwhile may be covered too, but are counted only by the next sync.
+  const uint64_t target = published_;
+  WritableFile* const file = file_.get();  // not replaced while syncing_ (Compact waits)
+  sync_mu_.Unlock();
+  const absl::Status synced = file->Sync();
+  sync_mu_.Lock();
+  syncing_ = false;
+  ++syncs_;
+  if (synced.ok()) {
+    synced_ = std::max(synced_, target);
+  } else {
+    // After a failed fdatasync the kernel may have dropped the dirty pages and reports the next
+    // sync as fine: only a replay of what is on disk is trustworthy now. Nothing after synced_ may
+    // be acknowledged, so every waiter past it fails, and so does every later call.
+    BreakLocked(absl::UnavailableError(absl::StrCat(
+        "the dispatcher's journal ", path_, " is unusable until a restart: syncing it up to byte ",
+        target - base_, " failed: ", synced.message(), " (durable up to byte ", synced_ - base_,
+        "; no call that depends on what follows was answered)")));
+  }
+  sync_cv_.SignalAll();
+}
+
+absl::Status JournalWriter::WaitSynced(uint64_t ticket, absl::Time deadline) {
+  if (!options_.sync) return absl::OkStatus();
+  absl::MutexLock lock(&sync_mu_);
+  while (true) {
+    if (synced_ >= ticket) return absl::OkStatus();
+    if (!broken_.ok()) return broken_;
+    if (!syncing_) {
+      if (absl::Now() >= deadline) break;
+      SyncLocked();
+      continue;
+    }
+    if (sync_cv_.WaitWithDeadline(&sync_mu_, deadline) && synced_ < ticket && broken_.ok()) break;
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "the call's deadline passed while it waited for the dispatcher's journal ", path_,
+      " to be synced up to byte ", ticket - base_, " (durable up to byte ", synced_ - base_,
+      (syncing_ ? "; an fdatasync is still in progress" : ""), ")"));
+}
+
+absl::StatusOr<uint64_t> JournalWriter::Compact(const std::vector<journal::Update>& snapshot) {
+  {
+    absl::MutexLock lock(&sync_mu_);
+    if (!broken_.ok()) return broken_;
+    // Become the syncer: file_ is not synced by anyone while it is replaced.
+    while (syncing_) sync_cv_.Wait(&sync_mu_);
+    syncing_ = true;
+  }
+  absl::StatusOr<uint64_t> size = CompactJournal(env_, path_, snapshot);
+  absl::StatusOr<std::unique_ptr<WritableFile>> reopened =
+      absl::FailedPreconditionError("not compacted");
+  if (size.ok()) reopened = env_.OpenForAppend(path_);
+  std::unique_ptr<WritableFile> old;
+  absl::Status result;
+  {
+    absl::MutexLock lock(&sync_mu_);
+    syncing_ = false;
+    if (size.ok()) {
+      // The snapshot, synced, holds the state every entry written so far built: all of them are
+      // durable now, published or not.
+      const uint64_t written = base_ + size_;
+      published_ = synced_ = written;
+      if (reopened.ok()) {
+        old = std::move(file_);
+        file_ = *std::move(reopened);
+        base_ = written;
+        size_ = *size;
+        last_entry_ = 0;
+        published_ = synced_ = base_ + size_;
+      } else {
+        BreakLocked(absl::UnavailableError(absl::StrCat(
+            "the journal ", path_, " was compacted but cannot be reopened (",
+            reopened.status().message(), "); restart the dispatcher")));
+        result = broken_;
+      }
+    } else {
+      result = size.status();
+    }
+    sync_cv_.SignalAll();
+  }
+  if (old) {
+    if (absl::Status s = old->Close(); !s.ok()) Log(LogLevel::kError, "journal", s.ToString());
+  }
+  if (!result.ok()) return result;
+  return *size;
 }
 
 absl::StatusOr<uint64_t> CompactJournal(Env& env, const std::string& path,

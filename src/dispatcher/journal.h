@@ -16,16 +16,25 @@
 // tail: it is cut away (and logged), never applied. A bad entry followed by a valid one is not
 // something a crash does: DATA_LOSS naming the file and offset.
 //
-// Durability: each Append writes the entry with one write() and then fdatasync()s it, before the
-// caller applies the update and before any RPC answers, so an answered call survives a machine
-// crash, not only a process crash. Measured on the development VM (ext4 on a virtio disk, 2
-// cores) with journal_test's SyncCost loop of 200 entries: about 3.5 ms per entry with fdatasync,
-// about 1 us with write() alone. The dispatcher writes a few entries per heartbeat: for a few
-// dozen producers and consumers, tens of entries per second, a few percent of its time, and a
-// call that changes the state answers a few ms later. Each sync is taken under the dispatcher's
-// mutex (DispatcherImpl::ApplyLocked says why), so past a few hundred entries per second (hundreds
-// of consumers acknowledging every second) the syncs would serialize the dispatcher: grouping the
-// syncs of concurrent calls into one (group commit) is then the next step.
+// Durability (group commit): Append only write()s an entry; making it durable is separate, so
+// that many entries share one fdatasync. A caller that writes under its own mutex (DispatcherImpl,
+// which must journal in the order it applies) publishes what it wrote before unlocking
+// (Publish), and every caller that answered from that state, after unlocking, waits until the
+// journal is synced up to the published position it saw (WaitSynced, the "sync ticket"). The
+// first waiter that finds its ticket not covered becomes the syncer: it fdatasyncs outside every
+// lock but the writer's own sync mutex (held only to hand over positions, never across the
+// fdatasync), then marks as synced what was published before its sync began, and wakes the rest;
+// waiters that came meanwhile are covered by the next sync. So no answer goes out before what it
+// depends on is durable, a machine crash included, and at N concurrent calls the syncs per
+// second stay about one per fdatasync time instead of one per entry. Measured on the development
+// VM (ext4 on a virtio disk, 2 cores) with journal_test's SyncCost loop of 200 entries: about
+// 3.5 ms per fdatasync, about 1 us per write() alone (docs/benchmarks.md has the dispatcher at
+// 1,000 and 10,000 consumers).
+//
+// Positions ("tickets") are logical byte positions that only grow: before any compaction they are
+// the file's byte offsets; a compaction (Compact) makes everything written so far durable in the
+// snapshot it writes, so every ticket issued before it is covered, and the new file's bytes are
+// counted on from there.
 #ifndef CROUPIER_SRC_DISPATCHER_JOURNAL_H_
 #define CROUPIER_SRC_DISPATCHER_JOURNAL_H_
 
@@ -36,7 +45,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "proto/journal.pb.h"
 #include "src/common/env.h"
 
@@ -78,11 +90,15 @@ absl::StatusOr<JournalReplay> ReadJournal(
     Env& env, const std::string& path,
     const std::function<absl::Status(const journal::Update&, uint64_t offset)>& apply);
 
-// Appends entries to a journal. Thread-compatible: DispatcherImpl calls it under its mutex.
+// Appends entries to a journal, and makes them durable in groups (see Durability above).
+// Writing (Append, DropLast, Publish, Compact, size) is thread-compatible: one caller at a time,
+// DispatcherImpl under its mutex. Waiting (WaitSynced, published, syncs, status) is thread-safe
+// and is meant to run outside the writers' mutex, concurrently with writing.
 class JournalWriter {
  public:
   struct Options {
-    // fdatasync after each entry. Off only for tests and benchmarks.
+    // Whether WaitSynced makes entries durable (fdatasync). Off only for tests and benchmarks:
+    // then nothing is synced and WaitSynced returns at once.
     bool sync = true;
   };
 
@@ -94,36 +110,86 @@ class JournalWriter {
                                                              Options options);
   ~JournalWriter();
 
-  // Appends `update` as one entry and, with options.sync, makes it durable. UNAVAILABLE naming
-  // the file and offset if it cannot be written or synced (disk full, read-only file system, I/O
-  // error): the file is then cut back to where it was, so no partial entry remains, and a later
-  // Append may succeed. If even the cut fails, or the sync failed (the kernel may have dropped the
-  // data), the writer is broken: every later Append fails with that error until the dispatcher
-  // restarts and replays what is on disk. INVALID_ARGUMENT for an update over
-  // kMaxJournalEntryBytes.
+  // Writes `update` as one entry (one write(); not synced: see WaitSynced). UNAVAILABLE naming
+  // the file and offset if it cannot be written (disk full, read-only file system, I/O error):
+  // the file is then cut back to where it was, so no partial entry remains, and a later Append
+  // may succeed. If even the cut fails, or a sync failed (the kernel may have dropped the data),
+  // the writer is broken: every later Append, and every WaitSynced for a position not synced
+  // before the failure, fails with that error until the dispatcher restarts and replays what is
+  // on disk. INVALID_ARGUMENT for an update over kMaxJournalEntryBytes.
   absl::Status Append(const journal::Update& update);
 
   // Cuts away the entry the last successful Append wrote (its update was then refused, so the
-  // journal must not hold it). FAILED_PRECONDITION if there is none; an error cutting breaks the
-  // writer as above.
+  // journal must not hold it), and syncs the cut (with options.sync): a crash must not bring the
+  // refused entry back. Only an entry not yet published can be dropped: FAILED_PRECONDITION if
+  // there is none; an error cutting or syncing breaks the writer as above.
   absl::Status DropLast();
 
+  // Marks everything appended so far as wanted durable: the next sync covers it. Returns that
+  // position (a ticket for WaitSynced). Call once the entries are final (after the state took
+  // them, or DropLast), before releasing the mutex under which they were appended.
+  uint64_t Publish();
+
+  // Returns once the journal is durable up to `ticket` (a position Publish or published()
+  // returned), syncing it itself if no other caller is (then covering everything published so
+  // far). At once with options.sync off. Errors: the broken writer's UNAVAILABLE (naming the file
+  // and the byte whose sync failed) if `ticket` was not synced before the writer broke;
+  // DEADLINE_EXCEEDED naming the journal and the positions once `deadline` passes first.
+  absl::Status WaitSynced(uint64_t ticket, absl::Time deadline);
+
+  // Publish() and WaitSynced on it without a deadline: for a single caller (tests, tools).
+  absl::Status Sync() { return WaitSynced(Publish(), absl::InfiniteFuture()); }
+
+  // Replaces the journal with one holding only `snapshot`, as CompactJournal, and appends to the
+  // new file from then on. The snapshot is durable once written, so every position published
+  // before is synced too (a waiter holding an old ticket returns). Waits for a sync in progress
+  // to end first. Returns the new file's size. An error writing the snapshot leaves the old
+  // journal in use; if the new file cannot be opened for appending, the writer is broken
+  // (UNAVAILABLE, "restart the dispatcher"), though what it held is durable in the snapshot.
+  absl::StatusOr<uint64_t> Compact(const std::vector<journal::Update>& snapshot);
+
   const std::string& path() const { return path_; }
+  // The file's size: its header and every entry written.
   uint64_t size() const { return size_; }
+  // The last position Publish returned.
+  uint64_t published() const;
+  // fdatasyncs of entries made so far (for tests and benchmarks).
+  uint64_t syncs() const;
+  // OK, or the error that broke the writer.
+  absl::Status status() const;
 
  private:
   JournalWriter(Env& env, std::string path, Options options, std::unique_ptr<WritableFile> file,
                 uint64_t size);
   // Cuts the file back to `size` after a failed write; breaks the writer if that fails.
   void CutBack(uint64_t size);
+  // One sync as the syncer: fdatasyncs everything published so far, with sync_mu_ released
+  // meanwhile, then advances synced_ (or breaks the writer) and wakes the waiters.
+  void SyncLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
+  void BreakLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
 
+  // Constant.
   Env& env_;
   const std::string path_;
   const Options options_;
+
+  // The writer's side, used by one caller at a time. file_ is also used for the fdatasync by the
+  // syncer (syncing_), and replaced only by Compact, which first becomes the syncer itself.
   std::unique_ptr<WritableFile> file_;
   uint64_t size_ = 0;
   uint64_t last_entry_ = 0;  // where the last appended entry starts; 0: none to drop
-  absl::Status broken_;
+
+  // The syncing side.
+  mutable absl::Mutex sync_mu_;
+  absl::CondVar sync_cv_;  // signalled when a sync ends (synced_, broken_ or syncing_ changed)
+  // The position of the file's byte 0: 0 until the first compaction (tickets are file offsets),
+  // then the position everything before it had reached.
+  uint64_t base_ ABSL_GUARDED_BY(sync_mu_) = 0;
+  uint64_t published_ ABSL_GUARDED_BY(sync_mu_) = 0;  // the position the next sync must reach
+  uint64_t synced_ ABSL_GUARDED_BY(sync_mu_) = 0;     // durable up to here
+  bool syncing_ ABSL_GUARDED_BY(sync_mu_) = false;    // a syncer (or Compact) uses file_
+  uint64_t syncs_ ABSL_GUARDED_BY(sync_mu_) = 0;
+  absl::Status broken_ ABSL_GUARDED_BY(sync_mu_);
 };
 
 struct OpenedJournal {
@@ -144,8 +210,9 @@ absl::StatusOr<OpenedJournal> OpenJournal(
 // Compaction: replaces the journal at `path` with a new one holding only `snapshot` (the state's
 // DispatcherState::Snapshot()), atomically: written to a temporary file beside it, synced,
 // renamed over it and the directory synced, so that a crash leaves either the old journal or the
-// new one, whole. Returns the new file's size, for JournalWriter::Open; a writer open on the old
-// file must be closed and reopened (it would append to the replaced file). Errors name the file.
+// new one, whole. Returns the new file's size. A writer open on the old file would append to the
+// replaced file: JournalWriter::Compact calls this and moves the writer to the new file. Errors
+// name the file.
 absl::StatusOr<uint64_t> CompactJournal(Env& env, const std::string& path,
                                         const std::vector<journal::Update>& snapshot);
 

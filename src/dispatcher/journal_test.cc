@@ -1,10 +1,14 @@
 #include "src/dispatcher/journal.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/crc32c.h"
@@ -314,11 +318,14 @@ TEST(JournalTest, FailedSyncOrCutBreaksTheWriter) {
     auto writer = JournalWriter::Open(env, tmp.Join("a"), 0, {});
     ASSERT_TRUE(writer.ok());
     env.fail_sync = true;
-    absl::Status s = (*writer)->Append(history[0]);
+    ASSERT_TRUE((*writer)->Append(history[0]).ok());  // written only
+    absl::Status s = (*writer)->Sync();
     EXPECT_TRUE(absl::IsUnavailable(s)) << s;
     EXPECT_THAT(s.message(), HasSubstr("journal " + tmp.Join("a") + " is unusable"));
+    EXPECT_THAT(s.message(), HasSubstr("syncing it up to byte " + std::to_string((*writer)->size())));
     env.fail_sync = false;
     EXPECT_EQ((*writer)->Append(history[0]), s);  // stays broken
+    EXPECT_EQ((*writer)->Sync(), s);
   }
   {
     auto writer = JournalWriter::Open(env, tmp.Join("b"), 0, {});
@@ -348,6 +355,170 @@ TEST(JournalTest, DropLastRemovesTheLastEntry) {
   std::vector<std::string> got;
   ASSERT_TRUE(Replay(path, &got).ok());
   EXPECT_EQ(got.size(), 2u);
+  // A published entry may have been reported durable to a waiter: it stays.
+  (*writer)->Publish();
+  absl::Status dropped = (*writer)->DropLast();
+  EXPECT_TRUE(absl::IsFailedPrecondition(dropped)) << dropped;
+  EXPECT_THAT(dropped.message(), HasSubstr("is published"));
+}
+
+// Group commit: threads that each append an entry (under one mutex, as DispatcherImpl does) and
+// then wait for it outside the mutex share the fdatasyncs, and each returns only once a sync
+// covered its entry: the CrashEnv's durable image reaches at least the caller's ticket.
+TEST(JournalTest, ConcurrentWaitersShareSyncsAndReturnOnlyOnceDurable) {
+  ScopedTempDir tmp;
+  const std::string path = tmp.Join(kJournalFileName);
+  testing::CrashEnv env(absl::Milliseconds(2));  // a disk's fdatasync
+  auto writer = JournalWriter::Open(env, path, 0, {});
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  JournalWriter& w = **writer;
+  const std::vector<journal::Update> history = History();
+  constexpr int kThreads = 8, kEntries = 40;
+  absl::Mutex mu;
+  std::atomic<int> early{0}, failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kEntries; ++i) {
+        uint64_t ticket;
+        {
+          absl::MutexLock lock(&mu);
+          if (!w.Append(history[(t + i) % history.size()]).ok()) ++failed;
+          ticket = w.Publish();
+        }
+        if (!w.WaitSynced(ticket, absl::Now() + absl::Seconds(20)).ok()) ++failed;
+        if (env.DurableBytes(path) < ticket) ++early;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failed, 0);
+  EXPECT_EQ(early, 0);
+  constexpr int kCalls = kThreads * kEntries;
+  std::printf("%d entries, %d threads: %llu fdatasyncs\n", kCalls, kThreads,
+              static_cast<unsigned long long>(w.syncs()));
+  EXPECT_LE(w.syncs(), kCalls / 2);
+  EXPECT_GE(w.syncs(), 1u);
+  // The durable image replays to every entry.
+  const std::string copy = tmp.Join("after-crash");
+  WriteAll(copy, env.Durable(path));
+  std::vector<std::string> got;
+  auto replay = Replay(copy, &got);
+  ASSERT_TRUE(replay.ok()) << replay.status();
+  EXPECT_EQ(got.size(), static_cast<size_t>(kCalls));
+}
+
+// A failed sync: the waiters it was for fail, and so does every later wait past what was synced
+// before and every later append; what was synced before stays acknowledged.
+TEST(JournalTest, AFailedSyncFailsItsWaitersAndEveryLaterCall) {
+  ScopedTempDir tmp;
+  const std::string path = tmp.Join(kJournalFileName);
+  testing::CrashEnv env;
+  auto writer = JournalWriter::Open(env, path, 0, {});
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  JournalWriter& w = **writer;
+  const std::vector<journal::Update> history = History();
+  absl::Mutex mu;
+  ASSERT_TRUE(w.Append(history[0]).ok());
+  const uint64_t first = w.Publish();
+  ASSERT_TRUE(w.WaitSynced(first, absl::InfiniteFuture()).ok());
+
+  // Three waiters past `first`: the first one's sync is held until all three wait, then fails.
+  const uint64_t started = env.syncs_started();
+  env.set_hold_syncs(true);
+  std::vector<absl::Status> results(3);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      uint64_t ticket;
+      {
+        absl::MutexLock lock(&mu);
+        ASSERT_TRUE(w.Append(history[1 + t]).ok());
+        ticket = w.Publish();
+      }
+      results[t] = w.WaitSynced(ticket, absl::Now() + absl::Seconds(20));
+    });
+    // One at a time, so that the second and third find the first syncing.
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    while (env.syncs_started() == started && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  env.set_fail_sync(true);
+  env.set_hold_syncs(false);
+  for (std::thread& t : threads) t.join();
+  for (const absl::Status& s : results) {
+    EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+    EXPECT_THAT(s.message(), HasSubstr("journal " + path + " is unusable until a restart"));
+    EXPECT_THAT(s.message(), HasSubstr("durable up to byte " + std::to_string(first)));
+  }
+  env.set_fail_sync(false);
+  EXPECT_TRUE(w.WaitSynced(first, absl::InfiniteFuture()).ok());  // synced before: still fine
+  EXPECT_EQ(w.WaitSynced(w.published(), absl::InfiniteFuture()), results[0]);
+  EXPECT_EQ(w.Append(history[4]), results[0]);
+  EXPECT_EQ(env.DurableBytes(path), first);
+}
+
+// A waiter whose sync is someone else's, still in progress, gives up at its deadline, naming the
+// journal; the syncer returns once its fdatasync ends.
+TEST(JournalTest, AWaitEndsByItsDeadline) {
+  ScopedTempDir tmp;
+  const std::string path = tmp.Join(kJournalFileName);
+  testing::CrashEnv env;
+  auto writer = JournalWriter::Open(env, path, 0, {});
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  JournalWriter& w = **writer;
+  ASSERT_TRUE(w.Append(History()[0]).ok());
+  const uint64_t ticket = w.Publish();
+  const uint64_t started = env.syncs_started();
+  env.set_hold_syncs(true);
+  absl::Status syncer;
+  std::thread t([&] { syncer = w.WaitSynced(ticket, absl::Now() + absl::Seconds(20)); });
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (env.syncs_started() == started && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  const absl::Time before = absl::Now();
+  absl::Status waited = w.WaitSynced(ticket, absl::Now() + absl::Milliseconds(50));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(waited)) << waited;
+  EXPECT_THAT(waited.message(), HasSubstr("journal " + path + " to be synced up to byte " +
+                                          std::to_string(ticket)));
+  EXPECT_THAT(waited.message(), HasSubstr("an fdatasync is still in progress"));
+  EXPECT_LT(absl::Now() - before, absl::Seconds(5));
+  env.set_hold_syncs(false);
+  t.join();
+  EXPECT_TRUE(syncer.ok()) << syncer;
+}
+
+// Compaction writes a durable snapshot of everything written: every ticket from the old file is
+// covered at once, and positions go on growing in the new file.
+TEST(JournalTest, CompactionCoversEveryEarlierTicket) {
+  ScopedTempDir tmp;
+  const std::string path = tmp.Join(kJournalFileName);
+  testing::CrashEnv env;
+  auto writer = JournalWriter::Open(env, path, 0, {});
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  JournalWriter& w = **writer;
+  const std::vector<journal::Update> history = History();
+  for (const journal::Update& u : history) ASSERT_TRUE(w.Append(u).ok());
+  const uint64_t old_ticket = w.Publish();
+  const uint64_t syncs = env.syncs();
+  auto size = w.Compact({history[0], history[1]});
+  ASSERT_TRUE(size.ok()) << size.status();
+  EXPECT_EQ(w.size(), *size);
+  EXPECT_TRUE(w.WaitSynced(old_ticket, absl::Now()).ok());  // no sync needed, no time given
+  EXPECT_EQ(env.syncs(), syncs);
+  ASSERT_TRUE(w.Append(history[2]).ok());
+  const uint64_t new_ticket = w.Publish();
+  EXPECT_GT(new_ticket, old_ticket);
+  ASSERT_TRUE(w.WaitSynced(new_ticket, absl::Now() + absl::Seconds(20)).ok());
+  EXPECT_EQ(env.syncs(), syncs + 1);
+  const std::string copy = tmp.Join("after-crash");
+  WriteAll(copy, env.Durable(path));
+  std::vector<std::string> got;
+  ASSERT_TRUE(Replay(copy, &got).ok());
+  EXPECT_EQ(got.size(), 3u);
 }
 
 // Not a check: prints what an entry costs with and without fdatasync (journal.h quotes it).
@@ -360,7 +531,11 @@ TEST(JournalTest, SyncCost) {
     ASSERT_TRUE(writer.ok());
     constexpr int kEntries = 200;
     const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < kEntries; ++i) ASSERT_TRUE((*writer)->Append(update).ok());
+    // One entry at a time, each synced before the next: the cost of an entry without grouping.
+    for (int i = 0; i < kEntries; ++i) {
+      ASSERT_TRUE((*writer)->Append(update).ok());
+      ASSERT_TRUE((*writer)->Sync().ok());
+    }
     const double us = std::chrono::duration<double, std::micro>(
                           std::chrono::steady_clock::now() - start).count() / kEntries;
     std::printf("journal append %s fdatasync: %.1f us per entry\n", sync ? "with" : "without", us);

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "croupier/example.h"
 #include "croupier/plan.h"
 #include "croupier/tfrecord.h"
@@ -225,6 +227,111 @@ class FaultyEnv : public Env {
     FaultyEnv* const env_;
     std::unique_ptr<WritableFile> file_;
   };
+};
+
+// An Env that keeps what a machine crash would leave of the files written through it, and counts
+// the syncs: a file's durable image is its contents as of the start of its last successful Sync
+// (what that fdatasync surely covers), or what WriteFileAtomically wrote (synced and renamed).
+// Truncating changes the image only at the next sync. Each sync takes `sync_delay` (a disk's
+// fdatasync); with fail_sync it fails (EIO); while hold_syncs is set it waits to be released.
+// Thread-safe.
+class CrashEnv : public Env {
+ public:
+  explicit CrashEnv(absl::Duration sync_delay = absl::ZeroDuration()) : sync_delay_(sync_delay) {}
+
+  void set_fail_sync(bool fail) {
+    absl::MutexLock lock(&mu_);
+    fail_sync_ = fail;
+  }
+  void set_hold_syncs(bool hold) {
+    absl::MutexLock lock(&mu_);
+    hold_syncs_ = hold;
+  }
+  // Syncs begun (held ones included) and finished successfully.
+  uint64_t syncs_started() const {
+    absl::MutexLock lock(&mu_);
+    return syncs_started_;
+  }
+  uint64_t syncs() const {
+    absl::MutexLock lock(&mu_);
+    return syncs_;
+  }
+  // The durable image of `path` (empty if none), and its size.
+  std::string Durable(const std::string& path) const {
+    absl::MutexLock lock(&mu_);
+    auto it = durable_.find(path);
+    return it == durable_.end() ? "" : it->second;
+  }
+  uint64_t DurableBytes(const std::string& path) const { return Durable(path).size(); }
+
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRead(const std::string& p) override {
+    return Env::Default()->OpenForRead(p);
+  }
+  absl::StatusOr<std::unique_ptr<WritableFile>> OpenForWrite(const std::string& p) override {
+    ASSIGN_OR_RETURN(auto file, Env::Default()->OpenForWrite(p));
+    return std::unique_ptr<WritableFile>(new File(this, p, std::move(file)));
+  }
+  absl::StatusOr<std::unique_ptr<WritableFile>> OpenForAppend(const std::string& p) override {
+    ASSIGN_OR_RETURN(auto file, Env::Default()->OpenForAppend(p));
+    return std::unique_ptr<WritableFile>(new File(this, p, std::move(file)));
+  }
+  absl::Status Truncate(const std::string& p, uint64_t size) override {
+    return Env::Default()->Truncate(p, size);
+  }
+  absl::Status SyncDir(const std::string& p) override { return Env::Default()->SyncDir(p); }
+  absl::StatusOr<FileStat> Stat(const std::string& p) override { return Env::Default()->Stat(p); }
+  absl::Status WriteFileAtomically(const std::string& p, absl::string_view c) override {
+    RETURN_IF_ERROR(Env::Default()->WriteFileAtomically(p, c));
+    absl::MutexLock lock(&mu_);
+    durable_[p] = std::string(c);
+    return absl::OkStatus();
+  }
+  absl::Status CreateDirs(const std::string& p) override { return Env::Default()->CreateDirs(p); }
+  absl::StatusOr<std::vector<std::string>> Glob(const std::string& p) override {
+    return Env::Default()->Glob(p);
+  }
+
+ private:
+  absl::Status Sync(const std::string& path, WritableFile& file) {
+    {
+      absl::MutexLock lock(&mu_);
+      ++syncs_started_;
+      mu_.Await(absl::Condition(
+          +[](bool* hold) { return !*hold; }, &hold_syncs_));
+    }
+    // Read before the fdatasync: what was written before the sync began is what it covers.
+    ASSIGN_OR_RETURN(std::string contents, ReadFileToString(*Env::Default(), path));
+    if (sync_delay_ > absl::ZeroDuration()) absl::SleepFor(sync_delay_);
+    absl::MutexLock lock(&mu_);
+    if (fail_sync_) return ErrnoToStatus(EIO, "syncing", path);
+    RETURN_IF_ERROR(file.Sync());
+    ++syncs_;
+    durable_[path] = std::move(contents);
+    return absl::OkStatus();
+  }
+
+  class File : public WritableFile {
+   public:
+    File(CrashEnv* env, std::string path, std::unique_ptr<WritableFile> file)
+        : env_(env), path_(std::move(path)), file_(std::move(file)) {}
+    absl::Status Append(absl::string_view data) override { return file_->Append(data); }
+    absl::Status Sync() override { return env_->Sync(path_, *file_); }
+    absl::Status Close() override { return file_->Close(); }
+    const std::string& name() const override { return file_->name(); }
+
+   private:
+    CrashEnv* const env_;
+    const std::string path_;
+    std::unique_ptr<WritableFile> file_;
+  };
+
+  const absl::Duration sync_delay_;
+  mutable absl::Mutex mu_;
+  bool fail_sync_ ABSL_GUARDED_BY(mu_) = false;
+  bool hold_syncs_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t syncs_started_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t syncs_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, std::string> durable_ ABSL_GUARDED_BY(mu_);
 };
 
 // A DispatcherImpl on a FakeClock, with a temporary directory for data and index cache.

@@ -2,9 +2,20 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/common/logging.h"
+#include "src/control/call_deadline.h"
 #include "src/rpc/grpc_util.h"
 
 namespace croupier::rpc {
+namespace {
+
+// The client's deadline for a call (InfiniteFuture when it set none).
+absl::Time CallDeadlineOf(const grpc::ServerContextBase& context) {
+  const auto deadline = context.deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
+  return absl::FromChrono(deadline);
+}
+
+}  // namespace
 
 grpc::Status DispatcherService::Check(const char* name, const grpc::ServerContextBase& context) {
   absl::Status check = CheckCallMetadata(context, auth_token_);
@@ -32,6 +43,9 @@ grpc::Status DispatcherService::Handle(const char* name, const grpc::ServerConte
                                        const Request& request, Response* response, Method method) {
   grpc::Status check = Check(name, context);
   if (!check.ok()) return check;
+  // Bounds the call's wait for the dispatcher's journal (DispatcherImpl: no answer before what it
+  // saw is durable) by the client's deadline.
+  const CallDeadline bounded(CallDeadlineOf(context));
   return Answer(name, context.peer(), (impl_->*method)(request), response);
 }
 
@@ -64,6 +78,7 @@ grpc::ServerUnaryReactor* DispatcherService::ProducerHeartbeat(
     reactor->Finish(check);
     return reactor;
   }
+  const CallDeadline bounded(CallDeadlineOf(*c));
   impl_->ProducerHeartbeatOrWait(
       *q, [this, reactor, r, peer = c->peer()](
               absl::StatusOr<v1::ProducerHeartbeatResponse> result) {
