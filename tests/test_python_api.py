@@ -420,6 +420,33 @@ def test_resuming_with_another_world_size_repeats_and_skips_nothing(tmp_path, da
     assert steps[1] == int(job["steps_per_epoch"])
 
 
+@pytest.mark.timeout(120)
+def test_a_resumed_job_resumed_again_goes_on_where_it_stopped(tmp_path, dataset):
+    """4 ranks read 10 steps; a job of 2 ranks resumes there and reads 5 steps; a job of 5 ranks
+    resumes from that one's checkpoint and reads the rest of the epoch. The second resume starts
+    at the second job's next global batch (its steps count from where it began: state
+    ["global_batch"]), so the three read the 5-rank plan's batches in order, none twice."""
+    batch = 10
+    with croupier.local_cluster(producers=2, work_dir=tmp_path / "c", threads=1) as cluster:
+        got, state = [], None
+        for name, world, steps in (("c4", 4, 10), ("c2", 2, 5), ("c5", 5, None)):
+            cluster.create_job(name, dataset, FEATURES, batch, consumers=world, seed=3,
+                               epochs=1, resume_from=state)
+            feeds = [cluster.consumer(name, r, world) for r in range(world)]
+            for step, batches in enumerate(zip(*(f.epoch(0) for f in feeds))):
+                got += [i for b in batches for i in b["id"].tolist()]
+                if step + 1 == steps:
+                    state = feeds[0].state_dict()
+                    break
+            for f in feeds:
+                f.close()
+        assert state is not None and state["global_batch"] == 50  # 40 + 5 steps of 2
+    plan = croupier.EpochPlan(1200, batch, 5, seed=3, epoch=0)
+    want = [int(i) for g in range(plan.num_batches) for i in plan.batch(g)]
+    assert len(got) == len(set(got))
+    assert got == want
+
+
 @pytest.mark.timeout(60)
 def test_the_dispatcher_serves_prometheus_metrics(tmp_path, dataset):
     import urllib.request

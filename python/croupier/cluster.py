@@ -75,8 +75,9 @@ def create_job(dispatcher: str, name: str, files: Union[str, "os.PathLike[str]",
 
     resume_from=state (a Consumer.state_dict() of another job over the same data, seed and batch
     size) makes this job continue that one with its own number of consumers: it deals nothing
-    before the state's epoch, and that epoch from the state's next global batch (its step times
-    its world size) to the last whole round of `consumers`; later epochs are whole. Records are
+    before the state's epoch, and that epoch from the state's next global batch
+    (state["global_batch"]: a resumed job's steps count from where it started) to the last whole
+    round of `consumers`; later epochs are whole. Records are
     neither repeated nor skipped within that epoch, except that the dropped tail is the new
     job's."""
     if isinstance(files, (str, os.PathLike)):
@@ -85,7 +86,10 @@ def create_job(dispatcher: str, name: str, files: Union[str, "os.PathLike[str]",
     if resume_from is not None:
         try:
             start_epoch = int(resume_from["epoch"])
-            start_batch = int(resume_from["step"]) * int(resume_from["world"])
+            # A state of this version names the next global batch; an older one only the step,
+            # which is the global batch's only in a job that was not itself resumed.
+            start_batch = int(resume_from.get(
+                "global_batch", int(resume_from["step"]) * int(resume_from["world"])))
         except (KeyError, TypeError, ValueError) as e:
             raise errors.InvalidArgumentError(
                 f"resume_from is not a croupier consumer state: {e!r}") from None

@@ -201,10 +201,20 @@ class Consumer:
 
     # --- checkpoints --------------------------------------------------------------------------
     def state_dict(self) -> Dict[str, Any]:
-        """The position to save with the trainer's checkpoint: the next step this feed yields."""
+        """The position to save with the trainer's checkpoint: the next step this feed yields, and
+        "global_batch", the job's next global batch of that epoch (where a job created with
+        resume_from=state goes on, however many jobs were resumed before this one)."""
         epoch, step = self._position
-        return {"format": _STATE_FORMAT, "job": self._job.name, "world": self._world,
-                "ranks": list(self._ranks), "epoch": epoch, "step": step}
+        job = self._job
+        if epoch < job.start_epoch:
+            first = job.batches_per_epoch
+        elif epoch == job.start_epoch:
+            first = job.start_batch
+        else:
+            first = 0
+        return {"format": _STATE_FORMAT, "job": job.name, "world": self._world,
+                "ranks": list(self._ranks), "epoch": epoch, "step": step,
+                "global_batch": first + step * self._world}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Resumes at a saved position: the next epoch(e) call for the saved epoch starts at the
