@@ -1,8 +1,10 @@
 # Types of the extension module's croupier.Job (python/src/py_job.cc), for type checkers; the
 # module's other names are untyped (Any).
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 def __getattr__(name: str) -> Any: ...
+def write_indexed_dataset(prefix: str, documents: Iterable[Sequence[int]],
+                          dtype: str = "int32") -> None: ...
 
 class Job:
     @staticmethod
@@ -45,6 +47,8 @@ class Job:
     def start_batch(self) -> int: ...
     @property
     def skip_failing_records(self) -> bool: ...
+    @property
+    def tokens(self) -> Optional[Dict[str, Any]]: ...
     @property
     def files(self) -> List[str]: ...
     @property

@@ -2,9 +2,16 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
 #include "croupier/example.h"
 #include "croupier/record_index.h"
 #include "croupier/tfrecord.h"
+#include "src/io/indexed_dataset.h"
 #include "python/src/bindings.h"
 #include "python/src/status.h"
 
@@ -92,6 +99,41 @@ void BindIo(pyb::module_& m) {
       pyb::arg("path"), pyb::arg("cache_dir") = "",
       "The byte offset of every record of a TFRecord file, from the index cache (built if "
       "missing or stale).");
+
+  m.def(
+      "write_indexed_dataset",
+      [](const std::string& prefix, const pyb::iterable& documents, const std::string& dtype) {
+        TokenDType type = TokenDType::kInt32;
+        if (dtype == "uint16") {
+          type = TokenDType::kUInt16;
+        } else if (dtype != "int32") {
+          ThrowIfError(absl::InvalidArgumentError(absl::StrCat(
+              "dtype '", dtype, "' is not a token dtype; write int32 or uint16")));
+        }
+        std::vector<std::vector<int32_t>> docs;
+        for (pyb::handle d : documents) {
+          auto array = pyb::array_t<int64_t, pyb::array::c_style | pyb::array::forcecast>::ensure(d);
+          if (!array || array.ndim() != 1) {
+            ThrowIfError(absl::InvalidArgumentError(absl::StrCat(
+                "document ", docs.size(), " is not a sequence of token ids")));
+          }
+          std::vector<int32_t>& doc = docs.emplace_back();
+          for (int64_t i = 0; i < array.shape(0); ++i) {
+            const int64_t token = array.at(i);
+            if (token < std::numeric_limits<int32_t>::min() ||
+                token > std::numeric_limits<int32_t>::max()) {
+              ThrowIfError(absl::InvalidArgumentError(absl::StrCat(
+                  "document ", docs.size() - 1, " token ", i, " is ", token, ": not an int32")));
+            }
+            doc.push_back(static_cast<int32_t>(token));
+          }
+        }
+        pyb::gil_scoped_release nogil;
+        ThrowIfError(WriteIndexedDataset(prefix, type, docs));
+      },
+      pyb::arg("prefix"), pyb::arg("documents"), pyb::arg("dtype") = "int32",
+      "Writes documents (each a sequence of token ids) as a Megatron-LM indexed dataset, "
+      "PREFIX.bin and PREFIX.idx, of int32 or uint16 tokens: a tokens job's source.");
 
   m.def(
       "parse_example",

@@ -44,6 +44,7 @@ constexpr const char* kFields[] = {"name",
                                    "start_epoch",
                                    "start_batch",
                                    "skip_failing_records",
+                                   "tokens",
                                    "files",
                                    "num_records",
                                    "batches_per_epoch",
@@ -191,6 +192,26 @@ void BindJob(pyb::module_& m) {
       .def_property_readonly("start_batch", [](const PyJob& j) { return j.config.start_batch; })
       .def_property_readonly("skip_failing_records",
                              [](const PyJob& j) { return j.config.skip_failing_records; })
+      .def_property_readonly(
+          "tokens",
+          [](const PyJob& j) -> pyb::object {
+            if (!j.config.tokens()) return pyb::none();
+            google::protobuf::util::JsonPrintOptions options;
+            options.always_print_primitive_fields = true;
+            options.preserve_proto_field_names = true;
+            pyb::dict out = pyb::module_::import("json").attr("loads")(
+                ToUserJson(j.info.spec().tokens(), options, /*int64_as_numbers=*/true));
+            pyb::list sources;
+            for (const v1::TokenSourceInfo& source : j.info.token_sources()) {
+              sources.append(pyb::module_::import("json").attr("loads")(
+                  ToUserJson(source, options, /*int64_as_numbers=*/true)));
+            }
+            out["source_info"] = sources;
+            return std::move(out);
+          },
+          "A tokens job's settings (sources, sequence_length, packing, packing_window, "
+          "global_batch, steps_per_epoch, weights, pad_id) and source_info (each source's "
+          "documents, tokens and fingerprint); None for other jobs.")
       .def_property_readonly(
           "files",
           [](const PyJob& j) {

@@ -3,7 +3,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "src/job/job_settings.h"
 
 namespace croupier {
@@ -43,6 +45,30 @@ absl::Status CheckTokenSource(const IndexedDataset& dataset, const v1::TokenSour
   }
   return absl::FailedPreconditionError(absl::StrCat(
       "token source ", dataset.prefix(), " changed since the job was created: ", what));
+}
+
+absl::Status SetWeightsFromText(absl::string_view text, v1::TokenSpec& tokens) {
+  tokens.clear_weights();
+  for (absl::string_view entry : absl::StrSplit(text, ';', absl::SkipWhitespace())) {
+    v1::WeightChange* change = tokens.add_weights();
+    auto bad = [&](absl::string_view what) {
+      return absl::InvalidArgumentError(absl::StrCat("weights entry '", entry, "': ", what,
+                                                     " (write [STEP:]W1,W2,...)"));
+    };
+    absl::string_view weights = entry;
+    if (const size_t colon = entry.find(':'); colon != absl::string_view::npos) {
+      uint64_t step = 0;
+      if (!absl::SimpleAtoi(entry.substr(0, colon), &step)) return bad("the step is not a number");
+      change->set_first_step(step);
+      weights = entry.substr(colon + 1);
+    }
+    for (absl::string_view w : absl::StrSplit(weights, ',')) {
+      double value = 0;
+      if (!absl::SimpleAtod(w, &value)) return bad(absl::StrCat("'", w, "' is not a number"));
+      change->add_weights(value);
+    }
+  }
+  return absl::OkStatus();
 }
 
 TokenPlanSpec TokenPlanSpecOf(const v1::JobSpec& spec) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "proto/croupier.pb.h"
 #include "src/io/indexed_dataset.h"
 #include "src/plan/token_plan.h"
@@ -36,6 +37,12 @@ v1::TokenSourceInfo TokenSourceInfoOf(const IndexedDataset& dataset);
 // OK if `dataset` is the source `info` describes; FAILED_PRECONDITION naming the file and what
 // differs otherwise (a source rewritten since the job was created would change every batch).
 absl::Status CheckTokenSource(const IndexedDataset& dataset, const v1::TokenSourceInfo& info);
+
+// Sets tokens.weights from the command line's text: entries separated by ';', each
+// "[STEP:]W1,W2,..." (the weights from global step STEP on; 0 when omitted), e.g. "3,1" or
+// "0:3,1;5000:1,1". INVALID_ARGUMENT naming the entry that is not numbers. The schedule's own
+// rules (steps increasing, a weight per source, ...) are NormalizeJobSpec's.
+absl::Status SetWeightsFromText(absl::string_view text, v1::TokenSpec& tokens);
 
 // Global sequence of record `record` of `epoch` in a tokens job of `sequences_per_epoch`
 // sequences an epoch (steps_per_epoch * global_batch = JobInfo.num_records): record p of epoch e

@@ -1,0 +1,135 @@
+"""Language-model data: tokens jobs (docs/protocol.md, "Token jobs"; docs/python.md).
+
+A tokens job deals packed sequences of `sequence_length` tokens from Megatron-LM indexed datasets
+(PREFIX.idx and PREFIX.bin), mixed by weight: `global_batch` sequences a global step, of which
+each of the `consumers` ranks gets global_batch / consumers. What every sequence holds is decided
+by the plan from the documents' lengths alone, so a run resumed at another number of ranks
+continues with the same sequences, bit for bit.
+
+create_token_job() defines one; its settings are checked and completed by the dispatcher (C++),
+so this module states none of their defaults: a 0 or "" is the dispatcher's default. Each batch
+holds the int32 columns input_ids, labels, position_ids, segment_ids and loss_mask, of shape
+[global_batch / consumers, sequence_length]. cu_seqlens() and attention_mask() derive what
+attention kernels take from segment_ids.
+"""
+import json
+import os
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from croupier import _croupier, errors
+from croupier.cluster import auth_token_or_env
+from croupier.job import Job
+
+Weights = Union[Sequence[float], Sequence[Tuple[int, Sequence[float]]]]
+
+
+def _schedule(weights: Optional[Weights]) -> List[Dict[str, Any]]:
+    """The wire's weight schedule from `weights`: one list of weights (from step 0), or
+    (first_step, weights) pairs."""
+    if weights is None:
+        return []
+    items: List[Any] = list(weights)
+    if items and all(isinstance(w, (int, float)) for w in items):
+        return [{"first_step": "0", "weights": [float(w) for w in items]}]
+    schedule = []
+    for i, item in enumerate(items):
+        try:
+            step, values = item
+            schedule.append({"first_step": str(int(step)), "weights": [float(w) for w in values]})
+        except (TypeError, ValueError) as e:
+            raise errors.InvalidArgumentError(
+                f"weights[{i}] is {item!r}: give a list of weights, or (first_step, weights) "
+                f"pairs ({e})") from None
+    return schedule
+
+
+def resume_position(state: Dict[str, Any]) -> Tuple[int, int]:
+    """(epoch, global step) where a tokens job's Consumer.state_dict() says to go on."""
+    try:
+        world = int(state["world"])
+        epoch = int(state["epoch"])
+        next_batch = int(state.get("global_batch", int(state["step"]) * world))
+    except (KeyError, TypeError, ValueError) as e:
+        raise errors.InvalidArgumentError(
+            f"resume_from is not a croupier consumer state: {e!r}") from None
+    if world <= 0 or next_batch % world:
+        raise errors.InvalidArgumentError(
+            f"resume_from: global batch {next_batch} is not a step of a job of {world} ranks")
+    return epoch, next_batch // world
+
+
+def create_token_job(dispatcher: str, name: str, sources: Sequence[Union[str, "os.PathLike[str]"]],
+                     *, sequence_length: int, global_batch: int, steps_per_epoch: int,
+                     consumers: int, packing: str = "", packing_window: int = 0,
+                     weights: Optional[Weights] = None, pad_id: int = 0, seed: int = 0,
+                     epochs: int = 0, mode: str = "", compression: str = "",
+                     resume_from: Optional[Dict[str, Any]] = None, exist_ok: bool = False,
+                     auth_token: Optional[str] = None, timeout: float = 60.0) -> Job:
+    """Creates a tokens job and returns it (a croupier.Job; job.tokens holds its settings and each
+    source's documents, tokens and fingerprint).
+
+    sources: the prefixes of Megatron-LM indexed datasets (PREFIX.idx, PREFIX.bin; int32 or uint16
+    tokens). sequence_length: L. global_batch: sequences per global step, the same at every number
+    of ranks; `consumers` must divide it. steps_per_epoch: global steps per epoch. packing:
+    "concat" (the dispatcher's default: documents concatenated and cut every L tokens) or
+    "best_fit" (no document split unless longer than L, packed best-fit over windows of
+    packing_window documents). weights: the sources' weights, a list (from step 0) or
+    (first_step, weights) pairs; default equal. pad_id: input_ids at padding.
+
+    resume_from=state (a Consumer.state_dict() of a tokens job over the same sources, seed and
+    settings) makes this job continue that one at its next global step with `consumers` ranks:
+    the same sequences follow, whatever the number of ranks before. A bad setting raises
+    InvalidArgumentError naming it; a source that cannot be read raises naming its file."""
+    start_epoch = start_step = 0
+    if resume_from is not None:
+        start_epoch, start_step = resume_position(resume_from)
+    spec = {"name": name, "source": "tokens", "num_consumers": int(consumers),
+            "seed": str(int(seed)), "num_epochs": str(int(epochs)), "mode": mode,
+            "compression": compression, "start_epoch": str(start_epoch),
+            "start_batch": str(start_step * int(consumers)),
+            "tokens": {"sources": [os.fspath(s) for s in sources],
+                       "sequence_length": int(sequence_length),
+                       "global_batch": int(global_batch),
+                       "steps_per_epoch": str(int(steps_per_epoch)), "packing": packing,
+                       "packing_window": int(packing_window), "weights": _schedule(weights),
+                       "pad_id": int(pad_id)}}
+    return _croupier.create_job(dispatcher, json.dumps(spec), bool(exist_ok),
+                                auth_token_or_env(auth_token), float(timeout))
+
+
+def cu_seqlens(segment_ids: np.ndarray) -> np.ndarray:
+    """The cumulative sequence lengths of packed rows, as variable-length attention kernels take
+    them: the offsets in the flattened [rows * L] tokens where each segment (a document's piece)
+    starts, then rows * L. A row's padding (segment 0) is a segment of its own, so the offsets
+    index the batch as it is; its labels are ignored (loss_mask 0). int32."""
+    ids = np.asarray(segment_ids)
+    if ids.ndim != 2:
+        raise errors.InvalidArgumentError(
+            f"segment_ids has shape {ids.shape}; expected [rows, sequence_length]")
+    flat = ids.reshape(-1)
+    # A segment starts at a row's start and wherever the id changes within a row.
+    starts = np.ones(flat.shape, dtype=bool)
+    starts[1:] = flat[1:] != flat[:-1]
+    starts[:: ids.shape[1]] = True
+    return np.append(np.flatnonzero(starts), flat.size).astype(np.int32)
+
+
+def attention_mask(segment_ids: np.ndarray) -> np.ndarray:
+    """A causal mask that keeps each token's attention within its segment: bool
+    [rows, L, L], True where query i may attend key j (j <= i, same segment, not padding)."""
+    ids = np.asarray(segment_ids)
+    if ids.ndim != 2:
+        raise errors.InvalidArgumentError(
+            f"segment_ids has shape {ids.shape}; expected [rows, sequence_length]")
+    length = ids.shape[1]
+    causal = np.tril(np.ones((length, length), dtype=bool))
+    same = ids[:, :, None] == ids[:, None, :]
+    return same & causal[None] & (ids[:, :, None] != 0)
+
+
+write_indexed_dataset = _croupier.write_indexed_dataset
+
+__all__ = ["attention_mask", "create_token_job", "cu_seqlens", "resume_position",
+           "write_indexed_dataset"]

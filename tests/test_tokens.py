@@ -1,0 +1,142 @@
+"""Tokens jobs from Python and the command line (croupier.tokens; docs/python.md, "Language-model
+data"): real dispatcher and producer processes dealing packed sequences of Megatron-LM indexed
+datasets written here."""
+import hashlib
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+import croupier
+from croupier import errors, tokens
+
+L, B = 16, 12
+COLUMNS = ("input_ids", "labels", "position_ids", "segment_ids", "loss_mask")
+
+
+def documents(source, count):
+    """Document d of source s: tokens s * 30000 + d * 100 + position (at most 99 tokens)."""
+    return [[source * 30000 + d * 100 + p for p in range(1 + (d * 37 + source * 13) % 40)]
+            for d in range(count)]
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tokens")
+    tokens.write_indexed_dataset(str(root / "web"), documents(0, 200), dtype="uint16")
+    tokens.write_indexed_dataset(str(root / "code"), documents(1, 120), dtype="int32")
+    return [str(root / "web"), str(root / "code")]
+
+
+def sequence_digests(batch):
+    """One digest per sequence of a batch, over its five rows."""
+    rows = [np.ascontiguousarray(batch[c]) for c in COLUMNS]
+    return [hashlib.sha256(b"".join(r[i].tobytes() for r in rows)).hexdigest()
+            for i in range(rows[0].shape[0])]
+
+
+def read_steps(cluster, name, world, steps=None):
+    """Sequence digests in global order (step by step, rank by rank), and the state after the
+    last step read (None if read to the end)."""
+    feeds = [cluster.consumer(name, r, world) for r in range(world)]
+    out, state = [], None
+    try:
+        for step, batches in enumerate(zip(*(f.epoch(0) for f in feeds))):
+            for b in batches:
+                assert all(b[c].shape == (B // world, L) and b[c].dtype == np.int32
+                           for c in COLUMNS)
+                out += sequence_digests(b)
+            if steps is not None and step + 1 == steps:
+                state = feeds[0].state_dict()
+                break
+    finally:
+        for f in feeds:
+            f.close()
+    return out, state
+
+
+@pytest.mark.timeout(180)
+def test_a_tokens_job_resumed_at_other_world_sizes_deals_the_same_sequences(tmp_path, sources):
+    """An uninterrupted run at 1 rank against 2 -> 3 -> 4 ranks, each resume from the last job's
+    checkpoint (resume_from): the same sequences, bit for bit, in the same order."""
+    settings = dict(sequence_length=L, global_batch=B, steps_per_epoch=10, epochs=1, seed=5,
+                    packing="best_fit", weights=[(0, [3, 1]), (6, [1, 1])], pad_id=-1)
+    with croupier.local_cluster(producers=1, work_dir=tmp_path / "c", threads=1) as cluster:
+        job = tokens.create_token_job(cluster.address, "whole", sources, consumers=1, **settings)
+        assert job.source == "tokens" and job.batch_size == B and job.steps_per_epoch == 10
+        assert job.tokens["packing"] == "best_fit" and job.tokens["global_batch"] == B
+        assert [s["num_documents"] for s in job.tokens["source_info"]] == [200, 120]
+        assert [s["dtype"] for s in job.tokens["source_info"]] == ["uint16", "int32"]
+        whole, _ = read_steps(cluster, "whole", 1)
+        assert len(whole) == 10 * B and len(set(whole)) == len(whole)
+
+        resumed, state = [], None
+        for name, world, steps in (("r2", 2, 3), ("r3", 3, 4), ("r4", 4, None)):
+            tokens.create_token_job(cluster.address, name, sources, consumers=world,
+                                    resume_from=state, **settings)
+            got, state = read_steps(cluster, name, world, steps)
+            resumed += got
+    assert resumed == whole
+
+
+@pytest.mark.timeout(120)
+def test_bad_token_settings_and_sources_are_named(tmp_path, sources):
+    with croupier.local_cluster(producers=1, work_dir=tmp_path / "c", threads=1) as cluster:
+        def create(**changes):
+            settings = dict(sequence_length=L, global_batch=B, steps_per_epoch=4, consumers=5)
+            settings.update(changes)
+            srcs = settings.pop("sources", sources)
+            return tokens.create_token_job(cluster.address, "bad", srcs, **settings)
+        with pytest.raises(errors.InvalidArgumentError,
+                           match="tokens.global_batch is 12; it must be a multiple of "
+                                 "num_consumers \\(5\\)"):
+            create()
+        with pytest.raises(errors.InvalidArgumentError, match="3 weights for 2 sources"):
+            create(consumers=4, weights=[1, 1, 1])
+        with pytest.raises(errors.InvalidArgumentError, match="packing 'first_fit' is not one"):
+            create(consumers=4, packing="first_fit")
+        with pytest.raises(errors.NotFoundError, match=str(tmp_path / "nowhere.bin")):
+            create(consumers=4, sources=[str(tmp_path / "nowhere")])
+        (tmp_path / "bad.idx").write_bytes(b"MMIDIDX\x00\x00" + b"\x07" * 20)
+        (tmp_path / "bad.bin").write_bytes(b"")
+        with pytest.raises(errors.DataLossError, match="bad.idx"):
+            create(consumers=4, sources=[str(tmp_path / "bad")])
+
+
+@pytest.mark.timeout(120)
+def test_the_command_line_creates_and_shows_a_tokens_job(tmp_path, sources):
+    with croupier.local_cluster(producers=1, work_dir=tmp_path / "c", threads=1) as cluster:
+        binary = croupier.croupier_binary()
+        out = subprocess.run(
+            [binary, "job", "create", "--dispatcher", cluster.address, "--name", "cli",
+             "--tokens", ",".join(sources), "--sequence-length", str(L), "--global-batch",
+             str(B), "--steps-per-epoch", "5", "--consumers", "3", "--packing", "best_fit",
+             "--weights", "0:3,1;2:1,1", "--json"],
+            capture_output=True, text=True, timeout=60, check=True).stdout
+        job = json.loads(out)
+        assert job["spec"]["source"] == "tokens" and job["spec"]["batchSize"] == B // 3
+        assert [w["weights"] for w in job["spec"]["tokens"]["weights"]] == [[3, 1], [1, 1]]
+        shown = subprocess.run([binary, "job", "show", "--dispatcher", cluster.address,
+                                "--name", "cli"], capture_output=True, text=True, timeout=60,
+                               check=True).stdout
+        assert "tokens, 5 global steps of 12 sequences of 16 tokens per epoch (best_fit)" in shown
+        bad = subprocess.run(
+            [binary, "job", "create", "--dispatcher", cluster.address, "--name", "cli2",
+             "--tokens", sources[0], "--sequence-length", str(L), "--global-batch", str(B),
+             "--steps-per-epoch", "5", "--consumers", "3", "--weights", "3;x"],
+            capture_output=True, text=True, timeout=60)
+        assert bad.returncode != 0 and "weights entry 'x'" in bad.stderr
+
+
+def test_cu_seqlens_and_attention_mask_follow_the_segments():
+    segments = np.array([[1, 1, 2, 2, 2, 0], [1, 1, 1, 1, 1, 1]], dtype=np.int32)
+    assert tokens.cu_seqlens(segments).tolist() == [0, 2, 5, 6, 12]
+    mask = tokens.attention_mask(segments)
+    assert mask.shape == (2, 6, 6)
+    assert mask[0, 1].tolist() == [True, True, False, False, False, False]
+    assert mask[0, 4].tolist() == [False, False, True, True, True, False]
+    assert not mask[0, 5].any()  # padding attends nowhere
+    assert mask[1].sum() == 21    # one causal segment of 6
+    with pytest.raises(errors.InvalidArgumentError, match="expected \\[rows, sequence_length\\]"):
+        tokens.cu_seqlens(np.zeros(4))
