@@ -3,7 +3,9 @@ data"): real dispatcher and producer processes dealing packed sequences of Megat
 datasets written here."""
 import hashlib
 import json
+import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -140,3 +142,86 @@ def test_cu_seqlens_and_attention_mask_follow_the_segments():
     assert mask[1].sum() == 21    # one causal segment of 6
     with pytest.raises(errors.InvalidArgumentError, match="expected \\[rows, sequence_length\\]"):
         tokens.cu_seqlens(np.zeros(4))
+
+
+def train_tokenizer(path, texts):
+    """A small word-level tokenizer with an end-of-document token, trained here (no download)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    tokenizer = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.train_from_iterator(texts, trainers.WordLevelTrainer(special_tokens=["<unk>", "</s>"]))
+    tokenizer.save(str(path))
+    return tokenizer
+
+
+@pytest.mark.timeout(120)
+def test_croupier_tokenize_writes_what_the_tokenizer_gives_and_a_tokens_job_deals_it(tmp_path):
+    pytest.importorskip("tokenizers")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    texts = [" ".join(f"w{(d * 7 + i) % 50}" for i in range(3 + d % 11)) for d in range(60)]
+    tokenizer = train_tokenizer(tmp_path / "tokenizer.json", texts)
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps({"text": t, "id": i}) + "\n"
+                                              for i, t in enumerate(texts[:40])))
+    pq.write_table(pa.table({"text": texts[40:]}), tmp_path / "b.parquet")
+    binary = croupier.croupier_binary()
+
+    env = dict(os.environ, CROUPIER_PYTHON=sys.executable)
+
+    def run(*args):
+        return subprocess.run([binary, "tokenize", *map(str, args)], capture_output=True,
+                              text=True, timeout=60, env=env)
+    for out in ("one", "two"):
+        done = run(tmp_path / "a.jsonl", tmp_path / "b.parquet", "--tokenizer",
+                   tmp_path / "tokenizer.json", "--output", tmp_path / out, "--eod-token", "</s>")
+        assert done.returncode == 0, done.stderr
+        assert "60 documents" in done.stdout
+    # The same files and tokenizer give the same bytes.
+    for ext in (".bin", ".idx"):
+        assert (tmp_path / ("one" + ext)).read_bytes() == (tmp_path / ("two" + ext)).read_bytes()
+    data = tokens.IndexedDataset(str(tmp_path / "one"))
+    eod = tokenizer.token_to_id("</s>")
+    assert data.dtype == "uint16" and data.num_documents == 60
+    for d, text in enumerate(texts):
+        assert data.read(d).tolist() == tokenizer.encode(text).ids + [eod]
+
+    with croupier.local_cluster(producers=1, work_dir=tmp_path / "c", threads=1) as cluster:
+        tokens.create_token_job(cluster.address, "text", [str(tmp_path / "one")], consumers=2,
+                                sequence_length=8, global_batch=4, steps_per_epoch=3, epochs=1)
+        read, _ = read_steps_of(cluster, "text", 2)
+    stream = [t for d in range(60) for t in data.read(d).tolist()]
+    assert all(t in set(stream) for row in read for t in row)
+
+    # Bad input is named.
+    (tmp_path / "bad.jsonl").write_text('{"text": "w1"}\n{"text": \n')
+    bad = run(tmp_path / "bad.jsonl", "--tokenizer", tmp_path / "tokenizer.json", "--output",
+              tmp_path / "bad")
+    assert bad.returncode == 1 and "bad.jsonl line 2: not JSON" in bad.stderr
+    (tmp_path / "nokey.jsonl").write_text('{"body": "w1"}\n')
+    bad = run(tmp_path / "nokey.jsonl", "--tokenizer", tmp_path / "tokenizer.json", "--output",
+              tmp_path / "bad")
+    assert bad.returncode == 1 and "line 1: no string 'text' (keys: body)" in bad.stderr
+    bad = run(tmp_path / "b.parquet", "--tokenizer", tmp_path / "tokenizer.json", "--output",
+              tmp_path / "bad", "--text-key", "body")
+    assert bad.returncode == 1 and "no column 'body' (columns: text)" in bad.stderr
+    bad = run(tmp_path / "a.jsonl", "--tokenizer", tmp_path / "tokenizer.json", "--output",
+              tmp_path / "bad", "--eod-token", "<eos>")
+    assert bad.returncode == 1 and "the tokenizer has no token '<eos>'" in bad.stderr
+    bad = run(tmp_path / "none*.jsonl", "--tokenizer", tmp_path / "tokenizer.json", "--output",
+              tmp_path / "bad")
+    assert bad.returncode == 1 and "no file matches" in bad.stderr
+
+
+def read_steps_of(cluster, name, world):
+    """Every input row of a tokens job's epoch 0, without padding."""
+    feeds = [cluster.consumer(name, r, world) for r in range(world)]
+    rows = []
+    try:
+        for batches in zip(*(f.epoch(0) for f in feeds)):
+            for b in batches:
+                for ids, seg in zip(b["input_ids"], b["segment_ids"]):
+                    rows.append([int(t) for t, s in zip(ids, seg) if s])
+    finally:
+        for f in feeds:
+            f.close()
+    return rows, None

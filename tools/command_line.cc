@@ -21,7 +21,7 @@ constexpr char kRootDescription[] =
     R"(croupier: deals the batches of one input pipeline to N trainers.
 
 `croupier COMMAND -h` lists a command's flags, one per line, with their defaults. Every command
-but produce (whose flags are the Python producer's) takes --log-level.)";
+but produce and tokenize (whose flags are the Python package's) takes --log-level.)";
 
 // A flag's names as a user types them: "-h, --help", "--port".
 std::string Names(const CLI::Option* opt) {
@@ -200,14 +200,14 @@ CommandLine::CommandLine() : root_(std::make_unique<CLI::App>(kRootDescription, 
   root_->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   AddSwitch(root_.get(), "--version", &version_, "print the version and exit");
   std::vector<Subcommand> subs = {AddDispatcherCommand(*root_), AddProducerCommand(*root_),
-                                  AddProduceCommand(*root_)};
+                                  AddProduceCommand(*root_), AddTokenizeCommand(*root_)};
   for (Subcommand& s : AddJobCommands(*root_)) subs.push_back(std::move(s));
   for (auto* add : {&AddStatusCommand, &AddConsumeCommand, &AddInspectCommand, &AddIndexCommand,
                     &AddPlanCommand, &AddSynthCommand}) {
     subs.push_back(add(*root_));
   }
   for (Subcommand& s : subs) {
-    if (!s.run) continue;  // produce parses its own flags; job is a group
+    if (!s.run) continue;  // produce and tokenize parse their own flags; job is a group
     AddFlag(s.app, "--log-level", &log_level_, "LEVEL",
             "debug, info, warning or error: log events go to stderr, one line each")
         ->each([](const std::string& level) {
@@ -224,11 +224,12 @@ CommandLine::CommandLine() : root_(std::make_unique<CLI::App>(kRootDescription, 
 
 CommandLine::Parsed CommandLine::Parse(const std::vector<std::string>& args) {
   Parsed parsed;
-  if (!args.empty() && args[0] == "produce") {
-    // Its flags are the Python producer's own (python -m croupier produce -h).
+  if (!args.empty() && IsPythonCommand(args[0])) {
+    // Its flags are the Python command's own (python -m croupier produce -h).
+    const std::string command = args[0];
     const std::vector<std::string> rest(args.begin() + 1, args.end());
-    parsed.command = "produce";
-    parsed.run = [rest] { return RunProduce(rest); };
+    parsed.command = command;
+    parsed.run = [command, rest] { return RunPythonCommand(command, rest); };
     return parsed;
   }
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them so

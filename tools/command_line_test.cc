@@ -26,13 +26,13 @@ CommandLine::Parsed Parse(const std::vector<std::string>& args) {
   return command_line.Parse(args);
 }
 
-// Every command that parses its flags here, as its path ("job create"): all but produce, whose
-// flags are the Python producer's.
+// Every command that parses its flags here, as its path ("job create"): all but produce and
+// tokenize, whose flags are the Python package's.
 std::vector<std::string> Commands() {
   CommandLine command_line;
   std::vector<std::string> paths;
   for (const CLI::App* app : command_line.root().get_subcommands({})) {
-    if (app->get_name() == "produce") continue;
+    if (app->get_name() == "produce" || app->get_name() == "tokenize") continue;
     const std::vector<const CLI::App*> subs = app->get_subcommands({});
     if (subs.empty()) paths.push_back(app->get_name());
     for (const CLI::App* sub : subs)
@@ -226,7 +226,7 @@ TEST(CommandLineTest, ACommandGroupWithoutACommandShowsItsCommandsAndFails) {
   CommandLine::Parsed root = Parse({});
   EXPECT_EQ(root.exit_code, 2);
   EXPECT_THAT(root.err, HasSubstr("croupier: a command is required: dispatcher, producer, "
-                                  "produce, job,"));
+                                  "produce, tokenize, job,"));
   CommandLine::Parsed help = Parse({"-h"});
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_THAT(help.out, AllOf(HasSubstr("\n  produce "), HasSubstr("\n  producer "),
@@ -241,12 +241,16 @@ TEST(CommandLineTest, VersionAndProduce) {
   EXPECT_EQ(version.exit_code, 0);
   EXPECT_THAT(version.out, StartsWith("croupier "));
   // produce's arguments are the Python producer's: not parsed here, even -h and unknown flags.
+  // So are tokenize's.
   for (const auto& args : std::vector<std::vector<std::string>>{
-           {"produce", "-h"}, {"produce", "m:f", "--dispatcher", "h:1", "--workers", "2"}}) {
-    CommandLine::Parsed produce = Parse(args);
-    EXPECT_EQ(produce.exit_code, 0);
-    EXPECT_TRUE(produce.run);
-    EXPECT_EQ(produce.command, "produce");
+           {"produce", "-h"},
+           {"produce", "m:f", "--dispatcher", "h:1", "--workers", "2"},
+           {"tokenize", "-h"},
+           {"tokenize", "a.jsonl", "--tokenizer", "t.json", "--output", "p"}}) {
+    CommandLine::Parsed python = Parse(args);
+    EXPECT_EQ(python.exit_code, 0);
+    EXPECT_TRUE(python.run);
+    EXPECT_EQ(python.command, args[0]);
   }
 }
 

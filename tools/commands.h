@@ -21,14 +21,17 @@ Subcommand AddStatusCommand(CLI::App& parent);
 Subcommand AddConsumeCommand(CLI::App& parent);
 // `job` and its subcommands create, show, list, describe and delete (job_*_cmd.cc).
 std::vector<Subcommand> AddJobCommands(CLI::App& parent);
-// `produce`: the Python map/stream producer (`python -m croupier produce`), run by exec; its
-// arguments are passed on unparsed (produce_cmd.cc).
+// The Python package's commands, run by exec, their arguments passed on unparsed
+// (produce_cmd.cc): `produce`, the Python map/stream producer, and `tokenize`, text corpora to
+// token datasets.
 Subcommand AddProduceCommand(CLI::App& parent);
-// Runs `python -m croupier produce ARGS...` in place of this process (exec): the interpreter is
+Subcommand AddTokenizeCommand(CLI::App& parent);
+bool IsPythonCommand(const std::string& name);
+// Runs `python -m croupier COMMAND ARGS...` in place of this process (exec): the interpreter is
 // $CROUPIER_PYTHON, else the active virtual environment's ($VIRTUAL_ENV), else python3 beside
 // this executable (an installed venv), else python3 on PATH. Returns only on failure:
 // FAILED_PRECONDITION when no interpreter can be run or it cannot import croupier.
-absl::Status RunProduce(const std::vector<std::string>& args);
+absl::Status RunPythonCommand(const std::string& command, const std::vector<std::string>& args);
 
 // Expands each argument as a glob (a plain path matches itself) and returns the files, in
 // argument order, each glob's matches sorted. NOT_FOUND names a pattern that matched nothing.

@@ -1,7 +1,8 @@
-// croupier produce: the Python producer of map and stream jobs (croupier.pipeline), so that one
-// command runs every kind of process. The producer is Python because it runs a user's Python
-// pipeline; this command replaces itself (exec) with `python -m croupier produce ARGS...`, so
-// signals, exit codes and the terminal are the Python producer's own.
+// croupier produce and croupier tokenize: the Python package's commands, so that one command runs
+// every kind of process. The producer of map and stream jobs (croupier.pipeline) is Python because
+// it runs a user's Python pipeline; tokenize (croupier.corpus) because it runs a Hugging Face
+// tokenizer. Each replaces itself (exec) with `python -m croupier COMMAND ARGS...`, so signals,
+// exit codes and the terminal are the Python command's own.
 #include <unistd.h>
 
 #include <cerrno>
@@ -26,17 +27,25 @@ PATH; it must import the croupier package.)";
 // Imports croupier as `python -m croupier` would, but says what is wrong when the package is
 // missing instead of Python's "No module named croupier". A module the producer itself lacks
 // (e.g. numpy) keeps its own traceback.
+constexpr char kTokenizeDescription[] =
+    R"(Tokenizes text corpora into a token dataset for tokens jobs. JSON-lines and Parquet files,
+with a Hugging Face tokenizer, become a Megatron-LM indexed dataset (PREFIX.bin, PREFIX.idx). It
+is `python -m croupier tokenize`; `croupier tokenize -h` lists its flags. The interpreter is found as for produce, and
+needs the tokenizers package.)";
+
+// sys.argv is ["-c", COMMAND, ARGS...].
 constexpr char kBootstrap[] = R"(import sys
+command = sys.argv[1]
 try:
     from croupier.__main__ import main
 except ModuleNotFoundError as e:
     if e.name != "croupier":
         raise
-    sys.exit("croupier produce: the Python interpreter " + sys.executable + " cannot import the "
-             "croupier package: install it there (pip install croupier), add it to PYTHONPATH, "
-             "or name another interpreter in CROUPIER_PYTHON")
-sys.argv[0] = "croupier produce"
-sys.exit(main(["produce"] + sys.argv[1:]))
+    sys.exit("croupier " + command + ": the Python interpreter " + sys.executable + " cannot "
+             "import the croupier package: install it there (pip install croupier), add it to "
+             "PYTHONPATH, or name another interpreter in CROUPIER_PYTHON")
+sys.argv[0] = "croupier " + command
+sys.exit(main(sys.argv[1:]))
 )";
 
 bool Executable(const std::string& path) { return access(path.c_str(), X_OK) == 0; }
@@ -62,13 +71,19 @@ std::pair<std::string, std::string> Interpreter() {
 }  // namespace
 
 Subcommand AddProduceCommand(CLI::App& parent) {
-  // Listed in the help; Parse hands its arguments to RunProduce unparsed.
+  // Listed in the help; Parse hands its arguments to RunPythonCommand unparsed.
   return {parent.add_subcommand("produce", kProduceDescription), nullptr};
 }
 
-absl::Status RunProduce(const std::vector<std::string>& args) {
+Subcommand AddTokenizeCommand(CLI::App& parent) {
+  return {parent.add_subcommand("tokenize", kTokenizeDescription), nullptr};
+}
+
+bool IsPythonCommand(const std::string& name) { return name == "produce" || name == "tokenize"; }
+
+absl::Status RunPythonCommand(const std::string& command, const std::vector<std::string>& args) {
   const auto [python, from] = Interpreter();
-  std::vector<std::string> argv = {python, "-c", kBootstrap};
+  std::vector<std::string> argv = {python, "-c", kBootstrap, command};
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<char*> c_argv;
   for (std::string& a : argv) c_argv.push_back(a.data());

@@ -24,8 +24,8 @@ std::atomic<bool> started{false};
 std::atomic<int> received{0};
 
 constexpr char kProducerDescription[] =
-    R"(Runs a producer of TFRecord jobs. It takes work (ranges of global batches) from the dispatcher, reads and
-decodes the records, keeps finished batches in a bounded buffer and serves them to consumers on
+    R"(Runs a producer of TFRecord and tokens jobs. It takes work (ranges of global batches) from the
+dispatcher, reads and decodes the records (or packs the token sequences), keeps finished batches in a bounded buffer and serves them to consumers on
 its data port. Consumers on the same host receive batches through shared memory unless
 --shm off. On SIGINT or SIGTERM it leaves gracefully: it hands back at once the tasks it has not
 made, serves the batches it has made to the ranks that ask for them (up to --drain-timeout-ms),

@@ -6,7 +6,8 @@ each of the `consumers` ranks gets global_batch / consumers. What every sequence
 by the plan from the documents' lengths alone, so a run resumed at another number of ranks
 continues with the same sequences, bit for bit.
 
-create_token_job() defines one; its settings are checked and completed by the dispatcher (C++),
+IndexedDataset reads such a dataset, IndexedDatasetWriter and write_indexed_dataset write one
+(`croupier tokenize` makes one from text: croupier.corpus). create_token_job() defines a job; its settings are checked and completed by the dispatcher (C++),
 so this module states none of their defaults: a 0 or "" is the dispatcher's default. Each batch
 holds the int32 columns input_ids, labels, position_ids, segment_ids and loss_mask, of shape
 [global_batch / consumers, sequence_length]. cu_seqlens() and attention_mask() derive what
@@ -130,6 +131,8 @@ def attention_mask(segment_ids: np.ndarray) -> np.ndarray:
 
 
 write_indexed_dataset = _croupier.write_indexed_dataset
+IndexedDataset = _croupier.IndexedDataset
+IndexedDatasetWriter = _croupier.IndexedDatasetWriter
 
-__all__ = ["attention_mask", "create_token_job", "cu_seqlens", "resume_position",
-           "write_indexed_dataset"]
+__all__ = ["IndexedDataset", "IndexedDatasetWriter", "attention_mask", "create_token_job",
+           "cu_seqlens", "resume_position", "write_indexed_dataset"]

@@ -44,6 +44,51 @@ class PyRecordReader {
   std::unique_ptr<RecordReader> reader_;
 };
 
+// IndexedDatasetWriter for Python: documents as any sequence of integers.
+class PyIndexedDatasetWriter {
+ public:
+  PyIndexedDatasetWriter(const std::string& prefix, const std::string& dtype) {
+    TokenDType type = TokenDType::kInt32;
+    if (dtype == "uint16") {
+      type = TokenDType::kUInt16;
+    } else if (dtype != "int32") {
+      ThrowIfError(absl::InvalidArgumentError(
+          absl::StrCat("dtype '", dtype, "' is not a token dtype; write int32 or uint16")));
+    }
+    writer_ = Unwrap(IndexedDatasetWriter::Create(prefix, type));
+  }
+  void Add(const pyb::object& tokens) {
+    auto array = pyb::array_t<int64_t, pyb::array::c_style | pyb::array::forcecast>::ensure(tokens);
+    if (!array || array.ndim() != 1) {
+      ThrowIfError(absl::InvalidArgumentError(absl::StrCat(
+          "document ", writer_->num_documents(), " is not a sequence of token ids")));
+    }
+    document_.clear();
+    for (int64_t i = 0; i < array.shape(0); ++i) {
+      const int64_t token = array.at(i);
+      if (token < std::numeric_limits<int32_t>::min() ||
+          token > std::numeric_limits<int32_t>::max()) {
+        ThrowIfError(absl::InvalidArgumentError(absl::StrCat(
+            "document ", writer_->num_documents(), " token ", i, " is ", token,
+            ": not an int32")));
+      }
+      document_.push_back(static_cast<int32_t>(token));
+    }
+    pyb::gil_scoped_release nogil;
+    ThrowIfError(writer_->Add(document_));
+  }
+  void Finish() {
+    pyb::gil_scoped_release nogil;
+    ThrowIfError(writer_->Finish());
+  }
+  uint64_t num_documents() const { return writer_->num_documents(); }
+  uint64_t num_tokens() const { return writer_->num_tokens(); }
+
+ private:
+  std::unique_ptr<IndexedDatasetWriter> writer_;
+  std::vector<int32_t> document_;
+};
+
 pyb::object FeatureToPython(const Feature& f) {
   switch (f.dtype) {
     case DType::kBytes: {
@@ -100,36 +145,73 @@ void BindIo(pyb::module_& m) {
       "The byte offset of every record of a TFRecord file, from the index cache (built if "
       "missing or stale).");
 
+  pyb::class_<IndexedDataset, std::shared_ptr<IndexedDataset>>(
+      m, "IndexedDataset",
+      "A Megatron-LM indexed dataset (PREFIX.idx, PREFIX.bin) opened for reading, its index "
+      "checked: lengths, and read(document) of a document's tokens.")
+      .def(pyb::init([](const std::string& prefix) {
+             std::unique_ptr<IndexedDataset> dataset;
+             {
+               pyb::gil_scoped_release nogil;
+               dataset = Unwrap(IndexedDataset::Open(prefix));
+             }
+             return std::shared_ptr<IndexedDataset>(std::move(dataset));
+           }),
+           pyb::arg("prefix"))
+      .def_property_readonly("prefix", &IndexedDataset::prefix)
+      .def_property_readonly("dtype",
+                             [](const IndexedDataset& d) { return std::string(TokenDTypeName(d.dtype())); })
+      .def_property_readonly("num_documents", &IndexedDataset::num_documents)
+      .def_property_readonly("num_tokens", &IndexedDataset::num_tokens)
+      .def_property_readonly("lengths",
+                             [](const IndexedDataset& d) {
+                               auto lengths = d.lengths();
+                               return pyb::array_t<uint32_t>(lengths.size(), lengths.data());
+                             })
+      .def(
+          "read",
+          [](const IndexedDataset& d, uint64_t document, uint32_t offset, int64_t count) {
+            if (document >= d.num_documents()) {
+              ThrowIfError(absl::OutOfRangeError(absl::StrCat(
+                  d.prefix(), ": document ", document, " of ", d.num_documents())));
+            }
+            const uint32_t length = d.lengths()[document];
+            const uint64_t n = count < 0 ? (offset <= length ? length - offset : 0) : count;
+            pyb::array_t<int32_t> out(n);
+            int32_t* data = out.mutable_data();
+            {
+              pyb::gil_scoped_release nogil;
+              ThrowIfError(d.Read(document, offset, absl::MakeSpan(data, n)));
+            }
+            return out;
+          },
+          pyb::arg("document"), pyb::arg("offset") = 0, pyb::arg("count") = -1,
+          "Tokens [offset, offset + count) of a document as int32 (count -1: to its end).");
+
+  pyb::class_<PyIndexedDatasetWriter>(
+      m, "IndexedDatasetWriter",
+      "Writes a Megatron-LM indexed dataset (PREFIX.bin, PREFIX.idx) a document at a time: "
+      "add(tokens) for each document, then finish(), which writes the index. As a context "
+      "manager, a block that ends without an exception finishes it.")
+      .def(pyb::init<const std::string&, const std::string&>(), pyb::arg("prefix"),
+           pyb::arg("dtype") = "int32")
+      .def("add", &PyIndexedDatasetWriter::Add, pyb::arg("tokens"),
+           "Appends one document: a sequence of token ids.")
+      .def("finish", &PyIndexedDatasetWriter::Finish)
+      .def_property_readonly("num_documents", &PyIndexedDatasetWriter::num_documents)
+      .def_property_readonly("num_tokens", &PyIndexedDatasetWriter::num_tokens)
+      .def("__enter__", [](pyb::object self) { return self; })
+      .def("__exit__", [](PyIndexedDatasetWriter& w, pyb::object type, pyb::object, pyb::object) {
+        if (type.is_none()) w.Finish();
+        return false;
+      });
+
   m.def(
       "write_indexed_dataset",
       [](const std::string& prefix, const pyb::iterable& documents, const std::string& dtype) {
-        TokenDType type = TokenDType::kInt32;
-        if (dtype == "uint16") {
-          type = TokenDType::kUInt16;
-        } else if (dtype != "int32") {
-          ThrowIfError(absl::InvalidArgumentError(absl::StrCat(
-              "dtype '", dtype, "' is not a token dtype; write int32 or uint16")));
-        }
-        std::vector<std::vector<int32_t>> docs;
-        for (pyb::handle d : documents) {
-          auto array = pyb::array_t<int64_t, pyb::array::c_style | pyb::array::forcecast>::ensure(d);
-          if (!array || array.ndim() != 1) {
-            ThrowIfError(absl::InvalidArgumentError(absl::StrCat(
-                "document ", docs.size(), " is not a sequence of token ids")));
-          }
-          std::vector<int32_t>& doc = docs.emplace_back();
-          for (int64_t i = 0; i < array.shape(0); ++i) {
-            const int64_t token = array.at(i);
-            if (token < std::numeric_limits<int32_t>::min() ||
-                token > std::numeric_limits<int32_t>::max()) {
-              ThrowIfError(absl::InvalidArgumentError(absl::StrCat(
-                  "document ", docs.size() - 1, " token ", i, " is ", token, ": not an int32")));
-            }
-            doc.push_back(static_cast<int32_t>(token));
-          }
-        }
-        pyb::gil_scoped_release nogil;
-        ThrowIfError(WriteIndexedDataset(prefix, type, docs));
+        PyIndexedDatasetWriter writer(prefix, dtype);
+        for (pyb::handle d : documents) writer.Add(pyb::reinterpret_borrow<pyb::object>(d));
+        writer.Finish();
       },
       pyb::arg("prefix"), pyb::arg("documents"), pyb::arg("dtype") = "int32",
       "Writes documents (each a sequence of token ids) as a Megatron-LM indexed dataset, "

@@ -203,30 +203,67 @@ absl::Status IndexedDataset::Read(uint64_t document, uint32_t offset,
   return absl::OkStatus();
 }
 
-absl::Status WriteIndexedDataset(const std::string& prefix, TokenDType dtype,
-                                 const std::vector<std::vector<int32_t>>& documents, Env* env) {
+absl::StatusOr<std::unique_ptr<IndexedDatasetWriter>> IndexedDatasetWriter::Create(
+    const std::string& prefix, TokenDType dtype, Env* env) {
   if (env == nullptr) env = Env::Default();
-  TokenIndex index;
-  index.dtype = dtype;
-  std::string bin;
-  for (size_t d = 0; d < documents.size(); ++d) {
-    index.lengths.push_back(static_cast<uint32_t>(documents[d].size()));
-    index.pointers.push_back(bin.size());
-    for (size_t t = 0; t < documents[d].size(); ++t) {
-      const int32_t v = documents[d][t];
-      if (dtype == TokenDType::kUInt16) {
-        if (v < 0 || v > 0xFFFF) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "document ", d, " token ", t, " is ", v, ", which uint16 cannot hold"));
-        }
-        Put<uint16_t>(bin, static_cast<uint16_t>(v));
-      } else {
-        Put<int32_t>(bin, v);
+  // An old index beside a new .bin would describe other documents: empty it first.
+  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> old_index, env->OpenForWrite(prefix + ".idx"));
+  RETURN_IF_ERROR(old_index->Close());
+  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> bin, env->OpenForWrite(prefix + ".bin"));
+  return std::unique_ptr<IndexedDatasetWriter>(
+      new IndexedDatasetWriter(prefix, dtype, env, std::move(bin)));
+}
+
+IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, TokenDType dtype, Env* env,
+                                           std::unique_ptr<WritableFile> bin)
+    : prefix_(std::move(prefix)), env_(env), bin_(std::move(bin)) {
+  index_.dtype = dtype;
+}
+
+IndexedDatasetWriter::~IndexedDatasetWriter() = default;
+
+absl::Status IndexedDatasetWriter::Add(absl::Span<const int32_t> document) {
+  if (finished_) return absl::FailedPreconditionError(prefix_ + ": the dataset is finished");
+  const uint64_t d = index_.lengths.size();
+  if (document.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    return absl::OutOfRangeError(absl::StrCat("document ", d, " has ", document.size(),
+                                              " tokens; an index holds at most 2^31 - 1"));
+  }
+  buffer_.clear();
+  for (size_t t = 0; t < document.size(); ++t) {
+    const int32_t v = document[t];
+    if (index_.dtype == TokenDType::kUInt16) {
+      if (v < 0 || v > 0xFFFF) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "document ", d, " token ", t, " is ", v, ", which uint16 cannot hold"));
       }
+      Put<uint16_t>(buffer_, static_cast<uint16_t>(v));
+    } else {
+      Put<int32_t>(buffer_, v);
     }
   }
-  RETURN_IF_ERROR(env->WriteFileAtomically(prefix + ".bin", bin));
-  return env->WriteFileAtomically(prefix + ".idx", EncodeTokenIndex(index));
+  RETURN_IF_ERROR(bin_->Append(buffer_));
+  index_.lengths.push_back(static_cast<uint32_t>(document.size()));
+  index_.pointers.push_back(bin_bytes_);
+  bin_bytes_ += buffer_.size();
+  tokens_ += document.size();
+  return absl::OkStatus();
+}
+
+absl::Status IndexedDatasetWriter::Finish() {
+  if (finished_) return absl::FailedPreconditionError(prefix_ + ": the dataset is finished");
+  finished_ = true;
+  RETURN_IF_ERROR(bin_->Sync());
+  RETURN_IF_ERROR(bin_->Close());
+  return env_->WriteFileAtomically(prefix_ + ".idx", EncodeTokenIndex(index_));
+}
+
+absl::Status WriteIndexedDataset(const std::string& prefix, TokenDType dtype,
+                                 const std::vector<std::vector<int32_t>>& documents, Env* env) {
+  ASSIGN_OR_RETURN(std::unique_ptr<IndexedDatasetWriter> writer,
+                   IndexedDatasetWriter::Create(prefix, dtype, env));
+  for (const std::vector<int32_t>& document : documents) RETURN_IF_ERROR(writer->Add(document));
+  return writer->Finish();
 }
 
 }  // namespace croupier

@@ -91,6 +91,41 @@ class IndexedDataset {
   const std::unique_ptr<RandomAccessFile> bin_;
 };
 
+// Writes an indexed dataset a document at a time, so a corpus of any size can be converted
+// (croupier tokenize): the .bin as documents come, the .idx at Finish. Create empties PREFIX.idx
+// first, so until Finish succeeds the pair is refused by IndexedDataset::Open (a truncated
+// index), never read as a dataset of other documents. Thread-compatible.
+class IndexedDatasetWriter {
+ public:
+  // Errors name the file that cannot be written.
+  static absl::StatusOr<std::unique_ptr<IndexedDatasetWriter>> Create(const std::string& prefix,
+                                                                      TokenDType dtype,
+                                                                      Env* env = nullptr);
+  ~IndexedDatasetWriter();
+
+  // Appends one document. INVALID_ARGUMENT for a token the dtype cannot hold, naming the
+  // document and position (nothing of it is written); OUT_OF_RANGE for a document of 2^31 tokens
+  // or more; the file's errors.
+  absl::Status Add(absl::Span<const int32_t> document);
+  // Flushes the .bin and writes the .idx (atomically). Once only; Add fails after it.
+  absl::Status Finish();
+
+  uint64_t num_documents() const { return index_.lengths.size(); }
+  uint64_t num_tokens() const { return tokens_; }
+
+ private:
+  IndexedDatasetWriter(std::string prefix, TokenDType dtype, Env* env,
+                       std::unique_ptr<WritableFile> bin);
+  const std::string prefix_;
+  Env* const env_;
+  std::unique_ptr<WritableFile> bin_;
+  TokenIndex index_;
+  uint64_t bin_bytes_ = 0;
+  uint64_t tokens_ = 0;
+  std::string buffer_;  // one document's bytes
+  bool finished_ = false;
+};
+
 // Writes PREFIX.bin and PREFIX.idx with `documents` as tokens of `dtype` (one document per
 // sequence entry, each its own document boundary, as Megatron's preprocessing writes them).
 // INVALID_ARGUMENT for a token that does not fit the dtype, naming the document and position.

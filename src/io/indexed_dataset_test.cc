@@ -97,5 +97,35 @@ TEST(IndexedDatasetTest, ABinCutShortAfterOpenIsDataLossNamingIt) {
   EXPECT_TRUE(absl::IsNotFound(IndexedDataset::Open(dir.Join("missing")).status()));
 }
 
+TEST(IndexedDatasetTest, AWriterWritesADocumentAtATimeAndAnUnfinishedPairIsRefused) {
+  ScopedTempDir dir;
+  const std::string prefix = dir.Join("stream");
+  ASSERT_TRUE(WriteIndexedDataset(prefix, TokenDType::kUInt16, {{1, 2}}).ok());
+  auto writer = IndexedDatasetWriter::Create(prefix, TokenDType::kUInt16);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  ASSERT_TRUE((*writer)->Add(std::vector<int32_t>{7, 8, 9}).ok());
+  // A token uint16 cannot hold is named, and the document is not written.
+  absl::Status bad = (*writer)->Add(std::vector<int32_t>{1, 70000});
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("document 1 token 1 is 70000"));
+  ASSERT_TRUE((*writer)->Add(std::vector<int32_t>{}).ok());
+  // Before Finish the old index is gone: the pair is not read as the old dataset.
+  EXPECT_EQ(IndexedDataset::Open(prefix).status().code(), absl::StatusCode::kDataLoss);
+  ASSERT_TRUE((*writer)->Add(std::vector<int32_t>{65535}).ok());
+  EXPECT_EQ((*writer)->num_documents(), 3u);
+  EXPECT_EQ((*writer)->num_tokens(), 4u);
+  ASSERT_TRUE((*writer)->Finish().ok());
+  EXPECT_EQ((*writer)->Add(std::vector<int32_t>{1}).code(), absl::StatusCode::kFailedPrecondition);
+  auto data = IndexedDataset::Open(prefix);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_THAT((*data)->lengths(), ::testing::ElementsAre(3, 0, 1));
+  std::vector<int32_t> got(3);
+  ASSERT_TRUE((*data)->Read(0, 0, absl::MakeSpan(got)).ok());
+  EXPECT_EQ(got, (std::vector<int32_t>{7, 8, 9}));
+  std::vector<int32_t> last(1);
+  ASSERT_TRUE((*data)->Read(2, 0, absl::MakeSpan(last)).ok());
+  EXPECT_EQ(last[0], 65535);
+}
+
 }  // namespace
 }  // namespace croupier
