@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -162,6 +163,63 @@ TEST(ProducerTokenMakerTest, TheSameBatchIsTheSameBytesFromAnyMakerInAnyOrder) {
   for (uint64_t b = batches; b-- > 0;) backward[b] = (*two)->Make(0, b)->ContentHash();
   EXPECT_EQ(forward, backward);
   EXPECT_EQ(std::set<uint64_t>(forward.begin(), forward.end()).size(), batches);
+}
+
+// A resumed job that adds a weight change at step 20 (1:1, then 1:4): the steps before it are the
+// first job's, bit for bit; two makers of the new job agree; and across the change every token
+// of each source's first source epoch is an input exactly once (the sources' counters carry
+// over: nothing lost or repeated).
+TEST(ProducerTokenMakerTest, AWeightChangeAddedAtAResumeKeepsTheStepsBeforeItAndRepeatsNothing) {
+  ScopedTempDir dir;
+  const std::vector<std::string> prefixes = {WriteTokenSource(dir.Join("a"), 0, 120),
+                                             WriteTokenSource(dir.Join("b"), 1, 80)};
+  constexpr uint64_t kChange = 20, kBatch = 8;
+  v1::JobSpec first = TokenJobSpec("lm", prefixes, 64, kBatch, 60, 2, v1::PACKING_BEST_FIT);
+  v1::JobSpec resumed = first;
+  resumed.set_name("lm-resumed");
+  resumed.set_start_batch(kChange * 2);
+  for (auto [step, a, b] : {std::tuple{uint64_t{0}, 1.0, 1.0}, std::tuple{kChange, 1.0, 4.0}}) {
+    v1::WeightChange* change = resumed.mutable_tokens()->add_weights();
+    change->set_first_step(step);
+    change->add_weights(a);
+    change->add_weights(b);
+  }
+  auto before = Build(first);
+  auto after = Build(resumed);
+  ASSERT_TRUE(before.ok() && after.ok()) << before.status() << after.status();
+  auto old_maker = TokenBatchMaker::Create(*before);
+  auto new_maker = TokenBatchMaker::Create(*after);
+  auto again = TokenBatchMaker::Create(*after);
+  ASSERT_TRUE(old_maker.ok() && new_maker.ok() && again.ok());
+  // Batch g of a 2-rank job holds sequences 4g to 4g + 3: step s is batches 2s and 2s + 1.
+  for (uint64_t b = 0; b < 2 * kChange; ++b) {
+    EXPECT_EQ((*old_maker)->Make(0, b)->ContentHash(), (*new_maker)->Make(0, b)->ContentHash())
+        << "batch " << b;
+  }
+  std::vector<std::vector<TokenPlace>> places;
+  for (uint64_t b = 0; b < after->batches_per_epoch(); ++b) {
+    auto made = b < 2 * kChange ? (*old_maker)->Make(0, b) : (*new_maker)->Make(0, b);
+    ASSERT_TRUE(made.ok()) << made.status();
+    if (b >= 2 * kChange) EXPECT_EQ(made->ContentHash(), (*again)->Make(0, b)->ContentHash());
+    testing::CheckTokenBatch(made->view(), /*best_fit=*/true, &places);
+  }
+  const TokenPlan& plan = (*new_maker)->plan();
+  EXPECT_NE(plan.CountsBefore(after->num_records()),
+            (*old_maker)->plan().CountsBefore(after->num_records()))
+      << "the change moved the mixture";
+  std::map<TokenPlace, int> seen;
+  for (uint64_t i = 0; i < places.size(); ++i) {
+    if (plan.Sequence(i).source_epoch != 0) continue;
+    for (const TokenPlace& p : places[i]) ++seen[p];
+  }
+  for (uint32_t k = 0; k < 2; ++k) {
+    ASSERT_GT(plan.CountsBefore(after->num_records())[k], plan.SequencesInEpoch(k, 0));
+    for (uint64_t d = 0; d < (k == 0 ? 120u : 80u); ++d) {
+      for (uint32_t p = 0; p < testing::DocumentLength(k, d); ++p) {
+        ASSERT_EQ(seen[(TokenPlace{k, d, p})], 1) << k << " " << d << " " << p;
+      }
+    }
+  }
 }
 
 TEST(ProducerTokenMakerTest, ASourceRewrittenSinceTheJobWasCreatedIsRefusedNamingIt) {
