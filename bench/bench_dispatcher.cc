@@ -17,6 +17,7 @@
 // One JSON line on stdout ({"bench": "scale", "case": "dispatcher", ...}), read by bench/run.py.
 //
 // usage: build/bench/bench_dispatcher [--quick] [--seconds S] [--consumers N] [--threads T]
+//                                 [--shared-connection]
 //   the croupier binary: $CROUPIER_BIN, else ../bin/croupier beside this program.
 #include <fcntl.h>
 #include <signal.h>
@@ -179,6 +180,7 @@ int main(int argc, char** argv) {
   double seconds = 30;
   uint32_t consumers = 1000;
   int threads = 16;
+  bool shared_connection = false;  // all client threads over one connection (before 29 November)
   const int producers = 2;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -194,8 +196,12 @@ int main(int argc, char** argv) {
       consumers = static_cast<uint32_t>(std::stoul(next()));
     } else if (a == "--threads") {
       threads = std::stoi(next());
+    } else if (a == "--shared-connection") {
+      shared_connection = true;
     } else {
-      Die("usage: bench_dispatcher [--quick] [--seconds S] [--consumers N] [--threads T]");
+      Die(
+          "usage: bench_dispatcher [--quick] [--seconds S] [--consumers N] [--threads T] "
+          "[--shared-connection]");
     }
   }
   if (quick) seconds = std::min(seconds, 10.0);
@@ -253,6 +259,9 @@ int main(int argc, char** argv) {
     croupier::rpc::DispatcherClientOptions options;
     options.call_timeout = absl::Seconds(5);
     options.timeout = absl::Seconds(5);
+    // Each thread stands in for separate consumer processes: a connection of its own (sharing
+    // one, every call of the run went over a single HTTP/2 connection).
+    options.own_connection = !shared_connection;
     clients.push_back(croupier::rpc::DispatcherClient::Create(address, options));
   }
   std::atomic<bool> unreachable{false};
@@ -445,14 +454,14 @@ int main(int argc, char** argv) {
   const bool met = errors == 0 && heartbeats >= 0.95 * expected && max_gap_s < 3 * interval_s;
   std::printf(
       "{\"bench\": \"scale\", \"case\": \"dispatcher\", \"consumers\": %u, \"producers\": %d, "
-      "\"client_threads\": %d, \"seconds\": %.1f, \"heartbeat_interval_s\": %.3g, "
+      "\"client_threads\": %d, \"shared_connection\": %s, \"seconds\": %.1f, \"heartbeat_interval_s\": %.3g, "
       "\"register_s\": %.2f, \"heartbeats_per_s\": %.1f, \"heartbeats_due_per_s\": %.1f, "
       "\"cpu_cores\": %.4f, \"peak_rss_mib\": %.1f, \"p50_ms\": %.3f, \"p99_ms\": %.3f, "
       "\"max_ms\": %.3f, \"send_late_p99_ms\": %.3f, \"max_gap_s\": %.3f, "
       "\"journal_entries_per_s\": %.1f, \"answer_bytes_per_heartbeat\": %.1f, "
       "\"errors\": %llu, \"not_found\": %llu, "
       "\"client_cpu_cores\": %.3f, \"load_average\": %.2f, \"met\": %s}\n",
-      consumers, producers, threads, seconds, interval_s, register_s, heartbeats / seconds,
+      consumers, producers, threads, shared_connection ? "true" : "false", seconds, interval_s, register_s, heartbeats / seconds,
       expected / seconds, (cpu1 - cpu0) / seconds, peak_rss_mib, p50, p99, max_ms, late_p99,
       max_gap_s, (journal1 - journal0) / seconds,
       heartbeats ? static_cast<double>(answer_bytes) / heartbeats : 0.0,

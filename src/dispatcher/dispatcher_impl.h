@@ -49,7 +49,9 @@ struct DispatcherOptions {
   // written to it before it takes effect. Empty: no journal, the state lives in memory only
   // (unit tests). DispatcherNode sets WORK_DIR/journal.
   std::string journal_path;
-  bool journal_sync = true;  // fdatasync each entry (JournalWriter::Options::sync)
+  // fdatasync the journal (grouped) before answering (JournalWriter::Options::sync); off only
+  // for tests and benchmarks.
+  bool journal_sync = true;
   Env* env = nullptr;        // the journal's file access; nullptr: Env::Default(); not owned
   // The damping of the recommended number of producers (GetStatus's producer_advice).
   ProducerAdvisor::Options advice;

@@ -31,6 +31,7 @@ DispatcherClient::DispatcherClient(std::string address, DispatcherClientOptions 
   // And bound each connection attempt (gRPC's minimum is 20 s): an attempt made while the
   // dispatcher was down was seen to hang for seconds after it came back.
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1000);
+  if (options_.own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       MakeChannelCredentials(options_.tls);
   if (!credentials.ok()) {

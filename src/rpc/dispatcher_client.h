@@ -25,6 +25,10 @@ struct DispatcherClientOptions {
   // TLS to the dispatcher (src/net/tls_config.h); none given: $CROUPIER_TLS_CERT/_KEY/_CA, else
   // plaintext.
   TlsConfig tls;
+  // A TCP connection of this client's own. By default the clients of one process to the same
+  // address share one (gRPC's subchannel pool); a benchmark that stands in for many processes
+  // (bench/bench_dispatcher.cc) gives each of its threads its own, as separate processes have.
+  bool own_connection = false;
 };
 
 // Thread-safe.
