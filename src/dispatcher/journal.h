@@ -28,8 +28,9 @@
 // depends on is durable, a machine crash included, and at N concurrent calls the syncs per
 // second stay about one per fdatasync time instead of one per entry. Measured on the development
 // VM (ext4 on a virtio disk, 2 cores) with journal_test's SyncCost loop of 200 entries: about
-// 3.5 ms per fdatasync, about 1 us per write() alone (docs/benchmarks.md has the dispatcher at
-// 1,000 and 10,000 consumers).
+// 3.5 ms per fdatasync, about 1 us per write() alone; on another day 0.22 ms p50 under the
+// dispatcher's load (docs/benchmarks.md, "Group commit", has the dispatcher at 1,000 and 10,000
+// consumers).
 //
 // Positions ("tickets") are logical byte positions that only grow: before any compaction they are
 // the file's byte offsets; a compaction (Compact) makes everything written so far durable in the
@@ -134,7 +135,9 @@ class JournalWriter {
   // returned), syncing it itself if no other caller is (then covering everything published so
   // far). At once with options.sync off. Errors: the broken writer's UNAVAILABLE (naming the file
   // and the byte whose sync failed) if `ticket` was not synced before the writer broke;
-  // DEADLINE_EXCEEDED naming the journal and the positions once `deadline` passes first.
+  // DEADLINE_EXCEEDED naming the journal and the positions once `deadline` passes first. A
+  // caller that is doing the fdatasync itself returns when it ends (an fdatasync cannot be cut
+  // short); one waiting for another's returns by its deadline.
   absl::Status WaitSynced(uint64_t ticket, absl::Time deadline);
 
   // Publish() and WaitSynced on it without a deadline: for a single caller (tests, tools).
