@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/common/file_mapping.h"
 #include "src/common/status_macros.h"
+#include "src/s3/s3_env.h"
 
 namespace croupier {
 
@@ -257,7 +258,8 @@ class PosixEnv final : public Env {
 }  // namespace
 
 Env* Env::Default() {
-  static Env* env = new PosixEnv();
+  // s3:// paths go to the S3 client (src/s3/s3_env.h), every other path to POSIX.
+  static Env* env = s3::WithObjectStores(new PosixEnv());
   return env;
 }
 

@@ -38,6 +38,8 @@ absl::string_view ListName(DType dtype) {
 // Why a pattern's Glob failed, as far as it can be told: Env::Glob fails (rather than matching
 // nothing) when a directory on the way cannot be read, typically because it does not exist.
 std::string GlobFailure(Env& env, const std::string& pattern, const absl::Status& status) {
+  // An object store's Glob says itself why it failed (src/s3/s3_env.h): it has no directories.
+  if (pattern.find("://") != std::string::npos) return std::string(status.message());
   const size_t wildcard = pattern.find_first_of("*?[");
   const size_t slash =
       pattern.rfind('/', wildcard == std::string::npos ? pattern.size() : wildcard);

@@ -1,0 +1,76 @@
+// S3Client: the calls croupier makes of an S3-compatible object store (HEAD, ranged GET,
+// ListObjectsV2), signed with SigV4 and sent over cpp-httplib (HTTP, or HTTPS through OpenSSL).
+//
+// Every call is retried in RetryWithBackoff (src/common/retry.h) on what another attempt may
+// cure: throttling (503 SlowDown, 429), other 5xx, 408/RequestTimeout, and connections refused,
+// reset, cut short or stalled past the read timeout; at most options.max_attempts attempts,
+// within options.request_deadline. Each retry logs one warning line naming the object, the
+// range and the cause, and is counted in stats(). Errors name the object, the byte range and
+// the server's code and message; the codes are those of s3_error.h.
+#ifndef CROUPIER_SRC_S3_S3_CLIENT_H_
+#define CROUPIER_SRC_S3_S3_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "src/s3/byte_range.h"
+#include "src/s3/s3_options.h"
+#include "src/s3/s3_path.h"
+#include "src/s3/s3_stats.h"
+
+namespace croupier::s3 {
+
+// What HEAD or a listing tells of an object. Plain value.
+struct ObjectInfo {
+  std::string key;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;  // Last-Modified (whole seconds, as the store keeps it)
+  std::string etag;
+};
+
+class S3Connections;
+
+// Thread-safe: calls may run from many threads; each takes a connection of its own from a pool
+// (kept alive between calls) and never holds a lock while it talks to the store.
+class S3Client {
+ public:
+  // INVALID_ARGUMENT for an endpoint that is not http(s)://host[:port].
+  static absl::StatusOr<std::unique_ptr<S3Client>> Create(S3Options options);
+  ~S3Client();
+
+  // The object's size, Last-Modified and ETag. NOT_FOUND for a missing object or bucket.
+  absl::StatusOr<ObjectInfo> Head(const S3Path& path);
+
+  // Reads exactly `range` of the object into dst (range.length bytes, which dst must hold) and
+  // returns range.length. An answer shorter than asked is retried like a reset connection, as
+  // the range is expected to lie inside the object (the caller knows its size from Head);
+  // OUT_OF_RANGE when it does not.
+  absl::StatusOr<size_t> GetRange(const S3Path& path, const ByteRange& range, char* dst);
+
+  // Every object of `bucket` whose key starts with `prefix`, in the store's (UTF-8 binary)
+  // order, following continuation tokens. NOT_FOUND for a missing bucket.
+  absl::StatusOr<std::vector<ObjectInfo>> List(const std::string& bucket,
+                                               const std::string& prefix);
+
+  const S3Options& options() const { return options_; }
+  S3Stats stats() const { return counters_.Snapshot(); }
+
+ private:
+  struct Request;
+  S3Client(S3Options options, std::unique_ptr<S3Connections> connections);
+  // One request with its retries.
+  absl::Status Send(Request& request);
+  // One attempt.
+  absl::Status Attempt(Request& request);
+
+  const S3Options options_;
+  const std::unique_ptr<S3Connections> connections_;
+  S3Counters counters_;
+};
+
+}  // namespace croupier::s3
+
+#endif  // CROUPIER_SRC_S3_S3_CLIENT_H_

@@ -1,0 +1,185 @@
+#include "src/s3/s3_env.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "absl/base/call_once.h"
+#include "absl/strings/str_cat.h"
+#include "src/common/status_macros.h"
+
+namespace croupier::s3 {
+namespace {
+
+// Thread-safe: immutable after Open.
+class S3File final : public RandomAccessFile {
+ public:
+  S3File(std::shared_ptr<S3Client> client, S3Path path, std::string name, uint64_t size)
+      : client_(std::move(client)), path_(std::move(path)), name_(std::move(name)), size_(size) {}
+
+  absl::StatusOr<size_t> Read(uint64_t offset, size_t n, char* dst) const override {
+    if (offset >= size_) return 0;
+    const uint64_t length = std::min<uint64_t>(n, size_ - offset);
+    return client_->GetRange(path_, {offset, length}, dst);
+  }
+  const std::string& name() const override { return name_; }
+  absl::StatusOr<uint64_t> Size() const override { return size_; }
+
+ private:
+  const std::shared_ptr<S3Client> client_;
+  const S3Path path_;
+  const std::string name_;
+  // As HEAD said at open: an object is replaced whole, never grown in place.
+  const uint64_t size_;
+};
+
+absl::Status ReadOnly(absl::string_view what, absl::string_view path) {
+  return absl::UnimplementedError(
+      absl::StrCat(what, " ", path, ": croupier reads object stores but does not write them"));
+}
+
+// s3:// paths to an S3Env made on first use, the rest to the local Env. Thread-safe.
+class RoutingEnv final : public Env {
+ public:
+  explicit RoutingEnv(Env* local) : local_(local) {}
+
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRead(const std::string& p) override {
+    ASSIGN_OR_RETURN(Env * env, For(p));
+    return env->OpenForRead(p);
+  }
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRandomRead(
+      const std::string& p) override {
+    ASSIGN_OR_RETURN(Env * env, For(p));
+    return env->OpenForRandomRead(p);
+  }
+  absl::StatusOr<std::unique_ptr<WritableFile>> OpenForWrite(const std::string& p) override {
+    ASSIGN_OR_RETURN(Env * env, For(p));
+    return env->OpenForWrite(p);
+  }
+  absl::StatusOr<std::unique_ptr<WritableFile>> OpenForAppend(const std::string& p) override {
+    ASSIGN_OR_RETURN(Env * env, For(p));
+    return env->OpenForAppend(p);
+  }
+  absl::Status Truncate(const std::string& p, uint64_t size) override {
+    ASSIGN_OR_RETURN(Env * env, For(p));
+    return env->Truncate(p, size);
+  }
+  absl::Status SyncDir(const std::string& p) override {
+    ASSIGN_OR_RETURN(Env * env, For(p));
+    return env->SyncDir(p);
+  }
+  absl::StatusOr<FileStat> Stat(const std::string& p) override {
+    ASSIGN_OR_RETURN(Env * env, For(p));
+    return env->Stat(p);
+  }
+  absl::Status WriteFileAtomically(const std::string& p, absl::string_view c) override {
+    ASSIGN_OR_RETURN(Env * env, For(p));
+    return env->WriteFileAtomically(p, c);
+  }
+  absl::Status CreateDirs(const std::string& p) override {
+    ASSIGN_OR_RETURN(Env * env, For(p));
+    return env->CreateDirs(p);
+  }
+  absl::StatusOr<std::vector<std::string>> Glob(const std::string& p) override {
+    ASSIGN_OR_RETURN(Env * env, For(p));
+    return env->Glob(p);
+  }
+
+  S3Stats stats() {
+    if (!made_.load(std::memory_order_acquire) || s3_ == nullptr) return {};
+    return s3_->client().stats();
+  }
+
+ private:
+  absl::StatusOr<Env*> For(const std::string& path) {
+    if (!IsS3Path(path)) return local_;
+    absl::call_once(once_, [&] {
+      absl::StatusOr<S3Options> options = S3OptionsFromEnvironment(ProcessEnvironment());
+      absl::StatusOr<std::unique_ptr<S3Client>> client =
+          options.ok() ? S3Client::Create(*std::move(options))
+                       : absl::StatusOr<std::unique_ptr<S3Client>>(options.status());
+      if (client.ok()) {
+        s3_ = std::make_unique<S3Env>(std::shared_ptr<S3Client>(*std::move(client)));
+      } else {
+        failure_ = client.status();
+      }
+      made_.store(true, std::memory_order_release);
+    });
+    if (s3_ == nullptr) {
+      return absl::Status(failure_.code(),
+                          absl::StrCat("cannot read ", path, ": ", failure_.message()));
+    }
+    return s3_.get();
+  }
+
+  Env* const local_;
+  absl::once_flag once_;
+  // Written once under once_, read only after it.
+  std::unique_ptr<S3Env> s3_;
+  absl::Status failure_;
+  std::atomic<bool> made_{false};
+};
+
+RoutingEnv* default_routing = nullptr;
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RandomAccessFile>> S3Env::OpenForRead(const std::string& path) {
+  ASSIGN_OR_RETURN(S3Path at, ParseS3Path(path));
+  ASSIGN_OR_RETURN(ObjectInfo info, client_->Head(at));
+  return std::make_unique<S3File>(client_, std::move(at), path, info.size);
+}
+
+absl::StatusOr<std::unique_ptr<WritableFile>> S3Env::OpenForWrite(const std::string& path) {
+  return ReadOnly("writing", path);
+}
+absl::StatusOr<std::unique_ptr<WritableFile>> S3Env::OpenForAppend(const std::string& path) {
+  return ReadOnly("appending to", path);
+}
+absl::Status S3Env::Truncate(const std::string& path, uint64_t) {
+  return ReadOnly("truncating", path);
+}
+absl::Status S3Env::SyncDir(const std::string& path) { return ReadOnly("syncing", path); }
+absl::Status S3Env::WriteFileAtomically(const std::string& path, absl::string_view) {
+  return ReadOnly("writing", path);
+}
+absl::Status S3Env::CreateDirs(const std::string& path) {
+  return ReadOnly("creating directories", path);
+}
+
+absl::StatusOr<FileStat> S3Env::Stat(const std::string& path) {
+  ASSIGN_OR_RETURN(S3Path at, ParseS3Path(path));
+  ASSIGN_OR_RETURN(ObjectInfo info, client_->Head(at));
+  return FileStat{info.size, info.mtime_ns};
+}
+
+absl::StatusOr<std::vector<std::string>> S3Env::Glob(const std::string& pattern) {
+  ASSIGN_OR_RETURN(S3Path at, ParseS3Path(pattern));
+  const std::string prefix = GlobPrefix(at.key);
+  std::vector<std::string> out;
+  if (prefix == at.key) {  // no wildcard: the object itself, if it exists
+    absl::StatusOr<ObjectInfo> info = client_->Head(at);
+    if (info.ok()) out.push_back(pattern);
+    if (!info.ok() && !absl::IsNotFound(info.status())) return info.status();
+    return out;
+  }
+  ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, client_->List(at.bucket, prefix));
+  for (const ObjectInfo& object : objects) {
+    if (GlobMatch(at.key, object.key)) out.push_back(S3Path{at.bucket, object.key}.ToString());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Env* WithObjectStores(Env* local) {
+  static RoutingEnv* env = [&] {
+    default_routing = new RoutingEnv(local);
+    return default_routing;
+  }();
+  return env;
+}
+
+S3Stats DefaultEnvS3Stats() {
+  return default_routing == nullptr ? S3Stats{} : default_routing->stats();
+}
+
+}  // namespace croupier::s3

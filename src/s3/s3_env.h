@@ -1,0 +1,57 @@
+// Env over an object store: s3://bucket/key paths read through an S3Client, so that everything
+// that reads files through an Env (the record index and its cache, Dataset, the producers'
+// TfrecordBatchMaker, the dispatcher's BuildJobInfo) reads objects unchanged.
+//
+//   OpenForRead, OpenForRandomRead   HEAD once for the size; every Read is one ranged GET
+//   Stat                             HEAD: size and Last-Modified (whole seconds)
+//   Glob                             ListObjectsV2 over the pattern's prefix, keys matched as a
+//                                    shell glob ('*' stops at '/'); no wildcard: HEAD
+//   writes, Truncate, SyncDir, CreateDirs    UNIMPLEMENTED: croupier only reads objects
+//
+// Not a file system: nothing is mapped (reads copy from the answer into the caller's buffer),
+// and nothing is cached or read ahead (WillRead does nothing).
+#ifndef CROUPIER_SRC_S3_S3_ENV_H_
+#define CROUPIER_SRC_S3_S3_ENV_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/common/env.h"
+#include "src/s3/s3_client.h"
+
+namespace croupier::s3 {
+
+// Thread-safe.
+class S3Env final : public Env {
+ public:
+  explicit S3Env(std::shared_ptr<S3Client> client) : client_(std::move(client)) {}
+
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRead(const std::string& path) override;
+  absl::StatusOr<std::unique_ptr<WritableFile>> OpenForWrite(const std::string& path) override;
+  absl::StatusOr<std::unique_ptr<WritableFile>> OpenForAppend(const std::string& path) override;
+  absl::Status Truncate(const std::string& path, uint64_t size) override;
+  absl::Status SyncDir(const std::string& path) override;
+  absl::StatusOr<FileStat> Stat(const std::string& path) override;
+  absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) override;
+  absl::Status CreateDirs(const std::string& path) override;
+  absl::StatusOr<std::vector<std::string>> Glob(const std::string& pattern) override;
+
+  S3Client& client() { return *client_; }
+
+ private:
+  const std::shared_ptr<S3Client> client_;
+};
+
+// The Env that Env::Default() is: s3:// paths go to an S3Env whose client is made from the
+// environment (S3OptionsFromEnvironment) on the first such path, every other path to `local`.
+// When that client cannot be made (no credentials, say), every s3:// call fails with the reason.
+// Never deleted.
+Env* WithObjectStores(Env* local);
+
+// The counters of the default Env's S3 client, or all zero when no s3:// path was used.
+S3Stats DefaultEnvS3Stats();
+
+}  // namespace croupier::s3
+
+#endif  // CROUPIER_SRC_S3_S3_ENV_H_

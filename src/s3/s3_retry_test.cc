@@ -1,0 +1,192 @@
+// The client's retry policy against a small in-process HTTP server that answers as a store
+// under trouble would: throttling, answers cut short, refusals, listings in pages.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/time/clock.h"
+#include "src/s3/s3_client.h"
+
+namespace croupier::s3 {
+namespace {
+
+constexpr char kObject[] = "0123456789abcdefghij";
+
+class FakeStore {
+ public:
+  FakeStore() {
+    server_.Get("/.*", [this](const httplib::Request& req, httplib::Response& res) {
+      requests_++;
+      // cpp-httplib's server would cut every answer to the Range asked for by itself; a store
+      // does that in its handler, as these do, so the server is told there was no Range.
+      const_cast<httplib::Request&>(req).ranges.clear();
+      if (!absl::StartsWith(req.get_header_value("Authorization"), "AWS4-HMAC-SHA256 ")) {
+        signed_ = false;
+      }
+      if (handler_) handler_(req, res, requests_.load());
+    });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    // stop() before the loop runs would be lost, and the join below would wait forever.
+    while (!server_.is_running()) absl::SleepFor(absl::Milliseconds(1));
+  }
+  ~FakeStore() {
+    server_.stop();
+    thread_.join();
+  }
+
+  S3Options Options() const {
+    S3Options o;
+    o.endpoint = "http://127.0.0.1:" + std::to_string(port_);
+    o.credentials = {"AKTEST", "secret", "", "test"};
+    o.max_attempts = 3;
+    o.initial_backoff = absl::Milliseconds(1);
+    o.max_backoff = absl::Milliseconds(5);
+    o.read_timeout = absl::Seconds(2);
+    return o;
+  }
+
+  std::function<void(const httplib::Request&, httplib::Response&, int n)> handler_;
+  std::atomic<int> requests_{0};
+  std::atomic<bool> signed_{true};
+
+ private:
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+void ServeRange(const httplib::Request& req, httplib::Response& res, size_t give) {
+  // "bytes=A-B"
+  const std::string range = req.get_header_value("Range");
+  const size_t dash = range.find('-');
+  const size_t first = std::stoul(range.substr(6, dash - 6));
+  const size_t last = std::stoul(range.substr(dash + 1));
+  res.status = 206;
+  res.set_header("Content-Range", "bytes " + std::to_string(first) + "-" + std::to_string(last) +
+                                      "/" + std::to_string(sizeof(kObject) - 1));
+  res.set_content(std::string(kObject + first, std::min(give, last - first + 1)),
+                  "application/octet-stream");
+}
+
+void SlowDown(httplib::Response& res) {
+  res.status = 503;
+  res.set_content(
+      "<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message>"
+      "</Error>",
+      "application/xml");
+}
+
+TEST(S3RetryTest, ThrottledTwiceThenServed) {
+  FakeStore store;
+  store.handler_ = [](const httplib::Request& req, httplib::Response& res, int n) {
+    if (n <= 2) return SlowDown(res);
+    ServeRange(req, res, 1000);
+  };
+  auto client = *S3Client::Create(store.Options());
+  char buf[10];
+  absl::StatusOr<size_t> got = client->GetRange({"b", "k"}, {5, 10}, buf);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(std::string(buf, *got), "56789abcde");
+  S3Stats stats = client->stats();
+  EXPECT_EQ(stats.requests, 3u);
+  EXPECT_EQ(stats.retries, 2u);
+  EXPECT_EQ(stats.throttles, 2u);
+  EXPECT_EQ(stats.bytes, 10u);
+  EXPECT_TRUE(store.signed_);
+}
+
+TEST(S3RetryTest, GivesUpAfterMaxAttemptsNamingTheCause) {
+  FakeStore store;
+  store.handler_ = [](const httplib::Request&, httplib::Response& res, int) { SlowDown(res); };
+  auto client = *S3Client::Create(store.Options());
+  char buf[4];
+  absl::StatusOr<size_t> got = client->GetRange({"b", "k"}, {0, 4}, buf);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(got.status().message(),
+                                "s3://b/k bytes [0, 4): 503 SlowDown: Please reduce"))
+      << got.status();
+  EXPECT_TRUE(absl::StrContains(got.status().message(), "gave up after 3 attempts"))
+      << got.status();
+  EXPECT_EQ(store.requests_, 3);
+  EXPECT_EQ(client->stats().failures, 1u);
+}
+
+TEST(S3RetryTest, PermanentErrorsAreNotRetried) {
+  FakeStore store;
+  store.handler_ = [](const httplib::Request&, httplib::Response& res, int) {
+    res.status = 403;
+    res.set_content("<Error><Code>SignatureDoesNotMatch</Code><Message>no.</Message></Error>",
+                    "application/xml");
+  };
+  auto client = *S3Client::Create(store.Options());
+  char buf[4];
+  absl::StatusOr<size_t> got = client->GetRange({"b", "k"}, {0, 4}, buf);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(got.status().message(), "s3://b/k bytes [0, 4): 403 SignatureDoesNotMatch: no.");
+  EXPECT_EQ(store.requests_, 1);
+}
+
+TEST(S3RetryTest, AShortAnswerIsRetried) {
+  FakeStore store;
+  store.handler_ = [](const httplib::Request& req, httplib::Response& res, int n) {
+    ServeRange(req, res, n == 1 ? 3 : 1000);
+  };
+  auto client = *S3Client::Create(store.Options());
+  char buf[8];
+  absl::StatusOr<size_t> got = client->GetRange({"b", "k"}, {0, 8}, buf);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(std::string(buf, 8), "01234567");
+  EXPECT_EQ(client->stats().retries, 1u);
+  EXPECT_EQ(client->stats().throttles, 0u);
+}
+
+TEST(S3RetryTest, ListingFollowsContinuationTokens) {
+  FakeStore store;
+  store.handler_ = [](const httplib::Request& req, httplib::Response& res, int) {
+    const bool second = req.get_param_value("continuation-token") == "page 2";
+    EXPECT_EQ(req.get_param_value("list-type"), "2");
+    EXPECT_EQ(req.get_param_value("prefix"), "train/");
+    res.set_content(
+        second ? "<ListBucketResult><IsTruncated>false</IsTruncated>"
+                 "<Contents><Key>train/b</Key><Size>7</Size></Contents></ListBucketResult>"
+               : "<ListBucketResult><IsTruncated>true</IsTruncated>"
+                 "<Contents><Key>train/a</Key><Size>5</Size>"
+                 "<LastModified>2026-01-02T03:04:05.000Z</LastModified></Contents>"
+                 "<NextContinuationToken>page 2</NextContinuationToken></ListBucketResult>",
+        "application/xml");
+  };
+  auto client = *S3Client::Create(store.Options());
+  auto listed = client->List("b", "train/");
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ((*listed)[0].key, "train/a");
+  EXPECT_EQ((*listed)[0].size, 5u);
+  EXPECT_EQ((*listed)[0].mtime_ns,
+            absl::ToUnixNanos(
+                absl::FromCivil(absl::CivilSecond(2026, 1, 2, 3, 4, 5), absl::UTCTimeZone())));
+  EXPECT_EQ((*listed)[1].key, "train/b");
+  EXPECT_EQ(store.requests_, 2);
+}
+
+TEST(S3RetryTest, AnUnreachableEndpointFailsSoonNamingIt) {
+  S3Options o;
+  {
+    FakeStore closed;  // a port that was just free, and is closed again below
+    o = closed.Options();
+  }
+  auto client = *S3Client::Create(o);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<ObjectInfo> head = client->Head({"b", "k"});
+  EXPECT_EQ(head.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(head.status().message(), o.endpoint)) << head.status();
+  EXPECT_TRUE(absl::StrContains(head.status().message(), "s3://b/k")) << head.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+}  // namespace
+}  // namespace croupier::s3

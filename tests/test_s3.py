@@ -1,0 +1,158 @@
+"""TFRecord jobs read from an object store (s3:// paths) through the producers' and dispatcher's
+S3 client, against moto's S3 server on loopback (tests/moto_store.py): the same deal and the same
+bytes as from local files; each kind of misconfiguration failing at once with its cause; faults
+injected between croupier and the store (tests/fault_proxy.py) survived with the same bytes.
+Every test bounds its time and stops every process it started."""
+import pathlib
+import time
+
+import pytest
+
+import croupier
+from croupier import errors
+from fault_proxy import FaultProxy
+from moto_store import free_port, moto_store
+from service_cluster import synth_dataset
+
+FEATURES = "id:int64,label:int64,image:bytes"
+BUCKET = "croupier-data"
+RECORDS = 600
+BATCH = 10
+WORLD = 2
+
+
+@pytest.fixture(scope="module")
+def local_files(tmp_path_factory):
+    return synth_dataset(tmp_path_factory.mktemp("data"), RECORDS, files=3, image_bytes=512)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, local_files):
+    with moto_store(tmp_path_factory.mktemp("moto") / "moto.log") as s:
+        s3 = s.s3()
+        s3.create_bucket(Bucket=BUCKET)
+        for f in local_files:
+            s3.upload_file(str(f), BUCKET, f"train/{f.name}")
+        # A file beside them that the glob must not take.
+        s3.put_object(Bucket=BUCKET, Key="train/sub/other.tfrecord", Body=b"not a record")
+        yield s
+
+
+def deal(tmp_path, files, env, monkeypatch, name="s3job", producers=2):
+    """Runs one epoch of the job for WORLD ranks: per rank [(content_hash, ids)], and seconds."""
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with croupier.local_cluster(producers=producers, work_dir=tmp_path / name, threads=2) as c:
+        c.create_job(name, files, FEATURES, BATCH, consumers=WORLD, seed=7, epochs=1)
+        feeds = [c.consumer(name, r, WORLD) for r in range(WORLD)]
+        start = time.monotonic()
+        try:
+            got = [[], []]
+            for batches in zip(*(f.batches(0) for f in feeds)):
+                for r, b in enumerate(batches):
+                    got[r].append((b.content_hash, b.to_dict()["id"].tolist()))
+        finally:
+            for f in feeds:
+                f.close()
+        return got, time.monotonic() - start, c.work_dir
+
+
+def check_exactly_once(got):
+    steps = RECORDS // (BATCH * WORLD)
+    assert [len(r) for r in got] == [steps] * WORLD
+    ids = [i for rank in got for _, batch in rank for i in batch]
+    assert sorted(ids) == list(range(RECORDS))
+
+
+def producer_logs(work_dir):
+    return "".join(p.read_text() for p in pathlib.Path(work_dir).glob("producer*.log"))
+
+
+@pytest.mark.timeout(180)
+def test_s3_job_deals_the_same_bytes_as_local_files(tmp_path, store, local_files, monkeypatch):
+    local, local_s, _ = deal(tmp_path, [str(f) for f in local_files], {}, monkeypatch, "local")
+    remote, remote_s, _ = deal(tmp_path, f"s3://{BUCKET}/train/*.tfrecord", store.env(),
+                               monkeypatch)
+    check_exactly_once(remote)
+    assert remote == local
+    nbytes = sum(f.stat().st_size for f in local_files)
+    print(f"\none epoch of {nbytes} bytes: local {local_s:.2f} s, moto {remote_s:.2f} s "
+          f"({nbytes / remote_s / 1e6:.2f} MB/s from moto)")
+
+
+@pytest.mark.timeout(180)
+def test_faults_between_producers_and_store_change_no_byte(tmp_path, store, local_files,
+                                                           monkeypatch):
+    reference, _, _ = deal(tmp_path, [str(f) for f in local_files], {}, monkeypatch, "local")
+    upstream = int(store.endpoint.rsplit(":", 1)[1])
+    with FaultProxy(upstream, slow_down=0.08, reset=0.04, stall=0.01, stall_seconds=3,
+                    seed=3) as proxy:
+        env = store.env(endpoint=proxy.endpoint, CROUPIER_S3_READ_TIMEOUT_SECONDS="1",
+                        CROUPIER_S3_MAX_ATTEMPTS="8")
+        got, seconds, work_dir = deal(tmp_path, f"s3://{BUCKET}/train/*.tfrecord", env,
+                                      monkeypatch, "faulty")
+        injected = dict(proxy.injected)
+    check_exactly_once(got)
+    assert got == reference
+    assert injected["slow_down"] > 0 and injected["reset"] > 0 and injected["stall"] > 0
+    logs = producer_logs(work_dir)
+    assert "[s3] retrying GET s3://" in logs
+    assert "503 SlowDown: Please reduce your request rate." in logs
+    assert "connection reset, closed or stalled" in logs
+    print(f"\ninjected {injected}; {logs.count('[s3] retrying')} retries logged; {seconds:.2f} s")
+
+
+def create_fails(tmp_path, env, files, monkeypatch, name):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with croupier.local_cluster(producers=0, work_dir=tmp_path / name) as c:
+        start = time.monotonic()
+        with pytest.raises(errors.Error) as e:
+            c.create_job(name, files, FEATURES, BATCH, consumers=WORLD, epochs=1)
+        return str(e.value), time.monotonic() - start
+
+
+@pytest.mark.timeout(60)
+def test_missing_objects_are_named(tmp_path, store, monkeypatch):
+    message, seconds = create_fails(tmp_path, store.env(), f"s3://{BUCKET}/nothing/*.tfrecord",
+                                    monkeypatch, "nokey")
+    assert f"no file matches 's3://{BUCKET}/nothing/*.tfrecord'" in message
+    message, _ = create_fails(tmp_path, store.env(), f"s3://{BUCKET}/train/absent.tfrecord",
+                              monkeypatch, "nokey2")
+    assert f"no file matches 's3://{BUCKET}/train/absent.tfrecord'" in message
+    message, _ = create_fails(tmp_path, store.env(), "s3://no-such-bucket/train/*.tfrecord",
+                              monkeypatch, "nobucket")
+    assert "listing s3://no-such-bucket/train/*: 404 NoSuchBucket" in message
+    assert seconds < 10
+
+
+@pytest.mark.timeout(60)
+def test_wrong_credentials_are_named(tmp_path, store, monkeypatch):
+    files = f"s3://{BUCKET}/train/*.tfrecord"
+    message, seconds = create_fails(tmp_path, store.env(AWS_ACCESS_KEY_ID="AKIANOSUCHKEY"),
+                                    files, monkeypatch, "badkey")
+    assert "403 InvalidAccessKeyId: The AWS Access Key Id you provided does not exist" in message
+    assert seconds < 10
+    message, _ = create_fails(tmp_path, store.env(AWS_SECRET_ACCESS_KEY="wrong"), files,
+                              monkeypatch, "badsecret")
+    assert "403 SignatureDoesNotMatch" in message
+
+
+@pytest.mark.timeout(60)
+def test_unreachable_endpoint_is_named(tmp_path, store, monkeypatch):
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    message, seconds = create_fails(tmp_path, store.env(endpoint=endpoint),
+                                    f"s3://{BUCKET}/train/*.tfrecord", monkeypatch, "unreachable")
+    assert f"could not connect (endpoint {endpoint})" in message
+    assert seconds < 10
+
+
+@pytest.mark.timeout(60)
+def test_no_credentials_at_all_is_named(tmp_path, store, monkeypatch):
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID", raising=False)
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY", raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_ENDPOINT_URL", store.endpoint)
+    message, _ = create_fails(tmp_path, {}, f"s3://{BUCKET}/train/*.tfrecord", monkeypatch,
+                              "nocreds")
+    assert "no S3 credentials" in message and str(tmp_path / "none") in message
