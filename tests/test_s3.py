@@ -5,6 +5,7 @@ injected between croupier and the store (tests/fault_proxy.py) survived with the
 Every test bounds its time and stops every process it started."""
 import pathlib
 import time
+import urllib.request
 
 import pytest
 
@@ -12,7 +13,7 @@ import croupier
 from croupier import errors
 from fault_proxy import FaultProxy
 from moto_store import free_port, moto_store
-from service_cluster import synth_dataset
+from service_cluster import synth_dataset, wait_for_file
 
 FEATURES = "id:int64,label:int64,image:bytes"
 BUCKET = "croupier-data"
@@ -38,11 +39,25 @@ def store(tmp_path_factory, local_files):
         yield s
 
 
-def deal(tmp_path, files, env, monkeypatch, name="s3job", producers=2):
-    """Runs one epoch of the job for WORLD ranks: per rank [(content_hash, ids)], and seconds."""
+def s3_counters(port_file):
+    """The croupier_s3_* counters of a producer's /metrics."""
+    port = int(wait_for_file(port_file, 10))
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {line.split()[0][len("croupier_s3_"):]: float(line.split()[1])
+            for line in text.splitlines() if line.startswith("croupier_s3_")}
+
+
+def deal(tmp_path, files, env, monkeypatch, name="s3job", metrics=None):
+    """Runs one epoch of the job for WORLD ranks on 2 producers: per rank [(content_hash, ids)],
+    seconds, and the work directory. `metrics`: a list that receives each producer's S3
+    counters."""
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    with croupier.local_cluster(producers=producers, work_dir=tmp_path / name, threads=2) as c:
+    with croupier.local_cluster(producers=0, work_dir=tmp_path / name, threads=2) as c:
+        port_files = [tmp_path / f"{name}-metrics{n}.port" for n in range(2)]
+        for f in port_files:
+            c.add_producer("--metrics-port", "0", "--metrics-port-file", f)
         c.create_job(name, files, FEATURES, BATCH, consumers=WORLD, seed=7, epochs=1)
         feeds = [c.consumer(name, r, WORLD) for r in range(WORLD)]
         start = time.monotonic()
@@ -54,7 +69,10 @@ def deal(tmp_path, files, env, monkeypatch, name="s3job", producers=2):
         finally:
             for f in feeds:
                 f.close()
-        return got, time.monotonic() - start, c.work_dir
+        seconds = time.monotonic() - start
+        if metrics is not None:
+            metrics.extend(s3_counters(f) for f in port_files)
+        return got, seconds, c.work_dir
 
 
 def check_exactly_once(got):
@@ -89,17 +107,26 @@ def test_faults_between_producers_and_store_change_no_byte(tmp_path, store, loca
                     seed=3) as proxy:
         env = store.env(endpoint=proxy.endpoint, CROUPIER_S3_READ_TIMEOUT_SECONDS="1",
                         CROUPIER_S3_MAX_ATTEMPTS="8")
+        metrics = []
         got, seconds, work_dir = deal(tmp_path, f"s3://{BUCKET}/train/*.tfrecord", env,
-                                      monkeypatch, "faulty")
+                                      monkeypatch, "faulty", metrics)
         injected = dict(proxy.injected)
     check_exactly_once(got)
     assert got == reference
     assert injected["slow_down"] > 0 and injected["reset"] > 0 and injected["stall"] > 0
+    # The producers' /metrics count what they asked of the store (the dispatcher's index reads
+    # are not theirs): retries and throttles seen, nothing failed for good.
+    total = {k: sum(m[k] for m in metrics) for k in metrics[0]}
+    assert total["retries_total"] > 0 and total["throttles_total"] > 0
+    assert total["throttles_total"] <= injected["slow_down"]
+    assert total["failures_total"] == 0
+    assert total["bytes_total"] >= sum(f.stat().st_size for f in local_files) * 0.9
     logs = producer_logs(work_dir)
     assert "[s3] retrying GET s3://" in logs
     assert "503 SlowDown: Please reduce your request rate." in logs
     assert "connection reset, closed or stalled" in logs
-    print(f"\ninjected {injected}; {logs.count('[s3] retrying')} retries logged; {seconds:.2f} s")
+    print(f"\ninjected {injected}; {logs.count('[s3] retrying')} retries logged; producers' "
+          f"counters {total}; {seconds:.2f} s")
 
 
 def create_fails(tmp_path, env, files, monkeypatch, name):

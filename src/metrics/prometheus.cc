@@ -107,6 +107,26 @@ std::string FormatProducerPrometheus(const v1::ProducerStatus& producer) {
   return out;
 }
 
+std::string FormatS3Prometheus(const s3::S3Stats& stats) {
+  std::string out;
+  Family(&out, "croupier_s3_requests_total", "counter",
+         "Requests sent to the object store, retries included.")
+      .Add({}, stats.requests);
+  Family(&out, "croupier_s3_bytes_total", "counter",
+         "Object bytes received by ranged GETs that succeeded.")
+      .Add({}, stats.bytes);
+  Family(&out, "croupier_s3_retries_total", "counter",
+         "Object-store requests that failed and were tried again.")
+      .Add({}, stats.retries);
+  Family(&out, "croupier_s3_throttles_total", "counter",
+         "Of the retries, the store's requests to slow down (503 SlowDown, 429).")
+      .Add({}, stats.throttles);
+  Family(&out, "croupier_s3_failures_total", "counter",
+         "Object-store requests that failed for good.")
+      .Add({}, stats.failures);
+  return out;
+}
+
 std::string FormatPrometheus(const v1::StatusResponse& status) {
   std::string out;
   Family(&out, "croupier_jobs", "gauge", "Jobs the dispatcher holds.")
@@ -123,6 +143,15 @@ std::string FormatPrometheus(const v1::StatusResponse& status) {
                  "Steps every consumer of a dealt job takes in a whole epoch.");
     for (const v1::JobSummary& j : status.job_summaries()) {
       steps.Add({{"job", j.name()}}, j.steps_per_epoch());
+    }
+  }
+  {
+    Family padding(&out, "croupier_job_padding_fraction", "gauge",
+                   "A tokens job's share of padding tokens under its first weights.");
+    for (const v1::JobSummary& j : status.job_summaries()) {
+      if (j.source() == v1::SOURCE_KIND_TOKENS) {
+        padding.Add({{"job", j.name()}}, j.padding_fraction());
+      }
     }
   }
   {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "proto/croupier.pb.h"
+#include "src/s3/s3_stats.h"
 
 namespace croupier::metrics {
 
@@ -19,6 +20,11 @@ std::string FormatPrometheus(const v1::StatusResponse& status);
 // with the same names and labels as the dispatcher's, from its own figures (its id, data
 // address, stats and held tasks), without the heartbeat's age.
 std::string FormatProducerPrometheus(const v1::ProducerStatus& producer);
+
+// What this process asked of an object store (croupier_s3_* counters: requests, bytes, retries,
+// throttles, failures), from its S3 client's counters (src/s3/s3_stats.h); all 0 in a process
+// that read no s3:// path.
+std::string FormatS3Prometheus(const s3::S3Stats& stats);
 
 }  // namespace croupier::metrics
 

@@ -109,6 +109,22 @@ TEST(MetricsPrometheusTest, AProducersOwnMetricsHaveTheDispatchersNamesAndLabels
   EXPECT_THAT(text, ::testing::Not(HasSubstr("croupier_jobs")));
 }
 
+TEST(MetricsPrometheusTest, ObjectStoreCountersAreMetrics) {
+  s3::S3Stats stats;
+  stats.requests = 12;
+  stats.bytes = 4096;
+  stats.retries = 3;
+  stats.throttles = 2;
+  stats.failures = 1;
+  const std::string text = FormatS3Prometheus(stats);
+  EXPECT_THAT(text, HasSubstr("# TYPE croupier_s3_requests_total counter\n"
+                              "croupier_s3_requests_total 12\n"));
+  EXPECT_THAT(text, HasSubstr("croupier_s3_bytes_total 4096\n"));
+  EXPECT_THAT(text, HasSubstr("croupier_s3_retries_total 3\n"));
+  EXPECT_THAT(text, HasSubstr("croupier_s3_throttles_total 2\n"));
+  EXPECT_THAT(text, HasSubstr("croupier_s3_failures_total 1\n"));
+}
+
 TEST(MetricsPrometheusTest, LabelValuesAreEscaped) {
   v1::StatusResponse status;
   status.add_job_summaries()->set_name("a\"b\\c");

@@ -14,6 +14,7 @@
 #include "src/producer/token_maker.h"
 #include "src/rpc/dispatcher_client.h"
 #include "src/rpc/grpc_util.h"
+#include "src/s3/s3_env.h"
 #include "src/transport/shm_transport.h"
 
 namespace croupier {
@@ -147,7 +148,8 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOp
                        status.set_data_address(raw->data_address_);
                        *status.mutable_stats() = raw->Stats();
                        for (uint64_t t : raw->holder_->HeldTasks()) status.add_tasks(t);
-                       return metrics::FormatProducerPrometheus(status);
+                       return metrics::FormatProducerPrometheus(status) +
+                              metrics::FormatS3Prometheus(s3::DefaultEnvS3Stats());
                      }));
   }
   Log(LogLevel::kInfo, "producer",
