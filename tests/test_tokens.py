@@ -123,6 +123,12 @@ def test_the_command_line_creates_and_shows_a_tokens_job(tmp_path, sources):
                                 "--name", "cli"], capture_output=True, text=True, timeout=60,
                                check=True).stdout
         assert "tokens, 5 global steps of 12 sequences of 16 tokens per epoch (best_fit)" in shown
+        assert "% padding under the first weights" in shown
+        summary = next(j for j in cluster.status()["job_summaries"] if j["name"] == "cli")
+        padding = job["tokenSources"]
+        assert 0 <= summary["padding_fraction"] < 1 and len(padding) == 2
+        assert summary["padding_fraction"] == pytest.approx(
+            (3 * padding[0]["paddingFraction"] + padding[1]["paddingFraction"]) / 4)
         bad = subprocess.run(
             [binary, "job", "create", "--dispatcher", cluster.address, "--name", "cli2",
              "--tokens", sources[0], "--sequence-length", str(L), "--global-batch", str(B),

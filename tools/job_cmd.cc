@@ -77,13 +77,14 @@ void PrintJob(const v1::JobInfo& job, bool json) {
     std::printf(
         "job '%s': tokens, %llu global steps of %u sequences of %u tokens per epoch (%s), %u "
         "sequences per step to each of %u consumers, seed %llu, %s\n  %d sources, %llu "
-        "documents, %llu tokens: %s\n",
+        "documents, %llu tokens, %.2f%% padding under the first weights: %s\n",
         s.name().c_str(), static_cast<unsigned long long>(t.steps_per_epoch()), t.global_batch(),
         t.sequence_length(), SettingText(v1::Packing_descriptor(), t.packing()).c_str(),
         s.batch_size(), s.num_consumers(), static_cast<unsigned long long>(s.seed()),
         s.num_epochs() ? absl::StrCat(s.num_epochs(), " epochs").c_str() : "unbounded epochs",
         t.sources_size(), static_cast<unsigned long long>(documents),
-        static_cast<unsigned long long>(tokens), absl::StrJoin(t.sources(), ", ").c_str());
+        static_cast<unsigned long long>(tokens), 100 * TokenPaddingFraction(job),
+        absl::StrJoin(t.sources(), ", ").c_str());
     return;
   }
   std::printf(

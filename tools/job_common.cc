@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "src/common/status_macros.h"
 #include "src/job/job_json.h"
@@ -61,9 +62,14 @@ std::string SummaryLine(const v1::JobSummary& job) {
                    SettingText(v1::DealMode_descriptor(), job.mode()), ", ", job.consumers(), "/",
                    job.num_consumers(), " consumers, ",
                    job.num_epochs() ? absl::StrCat(job.num_epochs(), " epochs") : "unbounded",
-                   " of ", job.steps_per_epoch(), " steps, ", job.num_records(), " records in ",
-                   job.num_files(), " files; ", job.batches_finished(), " batches finished, ",
-                   job.tasks_outstanding(), " tasks outstanding");
+                   " of ", job.steps_per_epoch(), " steps, ",
+                   job.source() == v1::SOURCE_KIND_TOKENS
+                       ? absl::StrFormat("%d sequences, %.2f%% padding", job.num_records(),
+                                         100 * job.padding_fraction())
+                       : absl::StrCat(job.num_records(), " records in ", job.num_files(),
+                                      " files"),
+                   "; ", job.batches_finished(), " batches finished, ", job.tasks_outstanding(),
+                   " tasks outstanding");
   if (job.state() == v1::JOB_STATE_DONE) {
     absl::StrAppend(&line, "; done for ", static_cast<int64_t>(job.seconds_done()), " s");
     if (job.seconds_to_expiry() >= 0) {

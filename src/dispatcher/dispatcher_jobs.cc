@@ -11,6 +11,7 @@
 #include "src/dispatcher/dispatcher_impl.h"
 #include "src/dispatcher/locate.h"
 #include "src/job/job_settings.h"
+#include "src/job/token_job.h"
 
 namespace croupier {
 
@@ -35,6 +36,7 @@ v1::JobSummary DispatcherImpl::SummaryLocked(const DispatcherState::Job& job,
   out.set_cursor_epoch(job.next_epoch);
   out.set_seconds_to_expiry(-1);
   *out.mutable_producer_advice() = JobAdviceLocked(job);
+  out.set_padding_fraction(TokenPaddingFraction(job.info));
   if (out.state() == v1::JOB_STATE_DONE) {
     // Tick() notes the time; until it has, the job has been done for no time yet.
     auto it = done_since_.find(spec.name());

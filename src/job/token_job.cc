@@ -71,6 +71,19 @@ absl::Status SetWeightsFromText(absl::string_view text, v1::TokenSpec& tokens) {
   return absl::OkStatus();
 }
 
+double TokenPaddingFraction(const v1::JobInfo& job) {
+  if (job.spec().source() != v1::SOURCE_KIND_TOKENS || job.spec().tokens().weights().empty()) {
+    return 0;
+  }
+  const v1::WeightChange& first = job.spec().tokens().weights(0);
+  double total = 0, padding = 0;
+  for (int k = 0; k < first.weights_size() && k < job.token_sources_size(); ++k) {
+    total += first.weights(k);
+    padding += first.weights(k) * job.token_sources(k).padding_fraction();
+  }
+  return total > 0 ? padding / total : 0;
+}
+
 TokenPlanSpec TokenPlanSpecOf(const v1::JobSpec& spec) {
   const v1::TokenSpec& tokens = spec.tokens();
   TokenPlanSpec plan;

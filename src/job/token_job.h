@@ -44,6 +44,10 @@ absl::Status CheckTokenSource(const IndexedDataset& dataset, const v1::TokenSour
 // rules (steps increasing, a weight per source, ...) are NormalizeJobSpec's.
 absl::Status SetWeightsFromText(absl::string_view text, v1::TokenSpec& tokens);
 
+// A tokens job's padding under its first weights: the sources' padding_fraction (JobInfo
+// .token_sources), weighted by the first weight change's normalized weights; 0 for other jobs.
+double TokenPaddingFraction(const v1::JobInfo& job);
+
 // Global sequence of record `record` of `epoch` in a tokens job of `sequences_per_epoch`
 // sequences an epoch (steps_per_epoch * global_batch = JobInfo.num_records): record p of epoch e
 // is global sequence e * S + p, whatever the number of consumers.

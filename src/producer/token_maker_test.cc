@@ -144,6 +144,21 @@ TEST(ProducerTokenMakerTest, EveryTokenOfASourceEpochIsAnInputOnceAndEachColumnS
       }
     }
     EXPECT_EQ(seen.size(), expected);
+    // The padding the job reports for each source (from lengths, at creation) is what the
+    // batches hold over that source's first source epoch.
+    std::vector<uint64_t> inputs(2), sequences(2);
+    for (uint64_t i = 0; i < places.size(); ++i) {
+      const SequencePlan sequence = plan.Sequence(i);
+      if (sequence.source_epoch != 0) continue;
+      inputs[sequence.source] += places[i].size();
+      ++sequences[sequence.source];
+    }
+    for (uint32_t k = 0; k < 2; ++k) {
+      EXPECT_EQ(sequences[k], plan.SequencesInEpoch(k, 0));
+      EXPECT_NEAR(info->token_sources(k).padding_fraction(),
+                  1.0 - static_cast<double>(inputs[k]) / (64.0 * sequences[k]), 1e-12)
+          << "source " << k;
+    }
   }
 }
 
