@@ -1,6 +1,7 @@
 """The examples run as written: examples/pytorch_ddp.py under torchrun shows its progress and
 writes one report per rank; examples/horovod_tensorflow.py writes its own data
-(--write-data; tests/test_horovod.py trains on it under horovodrun)."""
+(--write-data; tests/test_horovod.py trains on it under horovodrun); examples/gpt_tokens.py learns
+from a tokens job and resumes from 4 ranks to 2 on the same batches."""
 import json
 import os
 import pathlib
@@ -55,3 +56,23 @@ def test_horovod_tensorflow_writes_its_own_data(tmp_path):
     assert batch["id"].tolist() == list(range(40))
     assert batch["x"][2].tolist() == pytest.approx([2 / 40, 4 / 40, 6 / 40, 8 / 40])
     assert batch["y"][2] == pytest.approx(sum(batch["x"][2]) / 2 - 0.25, abs=1e-6)
+
+
+@pytest.mark.timeout(600)
+def test_the_gpt_example_learns_and_a_resume_from_4_to_2_ranks_continues_its_curve(tmp_path):
+    """examples/gpt_tokens.py demo: a tokens job over the standard library feeds a small GPT on 4
+    ranks; a run checkpointed at step 10 and resumed on 2 ranks gets the same global batches,
+    step by step (digests of their sequences), and the same losses but for the reduction order
+    of floating-point sums."""
+    pytest.importorskip("torch")
+    pytest.importorskip("tokenizers")
+    run = subprocess.run([sys.executable, ROOT / "examples" / "gpt_tokens.py", "demo", "--out",
+                          tmp_path, "--steps", "20"],
+                         capture_output=True, text=True, timeout=580,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["steps"] == summary["resumed_steps"] == 20
+    assert summary["same_batches"]
+    assert summary["largest_loss_difference"] < 1e-3
+    assert summary["last_loss"] < summary["first_loss"] - 0.5
