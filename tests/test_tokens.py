@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -231,3 +232,36 @@ def read_steps_of(cluster, name, world):
         for f in feeds:
             f.close()
     return rows, None
+
+
+@pytest.mark.timeout(180)
+def test_a_producer_killed_mid_epoch_changes_no_sequence(tmp_path, sources):
+    """Two `croupier producer` processes, two `croupier consume` ranks reading slowly; one
+    producer SIGKILLed a quarter into the epoch: every rank's batches hash as in a run without
+    the kill (the other producer makes the dead one's tasks again, the same bytes)."""
+    from service_cluster import Cluster, batch_hashes, kill, read_batches
+
+    def run(name, kill_one):
+        with Cluster(tmp_path / name, producer_timeout_ms=1500,
+                     dispatcher_args=["--rounds-per-task", "1"]) as cluster:
+            for _ in range(2):
+                cluster.add_producer()
+            tokens.create_token_job(cluster.address, "lm", sources, consumers=2,
+                                    sequence_length=L, global_batch=B, steps_per_epoch=40,
+                                    epochs=1, packing="best_fit", weights=[3, 1])
+            outs, procs = cluster.start_ranks("lm", 2, tmp_path / name, 1, "--slow-ms", "40")
+            if kill_one:
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline and (
+                        not outs[0].exists() or len(outs[0].read_text().splitlines()) < 10):
+                    time.sleep(0.05)
+                kill(cluster.producers[1])
+            for proc in procs:
+                assert proc.wait(timeout=120) == 0
+            if kill_one:
+                assert "expired" in cluster.dispatcher.log_path.read_text()
+            return [batch_hashes(read_batches(out)) for out in outs]
+
+    reference = run("reference", False)
+    assert [len(r) for r in reference] == [40, 40]
+    assert run("killed", True) == reference
