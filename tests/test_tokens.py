@@ -265,3 +265,28 @@ def test_a_producer_killed_mid_epoch_changes_no_sequence(tmp_path, sources):
     reference = run("reference", False)
     assert [len(r) for r in reference] == [40, 40]
     assert run("killed", True) == reference
+
+
+def test_a_job_spec_is_checked_and_completed_by_the_dispatchers_own_code():
+    """croupier.JobSpec: the fields of JobSpec, settings by name; normalized() is C++'s
+    NormalizeJobSpec, offline."""
+    spec = croupier.JobSpec(name="lm", source="tokens", num_consumers=4,
+                            tokens={"sources": ["/data/web", "/data/code"], "sequence_length": 128,
+                                    "global_batch": 16, "steps_per_epoch": 10})
+    assert spec.name == "lm" and spec.batch_size == 0 and spec.tokens["packing"] == ""
+    normal = spec.normalized()
+    assert normal.batch_size == 4 and normal.shuffle == "none" and normal.remainder == "drop"
+    assert normal.tokens["packing"] == "concat" and normal.tokens["packing_window"] == 4096
+    assert normal.tokens["weights"] == [{"first_step": 0, "weights": [1.0, 1.0]}]
+    assert normal == croupier.JobSpec.from_json(normal.to_json()) and normal != spec
+    assert normal.normalized() == normal
+    with pytest.raises(errors.InvalidArgumentError, match="bogus"):
+        croupier.JobSpec(name="x", bogus=1)
+    with pytest.raises(errors.InvalidArgumentError, match="unknown shuffle mode 'sideways'"):
+        croupier.JobSpec(name="x", shuffle="sideways")
+    with pytest.raises(errors.InvalidArgumentError,
+                       match="tokens.global_batch is 16; it must be a multiple of num_consumers"):
+        croupier.JobSpec(name="lm", source="tokens", num_consumers=3,
+                         tokens=spec.tokens).normalized()
+    with pytest.raises(AttributeError, match="no field 'nope'"):
+        spec.nope

@@ -41,9 +41,9 @@ from croupier._croupier import (
     write_tfrecord,
 )
 from croupier.cluster import (LocalCluster, create_job, croupier_binary, delete_job, get_job,
-                              local_cluster, status)
+                              local_cluster, status, submit_job)
 from croupier.consumer import Consumer
-from croupier.job import Job
+from croupier.job import Job, JobSpec
 from croupier.launcher import detect_rank_world
 from croupier.pipeline import batch_rng, record_rng
 from croupier.producer import ProduceOptions, produce
@@ -68,6 +68,7 @@ __all__ = [
     "BytesColumn",
     "Consumer",
     "Job",
+    "JobSpec",
     "LocalCluster",
     "create_job",
     "croupier_binary",
@@ -81,6 +82,7 @@ __all__ = [
     "record_rng",
     "serve",
     "status",
+    "submit_job",
     "EpochPlan",
     "TFRecordReader",
     "build_batch",

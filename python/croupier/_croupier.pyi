@@ -6,6 +6,35 @@ def __getattr__(name: str) -> Any: ...
 def write_indexed_dataset(prefix: str, documents: Iterable[Sequence[int]],
                           dtype: str = "int32") -> None: ...
 
+class JobSpec:
+    def __init__(self, **fields: Any) -> None: ...
+    @staticmethod
+    def from_json(json: str) -> JobSpec: ...
+    def normalized(self) -> JobSpec: ...
+    def to_json(self) -> str: ...
+    def to_dict(self) -> Dict[str, Any]: ...
+    name: str
+    files: List[str]
+    features: str
+    batch_size: int
+    seed: int
+    shuffle: str
+    block_size: int
+    window_blocks: int
+    remainder: str
+    num_consumers: int
+    num_epochs: int
+    mode: str
+    source: str
+    source_batches_per_epoch: int
+    source_count: int
+    start_epoch: int
+    start_batch: int
+    compression: str
+    num_records: int
+    skip_failing_records: bool
+    tokens: Dict[str, Any]
+
 class Job:
     @staticmethod
     def from_json(info_json: str) -> Job: ...

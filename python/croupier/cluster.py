@@ -18,7 +18,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from croupier import _croupier, errors
-from croupier.job import Job
+from croupier.job import Job, JobSpec
 # The name croupier.ray imports from here.
 from croupier.processes import die_with_parent, stop_child, wait_for_file
 
@@ -46,6 +46,19 @@ def croupier_binary() -> str:
 def auth_token_or_env(auth_token: Optional[str]) -> str:
     """The token to send: `auth_token`, else $CROUPIER_AUTH_TOKEN, else none ("")."""
     return auth_token if auth_token is not None else os.environ.get("CROUPIER_AUTH_TOKEN", "")
+
+
+def submit_job(dispatcher: str, spec: JobSpec, *, exist_ok: bool = False,
+               auth_token: Optional[str] = None, timeout: float = 60.0) -> Job:
+    """Creates the job `spec` (a croupier.JobSpec) on the dispatcher and returns it as the
+    dispatcher holds it: the typed way in, every setting a JobSpec field, checked and completed
+    by the dispatcher (spec.normalized() shows what it will hold without a dispatcher). A bad spec
+    raises InvalidArgumentError naming the problem; with exist_ok, an identical existing job is
+    returned instead of AlreadyExistsError."""
+    if not isinstance(spec, JobSpec):
+        raise TypeError(f"submit_job takes a croupier.JobSpec, not {type(spec).__name__}")
+    return _croupier.create_job(dispatcher, spec.to_json(), bool(exist_ok),
+                                auth_token_or_env(auth_token), float(timeout))
 
 
 def create_job(dispatcher: str, name: str, files: Union[str, "os.PathLike[str]", Sequence[Any]],
@@ -303,6 +316,11 @@ class LocalCluster:
         options.setdefault("auth_token", self.auth_token)
         return create_job(self.address, name, files, features, batch_size, consumers=consumers,
                           **options)
+
+    def submit_job(self, spec: JobSpec, **options: Any) -> Job:
+        """submit_job() on this cluster's dispatcher."""
+        options.setdefault("auth_token", self.auth_token)
+        return submit_job(self.address, spec, **options)
 
     def status(self, job_info: bool = False) -> Dict[str, Any]:
         return status(self.address, auth_token=self.auth_token, job_info=job_info)

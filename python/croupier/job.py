@@ -7,7 +7,11 @@ num_consumers, num_epochs, seed, shuffle, remainder, ...), the plan's sizes (num
 batches_per_epoch, steps_per_epoch, batches_per_task), and, from get_job, the state and the ranks'
 positions. to_dict() gives them as a plain dict, to_json() the JobInfo as the dispatcher's JSON
 (docs/python.md).
-"""
-from croupier._croupier import Job
 
-__all__ = ["Job"]
+croupier.JobSpec is the way in: a job's settings as the fields of proto/croupier.proto's JobSpec,
+checked and completed by the dispatcher's own code (normalized()); submit_job(dispatcher, spec)
+creates it.
+"""
+from croupier._croupier import Job, JobSpec
+
+__all__ = ["Job", "JobSpec"]

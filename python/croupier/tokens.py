@@ -7,21 +7,21 @@ by the plan from the documents' lengths alone, so a run resumed at another numbe
 continues with the same sequences, bit for bit.
 
 IndexedDataset reads such a dataset, IndexedDatasetWriter and write_indexed_dataset write one
-(`croupier tokenize` makes one from text: croupier.corpus). create_token_job() defines a job; its settings are checked and completed by the dispatcher (C++),
-so this module states none of their defaults: a 0 or "" is the dispatcher's default. Each batch
+(`croupier tokenize` makes one from text: croupier.corpus). create_token_job() defines a job
+through a croupier.JobSpec; its settings are checked and completed by the dispatcher (C++), so
+this module states none of their defaults: a 0 or "" is the dispatcher's default. Each batch
 holds the int32 columns input_ids, labels, position_ids, segment_ids and loss_mask, of shape
 [global_batch / consumers, sequence_length]. cu_seqlens() and attention_mask() derive what
 attention kernels take from segment_ids.
 """
-import json
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from croupier import _croupier, errors
-from croupier.cluster import auth_token_or_env
-from croupier.job import Job
+from croupier.cluster import submit_job
+from croupier.job import Job, JobSpec
 
 Weights = Union[Sequence[float], Sequence[Tuple[int, Sequence[float]]]]
 
@@ -33,12 +33,12 @@ def _schedule(weights: Optional[Weights]) -> List[Dict[str, Any]]:
         return []
     items: List[Any] = list(weights)
     if items and all(isinstance(w, (int, float)) for w in items):
-        return [{"first_step": "0", "weights": [float(w) for w in items]}]
+        return [{"first_step": 0, "weights": [float(w) for w in items]}]
     schedule = []
     for i, item in enumerate(items):
         try:
             step, values = item
-            schedule.append({"first_step": str(int(step)), "weights": [float(w) for w in values]})
+            schedule.append({"first_step": int(step), "weights": [float(w) for w in values]})
         except (TypeError, ValueError) as e:
             raise errors.InvalidArgumentError(
                 f"weights[{i}] is {item!r}: give a list of weights, or (first_step, weights) "
@@ -86,18 +86,17 @@ def create_token_job(dispatcher: str, name: str, sources: Sequence[Union[str, "o
     start_epoch = start_step = 0
     if resume_from is not None:
         start_epoch, start_step = resume_position(resume_from)
-    spec = {"name": name, "source": "tokens", "num_consumers": int(consumers),
-            "seed": str(int(seed)), "num_epochs": str(int(epochs)), "mode": mode,
-            "compression": compression, "start_epoch": str(start_epoch),
-            "start_batch": str(start_step * int(consumers)),
-            "tokens": {"sources": [os.fspath(s) for s in sources],
-                       "sequence_length": int(sequence_length),
-                       "global_batch": int(global_batch),
-                       "steps_per_epoch": str(int(steps_per_epoch)), "packing": packing,
-                       "packing_window": int(packing_window), "weights": _schedule(weights),
-                       "pad_id": int(pad_id)}}
-    return _croupier.create_job(dispatcher, json.dumps(spec), bool(exist_ok),
-                                auth_token_or_env(auth_token), float(timeout))
+    spec = JobSpec(
+        name=name, source="tokens", num_consumers=int(consumers), seed=int(seed),
+        num_epochs=int(epochs), mode=mode, compression=compression, start_epoch=start_epoch,
+        start_batch=start_step * int(consumers),
+        tokens={"sources": [os.fspath(s) for s in sources],
+                "sequence_length": int(sequence_length), "global_batch": int(global_batch),
+                "steps_per_epoch": int(steps_per_epoch), "packing": packing,
+                "packing_window": int(packing_window), "weights": _schedule(weights),
+                "pad_id": int(pad_id)})
+    return submit_job(dispatcher, spec, exist_ok=exist_ok, auth_token=auth_token,
+                      timeout=timeout)
 
 
 def cu_seqlens(segment_ids: np.ndarray) -> np.ndarray:

@@ -22,9 +22,15 @@ void BindBatch(pybind11::module_& m);  // py_batch.cc: batches as numpy views
 void BindService(pybind11::module_& m);  // py_service.cc: the consumer and dispatcher calls
 void BindProduce(pybind11::module_& m);  // py_produce.cc: the producer of a map job
 void BindJob(pybind11::module_& m);      // py_job.cc: croupier.Job
+void BindJobSpec(pybind11::module_& m);  // py_job_spec.cc: croupier.JobSpec
 
 // croupier.Job: a JobInfo and its typed settings (parsed once), with the state and the ranks'
 // positions when the dispatcher's GetJob gave them. A copyable value.
+// croupier.JobSpec: a job's settings going in (py_job_spec.cc).
+struct PyJobSpec {
+  v1::JobSpec spec;
+};
+
 struct PyJob {
   v1::JobInfo info;
   JobConfig config;

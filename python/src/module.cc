@@ -10,6 +10,7 @@ PYBIND11_MODULE(_croupier, m) {
   croupier::py::BindPlan(m);
   croupier::py::BindBatch(m);
   croupier::py::BindJob(m);
+  croupier::py::BindJobSpec(m);
   croupier::py::BindService(m);
   croupier::py::BindProduce(m);
 }
