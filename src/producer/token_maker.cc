@@ -57,8 +57,6 @@ TokenBatchMaker::~TokenBatchMaker() = default;
 absl::StatusOr<Batch> TokenBatchMaker::MakeRecords(uint64_t epoch, uint64_t /*batch*/,
                                                    absl::Span<const uint64_t> ids) const {
   const uint32_t length = plan_->spec().sequence_length;
-  const int32_t pad = job().spec().tokens().pad_id();
-  const bool concat = plan_->spec().packing == Packing::kConcat;
   const uint64_t per_epoch = job().num_records();
   const size_t count = ids.size();
 
@@ -70,24 +68,56 @@ absl::StatusOr<Batch> TokenBatchMaker::MakeRecords(uint64_t epoch, uint64_t /*ba
   if (consecutive && count > 0) {
     sequences = plan_->Sequences(GlobalSequence(epoch, ids[0], per_epoch), count);
   } else {
-    for (uint64_t id : ids) sequences.push_back(plan_->Sequence(GlobalSequence(epoch, id, per_epoch)));
+    for (uint64_t id : ids) {
+      sequences.push_back(plan_->Sequence(GlobalSequence(epoch, id, per_epoch)));
+    }
   }
 
-  std::array<std::vector<int32_t>, kColumns> arrays;
-  for (auto& array : arrays) array.assign(count * length, 0);
+  // The five columns are written straight into the batch's buffer (from the maker's pool, so
+  // their pages are not faulted in again for every batch): Batch::FromColumns hands each
+  // column's values to `fill` in column order once the buffer is laid out, and the last call
+  // writes all five.
+  const std::array<int64_t, 1> dims = {length};
+  std::array<ColumnData, kColumns> columns;
+  for (size_t c = 0; c < kColumns; ++c) {
+    columns[c].name = kTokenColumns[c];
+    columns[c].dtype = DType::kInt32;
+    columns[c].dims = dims;
+    columns[c].num_values = count * length;
+    columns[c].values = absl::string_view(nullptr, count * length * sizeof(int32_t));
+  }
+  std::array<int32_t*, kColumns> arrays{};
+  auto fill = [&](size_t c, absl::Span<uint8_t> values) -> absl::Status {
+    arrays[c] = reinterpret_cast<int32_t*>(values.data());
+    if (c + 1 < kColumns) return absl::OkStatus();
+    return WriteSequences(sequences, epoch, ids, arrays);
+  };
+  return Batch::FromColumns(
+      count, columns, [this](size_t size) { return batch_buffers_.Get(size); }, fill);
+}
+
+absl::Status TokenBatchMaker::WriteSequences(const std::vector<SequencePlan>& sequences,
+                                             uint64_t epoch, absl::Span<const uint64_t> ids,
+                                             const std::array<int32_t*, 5>& arrays) const {
+  const uint32_t length = plan_->spec().sequence_length;
+  const int32_t pad = job().spec().tokens().pad_id();
+  const bool concat = plan_->spec().packing == Packing::kConcat;
+  const uint64_t per_epoch = job().num_records();
+  const size_t count = ids.size();
   std::vector<int32_t> tokens;  // one sequence's pieces, concatenated (concat: L + 1 at most)
   std::vector<int32_t> next;    // best_fit: the token after a piece of a split document
   for (size_t r = 0; r < count; ++r) {
     const SequencePlan& sequence = sequences[r];
     const uint64_t global = GlobalSequence(epoch, ids[r], per_epoch);
-    int32_t* input = arrays[kInputIds].data() + r * length;
-    int32_t* label = arrays[kLabels].data() + r * length;
-    int32_t* position = arrays[kPositionIds].data() + r * length;
-    int32_t* segment = arrays[kSegmentIds].data() + r * length;
-    int32_t* mask = arrays[kLossMask].data() + r * length;
+    int32_t* input = arrays[kInputIds] + r * length;
+    int32_t* label = arrays[kLabels] + r * length;
+    int32_t* position = arrays[kPositionIds] + r * length;
+    int32_t* segment = arrays[kSegmentIds] + r * length;
+    int32_t* mask = arrays[kLossMask] + r * length;
     std::fill(input, input + length, pad);
     std::fill(label, label + length, kIgnoredLabel);
-
+    std::fill(position, position + length, 0);
+    std::fill(segment, segment + length, 0);
     tokens.resize(sequence.tokens());
     size_t at = 0;     // where the piece's tokens start in `tokens`
     int32_t seg = 0;   // the piece's segment id
@@ -129,17 +159,7 @@ absl::StatusOr<Batch> TokenBatchMaker::MakeRecords(uint64_t epoch, uint64_t /*ba
     for (size_t j = 0; j < length; ++j) mask[j] = label[j] != kIgnoredLabel ? 1 : 0;
   }
 
-  const std::array<int64_t, 1> dims = {length};
-  std::array<ColumnData, kColumns> columns;
-  for (size_t c = 0; c < kColumns; ++c) {
-    columns[c].name = kTokenColumns[c];
-    columns[c].dtype = DType::kInt32;
-    columns[c].dims = dims;
-    columns[c].num_values = count * length;
-    columns[c].values = absl::string_view(reinterpret_cast<const char*>(arrays[c].data()),
-                                          arrays[c].size() * sizeof(int32_t));
-  }
-  return Batch::FromColumns(count, columns);
+  return absl::OkStatus();
 }
 
 }  // namespace croupier

@@ -4,6 +4,7 @@
 #ifndef CROUPIER_SRC_PRODUCER_TOKEN_MAKER_H_
 #define CROUPIER_SRC_PRODUCER_TOKEN_MAKER_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "absl/types/span.h"
 #include "croupier/batch.h"
 #include "proto/croupier.pb.h"
+#include "src/io/buffer_pool.h"
 #include "src/io/indexed_dataset.h"
 #include "src/plan/token_plan.h"
 #include "src/producer/batch_maker.h"
@@ -57,8 +59,20 @@ class TokenBatchMaker final : public BatchMaker {
   absl::StatusOr<Batch> MakeRecords(uint64_t epoch, uint64_t batch,
                                     absl::Span<const uint64_t> ids) const override;
 
+  // Writes the columns of `sequences` (the plan of records `ids` of `epoch`) into `arrays`, one
+  // per column of kTokenColumns, each [ids.size(), L].
+  absl::Status WriteSequences(const std::vector<SequencePlan>& sequences, uint64_t epoch,
+                              absl::Span<const uint64_t> ids,
+                              const std::array<int32_t*, 5>& arrays) const;
+
+  // Batches of 64 KiB and more are laid out in recycled buffers: at most 16 MiB of buffers whose
+  // batches are gone are kept for the next ones (as TfrecordBatchMaker's).
+  static constexpr size_t kFreeBatchBytes = size_t{16} << 20;
+  static constexpr size_t kMinPooledBatchBytes = size_t{64} << 10;
+
   const std::vector<std::unique_ptr<IndexedDataset>> datasets_;
   const std::unique_ptr<TokenPlan> plan_;
+  mutable BufferPool batch_buffers_{kFreeBatchBytes, kMinPooledBatchBytes};  // thread-safe
 };
 
 }  // namespace croupier
