@@ -290,3 +290,45 @@ def test_a_job_spec_is_checked_and_completed_by_the_dispatchers_own_code():
                          tokens=spec.tokens).normalized()
     with pytest.raises(AttributeError, match="no field 'nope'"):
         spec.nope
+
+
+@pytest.mark.timeout(180)
+def test_the_framework_adapters_give_a_tokens_jobs_columns_as_their_tensors(tmp_path, sources):
+    """PyTorch (CroupierIterableDataset), JAX (croupier.jax.Feed, one process) and TensorFlow (the
+    native op) each give the five int32 [B/N, L] columns, with the bytes Consumer gives."""
+    with croupier.local_cluster(producers=1, work_dir=tmp_path / "c", threads=1) as cluster:
+        tokens.create_token_job(cluster.address, "lm", sources, consumers=1, sequence_length=L,
+                                global_batch=B, steps_per_epoch=3, epochs=1, seed=2)
+        with cluster.consumer("lm", 0, 1) as feed:
+            want = [{c: np.array(b[c]) for c in COLUMNS} for b in feed.epoch(0)]
+        assert len(want) == 3
+        got = {}
+        try:
+            import torch  # noqa: F401
+            from croupier.torch import CroupierIterableDataset
+            data = CroupierIterableDataset(cluster.address, "lm", 0, 1, resume=False)
+            got["torch"] = [{c: b[c].numpy() for c in COLUMNS} for b in data]
+            assert all(b["input_ids"].dtype == np.int32 for b in got["torch"])
+            data.close()
+        except ImportError:
+            pass
+        try:
+            import jax  # noqa: F401
+            from croupier.jax import Feed
+            with Feed(cluster.address, "lm", 0, 1, resume=False) as jfeed:
+                got["jax"] = [{c: np.asarray(b[c]) for c in COLUMNS} for b in jfeed.epoch(0)]
+        except ImportError:
+            pass
+        try:
+            import croupier.tf as ctf
+            ds = ctf.dataset(cluster.address, "lm", 0, 1, epoch=0, resume=False)
+            got["tf"] = [{c: b[c].numpy() for c in COLUMNS} for b in ds]
+        except ImportError:
+            pass
+    assert got, "no framework is installed"
+    for name, batches in got.items():
+        assert len(batches) == 3, name
+        for a, b in zip(batches, want):
+            for c in COLUMNS:
+                assert a[c].shape == (B, L) and a[c].dtype == np.int32, (name, c)
+                assert np.array_equal(a[c], b[c]), (name, c)
