@@ -39,17 +39,21 @@ def sequence_digests(batch):
             for i in range(rows[0].shape[0])]
 
 
-def read_steps(cluster, name, world, steps=None):
-    """Sequence digests in global order (step by step, rank by rank), and the state after the
-    last step read (None if read to the end)."""
+def read_steps(cluster, name, world, steps=None, each=None):
+    """What `each(batch)` gives for every batch of epoch 0 (default: its sequences' digests,
+    checking the columns' shapes), in global order (step by step, rank by rank), and the state
+    after the last step read (None if read to the end)."""
+    def digests(batch):
+        assert all(batch[c].shape == (B // world, L) and batch[c].dtype == np.int32
+                   for c in COLUMNS)
+        return sequence_digests(batch)
+    each = each or digests
     feeds = [cluster.consumer(name, r, world) for r in range(world)]
     out, state = [], None
     try:
         for step, batches in enumerate(zip(*(f.epoch(0) for f in feeds))):
             for b in batches:
-                assert all(b[c].shape == (B // world, L) and b[c].dtype == np.int32
-                           for c in COLUMNS)
-                out += sequence_digests(b)
+                out += each(b)
             if steps is not None and step + 1 == steps:
                 state = feeds[0].state_dict()
                 break
@@ -57,6 +61,12 @@ def read_steps(cluster, name, world, steps=None):
         for f in feeds:
             f.close()
     return out, state
+
+
+def unpadded_rows(batch):
+    """Each sequence's input tokens, without padding."""
+    return [[int(t) for t, s in zip(ids, seg) if s]
+            for ids, seg in zip(batch["input_ids"], batch["segment_ids"])]
 
 
 @pytest.mark.timeout(180)
@@ -195,7 +205,7 @@ def test_croupier_tokenize_writes_what_the_tokenizer_gives_and_a_tokens_job_deal
     with croupier.local_cluster(producers=1, work_dir=tmp_path / "c", threads=1) as cluster:
         tokens.create_token_job(cluster.address, "text", [str(tmp_path / "one")], consumers=2,
                                 sequence_length=8, global_batch=4, steps_per_epoch=3, epochs=1)
-        read, _ = read_steps_of(cluster, "text", 2)
+        read, _ = read_steps(cluster, "text", 2, each=unpadded_rows)
     stream = [t for d in range(60) for t in data.read(d).tolist()]
     assert all(t in set(stream) for row in read for t in row)
 
@@ -217,21 +227,6 @@ def test_croupier_tokenize_writes_what_the_tokenizer_gives_and_a_tokens_job_deal
     bad = run(tmp_path / "none*.jsonl", "--tokenizer", tmp_path / "tokenizer.json", "--output",
               tmp_path / "bad")
     assert bad.returncode == 1 and "no file matches" in bad.stderr
-
-
-def read_steps_of(cluster, name, world):
-    """Every input row of a tokens job's epoch 0, without padding."""
-    feeds = [cluster.consumer(name, r, world) for r in range(world)]
-    rows = []
-    try:
-        for batches in zip(*(f.epoch(0) for f in feeds)):
-            for b in batches:
-                for ids, seg in zip(b["input_ids"], b["segment_ids"]):
-                    rows.append([int(t) for t, s in zip(ids, seg) if s])
-    finally:
-        for f in feeds:
-            f.close()
-    return rows, None
 
 
 @pytest.mark.timeout(180)
