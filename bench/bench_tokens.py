@@ -222,6 +222,21 @@ class Window:
         self.tokens += rows * self.length - int(pad_positions)
         return time.perf_counter() - self.start >= self.seconds
 
+    def read_segments(self, segments, t0, shape):
+        """Counts the batches' segment_ids arrays from `segments`, the first (checked to be of
+        `shape`) starting the window, until it ends. Returns (seconds from t0 to the first
+        batch, result())."""
+        first = None
+        for seg in segments:
+            if first is None:
+                first = time.perf_counter() - t0
+                self.first()
+                assert seg.shape == shape, seg.shape
+                continue
+            if self.add(seg.shape[0], np.count_nonzero(seg == 0)):
+                break
+        return first, self.result()
+
     def result(self):
         wall = time.perf_counter() - self.start
         cpu = cpu_delta(self.cpu0, cpu_snapshot())
@@ -254,16 +269,8 @@ def run_croupier(args, prefixes, packing):
         feed = cl.consumer("bench", 0, 1)
         w = Window(args.seconds, args.length, args.pin)
         try:
-            for i, batch in enumerate(feed.epoch(0)):
-                seg = batch["segment_ids"]
-                if i == 0:
-                    first = time.perf_counter() - t0
-                    w.first()
-                    assert seg.shape == (args.batch, args.length), seg.shape
-                    continue
-                if w.add(seg.shape[0], np.count_nonzero(seg == 0)):
-                    break
-            out = w.result()
+            first, out = w.read_segments((b["segment_ids"] for b in feed.epoch(0)), t0,
+                                         (args.batch, args.length))
         finally:
             feed.close()
     out.update(first_batch_s=round(first, 3), cluster_start_s=round(t_cluster, 3),
@@ -402,16 +409,8 @@ def run_grain(args, prefixes, packing):
     t_pipe = time.perf_counter() - t0
     w = Window(args.seconds, args.length, args.pin)
     try:
-        for i, b in enumerate(it):
-            seg = b["segment_ids"]
-            if i == 0:
-                first = time.perf_counter() - t0
-                w.first()
-                assert seg.shape == (args.batch, args.length), seg.shape
-                continue
-            if w.add(seg.shape[0], np.count_nonzero(seg == 0)):
-                break
-        out = w.result()
+        first, out = w.read_segments((b["segment_ids"] for b in it), t0,
+                                     (args.batch, args.length))
     finally:
         del it
     out.update(first_batch_s=round(first, 3), pipeline_s=round(t_pipe, 3),
