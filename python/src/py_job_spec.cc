@@ -30,7 +30,8 @@ std::string SpecJson(const v1::JobSpec& spec) {
 v1::JobSpec SpecOf(const std::string& json) {
   v1::JobSpec spec;
   absl::Status parsed = FromUserJson(json, &spec);
-  if (!parsed.ok()) ThrowIfError(absl::InvalidArgumentError("job spec: " + std::string(parsed.message())));
+  if (!parsed.ok())
+    ThrowIfError(absl::InvalidArgumentError("job spec: " + std::string(parsed.message())));
   return spec;
 }
 
@@ -78,9 +79,10 @@ void BindJobSpec(pyb::module_& m) {
              }
              return fields[pyb::str(name)];
            })
-      .def("__eq__", [](const PyJobSpec& a, const PyJobSpec& b) {
-        return a.spec.SerializeAsString() == b.spec.SerializeAsString();
-      })
+      .def("__eq__",
+           [](const PyJobSpec& a, const PyJobSpec& b) {
+             return a.spec.SerializeAsString() == b.spec.SerializeAsString();
+           })
       .def("__repr__", [](const PyJobSpec& s) { return "JobSpec(" + SpecJson(s.spec) + ")"; });
 }
 

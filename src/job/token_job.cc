@@ -2,8 +2,8 @@
 
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "src/job/job_settings.h"
@@ -43,8 +43,8 @@ absl::Status CheckTokenSource(const IndexedDataset& dataset, const v1::TokenSour
   } else {
     return absl::OkStatus();
   }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "token source ", dataset.prefix(), " changed since the job was created: ", what));
+  return absl::FailedPreconditionError(absl::StrCat("token source ", dataset.prefix(),
+                                                    " changed since the job was created: ", what));
 }
 
 absl::Status SetWeightsFromText(absl::string_view text, v1::TokenSpec& tokens) {
@@ -52,8 +52,8 @@ absl::Status SetWeightsFromText(absl::string_view text, v1::TokenSpec& tokens) {
   for (absl::string_view entry : absl::StrSplit(text, ';', absl::SkipWhitespace())) {
     v1::WeightChange* change = tokens.add_weights();
     auto bad = [&](absl::string_view what) {
-      return absl::InvalidArgumentError(absl::StrCat("weights entry '", entry, "': ", what,
-                                                     " (write [STEP:]W1,W2,...)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("weights entry '", entry, "': ", what, " (write [STEP:]W1,W2,...)"));
     };
     absl::string_view weights = entry;
     if (const size_t colon = entry.find(':'); colon != absl::string_view::npos) {

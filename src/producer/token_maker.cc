@@ -119,16 +119,16 @@ absl::Status TokenBatchMaker::WriteSequences(const std::vector<SequencePlan>& se
     std::fill(position, position + length, 0);
     std::fill(segment, segment + length, 0);
     tokens.resize(sequence.tokens());
-    size_t at = 0;     // where the piece's tokens start in `tokens`
-    int32_t seg = 0;   // the piece's segment id
+    size_t at = 0;    // where the piece's tokens start in `tokens`
+    int32_t seg = 0;  // the piece's segment id
     for (const Piece& piece : sequence.pieces) {
       const IndexedDataset& dataset = *datasets_[piece.source];
       auto read = [&](uint32_t offset, absl::Span<int32_t> out) -> absl::Status {
         absl::Status s = dataset.Read(piece.document, offset, out);
         if (s.ok()) return s;
-        return absl::Status(s.code(), absl::StrCat("sequence ", global, " (document ",
-                                                   piece.document, " of ", dataset.prefix(),
-                                                   "): ", s.message()));
+        return absl::Status(s.code(),
+                            absl::StrCat("sequence ", global, " (document ", piece.document, " of ",
+                                         dataset.prefix(), "): ", s.message()));
       };
       RETURN_IF_ERROR(read(piece.offset, absl::MakeSpan(tokens).subspan(at, piece.length)));
       ++seg;

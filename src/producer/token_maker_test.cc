@@ -69,8 +69,7 @@ TEST(ProducerTokenMakerTest, BestFitLabelsASplitDocumentsLastInputWithTheTokenIn
   ScopedTempDir dir;
   const std::string prefix = dir.Join("one");
   // Document 0 is longer than L = 4: pieces [1 2 3 4] and [5 6]; document 1 fits beside [5 6].
-  ASSERT_TRUE(
-      WriteIndexedDataset(prefix, TokenDType::kUInt16, {{1, 2, 3, 4, 5, 6}, {7, 8}}).ok());
+  ASSERT_TRUE(WriteIndexedDataset(prefix, TokenDType::kUInt16, {{1, 2, 3, 4, 5, 6}, {7, 8}}).ok());
   auto info = Build(TokenJobSpec("lm", {prefix}, 4, 2, 1, 1, v1::PACKING_BEST_FIT));
   ASSERT_TRUE(info.ok()) << info.status();
   auto maker = TokenBatchMaker::Create(*info);

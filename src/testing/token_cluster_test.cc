@@ -40,8 +40,8 @@ std::vector<uint64_t> ReadSteps(TestCluster& cluster, const std::string& name,
   v1::JobSpec spec = TokenJobSpec(name, prefixes, 32, kGlobalBatch, kSteps, world, packing);
   spec.set_start_batch(first * world);  // the first global batch of global step `first`
   // Web, code and books 3:1:1, then 1:1:2 from global step 7.
-  for (auto [step, weights] : {std::tuple{0, std::vector<double>{3, 1, 1}},
-                               std::tuple{7, std::vector<double>{1, 1, 2}}}) {
+  for (auto [step, weights] :
+       {std::tuple{0, std::vector<double>{3, 1, 1}}, std::tuple{7, std::vector<double>{1, 1, 2}}}) {
     v1::WeightChange* change = spec.mutable_tokens()->add_weights();
     change->set_first_step(step);
     for (double w : weights) change->add_weights(w);
@@ -116,8 +116,8 @@ std::vector<std::vector<uint64_t>> ReadRanksThroughAFault(TestCluster& cluster,
   std::vector<std::thread> threads;
   for (uint32_t r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
-      auto consumer = Must(cluster.Connect(name, r, world,
-                                           {.prefetch_batches = 1, .timeout = absl::Seconds(60)}));
+      auto consumer = Must(
+          cluster.Connect(name, r, world, {.prefetch_batches = 1, .timeout = absl::Seconds(60)}));
       if (!consumer || !consumer->StartEpoch(0, 0).ok()) return;
       while (true) {
         std::optional<Batch> batch = Must(consumer->Next());

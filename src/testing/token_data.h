@@ -75,11 +75,11 @@ inline v1::JobSpec TokenJobSpec(const std::string& name, const std::vector<std::
 }
 
 // Checks every sequence of `batch` against the documents (TokenAt, DocumentLength), and appends
-// the places of each sequence's input tokens to `places` (one entry per sequence): input_ids are consecutive positions of a document
-// per segment, numbered 1, 2, ... in order, position_ids their positions, labels each input's
-// next token (best_fit: in its document, else -100; concat: in its document, else the first
-// token of another document or -100), loss_mask 1 exactly where the label is not -100, and
-// padding (pad_id -1) everywhere after the inputs.
+// the places of each sequence's input tokens to `places` (one entry per sequence): input_ids are
+// consecutive positions of a document per segment, numbered 1, 2, ... in order, position_ids their
+// positions, labels each input's next token (best_fit: in its document, else -100; concat: in its
+// document, else the first token of another document or -100), loss_mask 1 exactly where the label
+// is not -100, and padding (pad_id -1) everywhere after the inputs.
 inline void CheckTokenBatch(const BatchView& batch, bool best_fit,
                             std::vector<std::vector<TokenPlace>>* places = nullptr) {
   const ColumnView* columns[5];
