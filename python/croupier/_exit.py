@@ -10,7 +10,7 @@ import atexit
 import threading
 import time
 import weakref
-from typing import Any, Set
+from typing import Any, Set, TypeVar
 
 _live: "weakref.WeakSet[Any]" = weakref.WeakSet()
 _running: Set[threading.Thread] = set()  # threads inside serve() or produce()
@@ -19,8 +19,10 @@ _GRACE = 5.0  # seconds the exit waits for those threads
 # Set when the exit begins: the loops of serve() and produce() then end.
 exiting = threading.Event()
 
+_Node = TypeVar("_Node")
 
-def track(node):
+
+def track(node: _Node) -> _Node:
     """Closes `node` (an object with close()) at exit if it is still alive then."""
     _live.add(node)
     return node
@@ -29,17 +31,17 @@ def track(node):
 class running:
     """`with running():` around the body of serve() and produce(): the exit waits for it."""
 
-    def __enter__(self):
+    def __enter__(self) -> None:
         with _lock:
             _running.add(threading.current_thread())
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         with _lock:
             _running.discard(threading.current_thread())
 
 
 @atexit.register
-def _close_all():
+def _close_all() -> None:
     exiting.set()
     for node in list(_live):
         try:

@@ -40,7 +40,7 @@ def pid_namespace() -> int:
         return 0
 
 
-def _alive(pid):
+def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

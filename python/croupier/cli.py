@@ -5,6 +5,7 @@ import argparse
 import importlib
 import signal
 import threading
+from types import FrameType
 from typing import Any, List, Optional
 
 from croupier import errors
@@ -99,7 +100,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         leave_now = threading.Event()
 
-        def on_signal(signum, _frame):
+        def on_signal(signum: int, _frame: Optional[FrameType]) -> None:
             if not stop.is_set():
                 print(f"croupier produce: signal {signum}: leaving (serving what it has made, "
                       "handing the rest back) and stopping", flush=True)
@@ -108,7 +109,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 print(f"croupier produce: signal {signum}: leaving now", flush=True)
                 leave_now.set()
 
-        def graceful():
+        def graceful() -> None:
             # Once serving: a signal stops the producer cleanly (it drains: serves what it has
             # made, hands the rest back; a second signal leaves at once). Until then the default
             # action ends the process at once: a Python handler would run only after the wait for

@@ -15,12 +15,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Union
 
 from croupier import _croupier, errors
 from croupier.job import Job, JobSpec
 # The name croupier.ray imports from here.
 from croupier.processes import die_with_parent, stop_child, wait_for_file
+
+if TYPE_CHECKING:
+    from croupier.autoscale import Autoscaler
+
+# A command-line argument of a child process.
+_Arg = Union[str, "os.PathLike[str]"]
 
 
 def croupier_binary() -> str:
@@ -168,12 +174,15 @@ def delete_job(dispatcher: str, name: str, *, force: bool = False,
 class LocalCluster:
     """A dispatcher and producers on this machine, as child processes. Use local_cluster()."""
 
-    def __init__(self, producers=1, *, work_dir=None, auth_token=None, threads=None,
-                 buffer_bytes=None, producer_args=(), dispatcher_args=(), ready_timeout=30.0,
-                 max_producers=None, autoscale_interval=5.0, pipeline=None, job=None):
-        self._tmp = None
-        self.autoscaler = None
-        self.processes = []
+    def __init__(self, producers: Union[int, str] = 1, *, work_dir: Optional[_Arg] = None,
+                 auth_token: Optional[str] = None, threads: Optional[int] = None,
+                 buffer_bytes: Optional[int] = None, producer_args: Sequence[_Arg] = (),
+                 dispatcher_args: Sequence[_Arg] = (), ready_timeout: float = 30.0,
+                 max_producers: Optional[int] = None, autoscale_interval: float = 5.0,
+                 pipeline: Optional[str] = None, job: Optional[str] = None) -> None:
+        self._tmp: Optional[tempfile.TemporaryDirectory[str]] = None
+        self.autoscaler: Optional[Autoscaler] = None
+        self.processes: List[Any] = []  # Popen objects with a name and a log_path (_spawn)
         # With a pipeline, the producers are `croupier produce PIPELINE --job JOB` processes, the
         # producers of one map job, and "auto" follows that job's target.
         if (pipeline is None) != (job is None):
@@ -237,7 +246,7 @@ class LocalCluster:
             self.close()
             raise
 
-    def _spawn(self, name, args, command=None):
+    def _spawn(self, name: str, args: Sequence[_Arg], command: Optional[List[str]] = None) -> Any:
         log = open(self.work_dir / f"{name}.log", "w")
         try:
             proc = subprocess.Popen([*(command or [self.binary]), *args], stdout=log, stderr=subprocess.STDOUT,
@@ -250,26 +259,28 @@ class LocalCluster:
         self.processes.append(proc)
         return proc
 
-    def _wait_for_file(self, path, timeout, proc):
+    def _wait_for_file(self, path: pathlib.Path, timeout: float, proc: Any) -> str:
         return wait_for_file(path, timeout, proc, proc.name, lambda: self.log_tail(proc))
 
-    def log_tail(self, proc, chars=2000):
+    def log_tail(self, proc: Any, chars: int = 2000) -> str:
         try:
             return proc.log_path.read_text()[-chars:]
         except OSError:
             return ""
 
     @property
-    def producers(self):
+    def producers(self) -> List[Any]:
         return [p for p in self.processes if p.name.startswith("producer")]
 
-    def add_producer(self, *extra_args, wait=True, timeout=30.0):
+    def add_producer(self, *extra_args: object, wait: bool = True, timeout: float = 30.0) -> Any:
         """Starts one more producer (for throughput) and returns its process."""
         n = len(self.producers)
         if self.pipeline is not None:
+            # self.job is not None with a pipeline: __init__ checks that they go together.
             proc = self._spawn(f"producer{n}",
                                ["produce", self.pipeline, "--dispatcher", self.address, "--job",
-                                self.job, *self._producer_args, *map(str, extra_args)],
+                                self.job,  # type: ignore[list-item]
+                                *self._producer_args, *map(str, extra_args)],
                                command=[sys.executable, "-m", "croupier"])
         else:
             proc = self._spawn(f"producer{n}", ["producer", "--dispatcher", self.address,
@@ -279,10 +290,10 @@ class LocalCluster:
         return proc
 
     @property
-    def live_producers(self):
+    def live_producers(self) -> List[Any]:
         return [p for p in self.producers if p.poll() is None]
 
-    def scale(self, count, timeout=30.0):
+    def scale(self, count: int, timeout: float = 30.0) -> None:
         """Runs `count` producers: starts new ones and waits until they have registered, or stops
         the newest ones (SIGTERM: each drains, serving the batches it made, then leaves)."""
         live = self.live_producers
@@ -293,7 +304,7 @@ class LocalCluster:
         if count > len(live):
             self.wait_for_producers(count, timeout)
 
-    def wait_for_producers(self, count, timeout):
+    def wait_for_producers(self, count: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while True:
             for p in self.producers:
@@ -358,7 +369,7 @@ class LocalCluster:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.close(grace=1.0)
 

@@ -36,7 +36,7 @@ def tensor_to_numpy(value: Any, name: str) -> np.ndarray:
             f"({e})") from None
 
 
-def _as_array(value, name):
+def _as_array(value: Any, name: str) -> np.ndarray:
     """A numpy array (torch and TensorFlow tensors are converted), numeric of a dtype in _NUMERIC,
     or of strings or objects (bytes)."""
     if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
@@ -53,7 +53,7 @@ def _as_array(value, name):
     return np.ascontiguousarray(arr)
 
 
-def _bytes_list(arr, name):
+def _bytes_list(arr: np.ndarray, name: str) -> List[bytes]:
     out = []
     for v in arr.reshape(-1):
         if isinstance(v, bytes):

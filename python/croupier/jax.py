@@ -114,8 +114,8 @@ class Feed:
     def close(self) -> None:
         self.consumer.close()
 
-    def __enter__(self):
+    def __enter__(self) -> "Feed":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()

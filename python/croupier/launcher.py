@@ -26,14 +26,14 @@ _PAIRS = (
 )
 
 
-def _int(env, name):
+def _int(env: Mapping[str, str], name: str) -> int:
     try:
         return int(env[name])
     except ValueError:
         raise errors.InvalidArgumentError(f"{name}={env[name]!r} is not a whole number") from None
 
 
-def _from_tf_config(env):
+def _from_tf_config(env: Mapping[str, str]) -> Optional[Tuple[int, int]]:
     """(rank, world) from TF_CONFIG, or None. The chief, when there is one, is rank 0 and the
     workers follow it, as in MultiWorkerMirroredStrategy."""
     text = env.get("TF_CONFIG")

@@ -18,7 +18,7 @@ import collections
 import glob
 import os
 import threading
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -27,7 +27,7 @@ from croupier import errors
 __all__ = ["ParquetSource"]
 
 
-def _expand(files):
+def _expand(files: Any) -> List[str]:
     if isinstance(files, (str, os.PathLike)):
         files = [files]
     paths = []
@@ -83,13 +83,13 @@ class ParquetSource:
         self._files: Dict[Any, Any] = {}
         self._lock = threading.Lock()
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self._len
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int) -> Dict[str, Any]:
         return self.get_many([i])[0]
 
-    def __getstate__(self):
+    def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
         state["_pq"] = None
         state["_cache"] = collections.OrderedDict()
@@ -97,20 +97,20 @@ class ParquetSource:
         state["_lock"] = None
         return state
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: Dict[str, Any]) -> None:
         import pyarrow.parquet as pq
         self.__dict__.update(state)
         self._pq = pq
         self._lock = threading.Lock()
 
-    def _locate(self, i):
+    def _locate(self, i: int) -> Tuple[int, int]:
         i = int(i)
         if not 0 <= i < self._len:
             raise IndexError(f"row {i} of {self._len}")
         k = bisect.bisect_right(self._starts, i) - 1
         return k, i - self._starts[k]
 
-    def _row_group(self, k):
+    def _row_group(self, k: int) -> Dict[str, Any]:
         """Row group k (in the source's order) decoded as {column: numpy array of values}."""
         with self._lock:
             if k in self._cache:
@@ -143,7 +143,7 @@ class ParquetSource:
         return out
 
 
-def _column_values(column):
+def _column_values(column: Any) -> Union[List[Any], np.ndarray]:
     """A chunked arrow column as an indexable sequence of per-row values (see the module doc)."""
     import pyarrow as pa
     t = column.type

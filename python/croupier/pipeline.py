@@ -46,7 +46,8 @@ unsafe).
 """
 import inspect
 import logging
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, \
+    Tuple, Union
 
 import numpy as np
 from numpy.random.bit_generator import ISpawnableSeedSequence
@@ -58,6 +59,9 @@ from croupier.record_cache import open_cache
 from croupier.record_threads import RecordThreads
 from croupier.columns import columns_of, default_collate
 from croupier.spec import Spec, check_spec, spec_of, vary_as_spec
+
+if TYPE_CHECKING:
+    from croupier.tf_pipeline import TfTransform
 
 __all__ = ["Pipeline", "default_collate", "record_rng", "batch_rng", "log"]
 
@@ -118,7 +122,7 @@ class _SeedWords(ISpawnableSeedSequence):
             raise AttributeError(name)
         return getattr(self._real(), name)
 
-    def __reduce__(self):
+    def __reduce__(self) -> Union[str, Tuple[Any, ...]]:
         return self._real().__reduce__()
 
     def __repr__(self) -> str:
@@ -149,9 +153,13 @@ class Pipeline:
     leaves the cache out, with a warning: record_cache.open_cache). close() (or leaving a `with`
     block) removes the cache."""
 
-    def __init__(self, source, *, transform=None, batch_transform=None, collate=None,
-                 names=None, features=None, seed=0, tf_transform=None,
-                 skip_failing_records=False, decode=None, cache_bytes=0, transform_threads=1):
+    def __init__(self, source: Any, *, transform: Optional[Callable[..., Any]] = None,
+                 batch_transform: Optional[Callable[..., Any]] = None,
+                 collate: Optional[Callable[[List[Any]], Any]] = None,
+                 names: Optional[Iterable[str]] = None, features: Optional[str] = None,
+                 seed: int = 0, tf_transform: Optional[Callable[..., Any]] = None,
+                 skip_failing_records: bool = False, decode: Optional[Callable[[Any], Any]] = None,
+                 cache_bytes: Optional[int] = 0, transform_threads: Union[int, str] = 1) -> None:
         if not hasattr(source, "__getitem__") or not hasattr(source, "__len__"):
             raise errors.InvalidArgumentError(
                 f"a map source needs __len__ and __getitem__(i); a {type(source).__name__} has "
@@ -180,7 +188,7 @@ class Pipeline:
         self._spec: Optional[Spec] = None if features is None else spec_of(features)
         self._threads = RecordThreads(transform_threads)
         self.tf_transform = tf_transform
-        self._tf = None
+        self._tf: Optional[TfTransform] = None
         if tf_transform is not None:
             if transform is not None or collate is not None or names is not None:
                 raise errors.InvalidArgumentError(
@@ -233,7 +241,7 @@ class Pipeline:
             return records
         return [self._read_one(i) for i in ids]
 
-    def _read_one(self, i):
+    def _read_one(self, i: int) -> Any:
         try:
             return self.source[int(i)]
         except Exception as e:
@@ -244,22 +252,23 @@ class Pipeline:
         found in the record cache (then neither read nor decoded)."""
         return self._load(ids, self._read_and_decode)
 
-    def _load_one(self, i):
+    def _load_one(self, i: int) -> Any:
         """Record i as load() gives it, read with source[i] (not get_many)."""
         return self._load([i], lambda ids: [self._decode_one(self._read_one(ids[0]), ids[0])])[0]
 
-    def _load(self, ids, make):
+    def _load(self, ids: Sequence[int],
+              make: Callable[[Sequence[int]], List[Any]]) -> List[Any]:
         if self._cache is None:
             return make(ids)
         return self._cache.load(ids, make)
 
-    def _read_and_decode(self, ids):
+    def _read_and_decode(self, ids: Sequence[int]) -> List[Any]:
         records = self.read(ids)
         if self.decode is None:
             return records
         return [self._decode_one(r, i) for r, i in zip(records, ids)]
 
-    def _decode_one(self, record, i):
+    def _decode_one(self, record: Any, i: int) -> Any:
         if self.decode is None:
             return record
         try:
@@ -280,7 +289,7 @@ class Pipeline:
             batch = self._collate(records)
         return self._batch_transform(batch, epoch, g), ids
 
-    def _records(self, epoch, ids):
+    def _records(self, epoch: int, ids: Any) -> List[Any]:
         """The batch's records, loaded and (without tf_transform) transformed, the per-record work
         on the pipeline's transform threads, in order. A failure raises the error the serial
         order meets first: the first record that fails to read, else to decode, else to
@@ -294,7 +303,7 @@ class Pipeline:
             return self._threads.map(lambda k: self._transform_one(records[k], epoch, ids[k]),
                                      range(len(ids)))
 
-        def one(k):
+        def one(k: int) -> Any:
             i, stage = ids[k], 0
             try:
                 record = self._read_one(i)
@@ -317,7 +326,7 @@ class Pipeline:
         in this process (None while it measures)."""
         return self._threads.chosen
 
-    def _transform_one(self, record, epoch, i):
+    def _transform_one(self, record: Any, epoch: int, i: int) -> Any:
         if self.transform is None:
             return record
         try:
@@ -327,7 +336,7 @@ class Pipeline:
         except Exception as e:
             raise BatchError(f"record {int(i)}: the transform raised {describe(e)}") from e
 
-    def _records_skipping(self, epoch, ids):
+    def _records_skipping(self, epoch: int, ids: Any) -> Tuple[List[Any], np.ndarray]:
         """(records, ids): the records that read, decode (and, without tf_transform, transform)
         without an exception, and their indexes; each one left out is logged. Loads one record
         at a time when the batch's records fail together, to find the failing ones."""
@@ -352,11 +361,11 @@ class Pipeline:
         return kept, np.asarray(kept_ids, dtype=np.uint64)
 
     @staticmethod
-    def _skipped(epoch, error):
+    def _skipped(epoch: int, error: Exception) -> None:
         log.warning("epoch %d: %s; the record is left out of its batch (skip_failing_records)",
                      epoch, error)
 
-    def _tf_batch(self, records, epoch, ids):
+    def _tf_batch(self, records: List[Any], epoch: int, ids: Any) -> Tuple[Dict[str, Any], Any]:
         """(batch, ids): the records through the tf_transform, in TensorFlow's runtime (its
         continuous pipeline, croupier.tf_pipeline), and collated. With skip_failing_records, a
         record the function fails on is left out and the rest run again, alone."""
@@ -381,7 +390,7 @@ class Pipeline:
             vary_as_spec(batch, self._spec)
         return batch, ids
 
-    def _collate(self, records):
+    def _collate(self, records: List[Any]) -> Dict[str, Any]:
         try:
             if self.collate is not None:
                 batch = self.collate(records)
@@ -397,7 +406,7 @@ class Pipeline:
             raise BatchError(f"the collate function raised {describe(e)}") from e
         return batch
 
-    def _batch_transform(self, batch, epoch, g):
+    def _batch_transform(self, batch: Dict[str, Any], epoch: int, g: int) -> Dict[str, Any]:
         if self.batch_transform is not None:
             try:
                 if self._batch_rng:

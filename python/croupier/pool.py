@@ -140,20 +140,20 @@ class WorkerPool:
                 return self._stopped
         return self._zygote.gone()  # its workers die with it, whether asked for a batch or not
 
-    def _take(self):
+    def _take(self) -> Optional[Worker]:
         """An idle worker, waiting for one; None once no worker is left."""
         with self._cond:
             while not self._idle and (self._workers or self._replacing):
                 self._cond.wait()
             return self._idle.popleft() if self._idle else None
 
-    def _give_back(self, worker):
+    def _give_back(self, worker: Worker) -> None:
         with self._cond:
             if worker in self._workers:
                 self._idle.append(worker)
                 self._cond.notify()
 
-    def _bury(self, worker):
+    def _bury(self, worker: Worker) -> str:
         """Reaps a dead worker, frees what the producer held of it and counts its death; how it
         died, in words."""
         try:
@@ -174,7 +174,7 @@ class WorkerPool:
                                  "replaces: it replaces no more")
         return how
 
-    def _replace(self, index):
+    def _replace(self, index: int) -> Optional[Worker]:
         """A new worker in place of dead worker `index` (buried), or None if replacing has
         stopped."""
         worker = None
@@ -199,7 +199,8 @@ class WorkerPool:
             self._cond.notify_all()  # make() calls waiting for a worker check if any is left
         return worker
 
-    def _log_death(self, dead, how, before, epoch, g, new, attempts):
+    def _log_death(self, dead: Worker, how: str, before: bool, epoch: int, g: int,
+                   new: Optional[Worker], attempts: int) -> None:
         when = "before it got" if before else "while making"
         if new is None:
             then = f"not replaced: {self._stopped}"

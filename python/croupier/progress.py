@@ -63,8 +63,8 @@ class Progress:
             self.stream.write("\r" + self.line() + "\n")
             self.stream.flush()
 
-    def __enter__(self):
+    def __enter__(self) -> "Progress":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -41,7 +41,7 @@ import os
 import struct
 import threading
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -164,7 +164,7 @@ class RecordCache:
         again), uncacheable (records that could not be serialized), full (bool), capacity,
         path."""
         with self._counters() as values:
-            got = dict(zip(_FIELDS, values))
+            got: Dict[str, Any] = dict(zip(_FIELDS, values))
         got["full"] = bool(got["full"])
         got["capacity"] = self.capacity
         got["path"] = self.path
@@ -182,18 +182,18 @@ class RecordCache:
         if os.getpid() == self._owner:
             self._remove()
 
-    def __enter__(self):
+    def __enter__(self) -> "RecordCache":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- records -------------------------------------------------------------------------------
 
-    def _file(self, i):
+    def _file(self, i: int) -> str:
         return os.path.join(self.path, str(i))
 
-    def _get(self, i, claimed=False):
+    def _get(self, i: int, claimed: bool = False) -> Any:
         """Record i from its file, or None if there is none or it is corrupt or unreadable. With
         `claimed` (the caller holds record i's claim, so no one else writes it), a bad file is
         removed and counted."""
@@ -213,7 +213,7 @@ class RecordCache:
                 self._drop(i, path, f"corrupt: {type(e).__name__}: {e}")
             return None
 
-    def _drop(self, i, path, why):
+    def _drop(self, i: int, path: str, why: str) -> None:
         """Removes record i's bad file, gives its pages back to the budget and counts it."""
         try:
             size = os.stat(path).st_size
@@ -224,7 +224,7 @@ class RecordCache:
                      self.path, i, why)
         self._add(bytes=-pages(size), records=-1, corrupt=1)
 
-    def _put(self, i, record):
+    def _put(self, i: int, record: Any) -> Optional[bool]:
         """Adds record i if there is room. True if it is in the cache now, False if there was no
         room for it (the cache is full), None if it could not be kept (pickle refused it, a
         write failed)."""
@@ -271,7 +271,7 @@ class RecordCache:
     # -- the shared counters -------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _counters(self):
+    def _counters(self) -> Iterator[List[int]]:
         """The counters as a list (in _FIELDS order), under the lock of every process and
         thread; written back when the block ends without an exception."""
         self._in_this_process()
@@ -284,7 +284,7 @@ class RecordCache:
             finally:
                 fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, 0)
 
-    def _add(self, **deltas):
+    def _add(self, **deltas: int) -> None:
         if not any(deltas.values()):
             return
         with self._counters() as values:
@@ -292,7 +292,7 @@ class RecordCache:
                 k = _FIELDS.index(name)
                 values[k] = max(0, values[k] + int(delta))
 
-    def _reserve(self, size):
+    def _reserve(self, size: int) -> bool:
         """Takes `size` bytes of the budget for one record; False (and the cache is full from
         now on) if they do not fit."""
         with self._counters() as values:
@@ -303,27 +303,28 @@ class RecordCache:
             values[0], values[1] = bytes_held + size, records + 1
             return True
 
-    def _is_full(self):
+    def _is_full(self) -> bool:
         return bool(_STATE.unpack_from(self._state)[-1])  # a word: no lock needed to read it
 
-    def _set_full(self):
+    def _set_full(self) -> None:
         with self._counters() as values:
             values[-1] = 1
 
     # -- claims --------------------------------------------------------------------------------
 
-    def _in_this_process(self):
+    def _in_this_process(self) -> None:
         """Makes this process's thread locks: in a fork, anew (the parent's copies could be
         held by threads that do not exist here)."""
         if self._pid != os.getpid():
             self._pid = os.getpid()
             self._lock = threading.Lock()  # the counters, with byte 0's fcntl lock
             self._guard = threading.Lock()  # self._claimed
-            self._claimed = {}  # record index -> [threading.Lock, threads using it]
-            self._warned = set()
+            # record index -> [threading.Lock, threads using it]
+            self._claimed: Dict[int, List[Any]] = {}
+            self._warned: Set[str] = set()
 
     @contextlib.contextmanager
-    def _claims(self, ids):
+    def _claims(self, ids: Iterable[int]) -> Iterator[None]:
         """Holds the claims of records `ids` (distinct, in increasing order: every claimant
         takes them in that order, so none waits for another that waits for it) for the block:
         no other thread or process of the producer makes those records meanwhile. A claim the
@@ -338,7 +339,7 @@ class RecordCache:
             for i, locked in reversed(held):
                 self._release(i, locked)
 
-    def _claim(self, i):
+    def _claim(self, i: int) -> Tuple[int, bool]:
         """Waits for record i's claim: this process's thread lock of it, then the fcntl lock of
         byte _CLAIMS + i (fcntl locks belong to a process, not a thread). (i, whether the fcntl
         lock is held)."""
@@ -352,7 +353,7 @@ class RecordCache:
         except OSError:
             return i, False
 
-    def _release(self, i, locked):
+    def _release(self, i: int, locked: bool) -> None:
         if locked:
             fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, _CLAIMS + i)
         with self._guard:
@@ -362,7 +363,7 @@ class RecordCache:
             if entry[1] == 0:
                 del self._claimed[i]
 
-    def _warn_once(self, kind, *args):
+    def _warn_once(self, kind: str, *args: Any) -> None:
         if kind not in self._warned:
             self._warned.add(kind)
             _log.warning(*args)

@@ -31,7 +31,7 @@ import pathlib
 import pickle
 import re
 import time
-from typing import Any, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from croupier import _croupier, _exit, errors
 from croupier.cluster import auth_token_or_env, create_job
@@ -52,14 +52,14 @@ class _SavedStates:
     of epoch E (load_state_dict(state), then iter(source), yields batch N on). States of epochs
     before the one before the newest are removed."""
 
-    def __init__(self, folder, job, source_index, every):
+    def __init__(self, folder: str, job: str, source_index: int, every: int) -> None:
         self.folder = pathlib.Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.prefix = f"{job}-source{int(source_index)}-"
         self.every = max(1, int(every))
         self._pattern = re.compile(re.escape(self.prefix) + r"epoch(\d+)-batch(\d+)\.pkl")
 
-    def _saved(self):
+    def _saved(self) -> Dict[Tuple[int, int], pathlib.Path]:
         """{(epoch, batch): path} of the states in the folder."""
         out = {}
         for path in self.folder.glob(self.prefix + "*.pkl"):
@@ -68,7 +68,7 @@ class _SavedStates:
                 out[(int(m.group(1)), int(m.group(2)))] = path
         return out
 
-    def save(self, source, epoch, n):
+    def save(self, source: Any, epoch: int, n: int) -> None:
         """Saves the state of `source`, which has yielded `n` batches of `epoch`, if n is a
         saving point."""
         if n % self.every:
@@ -82,12 +82,12 @@ class _SavedStates:
             if e + 1 < epoch:
                 old.unlink(missing_ok=True)
 
-    def points(self, epoch, wanted):
+    def points(self, epoch: int, wanted: int) -> List[int]:
         """The saved points n of `epoch` with 0 < n <= wanted, latest first."""
         return sorted((n for (e, n) in self._saved() if e == epoch and 0 < n <= wanted),
                       reverse=True)
 
-    def best(self, epoch, wanted):
+    def best(self, epoch: int, wanted: int) -> Optional[Tuple[int, Any]]:
         """(n, state) of the latest saved point n <= wanted of `epoch` (n > 0), or None. A file
         that cannot be read is passed over."""
         for n in self.points(epoch, wanted):
@@ -103,15 +103,15 @@ class _Epochs:
     """The source's batches, epoch by epoch, with a peeked first batch put back; with `states`
     (a _SavedStates), the source's state saved at its points and loaded to go to a batch."""
 
-    def __init__(self, source, states=None):
+    def __init__(self, source: Any, states: Optional[_SavedStates] = None) -> None:
         self._source = source
         self._states = states
-        self._epoch = None
+        self._epoch: Optional[int] = None
         self._it: Any = None
         self._next = 0  # the index the iterator yields next
-        self._pushed = None
+        self._pushed: Any = None  # a batch peeked and put back
 
-    def _open(self, epoch, wanted=0):
+    def _open(self, epoch: int, wanted: int = 0) -> None:
         iterable = self._source(epoch) if callable(self._source) and not hasattr(
             self._source, "__iter__") else self._source
         saved = self._states.best(epoch, wanted) if self._states is not None else None
@@ -132,7 +132,7 @@ class _Epochs:
         self._it = it
         self._epoch, self._next = epoch, 0
 
-    def peek(self, epoch):
+    def peek(self, epoch: int) -> Any:
         self._open(epoch)
         try:
             self._pushed = next(self._it)
@@ -140,7 +140,7 @@ class _Epochs:
             raise errors.InvalidArgumentError(f"the source yields no batch in epoch {epoch}")
         return self._pushed
 
-    def _worth_a_jump(self, epoch, index):
+    def _worth_a_jump(self, epoch: int, index: int) -> bool:
         """Whether a saved point lies between the next batch and `index`, at least a saving
         interval ahead: loading it skips iterating up to it."""
         if self._states is None or index - self._next < self._states.every:
@@ -148,7 +148,7 @@ class _Epochs:
         points = self._states.points(epoch, index)
         return bool(points) and points[0] > self._next
 
-    def get(self, epoch, index):
+    def get(self, epoch: int, index: int) -> Any:
         """Batch `index` of `epoch`; StopIteration if the source ends before it. Going back (a
         task a dead serving process left unfinished, taken over by this one) iterates the
         epoch anew from its start, or from a saved state at or before it; _CannotGoBack if the
@@ -252,8 +252,9 @@ def serve(source: Any, dispatcher: str, job: str, *, consumers: Optional[int] = 
             node.close()
 
 
-def _serve_loop(node, sources, epochs_source, job, last, batches_per_epoch, dispatcher,
-                dispatcher_timeout, timeout, stop):
+def _serve_loop(node: Any, sources: Any, epochs_source: _Epochs, job: str,
+                last: Optional[Tuple[int, int]], batches_per_epoch: int, dispatcher: str,
+                dispatcher_timeout: float, timeout: float, stop: Any) -> int:
     """serve()'s loop: supplies the slots the node asks for until the job is done."""
     ended = None  # (when, error) once the source ran out early
     while True:

@@ -22,7 +22,7 @@ import ctypes
 import os
 import pathlib
 import threading
-from typing import Any, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
@@ -30,6 +30,9 @@ import tensorflow as tf
 from croupier import _croupier, errors
 from croupier.job import Job
 from croupier.launcher import detect_rank_world
+
+if TYPE_CHECKING:
+    from croupier.consumer import Consumer
 
 # Each dtype of a feature spec as the tf dtype of the same bytes.
 _DTYPES = {"bytes": tf.string, "bool": tf.bool, "int8": tf.int8, "int16": tf.int16,
@@ -52,7 +55,7 @@ def output_signature(features: str) -> Dict[str, Any]:
     return signature
 
 
-def _to_tf(batch, signature):
+def _to_tf(batch: Dict[str, Any], signature: Dict[str, Any]) -> Dict[str, Any]:
     out = {}
     for name, spec in signature.items():
         value = batch[name]
@@ -70,13 +73,13 @@ def _to_tf(batch, signature):
     return out
 
 
-def generator_dataset(consumer, epoch):
+def generator_dataset(consumer: "Consumer", epoch: int) -> Any:
     """The batches of `epoch` from a croupier.Consumer (one rank) as a tf.data.Dataset of dicts.
 
     The dataset reads the consumer when it is iterated; iterate it once per epoch."""
     signature = output_signature(consumer.job.features)
 
-    def generate():
+    def generate() -> Iterator[Dict[str, Any]]:
         for batch in consumer.epoch(epoch):
             yield _to_tf(batch, signature)
 
@@ -103,7 +106,7 @@ _TF_ERRORS = {
 }
 
 
-def _tf_error(e):
+def _tf_error(e: Exception) -> Exception:
     """The tf.errors exception for a croupier.errors.Error, with croupier's message."""
     cls = _TF_ERRORS.get(getattr(e, "code", "UNKNOWN"), tf.errors.UnknownError)
     return cls(None, None, str(e))
@@ -114,7 +117,7 @@ def op_available() -> bool:
     return _OP_PATH.exists()
 
 
-def _load_op():
+def _load_op() -> Any:
     """Loads the op library once and hands it croupier._croupier's consumer table."""
     global _op_module
     with _op_lock:
@@ -144,7 +147,7 @@ def _load_op():
         return _op_module
 
 
-def _job_info(dispatcher, job, auth_token, timeout) -> Job:
+def _job_info(dispatcher: str, job: str, auth_token: Optional[str], timeout: float) -> Job:
     """The job, asked of the dispatcher for this job alone (GetJob)."""
     from croupier import cluster
     try:
@@ -156,11 +159,11 @@ def _job_info(dispatcher, job, auth_token, timeout) -> Job:
         raise _tf_error(e) from None
 
 
-def _job_features(dispatcher, job, auth_token, timeout):
+def _job_features(dispatcher: str, job: str, auth_token: Optional[str], timeout: float) -> str:
     return _job_info(dispatcher, job, auth_token, timeout).features
 
 
-def _job_steps(dispatcher, job, auth_token, timeout):
+def _job_steps(dispatcher: str, job: str, auth_token: Optional[str], timeout: float) -> int:
     """A dealt job's steps per epoch for each rank (0: not dealt)."""
     return _job_info(dispatcher, job, auth_token, timeout).steps_per_epoch
 
@@ -168,16 +171,16 @@ def _job_steps(dispatcher, job, auth_token, timeout):
 class _CroupierDataset(tf.data.Dataset):
     """The op's dataset: {feature: tensor, or (values, row_splits) for a variable length}."""
 
-    def __init__(self, variant, element_spec):
+    def __init__(self, variant: Any, element_spec: Any) -> None:
         self._spec = element_spec
         self._variant_tensor_attr = variant
         super().__init__(variant)
 
-    def _inputs(self):
+    def _inputs(self) -> List[Any]:
         return []
 
     @property
-    def element_spec(self):
+    def element_spec(self) -> Any:
         return self._spec
 
 
@@ -243,7 +246,7 @@ def dataset(dispatcher: str, job: str, rank: Optional[int] = None, world: Option
     if any(ragged):
         ragged_names = [n for n, r in zip(names, ragged) if r]
 
-        def assemble(element):
+        def assemble(element: Dict[str, Any]) -> Dict[str, Any]:
             out = dict(element)
             for n in ragged_names:
                 values, splits = element[n]
@@ -256,7 +259,8 @@ def dataset(dispatcher: str, job: str, rank: Optional[int] = None, world: Option
     return ds.with_options(options)
 
 
-def keras_backup_position(backup_dir, steps_per_epoch):
+def keras_backup_position(backup_dir: Union[str, "os.PathLike[str]"],
+                          steps_per_epoch: int) -> Optional[Tuple[int, int]]:
     """(epoch, step) at which Keras 2's fit resumes from tf.keras.callbacks.BackupAndRestore(
     backup_dir), or None when there is no backup yet: the step after the last saved batch (the
     next epoch after its last step, or after an epoch-end backup), as tf_keras computes it."""
@@ -277,8 +281,10 @@ def keras_backup_position(backup_dir, steps_per_epoch):
     return epoch, batch + 1
 
 
-def keras_fit_inputs(strategy, dispatcher, job, map_fn=None, backup_dir=None,
-                     **dataset_options):
+def keras_fit_inputs(strategy: Any, dispatcher: str, job: str,
+                     map_fn: Optional[Callable[..., Any]] = None,
+                     backup_dir: Union[str, "os.PathLike[str]", None] = None,
+                     **dataset_options: Any) -> Dict[str, Any]:
     """The arguments of Keras's model.fit for `strategy` (MultiWorkerMirroredStrategy, one rank
     per worker): {"x": a distributed dataset of this worker's rank, "steps_per_epoch": the job's
     steps per epoch}, so that Keras epoch e reads croupier epoch e whole, and each step trains on
@@ -296,9 +302,9 @@ def keras_fit_inputs(strategy, dispatcher, job, map_fn=None, backup_dir=None,
     a distributed dataset keeps the batches whole,
     but Keras then wants steps_per_epoch and keeps one iterator for every epoch. This gives both:
     the dataset repeats (each repetition the next croupier epoch) and the steps are the job's."""
-    steps = []
+    steps: List[int] = []
 
-    def dataset_fn(context):
+    def dataset_fn(context: Any) -> Any:
         options = dict(dataset_options)
         if backup_dir is not None:
             start = keras_backup_position(backup_dir, _job_steps(

@@ -19,7 +19,8 @@ batch alone, croupier.tf_pipeline's per-batch path) or, when closing, to FeedClo
 import collections
 import logging
 import threading
-from typing import Any, List, Optional, Tuple
+from types import ModuleType
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -35,7 +36,7 @@ class FeedClosed(Exception):
     """The feed was closed (the producer is stopping) before it made the batch."""
 
 
-def stop_feeds(feeds):
+def stop_feeds(feeds: Dict[int, "Feed"]) -> None:
     """A dropped TfTransform's finalizer: stops its feeds from a thread of its own (the garbage
     collector may run it in any thread, one holding a feed's lock too)."""
     live = list(feeds.values())
@@ -53,17 +54,17 @@ class Slot:
     """A batch handed to a feed: set once, with its outputs, with None (make it alone), or with
     an error."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._done = threading.Event()
-        self.outputs = None
+        self.outputs: Any = None
         self.error: Optional[Exception] = None
 
-    def set(self, outputs=None, error=None):
+    def set(self, outputs: Any = None, error: Optional[Exception] = None) -> None:
         if not self._done.is_set():
             self.outputs, self.error = outputs, error
             self._done.set()
 
-    def wait(self, feed):
+    def wait(self, feed: "Feed") -> Any:
         """The outputs (None: make the batch alone); raises the slot's error. Ends once the
         slot is set or the feed's puller thread has ended (it sets every slot it holds when it
         ends; the check is a guard)."""
@@ -81,7 +82,8 @@ class Feed:
     thread-safe. Once stopped (the pipeline raised or ended, or close()), it takes no batch, and
     the batches it held are set to be made alone (or, when closing, to an error)."""
 
-    def __init__(self, tf, fn, specs, types, n):
+    def __init__(self, tf: ModuleType, fn: Callable[[Any], Any], specs: Dict[str, Any],
+                 types: Tuple[Tuple[Any, ...], ...], n: int) -> None:
         self.n = n
         self.types = types  # types_of the batches it takes
         self._tf = tf
@@ -103,7 +105,7 @@ class Feed:
         self._thread = threading.Thread(target=self._pull, name="croupier-tf-feed", daemon=True)
         self._thread.start()
 
-    def submit(self, cols):
+    def submit(self, cols: Dict[str, Any]) -> Optional[Slot]:
         """A Slot the batch's outputs will be set in, or None once the feed is stopped."""
         slot = Slot()
         with self._lock:
@@ -116,14 +118,14 @@ class Feed:
             self._pending.append(slot)
         return slot
 
-    def stopped(self):
+    def stopped(self) -> bool:
         with self._lock:
             return self._stopped
 
-    def alive(self):
+    def alive(self) -> bool:
         return self._thread.is_alive()
 
-    def stop(self, closing=False):
+    def stop(self, closing: bool = False) -> None:
         """Takes no more batches; the batches held are made alone (or fail, when closing); the
         pipeline's input ends, so that the puller's iteration ends."""
         with self._lock:
@@ -138,13 +140,13 @@ class Feed:
         for slot in slots:
             slot.set(error=error)
 
-    def join(self, timeout):
+    def join(self, timeout: float) -> None:
         self._thread.join(timeout)
         if self._thread.is_alive():
             log.warning("tf_transform: the pipeline's puller thread did not end within %.0f s",
                         timeout)
 
-    def _pull(self):
+    def _pull(self) -> None:
         """Iterates the pipeline, handing each group of outputs to the batch it belongs to, until
         the input ends (stop()). After an error the feed is stopped and the iterator is drained
         to its end rather than dropped mid-flight."""
@@ -186,12 +188,13 @@ class Feed:
             del iterator
 
 
-def _continuous(tf, fn, columns, signature, n):
+def _continuous(tf: ModuleType, fn: Callable[[Any], Any], columns: Any, signature: Dict[str, Any],
+                n: int) -> Any:
     """The feed's dataset: the batches' columns dequeued from `columns` (until it is closed),
     one element per record (as from_tensor_slices gives them), fn, regrouped by n, prefetched."""
     names = list(signature)
 
-    def dequeue(_):
+    def dequeue(_: Any) -> Dict[str, Any]:
         parts = columns.dequeue()
         parts = list(parts) if isinstance(parts, (list, tuple)) else [parts]
         cols = {}
@@ -208,7 +211,7 @@ def _continuous(tf, fn, columns, signature, n):
                 cols[name] = column
         return cols
 
-    def open_or_not_empty(_):
+    def open_or_not_empty(_: Any) -> Any:
         return tf.logical_or(tf.logical_not(columns.is_closed()), columns.size() > 0)
 
     # The input ends once the queue is closed and empty (a dequeue that was already waiting
@@ -218,7 +221,7 @@ def _continuous(tf, fn, columns, signature, n):
     return fn(records).ragged_batch(n).prefetch(tf.data.AUTOTUNE)
 
 
-def _components(tf, cols):
+def _components(tf: ModuleType, cols: Dict[str, Any]) -> List[Any]:
     """A batch's columns as the feed's queue takes them: a ragged column as values, splits."""
     parts = []
     for col in cols.values():
@@ -229,7 +232,7 @@ def _components(tf, cols):
     return parts
 
 
-def types_of(tf, cols):
+def types_of(tf: ModuleType, cols: Dict[str, Any]) -> Tuple[Tuple[Any, ...], ...]:
     """What the feed's input signature says of a batch's columns, as a comparable tuple: per
     column its name, kind, dtype and the shape past the first dimension."""
     types: List[Tuple[Any, ...]] = []
@@ -242,7 +245,7 @@ def types_of(tf, cols):
     return tuple(types)
 
 
-def rows(tf, outputs):
+def rows(tf: ModuleType, outputs: Any) -> int:
     """The number of records in a group of outputs (their first output's first dimension)."""
     first = tf.nest.flatten(outputs, expand_composites=False)[0]
     if isinstance(first, tf.RaggedTensor):
@@ -250,7 +253,7 @@ def rows(tf, outputs):
     return int(first.shape[0])
 
 
-def specs_of(tf, cols):
+def specs_of(tf: ModuleType, cols: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     """{name: TypeSpec} of a batch's columns, or None if one has none (made alone)."""
     specs = {}
     try:
@@ -264,7 +267,7 @@ def specs_of(tf, cols):
     return specs
 
 
-def _unsized(tf, spec):
+def _unsized(tf: ModuleType, spec: Any) -> Any:
     """The spec with its first (the batch's) dimension unknown."""
     shape = tf.TensorShape([None]).concatenate(spec.shape[1:])
     if isinstance(spec, tf.RaggedTensorSpec):

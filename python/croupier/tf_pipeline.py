@@ -35,7 +35,7 @@ This module imports TensorFlow; croupier.pipeline imports it only when tf_transf
 import collections
 import threading
 import weakref
-from typing import Any, Dict, Iterable, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
@@ -49,7 +49,7 @@ _JOIN_SECONDS = 30.0  # close(): how long a puller may take to end
 
 
 
-def record_seed(seed, epoch, index):
+def record_seed(seed: int, epoch: int, index: int) -> np.ndarray:
     """The croupier_seed of record `index` (global record index) in `epoch`: an int64 [2],
     the two 64-bit words numpy's SeedSequence([seed, epoch, index, 2]) generates."""
     words = np.random.SeedSequence([int(seed), int(epoch), int(index), _SEED_KIND]) \
@@ -57,7 +57,7 @@ def record_seed(seed, epoch, index):
     return words.view(np.int64)
 
 
-def record_seeds(seed, epoch, ids):
+def record_seeds(seed: int, epoch: int, ids: Any) -> np.ndarray:
     """record_seed of every index of `ids`, as an int64 [len(ids), 2] array, computed in C++
     (src/plan/seed_sequence.h, SeedSequence's mixing) where seed and epoch fit in 64 bits;
     otherwise one SeedSequence per record."""
@@ -73,12 +73,12 @@ def record_seeds(seed, epoch, ids):
 class TfTransformError(Exception):
     """The tf_transform failed on a batch; `record` is the failing record's index, if known."""
 
-    def __init__(self, message, record=None):
+    def __init__(self, message: str, record: Optional[int] = None) -> None:
         super().__init__(message)
         self.record = record
 
 
-def _tf_message(e):
+def _tf_message(e: BaseException) -> str:
     """The message of a TensorFlow error: the op's own words, without the graph trace TF puts
     around them ("Graph execution error: Detected at node ...", "[[{{node ...}}]]", "Error in
     user-defined function passed to MapDataset ... with iterator: ...")."""
@@ -99,7 +99,7 @@ class TfTransform:
     __call__ is called by the producer's threads concurrently. close() ends the feeds and their
     puller threads; calls after it take the per-batch path."""
 
-    def __init__(self, fn, seed, continuous=True):
+    def __init__(self, fn: Callable[[Any], Any], seed: int, continuous: bool = True) -> None:
         import tensorflow as tf
         self._tf = tf
         self.fn = fn
@@ -117,7 +117,7 @@ class TfTransform:
 
     # -- inputs --------------------------------------------------------------------------------
 
-    def columns(self, records, epoch, ids):
+    def columns(self, records: List[Any], epoch: int, ids: Any) -> Dict[str, Any]:
         """The records as a dict of per-field columns (plus croupier_seed) for from_tensor_slices.
         A record is a dict of numpy values, numbers or bytes."""
         tf = self._tf
@@ -173,7 +173,7 @@ class TfTransform:
 
     # -- the per-batch graph -------------------------------------------------------------------
 
-    def _graph(self, cols, limit):
+    def _graph(self, cols: Dict[str, Any], limit: Any) -> Tuple[Any, Any]:
         """The user's pipeline over `cols`, its outputs batched: (count, outputs); count is
         min(outputs, limit) where limit is one more than the records."""
         tf = self._tf
@@ -185,7 +185,8 @@ class TfTransform:
         outputs = out.ragged_batch(limit).take(1).get_single_element()
         return _count(outputs), outputs
 
-    def __call__(self, records, epoch, ids, per_batch=False):
+    def __call__(self, records: List[Any], epoch: int, ids: Any,
+                 per_batch: bool = False) -> Dict[str, Any]:
         """The batch dict {name: numpy column or (values, row_splits)} of records `ids`; through
         the feed unless `per_batch` (or the feed cannot take the batch)."""
         cols = self.columns(records, epoch, ids)
@@ -200,11 +201,12 @@ class TfTransform:
         self._count_made("alone")
         return batch
 
-    def _count_made(self, how):
+    def _count_made(self, how: str) -> None:
         with self._lock:
             self.made[how] += 1
 
-    def _per_batch(self, cols, records, epoch, ids):
+    def _per_batch(self, cols: Dict[str, Any], records: List[Any], epoch: int,
+                   ids: Any) -> Dict[str, Any]:
         tf = self._tf
         n = len(ids)
         try:
@@ -224,18 +226,18 @@ class TfTransform:
         return _to_numpy(outputs)
 
     @staticmethod
-    def _count_message(count, n):
+    def _count_message(count: int, n: int) -> str:
         more = "more than " if count > n else ""
         return (f"tf_transform made {more}{min(count, n)} outputs of the batch's {n} records; it "
                 "must keep one output per record, in order (a map: no filter, batch, shuffle, "
                 "take, skip or repeat; croupier batches)")
 
-    def _failing_record(self, records, epoch, ids):
+    def _failing_record(self, records: List[Any], epoch: int, ids: Any) -> Optional[int]:
         """The index of the first record whose pipeline fails alone, or None if none does (a
         record's output is a function of the record: run halves until one is left)."""
         tf = self._tf
 
-        def fails(lo, hi):
+        def fails(lo: int, hi: int) -> bool:
             try:
                 self._run(self.columns(records[lo:hi], epoch, ids[lo:hi]),
                           tf.constant(hi - lo + 1, tf.int64))
@@ -254,7 +256,7 @@ class TfTransform:
 
     # -- the checks of fn, once ----------------------------------------------------------------
 
-    def _check(self, cols):
+    def _check(self, cols: Dict[str, Any]) -> None:
         """Checks fn once on datasets of these columns (building them runs nothing): it must keep
         records in order (TfTransformError otherwise), and it may span batches (self._spans)
         only if it keeps a dataset's length, for two lengths (so that take(n) is caught too).
@@ -280,7 +282,7 @@ class TfTransform:
 
     # -- the feeds -----------------------------------------------------------------------------
 
-    def _through_feed(self, cols, n):
+    def _through_feed(self, cols: Dict[str, Any], n: int) -> Any:
         """The batch's outputs (tensors, from the feed of n-record batches), or None: the feed
         cannot take the batch, or it stopped before making it (make it alone)."""
         types = types_of(self._tf, cols)
@@ -307,7 +309,7 @@ class TfTransform:
         except FeedClosed as e:
             raise TfTransformError(str(e)) from None
 
-    def close(self):
+    def close(self) -> None:
         """Ends the feeds: a call waiting on one raises TfTransformError; the puller threads are
         joined (for at most _JOIN_SECONDS each). Later calls make their batches alone."""
         with self._lock:
@@ -324,7 +326,7 @@ _SHUFFLES = ("ShuffleDataset", "ShuffleDatasetV2", "ShuffleDatasetV3",
              "ShuffleAndRepeatDataset", "ShuffleAndRepeatDatasetV2")
 
 
-def _reordering(ds):
+def _reordering(ds: Any) -> str:
     """What in the dataset's graph may reorder its elements ('' if nothing): a shuffle, an op
     with deterministic=False (or sloppy), or tf.data.Options deterministic=False."""
     import tensorflow as tf
@@ -348,7 +350,7 @@ def _reordering(ds):
     return ", ".join(dict.fromkeys(found))
 
 
-def _count(outputs):
+def _count(outputs: Any) -> Any:
     import tensorflow as tf
     first = tf.nest.flatten(outputs, expand_composites=False)[0]
     if isinstance(first, tf.RaggedTensor):
@@ -356,7 +358,7 @@ def _count(outputs):
     return tf.cast(tf.shape(first, out_type=tf.int64)[0], tf.int64)
 
 
-def _to_numpy(outputs):
+def _to_numpy(outputs: Any) -> Dict[str, Any]:
     """croupier's columns of the batched outputs: a dict {name: array or (values, row_splits)}
     (a tuple of outputs is named '0', '1', ...)."""
     import tensorflow as tf

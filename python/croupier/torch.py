@@ -22,7 +22,7 @@ import torch.utils.data
 from croupier.consumer import Consumer
 
 
-def _tensor(array):
+def _tensor(array: np.ndarray) -> torch.Tensor:
     # The batch's arrays are read-only views of its buffer (over shared memory, of a read-only
     # mapping, where a write kills the process). PyTorch has no read-only tensors and training code
     # writes into its inputs, so a read-only array is copied into a tensor of its own.
@@ -33,9 +33,9 @@ def _tensor(array):
     return torch.from_numpy(array)
 
 
-def to_tensors(batch):
+def to_tensors(batch: Dict[str, Any]) -> Dict[str, Any]:
     """{name: numpy array} -> {name: torch.Tensor}, each a writable copy of a read-only view."""
-    out = {}
+    out: Dict[str, Any] = {}
     for name, value in batch.items():
         if isinstance(value, np.ndarray):
             out[name] = _tensor(value)
