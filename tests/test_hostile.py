@@ -166,7 +166,10 @@ def test_a_full_disk_refuses_changes_clearly_and_loses_nothing(tmp_path, dataset
         create_b = ("job", "create", "--dispatcher", cluster.address, "--name", "b",
                     "--files", ",".join(map(str, dataset)), "--features", FEATURES,
                     "--batch-size", 16, "--consumers", 2, "--seed", 4, "--epochs", 1)
-        refused = run(*create_b, "--timeout-ms", 2000, check=False, env=cluster.env,
+        # A deadline that a loaded machine meets: a refusal that hung would still reach it and
+        # fail here with DEADLINE_EXCEEDED, not the disk's error (2 s was missed once under
+        # pytest -n 3 since every call waits for the journal's sync).
+        refused = run(*create_b, "--timeout-ms", 10000, check=False, env=cluster.env,
                       timeout=60)
         assert refused.returncode != 0 and "No space left on device" in refused.stderr
         assert cluster.dispatcher.poll() is None
