@@ -64,10 +64,14 @@ def read_steps(cluster, name, world, steps=None, each=None):
     return out, state
 
 
-def unpadded_rows(batch):
-    """Each sequence's input tokens, without padding."""
-    return [[int(t) for t, s in zip(ids, seg) if s]
-            for ids, seg in zip(batch["input_ids"], batch["segment_ids"])]
+def segments(batch):
+    """Each document piece of each sequence (its input tokens of one segment id), without
+    padding."""
+    out = []
+    for ids, seg in zip(batch["input_ids"], batch["segment_ids"]):
+        for s in sorted(set(seg.tolist()) - {0}):
+            out.append([int(t) for t in ids[seg == s]])
+    return out
 
 
 @pytest.mark.timeout(180)
@@ -206,9 +210,13 @@ def test_croupier_tokenize_writes_what_the_tokenizer_gives_and_a_tokens_job_deal
     with croupier.local_cluster(producers=1, work_dir=tmp_path / "c", threads=1) as cluster:
         tokens.create_token_job(cluster.address, "text", [str(tmp_path / "one")], consumers=2,
                                 sequence_length=8, global_batch=4, steps_per_epoch=3, epochs=1)
-        read, _ = read_steps(cluster, "text", 2, each=unpadded_rows)
-    stream = [t for d in range(60) for t in data.read(d).tolist()]
-    assert all(t in set(stream) for row in read for t in row)
+        pieces, _ = read_steps(cluster, "text", 2, each=segments)
+    # Every piece the job dealt is a run of consecutive tokens of one tokenized document.
+    docs = [data.read(d).tolist() for d in range(60)]
+    assert pieces
+    for piece in pieces:
+        assert any(doc[i:i + len(piece)] == piece for doc in docs
+                   for i in range(len(doc) - len(piece) + 1)), piece
 
     # Bad input is named.
     (tmp_path / "bad.jsonl").write_text('{"text": "w1"}\n{"text": \n')
