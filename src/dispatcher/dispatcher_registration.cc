@@ -90,7 +90,8 @@ absl::StatusOr<uint64_t> DispatcherImpl::RegisterProducerLocked(const std::strin
     }
     if (!job->config.made_by_sources()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "job '", source_job, "' reads TFRecord files; only a python or map job takes a source"));
+          "job '", source_job, "' is made by any producer from its files; only a python or map "
+          "job, or a tokens job with a text source, takes a producer of its own"));
     }
     const uint32_t sources = std::max<uint32_t>(1, job->info.spec().source_count());
     if (source_index >= sources) {

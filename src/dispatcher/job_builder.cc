@@ -167,10 +167,12 @@ absl::StatusOr<v1::JobInfo> BuildTokens(const v1::JobSpec& spec, Env& env,
   v1::JobInfo info;
   std::vector<std::unique_ptr<IndexedDataset>> datasets;
   std::vector<TokenSource> sources;
-  for (const std::string& prefix : spec.tokens().sources()) {
-    ASSIGN_OR_RETURN(std::unique_ptr<IndexedDataset> dataset, IndexedDataset::Open(prefix, &env));
-    sources.push_back(TokenSource{prefix, dataset->lengths()});
-    *info.add_token_sources() = TokenSourceInfoOf(*dataset);
+  const v1::TokenSpec& tokens = spec.tokens();
+  for (int k = 0; k < tokens.sources_size(); ++k) {
+    ASSIGN_OR_RETURN(std::unique_ptr<IndexedDataset> dataset, OpenTokenSource(tokens, k, env));
+    sources.push_back(TokenSource{tokens.sources(k), dataset->lengths()});
+    ASSIGN_OR_RETURN(*info.add_token_sources(),
+                     TokenSourceInfoOf(*dataset, TextSourceOf(tokens, k), env));
     datasets.push_back(std::move(dataset));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<TokenPlan> token_plan,
@@ -237,8 +239,7 @@ absl::StatusOr<v1::JobInfo> Build(const v1::JobSpec& spec, IndexCache& cache, En
 
 }  // namespace
 
-uint32_t AutoRoundsPerTask(uint64_t steps_per_epoch, uint32_t num_consumers,
-                           uint64_t batch_bytes) {
+uint32_t AutoRoundsPerTask(uint64_t steps_per_epoch, uint32_t num_consumers, uint64_t batch_bytes) {
   constexpr uint64_t kFloor = 4, kMostRounds = 1024, kMinTasksPerEpoch = 16;
   constexpr uint64_t kMostTaskBytes = uint64_t{64} << 20;
   uint64_t rounds = std::min(steps_per_epoch / kMinTasksPerEpoch, kMostRounds);

@@ -1,5 +1,6 @@
 #include "src/dispatcher/job_spec.h"
 
+#include <limits>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -50,6 +51,38 @@ absl::Status NormalizeTokens(v1::JobSpec& out, TypedSettings& settings) {
       return absl::InvalidArgumentError(absl::StrCat("tokens.sources[", i, "] is empty"));
     }
   }
+  std::vector<bool> is_text(tokens.sources_size(), false);
+  for (int t = 0; t < tokens.text_size(); ++t) {
+    v1::TextSource& text = *tokens.mutable_text(t);
+    const std::string where = absl::StrCat("tokens.text[", t, "]");
+    if (text.source() >= static_cast<uint32_t>(tokens.sources_size())) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " is for source ", text.source(),
+                                                     "; the job has ", tokens.sources_size(),
+                                                     " (0 to ", tokens.sources_size() - 1, ")"));
+    }
+    if (is_text[text.source()]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": source ", text.source(), " is described twice"));
+    }
+    is_text[text.source()] = true;
+    if (text.files().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " names no files"));
+    }
+    for (int f = 0; f < text.files_size(); ++f) {
+      if (text.files(f).empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ".files[", f, "] is empty"));
+      }
+    }
+    if (text.tokenizer().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " names no tokenizer (the path of a tokenizer.json)"));
+    }
+    if (text.text_key().empty()) text.set_text_key("text");
+    if (text.eod_id() < -1 || text.eod_id() > std::numeric_limits<int32_t>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ".eod_id is ", text.eod_id(),
+                                                     "; a token id (int32), or -1 for none"));
+    }
+  }
   if (tokens.steps_per_epoch() == 0) {
     return absl::InvalidArgumentError(
         "tokens.steps_per_epoch is 0; a tokens job's epoch is that many global steps");
@@ -57,9 +90,11 @@ absl::Status NormalizeTokens(v1::JobSpec& out, TypedSettings& settings) {
   const uint32_t n = out.num_consumers();
   if (n == 0) return absl::InvalidArgumentError("num_consumers is 0; it must be at least 1");
   if (tokens.global_batch() == 0 || tokens.global_batch() % n != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tokens.global_batch is ", tokens.global_batch(), "; it must be a multiple of "
-        "num_consumers (", n, "): each rank's batch is global_batch / num_consumers sequences"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokens.global_batch is ", tokens.global_batch(),
+                     "; it must be a multiple of "
+                     "num_consumers (",
+                     n, "): each rank's batch is global_batch / num_consumers sequences"));
   }
   const uint32_t per_rank = tokens.global_batch() / n;
   if (out.batch_size() != 0 && out.batch_size() != per_rank) {
@@ -80,9 +115,9 @@ absl::Status NormalizeTokens(v1::JobSpec& out, TypedSettings& settings) {
   }
   const std::string features = TokenFeatures(tokens.sequence_length());
   if (!out.features().empty() && out.features() != features) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a tokens job's columns are ", features, "; leave features empty, not '",
-        out.features(), "'"));
+    return absl::InvalidArgumentError(absl::StrCat("a tokens job's columns are ", features,
+                                                   "; leave features empty, not '", out.features(),
+                                                   "'"));
   }
   out.set_features(features);
   ASSIGN_OR_RETURN(Packing packing, FromProto(tokens.packing()));
@@ -152,8 +187,9 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec) {
                        ShuffleModeName(settings.shuffle), "'"));
     }
     if (settings.remainder != Remainder::kDrop) {
-      return invalid("a python job drops the batches past the last whole round: remainder must "
-                     "be drop");
+      return invalid(
+          "a python job drops the batches past the last whole round: remainder must "
+          "be drop");
     }
     if (out.num_consumers() > 0 && out.source_batches_per_epoch() < out.num_consumers()) {
       return invalid(absl::StrCat("source_batches_per_epoch is ", out.source_batches_per_epoch(),
@@ -178,7 +214,8 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec) {
   }
   if (!map && spec.skip_failing_records()) {
     return invalid(absl::StrCat("skip_failing_records is for map jobs only; a ",
-                                SourceKindName(settings.source), " job's bad input fails its batch"));
+                                SourceKindName(settings.source),
+                                " job's bad input fails its batch"));
   }
   if (!python && !map && !tokens && spec.files().empty()) return invalid("no files given");
   if ((python || map) && settings.compression != Codec::kNone) {
@@ -229,8 +266,7 @@ PlanSpec MakePlanSpec(const v1::JobSpec& spec, uint64_t num_records) {
   return plan;
 }
 
-std::string DescribeSpecDifference(const v1::JobSpec& existing_spec,
-                                   const v1::JobSpec& requested) {
+std::string DescribeSpecDifference(const v1::JobSpec& existing_spec, const v1::JobSpec& requested) {
   // A job journaled before JobSpec.compression existed has it UNSPECIFIED, which means none.
   v1::JobSpec existing = existing_spec;
   if (existing.compression() == v1::COMPRESSION_UNSPECIFIED) {

@@ -312,6 +312,31 @@ TEST(DispatcherJobSpecTest, ATokensJobsBadSettingsAreNamed) {
                   }
                 }),
                 "weight change 2 (step 10): steps must increase");
+  auto text = [](v1::JobSpec& s, uint32_t source) {
+    v1::TextSource* t = s.mutable_tokens()->add_text();
+    t->set_source(source);
+    t->add_files("/data/web.jsonl");
+    t->set_tokenizer("/data/tokenizer.json");
+    t->set_eod_id(-1);
+    return t;
+  };
+  ExpectInvalid(with([&](v1::JobSpec& s) { text(s, 2); }),
+                "tokens.text[0] is for source 2; the job has 2 (0 to 1)");
+  ExpectInvalid(with([&](v1::JobSpec& s) {
+                  text(s, 1);
+                  text(s, 1);
+                }),
+                "tokens.text[1]: source 1 is described twice");
+  ExpectInvalid(with([&](v1::JobSpec& s) { text(s, 0)->clear_files(); }),
+                "tokens.text[0] names no files");
+  ExpectInvalid(with([&](v1::JobSpec& s) { text(s, 0)->clear_tokenizer(); }),
+                "tokens.text[0] names no tokenizer");
+  ExpectInvalid(with([&](v1::JobSpec& s) { text(s, 0)->set_eod_id(-2); }),
+                "tokens.text[0].eod_id is -2");
+  absl::StatusOr<v1::JobSpec> with_text =
+      NormalizeJobSpec(with([&](v1::JobSpec& s) { text(s, 1)->set_text_key(""); }));
+  ASSERT_TRUE(with_text.ok()) << with_text.status();
+  EXPECT_EQ(with_text->tokens().text(0).text_key(), "text") << "the default key";
   v1::JobSpec tfrecord = Minimal();
   tfrecord.mutable_tokens()->add_sources("/data/web");
   ExpectInvalid(tfrecord, "tokens is for tokens jobs only, not a tfrecord job");

@@ -29,15 +29,24 @@ void Put(std::string& out, T v) {
 
 absl::string_view DTypeCodeName(uint8_t code) {
   switch (code) {
-    case 1: return "uint8";
-    case 2: return "int8";
-    case 3: return "int16";
-    case 4: return "int32";
-    case 5: return "int64";
-    case 6: return "float64";
-    case 7: return "float32";
-    case 8: return "uint16";
-    default: return "unknown";
+    case 1:
+      return "uint8";
+    case 2:
+      return "int8";
+    case 3:
+      return "int16";
+    case 4:
+      return "int32";
+    case 5:
+      return "int64";
+    case 6:
+      return "float64";
+    case 7:
+      return "float32";
+    case 8:
+      return "uint16";
+    default:
+      return "unknown";
   }
 }
 
@@ -70,9 +79,9 @@ absl::StatusOr<TokenIndex> ParseTokenIndex(absl::string_view bytes, uint64_t bin
   } else if (code == static_cast<uint8_t>(TokenDType::kInt32)) {
     index.dtype = TokenDType::kInt32;
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ": tokens of dtype code ", int{code}, " (", DTypeCodeName(code),
-                     "); token ids are uint16 (8) or int32 (4)"));
+    return absl::InvalidArgumentError(absl::StrCat(name, ": tokens of dtype code ", int{code}, " (",
+                                                   DTypeCodeName(code),
+                                                   "); token ids are uint16 (8) or int32 (4)"));
   }
   const uint64_t sequences = Load<uint64_t>(bytes, kMagicSize + 9);
   const uint64_t documents = Load<uint64_t>(bytes, kMagicSize + 17);
@@ -87,10 +96,10 @@ absl::StatusOr<TokenIndex> ParseTokenIndex(absl::string_view bytes, uint64_t bin
   const uint64_t boundaries_at = pointers_at + 8 * sequences;
   const uint64_t end = boundaries_at + 8 * documents;
   if (bytes.size() != end && bytes.size() != end + sequences) {
-    return loss(std::min<uint64_t>(bytes.size(), end),
-                absl::StrCat("the index is ", bytes.size(), " bytes; ", sequences,
-                             " sequences and ", documents, " documents take ", end,
-                             " (or ", end + sequences, " with modes)"));
+    return loss(
+        std::min<uint64_t>(bytes.size(), end),
+        absl::StrCat("the index is ", bytes.size(), " bytes; ", sequences, " sequences and ",
+                     documents, " documents take ", end, " (or ", end + sequences, " with modes)"));
   }
   const size_t size = TokenDTypeSize(index.dtype);
   index.lengths.resize(sequences);
@@ -148,6 +157,19 @@ absl::StatusOr<std::unique_ptr<IndexedDataset>> IndexedDataset::Open(const std::
       new IndexedDataset(prefix, std::move(index), std::move(bin), fingerprint));
 }
 
+absl::StatusOr<std::unique_ptr<IndexedDataset>> IndexedDataset::OpenLengths(
+    const std::string& prefix, Env* env) {
+  if (env == nullptr) env = Env::Default();
+  const std::string idx = prefix + ".idx";
+  ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(*env, idx));
+  // No .bin bounds the pointers: only the lengths are used.
+  ASSIGN_OR_RETURN(TokenIndex index,
+                   ParseTokenIndex(bytes, std::numeric_limits<uint64_t>::max(), idx));
+  IndexedDatasetFingerprint fingerprint{bytes.size(), 0, crc32c::Value(bytes)};
+  return std::unique_ptr<IndexedDataset>(
+      new IndexedDataset(prefix, std::move(index), nullptr, fingerprint));
+}
+
 namespace {
 uint64_t Sum(const std::vector<uint32_t>& lengths) {
   uint64_t total = 0;
@@ -171,11 +193,14 @@ absl::Status IndexedDataset::Read(uint64_t document, uint32_t offset,
       out.size() > index_.lengths[document] - offset) {
     return absl::OutOfRangeError(absl::StrCat(
         prefix_, ": tokens [", offset, ", ", offset + out.size(), ") of document ", document,
-        document < index_.lengths.size()
-            ? absl::StrCat(", which has ", index_.lengths[document])
-            : absl::StrCat(" of ", index_.lengths.size())));
+        document < index_.lengths.size() ? absl::StrCat(", which has ", index_.lengths[document])
+                                         : absl::StrCat(" of ", index_.lengths.size())));
   }
   if (out.empty()) return absl::OkStatus();  // nothing to read (an empty span may be null)
+  if (bin_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        prefix_, ".idx is a text source's lengths: its tokens are made by tokenizing its text"));
+  }
   const size_t size = TokenDTypeSize(index_.dtype);
   const uint64_t at = index_.pointers[document] + uint64_t{offset} * size;
   const size_t bytes = out.size() * size;
@@ -234,8 +259,8 @@ absl::Status IndexedDatasetWriter::Add(absl::Span<const int32_t> document) {
     const int32_t v = document[t];
     if (index_.dtype == TokenDType::kUInt16) {
       if (v < 0 || v > 0xFFFF) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "document ", d, " token ", t, " is ", v, ", which uint16 cannot hold"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("document ", d, " token ", t, " is ", v, ", which uint16 cannot hold"));
       }
       Put<uint16_t>(buffer_, static_cast<uint16_t>(v));
     } else {

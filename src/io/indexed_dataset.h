@@ -67,6 +67,11 @@ class IndexedDataset {
   // name the file (NOT_FOUND for a missing one); ParseTokenIndex's otherwise.
   static absl::StatusOr<std::unique_ptr<IndexedDataset>> Open(const std::string& prefix,
                                                               Env* env = nullptr);
+  // Opens PREFIX.idx alone: the lengths of a text source's documents (TokenSpec.text), whose
+  // tokens its producers make by tokenizing. Such a dataset has lengths and no tokens: Read is
+  // FAILED_PRECONDITION, and its fingerprint's bin_bytes is 0.
+  static absl::StatusOr<std::unique_ptr<IndexedDataset>> OpenLengths(const std::string& prefix,
+                                                                     Env* env = nullptr);
 
   const std::string& prefix() const { return prefix_; }
   TokenDType dtype() const { return index_.dtype; }
@@ -75,9 +80,12 @@ class IndexedDataset {
   uint64_t num_tokens() const { return num_tokens_; }
   const IndexedDatasetFingerprint& fingerprint() const { return fingerprint_; }
 
+  bool has_tokens() const { return bin_ != nullptr; }  // false: opened by OpenLengths
+
   // Tokens [offset, offset + out.size()) of document `document`, as int32. OUT_OF_RANGE for a
   // range past the document's end; DATA_LOSS naming the .bin and the byte offset for a file
-  // that no longer holds them (cut short since it was opened).
+  // that no longer holds them (cut short since it was opened); FAILED_PRECONDITION for a
+  // lengths index.
   absl::Status Read(uint64_t document, uint32_t offset, absl::Span<int32_t> out) const;
 
  private:

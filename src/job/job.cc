@@ -116,6 +116,7 @@ absl::StatusOr<JobConfig> ParseJobConfig(const v1::JobInfo& info) {
   job.start_batch = spec.start_batch();
   job.source_count = std::max<uint32_t>(1, spec.source_count());
   job.skip_failing_records = spec.skip_failing_records();
+  job.text_tokens = job.tokens() && spec.tokens().text_size() > 0;
   return job;
 }
 

@@ -41,8 +41,8 @@ enum class SourceKind {
   kTokens,    // packed sequences of token documents (JobSpec.tokens), made by any producer
 };
 
-// "tfrecord", "python", "map", "tokens": the names of the command line and the Python API (DealModeName
-// is in croupier/deal_mode.h).
+// "tfrecord", "python", "map", "tokens": the names of the command line and the Python API
+// (DealModeName is in croupier/deal_mode.h).
 absl::string_view SourceKindName(SourceKind source);
 // Inverses of the above; INVALID_ARGUMENT listing the accepted names for anything else.
 absl::StatusOr<SourceKind> ParseSourceKind(absl::string_view name);
@@ -62,8 +62,9 @@ struct JobConfig {
   uint64_t batches_per_task = 0;
   uint64_t start_epoch = 0;  // resuming a checkpoint: see above
   uint64_t start_batch = 0;
-  uint32_t source_count = 1;  // python: how many processes serve the job
+  uint32_t source_count = 1;          // python: how many processes serve the job
   bool skip_failing_records = false;  // map: a failing record is left out of its batch
+  bool text_tokens = false;  // tokens: a source is text (TokenSpec.text), tokenized by producers
 
   uint32_t num_consumers() const { return plan.num_consumers; }
   // The croupier.serve() stream only.
@@ -71,8 +72,9 @@ struct JobConfig {
   bool map() const { return source == SourceKind::kMap; }
   bool tokens() const { return source == SourceKind::kTokens; }
   // Made by Python producers registered for the job (ProducerHeartbeat's source_job), not by
-  // the producers of TFRecord jobs: a python or a map job. Such a job has no files.
-  bool made_by_sources() const { return python() || map(); }
+  // the producers of TFRecord jobs: a python or a map job, or a tokens job with a text source
+  // (whose producers tokenize). Such a job has no files.
+  bool made_by_sources() const { return python() || map() || text_tokens; }
   bool dealt() const { return mode == DealMode::kDealt; }
 
   // The deal (see above).

@@ -69,6 +69,19 @@ TEST(JobConfigTest, ParsesEveryTypedSettingAndDefaultsTheEmptyOnes) {
   EXPECT_TRUE(job->map());
   EXPECT_TRUE(job->made_by_sources());
   EXPECT_FALSE(job->python());
+  // A tokens job is made by any producer, unless a source is text: then by its own producers,
+  // which tokenize.
+  info.mutable_spec()->set_source(v1::SOURCE_KIND_TOKENS);
+  info.mutable_spec()->set_shuffle(v1::SHUFFLE_NONE);
+  info.mutable_spec()->mutable_tokens()->add_sources("/data/web");
+  job = ParseJobConfig(info);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_FALSE(job->made_by_sources());
+  info.mutable_spec()->mutable_tokens()->add_text()->set_source(0);
+  job = ParseJobConfig(info);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_TRUE(job->text_tokens);
+  EXPECT_TRUE(job->made_by_sources());
   info.mutable_spec()->set_remainder(static_cast<v1::Remainder>(3));
   EXPECT_THAT(ParseJobConfig(info).status().message(),
               HasSubstr("job 'j': remainder policy 3 is not a value this croupier knows"));

@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "src/common/crc32c.h"
+#include "src/common/status_macros.h"
 #include "src/job/job_settings.h"
 
 namespace croupier {
@@ -18,19 +20,59 @@ std::string TokenFeatures(uint32_t sequence_length) {
   return absl::StrJoin(items, ",");
 }
 
-v1::TokenSourceInfo TokenSourceInfoOf(const IndexedDataset& dataset) {
+const v1::TextSource* TextSourceOf(const v1::TokenSpec& tokens, int k) {
+  for (const v1::TextSource& text : tokens.text()) {
+    if (text.source() == static_cast<uint32_t>(k)) return &text;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<std::unique_ptr<IndexedDataset>> OpenTokenSource(const v1::TokenSpec& tokens, int k,
+                                                                Env& env) {
+  if (TextSourceOf(tokens, k) != nullptr) {
+    return IndexedDataset::OpenLengths(tokens.sources(k), &env);
+  }
+  return IndexedDataset::Open(tokens.sources(k), &env);
+}
+
+namespace {
+
+// The sizes of a text source's files and the CRC-32C of its tokenizer.json.
+absl::Status TextFingerprint(const v1::TextSource& text, Env& env, std::vector<uint64_t>& sizes,
+                             uint32_t& tokenizer_crc) {
+  for (const std::string& file : text.files()) {
+    ASSIGN_OR_RETURN(FileStat stat, env.Stat(file));
+    sizes.push_back(stat.size);
+  }
+  ASSIGN_OR_RETURN(std::string tokenizer, ReadFileToString(env, text.tokenizer()));
+  tokenizer_crc = crc32c::Value(tokenizer);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<v1::TokenSourceInfo> TokenSourceInfoOf(const IndexedDataset& dataset,
+                                                      const v1::TextSource* text, Env& env) {
   v1::TokenSourceInfo info;
   info.set_prefix(dataset.prefix());
-  info.set_dtype(std::string(TokenDTypeName(dataset.dtype())));
+  info.set_dtype(text != nullptr ? "text" : std::string(TokenDTypeName(dataset.dtype())));
   info.set_num_documents(dataset.num_documents());
   info.set_num_tokens(dataset.num_tokens());
   info.set_idx_bytes(dataset.fingerprint().idx_bytes);
   info.set_bin_bytes(dataset.fingerprint().bin_bytes);
   info.set_idx_crc32c(dataset.fingerprint().idx_crc32c);
+  if (text != nullptr) {
+    std::vector<uint64_t> sizes;
+    uint32_t crc = 0;
+    RETURN_IF_ERROR(TextFingerprint(*text, env, sizes, crc));
+    info.mutable_text_bytes()->Add(sizes.begin(), sizes.end());
+    info.set_tokenizer_crc32c(crc);
+  }
   return info;
 }
 
-absl::Status CheckTokenSource(const IndexedDataset& dataset, const v1::TokenSourceInfo& info) {
+absl::Status CheckTokenSource(const IndexedDataset& dataset, const v1::TextSource* text,
+                              const v1::TokenSourceInfo& info, Env& env) {
   const IndexedDatasetFingerprint& found = dataset.fingerprint();
   std::string what;
   if (found.bin_bytes != info.bin_bytes()) {
@@ -40,6 +82,24 @@ absl::Status CheckTokenSource(const IndexedDataset& dataset, const v1::TokenSour
     what = absl::StrCat(dataset.prefix(), ".idx is ", found.idx_bytes, " bytes with CRC-32C ",
                         found.idx_crc32c, ", not ", info.idx_bytes(), " bytes with ",
                         info.idx_crc32c());
+  } else if (text != nullptr) {
+    std::vector<uint64_t> sizes;
+    uint32_t crc = 0;
+    RETURN_IF_ERROR(TextFingerprint(*text, env, sizes, crc));
+    if (sizes.size() != static_cast<size_t>(info.text_bytes_size())) {
+      what = absl::StrCat("it has ", sizes.size(), " files, not ", info.text_bytes_size());
+    }
+    for (size_t f = 0; what.empty() && f < sizes.size(); ++f) {
+      if (sizes[f] != info.text_bytes(static_cast<int>(f))) {
+        what = absl::StrCat(text->files(static_cast<int>(f)), " is ", sizes[f], " bytes, not ",
+                            info.text_bytes(static_cast<int>(f)));
+      }
+    }
+    if (what.empty() && crc != info.tokenizer_crc32c()) {
+      what = absl::StrCat("the tokenizer ", text->tokenizer(), " has CRC-32C ", crc, ", not ",
+                          info.tokenizer_crc32c());
+    }
+    if (what.empty()) return absl::OkStatus();
   } else {
     return absl::OkStatus();
   }

@@ -6,11 +6,14 @@
 #define CROUPIER_SRC_JOB_TOKEN_JOB_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "proto/croupier.pb.h"
+#include "src/common/env.h"
 #include "src/io/indexed_dataset.h"
 #include "src/plan/token_plan.h"
 
@@ -32,11 +35,25 @@ std::string TokenFeatures(uint32_t sequence_length);
 // B and the weight schedule (equal weights from step 0 when the spec gives none).
 TokenPlanSpec TokenPlanSpecOf(const v1::JobSpec& spec);
 
-// What the dispatcher keeps of a token source when it creates the job (JobInfo.token_sources).
-v1::TokenSourceInfo TokenSourceInfoOf(const IndexedDataset& dataset);
-// OK if `dataset` is the source `info` describes; FAILED_PRECONDITION naming the file and what
-// differs otherwise (a source rewritten since the job was created would change every batch).
-absl::Status CheckTokenSource(const IndexedDataset& dataset, const v1::TokenSourceInfo& info);
+// The TextSource entry of source `k` of `tokens` (TokenSpec.text), or nullptr when source k is
+// an indexed dataset.
+const v1::TextSource* TextSourceOf(const v1::TokenSpec& tokens, int k);
+
+// Opens source `k` of `tokens` through `env`: its indexed dataset, or a text source's lengths
+// (IndexedDataset::OpenLengths). IndexedDataset's errors.
+absl::StatusOr<std::unique_ptr<IndexedDataset>> OpenTokenSource(const v1::TokenSpec& tokens, int k,
+                                                                Env& env);
+
+// What the dispatcher keeps of a token source when it creates the job (JobInfo.token_sources);
+// `text` (nullptr for an indexed dataset) adds the size of each of its files and the checksum of
+// its tokenizer: NOT_FOUND naming a file that cannot be read.
+absl::StatusOr<v1::TokenSourceInfo> TokenSourceInfoOf(const IndexedDataset& dataset,
+                                                      const v1::TextSource* text, Env& env);
+// OK if `dataset` (and `text`'s files and tokenizer) are the source `info` describes;
+// FAILED_PRECONDITION naming the file and what differs otherwise (a source rewritten since the
+// job was created would change every batch); NOT_FOUND naming a text file that is gone.
+absl::Status CheckTokenSource(const IndexedDataset& dataset, const v1::TextSource* text,
+                              const v1::TokenSourceInfo& info, Env& env);
 
 // Sets tokens.weights from the command line's text: entries separated by ';', each
 // "[STEP:]W1,W2,..." (the weights from global step STEP on; 0 when omitted), e.g. "3,1" or

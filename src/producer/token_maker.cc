@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "src/common/env.h"
 #include "src/common/status_macros.h"
 #include "src/job/token_job.h"
 
@@ -18,7 +19,10 @@ enum Column { kInputIds, kLabels, kPositionIds, kSegmentIds, kLossMask };
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TokenBatchMaker>> TokenBatchMaker::Create(const v1::JobInfo& job,
-                                                                         Env* env) {
+                                                                         Env* env,
+                                                                         DocumentTokenizer tokenize,
+                                                                         size_t text_cache_bytes) {
+  if (env == nullptr) env = Env::Default();
   const std::string& name = job.spec().name();
   if (job.spec().source() != v1::SOURCE_KIND_TOKENS) {
     return absl::InvalidArgumentError(absl::StrCat("job '", name, "' is not a tokens job"));
@@ -31,26 +35,62 @@ absl::StatusOr<std::unique_ptr<TokenBatchMaker>> TokenBatchMaker::Create(const v
                                                    job.token_sources_size()));
   }
   std::vector<std::unique_ptr<IndexedDataset>> datasets;
+  std::vector<std::unique_ptr<TextTokens>> texts;
   std::vector<TokenSource> sources;
-  for (const v1::TokenSourceInfo& info : job.token_sources()) {
-    ASSIGN_OR_RETURN(std::unique_ptr<IndexedDataset> dataset,
-                     IndexedDataset::Open(info.prefix(), env));
-    RETURN_IF_ERROR(CheckTokenSource(*dataset, info));
-    sources.push_back(TokenSource{info.prefix(), dataset->lengths()});
+  for (int k = 0; k < spec.sources_size(); ++k) {
+    const v1::TextSource* text = TextSourceOf(spec, k);
+    if (text != nullptr && !tokenize) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job '", name, "': source ", k, " (", text->files(0),
+          text->files_size() > 1 ? absl::StrCat(" and ", text->files_size() - 1, " more") : "",
+          ") is text, made only by the job's own producers, which tokenize it "
+          "(croupier produce --job ",
+          name, ")"));
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<IndexedDataset> dataset, OpenTokenSource(spec, k, *env));
+    RETURN_IF_ERROR(CheckTokenSource(*dataset, text, job.token_sources(k), *env));
+    sources.push_back(TokenSource{spec.sources(k), dataset->lengths()});
+    texts.push_back(text == nullptr ? nullptr
+                                    : std::make_unique<TextTokens>(
+                                          static_cast<uint32_t>(k), text->files(0),
+                                          dataset->lengths(), tokenize, text_cache_bytes));
     datasets.push_back(std::move(dataset));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<TokenPlan> plan,
                    TokenPlan::Create(TokenPlanSpecOf(job.spec()), std::move(sources)));
-  return std::unique_ptr<TokenBatchMaker>(
-      new TokenBatchMaker(job, std::move(config), std::move(datasets), std::move(plan)));
+  return std::unique_ptr<TokenBatchMaker>(new TokenBatchMaker(
+      job, std::move(config), std::move(datasets), std::move(texts), std::move(plan)));
 }
 
 TokenBatchMaker::TokenBatchMaker(v1::JobInfo job, JobConfig config,
                                  std::vector<std::unique_ptr<IndexedDataset>> datasets,
+                                 std::vector<std::unique_ptr<TextTokens>> texts,
                                  std::unique_ptr<TokenPlan> plan)
     : BatchMaker(std::move(job), std::move(config)),
       datasets_(std::move(datasets)),
+      texts_(std::move(texts)),
       plan_(std::move(plan)) {}
+
+absl::StatusOr<TokenBatchMaker::BatchText> TokenBatchMaker::TokenizeText(
+    const std::vector<SequencePlan>& sequences) const {
+  BatchText text(texts_.size());
+  for (size_t k = 0; k < texts_.size(); ++k) {
+    if (texts_[k] == nullptr) continue;
+    std::vector<uint64_t> documents;
+    for (const SequencePlan& sequence : sequences) {
+      for (const Piece& piece : sequence.pieces) {
+        if (piece.source == k) documents.push_back(piece.document);
+      }
+    }
+    std::sort(documents.begin(), documents.end());
+    documents.erase(std::unique(documents.begin(), documents.end()), documents.end());
+    if (documents.empty()) continue;
+    ASSIGN_OR_RETURN(std::vector<TextTokens::Document> tokens, texts_[k]->Get(documents));
+    text[k].reserve(documents.size());
+    for (size_t i = 0; i < documents.size(); ++i) text[k].emplace(documents[i], tokens[i]);
+  }
+  return text;
+}
 
 TokenBatchMaker::~TokenBatchMaker() = default;
 
@@ -73,6 +113,8 @@ absl::StatusOr<Batch> TokenBatchMaker::MakeRecords(uint64_t epoch, uint64_t /*ba
     }
   }
 
+  ASSIGN_OR_RETURN(BatchText text, TokenizeText(sequences));
+
   // The five columns are written straight into the batch's buffer (from the maker's pool, so
   // their pages are not faulted in again for every batch): Batch::FromColumns hands each
   // column's values to `fill` in column order once the buffer is laid out, and the last call
@@ -90,14 +132,15 @@ absl::StatusOr<Batch> TokenBatchMaker::MakeRecords(uint64_t epoch, uint64_t /*ba
   auto fill = [&](size_t c, absl::Span<uint8_t> values) -> absl::Status {
     arrays[c] = reinterpret_cast<int32_t*>(values.data());
     if (c + 1 < kColumns) return absl::OkStatus();
-    return WriteSequences(sequences, epoch, ids, arrays);
+    return WriteSequences(sequences, text, epoch, ids, arrays);
   };
   return Batch::FromColumns(
       count, columns, [this](size_t size) { return batch_buffers_.Get(size); }, fill);
 }
 
 absl::Status TokenBatchMaker::WriteSequences(const std::vector<SequencePlan>& sequences,
-                                             uint64_t epoch, absl::Span<const uint64_t> ids,
+                                             const BatchText& text, uint64_t epoch,
+                                             absl::Span<const uint64_t> ids,
                                              const std::array<int32_t*, 5>& arrays) const {
   const uint32_t length = plan_->spec().sequence_length;
   const int32_t pad = job().spec().tokens().pad_id();
@@ -124,7 +167,19 @@ absl::Status TokenBatchMaker::WriteSequences(const std::vector<SequencePlan>& se
     for (const Piece& piece : sequence.pieces) {
       const IndexedDataset& dataset = *datasets_[piece.source];
       auto read = [&](uint32_t offset, absl::Span<int32_t> out) -> absl::Status {
-        absl::Status s = dataset.Read(piece.document, offset, out);
+        absl::Status s;
+        if (texts_[piece.source] != nullptr) {
+          // Tokenized by TokenizeText, whose lengths it checked against the plan's.
+          const std::vector<int32_t>& tokens = *text[piece.source].at(piece.document);
+          if (offset + out.size() > tokens.size()) {
+            return absl::InternalError(absl::StrCat("sequence ", global, ": tokens [", offset, ", ",
+                                                    offset + out.size(), ") of text document ",
+                                                    piece.document, ", which has ", tokens.size()));
+          }
+          std::copy_n(tokens.begin() + offset, out.size(), out.begin());
+          return s;
+        }
+        s = dataset.Read(piece.document, offset, out);
         if (s.ok()) return s;
         return absl::Status(s.code(),
                             absl::StrCat("sequence ", global, " (document ", piece.document, " of ",

@@ -1,6 +1,7 @@
 // Makes any batch of a tokens job (docs/protocol.md §7): the packed sequences the token plan
-// names for the batch's records, read from the job's Megatron-LM indexed datasets, as the five
-// int32[L] columns of src/job/token_job.h (a BatchMaker, batch_maker.h).
+// names for the batch's records, read from the job's Megatron-LM indexed datasets or tokenized
+// from its text sources (text_tokens.h), as the five int32[L] columns of src/job/token_job.h (a
+// BatchMaker, batch_maker.h).
 #ifndef CROUPIER_SRC_PRODUCER_TOKEN_MAKER_H_
 #define CROUPIER_SRC_PRODUCER_TOKEN_MAKER_H_
 
@@ -9,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "croupier/batch.h"
@@ -17,6 +19,7 @@
 #include "src/io/indexed_dataset.h"
 #include "src/plan/token_plan.h"
 #include "src/producer/batch_maker.h"
+#include "src/producer/text_tokens.h"
 
 namespace croupier {
 
@@ -44,16 +47,30 @@ class TokenBatchMaker final : public BatchMaker {
   // of a bad index); FAILED_PRECONDITION naming the file of a source that changed since the job
   // was created (CheckTokenSource), or a plan that disagrees with the job's batches per epoch;
   // INVALID_ARGUMENT naming the job for a job that is not a tokens job or a bad setting.
-  static absl::StatusOr<std::unique_ptr<TokenBatchMaker>> Create(const v1::JobInfo& job,
-                                                                 Env* env = nullptr);
+  //
+  // A text source (TokenSpec.text) is opened as its lengths index, and its documents are made by
+  // `tokenize` (text_tokens.h), with up to `text_cache_bytes` of tokens cached per source; a job
+  // with a text source and no `tokenize` is FAILED_PRECONDITION naming the source.
+  static absl::StatusOr<std::unique_ptr<TokenBatchMaker>> Create(
+      const v1::JobInfo& job, Env* env = nullptr, DocumentTokenizer tokenize = nullptr,
+      size_t text_cache_bytes = kDefaultTextCacheBytes);
   ~TokenBatchMaker() override;
 
+  static constexpr size_t kDefaultTextCacheBytes = size_t{64} << 20;
+
   const TokenPlan& plan() const { return *plan_; }
+  // Source k's text tokens, or nullptr for an indexed dataset.
+  const TextTokens* text(size_t k) const { return texts_[k].get(); }
 
  private:
+  // One batch's tokens of each text source: document -> tokens (empty for indexed datasets).
+  using BatchText = std::vector<absl::flat_hash_map<uint64_t, TextTokens::Document>>;
+
   TokenBatchMaker(v1::JobInfo job, JobConfig config,
                   std::vector<std::unique_ptr<IndexedDataset>> datasets,
-                  std::unique_ptr<TokenPlan> plan);
+                  std::vector<std::unique_ptr<TextTokens>> texts, std::unique_ptr<TokenPlan> plan);
+  // The tokens of the text sources' documents that `sequences` hold.
+  absl::StatusOr<BatchText> TokenizeText(const std::vector<SequencePlan>& sequences) const;
   // Errors name the global sequence and the source's document (Read's errors name the file and
   // byte offset).
   absl::StatusOr<Batch> MakeRecords(uint64_t epoch, uint64_t batch,
@@ -61,8 +78,8 @@ class TokenBatchMaker final : public BatchMaker {
 
   // Writes the columns of `sequences` (the plan of records `ids` of `epoch`) into `arrays`, one
   // per column of kTokenColumns, each [ids.size(), L].
-  absl::Status WriteSequences(const std::vector<SequencePlan>& sequences, uint64_t epoch,
-                              absl::Span<const uint64_t> ids,
+  absl::Status WriteSequences(const std::vector<SequencePlan>& sequences, const BatchText& text,
+                              uint64_t epoch, absl::Span<const uint64_t> ids,
                               const std::array<int32_t*, 5>& arrays) const;
 
   // Batches of 64 KiB and more are laid out in recycled buffers: at most 16 MiB of buffers whose
@@ -70,7 +87,8 @@ class TokenBatchMaker final : public BatchMaker {
   static constexpr size_t kFreeBatchBytes = size_t{16} << 20;
   static constexpr size_t kMinPooledBatchBytes = size_t{64} << 10;
 
-  const std::vector<std::unique_ptr<IndexedDataset>> datasets_;
+  const std::vector<std::unique_ptr<IndexedDataset>> datasets_;  // text: lengths only
+  const std::vector<std::unique_ptr<TextTokens>> texts_;         // nullptr: indexed dataset
   const std::unique_ptr<TokenPlan> plan_;
   mutable BufferPool batch_buffers_{kFreeBatchBytes, kMinPooledBatchBytes};  // thread-safe
 };

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <map>
 #include <set>
 #include <string>
@@ -250,6 +251,118 @@ TEST(ProducerTokenMakerTest, ASourceRewrittenSinceTheJobWasCreatedIsRefusedNamin
   maker = TokenBatchMaker::Create(*info);
   EXPECT_EQ(maker.status().code(), absl::StatusCode::kNotFound) << maker.status();
   EXPECT_THAT(std::string(maker.status().message()), HasSubstr(prefix + ".bin"));
+}
+
+// A text source (TokenSpec.text) of the documents of WriteTokenSource(source 0): its lengths
+// index at `lengths` (no .bin), a text file and a tokenizer file that only need to exist (the
+// tokenizer below knows the documents), as source `k` of `spec`.
+void AddTextSource(ScopedTempDir& dir, v1::JobSpec& spec, uint32_t k, uint64_t documents) {
+  const std::string lengths = WriteTokenSource(dir.Join("lengths"), 0, documents);
+  ASSERT_EQ(::unlink((lengths + ".bin").c_str()), 0);
+  ASSERT_TRUE(Env::Default()->WriteFileAtomically(dir.Join("corpus.jsonl"), "{}\n").ok());
+  ASSERT_TRUE(Env::Default()->WriteFileAtomically(dir.Join("tokenizer.json"), "{}").ok());
+  v1::TokenSpec& tokens = *spec.mutable_tokens();
+  if (static_cast<int>(k) >= tokens.sources_size()) tokens.add_sources();
+  tokens.set_sources(static_cast<int>(k), lengths);
+  v1::TextSource& text = *tokens.add_text();
+  text.set_source(k);
+  text.add_files(dir.Join("corpus.jsonl"));
+  text.set_tokenizer(dir.Join("tokenizer.json"));
+  text.set_eod_id(-1);
+}
+
+// Tokenizes documents of source 0 as WriteTokenSource wrote them, counting the calls; `extra`
+// tokens more for document `wrong` (a text that changed).
+struct FakeTokenizer {
+  std::atomic<int> calls{0};
+  std::atomic<int> documents{0};
+  uint64_t wrong = ~uint64_t{0};
+  absl::StatusOr<TokenizedDocuments> operator()(uint32_t source, absl::Span<const uint64_t> docs) {
+    ++calls;
+    documents += static_cast<int>(docs.size());
+    TokenizedDocuments out;
+    for (uint64_t d : docs) {
+      uint32_t length = testing::DocumentLength(0, d) + (d == wrong ? 1 : 0);
+      for (uint32_t p = 0; p < length; ++p) out.tokens.push_back(testing::TokenAt(0, d, p));
+      out.lengths.push_back(length);
+    }
+    EXPECT_EQ(source, 0u);
+    return out;
+  }
+  DocumentTokenizer Function() {
+    return
+        [this](uint32_t source, absl::Span<const uint64_t> docs) { return (*this)(source, docs); };
+  }
+};
+
+// What a batch holds is a function of the plan: a text source tokenized by the producer gives
+// the same bytes as the indexed dataset of the same documents, for both packings, and a
+// document cut over several sequences is tokenized once while it is cached.
+TEST(ProducerTokenMakerTest, ATextSourceTokenizedByTheProducerIsTheIndexedDatasetOfItsDocuments) {
+  for (v1::Packing packing : {v1::PACKING_CONCAT, v1::PACKING_BEST_FIT}) {
+    ScopedTempDir dir;
+    const std::string indexed = WriteTokenSource(dir.Join("indexed"), 0, 150);
+    auto from_index = Build(TokenJobSpec("lm", {indexed}, 32, 6, 25, 3, packing));
+    v1::JobSpec text_spec = TokenJobSpec("lm", {}, 32, 6, 25, 3, packing);
+    AddTextSource(dir, text_spec, 0, 150);
+    auto from_text = Build(text_spec);
+    ASSERT_TRUE(from_index.ok() && from_text.ok()) << from_index.status() << from_text.status();
+    EXPECT_EQ(from_text->token_sources(0).dtype(), "text");
+    EXPECT_EQ(from_text->token_sources(0).bin_bytes(), 0u);
+    EXPECT_EQ(from_text->token_sources(0).text_bytes_size(), 1);
+    auto index_maker = TokenBatchMaker::Create(*from_index);
+    FakeTokenizer tokenizer;
+    auto text_maker = TokenBatchMaker::Create(*from_text, nullptr, tokenizer.Function());
+    ASSERT_TRUE(index_maker.ok() && text_maker.ok()) << text_maker.status();
+    for (uint64_t b = 0; b < from_index->batches_per_epoch(); ++b) {
+      auto a = (*index_maker)->Make(0, b);
+      auto t = (*text_maker)->Make(0, b);
+      ASSERT_TRUE(a.ok() && t.ok()) << t.status();
+      EXPECT_EQ(a->ContentHash(), t->ContentHash()) << "batch " << b;
+    }
+    const TextTokens::Stats stats = (*text_maker)->text(0)->stats();
+    EXPECT_EQ(stats.tokenized, static_cast<uint64_t>(tokenizer.documents.load()));
+    EXPECT_LE(stats.tokenized, 150u) << "each document tokenized once (all stay cached)";
+    EXPECT_EQ(stats.tokenizer_calls, static_cast<uint64_t>(tokenizer.calls.load()));
+    EXPECT_LE(stats.tokenizer_calls, from_index->batches_per_epoch()) << "one call a batch";
+  }
+}
+
+TEST(ProducerTokenMakerTest, ATextSourceNeedsATokenizerAndItsDocumentsTheirLengths) {
+  ScopedTempDir dir;
+  v1::JobSpec spec = TokenJobSpec("lm", {}, 16, 4, 60, 2);  // past a source epoch
+  AddTextSource(dir, spec, 0, 60);
+  auto info = Build(spec);
+  ASSERT_TRUE(info.ok()) << info.status();
+  // A producer of every job (croupier producer) has no tokenizer.
+  auto without = TokenBatchMaker::Create(*info);
+  EXPECT_EQ(without.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(without.status().message()),
+              HasSubstr("source 0 (" + dir.Join("corpus.jsonl") + ") is text"));
+  // A document whose text now tokenizes to another length fails its batch, naming it.
+  FakeTokenizer tokenizer;
+  auto maker = TokenBatchMaker::Create(*info, nullptr, tokenizer.Function(), /*cache=*/0);
+  ASSERT_TRUE(maker.ok()) << maker.status();
+  tokenizer.wrong = 7;
+  bool failed = false;
+  for (uint64_t b = 0; b < info->batches_per_epoch() && !failed; ++b) {
+    auto made = (*maker)->Make(0, b);
+    if (made.ok()) continue;
+    failed = true;
+    EXPECT_EQ(made.status().code(), absl::StatusCode::kDataLoss) << made.status();
+    EXPECT_THAT(
+        std::string(made.status().message()),
+        HasSubstr("document 7 tokenizes to " + std::to_string(testing::DocumentLength(0, 7) + 1) +
+                  " tokens, not " + std::to_string(testing::DocumentLength(0, 7))));
+    EXPECT_THAT(std::string(made.status().message()), HasSubstr(dir.Join("corpus.jsonl")));
+  }
+  EXPECT_TRUE(failed) << "the batch with document 7 failed";
+  // A tokenizer file changed since the job was created is refused before anything is made.
+  ASSERT_TRUE(Env::Default()->WriteFileAtomically(dir.Join("tokenizer.json"), "{ }").ok());
+  auto changed = TokenBatchMaker::Create(*info, nullptr, tokenizer.Function());
+  EXPECT_EQ(changed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(changed.status().message()),
+              HasSubstr("the tokenizer " + dir.Join("tokenizer.json") + " has CRC-32C"));
 }
 
 }  // namespace
