@@ -1,14 +1,15 @@
 """croupier.cli: `python -m croupier produce module:function --dispatcher HOST:PORT --job NAME`,
-a producer of a map job from a shell (croupier.producer.produce() with the function's arguments).
+a producer of a map job from a shell (croupier.producer.produce() with the function's arguments);
+without module:function, a producer of a tokens job with text sources (croupier.tokens.produce).
 """
 import argparse
 import importlib
 import signal
 import threading
 from types import FrameType
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
-from croupier import errors
+from croupier import errors, tokens
 from croupier.pool import default_workers
 from croupier.processes import describe
 from croupier.producer import produce
@@ -49,18 +50,21 @@ class _HelpWithDefaults(argparse.HelpFormatter):
 
 def main(argv: Optional[List[str]] = None) -> int:
     """`croupier produce module:function --dispatcher HOST:PORT --job NAME` (or `python -m
-    croupier produce ...`): a producer of a map job, on any machine that can import `module`. function() returns produce()'s keyword
-    arguments as a dict (source, batch_size, transform, epochs, ...); the flags here set where it
-    serves, with how many workers and how large a record cache. Prints the record cache's counts
-    when it ends, if it had one."""
+    croupier produce ...`): a producer of a map job, on any machine that can import `module`.
+    function() returns produce()'s keyword arguments as a dict (source, batch_size, transform,
+    epochs, ...); the flags here set where it serves, with how many workers and how large a record
+    cache. Prints the record cache's counts when it ends, if it had one. Without module:function:
+    a producer of tokens job NAME, which tokenizes its text sources (croupier.tokens.produce)."""
     parser = argparse.ArgumentParser(prog="croupier produce", description=main.__doc__,
                                      formatter_class=_HelpWithDefaults)
-    parser.add_argument("pipeline", metavar="MODULE:FUNCTION",
-                        help="the function returning produce()'s arguments")
+    parser.add_argument("pipeline", metavar="MODULE:FUNCTION", nargs="?", default=None,
+                        help="the function returning produce()'s arguments; none: the job is a "
+                             "tokens job with text sources, which this producer tokenizes")
     parser.add_argument("--dispatcher", required=True, metavar="HOST:PORT",
                         help="the dispatcher's address (required)")
     parser.add_argument("--job", required=True, metavar="NAME",
-                        help="the map job to produce (required)")
+                        help="the job to produce: a map job, or a tokens job with text sources "
+                             "(required)")
     parser.add_argument("--workers", type=int, default=None, metavar="N",
                         help=f"worker processes; none: {default_workers()}, the cores here (0 "
                              "with tf_transform, which forks none)")
@@ -86,12 +90,15 @@ def main(argv: Optional[List[str]] = None) -> int:
                              "before leaving (a second signal leaves at once); none: 5")
     args = parser.parse_args(argv)
     try:
-        options = load(args.pipeline)()
-        if not isinstance(options, dict) or "source" not in options:
-            raise errors.InvalidArgumentError(
-                f"{args.pipeline}() must return a dict of produce() arguments with 'source'")
-        options = dict(options)
-        source = options.pop("source")
+        source: Any = None
+        options: Dict[str, Any] = {}
+        if args.pipeline is not None:
+            options = load(args.pipeline)()
+            if not isinstance(options, dict) or "source" not in options:
+                raise errors.InvalidArgumentError(
+                    f"{args.pipeline}() must return a dict of produce() arguments with 'source'")
+            options = dict(options)
+            source = options.pop("source")
         for key in ("workers", "threads", "transform_threads", "cache_bytes", "auth_token",
                     "timeout", "drain_timeout"):
             if getattr(args, key) is not None:
@@ -119,9 +126,20 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
-        done = produce(source, args.dispatcher, args.job, bind=args.bind,
-                       advertise_host=args.advertise_host, stop=stop, on_serving=graceful,
-                       leave_now=leave_now, **options)
+        if args.pipeline is None:
+            unused = sorted(set(options) - {"threads", "auth_token", "timeout", "drain_timeout"})
+            if unused:
+                raise errors.InvalidArgumentError(
+                    "a tokens job's producer takes no " +
+                    ", ".join("--" + k.replace("_", "-") for k in unused))
+            done = tokens.produce(args.dispatcher, args.job, bind=args.bind,
+                                  advertise_host=args.advertise_host, stop=stop,
+                                  on_serving=graceful, leave_now=leave_now, **options)
+            done["record_cache"] = None
+        else:
+            done = produce(source, args.dispatcher, args.job, bind=args.bind,
+                           advertise_host=args.advertise_host, stop=stop, on_serving=graceful,
+                           leave_now=leave_now, **options)
         if done["drained"] is not None:
             print(f"croupier produce: job '{args.job}': drained: served "
                   f"{done['drained']['served']} of the {done['drained']['kept']} tasks it had "

@@ -22,28 +22,41 @@ from croupier import _croupier, errors
 BATCH_DOCUMENTS = 1024
 
 
+def json_text(line: bytes, text_key: str, where: str) -> str:
+    """The text at `text_key` of one JSON-lines line; errors name `where` (file and line)."""
+    try:
+        record = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        detail = f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) else e
+        raise errors.DataLossError(f"{where}: not JSON ({detail})") from None
+    if not isinstance(record, dict):
+        raise errors.InvalidArgumentError(
+            f"{where}: a {type(record).__name__}, not an object with a '{text_key}' key")
+    text = record.get(text_key)
+    if not isinstance(text, str):
+        raise errors.InvalidArgumentError(
+            f"{where}: no string '{text_key}' (keys: {', '.join(sorted(record)) or 'none'})"
+            if text is None else f"{where}: '{text_key}' is a {type(text).__name__}, "
+            "not a string")
+    return text
+
+
+def jsonl_lines(f: Any) -> Iterator[Tuple[int, int, bytes]]:
+    """(line number, byte offset, line) of each document line of a binary JSON-lines stream:
+    every line but those of ASCII whitespace alone. A document is such a line, here and in a
+    text source (croupier.token_text), which reads them again by offset."""
+    offset = 0
+    for number, line in enumerate(f, start=1):
+        if line.strip():
+            yield number, offset, line
+        offset += len(line)
+
+
 def _jsonl_documents(path: str, text_key: str) -> Iterator[str]:
     opener: Any = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path} line {number}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise errors.DataLossError(f"{where}: not JSON ({e.msg} at column {e.colno})") \
-                    from None
-            if not isinstance(record, dict):
-                raise errors.InvalidArgumentError(
-                    f"{where}: a {type(record).__name__}, not an object with a '{text_key}' key")
-            text = record.get(text_key)
-            if not isinstance(text, str):
-                raise errors.InvalidArgumentError(
-                    f"{where}: no string '{text_key}' (keys: {', '.join(sorted(record)) or 'none'})"
-                    if text is None else f"{where}: '{text_key}' is a {type(text).__name__}, "
-                    "not a string")
-            yield text
+    with opener(path, "rb") as f:
+        for number, _, line in jsonl_lines(f):
+            yield json_text(line, text_key, f"{path} line {number}")
 
 
 def _parquet_documents(path: str, text_key: str) -> Iterator[str]:
@@ -87,6 +100,39 @@ def expand(patterns: Sequence[str]) -> List[str]:
     return files
 
 
+def load_tokenizer(path: str) -> Any:
+    """The tokenizers.Tokenizer of a tokenizer.json; InvalidArgumentError naming the file."""
+    from tokenizers import Tokenizer
+    try:
+        return Tokenizer.from_file(path)
+    except Exception as e:  # the tokenizers package raises its own exception types
+        raise errors.InvalidArgumentError(
+            f"{path}: not a tokenizer.json the tokenizers package reads ({e})") from None
+
+
+def encode(tokenizer: Any, texts: Sequence[str], eod_id: Optional[int],
+           add_special_tokens: bool) -> List[List[int]]:
+    """The token ids of each text, followed by eod_id when it is not None: how croupier tokenize
+    and a text source (croupier.token_text) both tokenize, so that their tokens are the same."""
+    encodings = tokenizer.encode_batch(list(texts), add_special_tokens=add_special_tokens)
+    if eod_id is None:
+        return [e.ids for e in encodings]
+    return [e.ids + [eod_id] for e in encodings]
+
+
+def eod_of(tokenizer: Any, tokenizer_path: str, eod_token: Optional[str],
+           eod_id: Optional[int]) -> Optional[int]:
+    """The end-of-document id: eod_id, or eod_token's id; InvalidArgumentError naming a token
+    the tokenizer lacks."""
+    if eod_token is None:
+        return eod_id
+    found = tokenizer.token_to_id(eod_token)
+    if found is None:
+        raise errors.InvalidArgumentError(
+            f"{tokenizer_path}: the tokenizer has no token '{eod_token}' (--eod-token)")
+    return int(found)
+
+
 def tokenize_corpus(files: Sequence[str], tokenizer_path: str, output: str, *,
                     text_key: str = "text", eod_token: Optional[str] = None,
                     eod_id: Optional[int] = None, dtype: str = "auto",
@@ -95,17 +141,8 @@ def tokenize_corpus(files: Sequence[str], tokenizer_path: str, output: str, *,
     indexed dataset `output` (.bin, .idx); each followed by the end-of-document token when one
     is named (eod_token, or eod_id). dtype "auto" is uint16 when the vocabulary fits it, else
     int32. Returns (documents, tokens)."""
-    from tokenizers import Tokenizer
-    try:
-        tokenizer = Tokenizer.from_file(tokenizer_path)
-    except Exception as e:  # the tokenizers package raises its own exception types
-        raise errors.InvalidArgumentError(
-            f"{tokenizer_path}: not a tokenizer.json the tokenizers package reads ({e})") from None
-    if eod_token is not None:
-        eod_id = tokenizer.token_to_id(eod_token)
-        if eod_id is None:
-            raise errors.InvalidArgumentError(
-                f"{tokenizer_path}: the tokenizer has no token '{eod_token}' (--eod-token)")
+    tokenizer = load_tokenizer(tokenizer_path)
+    eod_id = eod_of(tokenizer, tokenizer_path, eod_token, eod_id)
     vocab = tokenizer.get_vocab_size(with_added_tokens=True)
     if dtype == "auto":
         dtype = "uint16" if vocab <= 65536 else "int32"
@@ -113,9 +150,8 @@ def tokenize_corpus(files: Sequence[str], tokenizer_path: str, output: str, *,
     pending: List[str] = []
 
     def flush() -> None:
-        for encoding in tokenizer.encode_batch(pending, add_special_tokens=add_special_tokens):
-            ids = encoding.ids
-            writer.add(ids + [eod_id] if eod_id is not None else ids)
+        for ids in encode(tokenizer, pending, eod_id, add_special_tokens):
+            writer.add(ids)
         pending.clear()
 
     for text in documents(files, text_key):

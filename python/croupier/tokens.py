@@ -15,13 +15,15 @@ holds the int32 columns input_ids, labels, position_ids, segment_ids and loss_ma
 attention kernels take from segment_ids.
 """
 import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+import threading
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from croupier import _croupier, errors
-from croupier.cluster import submit_job
+from croupier import _croupier, _exit, errors
+from croupier.cluster import auth_token_or_env, get_job, submit_job
 from croupier.job import Job, JobSpec
+from croupier.token_text import TextSource, Tokenizer, to_spec
 
 Weights = Union[Sequence[float], Sequence[Tuple[int, Sequence[float]]]]
 
@@ -61,7 +63,10 @@ def resume_position(state: Dict[str, Any]) -> Tuple[int, int]:
     return epoch, next_batch // world
 
 
-def create_token_job(dispatcher: str, name: str, sources: Sequence[Union[str, "os.PathLike[str]"]],
+Source = Union[str, "os.PathLike[str]", TextSource]
+
+
+def create_token_job(dispatcher: str, name: str, sources: Sequence[Source],
                      *, sequence_length: int, global_batch: int, steps_per_epoch: int,
                      consumers: int, packing: str = "", packing_window: int = 0,
                      weights: Optional[Weights] = None, pad_id: int = 0, seed: int = 0,
@@ -72,7 +77,8 @@ def create_token_job(dispatcher: str, name: str, sources: Sequence[Union[str, "o
     source's documents, tokens and fingerprint).
 
     sources: the prefixes of Megatron-LM indexed datasets (PREFIX.idx, PREFIX.bin; int32 or uint16
-    tokens). sequence_length: L. global_batch: sequences per global step, the same at every number
+    tokens), or TextSource entries: text that the job's producers tokenize (produce()), whose
+    documents' lengths are counted here the first time (croupier.token_text). sequence_length: L. global_batch: sequences per global step, the same at every number
     of ranks; `consumers` must divide it. steps_per_epoch: global steps per epoch. packing:
     "concat" (the dispatcher's default: documents concatenated and cut every L tokens) or
     "best_fit" (no document split unless longer than L, packed best-fit over windows of
@@ -86,17 +92,69 @@ def create_token_job(dispatcher: str, name: str, sources: Sequence[Union[str, "o
     start_epoch = start_step = 0
     if resume_from is not None:
         start_epoch, start_step = resume_position(resume_from)
+    prefixes: List[str] = []
+    text: List[Dict[str, Any]] = []
+    for k, source in enumerate(sources):
+        if isinstance(source, TextSource):
+            prefix, entry = to_spec(source, k)
+            prefixes.append(prefix)
+            text.append(entry)
+        else:
+            prefixes.append(os.fspath(source))
     spec = JobSpec(
         name=name, source="tokens", num_consumers=int(consumers), seed=int(seed),
         num_epochs=int(epochs), mode=mode, compression=compression, start_epoch=start_epoch,
         start_batch=start_step * int(consumers),
-        tokens={"sources": [os.fspath(s) for s in sources],
+        tokens={"sources": prefixes, "text": text,
                 "sequence_length": int(sequence_length), "global_batch": int(global_batch),
                 "steps_per_epoch": int(steps_per_epoch), "packing": packing,
                 "packing_window": int(packing_window), "weights": _schedule(weights),
                 "pad_id": int(pad_id)})
     return submit_job(dispatcher, spec, exist_ok=exist_ok, auth_token=auth_token,
                       timeout=timeout)
+
+
+def produce(dispatcher: str, job: str, *, threads: int = 2, stop: Optional[threading.Event] = None,
+            buffer_bytes: int = 256 << 20, max_tasks: int = 2, bind: str = "127.0.0.1",
+            advertise_host: str = "", timeout: float = 60.0, dispatcher_timeout: float = 120.0,
+            drain_timeout: float = 5.0, auth_token: Optional[str] = None,
+            leave_now: Optional[threading.Event] = None,
+            on_serving: Optional[Callable[[], None]] = None) -> Dict[str, Any]:
+    """Runs a producer of tokens job `job`, whose sources include text (TextSource): it reads and
+    tokenizes the documents each batch needs on `threads` threads (the tokenizer itself works on
+    every core, outside the GIL), until every rank has read the job's last epoch or `stop` is set;
+    then it drains as croupier.produce() does (drain_timeout, leave_now). `croupier produce --job
+    NAME` runs it. A job of indexed datasets alone needs none: any `croupier producer` makes it.
+
+    Before it serves, it checks that the text files, the tokenizer and the lengths are those the
+    job was created with, and raises FailedPreconditionError naming the file that differs. A
+    document whose tokens no longer match its planned length fails its batch at the rank that
+    needs it with DataLossError naming the document and file. UnavailableError once the
+    dispatcher has not answered for dispatcher_timeout seconds. Returns {"drained": {"kept",
+    "served"}} (None unless it was stopped and drained)."""
+    from croupier.producer import _drain, _wait_for_the_end
+    info = get_job(dispatcher, job, auth_token=auth_token, timeout=timeout)
+    info.check_token_sources()
+    tokenize = Tokenizer(info)
+    drained: Optional[Dict[str, int]] = None
+    with _exit.running():
+        node = None
+        try:
+            node = _exit.track(_croupier._MapProducer.for_tokens(
+                dispatcher, job, auth_token_or_env(auth_token), int(threads), int(buffer_bytes),
+                int(max_tasks), bind, advertise_host, float(timeout), tokenize))
+            if on_serving is not None:
+                on_serving()
+            stopped = _wait_for_the_end(node, None, dispatcher, job, stop, dispatcher_timeout)
+            if stopped and not _exit.exiting.is_set():
+                drained = _drain(node, job, float(drain_timeout), leave_now)
+        except errors.Error:
+            if not _exit.exiting.is_set():
+                raise
+        finally:
+            if node is not None:
+                node.close()
+    return {"drained": drained}
 
 
 def cu_seqlens(segment_ids: np.ndarray) -> np.ndarray:
@@ -133,5 +191,6 @@ write_indexed_dataset = _croupier.write_indexed_dataset
 IndexedDataset = _croupier.IndexedDataset
 IndexedDatasetWriter = _croupier.IndexedDatasetWriter
 
-__all__ = ["IndexedDataset", "IndexedDatasetWriter", "attention_mask", "create_token_job",
-           "cu_seqlens", "resume_position", "write_indexed_dataset"]
+__all__ = ["IndexedDataset", "IndexedDatasetWriter", "TextSource", "attention_mask",
+           "create_token_job", "cu_seqlens", "produce", "resume_position",
+           "write_indexed_dataset"]

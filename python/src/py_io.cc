@@ -7,13 +7,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-
 #include "croupier/example.h"
 #include "croupier/record_index.h"
 #include "croupier/tfrecord.h"
-#include "src/io/indexed_dataset.h"
 #include "python/src/bindings.h"
 #include "python/src/status.h"
+#include "src/io/indexed_dataset.h"
 
 namespace croupier::py {
 
@@ -60,8 +59,8 @@ class PyIndexedDatasetWriter {
   void Add(const pyb::object& tokens) {
     auto array = pyb::array_t<int64_t, pyb::array::c_style | pyb::array::forcecast>::ensure(tokens);
     if (!array || array.ndim() != 1) {
-      ThrowIfError(absl::InvalidArgumentError(absl::StrCat(
-          "document ", writer_->num_documents(), " is not a sequence of token ids")));
+      ThrowIfError(absl::InvalidArgumentError(
+          absl::StrCat("document ", writer_->num_documents(), " is not a sequence of token ids")));
     }
     document_.clear();
     for (int64_t i = 0; i < array.shape(0); ++i) {
@@ -69,8 +68,7 @@ class PyIndexedDatasetWriter {
       if (token < std::numeric_limits<int32_t>::min() ||
           token > std::numeric_limits<int32_t>::max()) {
         ThrowIfError(absl::InvalidArgumentError(absl::StrCat(
-            "document ", writer_->num_documents(), " token ", i, " is ", token,
-            ": not an int32")));
+            "document ", writer_->num_documents(), " token ", i, " is ", token, ": not an int32")));
       }
       document_.push_back(static_cast<int32_t>(token));
     }
@@ -159,8 +157,8 @@ void BindIo(pyb::module_& m) {
            }),
            pyb::arg("prefix"))
       .def_property_readonly("prefix", &IndexedDataset::prefix)
-      .def_property_readonly("dtype",
-                             [](const IndexedDataset& d) { return std::string(TokenDTypeName(d.dtype())); })
+      .def_property_readonly(
+          "dtype", [](const IndexedDataset& d) { return std::string(TokenDTypeName(d.dtype())); })
       .def_property_readonly("num_documents", &IndexedDataset::num_documents)
       .def_property_readonly("num_tokens", &IndexedDataset::num_tokens)
       .def_property_readonly("lengths",
@@ -172,8 +170,8 @@ void BindIo(pyb::module_& m) {
           "read",
           [](const IndexedDataset& d, uint64_t document, uint32_t offset, int64_t count) {
             if (document >= d.num_documents()) {
-              ThrowIfError(absl::OutOfRangeError(absl::StrCat(
-                  d.prefix(), ": document ", document, " of ", d.num_documents())));
+              ThrowIfError(absl::OutOfRangeError(
+                  absl::StrCat(d.prefix(), ": document ", document, " of ", d.num_documents())));
             }
             const uint32_t length = d.lengths()[document];
             const uint64_t n = count < 0 ? (offset <= length ? length - offset : 0) : count;
@@ -216,6 +214,31 @@ void BindIo(pyb::module_& m) {
       pyb::arg("prefix"), pyb::arg("documents"), pyb::arg("dtype") = "int32",
       "Writes documents (each a sequence of token ids) as a Megatron-LM indexed dataset, "
       "PREFIX.bin and PREFIX.idx, of int32 or uint16 tokens: a tokens job's source.");
+
+  m.def(
+      "write_token_lengths",
+      [](const std::string& prefix,
+         const pyb::array_t<int64_t, pyb::array::c_style | pyb::array::forcecast>& lengths) {
+        TokenIndex index;
+        index.dtype = TokenDType::kInt32;
+        uint64_t at = 0;
+        for (pyb::ssize_t d = 0; d < lengths.size(); ++d) {
+          const int64_t n = lengths.data()[d];
+          if (n < 0 || n > std::numeric_limits<int32_t>::max()) {
+            ThrowIfError(absl::InvalidArgumentError(
+                absl::StrCat("document ", d, " has length ", n, ", not 0 to 2^31 - 1")));
+          }
+          index.lengths.push_back(static_cast<uint32_t>(n));
+          index.pointers.push_back(at);
+          at += static_cast<uint64_t>(n) * sizeof(int32_t);
+        }
+        const std::string bytes = EncodeTokenIndex(index);
+        pyb::gil_scoped_release nogil;
+        ThrowIfError(Env::Default()->WriteFileAtomically(prefix + ".idx", bytes));
+      },
+      pyb::arg("prefix"), pyb::arg("lengths"),
+      "Writes PREFIX.idx, the index of documents of these lengths (int32 tokens) with no .bin: "
+      "the lengths of a text source, which its producers tokenize (croupier.tokens.TextSource).");
 
   m.def(
       "parse_example",

@@ -18,6 +18,7 @@
 #include "src/job/job.h"
 #include "src/job/job_json.h"
 #include "src/job/job_settings.h"
+#include "src/job/token_job.h"
 
 namespace croupier::py {
 
@@ -212,6 +213,15 @@ void BindJob(pyb::module_& m) {
           "A tokens job's settings (sources, sequence_length, packing, packing_window, "
           "global_batch, steps_per_epoch, weights, pad_id) and source_info (each source's "
           "documents, tokens and fingerprint); None for other jobs.")
+      .def(
+          "check_token_sources",
+          [](const PyJob& j) {
+            pyb::gil_scoped_release nogil;
+            ThrowIfError(CheckTokenSources(j.info, *Env::Default()));
+          },
+          "A tokens job: checks that each source's files (and a text source's tokenizer) are "
+          "those the job was created with; FailedPreconditionError naming the file that "
+          "differs, NotFoundError naming one that is gone.")
       .def_property_readonly(
           "files",
           [](const PyJob& j) {

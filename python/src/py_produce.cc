@@ -58,6 +58,37 @@ absl::StatusOr<Batch> CallMake(const pyb::object& make, uint64_t epoch, uint64_t
   }
 }
 
+// Calls tokenize(source, documents) with the GIL: (tokens, lengths), two arrays (int32 and
+// integers), or a (code, message) tuple for an error, as CallMake.
+absl::StatusOr<TokenizedDocuments> CallTokenize(const pyb::object& tokenize, uint32_t source,
+                                                absl::Span<const uint64_t> documents) {
+  pyb::gil_scoped_acquire gil;
+  try {
+    pyb::array_t<uint64_t> array(static_cast<pyb::ssize_t>(documents.size()), documents.data());
+    auto result = tokenize(source, array).cast<pyb::tuple>();
+    if (result.size() == 2 && pyb::isinstance<pyb::int_>(result[0])) {
+      const int code = result[0].cast<int>();
+      const std::string message = result[1].cast<std::string>();
+      if (code <= 0 || code > static_cast<int>(absl::StatusCode::kUnauthenticated)) {
+        return absl::InternalError(message);
+      }
+      return absl::Status(static_cast<absl::StatusCode>(code), message);
+    }
+    auto tokens =
+        result[0].cast<pyb::array_t<int32_t, pyb::array::c_style | pyb::array::forcecast>>();
+    auto lengths =
+        result[1].cast<pyb::array_t<uint64_t, pyb::array::c_style | pyb::array::forcecast>>();
+    TokenizedDocuments out;
+    out.tokens.assign(tokens.data(), tokens.data() + tokens.size());
+    out.lengths.assign(lengths.data(), lengths.data() + lengths.size());
+    return out;
+  } catch (pyb::error_already_set& e) {
+    return absl::InternalError(absl::StrCat("the tokenizer function raised ", e.what()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("the tokenizer function's result: ", e.what()));
+  }
+}
+
 // Thread-compatible; close() may come from any thread.
 class PyMapProducer {
  public:
@@ -99,33 +130,52 @@ class PyMapProducer {
 
 }  // namespace
 
+// The options every producer of one job's own takes, and its supply.
+ProducerNodeOptions SourceProducerOptions(const std::string& dispatcher,
+                                          const std::string& auth_token, int threads,
+                                          uint64_t buffer_bytes, uint32_t max_tasks,
+                                          const std::string& bind,
+                                          const std::string& advertise_host, double timeout,
+                                          ProducerSupply supply) {
+  ProducerNodeOptions o;
+  o.dispatcher = dispatcher;
+  o.bind_address = bind;
+  o.advertise_host = advertise_host;
+  o.auth_token = rpc::ResolveAuthToken(auth_token);
+  o.connect_timeout = absl::Seconds(timeout);
+  o.runner.threads = threads;
+  o.runner.buffer_bytes = buffer_bytes;
+  o.runner.max_tasks = max_tasks;
+  o.supply = std::move(supply);
+  return o;
+}
+
+std::unique_ptr<PyMapProducer> StartProducer(ProducerNodeOptions options) {
+  absl::StatusOr<std::unique_ptr<ProducerNode>> node;
+  {
+    pyb::gil_scoped_release nogil;
+    node = ProducerNode::Start(std::move(options));
+  }
+  return std::make_unique<PyMapProducer>(Unwrap(std::move(node)));
+}
+
 void BindProduce(pyb::module_& m) {
-  pyb::class_<PyMapProducer>(m, "_MapProducer", "The producer of a map job. Use croupier.produce.")
+  pyb::class_<PyMapProducer>(m, "_MapProducer",
+                             "The producer of a map job (croupier.produce) or of a tokens job with "
+                             "text sources (croupier.tokens.produce).")
       .def(pyb::init([](const std::string& dispatcher, const std::string& job,
                         const std::string& auth_token, int threads, uint64_t buffer_bytes,
                         uint32_t max_tasks, const std::string& bind,
                         const std::string& advertise_host, double timeout, pyb::object make) {
-             ProducerNodeOptions o;
-             o.dispatcher = dispatcher;
-             o.bind_address = bind;
-             o.advertise_host = advertise_host;
-             o.auth_token = rpc::ResolveAuthToken(auth_token);
-             o.connect_timeout = absl::Seconds(timeout);
-             o.runner.threads = threads;
-             o.runner.buffer_bytes = buffer_bytes;
-             o.runner.max_tasks = max_tasks;
              std::shared_ptr<pyb::object> held = Hold(std::move(make));
-             o.supply = RecordsSupply{
-                 .job = job,
-                 .make = [held](uint64_t epoch, uint64_t batch, absl::Span<const uint64_t> ids) {
-                   return CallMake(*held, epoch, batch, ids);
-                 }};
-             absl::StatusOr<std::unique_ptr<ProducerNode>> node;
-             {
-               pyb::gil_scoped_release nogil;
-               node = ProducerNode::Start(std::move(o));
-             }
-             return std::make_unique<PyMapProducer>(Unwrap(std::move(node)));
+             return StartProducer(SourceProducerOptions(
+                 dispatcher, auth_token, threads, buffer_bytes, max_tasks, bind, advertise_host,
+                 timeout,
+                 RecordsSupply{.job = job,
+                               .make = [held](uint64_t epoch, uint64_t batch,
+                                              absl::Span<const uint64_t> ids) {
+                                 return CallMake(*held, epoch, batch, ids);
+                               }}));
            }),
            pyb::arg("dispatcher"), pyb::arg("job"), pyb::arg("auth_token"), pyb::arg("threads"),
            pyb::arg("buffer_bytes"), pyb::arg("max_tasks"), pyb::arg("bind"),
@@ -147,7 +197,28 @@ void BindProduce(pyb::module_& m) {
            "Leaves gracefully (ProducerNode::Drain): takes no more work, serves the tasks it has "
            "made to the ranks that ask, for up to `bound` seconds or until leave_now(), then "
            "leaves. Returns (tasks kept, tasks served). Call once, instead of close().")
-      .def("leave_now", &PyMapProducer::LeaveNow, "Ends a drain() in progress (a second signal).");
+      .def("leave_now", &PyMapProducer::LeaveNow, "Ends a drain() in progress (a second signal).")
+      .def_static(
+          "for_tokens",
+          [](const std::string& dispatcher, const std::string& job, const std::string& auth_token,
+             int threads, uint64_t buffer_bytes, uint32_t max_tasks, const std::string& bind,
+             const std::string& advertise_host, double timeout, pyb::object tokenize) {
+            std::shared_ptr<pyb::object> held = Hold(std::move(tokenize));
+            return StartProducer(SourceProducerOptions(
+                dispatcher, auth_token, threads, buffer_bytes, max_tasks, bind, advertise_host,
+                timeout,
+                TokensSupply{
+                    .job = job,
+                    .tokenize = [held](uint32_t source, absl::Span<const uint64_t> documents) {
+                      return CallTokenize(*held, source, documents);
+                    }}));
+          },
+          pyb::arg("dispatcher"), pyb::arg("job"), pyb::arg("auth_token"), pyb::arg("threads"),
+          pyb::arg("buffer_bytes"), pyb::arg("max_tasks"), pyb::arg("bind"),
+          pyb::arg("advertise_host"), pyb::arg("timeout"), pyb::arg("tokenize"),
+          "Starts a producer serving only tokens job `job`, whose text sources' documents its "
+          "worker threads tokenize with tokenize(source, documents): (tokens int32, lengths), "
+          "the documents' tokens one after another and each one's count, or (code, message).");
 
   // The producer side of a worker's shared-memory slots (croupier.zygote): the worker lays the
   // batch out in a slot, and the producer holds and serves those bytes as they are.
@@ -182,8 +253,7 @@ void BindProduce(pyb::module_& m) {
           "The first `size` bytes of leased slot `id` as a Batch, without a copy; the slot is "
           "reused once the Batch is gone.")
       .def("release", &BatchSlots::Release, pyb::arg("id"),
-           pyb::call_guard<pyb::gil_scoped_release>(),
-           "Gives back a leased slot without a batch.")
+           pyb::call_guard<pyb::gil_scoped_release>(), "Gives back a leased slot without a batch.")
       .def("close", &BatchSlots::Close, pyb::call_guard<pyb::gil_scoped_release>())
       .def("take_freed", &BatchSlots::TakeFreed,
            "The ids of the slots freed since the last call (the worker may unmap them).")
@@ -201,7 +271,6 @@ void BindProduce(pyb::module_& m) {
       "keep_freed_memory_for_reuse", [] { ThrowIfError(KeepFreedMemoryForReuse()); },
       "Keeps the memory this process frees for its next batch (src/common/memory.h): called by a "
       "map job's worker process at its start.");
-
 }
 
 }  // namespace croupier::py

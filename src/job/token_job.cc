@@ -107,6 +107,20 @@ absl::Status CheckTokenSource(const IndexedDataset& dataset, const v1::TextSourc
                                                     " changed since the job was created: ", what));
 }
 
+absl::Status CheckTokenSources(const v1::JobInfo& job, Env& env) {
+  const v1::TokenSpec& tokens = job.spec().tokens();
+  if (job.token_sources_size() != tokens.sources_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job '", job.spec().name(), "' names ", tokens.sources_size(),
+                     " token sources but describes ", job.token_sources_size()));
+  }
+  for (int k = 0; k < tokens.sources_size(); ++k) {
+    ASSIGN_OR_RETURN(std::unique_ptr<IndexedDataset> dataset, OpenTokenSource(tokens, k, env));
+    RETURN_IF_ERROR(CheckTokenSource(*dataset, TextSourceOf(tokens, k), job.token_sources(k), env));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SetWeightsFromText(absl::string_view text, v1::TokenSpec& tokens) {
   tokens.clear_weights();
   for (absl::string_view entry : absl::StrSplit(text, ';', absl::SkipWhitespace())) {

@@ -55,6 +55,10 @@ absl::StatusOr<v1::TokenSourceInfo> TokenSourceInfoOf(const IndexedDataset& data
 absl::Status CheckTokenSource(const IndexedDataset& dataset, const v1::TextSource* text,
                               const v1::TokenSourceInfo& info, Env& env);
 
+// CheckTokenSource for every source of tokens job `job`, each opened through `env`
+// (OpenTokenSource's errors too): what a producer checks before it makes the job's batches.
+absl::Status CheckTokenSources(const v1::JobInfo& job, Env& env);
+
 // Sets tokens.weights from the command line's text: entries separated by ';', each
 // "[STEP:]W1,W2,..." (the weights from global step STEP on; 0 when omitted), e.g. "3,1" or
 // "0:3,1;5000:1,1". INVALID_ARGUMENT naming the entry that is not numbers. The schedule's own

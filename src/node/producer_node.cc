@@ -50,7 +50,8 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOp
   if (options.dispatcher.empty()) {
     return absl::InvalidArgumentError("a producer needs the dispatcher's address (--dispatcher)");
   }
-  if (const auto* stream = std::get_if<StreamSupply>(&options.supply); stream && stream->job.empty()) {
+  if (const auto* stream = std::get_if<StreamSupply>(&options.supply);
+      stream && stream->job.empty()) {
     return absl::InvalidArgumentError("a stream supply needs its job");
   }
   if (const auto* records = std::get_if<RecordsSupply>(&options.supply)) {
@@ -60,15 +61,22 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOp
           absl::StrCat("the records supply of job '", records->job, "' has no function"));
     }
   }
+  if (const auto* tokens = std::get_if<TokensSupply>(&options.supply)) {
+    if (tokens->job.empty()) return absl::InvalidArgumentError("a tokens supply needs its job");
+    if (!tokens->tokenize) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the tokens supply of job '", tokens->job, "' has no tokenizer"));
+    }
+  }
   options.tls = ResolveTlsConfig(options.tls);
   std::unique_ptr<ProducerNode> node(new ProducerNode());
   node->options_ = options;
   node->dispatcher_ = node->MakeControlPlane(options.connect_timeout);
   node->index_cache_ = std::make_unique<IndexCache>(options.index_cache_dir);
   if (options.cache_bytes > 0) {
-    ASSIGN_OR_RETURN(node->record_cache_,
-                     RecordCache::Create({.capacity_bytes = options.cache_bytes,
-                                          .dir = options.cache_dir}));
+    ASSIGN_OR_RETURN(
+        node->record_cache_,
+        RecordCache::Create({.capacity_bytes = options.cache_bytes, .dir = options.cache_dir}));
   }
   if (const auto* stream = std::get_if<StreamSupply>(&options.supply)) {
     node->source_job_ = stream->job;
@@ -81,10 +89,20 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOp
     TaskRunner::Options runner = options.runner;
     if (const auto* records = std::get_if<RecordsSupply>(&options.supply)) {
       node->source_job_ = records->job;
-      runner.makers = [make = records->make](const v1::JobInfo& job)
-          -> absl::StatusOr<std::shared_ptr<const BatchMaker>> {
+      runner.makers =
+          [make = records->make](
+              const v1::JobInfo& job) -> absl::StatusOr<std::shared_ptr<const BatchMaker>> {
         ASSIGN_OR_RETURN(std::unique_ptr<FunctionBatchMaker> maker,
                          FunctionBatchMaker::Create(job, make));
+        return std::shared_ptr<const BatchMaker>(std::move(maker));
+      };
+    } else if (const auto* tokens = std::get_if<TokensSupply>(&options.supply)) {
+      node->source_job_ = tokens->job;
+      runner.makers =
+          [tokenize = tokens->tokenize](
+              const v1::JobInfo& job) -> absl::StatusOr<std::shared_ptr<const BatchMaker>> {
+        ASSIGN_OR_RETURN(std::unique_ptr<TokenBatchMaker> maker,
+                         TokenBatchMaker::Create(job, nullptr, tokenize));
         return std::shared_ptr<const BatchMaker>(std::move(maker));
       };
     } else {
@@ -98,15 +116,14 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOp
     node->source_ = std::make_unique<DelayingSource>(source, options.test_max_delay);
     source = node->source_.get();
   }
-  ASSIGN_OR_RETURN(node->server_,
-                   Transport::Tcp()->StartServer(
-                       {.bind_address = options.bind_address,
-                        .port = options.port,
-                        .auth_token = options.auth_token,
-                        .max_connections = options.max_connections,
-                        .max_connections_per_peer = options.max_connections_per_peer,
-                        .tls = options.tls},
-                       source));
+  ASSIGN_OR_RETURN(node->server_, Transport::Tcp()->StartServer(
+                                      {.bind_address = options.bind_address,
+                                       .port = options.port,
+                                       .auth_token = options.auth_token,
+                                       .max_connections = options.max_connections,
+                                       .max_connections_per_peer = options.max_connections_per_peer,
+                                       .tls = options.tls},
+                                      source));
   std::string host = options.advertise_host;
   if (host.empty()) {
     host = options.bind_address;
@@ -124,11 +141,11 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOp
         "serves same-host consumers through shared memory anyway)");
   }
   if (shm_on) {
-    absl::StatusOr<std::unique_ptr<DataServer>> shm = Transport::Shm()->StartServer(
-        {.bind_address = ShmAddressFor(node->data_address_),
-         .auth_token = options.auth_token,
-         .tls = {}},
-        source);
+    absl::StatusOr<std::unique_ptr<DataServer>> shm =
+        Transport::Shm()->StartServer({.bind_address = ShmAddressFor(node->data_address_),
+                                       .auth_token = options.auth_token,
+                                       .tls = {}},
+                                      source);
     if (shm.ok()) {
       node->shm_server_ = *std::move(shm);
     } else {
@@ -171,8 +188,7 @@ absl::Duration ProducerNode::SinceDispatcherContact() const {
   return absl::Now() - last_contact_;
 }
 
-absl::StatusOr<std::shared_ptr<const BatchMaker>> ProducerNode::FilesMaker(
-    const v1::JobInfo& job) {
+absl::StatusOr<std::shared_ptr<const BatchMaker>> ProducerNode::FilesMaker(const v1::JobInfo& job) {
   if (job.spec().source() == v1::SOURCE_KIND_TOKENS) {
     ASSIGN_OR_RETURN(std::shared_ptr<const BatchMaker> maker, TokenBatchMaker::Create(job));
     return maker;
@@ -210,8 +226,8 @@ void ProducerNode::AddTask(const v1::Task& task) {
   const absl::Status added = holder_->AddTask(task, it->second);
   if (!added.ok()) {
     Log(LogLevel::kError, "producer",
-        absl::StrCat("producer ", producer_id(), ": task ", task.task_id(), " of job '",
-                     task.job(), "': ", added.ToString()));
+        absl::StrCat("producer ", producer_id(), ": task ", task.task_id(), " of job '", task.job(),
+                     "': ", added.ToString()));
   }
 }
 
@@ -386,7 +402,8 @@ ProducerNode::Drained ProducerNode::Drain(absl::Duration bound,
     // The dispatcher did not answer its last heartbeat: telling it would only wait out a timeout.
     // What this producer still holds is reassigned when it expires, as after a crash.
     Log(LogLevel::kInfo, "producer",
-        absl::StrCat("producer ", producer_id(), " stops without a last word: the dispatcher did "
+        absl::StrCat("producer ", producer_id(),
+                     " stops without a last word: the dispatcher did "
                      "not answer its heartbeat"));
     Shutdown();
   } else {
@@ -416,7 +433,8 @@ void ProducerNode::Leave(absl::Duration timeout) {
     } else {
       Log(LogLevel::kWarning, "producer",
           absl::StrCat("producer ", id, " could not tell the dispatcher it leaves (",
-                       left.status().ToString(), "); its tasks go to the other producers once "
+                       left.status().ToString(),
+                       "); its tasks go to the other producers once "
                        "the dispatcher's producer timeout passes"));
     }
   });

@@ -10,7 +10,9 @@
 //   RecordsSupply   one map job, whose batches a records function makes (a Python source's
 //                   workers, croupier.produce): a TaskRunner with a FunctionBatchMaker;
 //   StreamSupply    one source of one python job (croupier.serve): a SequentialSource that the
-//                   owner feeds (sequential()) batch by batch in the order the tasks ask for.
+//                   owner feeds (sequential()) batch by batch in the order the tasks ask for;
+//   TokensSupply    one tokens job with text sources, whose documents a tokenizer function
+//                   makes (croupier.tokens.produce): a TaskRunner with a TokenBatchMaker given it.
 #ifndef CROUPIER_SRC_NODE_PRODUCER_NODE_H_
 #define CROUPIER_SRC_NODE_PRODUCER_NODE_H_
 
@@ -33,6 +35,7 @@
 #include "src/producer/record_cache.h"
 #include "src/producer/sequential_source.h"
 #include "src/producer/task_runner.h"
+#include "src/producer/text_tokens.h"
 #include "src/transport/transport.h"
 
 namespace croupier {
@@ -47,7 +50,11 @@ struct StreamSupply {
   std::string job;            // the python job this producer serves, and no other
   uint32_t source_index = 0;  // which of the job's sources (JobSpec.source_count)
 };
-using ProducerSupply = std::variant<TfrecordSupply, RecordsSupply, StreamSupply>;
+struct TokensSupply {
+  std::string job;             // the tokens job this producer serves, and no other
+  DocumentTokenizer tokenize;  // tokenizes its text sources' documents; called on many threads
+};
+using ProducerSupply = std::variant<TfrecordSupply, RecordsSupply, StreamSupply, TokensSupply>;
 
 struct ProducerNodeOptions {
   // What the batches are made from. A stream's buffer is runner.buffer_bytes and it holds up to
@@ -101,8 +108,8 @@ bool JobHasEnded(const absl::StatusOr<v1::GetJobResponse>& answer);
 class ProducerNode {
  public:
   // Starts the data server and registers with the dispatcher. INVALID_ARGUMENT for a records or
-  // stream supply without a job, or a records supply without a function. DEADLINE_EXCEEDED naming the
-  // dispatcher's address if it cannot be reached within connect_timeout; UNAUTHENTICATED or
+  // stream supply without a job, or a records supply without a function. DEADLINE_EXCEEDED naming
+  // the dispatcher's address if it cannot be reached within connect_timeout; UNAUTHENTICATED or
   // FAILED_PRECONDITION as the dispatcher answers.
   static absl::StatusOr<std::unique_ptr<ProducerNode>> Start(ProducerNodeOptions options);
   ~ProducerNode();  // Shutdown()
@@ -114,11 +121,11 @@ class ProducerNode {
   absl::Duration SinceDispatcherContact() const;
   // The metrics server's port, or 0 without one.
   int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
-  // Whether the job this producer serves (a records or stream supply's) has ended: every rank has acknowledged the
-  // end of its last epoch (a bounded job), or the job was deleted. The heartbeat thread learns it
-  // by asking the dispatcher about this job alone (GetJob) after a heartbeat, once an interval;
-  // the producer keeps serving (a restarted rank may still need a batch made again) until its
-  // owner stops it. Always false for a producer of every job (TfrecordSupply) and for an
+  // Whether the job this producer serves (a records or stream supply's) has ended: every rank has
+  // acknowledged the end of its last epoch (a bounded job), or the job was deleted. The heartbeat
+  // thread learns it by asking the dispatcher about this job alone (GetJob) after a heartbeat, once
+  // an interval; the producer keeps serving (a restarted rank may still need a batch made again)
+  // until its owner stops it. Always false for a producer of every job (TfrecordSupply) and for an
   // unbounded job (num_epochs 0).
   bool job_ended() const { return job_ended_.HasBeenNotified(); }
   // Waits until job_ended() or `timeout`; returns job_ended(). What an embedding process waits on
