@@ -55,9 +55,12 @@ class IndexCache {
   // $CROUPIER_INDEX_DIR, else $XDG_CACHE_HOME/croupier/index, else ~/.cache/croupier/index.
   static std::string DefaultDir();
 
-  // The index of `path`: from the cache if its size and mtime still match the file, otherwise
-  // built by a scan and stored. A cache that cannot be written is not an error: the index is
-  // returned and a warning logged. `rebuilt` (optional) tells whether a scan happened.
+  // The index of `path`: from the cache if its size and mtime still match the file; else, for a
+  // file whose Env keeps derived files for every reader (an object: Env::SharedDerivedPath,
+  // "<path>.crindex" under the store's index prefix), from there if it matches, copied into the
+  // cache; otherwise built by a scan and stored in the cache and the shared place. A cache or
+  // shared place that cannot be read or written is not an error: the index is built or returned
+  // and a warning logged. `rebuilt` (optional) tells whether a scan happened.
   absl::StatusOr<std::shared_ptr<const RecordIndex>> Get(const std::string& path,
                                                          const IndexProgress& progress = nullptr,
                                                          bool* rebuilt = nullptr);
@@ -65,7 +68,13 @@ class IndexCache {
   std::string CachePath(const std::string& path) const;
   const std::string& dir() const { return dir_; }
 
+  // The suffix of an index kept for every reader of its file (the same layout as the cache's).
+  static constexpr absl::string_view kSharedIndexSuffix = ".crindex";
+
  private:
+  // Writes `bytes` to the cache file, logging a warning when it cannot.
+  void Store(const std::string& cache_path, absl::string_view bytes, const std::string& path) const;
+
   const std::string dir_;
   Env* const env_;
 };
@@ -94,6 +103,8 @@ class IndexedRecordFile {
   // A hint that record i will be read soon (RandomAccessFile::WillRead); nothing for i out of
   // range.
   void WillRead(uint64_t i) const;
+  // The file the records are read from (RandomAccessFile::remote(), ReadRanges).
+  const RandomAccessFile& file() const { return *file_; }
 
  private:
   IndexedRecordFile(std::shared_ptr<const RecordIndex> index,

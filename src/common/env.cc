@@ -264,9 +264,14 @@ Env* Env::Default() {
 }
 
 absl::StatusOr<std::string> ReadFileToString(Env& env, const std::string& path) {
-  ASSIGN_OR_RETURN(FileStat st, env.Stat(path));
   ASSIGN_OR_RETURN(auto file, env.OpenForRead(path));
-  std::string out(st.size, '\0');
+  // The open file's size when it can tell (an object's HEAD at open), saving a second Stat.
+  absl::StatusOr<uint64_t> size = file->Size();
+  if (!size.ok()) {
+    ASSIGN_OR_RETURN(FileStat st, env.Stat(path));
+    size = st.size;
+  }
+  std::string out(*size, '\0');
   ASSIGN_OR_RETURN(size_t n, file->Read(0, out.size(), out.data()));
   out.resize(n);
   return out;

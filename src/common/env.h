@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace croupier {
 
@@ -33,6 +34,31 @@ class RandomAccessFile {
   virtual absl::StatusOr<uint64_t> Size() const {
     return absl::UnimplementedError(absl::StrCat("the size of ", name(), " is not known"));
   }
+
+  // One range of a ReadRanges call: `length` bytes at `offset` into dst; `got` is set to the
+  // bytes read (fewer than length only at the end of the file, as Read).
+  struct Range {
+    uint64_t offset = 0;
+    size_t length = 0;
+    char* dst = nullptr;
+    size_t got = 0;
+  };
+  // Reads every range, in any order and possibly at once; ranges may overlap and may share no
+  // order with their offsets. The first error is returned (the others are dropped) and the
+  // ranges' contents are then unspecified. Reads of a remote() file are worth batching here: an
+  // object store's file merges neighbouring ranges into one request and runs the requests in
+  // parallel. The default reads each range with Read.
+  virtual absl::Status ReadRanges(absl::Span<Range> ranges) const {
+    for (Range& r : ranges) {
+      absl::StatusOr<size_t> got = Read(r.offset, r.length, r.dst);
+      if (!got.ok()) return got.status();
+      r.got = *got;
+    }
+    return absl::OkStatus();
+  }
+  // Whether each read costs a round trip to another machine (an object store): callers that know
+  // what they will read should then ask for it in few ReadRanges calls, and ahead of use.
+  virtual bool remote() const { return false; }
 };
 
 // A file opened for appending. Thread-compatible.
@@ -60,7 +86,8 @@ class Env {
   // The process-wide POSIX implementation.
   static Env* Default();
 
-  virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRead(const std::string& path) = 0;
+  virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRead(
+      const std::string& path) = 0;
   // The same, for a file read a small range at a time at random offsets (records read in a
   // shuffled order): the default Env copies reads of up to 64 KiB out of a mapping of the file
   // (FileMapping; read-ahead off, as it would only read pages nobody asked for), where
@@ -88,6 +115,13 @@ class Env {
   virtual absl::Status CreateDirs(const std::string& path) = 0;
   // Paths matching a shell glob, sorted. No match is an empty list, not an error.
   virtual absl::StatusOr<std::vector<std::string>> Glob(const std::string& pattern) = 0;
+  // Where a file derived from `path` (its record index, say), named with `suffix`, is kept for
+  // every reader of `path` on any machine, through this Env; empty when there is no such place
+  // (the default: local files are indexed into each machine's own cache). An object store keeps
+  // it as an object (S3Env: CROUPIER_S3_INDEX_PREFIX).
+  virtual std::string SharedDerivedPath(const std::string& /*path*/, absl::string_view /*suffix*/) {
+    return "";
+  }
 };
 
 // Reads a whole file through env.

@@ -155,15 +155,48 @@ absl::StatusOr<std::shared_ptr<const RecordIndex>> IndexCache::Get(const std::st
     }
     if (!index.ok()) Log(LogLevel::kWarning, "index", index.status().message());
   }
+  // An object's index may have been built already by another process (the dispatcher, as it
+  // created the job) and kept beside it for everyone: one small GET instead of a whole scan.
+  const std::string shared_path = env_->SharedDerivedPath(path, kSharedIndexSuffix);
+  if (!shared_path.empty()) {
+    absl::StatusOr<std::string> shared = ReadFileToString(*env_, shared_path);
+    if (shared.ok()) {
+      auto index = ParseRecordIndex(*shared, shared_path);
+      if (index.ok() && index->path == path && index->file_size == st.size &&
+          index->mtime_ns == st.mtime_ns) {
+        if (rebuilt) *rebuilt = false;
+        Store(cache_path, *shared, path);
+        return std::make_shared<const RecordIndex>(*std::move(index));
+      }
+      if (!index.ok()) Log(LogLevel::kWarning, "index", index.status().message());
+    } else if (!absl::IsNotFound(shared.status())) {
+      Log(LogLevel::kWarning, "index",
+          absl::StrCat("could not read the shared index of ", path, ": ", shared.status().message(),
+                       "; indexing it here"));
+    }
+  }
   ASSIGN_OR_RETURN(RecordIndex index, BuildRecordIndex(*env_, path, progress));
   if (rebuilt) *rebuilt = true;
+  const std::string bytes = SerializeRecordIndex(index);
+  Store(cache_path, bytes, path);
+  if (!shared_path.empty()) {
+    if (absl::Status put = env_->WriteFileAtomically(shared_path, bytes); !put.ok()) {
+      Log(LogLevel::kWarning, "index",
+          absl::StrCat("could not share the index of ", path,
+                       " (each producer will index it itself): ", put.message()));
+    }
+  }
+  return std::make_shared<const RecordIndex>(std::move(index));
+}
+
+void IndexCache::Store(const std::string& cache_path, absl::string_view bytes,
+                       const std::string& path) const {
   absl::Status stored = env_->CreateDirs(dir_);
-  if (stored.ok()) stored = env_->WriteFileAtomically(cache_path, SerializeRecordIndex(index));
+  if (stored.ok()) stored = env_->WriteFileAtomically(cache_path, bytes);
   if (!stored.ok()) {
     Log(LogLevel::kWarning, "index",
         absl::StrCat("could not cache the index of ", path, ": ", stored.message()));
   }
-  return std::make_shared<const RecordIndex>(std::move(index));
 }
 
 absl::StatusOr<std::unique_ptr<IndexedRecordFile>> IndexedRecordFile::Open(
@@ -171,7 +204,8 @@ absl::StatusOr<std::unique_ptr<IndexedRecordFile>> IndexedRecordFile::Open(
   if (env == nullptr) env = Env::Default();
   // Records are read one at a time, at random.
   ASSIGN_OR_RETURN(auto file, env->OpenForRandomRead(index->path));
-  return std::unique_ptr<IndexedRecordFile>(new IndexedRecordFile(std::move(index), std::move(file)));
+  return std::unique_ptr<IndexedRecordFile>(
+      new IndexedRecordFile(std::move(index), std::move(file)));
 }
 
 IndexedRecordFile::IndexedRecordFile(std::shared_ptr<const RecordIndex> index,
@@ -211,9 +245,9 @@ absl::Status RecordReadError(const RecordIndex& index, uint64_t i, const RandomA
     if (!size.ok() || *size >= offset + framed) return bad;
     got = *size > offset ? *size - offset : 0;
   }
-  return absl::DataLossError(absl::StrCat(
-      "record ", i, " at byte ", offset, " of ", index.path, " is cut short: the file ends ",
-      got, " bytes into its ", framed, " bytes; the file changed since it was indexed"));
+  return absl::DataLossError(absl::StrCat("record ", i, " at byte ", offset, " of ", index.path,
+                                          " is cut short: the file ends ", got, " bytes into its ",
+                                          framed, " bytes; the file changed since it was indexed"));
 }
 
 }  // namespace croupier

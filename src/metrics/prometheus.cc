@@ -124,6 +124,10 @@ std::string FormatS3Prometheus(const s3::S3Stats& stats) {
   Family(&out, "croupier_s3_failures_total", "counter",
          "Object-store requests that failed for good.")
       .Add({}, stats.failures);
+  Family(&out, "croupier_s3_ranges_total", "counter",
+         "Byte ranges (records, mostly) asked for in batched reads; fewer requests than ranges "
+         "is the merging of neighbours.")
+      .Add({}, stats.ranges);
   return out;
 }
 

@@ -116,6 +116,7 @@ TEST(MetricsPrometheusTest, ObjectStoreCountersAreMetrics) {
   stats.retries = 3;
   stats.throttles = 2;
   stats.failures = 1;
+  stats.ranges = 40;
   const std::string text = FormatS3Prometheus(stats);
   EXPECT_THAT(text, HasSubstr("# TYPE croupier_s3_requests_total counter\n"
                               "croupier_s3_requests_total 12\n"));
@@ -123,6 +124,7 @@ TEST(MetricsPrometheusTest, ObjectStoreCountersAreMetrics) {
   EXPECT_THAT(text, HasSubstr("croupier_s3_retries_total 3\n"));
   EXPECT_THAT(text, HasSubstr("croupier_s3_throttles_total 2\n"));
   EXPECT_THAT(text, HasSubstr("croupier_s3_failures_total 1\n"));
+  EXPECT_THAT(text, HasSubstr("croupier_s3_ranges_total 40\n"));
 }
 
 TEST(MetricsPrometheusTest, LabelValuesAreEscaped) {

@@ -116,6 +116,12 @@ std::optional<absl::string_view> RecordCache::Lookup(uint32_t file, uint64_t rec
   return data;
 }
 
+bool RecordCache::Contains(uint32_t file, uint64_t record) {
+  Shard& shard = shards_[((record >> 6) ^ file) % kShards];
+  absl::ReaderMutexLock lock(&shard.mu);
+  return shard.slots.contains(Key{file, record});
+}
+
 std::optional<absl::string_view> RecordCache::ReadBack(const Slot& slot, Shard& shard,
                                                        std::string& buffer) {
   buffer.resize(slot.size);

@@ -80,6 +80,10 @@ class RecordCache {
   // `buffer`, which is reused.
   std::optional<absl::string_view> Lookup(uint32_t file, uint64_t record, std::string& buffer);
 
+  // Whether the record is held, without reading it or counting a hit or miss (to plan which
+  // records to fetch).
+  bool Contains(uint32_t file, uint64_t record);
+
   // Admits a copy of a record's data if it fits; returns whether it was admitted (or was held
   // already). Never evicts.
   bool Insert(uint32_t file, uint64_t record, absl::string_view data);

@@ -75,7 +75,14 @@ TfrecordBatchMaker::TfrecordBatchMaker(v1::JobInfo job, JobConfig config,
       features_(std::move(features)),
       record_cache_(record_cache),
       env_(env != nullptr ? env : Env::Default()),
-      files_(new File[dataset_->num_files()]) {
+      files_(new File[dataset_->num_files()]),
+      fetcher_(std::make_unique<RecordFetcher>(
+          *dataset_,
+          [this](size_t file) -> absl::StatusOr<const RandomAccessFile*> {
+            ASSIGN_OR_RETURN(const IndexedRecordFile* f, OpenFile(file));
+            return &f->file();
+          },
+          RecordFetcher::Options{kFetchAheadBytes})) {
   if (record_cache_ != nullptr) {
     for (size_t i = 0; i < dataset_->num_files(); ++i) {
       files_[i].cache_id = record_cache_->FileId(dataset_->index(i));
@@ -87,10 +94,115 @@ TfrecordBatchMaker::~TfrecordBatchMaker() = default;
 
 absl::StatusOr<const IndexedRecordFile*> TfrecordBatchMaker::OpenFile(size_t file) const {
   File& f = files_[file];
-  absl::call_once(f.once,
-                  [&] { f.reader = IndexedRecordFile::Open(dataset_->shared_index(file), env_); });
+  absl::call_once(f.once, [&] {
+    f.reader = IndexedRecordFile::Open(dataset_->shared_index(file), env_);
+    if (f.reader.ok()) f.remote.store((*f.reader)->file().remote() ? 1 : 0);
+  });
   if (!f.reader.ok()) return f.reader.status();
   return f.reader->get();
+}
+
+bool TfrecordBatchMaker::AnyRemote(absl::Span<const Dataset::Location> locs) const {
+  // Every file is opened (not only up to the first remote one), so that ToFetch, which reads
+  // the flags, names the same records for a batch whenever it is asked.
+  bool any = false;
+  for (const Dataset::Location& loc : locs) {
+    int remote = files_[loc.file].remote.load(std::memory_order_acquire);
+    if (remote < 0) {
+      if (!OpenFile(loc.file).ok()) continue;  // the read reports it
+      remote = files_[loc.file].remote.load(std::memory_order_acquire);
+    }
+    any = any || remote == 1;
+  }
+  return any;
+}
+
+std::vector<Dataset::Location> TfrecordBatchMaker::ToFetch(absl::Span<const Dataset::Location> locs,
+                                                           std::vector<size_t>* positions) const {
+  std::vector<Dataset::Location> out;
+  for (size_t i = 0; i < locs.size(); ++i) {
+    const Dataset::Location& loc = locs[i];
+    const File& f = files_[loc.file];
+    if (f.remote.load(std::memory_order_acquire) != 1) continue;
+    if (record_cache_ != nullptr && record_cache_->Contains(f.cache_id, loc.record)) continue;
+    out.push_back(loc);
+    if (positions != nullptr) positions->push_back(i);
+  }
+  return out;
+}
+
+void TfrecordBatchMaker::FetchAhead(uint64_t epoch, uint64_t batch) const {
+  const JobConfig& c = config();
+  const uint64_t end =
+      std::min(c.TaskEnd(epoch, c.TaskStart(epoch, batch)), batch + 1 + kFetchAheadBatches);
+  if (batch + 1 >= end) return;
+  absl::StatusOr<EpochPlan> plan = EpochPlan::Create(c.plan, epoch);
+  if (!plan.ok()) return;
+  std::vector<uint64_t> ids(c.plan.batch_size);
+  std::vector<Dataset::Location> locs(ids.size());
+  for (uint64_t g = batch + 1; g < end; ++g) {
+    plan->BatchRecords(g, absl::MakeSpan(ids));
+    for (size_t i = 0; i < ids.size(); ++i) locs[i] = dataset_->Locate(ids[i]);
+    if (!AnyRemote(locs)) continue;
+    fetcher_->Ahead({epoch, g}, ToFetch(locs, nullptr));
+  }
+}
+
+absl::Status TfrecordBatchMaker::AddFetched(const Dataset::Location& loc,
+                                            const FetchedRecords& fetched, size_t j,
+                                            Scratch& scratch) const {
+  const RecordIndex& index = dataset_->index(loc.file);
+  const uint64_t framed = index.data_length(loc.record) + kRecordOverheadBytes;
+  const uint64_t got = fetched.got[j];
+  const IndexedRecordFile* file = *OpenFile(loc.file);  // opened to fetch it
+  if (got < framed) {
+    return RecordError(loc.file, loc.record,
+                       RecordReadError(index, loc.record, file->file(), got, absl::OkStatus()));
+  }
+  auto data = CheckRecord(absl::string_view(fetched.bytes).substr(fetched.starts[j], framed),
+                          index.path, index.offsets[loc.record]);
+  if (!data.ok()) {
+    return RecordError(loc.file, loc.record,
+                       RecordReadError(index, loc.record, file->file(), got, data.status()));
+  }
+  if (record_cache_ != nullptr) record_cache_->Insert(files_[loc.file].cache_id, loc.record, *data);
+  return AddData(loc.file, loc.record, *data, scratch);
+}
+
+absl::Status TfrecordBatchMaker::AddFetchedRecords(uint64_t epoch, uint64_t batch,
+                                                   absl::Span<const uint64_t> ids,
+                                                   Scratch& scratch) const {
+  std::vector<size_t> positions;
+  const std::vector<Dataset::Location> wanted = ToFetch(scratch.locs, &positions);
+  // The next batches are asked for first, so that their fetch overlaps this one's.
+  FetchAhead(epoch, batch);
+  std::shared_ptr<const FetchedRecords> fetched;
+  if (!wanted.empty()) {
+    absl::StatusOr<std::shared_ptr<const FetchedRecords>> got =
+        fetcher_->Take({epoch, batch}, wanted);
+    if (!got.ok()) {
+      const Dataset::Location& first = wanted.front();
+      return RecordError(first.file, first.record, got.status());
+    }
+    fetched = *std::move(got);
+  }
+  size_t j = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const Dataset::Location& loc = scratch.locs[i];
+    if (j < positions.size() && positions[j] == i) {
+      RETURN_IF_ERROR(AddFetched(loc, *fetched, j, scratch));
+      ++j;
+      continue;
+    }
+    if (record_cache_ != nullptr) {
+      if (auto hit = record_cache_->Lookup(files_[loc.file].cache_id, loc.record, scratch.buffer)) {
+        RETURN_IF_ERROR(AddData(loc.file, loc.record, *hit, scratch));
+        continue;
+      }
+    }
+    RETURN_IF_ERROR(ReadRecord(loc, scratch));  // a local file's record, or a cache miss
+  }
+  return absl::OkStatus();
 }
 
 std::unique_ptr<TfrecordBatchMaker::Scratch> TfrecordBatchMaker::GetScratch() const {
@@ -195,9 +307,7 @@ absl::Status TfrecordBatchMaker::AddRun(const Dataset::Location& loc, size_t cou
 
 absl::Status TfrecordBatchMaker::AddRecords(absl::Span<const uint64_t> ids,
                                             Scratch& scratch) const {
-  std::vector<Dataset::Location>& locs = scratch.locs;
-  locs.resize(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) locs[i] = dataset_->Locate(ids[i]);
+  const std::vector<Dataset::Location>& locs = scratch.locs;  // of ids, set by MakeRecords
   // A cache hit found while extending the previous run: the record at ids[i].
   std::optional<absl::string_view> hit;
   bool looked_up = false;
@@ -241,11 +351,14 @@ absl::Status TfrecordBatchMaker::AddRecords(absl::Span<const uint64_t> ids,
   return absl::OkStatus();
 }
 
-absl::StatusOr<Batch> TfrecordBatchMaker::MakeRecords(uint64_t /*epoch*/, uint64_t /*batch*/,
+absl::StatusOr<Batch> TfrecordBatchMaker::MakeRecords(uint64_t epoch, uint64_t batch,
                                                       absl::Span<const uint64_t> ids) const {
   std::unique_ptr<Scratch> scratch = GetScratch();
+  scratch->locs.resize(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) scratch->locs[i] = dataset_->Locate(ids[i]);
   // On an error the builder holds part of a batch: the scratch is dropped rather than pooled.
-  RETURN_IF_ERROR(AddRecords(ids, *scratch));
+  RETURN_IF_ERROR(AnyRemote(scratch->locs) ? AddFetchedRecords(epoch, batch, ids, *scratch)
+                                           : AddRecords(ids, *scratch));
   absl::StatusOr<Batch> made =
       scratch->builder->Finish([this](size_t size) { return batch_buffers_.Get(size); });
   if (!made.ok()) return made.status();

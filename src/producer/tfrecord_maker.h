@@ -3,6 +3,7 @@
 #ifndef CROUPIER_SRC_PRODUCER_TFRECORD_MAKER_H_
 #define CROUPIER_SRC_PRODUCER_TFRECORD_MAKER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -20,6 +21,7 @@
 #include "croupier/record_index.h"
 #include "proto/croupier.pb.h"
 #include "src/io/buffer_pool.h"
+#include "src/io/record_fetch.h"
 #include "src/producer/batch_maker.h"
 
 namespace croupier {
@@ -35,6 +37,11 @@ class RecordCache;
 // Each file is opened on first use and stays open until destruction (one descriptor per file, and
 // a second one once consecutive records of the file are read together: see AddRun).
 //
+// Records in remote files (an object store: RandomAccessFile::remote()) are read per batch, with
+// one ReadRanges call per file (merged into few requests by the store's Env), and the records of
+// the next kFetchAheadBatches batches of the same task are fetched ahead of use (RecordFetcher,
+// at most kFetchAheadBytes of them waiting).
+//
 // Batches of 64 KiB and more are laid out in recycled buffers (BufferPool): at most
 // kFreeBatchBytes of buffers whose batches are gone are kept for the next ones.
 //
@@ -43,6 +50,8 @@ class TfrecordBatchMaker final : public BatchMaker {
  public:
   static constexpr size_t kFreeBatchBytes = size_t{16} << 20;
   static constexpr size_t kMinPooledBatchBytes = size_t{64} << 10;
+  static constexpr uint64_t kFetchAheadBatches = 8;
+  static constexpr uint64_t kFetchAheadBytes = uint64_t{64} << 20;
 
   // Opens the job's files (JobInfo.files: expanded paths, in global record order) as a Dataset
   // through `cache`, and checks that they still hold the record counts the job was created with.
@@ -57,6 +66,8 @@ class TfrecordBatchMaker final : public BatchMaker {
   ~TfrecordBatchMaker() override;
 
   const Dataset& dataset() const { return *dataset_; }
+  // What the read-ahead of remote records did.
+  RecordFetcher::Stats fetch_stats() const { return fetcher_->stats(); }
 
  private:
   // One file of the dataset, opened on first use: an IndexedRecordFile for single records, and a
@@ -67,6 +78,8 @@ class TfrecordBatchMaker final : public BatchMaker {
     absl::once_flag run_once;
     absl::StatusOr<std::unique_ptr<RandomAccessFile>> run_reader;
     uint32_t cache_id = 0;  // the file's id in the record cache
+    // Whether `reader` is remote: -1 until it is open.
+    std::atomic<int> remote{-1};
   };
   // What one Make call needs besides the plan, pooled so that buffers keep their capacity.
   struct Scratch;
@@ -104,6 +117,21 @@ class TfrecordBatchMaker final : public BatchMaker {
   Run FindRun(absl::Span<const uint64_t> ids, const Dataset::Location& loc, Scratch& scratch) const;
   // Reads records [loc.record, loc.record + count) of a file with one read and adds them.
   absl::Status AddRun(const Dataset::Location& loc, size_t count, Scratch& scratch) const;
+  // Whether any of the records at `locs` is in a remote file (opening the files not yet open).
+  bool AnyRemote(absl::Span<const Dataset::Location> locs) const;
+  // Of the records at `locs`, those to fetch from remote files: not in the record cache. Their
+  // positions in `locs` go to `positions` when given.
+  std::vector<Dataset::Location> ToFetch(absl::Span<const Dataset::Location> locs,
+                                         std::vector<size_t>* positions) const;
+  // Asks the fetcher for the records of the next batches of the task holding `batch`.
+  void FetchAhead(uint64_t epoch, uint64_t batch) const;
+  // Reads the records `ids` of batch (epoch, batch), some of them in remote files, through the
+  // fetcher, and adds them in order to scratch.builder.
+  absl::Status AddFetchedRecords(uint64_t epoch, uint64_t batch, absl::Span<const uint64_t> ids,
+                                 Scratch& scratch) const;
+  // Checks record `loc` of `fetched` at position j and adds it.
+  absl::Status AddFetched(const Dataset::Location& loc, const FetchedRecords& fetched, size_t j,
+                          Scratch& scratch) const;
   std::unique_ptr<Scratch> GetScratch() const;
   void ReturnScratch(std::unique_ptr<Scratch> scratch) const;
 
@@ -114,6 +142,7 @@ class TfrecordBatchMaker final : public BatchMaker {
   Env* const env_;
   const std::unique_ptr<File[]> files_;
   mutable BufferPool batch_buffers_{kFreeBatchBytes, kMinPooledBatchBytes};  // thread-safe
+  const std::unique_ptr<RecordFetcher> fetcher_;                             // thread-safe
 
   mutable absl::Mutex pool_mu_;
   mutable std::vector<std::unique_ptr<Scratch>> pool_ ABSL_GUARDED_BY(pool_mu_);

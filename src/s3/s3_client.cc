@@ -12,6 +12,7 @@
 #include "src/common/logging.h"
 #include "src/common/retry.h"
 #include "src/common/status_macros.h"
+#include "src/s3/fetch_pool.h"
 #include "src/s3/s3_connections.h"
 #include "src/s3/s3_error.h"
 #include "src/s3/sigv4.h"
@@ -61,13 +62,14 @@ std::string DescribeFailure(httplib::Error err) {
 
 // One call, and what came back of its last attempt.
 struct S3Client::Request {
-  std::string method;  // "GET" or "HEAD"
+  std::string method;  // "GET", "HEAD" or "PUT"
   S3Path path;         // key ignored for a listing
   bool listing = false;
   std::vector<std::pair<std::string, std::string>> query;
   std::optional<ByteRange> range;
-  char* dst = nullptr;  // where a ranged GET's bytes go
-  std::string what;     // "s3://b/k bytes [0, 10)", for messages
+  char* dst = nullptr;         // where a ranged GET's bytes go
+  std::string what;            // "s3://b/k bytes [0, 10)", for messages
+  absl::string_view put_body;  // what a PUT sends
 
   // The answer.
   int status = 0;
@@ -100,7 +102,9 @@ absl::StatusOr<std::unique_ptr<S3Client>> S3Client::Create(S3Options options) {
 }
 
 S3Client::S3Client(S3Options options, std::unique_ptr<S3Connections> connections)
-    : options_(std::move(options)), connections_(std::move(connections)) {}
+    : options_(std::move(options)),
+      connections_(std::move(connections)),
+      pool_(std::make_unique<FetchPool>(options_.max_in_flight)) {}
 
 S3Client::~S3Client() = default;
 
@@ -122,7 +126,8 @@ absl::Status S3Client::Attempt(Request& req) {
   in.secret_access_key = options_.credentials.secret_access_key;
   in.headers["host"] = endpoint.HostHeader(host_name);
   in.headers["x-amz-date"] = AmzDate(absl::Now());
-  in.headers["x-amz-content-sha256"] = std::string(kEmptyPayloadSha256);
+  if (req.method == "PUT") in.payload_sha256 = Sha256Hex(req.put_body);
+  in.headers["x-amz-content-sha256"] = in.payload_sha256;
   if (!options_.credentials.session_token.empty()) {
     in.headers["x-amz-security-token"] = options_.credentials.session_token;
   }
@@ -157,8 +162,10 @@ absl::Status S3Client::Attempt(Request& req) {
     req.received += n;
     return true;
   };
-  httplib::Result result = req.method == "HEAD"
-                               ? client->Head(target.c_str(), headers)
+  httplib::Result result = req.method == "HEAD" ? client->Head(target.c_str(), headers)
+                           : req.method == "PUT"
+                               ? client->Put(target.c_str(), headers, req.put_body.data(),
+                                             req.put_body.size(), "application/octet-stream")
                                : client->Get(target.c_str(), headers, on_answer, on_bytes);
   const std::string where = absl::StrCat(endpoint.scheme, "://", endpoint.HostHeader(host_name));
   if (!result) {
@@ -181,6 +188,7 @@ absl::Status S3Client::Attempt(Request& req) {
   req.content_length = res.get_header_value("Content-Length");
   req.last_modified = res.get_header_value("Last-Modified");
   req.etag = res.get_header_value("ETag");
+  if (req.method == "PUT") req.body = res.body.substr(0, kMaxBodyBytes);
   if (res.status < 200 || res.status >= 300) {
     req.throttled = IsThrottle(res.status, req.body);
     return AnswerToStatus(res.status, req.body, req.what);
@@ -264,6 +272,15 @@ absl::StatusOr<size_t> S3Client::GetRange(const S3Path& path, const ByteRange& r
   RETURN_IF_ERROR(Send(req));
   counters_.AddBytes(req.received);
   return static_cast<size_t>(req.received);
+}
+
+absl::Status S3Client::Put(const S3Path& path, absl::string_view body) {
+  Request req;
+  req.method = "PUT";
+  req.path = path;
+  req.put_body = body;
+  req.what = absl::StrCat(path.ToString(), " (", body.size(), " bytes written)");
+  return Send(req);
 }
 
 absl::StatusOr<std::vector<ObjectInfo>> S3Client::List(const std::string& bucket,

@@ -16,6 +16,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "src/common/env.h"
 #include "src/s3/byte_range.h"
 #include "src/s3/s3_options.h"
 #include "src/s3/s3_path.h"
@@ -32,6 +35,7 @@ struct ObjectInfo {
 };
 
 class S3Connections;
+class FetchPool;
 
 // Thread-safe: calls may run from many threads; each takes a connection of its own from a pool
 // (kept alive between calls) and never holds a lock while it talks to the store.
@@ -49,6 +53,16 @@ class S3Client {
   // the range is expected to lie inside the object (the caller knows its size from Head);
   // OUT_OF_RANGE when it does not.
   absl::StatusOr<size_t> GetRange(const S3Path& path, const ByteRange& range, char* dst);
+
+  // Reads `ranges` of the object of `size` bytes (as HEAD told it): merged into few GETs
+  // (range_plan.h, by the options' merge gap and request size) run at once on the client's
+  // FetchPool, at most options.max_in_flight of them in flight. Each range's `got` is its bytes
+  // inside the object. The first error, naming the object and the merged request's range.
+  absl::Status GetRanges(const S3Path& path, uint64_t size,
+                         absl::Span<RandomAccessFile::Range> ranges);
+
+  // Writes `body` as the object at `path`, whole (a reader sees the old object or the new one).
+  absl::Status Put(const S3Path& path, absl::string_view body);
 
   // Every object of `bucket` whose key starts with `prefix`, in the store's (UTF-8 binary)
   // order, following continuation tokens. NOT_FOUND for a missing bucket.
@@ -69,6 +83,8 @@ class S3Client {
   const S3Options options_;
   const std::unique_ptr<S3Connections> connections_;
   S3Counters counters_;
+  // Last: its threads run GETs on the members above, so it is destroyed (joined) first.
+  const std::unique_ptr<FetchPool> pool_;
 };
 
 }  // namespace croupier::s3

@@ -23,6 +23,10 @@ class S3File final : public RandomAccessFile {
   }
   const std::string& name() const override { return name_; }
   absl::StatusOr<uint64_t> Size() const override { return size_; }
+  absl::Status ReadRanges(absl::Span<Range> ranges) const override {
+    return client_->GetRanges(path_, size_, ranges);
+  }
+  bool remote() const override { return true; }
 
  private:
   const std::shared_ptr<S3Client> client_;
@@ -83,6 +87,10 @@ class RoutingEnv final : public Env {
     ASSIGN_OR_RETURN(Env * env, For(p));
     return env->Glob(p);
   }
+  std::string SharedDerivedPath(const std::string& p, absl::string_view suffix) override {
+    absl::StatusOr<Env*> env = For(p);
+    return env.ok() ? (*env)->SharedDerivedPath(p, suffix) : "";
+  }
 
   S3Stats stats() {
     if (!made_.load(std::memory_order_acquire) || s3_ == nullptr) return {};
@@ -139,12 +147,26 @@ absl::Status S3Env::Truncate(const std::string& path, uint64_t) {
   return ReadOnly("truncating", path);
 }
 absl::Status S3Env::SyncDir(const std::string& path) { return ReadOnly("syncing", path); }
-absl::Status S3Env::WriteFileAtomically(const std::string& path, absl::string_view) {
-  return ReadOnly("writing", path);
+absl::Status S3Env::WriteFileAtomically(const std::string& path, absl::string_view contents) {
+  ASSIGN_OR_RETURN(S3Path at, ParseS3Path(path));
+  return client_->Put(at, contents);
 }
-absl::Status S3Env::CreateDirs(const std::string& path) {
+
+absl::Status S3Env::CreateDirsOrNothing(const std::string& path) {
+  // An object store has no directories: a key's prefix exists once an object has it.
+  if (IsS3Path(path)) return absl::OkStatus();
   return ReadOnly("creating directories", path);
 }
+
+std::string S3Env::SharedDerivedPath(const std::string& path, absl::string_view suffix) {
+  absl::StatusOr<S3Path> at = ParseS3Path(path);
+  const std::string& prefix = client_->options().index_prefix;
+  if (!at.ok() || prefix == "off") return "";
+  const std::string root =
+      prefix.empty() ? absl::StrCat("s3://", at->bucket, "/", kSharedDerivedDir) : prefix;
+  return absl::StrCat(root, "/", at->bucket, "/", at->key, suffix);
+}
+absl::Status S3Env::CreateDirs(const std::string& path) { return CreateDirsOrNothing(path); }
 
 absl::StatusOr<FileStat> S3Env::Stat(const std::string& path) {
   ASSIGN_OR_RETURN(S3Path at, ParseS3Path(path));

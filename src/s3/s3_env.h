@@ -2,14 +2,22 @@
 // that reads files through an Env (the record index and its cache, Dataset, the producers'
 // TfrecordBatchMaker, the dispatcher's BuildJobInfo) reads objects unchanged.
 //
-//   OpenForRead, OpenForRandomRead   HEAD once for the size; every Read is one ranged GET
+//   OpenForRead, OpenForRandomRead   HEAD once for the size; every Read is one ranged GET;
+//                                    ReadRanges merges neighbouring ranges into few GETs, run
+//                                    in parallel (S3Client::GetRanges); remote() is true
 //   Stat                             HEAD: size and Last-Modified (whole seconds)
 //   Glob                             ListObjectsV2 over the pattern's prefix, keys matched as a
 //                                    shell glob ('*' stops at '/'); no wildcard: HEAD
-//   writes, Truncate, SyncDir, CreateDirs    UNIMPLEMENTED: croupier only reads objects
+//   WriteFileAtomically              PUT of the whole object (how the record indexes that every
+//                                    producer shares are stored: SharedDerivedPath)
+//   SharedDerivedPath                s3://BUCKET/.croupier-index/BUCKET/KEY+suffix, or under
+//                                    CROUPIER_S3_INDEX_PREFIX; "" when that is "off"
+//   CreateDirs                       nothing to do (a store has no directories)
+//   OpenForWrite, OpenForAppend, Truncate, SyncDir    UNIMPLEMENTED: data objects are only read
 //
 // Not a file system: nothing is mapped (reads copy from the answer into the caller's buffer),
-// and nothing is cached or read ahead (WillRead does nothing).
+// and nothing is cached or read ahead here (WillRead does nothing): a reader that knows what it
+// will read asks for it ahead in ReadRanges (TfrecordBatchMaker's RecordFetcher).
 #ifndef CROUPIER_SRC_S3_S3_ENV_H_
 #define CROUPIER_SRC_S3_S3_ENV_H_
 
@@ -36,10 +44,16 @@ class S3Env final : public Env {
   absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) override;
   absl::Status CreateDirs(const std::string& path) override;
   absl::StatusOr<std::vector<std::string>> Glob(const std::string& pattern) override;
+  std::string SharedDerivedPath(const std::string& path, absl::string_view suffix) override;
 
   S3Client& client() { return *client_; }
 
+  // The folder of each bucket where shared derived files go by default. A glob's '*' does not
+  // match a leading '.', so `s3://b/*/*` never takes these.
+  static constexpr absl::string_view kSharedDerivedDir = ".croupier-index";
+
  private:
+  absl::Status CreateDirsOrNothing(const std::string& path);
   const std::shared_ptr<S3Client> client_;
 };
 

@@ -20,6 +20,19 @@ absl::Status ReadSeconds(const GetEnv& env, absl::string_view name, absl::Durati
   return absl::OkStatus();
 }
 
+template <typename T>
+absl::Status ReadCount(const GetEnv& env, absl::string_view name, T min, T& out) {
+  std::optional<std::string> v = env(name);
+  if (!v || v->empty()) return absl::OkStatus();
+  T n = 0;
+  if (!absl::SimpleAtoi(*v, &n) || n < min) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, "='", *v, "' is not a whole number of at least ", min));
+  }
+  out = n;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<S3Options> S3OptionsFromEnvironment(const GetEnv& env) {
@@ -55,6 +68,17 @@ absl::StatusOr<S3Options> S3OptionsFromEnvironment(const GetEnv& env) {
   }
   RETURN_IF_ERROR(ReadSeconds(env, "CROUPIER_S3_READ_TIMEOUT_SECONDS", o.read_timeout));
   RETURN_IF_ERROR(ReadSeconds(env, "CROUPIER_S3_CONNECT_TIMEOUT_SECONDS", o.connect_timeout));
+  RETURN_IF_ERROR(ReadCount(env, "CROUPIER_S3_MAX_IN_FLIGHT", 1, o.max_in_flight));
+  RETURN_IF_ERROR(ReadCount<uint64_t>(env, "CROUPIER_S3_MERGE_GAP_BYTES", 0, o.merge_gap_bytes));
+  RETURN_IF_ERROR(
+      ReadCount<uint64_t>(env, "CROUPIER_S3_MAX_REQUEST_BYTES", 1, o.max_request_bytes));
+  o.index_prefix = env("CROUPIER_S3_INDEX_PREFIX").value_or("");
+  while (absl::EndsWith(o.index_prefix, "/")) o.index_prefix.pop_back();
+  if (!o.index_prefix.empty() && o.index_prefix != "off" &&
+      !absl::StartsWith(o.index_prefix, "s3://")) {
+    return absl::InvalidArgumentError(absl::StrCat("CROUPIER_S3_INDEX_PREFIX='", o.index_prefix,
+                                                   "' is neither s3://BUCKET[/PREFIX] nor off"));
+  }
   o.ca_bundle = env("AWS_CA_BUNDLE").value_or("");
   ASSIGN_OR_RETURN(o.credentials, ResolveCredentials(env));
   return o;

@@ -2,6 +2,7 @@
 #ifndef CROUPIER_SRC_S3_S3_OPTIONS_H_
 #define CROUPIER_SRC_S3_S3_OPTIONS_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -36,6 +37,17 @@ struct S3Options {
   absl::Duration initial_backoff = absl::Milliseconds(50);
   absl::Duration max_backoff = absl::Seconds(2);
   absl::Duration request_deadline = absl::Minutes(2);
+
+  // ReadRanges (S3Env): at most this many GETs of the client in flight at once; neighbouring
+  // ranges merged into one GET when the bytes between them are at most merge_gap_bytes (0: only
+  // touching ranges, so nothing is fetched that was not asked for); a merged GET longer than
+  // max_request_bytes cut into parts fetched in parallel.
+  int max_in_flight = 16;
+  uint64_t merge_gap_bytes = 0;
+  uint64_t max_request_bytes = uint64_t{8} << 20;
+  // Where the record indexes of objects are kept for every producer (S3Env::SharedDerivedPath):
+  // "s3://BUCKET[/PREFIX]"; empty: ".croupier-index" in each object's own bucket; "off": none.
+  std::string index_prefix;
 };
 
 // The options from the environment:
@@ -45,6 +57,9 @@ struct S3Options {
 //                                                   endpoint, virtual for AWS's own)
 //   CROUPIER_S3_MAX_ATTEMPTS, CROUPIER_S3_READ_TIMEOUT_SECONDS,
 //   CROUPIER_S3_CONNECT_TIMEOUT_SECONDS             retries and timeouts
+//   CROUPIER_S3_MAX_IN_FLIGHT, CROUPIER_S3_MERGE_GAP_BYTES,
+//   CROUPIER_S3_MAX_REQUEST_BYTES                   ReadRanges' requests (see above)
+//   CROUPIER_S3_INDEX_PREFIX                        index_prefix
 //   AWS_CA_BUNDLE                                   the CAs trusted over HTTPS
 // and the credentials from ResolveCredentials. INVALID_ARGUMENT names a malformed variable;
 // FAILED_PRECONDITION when there are no credentials.

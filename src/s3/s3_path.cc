@@ -32,7 +32,7 @@ std::string GlobPrefix(absl::string_view key_pattern) {
 
 bool GlobMatch(absl::string_view key_pattern, absl::string_view key) {
   const std::string pattern(key_pattern), name(key);
-  return ::fnmatch(pattern.c_str(), name.c_str(), FNM_PATHNAME) == 0;
+  return ::fnmatch(pattern.c_str(), name.c_str(), FNM_PATHNAME | FNM_PERIOD) == 0;
 }
 
 }  // namespace croupier::s3

@@ -32,7 +32,8 @@ absl::StatusOr<S3Path> ParseS3Path(absl::string_view path);
 std::string GlobPrefix(absl::string_view key_pattern);
 
 // Whether `key` matches the shell glob `key_pattern` as a local path would: '*' and '?' do not
-// match '/', so "dir/*.tfrecord" does not reach into "dir/sub/".
+// match '/', so "dir/*.tfrecord" does not reach into "dir/sub/"; nor do they match a leading
+// '.' of a name, so the shared indexes under ".croupier-index/" are never taken for data.
 bool GlobMatch(absl::string_view key_pattern, absl::string_view key);
 
 }  // namespace croupier::s3

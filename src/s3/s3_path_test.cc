@@ -34,6 +34,10 @@ TEST(S3PathTest, GlobMatchesLikeALocalPath) {
   EXPECT_TRUE(GlobMatch("train/*/*.tfrecord", "train/sub/a.tfrecord"));
   EXPECT_TRUE(GlobMatch("train/part-[0-9]", "train/part-7"));
   EXPECT_FALSE(GlobMatch("train/part-?", "train/part-10"));
+  // As the shell: a wildcard does not match a leading dot, so .croupier-index/ stays out.
+  EXPECT_FALSE(GlobMatch("*/*/*.tfrecord", ".croupier-index/b/a.tfrecord.crindex"));
+  EXPECT_FALSE(GlobMatch("train/*", "train/.hidden"));
+  EXPECT_TRUE(GlobMatch("train/.*", "train/.hidden"));
 }
 
 }  // namespace

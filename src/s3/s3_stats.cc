@@ -6,7 +6,7 @@ namespace croupier::s3 {
 
 std::string S3Stats::ToString() const {
   return absl::StrCat("requests=", requests, " bytes=", bytes, " retries=", retries,
-                      " throttles=", throttles, " failures=", failures);
+                      " throttles=", throttles, " failures=", failures, " ranges=", ranges);
 }
 
 S3Stats S3Counters::Snapshot() const {
@@ -16,6 +16,7 @@ S3Stats S3Counters::Snapshot() const {
   s.retries = retries_.load(std::memory_order_relaxed);
   s.throttles = throttles_.load(std::memory_order_relaxed);
   s.failures = failures_.load(std::memory_order_relaxed);
+  s.ranges = ranges_.load(std::memory_order_relaxed);
   return s;
 }
 

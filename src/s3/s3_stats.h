@@ -15,8 +15,10 @@ struct S3Stats {
   uint64_t retries = 0;    // attempts that failed and were tried again
   uint64_t throttles = 0;  // of those, the store's requests to slow down (503 SlowDown, 429)
   uint64_t failures = 0;   // requests that failed for good
+  uint64_t ranges = 0;     // ranges asked of ReadRanges (GetRanges), each served by some GET
 
-  std::string ToString() const;  // "requests=.. bytes=.. retries=.. throttles=.. failures=.."
+  std::string ToString()
+      const;  // "requests=.. bytes=.. retries=.. throttles=.. failures=.. ranges=.."
 };
 
 // Thread-safe: relaxed atomic counters.
@@ -29,10 +31,12 @@ class S3Counters {
     if (throttle) throttles_.fetch_add(1, std::memory_order_relaxed);
   }
   void AddFailure() { failures_.fetch_add(1, std::memory_order_relaxed); }
+  void AddRanges(uint64_t n) { ranges_.fetch_add(n, std::memory_order_relaxed); }
   S3Stats Snapshot() const;
 
  private:
-  std::atomic<uint64_t> requests_{0}, bytes_{0}, retries_{0}, throttles_{0}, failures_{0};
+  std::atomic<uint64_t> requests_{0}, bytes_{0}, retries_{0}, throttles_{0}, failures_{0},
+      ranges_{0};
 };
 
 }  // namespace croupier::s3

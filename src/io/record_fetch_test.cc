@@ -1,0 +1,168 @@
+#include "src/io/record_fetch.h"
+
+#include <atomic>
+#include <random>
+
+#include "croupier/tfrecord.h"
+#include "gtest/gtest.h"
+#include "src/common/env.h"
+#include "src/common/testing.h"
+#include "src/s3/range_plan.h"
+
+namespace croupier {
+namespace {
+
+using ::croupier::testing::ScopedTempDir;
+
+// A local file that reads like an object store's: remote, its ReadRanges merged by the store's
+// plan (src/s3/range_plan.h) into requests, which are counted.
+class RemoteLike final : public RandomAccessFile {
+ public:
+  explicit RemoteLike(std::unique_ptr<RandomAccessFile> inner) : inner_(std::move(inner)) {}
+  absl::StatusOr<size_t> Read(uint64_t offset, size_t n, char* dst) const override {
+    ++requests;
+    return inner_->Read(offset, n, dst);
+  }
+  const std::string& name() const override { return inner_->name(); }
+  absl::StatusOr<uint64_t> Size() const override { return inner_->Size(); }
+  bool remote() const override { return true; }
+  absl::Status ReadRanges(absl::Span<Range> ranges) const override {
+    const uint64_t size = *inner_->Size();
+    for (const s3::RangeRequest& req : s3::PlanRangeRequests(ranges, size, 0, 4096)) {
+      std::string staging(req.range.length, '\0');
+      char* base = req.direct ? ranges[req.members.front()].dst : staging.data();
+      for (const s3::ByteRange& part : req.parts) {
+        absl::StatusOr<size_t> got =
+            Read(part.offset, part.length, base + (part.offset - req.range.offset));
+        if (!got.ok()) return got.status();
+      }
+      if (req.direct) continue;
+      for (size_t m : req.members) {
+        std::memcpy(ranges[m].dst, staging.data() + (ranges[m].offset - req.range.offset),
+                    ranges[m].got);
+      }
+    }
+    return absl::OkStatus();
+  }
+  mutable std::atomic<int> requests{0};
+
+ private:
+  std::unique_ptr<RandomAccessFile> inner_;
+};
+
+class RecordFetchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::mt19937 rng(5);
+    for (int f = 0; f < 3; ++f) {
+      paths_.push_back(tmp_.Join("f" + std::to_string(f)));
+      auto w = *RecordWriter::Create(paths_.back());
+      for (int r = 0; r < 50; ++r) {
+        std::string data(50 + rng() % 500, static_cast<char>('a' + (f * 50 + r) % 26));
+        data += std::to_string(f * 1000 + r);
+        ASSERT_TRUE(w->Write(data).ok());
+      }
+      ASSERT_TRUE(w->Close().ok());
+    }
+    IndexCache cache(tmp_.Join("cache"));
+    dataset_ = *Dataset::Open(paths_, cache);
+    for (const std::string& p : paths_) {
+      files_.push_back(std::make_unique<RemoteLike>(*Env::Default()->OpenForRead(p)));
+    }
+  }
+
+  RecordFetcher::Opener Opener() {
+    return [this](size_t f) -> absl::StatusOr<const RandomAccessFile*> { return files_[f].get(); };
+  }
+  int Requests() {
+    int n = 0;
+    for (auto& f : files_) n += f->requests.load();
+    return n;
+  }
+  // Record `loc`'s data, read on its own.
+  std::string Expected(const Dataset::Location& loc) {
+    auto file = *IndexedRecordFile::Open(dataset_->shared_index(loc.file));
+    std::string buffer;
+    return std::string(*file->Read(loc.record, buffer));
+  }
+  void ExpectRecords(const FetchedRecords& got, const std::vector<Dataset::Location>& locs) {
+    ASSERT_EQ(got.starts.size(), locs.size());
+    for (size_t j = 0; j < locs.size(); ++j) {
+      const uint64_t framed =
+          dataset_->index(locs[j].file).data_length(locs[j].record) + kRecordOverheadBytes;
+      ASSERT_EQ(got.got[j], framed);
+      auto data = CheckRecord(absl::string_view(got.bytes).substr(got.starts[j], framed), "f", 0);
+      ASSERT_TRUE(data.ok()) << data.status() << " record " << j;
+      EXPECT_EQ(*data, Expected(locs[j])) << j;
+    }
+  }
+
+  ScopedTempDir tmp_;
+  std::vector<std::string> paths_;
+  std::unique_ptr<Dataset> dataset_;
+  std::vector<std::unique_ptr<RemoteLike>> files_;
+};
+
+TEST_F(RecordFetchTest, ShuffledRecordsOfSeveralFilesComeBackInTheOrderAsked) {
+  RecordFetcher fetcher(*dataset_, Opener(), {});
+  std::mt19937 rng(9);
+  std::vector<Dataset::Location> locs;
+  for (int i = 0; i < 40; ++i) locs.push_back(dataset_->Locate(rng() % 150));
+  locs.push_back(locs[3]);  // a repeat
+  auto got = fetcher.Fetch(locs);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectRecords(**got, locs);
+}
+
+TEST_F(RecordFetchTest, ConsecutiveRecordsAreFewRequests) {
+  RecordFetcher fetcher(*dataset_, Opener(), {});
+  std::vector<Dataset::Location> locs;
+  for (uint64_t id = 10; id < 30; ++id) locs.push_back(dataset_->Locate(id));
+  auto got = fetcher.Fetch(locs);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectRecords(**got, locs);
+  uint64_t bytes = 0;
+  for (const auto& loc : locs) bytes += dataset_->index(0).data_length(loc.record) + 16;
+  // One merged range, cut in 4 KiB parts.
+  EXPECT_EQ(Requests(), static_cast<int>((bytes + 4095) / 4096));
+}
+
+TEST_F(RecordFetchTest, BatchesFetchedAheadAreTakenWithoutAnotherRead) {
+  RecordFetcher fetcher(*dataset_, Opener(), {});
+  std::vector<std::vector<Dataset::Location>> batches(4);
+  for (size_t b = 0; b < batches.size(); ++b) {
+    for (uint64_t i = 0; i < 10; ++i)
+      batches[b].push_back(dataset_->Locate((b * 37 + i * 11) % 150));
+  }
+  for (size_t b = 1; b < batches.size(); ++b) fetcher.Ahead({0, b}, batches[b]);
+  auto first = fetcher.Take({0, 0}, batches[0]);
+  ASSERT_TRUE(first.ok());
+  ExpectRecords(**first, batches[0]);
+  for (size_t b = 1; b < batches.size(); ++b) {
+    auto got = fetcher.Take({0, b}, batches[b]);
+    ASSERT_TRUE(got.ok());
+    ExpectRecords(**got, batches[b]);
+  }
+  const int requests = Requests();
+  // Taken batches are not fetched ahead again.
+  fetcher.Ahead({0, 2}, batches[2]);
+  EXPECT_EQ(fetcher.stats().ahead_started, 3u);
+  // Batch 0, and any batch whose read-ahead had not started when it was taken.
+  EXPECT_EQ(fetcher.stats().ahead_used + fetcher.stats().fetched_now, 4u);
+  EXPECT_GE(fetcher.stats().fetched_now, 1u);
+  EXPECT_EQ(Requests(), requests);
+}
+
+TEST_F(RecordFetchTest, ReadAheadStaysWithinItsBytes) {
+  RecordFetcher fetcher(*dataset_, Opener(), {/*max_ahead_bytes=*/1000});
+  std::vector<Dataset::Location> big;
+  for (uint64_t id = 0; id < 20; ++id) big.push_back(dataset_->Locate(id));
+  fetcher.Ahead({0, 1}, big);
+  EXPECT_EQ(fetcher.stats().ahead_started, 0u);
+  auto got = fetcher.Take({0, 1}, big);
+  ASSERT_TRUE(got.ok());
+  ExpectRecords(**got, big);
+}
+
+}  // namespace
+}  // namespace croupier
