@@ -115,16 +115,13 @@ TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:ignore_noninstr
 
 .PHONY: asan tsan fuzz-build fuzz-smoke fuzz
 
-# ASan + UBSan: every C++ test in build-asan. A test that fails is run once more: under the
-# sanitizers' slowdown, ProducerTaskRunnerTest.RevokedTaskIsDroppedAndItsWaitersFail has failed
-# once in a clean CI run (its waiter thread raced the revocation it is meant to wait for). A
-# sanitizer report aborts its test, and fails the run unless the rerun passes cleanly.
+# ASan + UBSan: every C++ test in build-asan. A sanitizer report aborts its test and fails the run.
 asan: bootstrap
 	CC=clang CXX=clang++ cmake -S . -B build-asan $(SAN_CMAKE) \
 	  -DCROUPIER_SANITIZE=address,undefined
 	nice cmake --build build-asan -j $(SAN_JOBS)
 	$(ASAN_ENV) nice ctest --test-dir build-asan --output-on-failure -j $(SAN_JOBS) \
-	  --timeout $(SAN_TEST_TIMEOUT) --repeat until-pass:2
+	  --timeout $(SAN_TEST_TIMEOUT)
 
 # TSan: every C++ test in build-tsan, then the multi-process service tests on its binary. abseil
 # is built with TSan first (scripts/tsan_abseil.sh, into build-tsan/abseil) and every binary of

@@ -93,6 +93,8 @@ BatchBuffer::Stats BatchBuffer::stats() const {
   Stats s;
   s.bytes = bytes_;
   s.reserved_bytes = reserved_;
+  for (const auto& [key, waiters] : key_waiters_) s.waiters += waiters.size();
+  for (const auto& [je, waiters] : any_waiters_) s.waiters += waiters.size();
   s.capacity_bytes = capacity_;
   s.count = entries_.size();
   s.peak_bytes = peak_bytes_;

@@ -47,6 +47,7 @@ class BatchBuffer {
     uint64_t capacity_bytes = 0;
     uint64_t count = 0;       // stored entries (batches and errors)
     uint64_t peak_bytes = 0;  // the most `bytes` has ever been
+    uint64_t waiters = 0;     // registered waits (Expect, ExpectAny) not yet answered
   };
 
   // A registered wait for a batch; see Expect. Move-only. Every ticket must be passed to Wait.

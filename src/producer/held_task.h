@@ -87,6 +87,13 @@ class HeldTask {
   // Set once the task is revoked or finished: its batches must no longer enter the buffer.
   bool dropped() const { return dropped_; }
   void Drop() { dropped_ = true; }
+  // Set once the task is revoked: no batch of it may be handed out any more, even one a request
+  // was making when the revocation came.
+  bool revoked() const { return revoked_; }
+  void Revoke() {
+    dropped_ = true;
+    revoked_ = true;
+  }
 
  private:
   // Moves batch `index` to `to`, keeping the counters.
@@ -105,6 +112,7 @@ class HeldTask {
   uint64_t ready_ = 0;
   uint64_t done_ = 0;
   bool dropped_ = false;
+  bool revoked_ = false;
 };
 
 }  // namespace croupier

@@ -107,7 +107,7 @@ bool TaskRunner::RevokeTask(uint64_t task_id) {
   if (it == tasks_.end()) return false;
   std::shared_ptr<HeldTask> task = std::move(*it);
   tasks_.erase(it);
-  task->Drop();
+  task->Revoke();
   const absl::Status revoked =
       absl::NotFoundError(absl::StrCat(task->Describe(), " was revoked from this producer"));
   for (uint64_t i = 0; i < task->size(); ++i) {
@@ -202,9 +202,9 @@ uint64_t TaskRunner::EvictStaleLocked() {
     for (uint64_t i = 0; i < t->size(); ++i) {
       if (!StaleLocked(*t, i, now)) continue;
       const BatchKey key = t->Key(i);
-      buffer_.Discard(key, absl::NotFoundError(absl::StrCat(
-                               "batch ", key.batch, " of job '", key.job, "' epoch ", key.epoch,
-                               " was evicted")));
+      buffer_.Discard(key,
+                      absl::NotFoundError(absl::StrCat("batch ", key.batch, " of job '", key.job,
+                                                       "' epoch ", key.epoch, " was evicted")));
       ++evicted;
       if (t->Evict(i)) done.push_back(t);
     }
@@ -269,9 +269,9 @@ absl::Status TaskRunner::AddTask(const v1::Task& task, const v1::JobInfo& job) {
 
 v1::ProducerStats TaskRunner::Report() const {
   const Stats stats = this->stats();
-  v1::ProducerStats s = ToProducerStats({stats.buffered_bytes, stats.buffer_capacity_bytes,
-                                         stats.batches_made, stats.batches_served,
-                                         stats.bytes_served});
+  v1::ProducerStats s =
+      ToProducerStats({stats.buffered_bytes, stats.buffer_capacity_bytes, stats.batches_made,
+                       stats.batches_served, stats.bytes_served});
   s.set_make_seconds(stats.make_seconds);
   s.set_threads(stats.threads);
   s.set_records_skipped(stats.records_skipped);
@@ -293,6 +293,7 @@ TaskRunner::Stats TaskRunner::stats() const {
   s.bytes_served = bytes_served_;
   s.tasks_held = tasks_.size();
   s.batches_evicted = batches_evicted_;
+  s.waiting_requests = buffer.waiters;
   s.make_seconds = make_seconds_;
   s.threads = threads_;
   return s;

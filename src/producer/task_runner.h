@@ -84,7 +84,7 @@ class TaskRunner final : public TaskHolder {
     uint32_t max_made_tasks = 64;
     // How long a ready batch waits before it may be evicted as stale (see above).
     absl::Duration stale_after = absl::Seconds(1);
-    Clock* clock = nullptr;               // deadlines; nullptr: the real clock
+    Clock* clock = nullptr;  // deadlines; nullptr: the real clock
     // Makes the BatchMaker of each job AddTask(task, job) is given a task of, once per job.
     // Unset: that AddTask fails (tests give makers to AddTask(task, maker) instead).
     MakerFactory makers = nullptr;
@@ -103,7 +103,8 @@ class TaskRunner final : public TaskHolder {
     uint64_t batches_served = 0;  // OnServed calls
     uint64_t bytes_served = 0;
     uint64_t tasks_held = 0;
-    uint64_t batches_evicted = 0;  // stale batches dropped from the buffer unserved
+    uint64_t batches_evicted = 0;   // stale batches dropped from the buffer unserved
+    uint64_t waiting_requests = 0;  // requests waiting for a batch a worker is making
     // Wall time spent making batches, by the workers and on demand, since the start: over
     // threads and elapsed time, the share of the producer's making capacity it used.
     double make_seconds = 0;
@@ -130,8 +131,10 @@ class TaskRunner final : public TaskHolder {
   // rank that needs the batch. A job whose maker failed is tried again at its next task.
   absl::Status AddTask(const v1::Task& task, const v1::JobInfo& job) override;
 
-  // Drops task `task_id` (held or finished): its buffered batches are freed, and requests waiting
-  // for its batches fail with NOT_FOUND. Returns whether the task was known.
+  // Drops task `task_id` (held or finished): its buffered batches are freed, and requests for its
+  // batches fail with NOT_FOUND, those waiting for a worker and those making a batch on demand
+  // alike (the latter once the batch is made): no batch of a revoked task is handed out after
+  // the revocation. Returns whether the task was known.
   bool RevokeTask(uint64_t task_id) override;
 
   // The tasks finished since the last call, each returned once, in the order they finished.

@@ -14,6 +14,10 @@ std::string KeyText(const BatchKey& key) {
   return absl::StrCat("batch ", key.batch, " of job '", key.job, "' epoch ", key.epoch);
 }
 
+absl::Status RevokedError(const HeldTask& task) {
+  return absl::NotFoundError(absl::StrCat(task.Describe(), " was revoked from this producer"));
+}
+
 }  // namespace
 
 std::shared_ptr<HeldTask> TaskRunner::FindLocked(const BatchKey& key) const {
@@ -89,10 +93,12 @@ absl::StatusOr<Batch> TaskRunner::GetBatch(const BatchKey& key, absl::Time deadl
     return std::move(got->second);
   }
   absl::StatusOr<Batch> made = MakeNow(*task->maker(), key.epoch, key.batch, first);
-  if (!made.ok()) {
-    absl::MutexLock lock(&mu_);
-    MarkFailedLocked(key);
-  }
+  absl::MutexLock lock(&mu_);
+  // Revoked while it was being made: the dispatcher may have given the task to another producer
+  // (in first_come, whose batches go to whoever asks) or deleted its job, so it is not handed out,
+  // as a worker's batch is not.
+  if (task->revoked()) return RevokedError(*task);
+  if (!made.ok()) MarkFailedLocked(key);
   return made;
 }
 
@@ -147,8 +153,9 @@ absl::StatusOr<std::pair<uint64_t, Batch>> TaskRunner::GetAnyBatch(absl::string_
   if (ticket) return buffer_.Wait(*std::move(ticket), deadline);
   const uint64_t batch = task->first() + index;
   absl::StatusOr<Batch> made = MakeNow(*task->maker(), epoch, batch, /*first=*/true);
+  absl::MutexLock lock(&mu_);
+  if (task->revoked()) return RevokedError(*task);  // as in GetBatch
   if (!made.ok()) {
-    absl::MutexLock lock(&mu_);
     MarkFailedLocked(BatchKey{job_name, epoch, batch});
     return std::move(made).status();
   }

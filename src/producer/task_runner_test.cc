@@ -1,5 +1,7 @@
 #include "src/producer/task_runner.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -7,8 +9,6 @@
 #include <mutex>
 #include <set>
 #include <thread>
-
-#include <unistd.h>
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -264,29 +264,37 @@ TEST_F(ProducerTaskRunnerTest, ServedBatchIsRemadeIdenticallyOnRetry) {
 }
 
 TEST_F(ProducerTaskRunnerTest, RevokedTaskIsDroppedAndItsWaitersFail) {
-  TaskRunner runner({.threads = 1});
-  ASSERT_TRUE(runner.AddTask(MakeTask(1, "train", 0, 0, 20), maker_).ok());
-  ASSERT_TRUE(runner.AddTask(MakeTask(2, "train", 0, 20, 20), maker_).ok());
-  ASSERT_TRUE(WaitFor([&] { return runner.stats().buffered_bytes > 0; }));
-  EXPECT_TRUE(runner.RevokeTask(1));
-  EXPECT_FALSE(runner.RevokeTask(1));
-  EXPECT_THAT(runner.HeldTasks(), ElementsAre(2));
-  auto got = runner.GetBatch(Key(0), Soon());
-  EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound) << got.status();
-  // Its buffered batches are freed: what the buffer holds now is task 2's.
-  for (uint64_t g = 20; g < 40; ++g) {
-    auto b = runner.GetBatch(Key(g), Soon());
-    ASSERT_TRUE(b.ok()) << b.status();
+  {
+    TaskRunner runner({.threads = 1});
+    ASSERT_TRUE(runner.AddTask(MakeTask(1, "train", 0, 0, 20), maker_).ok());
+    ASSERT_TRUE(runner.AddTask(MakeTask(2, "train", 0, 20, 20), maker_).ok());
+    ASSERT_TRUE(WaitFor([&] { return runner.stats().buffered_bytes > 0; }));
+    EXPECT_TRUE(runner.RevokeTask(1));
+    EXPECT_FALSE(runner.RevokeTask(1));
+    EXPECT_THAT(runner.HeldTasks(), ElementsAre(2));
+    auto got = runner.GetBatch(Key(0), Soon());
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound) << got.status();
+    // Its buffered batches are freed: what the buffer holds now is task 2's.
+    for (uint64_t g = 20; g < 40; ++g) {
+      auto b = runner.GetBatch(Key(g), Soon());
+      ASSERT_TRUE(b.ok()) << b.status();
+    }
+    EXPECT_TRUE(WaitFor([&] { return runner.stats().buffered_bytes == 0; }));
   }
-  EXPECT_TRUE(WaitFor([&] { return runner.stats().buffered_bytes == 0; }));
 
-  // A request waiting for a batch being made learns of the revocation.
+  // A request waiting for a batch being made learns of the revocation. On a runner of its own:
+  // the first one's worker may still be inside a batch of task 1 (revoked, and thrown away once
+  // made) when this begins, if it was slow (under the sanitizers) while this thread made task 2's
+  // batches on demand. It would then be the read held at the closed gate, the request below would
+  // find batch 0 not started and make it itself, and be answered with it once the gate opened.
+  TaskRunner runner({.threads = 1});
   env_.Close();
   ASSERT_TRUE(runner.AddTask(MakeTask(3, "train", 1, 0, 10), maker_).ok());
-  ASSERT_TRUE(env_.AwaitWaiting(1));  // the worker is making batch 0 of epoch 1
+  ASSERT_TRUE(env_.AwaitWaiting(1));  // the only worker is making batch 0 of epoch 1
   absl::Status waited;
   std::thread waiter([&] { waited = runner.GetBatch(Key(0, 1), Soon()).status(); });
-  absl::SleepFor(absl::Milliseconds(50));
+  // Revoked once the request waits (revoked before, it would be told the task is not held).
+  EXPECT_TRUE(WaitFor([&] { return runner.stats().waiting_requests == 1; }));
   EXPECT_TRUE(runner.RevokeTask(3));
   waiter.join();
   EXPECT_EQ(waited.code(), absl::StatusCode::kNotFound) << waited;
@@ -294,6 +302,45 @@ TEST_F(ProducerTaskRunnerTest, RevokedTaskIsDroppedAndItsWaitersFail) {
                                           "revoked"));
   env_.Open();
   EXPECT_THAT(runner.TakeFinishedTasks(), IsEmpty());
+}
+
+// A request making a batch on demand (no worker has reached it) when its task is revoked is told
+// so once the batch is made, not handed the batch: the task may be another producer's by then.
+TEST_F(ProducerTaskRunnerTest, RevokedTaskFailsARequestMakingItsBatchOnDemand) {
+  TaskRunner runner({.threads = 1});
+  env_.Close();
+  ASSERT_TRUE(runner.AddTask(MakeTask(1, "train", 0, 0, 20), maker_).ok());
+  ASSERT_TRUE(env_.AwaitWaiting(1));  // the worker, making batch 0
+  absl::Status made;
+  std::thread requester([&] { made = runner.GetBatch(Key(5), Soon()).status(); });
+  EXPECT_TRUE(env_.AwaitWaiting(2));  // the request, making batch 5 itself
+  EXPECT_TRUE(runner.RevokeTask(1));
+  env_.Open();
+  requester.join();
+  EXPECT_EQ(made.code(), absl::StatusCode::kNotFound) << made;
+  EXPECT_THAT(made.message(),
+              HasSubstr("task 1 (batches [0, 20) of job 'train' epoch 0) was revoked"));
+}
+
+// The same for first_come, where the task's next owner hands its batches to whoever asks: a
+// batch handed out here after the revocation could be handed out there too.
+TEST_F(ProducerTaskRunnerTest, RevokedTaskFailsAnAnyRequestMakingItsBatchOnDemand) {
+  JobOptions first_come;
+  first_come.mode = "first_come";
+  Init(first_come);
+  TaskRunner runner({.threads = 1});
+  env_.Close();
+  ASSERT_TRUE(runner.AddTask(MakeTask(1, "train", 0, 0, 20), maker_).ok());
+  ASSERT_TRUE(env_.AwaitWaiting(1));  // the worker, making batch 0
+  absl::Status made;
+  std::thread requester([&] { made = runner.GetAnyBatch("train", 0, Soon()).status(); });
+  EXPECT_TRUE(env_.AwaitWaiting(2));  // the request, making batch 1 itself
+  EXPECT_TRUE(runner.RevokeTask(1));
+  env_.Open();
+  requester.join();
+  EXPECT_EQ(made.code(), absl::StatusCode::kNotFound) << made;
+  EXPECT_THAT(made.message(),
+              HasSubstr("task 1 (batches [0, 20) of job 'train' epoch 0) was revoked"));
 }
 
 TEST_F(ProducerTaskRunnerTest, GetAnyBatchHandsEachBatchOutOnceThenOutOfRange) {
@@ -380,7 +427,8 @@ TEST_F(ProducerTaskRunnerTest, ARankThatDoesNotReadHoldsNoSlotAndItsBatchesAreMa
   uint64_t next_task = 0;  // tasks of 8 batches: 4 rounds of the 2 ranks
   auto give_tasks = [&] {
     while (next_task < 5 && runner.FreeTaskSlots() > 0) {
-      ASSERT_TRUE(runner.AddTask(MakeTask(next_task + 1, "train", 0, 8 * next_task, 8), maker_).ok());
+      ASSERT_TRUE(
+          runner.AddTask(MakeTask(next_task + 1, "train", 0, 8 * next_task, 8), maker_).ok());
       ++next_task;
     }
   };
@@ -389,7 +437,8 @@ TEST_F(ProducerTaskRunnerTest, ARankThatDoesNotReadHoldsNoSlotAndItsBatchesAreMa
     ASSERT_TRUE(WaitFor([&] {
       give_tasks();
       return next_task > g / 8;
-    })) << "no slot for the task of batch " << g << ": " << runner.stats().tasks_held << " held";
+    })) << "no slot for the task of batch "
+        << g << ": " << runner.stats().tasks_held << " held";
     auto got = runner.GetBatch(Key(g), Soon());
     ASSERT_TRUE(got.ok()) << g << ": " << got.status();
     EXPECT_EQ(got->ContentHash(), expected[g]) << g;
