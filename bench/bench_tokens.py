@@ -36,6 +36,19 @@ other; every process a system starts is a descendant of its trainer and is stopp
                      with one worker process. Batches: input_ids (uint16), labels,
                      position_ids, segment_ids (int32), [B, L].
 
+  croupier_text      text tokenized online: the standard library's .py files (four copies, each
+  grain_text         copy's documents starting "# copy K"; --quick: one) as one Parquet file of
+                     row groups of 64 documents, and a byte-level BPE tokenizer of 8,192 tokens
+                     trained on them; one source, concat packing, each document followed by
+                     "<eod>". croupier: a tokens job over croupier.tokens.TextSource (its
+                     documents' lengths counted when the job is created: lengths_and_job_create_s)
+                     made by one `croupier produce --job bench --threads 1` process, which reads
+                     a batch's documents from the Parquet file and tokenizes them
+                     (encode_batch_fast). Grain: MapDataset.source of the same documents,
+                     shuffle, repeat, map(tokenizer.encode(text).ids + [eod]) per document,
+                     ConcatThenSplitIterDataset, batch, mp_prefetch with one worker process. Same
+                     tokenizer file, same tokens per document.
+
 The budget: each system has exactly one process making batches (croupier: the producer, started
 with threads=1; Megatron: the DataLoader's one worker; Grain: mp_prefetch's one worker, reading on
 one thread) and the trainer receiving them; croupier also has its dispatcher process. From the
@@ -74,10 +87,13 @@ about 1 minute.
 JSON lines on stdout: one per system {"bench": "tokens", "system", ...}, one per ratio
 {"bench": "tokens", "case", "value", "baseline", "ratio"}; a table on stderr.
 
+With the text systems (data written and the tokenizer trained once, reported as
+text_write_and_train_s), add about 2 minutes.
+
 usage: .venv/bin/python bench/bench_tokens.py [--quick] [--seconds 30] [--documents 20000]
        [--length 2048] [--batch 8] [--grain-bins 128] [--padding-sequences 16384] [--no-pin]
        [--systems croupier_concat,croupier_best_fit,megatron,grain_concat,grain_best_fit,
-                  read_alone,padding]
+                  read_alone,padding,croupier_text,grain_text]
 --quick: 2 x 4,000 documents, 5 s a system, 2,048 sequences a padding figure (by name only:
 nothing else runs it; `make bench`, bench/run.py, runs the full one).
 """
@@ -102,7 +118,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import cpu_budget  # noqa: E402
 
 SYSTEMS = ("croupier_concat", "croupier_best_fit", "megatron", "grain_concat", "grain_best_fit",
-           "read_alone", "padding")
+           "read_alone", "padding", "croupier_text", "grain_text")
 WEIGHTS = (3.0, 1.0)
 MEDIAN_LENGTH = 400
 SIGMA = 1.0
@@ -489,14 +505,145 @@ def run_padding(args, prefixes):
     return out
 
 
+# --- Text tokenized online (croupier_text, grain_text) ---------------------------------------
+
+TEXT_VOCAB = 8192
+
+
+def write_text(folder, copies):
+    """The standard library's modules (every .py file under it but site-packages), `copies` times
+    over (each copy's documents start with a line of their own, "# copy K"), as one Parquet file
+    of documents (row groups of 64), and a byte-level BPE tokenizer trained on one copy:
+    (parquet path, tokenizer path, documents). The copies make a corpus that one window does not
+    read through: a producer's cache of tokenized documents (8 MiB) then holds no document a
+    later source epoch asks for again, as with any real corpus."""
+    import sysconfig
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    root = pathlib.Path(sysconfig.get_paths()["stdlib"])
+    skip = {"test", "idlelib", "lib2to3", "site-packages", "dist-packages", "tkinter",
+            "turtledemo"}
+    paths = sorted(p for p in root.rglob("*.py") if not skip & set(p.relative_to(root).parts))
+    texts = [p.read_text(encoding="utf-8", errors="replace") for p in paths]
+    corpus = [f"# copy {k}\n{t}" for k in range(copies) for t in texts]
+    pq.write_table(pa.table({"text": corpus}), folder / "text.parquet", row_group_size=64)
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.train_from_iterator(texts, trainers.BpeTrainer(
+        vocab_size=TEXT_VOCAB, special_tokens=["<eod>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer.save(str(folder / "tokenizer.json"))
+    return folder / "text.parquet", folder / "tokenizer.json", len(corpus)
+
+
+def run_croupier_text(args, parquet, tokenizer):
+    import croupier
+    from croupier import tokens
+    t0 = time.perf_counter()
+    with croupier.local_cluster(producers=0, threads=1, work_dir=args.work / "cluster") as cl:
+        t_cluster = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        source = tokens.TextSource([str(parquet)], str(tokenizer), eod_token="<eod>",
+                                   lengths_dir=str(args.work / "lengths"))
+        tokens.create_token_job(cl.address, "bench", [source], consumers=1,
+                                sequence_length=args.length, global_batch=args.batch,
+                                steps_per_epoch=10_000_000 // args.batch, packing="concat",
+                                seed=1)
+        t_job = time.perf_counter() - t1  # the documents' lengths counted once, in it
+        producer = subprocess.Popen(
+            [croupier.croupier_binary(), "produce", "--dispatcher", cl.address, "--job", "bench",
+             "--threads", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env=dict(os.environ, CROUPIER_PYTHON=sys.executable))
+        feed = cl.consumer("bench", 0, 1)
+        w = Window(args.seconds, args.length, args.pin)
+        try:
+            first, out = w.read_segments((b["segment_ids"] for b in feed.epoch(0)), t0,
+                                         (args.batch, args.length))
+        finally:
+            feed.close()
+            producer.kill()
+            producer.wait()
+    out.update(first_batch_s=round(first, 3), cluster_start_s=round(t_cluster, 3),
+               lengths_and_job_create_s=round(t_job, 3))
+    return out
+
+
+class _TextSource:
+    """Grain's source: the Parquet file's documents, read in each process that uses it."""
+
+    def __init__(self, parquet):
+        self.parquet = str(parquet)
+        self.texts = None
+
+    def __len__(self):
+        import pyarrow.parquet as pq
+        return pq.ParquetFile(self.parquet).metadata.num_rows
+
+    def __getitem__(self, i):
+        if self.texts is None:
+            import pyarrow.parquet as pq
+            self.texts = pq.read_table(self.parquet).column("text").to_pylist()
+        return self.texts[i]
+
+
+class _Tokenize:
+    """Grain's map: a document's token ids and the end-of-document id, as croupier's."""
+
+    def __init__(self, tokenizer):
+        self.path = str(tokenizer)
+        self.tokenizer = None
+
+    def __call__(self, text):
+        if self.tokenizer is None:
+            from tokenizers import Tokenizer
+            self.tokenizer = Tokenizer.from_file(self.path)
+            self.eod = self.tokenizer.token_to_id("<eod>")
+        ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+        ids.append(self.eod)
+        return {"input_ids": np.asarray(ids, dtype=np.int32)}
+
+
+def run_grain_text(args, parquet, tokenizer):
+    import logging
+
+    import grain
+    from absl import flags
+    logging.disable(logging.WARNING)
+    flags.FLAGS(sys.argv[:1])
+    t0 = time.perf_counter()
+    ds = (grain.MapDataset.source(_TextSource(parquet)).shuffle(seed=1).repeat()
+          .map(_Tokenize(tokenizer))
+          .to_iter_dataset(grain.ReadOptions(num_threads=1, prefetch_buffer_size=64)))
+    ds = grain.experimental.ConcatThenSplitIterDataset(ds, length_struct={"input_ids": args.length})
+    ds = ds.batch(args.batch, drop_remainder=True).map(_grain_columns)
+    ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=1))
+    it = iter(ds)
+    t_pipe = time.perf_counter() - t0
+    w = Window(args.seconds, args.length, args.pin)
+    try:
+        first, out = w.read_segments((b["segment_ids"] for b in it), t0,
+                                     (args.batch, args.length))
+    finally:
+        del it
+    out.update(first_batch_s=round(first, 3), pipeline_s=round(t_pipe, 3))
+    return out
+
+
 def role_main(args):
     prefixes = [str(args.work.parent / "data" / f"src{s}") for s in range(2)]
-    if args.role.startswith("croupier_"):
+    if args.role.startswith("croupier_") and args.role != "croupier_text":
         out = run_croupier(args, prefixes, args.role[len("croupier_"):])
     elif args.role == "megatron":
         out = run_megatron(args, prefixes)
-    elif args.role.startswith("grain_"):
+    elif args.role.startswith("grain_") and args.role != "grain_text":
         out = run_grain(args, prefixes, args.role[len("grain_"):])
+    elif args.role in ("croupier_text", "grain_text"):
+        text = args.work.parent / "text"
+        run = run_croupier_text if args.role == "croupier_text" else run_grain_text
+        out = run(args, text / "text.parquet", text / "tokenizer.json")
     elif args.role == "padding":
         out = run_padding(args, prefixes)
     else:
@@ -579,6 +726,12 @@ def main():
                 "median_length": float(np.median(lengths)), "mean_length":
                 round(float(lengths.mean()), 1), "longer_than_L": int((lengths > args.length).sum()),
                 "write_s": round(time.perf_counter() - t, 2)}
+        if {"croupier_text", "grain_text"} & set(systems):
+            (root / "text").mkdir()
+            t = time.perf_counter()
+            _, _, count = write_text(root / "text", 1 if args.quick else 4)
+            data.update(text_documents=count, text_write_and_train_s=round(
+                time.perf_counter() - t, 2))
         print(json.dumps({"bench": "tokens", "data": data, "length": args.length,
                           "batch": args.batch, "weights": WEIGHTS, "seconds": args.seconds,
                           "load_before": machine_load()}), flush=True)
@@ -601,6 +754,10 @@ def main():
     ratio("croupier concat tokens/s vs Megatron-LM", "croupier_concat", "megatron")
     ratio("croupier concat tokens/s vs Grain concat", "croupier_concat", "grain_concat")
     ratio("croupier best_fit tokens/s vs Grain best_fit", "croupier_best_fit", "grain_best_fit")
+    ratio("croupier tokens/s vs Grain, text tokenized online (concat)", "croupier_text",
+          "grain_text")
+    ratio("croupier text CPU per token (all its processes) vs Grain", "croupier_text",
+          "grain_text", "cpu_us_per_token", "us/token")
     ratio("croupier best_fit padding vs Grain best_fit", "croupier_best_fit", "grain_best_fit",
           "padding_fraction", "fraction")
     for a, b in (("croupier_concat", "megatron"), ("croupier_concat", "grain_concat"),

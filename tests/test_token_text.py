@@ -120,7 +120,7 @@ def test_a_killed_text_producer_changes_no_sequence(tmp_path):
                 stderr=open(tmp_path / f"{name}-producer{i}.log", "w"), start_new_session=True)
                 for i in range(2)]
             try:
-                outs, procs = cluster.start_ranks("lm", 2, tmp_path / name, 1, "--slow-ms", "40")
+                outs, procs = cluster.start_ranks("lm", 2, tmp_path / name, 1, "--slow-ms", "100")
                 if kill_one:
                     deadline = time.monotonic() + 60
                     while time.monotonic() < deadline and (

@@ -114,7 +114,10 @@ def encode(tokenizer: Any, texts: Sequence[str], eod_id: Optional[int],
            add_special_tokens: bool) -> List[List[int]]:
     """The token ids of each text, followed by eod_id when it is not None: how croupier tokenize
     and a text source (croupier.token_text) both tokenize, so that their tokens are the same."""
-    encodings = tokenizer.encode_batch(list(texts), add_special_tokens=add_special_tokens)
+    # encode_batch_fast gives the same ids as encode_batch without the offsets (1.5x less CPU
+    # on one core, bench_tokens.py); older tokenizers lack it.
+    batch = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
+    encodings = batch(list(texts), add_special_tokens=add_special_tokens)
     if eod_id is None:
         return [e.ids for e in encodings]
     return [e.ids + [eod_id] for e in encodings]

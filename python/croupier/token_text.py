@@ -229,8 +229,8 @@ class _Source:
                 texts[i] = text
         ids = corpus.encode(self.tokenizer, texts, self.eod_id, self.add_special_tokens)
         lengths = np.fromiter((len(x) for x in ids), dtype=np.uint64, count=len(ids))
-        tokens = np.fromiter((t for x in ids for t in x), dtype=np.int32,
-                             count=int(lengths.sum()))
+        tokens = (np.concatenate([np.asarray(x, dtype=np.int32) for x in ids]) if ids
+                  else np.zeros(0, dtype=np.int32))
         return tokens, lengths
 
 

@@ -133,6 +133,9 @@ def produce(dispatcher: str, job: str, *, threads: int = 2, stop: Optional[threa
     dispatcher has not answered for dispatcher_timeout seconds. Returns {"drained": {"kept",
     "served"}} (None unless it was stopped and drained)."""
     from croupier.producer import _drain, _wait_for_the_end
+    # The producer's threads tokenize batches side by side; a tokenizer that also spread each
+    # call over every core would only contend with them (set the variable to override).
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     info = get_job(dispatcher, job, auth_token=auth_token, timeout=timeout)
     info.check_token_sources()
     tokenize = Tokenizer(info)

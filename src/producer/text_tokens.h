@@ -69,7 +69,16 @@ class TextTokens {
   const DocumentTokenizer tokenize_;
   const size_t cache_bytes_;
 
+  // A document one call is tokenizing: the others that need it wait for it (a document cut
+  // over the sequences of batches made at once is tokenized once).
+  struct Pending {
+    bool done = false;
+    Document tokens;      // set when done, unless that call failed
+    absl::Status status;  // that call's error
+  };
+
   mutable absl::Mutex mu_;
+  mutable absl::flat_hash_map<uint64_t, std::shared_ptr<Pending>> pending_ ABSL_GUARDED_BY(mu_);
   // Most recently used first.
   mutable std::list<std::pair<uint64_t, Document>> order_ ABSL_GUARDED_BY(mu_);
   mutable absl::flat_hash_map<uint64_t, std::list<std::pair<uint64_t, Document>>::iterator> cached_

@@ -56,7 +56,8 @@ class TokenBatchMaker final : public BatchMaker {
       size_t text_cache_bytes = kDefaultTextCacheBytes);
   ~TokenBatchMaker() override;
 
-  static constexpr size_t kDefaultTextCacheBytes = size_t{64} << 20;
+  // Enough for the documents a few tasks cut over their sequences, far from a source epoch.
+  static constexpr size_t kDefaultTextCacheBytes = size_t{8} << 20;
 
   const TokenPlan& plan() const { return *plan_; }
   // Source k's text tokens, or nullptr for an indexed dataset.
