@@ -1,7 +1,9 @@
 """TFRecord jobs read from an object store (s3:// paths) through the producers' and dispatcher's
 S3 client, against moto's S3 server on loopback (tests/moto_store.py): the same deal and the same
 bytes as from local files; each kind of misconfiguration failing at once with its cause; faults
-injected between croupier and the store (tests/fault_proxy.py) survived with the same bytes.
+injected between croupier and the store (tests/fault_proxy.py) survived with the same bytes; the
+producers' reads merged into fewer requests than records, and no more bytes fetched than
+delivered but the shared record indexes (a few percent).
 Every test bounds its time and stops every process it started."""
 import pathlib
 import time
@@ -48,17 +50,17 @@ def s3_counters(port_file):
             for line in text.splitlines() if line.startswith("croupier_s3_")}
 
 
-def deal(tmp_path, files, env, monkeypatch, name="s3job", metrics=None):
+def deal(tmp_path, files, env, monkeypatch, name="s3job", metrics=None, **job):
     """Runs one epoch of the job for WORLD ranks on 2 producers: per rank [(content_hash, ids)],
     seconds, and the work directory. `metrics`: a list that receives each producer's S3
-    counters."""
+    counters. `job`: more settings of create_job (shuffle, ...)."""
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     with croupier.local_cluster(producers=0, work_dir=tmp_path / name, threads=2) as c:
         port_files = [tmp_path / f"{name}-metrics{n}.port" for n in range(2)]
         for f in port_files:
             c.add_producer("--metrics-port", "0", "--metrics-port-file", f)
-        c.create_job(name, files, FEATURES, BATCH, consumers=WORLD, seed=7, epochs=1)
+        c.create_job(name, files, FEATURES, BATCH, consumers=WORLD, seed=7, epochs=1, **job)
         feeds = [c.consumer(name, r, WORLD) for r in range(WORLD)]
         start = time.monotonic()
         try:
@@ -127,6 +129,80 @@ def test_faults_between_producers_and_store_change_no_byte(tmp_path, store, loca
     assert "connection reset, closed or stalled" in logs
     print(f"\ninjected {injected}; {logs.count('[s3] retrying')} retries logged; producers' "
           f"counters {total}; {seconds:.2f} s")
+
+
+def total(metrics):
+    return {k: sum(m[k] for m in metrics) for k in metrics[0]}
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("shuffle,most_requests", [("none", 0.1), ("blocks", 0.75)])
+def test_records_are_fetched_in_merged_ranges_and_once(tmp_path, store, local_files, monkeypatch,
+                                                       shuffle, most_requests):
+    # shuffle none reads runs of records: a batch's, and the batches' a producer fetches ahead
+    # together, merge into few requests. blocks (windows of 2 blocks of 20 records) deals a
+    # window's records over 4 batches, fetched ahead together: their neighbours merge too.
+    job = dict(shuffle=shuffle)
+    if shuffle == "blocks":
+        job.update(block_size=20, window_blocks=2)
+    reference, _, _ = deal(tmp_path, [str(f) for f in local_files], {}, monkeypatch,
+                           f"local-{shuffle}", **job)
+    metrics = []
+    got, _, work_dir = deal(tmp_path, f"s3://{BUCKET}/train/*.tfrecord", store.env(),
+                            monkeypatch, f"merged-{shuffle}", metrics, **job)
+    check_exactly_once(got)
+    assert got == reference
+    counts = total(metrics)
+    # Every record was asked for as a range, and served by fewer requests than records.
+    assert counts["ranges_total"] == RECORDS
+    assert counts["requests_total"] <= most_requests * RECORDS, counts
+    # Bytes fetched: the records delivered, and each producer's read of the shared indexes
+    # (8 bytes a record, one GET an object), never a whole object scanned.
+    delivered = sum(f.stat().st_size for f in local_files)
+    assert delivered <= counts["bytes_total"] <= 1.05 * delivered, counts
+    assert "could not share the index" not in producer_logs(work_dir)
+    print(f"\n{shuffle}: producers' counters {counts}; "
+          f"{counts['bytes_total'] / delivered:.3f} bytes fetched per byte delivered")
+
+
+@pytest.mark.timeout(60)
+def test_the_dispatcher_keeps_each_objects_index_in_the_store(tmp_path, store, monkeypatch):
+    # The job's creation indexes the objects and stores their indexes beside them, where the
+    # producers find them; a glob's wildcards do not reach them (a leading dot).
+    for k, v in store.env().items():
+        monkeypatch.setenv(k, v)
+    with croupier.local_cluster(producers=0, work_dir=tmp_path / "c") as c:
+        c.create_job("indexed", f"s3://{BUCKET}/train/*.tfrecord", FEATURES, BATCH,
+                     consumers=WORLD, epochs=1)
+    keys = [o["Key"] for o in store.s3().list_objects_v2(
+        Bucket=BUCKET, Prefix=".croupier-index/")["Contents"]]
+    assert sorted(keys) == sorted(
+        f".croupier-index/{BUCKET}/train/{name}.crindex"
+        for name in ("part-00000-of-00003.tfrecord", "part-00001-of-00003.tfrecord",
+                     "part-00002-of-00003.tfrecord"))
+
+
+@pytest.mark.timeout(180)
+def test_faults_under_merged_reads_and_read_ahead_change_no_byte(tmp_path, store, local_files,
+                                                                 monkeypatch):
+    job = dict(shuffle="blocks", block_size=20, window_blocks=2)
+    reference, _, _ = deal(tmp_path, [str(f) for f in local_files], {}, monkeypatch, "local",
+                           **job)
+    upstream = int(store.endpoint.rsplit(":", 1)[1])
+    with FaultProxy(upstream, slow_down=0.15, reset=0.1, stall=0.03, stall_seconds=3,
+                    seed=5) as proxy:
+        env = store.env(endpoint=proxy.endpoint, CROUPIER_S3_READ_TIMEOUT_SECONDS="1",
+                        CROUPIER_S3_MAX_ATTEMPTS="10")
+        metrics = []
+        got, _, work_dir = deal(tmp_path, f"s3://{BUCKET}/train/*.tfrecord", env, monkeypatch,
+                                "faulty-merged", metrics, **job)
+        injected = dict(proxy.injected)
+    check_exactly_once(got)
+    assert got == reference
+    counts = total(metrics)
+    assert counts["retries_total"] > 0 and counts["failures_total"] == 0
+    assert counts["requests_total"] - counts["retries_total"] < RECORDS
+    print(f"\ninjected {injected}; producers' counters {counts}")
 
 
 def create_fails(tmp_path, env, files, monkeypatch, name):

@@ -44,7 +44,7 @@ absl::StatusOr<std::shared_ptr<const FetchedRecords>> RecordFetcher::Fetch(
     out->starts[j] = total;
     total += FramedBytes(records[j]);
   }
-  out->bytes.resize(total);
+  auto storage = std::make_shared<std::string>(total, '\0');
   // The ranges of each file, laid out in the order asked: records consecutive in a file and in
   // the batch (shuffle none, blocks) are end to end in memory too, so a merged request lands in
   // place.
@@ -60,13 +60,14 @@ absl::StatusOr<std::shared_ptr<const FetchedRecords>> RecordFetcher::Fetch(
     for (; end < order.size() && records[order[end]].file == file; ++end) {
       const size_t j = order[end];
       ranges.push_back({dataset_.index(file).offsets[records[j].record], FramedBytes(records[j]),
-                        out->bytes.data() + out->starts[j], 0});
+                        storage->data() + out->starts[j], 0});
     }
     ASSIGN_OR_RETURN(const RandomAccessFile* f, open_(file));
     RETURN_IF_ERROR(f->ReadRanges(absl::MakeSpan(ranges)));
     for (size_t k = 0; k < ranges.size(); ++k) out->got[order[at + k]] = ranges[k].got;
     at = end;
   }
+  out->storage = std::move(storage);
   return std::shared_ptr<const FetchedRecords>(std::move(out));
 }
 
@@ -83,17 +84,10 @@ absl::StatusOr<std::shared_ptr<const FetchedRecords>> RecordFetcher::Take(
       }
     }
     if (auto it = ahead_.find(key); it != ahead_.end()) {
+      // Fetched, being fetched, or waiting for the read-ahead thread, which fetches it with the
+      // batches asked for with it (their neighbouring records merged): waited for in each case.
       entry = it->second;
       ahead_.erase(it);
-      if (!entry->done) {
-        // Not started: no longer anyone's to start.
-        auto q = std::find(queue_.begin(), queue_.end(), key);
-        if (q != queue_.end()) {
-          queue_.erase(q);
-          ahead_bytes_ -= entry->bytes;
-          entry.reset();
-        }
-      }
     }
     // Drop what was fetched ahead for batches long passed.
     for (auto it = ahead_.begin(); it != ahead_.end();) {
@@ -128,39 +122,85 @@ absl::StatusOr<std::shared_ptr<const FetchedRecords>> RecordFetcher::Take(
 }
 
 void RecordFetcher::Ahead(const Key& key, std::vector<Dataset::Location> records) {
-  uint64_t bytes = 0;
-  for (const Dataset::Location& loc : records) bytes += FramedBytes(loc);
+  std::vector<std::pair<Key, std::vector<Dataset::Location>>> batches;
+  batches.emplace_back(key, std::move(records));
+  Ahead(std::move(batches));
+}
+
+void RecordFetcher::Ahead(std::vector<std::pair<Key, std::vector<Dataset::Location>>> batches) {
+  std::vector<uint64_t> bytes(batches.size());
+  for (size_t i = 0; i < batches.size(); ++i) {
+    for (const Dataset::Location& loc : batches[i].second) bytes[i] += FramedBytes(loc);
+  }
   absl::MutexLock lock(&mu_);
-  if (stopping_ || taken_.contains(key) || ahead_.contains(key)) return;
-  if (ahead_bytes_ + bytes > options_.max_ahead_bytes) return;
-  auto entry = std::make_shared<Entry>();
-  entry->records = std::move(records);
-  entry->bytes = bytes;
-  ahead_bytes_ += bytes;
-  ahead_.emplace(key, std::move(entry));
-  queue_.push_back(key);
-  ++stats_.ahead_started;
-  if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
+  if (stopping_) return;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    const Key& key = batches[i].first;
+    if (taken_.contains(key) || ahead_.contains(key)) continue;
+    if (ahead_bytes_ + bytes[i] > options_.max_ahead_bytes) break;
+    auto entry = std::make_shared<Entry>();
+    entry->records = std::move(batches[i].second);
+    entry->bytes = bytes[i];
+    ahead_bytes_ += bytes[i];
+    queue_.push_back(entry);
+    ahead_.emplace(key, std::move(entry));
+    ++stats_.ahead_started;
+  }
+  if (!queue_.empty() && !thread_.joinable()) thread_ = std::thread([this] { Loop(); });
 }
 
 void RecordFetcher::Loop() {
   while (true) {
-    std::shared_ptr<Entry> entry;
+    std::vector<std::shared_ptr<Entry>> entries;
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
           +[](RecordFetcher* f)
                ABSL_EXCLUSIVE_LOCKS_REQUIRED(f->mu_) { return f->stopping_ || !f->queue_.empty(); },
           this));
-      if (stopping_) return;
-      entry = ahead_.at(queue_.front());
-      queue_.pop_front();
+      if (stopping_) return;  // no Take waits: the destructor runs alone
+      // Every batch waiting: their bytes are within max_ahead_bytes already.
+      while (!queue_.empty()) {
+        entries.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
     }
-    absl::StatusOr<std::shared_ptr<const FetchedRecords>> fetched = Fetch(entry->records);
-    absl::MutexLock lock(&mu_);
-    entry->fetched = std::move(fetched);
-    entry->done = true;
+    FetchTogether(entries);
   }
+}
+
+void RecordFetcher::FetchTogether(const std::vector<std::shared_ptr<Entry>>& entries) {
+  std::vector<Dataset::Location> all;
+  for (const auto& entry : entries) {
+    all.insert(all.end(), entry->records.begin(), entry->records.end());
+  }
+  absl::StatusOr<std::shared_ptr<const FetchedRecords>> fetched = Fetch(all);
+  std::vector<absl::StatusOr<std::shared_ptr<const FetchedRecords>>> parts;
+  size_t at = 0;
+  for (const auto& entry : entries) {
+    if (!fetched.ok()) {
+      parts.push_back(fetched.status());
+      continue;
+    }
+    auto part = std::make_shared<FetchedRecords>();
+    part->storage = (*fetched)->storage;
+    const size_t n = entry->records.size();
+    part->starts.assign((*fetched)->starts.begin() + at, (*fetched)->starts.begin() + at + n);
+    part->got.assign((*fetched)->got.begin() + at, (*fetched)->got.begin() + at + n);
+    at += n;
+    parts.push_back(std::shared_ptr<const FetchedRecords>(std::move(part)));
+  }
+  absl::MutexLock lock(&mu_);
+  ++stats_.ahead_fetches;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    entries[i]->fetched = std::move(parts[i]);
+    entries[i]->done = true;
+  }
+}
+
+bool RecordFetcher::Known(const Key& key) const {
+  absl::MutexLock lock(&mu_);
+  return taken_.contains(key) || ahead_.contains(key);
 }
 
 RecordFetcher::Stats RecordFetcher::stats() const {

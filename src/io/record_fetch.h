@@ -1,7 +1,10 @@
 // RecordFetcher: the records a batch needs from remote files (an object store:
 // RandomAccessFile::remote()), read with one ReadRanges call per file, which the store's Env
 // turns into few merged requests run in parallel; and the records of the batches to be made next
-// fetched the same way ahead of use, by a thread of its own, within a bound on their bytes.
+// fetched the same way ahead of use, by a thread of its own, within a bound on their bytes: the
+// batches waiting to be fetched ahead are read together, in one ReadRanges call per file, so
+// that records neighbouring in a file merge into one request even when they fall in different
+// batches (a blocks shuffle deals a window of blocks over several batches).
 //
 // The maker knows what comes next from the plan: the later batches of the task it is making
 // (a task is held whole by one producer), so nothing is fetched that its producer will not use,
@@ -22,6 +25,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "croupier/dataset.h"
@@ -30,13 +34,18 @@ namespace croupier {
 
 class RandomAccessFile;
 
-// Records of a batch fetched together: record j of the list asked for is `bytes` from
-// starts[j], framed (header, data, footer), got[j] bytes of it read (fewer only where the file
-// ended early). Immutable once made.
+// Records of a batch fetched together: record j of the list asked for is at starts[j] of
+// `storage`, framed (header, data, footer), got[j] bytes of it read (fewer only where the file
+// ended early). The batches fetched ahead together share one storage. Immutable once made.
 struct FetchedRecords {
-  std::string bytes;
+  std::shared_ptr<const std::string> storage;
   std::vector<uint64_t> starts;
   std::vector<uint64_t> got;
+
+  // The got[j] bytes of record j.
+  absl::string_view record(size_t j) const {
+    return absl::string_view(*storage).substr(starts[j], got[j]);
+  }
 };
 
 // Thread-safe.
@@ -65,7 +74,8 @@ class RecordFetcher {
   absl::StatusOr<std::shared_ptr<const FetchedRecords>> Fetch(
       absl::Span<const Dataset::Location> records) const;
 
-  // The records of batch `key`: those fetched ahead for it (waiting for a fetch under way), or,
+  // The records of batch `key`: those fetched ahead for it (waiting for a fetch under way or
+  // queued), or,
   // when it was not fetched ahead, that fetch failed or Ahead was given other records for `key`,
   // `records` read now.
   absl::StatusOr<std::shared_ptr<const FetchedRecords>> Take(
@@ -74,11 +84,20 @@ class RecordFetcher {
   // Starts fetching `records` for batch `key` ahead, unless the batch was fetched ahead or taken
   // already, or its bytes do not fit in max_ahead_bytes.
   void Ahead(const Key& key, std::vector<Dataset::Location> records) ABSL_LOCKS_EXCLUDED(mu_);
+  // The same for several batches at once, which are then fetched together (in one ReadRanges
+  // per file), so that their neighbouring records share requests; those past max_ahead_bytes
+  // are left out.
+  void Ahead(std::vector<std::pair<Key, std::vector<Dataset::Location>>> batches)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Whether batch `key` was asked for ahead or taken (lately).
+  bool Known(const Key& key) const ABSL_LOCKS_EXCLUDED(mu_);
 
   struct Stats {
     uint64_t ahead_started = 0;  // batches fetched ahead
     uint64_t ahead_used = 0;     // of them, taken by the maker
     uint64_t fetched_now = 0;    // batches fetched when made
+    uint64_t ahead_fetches = 0;  // fetches of batches ahead, each of every batch then waiting
   };
   Stats stats() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -90,6 +109,8 @@ class RecordFetcher {
     absl::StatusOr<std::shared_ptr<const FetchedRecords>> fetched;
   };
   void Loop();
+  // Fetches `entries` together and hands each its records.
+  void FetchTogether(const std::vector<std::shared_ptr<Entry>>& entries);
   uint64_t FramedBytes(const Dataset::Location& loc) const;
 
   // Constant after construction.
@@ -99,7 +120,8 @@ class RecordFetcher {
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<Key, std::shared_ptr<Entry>> ahead_ ABSL_GUARDED_BY(mu_);
-  std::deque<Key> queue_ ABSL_GUARDED_BY(mu_);  // ahead_ entries not started, in order
+  // Entries not started, in order (some may be taken from ahead_ already, and waited for).
+  std::deque<std::shared_ptr<Entry>> queue_ ABSL_GUARDED_BY(mu_);
   // Batches taken lately, so that a batch made before its read-ahead was asked is not fetched
   // again; the oldest are forgotten past kRememberTaken.
   absl::flat_hash_set<Key> taken_ ABSL_GUARDED_BY(mu_);

@@ -91,7 +91,7 @@ class RecordFetchTest : public ::testing::Test {
       const uint64_t framed =
           dataset_->index(locs[j].file).data_length(locs[j].record) + kRecordOverheadBytes;
       ASSERT_EQ(got.got[j], framed);
-      auto data = CheckRecord(absl::string_view(got.bytes).substr(got.starts[j], framed), "f", 0);
+      auto data = CheckRecord(got.record(j), "f", 0);
       ASSERT_TRUE(data.ok()) << data.status() << " record " << j;
       EXPECT_EQ(*data, Expected(locs[j])) << j;
     }

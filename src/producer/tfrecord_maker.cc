@@ -132,20 +132,40 @@ std::vector<Dataset::Location> TfrecordBatchMaker::ToFetch(absl::Span<const Data
 }
 
 void TfrecordBatchMaker::FetchAhead(uint64_t epoch, uint64_t batch) const {
+  // The task's batches are fetched ahead in groups of kFetchAheadBatches, a group at a time: the
+  // rest of the group of `batch`, and the next group whole. So a group is asked for once, as
+  // its predecessor starts, and fetched in one go (its records' neighbours merged), while
+  // between kFetchAheadBatches - 1 and 2 kFetchAheadBatches - 1 batches are ahead of the maker.
+  // A batch the fetcher does not know yet (the first made of a task) is fetched with the
+  // batches after it, rather than alone, when its records have neighbours among theirs (shuffle
+  // none or blocks): alone, they would cut holes in those batches' ranges. Under a global
+  // shuffle records have no neighbours to merge with, and it is fetched alone, at once: the
+  // first batch does not wait for a whole group.
   const JobConfig& c = config();
-  const uint64_t end =
-      std::min(c.TaskEnd(epoch, c.TaskStart(epoch, batch)), batch + 1 + kFetchAheadBatches);
-  if (batch + 1 >= end) return;
+  const uint64_t start = c.TaskStart(epoch, batch);
+  const uint64_t group_end =
+      start + ((batch - start) / kFetchAheadBatches + 1) * kFetchAheadBatches;
+  const uint64_t end = std::min(c.TaskEnd(epoch, start), group_end + kFetchAheadBatches);
+  const bool known = c.plan.shuffle == ShuffleMode::kGlobal || fetcher_->Known({epoch, batch});
+  // Mostly there is nothing new to ask for: the plan is looked at at a group's start, or when
+  // this batch or the next is unknown to the fetcher.
+  if (known && (batch - start) % kFetchAheadBatches != 0 && fetcher_->Known({epoch, batch + 1})) {
+    return;
+  }
+  const uint64_t first = known ? batch + 1 : batch;
+  if (first >= end) return;
   absl::StatusOr<EpochPlan> plan = EpochPlan::Create(c.plan, epoch);
   if (!plan.ok()) return;
   std::vector<uint64_t> ids(c.plan.batch_size);
   std::vector<Dataset::Location> locs(ids.size());
-  for (uint64_t g = batch + 1; g < end; ++g) {
+  std::vector<std::pair<RecordFetcher::Key, std::vector<Dataset::Location>>> batches;
+  for (uint64_t g = first; g < end; ++g) {
     plan->BatchRecords(g, absl::MakeSpan(ids));
     for (size_t i = 0; i < ids.size(); ++i) locs[i] = dataset_->Locate(ids[i]);
     if (!AnyRemote(locs)) continue;
-    fetcher_->Ahead({epoch, g}, ToFetch(locs, nullptr));
+    batches.emplace_back(RecordFetcher::Key{epoch, g}, ToFetch(locs, nullptr));
   }
+  fetcher_->Ahead(std::move(batches));
 }
 
 absl::Status TfrecordBatchMaker::AddFetched(const Dataset::Location& loc,
@@ -159,8 +179,7 @@ absl::Status TfrecordBatchMaker::AddFetched(const Dataset::Location& loc,
     return RecordError(loc.file, loc.record,
                        RecordReadError(index, loc.record, file->file(), got, absl::OkStatus()));
   }
-  auto data = CheckRecord(absl::string_view(fetched.bytes).substr(fetched.starts[j], framed),
-                          index.path, index.offsets[loc.record]);
+  auto data = CheckRecord(fetched.record(j), index.path, index.offsets[loc.record]);
   if (!data.ok()) {
     return RecordError(loc.file, loc.record,
                        RecordReadError(index, loc.record, file->file(), got, data.status()));
@@ -174,7 +193,8 @@ absl::Status TfrecordBatchMaker::AddFetchedRecords(uint64_t epoch, uint64_t batc
                                                    Scratch& scratch) const {
   std::vector<size_t> positions;
   const std::vector<Dataset::Location> wanted = ToFetch(scratch.locs, &positions);
-  // The next batches are asked for first, so that their fetch overlaps this one's.
+  // The next batches are asked for first (with this one, if it was not asked for yet), so that
+  // their fetch overlaps this one's or includes it.
   FetchAhead(epoch, batch);
   std::shared_ptr<const FetchedRecords> fetched;
   if (!wanted.empty()) {

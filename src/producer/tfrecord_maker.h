@@ -39,8 +39,8 @@ class RecordCache;
 //
 // Records in remote files (an object store: RandomAccessFile::remote()) are read per batch, with
 // one ReadRanges call per file (merged into few requests by the store's Env), and the records of
-// the next kFetchAheadBatches batches of the same task are fetched ahead of use (RecordFetcher,
-// at most kFetchAheadBytes of them waiting).
+// the next batches of the same task are fetched ahead of use, kFetchAheadBatches at a time
+// (RecordFetcher, at most kFetchAheadBytes of them waiting; FetchAhead).
 //
 // Batches of 64 KiB and more are laid out in recycled buffers (BufferPool): at most
 // kFreeBatchBytes of buffers whose batches are gone are kept for the next ones.

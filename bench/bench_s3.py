@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""TFRecord jobs from an object store against the same job from local files (issue 35), in one
+run: records/s, time to the first batch, bytes fetched per byte delivered and requests per batch.
+
+The store: moto's S3 server (moto[server], pinned in scripts/requirements-dev.txt) started on
+127.0.0.1 by this program, as the tests start it (tests/moto_store.py). The data: `croupier synth`
+records (id, label and an image of --image-bytes random bytes), --records records in --files
+files, written to a temp folder and uploaded to the store; both removed at the end.
+
+Each system is one job read for one epoch by one consumer (world 1) from one producer
+(`local_cluster(producers=0)` and one `croupier producer --threads --threads`), everything fresh:
+a new dispatcher work dir and a new, empty producer index cache ($CROUPIER_INDEX_DIR), so a
+producer pays what a new producer pays. Systems, for each shuffle (none; blocks of
+--block-size records, --window-blocks blocks a window; global):
+
+  local      the files on local disk (the baseline)
+  s3         the objects, s3://BUCKET/train/*.tfrecord
+  s3_gap4k   (blocks, global) the objects with CROUPIER_S3_MERGE_GAP_BYTES=4096: ranges up to
+             4 KiB apart merged into one request, the bytes between them fetched and dropped
+and once, shuffle none:
+  s3_noshare the objects with CROUPIER_S3_INDEX_PREFIX=off: each producer scans every object
+             whole to index it (what stage 1 of issue 35 did), against the shared index object
+             the dispatcher writes as it creates the job
+
+Figures per system: create_s (create_job: the dispatcher lists and indexes the files; for s3 it
+scans each object whole once and stores its index in the store), first_batch_s (create_job's
+start to the first batch in the consumer's hands), epoch_s and records/s (the consumer's epoch,
+first batch to last), and from the producer's /metrics (croupier_s3_*): requests, ranges asked,
+bytes fetched; fetched_per_delivered = bytes fetched / bytes of the records delivered (their
+TFRecord framing included); requests_per_batch. Ratios s3 / local from the same run.
+
+Usage: .venv/bin/python bench/bench_s3.py [--records 6000] [--json out.json]
+"""
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+if not os.environ.get("PYTHONPATH"):
+    sys.path.insert(0, str(ROOT / "python"))
+sys.path.insert(0, str(ROOT / "tests"))
+import croupier  # noqa: E402
+from moto_store import moto_store  # noqa: E402
+from service_cluster import synth_dataset, wait_for_file  # noqa: E402
+
+FEATURES = "id:int64,label:int64,image:bytes"
+BUCKET = "croupier-bench"
+
+
+def s3_counters(port_file):
+    port = int(wait_for_file(port_file, 10))
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {line.split()[0][len("croupier_s3_"):]: float(line.split()[1])
+            for line in text.splitlines() if line.startswith("croupier_s3_")}
+
+
+def run_job(args, work, name, files, shuffle, env):
+    """One epoch of a fresh job; its figures."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    os.environ["CROUPIER_INDEX_DIR"] = str(work / f"{name}-index")
+    try:
+        with croupier.local_cluster(producers=0, work_dir=work / name,
+                                    threads=args.threads) as c:
+            port_file = work / f"{name}-metrics.port"
+            c.add_producer("--metrics-port", "0", "--metrics-port-file", port_file)
+            extra = {}
+            if shuffle == "blocks":
+                extra = dict(block_size=args.block_size, window_blocks=args.window_blocks)
+            start = time.monotonic()
+            c.create_job(name, files, FEATURES, args.batch, consumers=1, seed=3, epochs=1,
+                         shuffle=shuffle, **extra)
+            created = time.monotonic()
+            feed = c.consumer(name, 0, 1)
+            batches = records = 0
+            first = None
+            try:
+                for b in feed.batches(0):
+                    if first is None:
+                        first = time.monotonic()
+                    batches += 1
+                    records += len(b.to_dict()["id"])
+            finally:
+                feed.close()
+            end = time.monotonic()
+            counters = s3_counters(port_file)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return {"create_s": created - start, "first_batch_s": first - start,
+            "epoch_s": end - first, "batches": batches, "records": records,
+            "records_per_s": records / (end - first) if end > first else 0.0,
+            "requests": counters.get("requests_total", 0.0),
+            "ranges": counters.get("ranges_total", 0.0),
+            "bytes": counters.get("bytes_total", 0.0)}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--records", type=int, default=6000)
+    p.add_argument("--files", type=int, default=4)
+    p.add_argument("--image-bytes", type=int, default=512)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--block-size", type=int, default=64)
+    p.add_argument("--window-blocks", type=int, default=4)
+    p.add_argument("--json", type=pathlib.Path)
+    args = p.parse_args()
+
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="bench_s3_"))
+    results = []
+    try:
+        local_files = synth_dataset(tmp / "data", args.records, files=args.files,
+                                    image_bytes=args.image_bytes)
+        total_bytes = sum(f.stat().st_size for f in local_files)
+        with moto_store(tmp / "moto.log") as store:
+            s3 = store.s3()
+            s3.create_bucket(Bucket=BUCKET)
+            for f in local_files:
+                s3.upload_file(str(f), BUCKET, f"train/{f.name}")
+            remote = f"s3://{BUCKET}/train/*.tfrecord"
+            systems = []
+            for shuffle in ("none", "blocks", "global"):
+                systems.append(("local", shuffle, [str(f) for f in local_files], {}))
+                systems.append(("s3", shuffle, remote, store.env()))
+                if shuffle != "none":
+                    systems.append(("s3_gap4k", shuffle, remote,
+                                    store.env(CROUPIER_S3_MERGE_GAP_BYTES="4096")))
+            systems.append(("s3_noshare", "none", remote,
+                            store.env(CROUPIER_S3_INDEX_PREFIX="off")))
+            for n, (system, shuffle, files, env) in enumerate(systems):
+                r = run_job(args, tmp, f"j{n}-{system}-{shuffle}", files, shuffle, env)
+                delivered = total_bytes * r["records"] / args.records
+                r.update(system=system, shuffle=shuffle,
+                         fetched_per_delivered=r["bytes"] / delivered if r["bytes"] else 0.0,
+                         requests_per_batch=r["requests"] / r["batches"] if r["batches"] else 0.0)
+                results.append(r)
+                print(json.dumps(r), flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    by = {(r["system"], r["shuffle"]): r for r in results}
+    print(f"\n{args.records} records ({total_bytes} bytes) in {args.files} files, batch "
+          f"{args.batch}, 1 producer x {args.threads} threads, 1 consumer; moto on loopback\n")
+    print("| shuffle | system | records/s | s3 / local | first batch (s) | s3 / local | "
+          "bytes fetched / delivered | requests / batch | ranges / request |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        base = by[("local", r["shuffle"])]
+        ratio = "" if r["system"] == "local" else f"{r['records_per_s'] / base['records_per_s']:.2f}x"
+        fb = "" if r["system"] == "local" else f"{r['first_batch_s'] / base['first_batch_s']:.1f}x"
+        per_req = f"{r['ranges'] / r['requests']:.1f}" if r["requests"] else ""
+        fetched = f"{r['fetched_per_delivered']:.3f}" if r["system"] != "local" else ""
+        rpb = f"{r['requests_per_batch']:.1f}" if r["system"] != "local" else ""
+        print(f"| {r['shuffle']} | {r['system']} | {r['records_per_s']:,.0f} | {ratio} | "
+              f"{r['first_batch_s']:.2f} | {fb} | {fetched} | {rpb} | {per_req} |")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
