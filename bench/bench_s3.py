@@ -22,10 +22,14 @@ and once, shuffle none:
              whole to index it (what stage 1 of issue 35 did), against the shared index object
              the dispatcher writes as it creates the job
 
+And first, the store's ceiling: boto3 GETs every object whole, 4 at once (records/s as if each
+byte were a record's): no reader of this store on this machine does better.
+
 Figures per system: create_s (create_job: the dispatcher lists and indexes the files; for s3 it
 scans each object whole once and stores its index in the store), first_batch_s (create_job's
-start to the first batch in the consumer's hands), epoch_s and records/s (the consumer's epoch,
-first batch to last), and from the producer's /metrics (croupier_s3_*): requests, ranges asked,
+start to the first batch in the consumer's hands), epoch_s and records/s (create_job's start to
+the last batch in the consumer's hands: the producer starts making batches as the job is
+created, so time from the first batch alone would count batches made before it), and from the producer's /metrics (croupier_s3_*): requests, ranges asked,
 bytes fetched; fetched_per_delivered = bytes fetched / bytes of the records delivered (their
 TFRecord framing included); requests_per_batch. Ratios s3 / local from the same run.
 
@@ -98,11 +102,22 @@ def run_job(args, work, name, files, shuffle, env):
             else:
                 os.environ[k] = v
     return {"create_s": created - start, "first_batch_s": first - start,
-            "epoch_s": end - first, "batches": batches, "records": records,
-            "records_per_s": records / (end - first) if end > first else 0.0,
+            "epoch_s": end - start, "batches": batches, "records": records,
+            "records_per_s": records / (end - start),
             "requests": counters.get("requests_total", 0.0),
             "ranges": counters.get("ranges_total", 0.0),
             "bytes": counters.get("bytes_total", 0.0)}
+
+
+def store_ceiling(s3, keys, threads=4):
+    """Seconds for boto3 to GET every object whole, `threads` at once: what the store serves at
+    best, the bound of any reader of it on this machine."""
+    from concurrent.futures import ThreadPoolExecutor
+    start = time.monotonic()
+    with ThreadPoolExecutor(threads) as pool:
+        sizes = list(pool.map(
+            lambda k: len(s3.get_object(Bucket=BUCKET, Key=k)["Body"].read()), keys))
+    return time.monotonic() - start, sum(sizes)
 
 
 def main():
@@ -129,6 +144,11 @@ def main():
             for f in local_files:
                 s3.upload_file(str(f), BUCKET, f"train/{f.name}")
             remote = f"s3://{BUCKET}/train/*.tfrecord"
+            seconds, nbytes = store_ceiling(s3, [f"train/{f.name}" for f in local_files])
+            ceiling = {"system": "store_ceiling", "seconds": seconds, "bytes": nbytes,
+                       "records_per_s": args.records / seconds}
+            results.append(ceiling)
+            print(json.dumps(ceiling), flush=True)
             systems = []
             for shuffle in ("none", "blocks", "global"):
                 systems.append(("local", shuffle, [str(f) for f in local_files], {}))
@@ -149,9 +169,13 @@ def main():
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
+    ceiling = results.pop(0)
     by = {(r["system"], r["shuffle"]): r for r in results}
     print(f"\n{args.records} records ({total_bytes} bytes) in {args.files} files, batch "
           f"{args.batch}, 1 producer x {args.threads} threads, 1 consumer; moto on loopback\n")
+    print(f"store ceiling: boto3 GETs every object whole, 4 at once, in {ceiling['seconds']:.2f} "
+          f"s: {ceiling['bytes'] / ceiling['seconds'] / 1e6:.1f} MB/s, "
+          f"{ceiling['records_per_s']:,.0f} records/s\n")
     print("| shuffle | system | records/s | s3 / local | first batch (s) | s3 / local | "
           "bytes fetched / delivered | requests / batch | ranges / request |")
     print("|---|---|---|---|---|---|---|---|---|")

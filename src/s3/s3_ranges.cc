@@ -1,5 +1,6 @@
 // S3Client::GetRanges: a ReadRanges call on an object as few GETs, run at once on the client's
 // FetchPool.
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -13,8 +14,17 @@
 namespace croupier::s3 {
 namespace {
 
-// What the GETs of one GetRanges call share: the count still running and the first error.
+// One GET of a GetRanges call: a part of a merged request, and where its bytes go.
+struct Part {
+  ByteRange range;
+  char* dst;
+};
+
+// What the GETs of one GetRanges call share: its parts, which of them a thread has taken, the
+// count not yet done and the first error.
 struct Pending {
+  std::vector<Part> parts;
+  std::unique_ptr<std::atomic<bool>[]> taken;
   absl::Mutex mu;
   size_t running ABSL_GUARDED_BY(mu) = 0;
   absl::Status status ABSL_GUARDED_BY(mu);
@@ -30,11 +40,6 @@ absl::Status S3Client::GetRanges(const S3Path& path, uint64_t size,
   // A request whose members are not laid out end to end is read into a buffer of its own.
   std::vector<std::unique_ptr<char[]>> staging(requests.size());
   auto pending = std::make_shared<Pending>();
-  struct Part {
-    ByteRange range;
-    char* dst;
-  };
-  std::vector<Part> parts;
   for (size_t i = 0; i < requests.size(); ++i) {
     const RangeRequest& req = requests[i];
     char* base = req.direct ? ranges[req.members.front()].dst : nullptr;
@@ -43,27 +48,37 @@ absl::Status S3Client::GetRanges(const S3Path& path, uint64_t size,
       base = staging[i].get();
     }
     for (const ByteRange& part : req.parts) {
-      parts.push_back({part, base + (part.offset - req.range.offset)});
+      pending->parts.push_back({part, base + (part.offset - req.range.offset)});
     }
   }
+  const size_t n = pending->parts.size();
+  pending->taken.reset(new std::atomic<bool>[n]);
+  for (size_t i = 0; i < n; ++i) pending->taken[i].store(false);
   {
     absl::MutexLock lock(&pending->mu);
-    pending->running = parts.size();
+    pending->running = n;
   }
-  // The last part runs in the calling thread, which would only wait otherwise.
-  for (size_t i = 0; i < parts.size(); ++i) {
-    auto fetch = [this, path, part = parts[i], pending] {
-      absl::StatusOr<size_t> got = GetRange(path, part.range, part.dst);
-      absl::MutexLock lock(&pending->mu);
-      if (!got.ok() && pending->status.ok()) pending->status = got.status();
-      --pending->running;
-    };
-    if (i + 1 == parts.size()) {
-      fetch();
-    } else {
-      pool_->Run(std::move(fetch));
+  // Part i, by whichever thread takes it first; once a part has failed the rest are skipped.
+  auto run = [this, path](Pending& p, size_t i) {
+    if (p.taken[i].exchange(true)) return;
+    bool failed;
+    {
+      absl::MutexLock lock(&p.mu);
+      failed = !p.status.ok();
     }
+    absl::StatusOr<size_t> got =
+        failed ? absl::StatusOr<size_t>(0) : GetRange(path, p.parts[i].range, p.parts[i].dst);
+    absl::MutexLock lock(&p.mu);
+    if (!got.ok() && p.status.ok()) p.status = got.status();
+    --p.running;
+  };
+  // The pool's threads (at most max_in_flight of the client's GETs at once) and the calling
+  // thread share the parts, the pool from the first, the caller from the last: so a read whose
+  // batch is waited for now moves on even while the pool is busy with reads ahead for others.
+  for (size_t i = 0; i + 1 < n; ++i) {
+    pool_->Run([run, pending, i] { run(*pending, i); });
   }
+  for (size_t i = n; i-- > 0;) run(*pending, i);
   absl::MutexLock lock(&pending->mu);
   // Every GET ends within the client's request deadline, so this wait is bounded.
   pending->mu.Await(absl::Condition(
