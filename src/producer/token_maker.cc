@@ -147,8 +147,9 @@ absl::Status TokenBatchMaker::WriteSequences(const std::vector<SequencePlan>& se
   const bool concat = plan_->spec().packing == Packing::kConcat;
   const uint64_t per_epoch = job().num_records();
   const size_t count = ids.size();
-  std::vector<int32_t> tokens;  // one sequence's pieces, concatenated (concat: L + 1 at most)
-  std::vector<int32_t> next;    // best_fit: the token after a piece of a split document
+  std::vector<int32_t> past;  // a piece's tokens past L (concat: the last input's label)
+  // Each column's value at every position is written once: the pieces' tokens straight into
+  // input_ids, the other columns from them, and only the padding after the last piece filled.
   for (size_t r = 0; r < count; ++r) {
     const SequencePlan& sequence = sequences[r];
     const uint64_t global = GlobalSequence(epoch, ids[r], per_epoch);
@@ -157,13 +158,10 @@ absl::Status TokenBatchMaker::WriteSequences(const std::vector<SequencePlan>& se
     int32_t* position = arrays[kPositionIds] + r * length;
     int32_t* segment = arrays[kSegmentIds] + r * length;
     int32_t* mask = arrays[kLossMask] + r * length;
-    std::fill(input, input + length, pad);
-    std::fill(label, label + length, kIgnoredLabel);
-    std::fill(position, position + length, 0);
-    std::fill(segment, segment + length, 0);
-    tokens.resize(sequence.tokens());
-    size_t at = 0;    // where the piece's tokens start in `tokens`
+    size_t at = 0;    // where the piece starts in the sequence
     int32_t seg = 0;  // the piece's segment id
+    bool has_past = false;
+    int32_t first_past = 0;
     for (const Piece& piece : sequence.pieces) {
       const IndexedDataset& dataset = *datasets_[piece.source];
       auto read = [&](uint32_t offset, absl::Span<int32_t> out) -> absl::Status {
@@ -185,32 +183,47 @@ absl::Status TokenBatchMaker::WriteSequences(const std::vector<SequencePlan>& se
                             absl::StrCat("sequence ", global, " (document ", piece.document, " of ",
                                          dataset.prefix(), "): ", s.message()));
       };
-      RETURN_IF_ERROR(read(piece.offset, absl::MakeSpan(tokens).subspan(at, piece.length)));
-      ++seg;
-      // The piece's inputs: the positions of `tokens` below L.
-      const size_t end = std::min<size_t>(at + piece.length, length);
-      for (size_t j = at; j < end; ++j) {
-        input[j] = tokens[j];
-        position[j] = static_cast<int32_t>(piece.offset + (j - at));
-        segment[j] = seg;
+      // The piece's inputs: its tokens below L, read into input_ids where they go.
+      const size_t inputs = at < length ? std::min<size_t>(piece.length, length - at) : 0;
+      RETURN_IF_ERROR(read(piece.offset, absl::MakeSpan(input + at, inputs)));
+      if (inputs < piece.length && !has_past) {
+        past.resize(piece.length - inputs);
+        RETURN_IF_ERROR(read(piece.offset + inputs, absl::MakeSpan(past)));
+        has_past = true;
+        first_past = past[0];
       }
-      if (!concat && end > at) {
-        // best_fit: each input's label is the next token of its document.
-        for (size_t j = at; j + 1 < end; ++j) label[j] = tokens[j + 1];
-        const uint64_t doc_length = dataset.lengths()[piece.document];
-        if (piece.offset + piece.length < doc_length) {
-          next.resize(1);
-          RETURN_IF_ERROR(read(piece.offset + piece.length, absl::MakeSpan(next)));
-          label[end - 1] = next[0];
+      if (inputs > 0) {
+        ++seg;
+        const int32_t offset = static_cast<int32_t>(piece.offset) - static_cast<int32_t>(at);
+        for (size_t j = at; j < at + inputs; ++j) {
+          position[j] = offset + static_cast<int32_t>(j);
+          segment[j] = seg;
+        }
+        if (!concat) {
+          // best_fit: each input's label is the next token of its document; after the piece's
+          // last, the document's next token if it goes on in another sequence.
+          const size_t end = at + inputs;
+          for (size_t j = at; j + 1 < end; ++j) label[j] = input[j + 1];
+          label[end - 1] = kIgnoredLabel;
+          const uint64_t doc_length = dataset.lengths()[piece.document];
+          if (piece.offset + piece.length < doc_length) {
+            RETURN_IF_ERROR(read(piece.offset + piece.length, absl::MakeSpan(&label[end - 1], 1)));
+          }
         }
       }
       at += piece.length;
     }
-    if (concat) {
-      // The stream's next token: all of `tokens` after the first.
-      const size_t inputs = std::min<size_t>(tokens.size(), length);
-      for (size_t j = 0; j < inputs && j + 1 < tokens.size(); ++j) label[j] = tokens[j + 1];
+    const size_t inputs = std::min<size_t>(at, length);
+    if (concat && inputs > 0) {
+      // The stream's next token: the input after each, and past the last the first token past L
+      // (none at the end of a source epoch).
+      for (size_t j = 0; j + 1 < inputs; ++j) label[j] = input[j + 1];
+      label[inputs - 1] = has_past ? first_past : kIgnoredLabel;
     }
+    std::fill(input + inputs, input + length, pad);
+    std::fill(label + inputs, label + length, kIgnoredLabel);
+    std::fill(position + inputs, position + length, 0);
+    std::fill(segment + inputs, segment + length, 0);
     for (size_t j = 0; j < length; ++j) mask[j] = label[j] != kIgnoredLabel ? 1 : 0;
   }
 
