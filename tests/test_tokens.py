@@ -360,3 +360,62 @@ def test_megatron_and_croupier_write_the_same_indexed_dataset_and_read_each_othe
         assert [ours.read(d).tolist() for d in range(len(docs))] == docs
         theirs = megatron.IndexedDataset(str(ours_prefix))
         assert [theirs[d].tolist() for d in range(len(theirs))] == docs
+
+
+@pytest.mark.timeout(240)
+def test_a_tokens_job_autoscaled_or_made_by_three_producers_deals_the_same_sequences(tmp_path,
+                                                                                     sources):
+    """The same tokens job made by one producer, by three, and by producers that the autoscaler
+    adds while the trainer is input-bound and takes away once it slows (croupier.local_cluster
+    (producers="auto"), each batch made 40 ms slower so that they scale on 2 cores): every
+    sequence read is the one-producer run's, in the same order."""
+    settings = dict(sequence_length=L, global_batch=B, steps_per_epoch=3000, epochs=1,
+                    packing="best_fit", weights=[3, 1], seed=9)
+    damping = ["--advice-smoothing-ms", "2000", "--advice-hold-ms", "1500"]
+    slow = ["--threads", "1", "--test-make-delay-ms", "40"]
+
+    def read(cluster, steps=None, until=None):
+        """Sequence digests of the first `steps` steps, or of steps read (fast while until() is
+        False, then slowly until it is True) and the step count."""
+        feed = cluster.consumer("lm", 0, 1, timeout=60)
+        out = []
+        try:
+            for step, batch in enumerate(feed.epoch(0)):
+                out += sequence_digests(batch)
+                if until is not None:
+                    phase = until(step)
+                    if phase == "done":
+                        break
+                    if phase == "slow":
+                        time.sleep(0.15)
+                if steps is not None and step + 1 == steps:
+                    break
+        finally:
+            feed.close()
+        return out
+
+    with croupier.local_cluster(producers="auto", max_producers=3, autoscale_interval=0.5,
+                                work_dir=tmp_path / "auto", dispatcher_args=damping,
+                                producer_args=slow) as cluster:
+        tokens.create_token_job(cluster.address, "lm", sources, consumers=1, **settings)
+        most = [1]
+        deadline = time.monotonic() + 150
+
+        def phase(step):
+            assert time.monotonic() < deadline, cluster.status()["producer_advice"]
+            live = len(cluster.live_producers)
+            most[0] = max(most[0], live)
+            if most[0] < 2:
+                return "fast"  # input-bound: the autoscaler adds producers
+            return "slow" if live > 1 else "done"  # the trainer slows: they go
+        scaled = read(cluster, until=phase)
+        changes = list(cluster.autoscaler.changes)
+    assert most[0] >= 2 and changes, changes
+    steps = len(scaled) // B
+    assert 0 < steps < 3000
+    for producers, name in ((1, "one"), (3, "three")):
+        with croupier.local_cluster(producers=producers, work_dir=tmp_path / name,
+                                    producer_args=["--threads", "1"]) as cluster:
+            tokens.create_token_job(cluster.address, "lm", sources, consumers=1, **settings)
+            fixed = read(cluster, steps=steps)
+        assert fixed == scaled, f"{producers} producers"
