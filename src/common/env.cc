@@ -257,6 +257,18 @@ class PosixEnv final : public Env {
 
 }  // namespace
 
+absl::Status Env::Rename(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("renaming ", from, " onto"), to);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Env::RemoveFile(const std::string& path) {
+  if (::unlink(path.c_str()) != 0) return ErrnoToStatus(errno, "removing", path);
+  return absl::OkStatus();
+}
+
 Env* Env::Default() {
   // s3:// paths go to the S3 client (src/s3/s3_env.h), every other path to POSIX.
   static Env* env = s3::WithObjectStores(new PosixEnv());

@@ -111,6 +111,12 @@ class Env {
   // syncs the directory, so readers see the old file or the new one, never a part, and the new
   // one survives a machine crash once this returns.
   virtual absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) = 0;
+  // Renames `from` to `to`, replacing `to` atomically if it exists; SyncDir makes it durable.
+  // The default is rename(2) on local files (so an Env that routes some paths elsewhere, as
+  // Env::Default() does s3:// ones, needs no override for its local files); errors name both.
+  virtual absl::Status Rename(const std::string& from, const std::string& to);
+  // Removes the file `path`. The default is unlink(2) on a local file; errors name it.
+  virtual absl::Status RemoveFile(const std::string& path);
   // Like `mkdir -p`.
   virtual absl::Status CreateDirs(const std::string& path) = 0;
   // Paths matching a shell glob, sorted. No match is an empty list, not an error.

@@ -33,40 +33,46 @@ absl::StatusOr<std::unique_ptr<DispatcherImpl>> DispatcherImpl::Create(Dispatche
   std::unique_ptr<DispatcherImpl> impl(new DispatcherImpl(std::move(options)));
   if (!impl->options_.journal_path.empty()) {
     const absl::Time start = absl::Now();
-    absl::MutexLock lock(&impl->mu_);
-    DispatcherState& state = impl->state_;
-    ASSIGN_OR_RETURN(OpenedJournal journal,
-                     OpenJournal(*impl->options_.env, impl->options_.journal_path,
-                                 [&state](const journal::Update& update, uint64_t) {
-                                   return state.Apply(update);
-                                 },
-                                 {.sync = impl->options_.journal_sync}));
-    impl->journal_ = std::move(journal.writer);
-    if (journal.replay.file_bytes > 0) {
-      uint64_t tasks = 0;
-      for (const auto& [name, job] : state.jobs()) tasks += job.outstanding.size();
-      Log(LogLevel::kInfo, "dispatcher",
-          absl::StrCat("replayed ", journal.replay.entries, " entries (",
-                       journal.replay.valid_bytes, " bytes) of journal ",
-                       impl->options_.journal_path, " in ",
-                       absl::FormatDuration(absl::Now() - start), ": ", state.jobs().size(),
-                       " jobs, ", state.producers().size(), " producers, ",
-                       state.consumers().size(), " consumers, ", tasks,
-                       " outstanding tasks; producers and consumers have a full timeout to "
-                       "send their next heartbeat"));
+    bool replayed_any = false;
+    {
+      absl::MutexLock lock(&impl->mu_);
+      DispatcherState& state = impl->state_;
+      ASSIGN_OR_RETURN(OpenedJournal journal,
+                       OpenJournal(*impl->options_.env, impl->options_.journal_path,
+                                   [&state](const journal::Update& update, uint64_t) {
+                                     return state.Apply(update);
+                                   },
+                                   {.sync = impl->options_.journal_sync}));
+      impl->journal_ = std::move(journal.writer);
+      if (journal.replay.file_bytes > 0) {
+        uint64_t tasks = 0;
+        for (const auto& [name, job] : state.jobs()) tasks += job.outstanding.size();
+        Log(LogLevel::kInfo, "dispatcher",
+            absl::StrCat("replayed ", journal.replay.entries, " entries (",
+                         journal.replay.valid_bytes, " bytes) of journal ",
+                         impl->options_.journal_path, " in ",
+                         absl::FormatDuration(absl::Now() - start), ": ", state.jobs().size(),
+                         " jobs, ", state.producers().size(), " producers, ",
+                         state.consumers().size(), " consumers, ", tasks,
+                         " outstanding tasks; producers and consumers have a full timeout to "
+                         "send their next heartbeat"));
+      }
+      replayed_any = journal.replay.entries > 0;
     }
     // A journal that holds updates starts anew as a snapshot of what they built: replays stay as
     // short as the state is small, however long the dispatcher ran.
-    if (journal.replay.entries > 0) {
-      absl::Status compacted = impl->CompactJournalLocked();
+    if (replayed_any) {
+      absl::Status compacted = impl->CompactJournal();
       if (!compacted.ok()) {
         Log(LogLevel::kError, "dispatcher",
             absl::StrCat("the journal could not be compacted at start (", compacted.message(),
                          "); it stays as it was"));
+        absl::MutexLock lock(&impl->mu_);
         RETURN_IF_ERROR(impl->journal_lost_);
       }
     }
     // Replayed producers and consumers are timed from now, not from before the replay.
+    absl::MutexLock lock(&impl->mu_);
     impl->created_ = impl->clock_->Now();
   }
   return impl;
@@ -217,7 +223,7 @@ absl::StatusOr<v1::CreateJobResponse> DispatcherImpl::CreateJobUnsynced(
 
 absl::StatusOr<v1::CreateJobResponse> DispatcherImpl::ExistingJobLocked(
     const DispatcherState::Job& job, const v1::JobSpec& spec, bool exist_ok) {
-  const std::string difference = DescribeSpecDifference(job.info.spec(), spec);
+  const std::string difference = DescribeSpecDifference(job.info->spec(), spec);
   if (!difference.empty()) {
     return absl::AlreadyExistsError(
         absl::StrCat("job '", job.name(), "' already exists with a different spec: ", difference));
@@ -227,7 +233,7 @@ absl::StatusOr<v1::CreateJobResponse> DispatcherImpl::ExistingJobLocked(
         "job '", job.name(), "' already exists (with this spec; pass exist_ok to use it)"));
   }
   v1::CreateJobResponse response;
-  *response.mutable_job() = job.info;
+  *response.mutable_job() = *job.info;
   return response;
 }
 
@@ -237,7 +243,7 @@ absl::StatusOr<v1::GetJobResponse> DispatcherImpl::GetJobUnsynced(
   const DispatcherState::Job* job = state_.FindJob(request.name());
   if (job == nullptr) return UnknownJobError(state_, request.name());
   v1::GetJobResponse response;
-  *response.mutable_job() = job->info;
+  *response.mutable_job() = *job->info;
   const auto readers = state_.ConsumersByJob();
   auto it = readers.find(request.name());
   *response.mutable_summary() =
@@ -268,8 +274,10 @@ absl::StatusOr<v1::LocateResponse> DispatcherImpl::LocateUnsynced(
         RETURN_IF_ERROR(ApplyLocked(update));
         Log(LogLevel::kInfo, "dispatcher",
             absl::StrCat("job '", request.job(), "': batch ", request.first_batch(), " of epoch ",
-                         request.epoch(), " was asked for after its task finished; the task (from "
-                         "batch ", key->second, ") will be made again"));
+                         request.epoch(),
+                         " was asked for after its task finished; the task (from "
+                         "batch ",
+                         key->second, ") will be made again"));
       }
     }
   }
@@ -280,9 +288,10 @@ absl::StatusOr<v1::LocateResponse> DispatcherImpl::LocateUnsynced(
     for (const v1::TaskLocation& t : response.tasks()) {
       if (!t.finished() && t.producer_address().empty()) {
         return absl::UnavailableError(absl::StrCat(
-            "job '", request.job(), "' epoch ", request.epoch(), " batch ",
-            t.task().first_batch(), " has no producer, and none can be given one: the "
-            "dispatcher cannot write its journal (", journal_error_, ")"));
+            "job '", request.job(), "' epoch ", request.epoch(), " batch ", t.task().first_batch(),
+            " has no producer, and none can be given one: the "
+            "dispatcher cannot write its journal (",
+            journal_error_, ")"));
       }
     }
   }
@@ -303,7 +312,7 @@ absl::StatusOr<v1::StatusResponse> DispatcherImpl::GetStatusUnsynced(
   for (const std::string& name : state_.job_order()) {
     const DispatcherState::Job& job = *state_.FindJob(name);
     // Summaries only by default: whole JobInfos (file lists) would grow without bound.
-    if (request.include_job_info()) *response.add_jobs() = job.info;
+    if (request.include_job_info()) *response.add_jobs() = *job.info;
     auto it = readers.find(name);
     *response.add_job_summaries() = SummaryLocked(job, it == readers.end() ? 0 : it->second, now);
     for (const auto& [rank, position] : job.rank_positions) {
@@ -324,9 +333,8 @@ absl::StatusOr<v1::StatusResponse> DispatcherImpl::GetStatusUnsynced(
     auto info = producer_info_.find(id);
     // Since its last heartbeat, or since this dispatcher started for a producer replayed from
     // the journal and not heard from yet (ProducerLastHeartbeat adds a grace for expiry).
-    const absl::Time heard = info == producer_info_.end()
-                                 ? created_
-                                 : std::max(created_, info->second.last_heartbeat);
+    const absl::Time heard =
+        info == producer_info_.end() ? created_ : std::max(created_, info->second.last_heartbeat);
     out->set_seconds_since_heartbeat(absl::ToDoubleSeconds(now - heard));
     if (info != producer_info_.end()) {
       *out->mutable_stats() = info->second.stats;

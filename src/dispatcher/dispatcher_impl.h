@@ -52,7 +52,7 @@ struct DispatcherOptions {
   // fdatasync the journal (grouped) before answering (JournalWriter::Options::sync); off only
   // for tests and benchmarks.
   bool journal_sync = true;
-  Env* env = nullptr;        // the journal's file access; nullptr: Env::Default(); not owned
+  Env* env = nullptr;  // the journal's file access; nullptr: Env::Default(); not owned
   // The damping of the recommended number of producers (GetStatus's producer_advice).
   ProducerAdvisor::Options advice;
   // A done job (JOB_STATE_DONE) that no consumer reads is deleted by Tick() this long after the
@@ -126,14 +126,14 @@ class DispatcherImpl {
   // the JobInfo of each job this producer has not been sent yet. With held_tasks_reported, the
   // producer's tasks that it neither holds nor reports finished are sent again first (the
   // response that carried them was lost: a call that timed out, or a dispatcher that crashed
-  // after journaling them), and the tasks it holds that are no longer its own are revoked. A producer without a free slot
-  // still gets one orphan, if there is one: consumers are blocked on it, and if every live
-  // producer's slots held later tasks, which wait for those consumers, nothing would move.
-  // revoked_tasks lists the producer's tasks that the dispatcher finished because every consumer
-  // acknowledged a position past them (see TasksDelivered in proto/journal.proto).
-  // Errors: NOT_FOUND for an unknown producer id, saying why (e.g. "producer 3 is unknown (expired
-  // after 10 s without a heartbeat); register again"); FAILED_PRECONDITION when a heartbeat gives
-  // another data address than the producer registered with.
+  // after journaling them), and the tasks it holds that are no longer its own are revoked. A
+  // producer without a free slot still gets one orphan, if there is one: consumers are blocked on
+  // it, and if every live producer's slots held later tasks, which wait for those consumers,
+  // nothing would move. revoked_tasks lists the producer's tasks that the dispatcher finished
+  // because every consumer acknowledged a position past them (see TasksDelivered in
+  // proto/journal.proto). Errors: NOT_FOUND for an unknown producer id, saying why (e.g. "producer
+  // 3 is unknown (expired after 10 s without a heartbeat); register again"); FAILED_PRECONDITION
+  // when a heartbeat gives another data address than the producer registered with.
   absl::StatusOr<v1::ProducerHeartbeatResponse> ProducerHeartbeat(
       const v1::ProducerHeartbeatRequest& request);
 
@@ -187,11 +187,20 @@ class DispatcherImpl {
   // than consumer_timeout, deletes the done jobs past their retention (job_retention), compacts
   // the journal past its bound (journal_compact_bytes), and updates the recommended number of
   // producers from the rates of the producers and consumers of TFRecord jobs. The server calls
-  // it every second.
+  // it every second. A compaction is written after the rest, with the lock released.
   void Tick();
 
   // The durable state's dump (DispatcherState::DebugString), for tests and debugging.
   std::string StateDebugString() const;
+
+  // The last compaction's time, and how long it held the dispatcher's lock (taking the snapshot,
+  // then swapping the files), for tests and benchmarks.
+  struct CompactionTimes {
+    absl::Duration total;
+    absl::Duration lock_held;
+    uint64_t bytes = 0;  // the new journal's size
+  };
+  CompactionTimes last_compaction() const;
 
  private:
   // Volatile: what a restarted dispatcher does not need.
@@ -282,13 +291,16 @@ class DispatcherImpl {
   // Notes when each job became done (done_since_) and deletes the done jobs, without consumers,
   // older than job_retention.
   void ExpireDoneJobsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Replaces the journal with a snapshot of the state and reopens it (dispatcher_compaction.cc).
-  // On an error writing the snapshot the old journal stays in use; if the new file cannot be
-  // reopened, every change is refused (journal_lost_) until the dispatcher restarts.
-  // journal_error_ says why in both cases.
-  absl::Status CompactJournalLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Tick()'s part: compacts when the journal has grown past its bound.
-  void MaybeCompactJournalLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Replaces the journal with a snapshot of the state (dispatcher_compaction.cc), holding mu_ only
+  // to take the snapshot and to swap the files: the snapshot is written while calls are served
+  // (JournalWriter's compaction steps). OK at once if a compaction is under way. On an error
+  // before the swap the old journal stays in use; after it, every change is refused
+  // (journal_lost_) until the dispatcher restarts. journal_error_ says why in both cases.
+  absl::Status CompactJournal() ABSL_LOCKS_EXCLUDED(mu_);
+  // Tick()'s work under the lock; returns whether to compact the journal then.
+  bool TickLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the journal has grown past its bound (and no compaction is under way).
+  bool CompactionDueLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Notes the outcome of a journal write: the first failure is logged as an ERROR naming the file
   // and the OS error, and stays in journal_error_ (GetStatus) until a write succeeds again.
   void NoteJournalWriteLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -353,6 +365,8 @@ class DispatcherImpl {
   // Why the last journal write failed (StatusResponse.journal_error); empty once one succeeds.
   std::string journal_error_ ABSL_GUARDED_BY(mu_);
   uint64_t compacted_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // the journal's size after compaction
+  bool compacting_ ABSL_GUARDED_BY(mu_) = false;       // CompactJournal is under way
+  CompactionTimes last_compaction_ ABSL_GUARDED_BY(mu_);
   // Heartbeats held for work. Last, so that it stops (answering who still waits) before the rest
   // of this object goes.
   WorkWaiters waiters_;

@@ -17,7 +17,7 @@ namespace croupier {
 
 v1::JobSummary DispatcherImpl::SummaryLocked(const DispatcherState::Job& job,
                                              uint32_t live_consumers, absl::Time now) const {
-  const v1::JobSpec& spec = job.info.spec();
+  const v1::JobSpec& spec = job.info->spec();
   v1::JobSummary out;
   out.set_name(spec.name());
   out.set_state(DispatcherState::StateOf(job, live_consumers));
@@ -25,10 +25,10 @@ v1::JobSummary DispatcherImpl::SummaryLocked(const DispatcherState::Job& job,
   out.set_mode(spec.mode());
   out.set_num_consumers(spec.num_consumers());
   out.set_num_epochs(spec.num_epochs());
-  out.set_num_records(job.info.num_records());
-  out.set_num_files(job.info.files_size());
-  out.set_batches_per_epoch(job.info.batches_per_epoch());
-  out.set_steps_per_epoch(job.info.steps_per_epoch());
+  out.set_num_records(job.info->num_records());
+  out.set_num_files(job.info->files_size());
+  out.set_batches_per_epoch(job.info->batches_per_epoch());
+  out.set_steps_per_epoch(job.info->steps_per_epoch());
   out.set_consumers(live_consumers);
   out.set_tasks_outstanding(job.outstanding.size());
   out.set_tasks_finished(job.tasks_finished);
@@ -36,7 +36,7 @@ v1::JobSummary DispatcherImpl::SummaryLocked(const DispatcherState::Job& job,
   out.set_cursor_epoch(job.next_epoch);
   out.set_seconds_to_expiry(-1);
   *out.mutable_producer_advice() = JobAdviceLocked(job);
-  out.set_padding_fraction(TokenPaddingFraction(job.info));
+  out.set_padding_fraction(TokenPaddingFraction(*job.info));
   if (out.state() == v1::JOB_STATE_DONE) {
     // Tick() notes the time; until it has, the job has been done for no time yet.
     auto it = done_since_.find(spec.name());

@@ -89,11 +89,12 @@ absl::StatusOr<uint64_t> DispatcherImpl::RegisterProducerLocked(const std::strin
       return absl::NotFoundError(absl::StrCat("no job '", source_job, "' to be the source of"));
     }
     if (!job->config.made_by_sources()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "job '", source_job, "' is made by any producer from its files; only a python or map "
-          "job, or a tokens job with a text source, takes a producer of its own"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("job '", source_job,
+                       "' is made by any producer from its files; only a python or map "
+                       "job, or a tokens job with a text source, takes a producer of its own"));
     }
-    const uint32_t sources = std::max<uint32_t>(1, job->info.spec().source_count());
+    const uint32_t sources = std::max<uint32_t>(1, job->info->spec().source_count());
     if (source_index >= sources) {
       return absl::InvalidArgumentError(absl::StrCat("job '", source_job, "' has ", sources,
                                                      " sources, 0 to ", sources - 1,
@@ -139,7 +140,7 @@ absl::StatusOr<uint64_t> DispatcherImpl::RegisterConsumerLocked(
   const DispatcherState::Job* job = state_.FindJob(request.job());
   if (job == nullptr) return UnknownJobError(state_, request.job());
   const std::string name = job->name();
-  const uint32_t n = job->info.spec().num_consumers();
+  const uint32_t n = job->info->spec().num_consumers();
   if (request.world() != n) {
     return absl::InvalidArgumentError(absl::StrCat("job '", name, "' deals to ", n,
                                                    " consumers, but this consumer says world size ",
@@ -228,7 +229,19 @@ absl::Status DispatcherImpl::RemoveConsumerLocked(uint64_t id, std::string reaso
 
 void DispatcherImpl::Tick() {
   const absl::Time now = clock_->Now();
-  absl::MutexLock lock(&mu_);
+  bool compact = false;
+  {
+    absl::MutexLock lock(&mu_);
+    compact = TickLocked(now);
+  }
+  // Without the lock: calls are served while the snapshot is written.
+  if (compact) {
+    absl::Status compacted = CompactJournal();
+    if (!compacted.ok()) Log(LogLevel::kError, "dispatcher", compacted.ToString());
+  }
+}
+
+bool DispatcherImpl::TickLocked(absl::Time now) {
   std::vector<uint64_t> producers, consumers;
   for (const auto& [id, producer] : state_.producers()) {
     if (now - ProducerLastHeartbeat(id) > options_.producer_timeout) producers.push_back(id);
@@ -255,8 +268,8 @@ void DispatcherImpl::Tick() {
     if (!status.ok()) Log(LogLevel::kError, "dispatcher", status.ToString());
   }
   ExpireDoneJobsLocked(now);
-  MaybeCompactJournalLocked();
   UpdateAdviceLocked(now);
+  return CompactionDueLocked();
 }
 
 void AdviceToProto(const ProducerAdvisor::Advice& advice, v1::ProducerAdvice& out) {
@@ -320,7 +333,7 @@ void DispatcherImpl::UpdateAdviceLocked(absl::Time now) {
 
 v1::ProducerAdvice DispatcherImpl::JobAdviceLocked(const DispatcherState::Job& job) const {
   v1::ProducerAdvice out;
-  const std::string& name = job.info.spec().name();
+  const std::string& name = job.info->spec().name();
   if (job.config.python()) {
     uint32_t sources = 0;
     for (const auto& [id, producer] : state_.producers()) {

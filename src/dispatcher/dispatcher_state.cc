@@ -95,7 +95,7 @@ absl::Status DispatcherState::ApplyJobCreated(const journal::JobCreated& u) {
         info.batches_per_task(), " batches per task"));
   }
   Job job;
-  job.info = info;
+  job.info = std::make_shared<const v1::JobInfo>(info);
   job.config = *std::move(config);
   // A job resuming another's checkpoint starts its cursor there (JobConfig::FirstBatch).
   job.next_epoch = spec.start_epoch();
@@ -123,7 +123,7 @@ absl::Status DispatcherState::ApplyProducerRegistered(const journal::ProducerReg
       return DoesNotFit(absl::StrCat("producer ", u.producer_id(), " is the source of '",
                                      u.source_job(), "', which is not a python or map job"));
     }
-    if (u.source_index() >= std::max<uint32_t>(1, job->info.spec().source_count())) {
+    if (u.source_index() >= std::max<uint32_t>(1, job->info->spec().source_count())) {
       return DoesNotFit(absl::StrCat("job '", u.source_job(), "' has no source ",
                                      u.source_index()));
     }
@@ -347,9 +347,9 @@ absl::Status DispatcherState::ApplyConsumerRegistered(const journal::ConsumerReg
     return DoesNotFit(
         absl::StrCat("consumer ", u.consumer_id(), " is of job '", u.job(), "', which is unknown"));
   }
-  if (u.rank() >= job->info.spec().num_consumers()) {
+  if (u.rank() >= job->info->spec().num_consumers()) {
     return Malformed(absl::StrCat("consumer ", u.consumer_id(), " has rank ", u.rank(), " of job '",
-                                  u.job(), "', which has ", job->info.spec().num_consumers(),
+                                  u.job(), "', which has ", job->info->spec().num_consumers(),
                                   " consumers"));
   }
   if (const Consumer* holder = ConsumerAt(u.job(), u.rank())) {

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -53,8 +54,10 @@ class DispatcherState {
   };
 
   struct Job {
-    v1::JobInfo info;
-    JobConfig config;  // info, typed (src/job/job.h)
+    // Never null, and never changed after creation: shared, not copied, by a snapshot
+    // (SnapshotWithoutJobInfo), which may outlive the job.
+    std::shared_ptr<const v1::JobInfo> info;
+    JobConfig config;       // info, typed (src/job/job.h)
     uint64_t sequence = 0;  // its index in job_order(): creation order of the jobs not deleted
     // The cursor: the first task not cut yet. next_batch < batches_per_epoch always.
     uint64_t next_epoch = 0;
@@ -71,7 +74,7 @@ class DispatcherState {
     // Its last consumer left (JobIdle) and none has come since: its tasks are not assigned.
     bool idle = false;
 
-    const std::string& name() const { return info.spec().name(); }
+    const std::string& name() const { return info->spec().name(); }
     // True when the cursor has passed the last epoch of a bounded job: nothing is left to cut.
     bool exhausted() const;
     // True once (epoch, batch) has been cut.
@@ -81,9 +84,9 @@ class DispatcherState {
   struct Producer {
     uint64_t id = 0;
     std::string data_address;
-    std::string source_job;    // the Python job it is the source of; empty: a TFRecord producer
+    std::string source_job;     // the Python job it is the source of; empty: a TFRecord producer
     uint32_t source_index = 0;  // which of that job's sources
-    std::set<uint64_t> tasks;  // the task ids it owns
+    std::set<uint64_t> tasks;   // the task ids it owns
     // It leaves gracefully (ProducerDraining): it serves the tasks it owns and gets no new one.
     bool draining = false;
   };
@@ -194,6 +197,16 @@ class DispatcherState {
   // The state as journal updates (SnapshotJob per job, then SnapshotEnd: proto/journal.proto)
   // that rebuild it exactly when applied to an empty state: a compacted journal's beginning.
   std::vector<journal::Update> Snapshot() const;
+  // The same, cheap enough to take under the dispatcher's lock: each SnapshotJob without its
+  // JobInfo (about all of a snapshot's bytes: the file lists), which job_infos[i] holds for
+  // updates[i], shared with the state; FillJobInfos puts them in, without the lock.
+  struct PartialSnapshot {
+    std::vector<journal::Update> updates;
+    std::vector<std::shared_ptr<const v1::JobInfo>> job_infos;
+    // Completes `updates` into what Snapshot() returns, and drops job_infos.
+    std::vector<journal::Update> FillJobInfos() &&;
+  };
+  PartialSnapshot SnapshotWithoutJobInfo() const;
 
   // A deterministic text dump of the whole state, for tests and debugging: two states are equal
   // exactly when their dumps are.

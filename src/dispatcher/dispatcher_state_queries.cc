@@ -16,7 +16,7 @@ std::string Range(uint64_t epoch, uint64_t first, uint64_t num) {
 
 
 bool DispatcherState::Job::exhausted() const {
-  return info.spec().num_epochs() > 0 && next_epoch >= info.spec().num_epochs();
+  return info->spec().num_epochs() > 0 && next_epoch >= info->spec().num_epochs();
 }
 
 bool DispatcherState::Job::IsCut(uint64_t epoch, uint64_t batch) const {
@@ -71,7 +71,7 @@ DispatcherState::TaskKey DispatcherState::TaskHolding(const JobConfig& job, uint
 
 std::optional<DispatcherState::TaskKey> DispatcherState::DeliveredFrontier(const Job& job) const {
   if (!job.config.dealt()) return std::nullopt;
-  const uint32_t n = job.info.spec().num_consumers();
+  const uint32_t n = job.info->spec().num_consumers();
   if (job.rank_positions.size() < n) return std::nullopt;
   return *job.positions.begin();
 }
@@ -80,7 +80,7 @@ std::vector<std::pair<DispatcherState::TaskKey, DispatcherState::Outstanding>>
 DispatcherState::TasksBefore(const Job& job, uint64_t epoch, uint64_t step) {
   // Tasks are whole rounds of N batches (batches_per_task and batches_per_epoch are multiples of
   // N), so a task ending at batch b ends at step b / N; outstanding tasks end in key order.
-  const uint64_t n = job.info.spec().num_consumers();
+  const uint64_t n = job.info->spec().num_consumers();
   std::vector<std::pair<TaskKey, Outstanding>> out;
   for (const auto& [key, o] : job.outstanding) {
     const uint64_t first = job.config.FirstBatch(key.first);
@@ -92,7 +92,7 @@ DispatcherState::TasksBefore(const Job& job, uint64_t epoch, uint64_t step) {
 }
 
 absl::Status DispatcherState::CheckPosition(const Job& job, uint64_t epoch, uint64_t step) {
-  const v1::JobSpec& spec = job.info.spec();
+  const v1::JobSpec& spec = job.info->spec();
   const uint64_t epochs = spec.num_epochs();
   if (epochs > 0 && (epoch > epochs || (epoch == epochs && step > 0))) {
     return absl::InvalidArgumentError(absl::StrCat("position epoch ", epoch, " step ", step,
@@ -106,7 +106,7 @@ absl::Status DispatcherState::CheckPosition(const Job& job, uint64_t epoch, uint
         "position epoch ", epoch, " step ", step, " is past the end of the epoch: job '",
         spec.name(), "' has ", max_step,
         !job.config.dealt()                                 ? std::string(" batches per epoch")
-        : max_step == job.info.steps_per_epoch() ? std::string(" steps per epoch")
+        : max_step == job.info->steps_per_epoch() ? std::string(" steps per epoch")
                                                  : absl::StrCat(" steps in epoch ", epoch)));
   }
   return absl::OkStatus();
@@ -158,7 +158,7 @@ std::string DispatcherState::DebugString() const {
                    " task ", next_task_id(), "\nlast cut job: '", last_cut_job_, "'\n");
   for (const std::string& name : job_order_) {
     const Job& j = jobs_.find(name)->second;
-    absl::StrAppend(&out, "job ", j.sequence, " {", j.info.ShortDebugString(), "} cursor ",
+    absl::StrAppend(&out, "job ", j.sequence, " {", j.info->ShortDebugString(), "} cursor ",
                     j.next_epoch, "/", j.next_batch, " finished ", j.tasks_finished, "/",
                     j.batches_finished, j.idle ? " idle" : "", "\n");
     for (const auto& [key, o] : j.outstanding) {

@@ -23,11 +23,24 @@ bool DispatcherState::Fresh() const {
 }
 
 std::vector<journal::Update> DispatcherState::Snapshot() const {
-  std::vector<journal::Update> out;
+  return SnapshotWithoutJobInfo().FillJobInfos();
+}
+
+std::vector<journal::Update> DispatcherState::PartialSnapshot::FillJobInfos() && {
+  for (size_t i = 0; i < job_infos.size(); ++i) {
+    *updates[i].mutable_snapshot_job()->mutable_job() = *job_infos[i];
+  }
+  job_infos.clear();
+  return std::move(updates);
+}
+
+DispatcherState::PartialSnapshot DispatcherState::SnapshotWithoutJobInfo() const {
+  PartialSnapshot partial;
+  std::vector<journal::Update>& out = partial.updates;
   for (const std::string& name : job_order_) {
     const Job& job = jobs_.find(name)->second;
     journal::SnapshotJob* s = out.emplace_back().mutable_snapshot_job();
-    *s->mutable_job() = job.info;
+    partial.job_infos.push_back(job.info);
     s->set_plan_version(kPlanVersion);  // a job of another plan version is never in the state
     s->set_next_epoch(job.next_epoch);
     s->set_next_batch(job.next_batch);
@@ -71,7 +84,7 @@ std::vector<journal::Update> DispatcherState::Snapshot() const {
   end->set_last_producer_id(last_producer_id_);
   end->set_last_consumer_id(last_consumer_id_);
   end->set_last_task_id(last_task_id_);
-  return out;
+  return partial;
 }
 
 absl::Status DispatcherState::ApplySnapshotJob(const journal::SnapshotJob& u) {
@@ -97,10 +110,10 @@ absl::Status DispatcherState::ApplySnapshotEnd(const journal::SnapshotEnd& u) {
     Job& job = *next.MutableJob(s.job().spec().name());
     const std::string& name = job.name();
     const uint64_t epochs = job.config.num_epochs;
-    if (s.next_batch() >= std::max<uint64_t>(1, job.info.batches_per_epoch()) ||
+    if (s.next_batch() >= std::max<uint64_t>(1, job.info->batches_per_epoch()) ||
         (epochs > 0 && s.next_epoch() > epochs)) {
       return BadSnapshot(absl::StrCat("job '", name, "' has its cursor at batch ", s.next_batch(),
-                                      " of ", job.info.batches_per_epoch()));
+                                      " of ", job.info->batches_per_epoch()));
     }
     job.next_epoch = s.next_epoch();
     job.next_batch = s.next_batch();
@@ -141,8 +154,8 @@ absl::Status DispatcherState::ApplySnapshotEnd(const journal::SnapshotEnd& u) {
       return BadSnapshot(absl::StrCat("producer ", p.producer_id(),
                                       " is the source of unknown job '", p.source_job(), "'"));
     }
-    next.AddProducer(Producer{p.producer_id(), p.data_address(), p.source_job(), p.source_index(),
-                              {}, p.draining()});
+    next.AddProducer(Producer{
+        p.producer_id(), p.data_address(), p.source_job(), p.source_index(), {}, p.draining()});
   }
   for (auto& [name, job] : next.jobs_) {
     for (const auto& [key, o] : job.outstanding) {

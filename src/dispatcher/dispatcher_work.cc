@@ -83,7 +83,7 @@ absl::StatusOr<v1::ProducerHeartbeatResponse> DispatcherImpl::ProducerHeartbeatU
     // Lost tasks take the slots first: the producer counted them as free.
     slots -= std::min<uint32_t>(slots, 1);
     if (info.jobs_sent.insert(task.job()).second) {
-      *response.add_jobs() = state_.FindJob(task.job())->info;
+      *response.add_jobs() = *state_.FindJob(task.job())->info;
     }
     *response.add_new_tasks() = std::move(task);
   }
@@ -131,7 +131,7 @@ absl::Status DispatcherImpl::AssignTasksLocked(uint64_t id, uint32_t slots, Prod
     update.mutable_task_assigned()->set_producer_id(id);
     RETURN_IF_ERROR(ApplyLocked(update));
     if (info.jobs_sent.insert(task->job()).second) {
-      *response.add_jobs() = state_.FindJob(task->job())->info;
+      *response.add_jobs() = *state_.FindJob(task->job())->info;
     }
     *response.add_new_tasks() = *std::move(task);
   }
@@ -269,7 +269,7 @@ absl::StatusOr<v1::ConsumerHeartbeatResponse> DispatcherImpl::ConsumerHeartbeatU
   // The JobInfo (its file list included: 55 KB for a job of 1,000 files) at registration only. A
   // job's info never changes once created, and a consumer reads it only then; sent with every
   // heartbeat it made 550 MB/s of answers for 10,000 consumers of such a job.
-  if (request.consumer_id() == 0) *response.mutable_job() = consumed.info;
+  if (request.consumer_id() == 0) *response.mutable_job() = *consumed.info;
   // This consumer reads the job: running, unless it is done.
   response.set_job_state(DispatcherState::StateOf(consumed, /*live_consumers=*/1));
   response.set_heartbeat_interval_ms(HeartbeatIntervalMs());

@@ -1,5 +1,7 @@
 #include "src/dispatcher/journal.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <optional>
@@ -70,14 +72,15 @@ absl::StatusOr<Entry> EntryAt(Window& window, uint64_t size, uint64_t offset) {
                                             kMaxJournalEntryBytes)};
   }
   if (left < length + kJournalEntryOverheadBytes) {
-    return Entry{std::nullopt, absl::StrCat("an entry of ", length, " bytes cut short (",
-                                            left - kLengthBytes, " bytes of payload and checksum)")};
+    return Entry{std::nullopt,
+                 absl::StrCat("an entry of ", length, " bytes cut short (", left - kLengthBytes,
+                              " bytes of payload and checksum)")};
   }
   ASSIGN_OR_RETURN(absl::string_view body, window.Get(offset + kLengthBytes, length + 4));
   const absl::string_view payload = body.substr(0, length);
   if (crc32c::Unmask(tfrecord::DecodeU32(body.data() + length)) != crc32c::Value(payload)) {
-    return Entry{std::nullopt, absl::StrCat("an entry of ", length,
-                                            " bytes whose checksum does not match")};
+    return Entry{std::nullopt,
+                 absl::StrCat("an entry of ", length, " bytes whose checksum does not match")};
   }
   return Entry{payload, ""};
 }
@@ -211,8 +214,8 @@ absl::StatusOr<JournalReplay> ReadJournal(
     const journal::Update& update = *parsed;
     const uint64_t length = entry.payload->size();
     if (absl::Status s = apply(update, offset); !s.ok()) {
-      return absl::DataLossError(absl::StrCat("journal entry at byte ", offset, " of ", path,
-                                              " (", update.ShortDebugString(),
+      return absl::DataLossError(absl::StrCat("journal entry at byte ", offset, " of ", path, " (",
+                                              update.ShortDebugString(),
                                               ") cannot be replayed: ", s.message()));
     }
     ++replay.entries;
@@ -288,9 +291,11 @@ void JournalWriter::CutBack(uint64_t size) {
   absl::Status cut = env_.Truncate(path_, size);
   if (!cut.ok()) {
     absl::MutexLock lock(&sync_mu_);
-    BreakLocked(absl::UnavailableError(
-        absl::StrCat("the dispatcher's journal ", path_, " is unusable until a restart: after a "
-                     "failed write it could not be cut back to byte ", size, ": ", cut.message())));
+    BreakLocked(
+        absl::UnavailableError(absl::StrCat("the dispatcher's journal ", path_,
+                                            " is unusable until a restart: after a "
+                                            "failed write it could not be cut back to byte ",
+                                            size, ": ", cut.message())));
   }
 }
 
@@ -327,8 +332,8 @@ absl::Status JournalWriter::DropLast() {
     absl::MutexLock lock(&sync_mu_);
     if (base_ + last_entry_ < published_) {
       // A waiter may have been told it is durable: it cannot be taken back.
-      return absl::FailedPreconditionError(absl::StrCat(
-          "journal ", path_, ": the entry at byte ", last_entry_, " is published; not dropped"));
+      return absl::FailedPreconditionError(absl::StrCat("journal ", path_, ": the entry at byte ",
+                                                        last_entry_, " is published; not dropped"));
     }
   }
   CutBack(last_entry_);
@@ -339,9 +344,10 @@ absl::Status JournalWriter::DropLast() {
     // fine for the file; that syncer covers only what was published, which ends before the cut.
     if (absl::Status s = file_->Sync(); !s.ok()) {
       absl::MutexLock lock(&sync_mu_);
-      BreakLocked(absl::UnavailableError(
-          absl::StrCat("the dispatcher's journal ", path_, " is unusable until a restart: syncing "
-                       "its cut back to byte ", last_entry_, " failed: ", s.message())));
+      BreakLocked(absl::UnavailableError(absl::StrCat("the dispatcher's journal ", path_,
+                                                      " is unusable until a restart: syncing "
+                                                      "its cut back to byte ",
+                                                      last_entry_, " failed: ", s.message())));
       return broken_;
     }
   }
@@ -394,49 +400,154 @@ absl::Status JournalWriter::WaitSynced(uint64_t ticket, absl::Time deadline) {
     }
     if (sync_cv_.WaitWithDeadline(&sync_mu_, deadline) && synced_ < ticket && broken_.ok()) break;
   }
-  return absl::DeadlineExceededError(absl::StrCat(
-      "the call's deadline passed while it waited for the dispatcher's journal ", path_,
-      " to be synced up to byte ", ticket - base_, " (durable up to byte ", synced_ - base_,
-      (syncing_ ? "; an fdatasync is still in progress" : ""), ")"));
+  return absl::DeadlineExceededError(
+      absl::StrCat("the call's deadline passed while it waited for the dispatcher's journal ",
+                   path_, " to be synced up to byte ", ticket - base_, " (durable up to byte ",
+                   synced_ - base_, (syncing_ ? "; an fdatasync is still in progress" : ""), ")"));
 }
 
-absl::StatusOr<uint64_t> JournalWriter::Compact(const std::vector<journal::Update>& snapshot) {
+absl::Status JournalWriter::BeginCompaction() {
+  RETURN_IF_ERROR(status());
+  if (compaction_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("journal ", path_, ": a compaction is under way already"));
+  }
+  compaction_ = std::make_unique<Compaction>();
+  compaction_->from = compaction_->copied_to = size_;
+  compaction_->path = absl::StrCat(path_, ".tmp.", ::getpid());
+  // The entries before the snapshot are in it: none of them may be dropped any more.
+  last_entry_ = 0;
+  return absl::OkStatus();
+}
+
+absl::Status JournalWriter::CopyTail(uint64_t from, uint64_t to) {
+  if (to <= from) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> journal, env_.OpenForRead(path_));
+  std::string chunk;
+  for (uint64_t at = from; at < to;) {
+    chunk.resize(std::min<uint64_t>(to - at, kWindowBytes));
+    ASSIGN_OR_RETURN(const size_t got, journal->Read(at, chunk.size(), chunk.data()));
+    if (got != chunk.size()) {
+      return absl::DataLossError(absl::StrCat("journal ", path_, " ends at byte ", at + got,
+                                              ", before the ", to, " bytes written to it"));
+    }
+    RETURN_IF_ERROR(compaction_->file->Append(chunk));
+    compaction_->size += got;
+    at += got;
+  }
+  compaction_->copied_to = to;
+  return absl::OkStatus();
+}
+
+absl::Status JournalWriter::WriteCompaction(const std::vector<journal::Update>& snapshot) {
+  Compaction& c = *compaction_;
+  auto failed = [&c](const absl::Status& s) {
+    return absl::Status(s.code(), absl::StrCat("compacting the journal into ", c.path, ": ",
+                                               s.message(), "; the journal stays as it was"));
+  };
+  absl::StatusOr<std::unique_ptr<WritableFile>> file = env_.OpenForWrite(c.path);
+  if (!file.ok()) return failed(file.status());
+  c.file = *std::move(file);
+  // Written in pieces of about a megabyte: one write per entry would cost a system call per job.
+  std::string pending = JournalHeader();
+  for (const journal::Update& update : snapshot) {
+    std::string payload;
+    if (!update.SerializeToString(&payload)) {
+      return failed(absl::InternalError("cannot serialize a snapshot entry"));
+    }
+    pending += JournalEntry(payload);
+    if (pending.size() >= kWindowBytes) {
+      if (absl::Status s = c.file->Append(pending); !s.ok()) return failed(s);
+      c.size += pending.size();
+      pending.clear();
+    }
+  }
+  if (absl::Status s = c.file->Append(pending); !s.ok()) return failed(s);
+  c.size += pending.size();
+  // The tail published so far (whole entries, written before they were published); the rest is
+  // copied by FinishCompaction.
+  uint64_t published;
   {
     absl::MutexLock lock(&sync_mu_);
-    if (!broken_.ok()) return broken_;
+    published = published_ - base_;
+  }
+  if (absl::Status s = CopyTail(c.from, std::max(c.from, published)); !s.ok()) return failed(s);
+  if (options_.sync) {
+    if (absl::Status s = c.file->Sync(); !s.ok()) return failed(s);
+  }
+  return absl::OkStatus();
+}
+
+void JournalWriter::AbortCompaction() {
+  if (!compaction_) return;
+  if (compaction_->file) compaction_->file->Close().IgnoreError();
+  // A file never created is fine; another failure leaves a stray file, which the next compaction
+  // overwrites.
+  if (absl::Status s = env_.RemoveFile(compaction_->path); !s.ok() && !absl::IsNotFound(s)) {
+    Log(LogLevel::kWarning, "journal", s.ToString());
+  }
+  compaction_.reset();
+}
+
+absl::StatusOr<uint64_t> JournalWriter::FinishCompaction() {
+  if (!compaction_ || !compaction_->file) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("journal ", path_, ": no compaction written to finish"));
+  }
+  if (absl::Status broken = status(); !broken.ok()) {
+    AbortCompaction();
+    return broken;
+  }
+  {
+    absl::MutexLock lock(&sync_mu_);
     // Become the syncer: file_ is not synced by anyone while it is replaced.
     while (syncing_) sync_cv_.Wait(&sync_mu_);
     syncing_ = true;
   }
-  absl::StatusOr<uint64_t> size = CompactJournal(env_, path_, snapshot);
+  Compaction& c = *compaction_;
+  // Before the rename, any failure leaves the old journal whole and in use.
+  absl::Status status = CopyTail(c.copied_to, size_);
+  if (status.ok() && options_.sync) status = c.file->Sync();
+  if (status.ok()) status = c.file->Close();
+  if (status.ok()) status = env_.Rename(c.path, path_);
+  if (!status.ok()) {
+    status = absl::Status(
+        status.code(), absl::StrCat("compacting the journal into ", c.path, ": ", status.message(),
+                                    "; the journal stays as it was"));
+    AbortCompaction();
+    absl::MutexLock lock(&sync_mu_);
+    syncing_ = false;
+    sync_cv_.SignalAll();
+    return status;
+  }
+  const uint64_t new_size = c.size;
+  compaction_.reset();
+  // Renamed: the old file is gone from the directory, so the writer must move to the new one.
+  absl::Status moved = options_.sync ? env_.SyncDir(DirName(path_)) : absl::OkStatus();
   absl::StatusOr<std::unique_ptr<WritableFile>> reopened =
-      absl::FailedPreconditionError("not compacted");
-  if (size.ok()) reopened = env_.OpenForAppend(path_);
+      moved.ok() ? env_.OpenForAppend(path_) : absl::StatusOr<std::unique_ptr<WritableFile>>(moved);
   std::unique_ptr<WritableFile> old;
   absl::Status result;
   {
     absl::MutexLock lock(&sync_mu_);
     syncing_ = false;
-    if (size.ok()) {
-      // The snapshot, synced, holds the state every entry written so far built: all of them are
-      // durable now, published or not.
-      const uint64_t written = base_ + size_;
-      published_ = synced_ = written;
-      if (reopened.ok()) {
-        old = std::move(file_);
-        file_ = *std::move(reopened);
-        base_ = written;
-        size_ = *size;
-        last_entry_ = 0;
-        published_ = synced_ = base_ + size_;
-      } else {
-        BreakLocked(absl::UnavailableError(absl::StrCat(
-            "the journal ", path_, " was compacted but cannot be reopened (",
-            reopened.status().message(), "); restart the dispatcher")));
-        result = broken_;
-      }
+    if (reopened.ok()) {
+      // The new file, synced, holds every entry written so far (the snapshot and the tail):
+      // all of them are durable now, published or not.
+      old = std::move(file_);
+      file_ = *std::move(reopened);
+      base_ += size_;
+      size_ = new_size;
+      last_entry_ = 0;
+      published_ = synced_ = base_ + size_;
     } else {
-      result = size.status();
+      // Without a durable rename a crash may bring back the old journal, which lacks the tail not
+      // synced in it; without the new file open nothing can be appended.
+      BreakLocked(absl::UnavailableError(
+          absl::StrCat("the journal ", path_, " was compacted but ",
+                       moved.ok() ? "cannot be reopened (" : "the rename may not be durable (",
+                       reopened.status().message(), "); restart the dispatcher")));
+      result = broken_;
     }
     sync_cv_.SignalAll();
   }
@@ -444,7 +555,16 @@ absl::StatusOr<uint64_t> JournalWriter::Compact(const std::vector<journal::Updat
     if (absl::Status s = old->Close(); !s.ok()) Log(LogLevel::kError, "journal", s.ToString());
   }
   if (!result.ok()) return result;
-  return *size;
+  return new_size;
+}
+
+absl::StatusOr<uint64_t> JournalWriter::Compact(const std::vector<journal::Update>& snapshot) {
+  RETURN_IF_ERROR(BeginCompaction());
+  if (absl::Status s = WriteCompaction(snapshot); !s.ok()) {
+    AbortCompaction();
+    return s;
+  }
+  return FinishCompaction();
 }
 
 absl::StatusOr<uint64_t> CompactJournal(Env& env, const std::string& path,
@@ -473,10 +593,9 @@ absl::StatusOr<OpenedJournal> OpenJournal(
     if (!out.replay.torn.empty()) {
       Log(LogLevel::kWarning, "journal",
           absl::StrCat("journal ", path, ": torn final entry at byte ", out.replay.valid_bytes,
-                       " (", out.replay.torn, "; ",
-                       out.replay.file_bytes - out.replay.valid_bytes,
-                       " bytes), left by a crash while writing; cut away, the ",
-                       out.replay.entries, " complete entries before it are kept"));
+                       " (", out.replay.torn, "; ", out.replay.file_bytes - out.replay.valid_bytes,
+                       " bytes), left by a crash while writing; cut away, the ", out.replay.entries,
+                       " complete entries before it are kept"));
     }
     if (upgrade) {
       ASSIGN_OR_RETURN(out.replay.valid_bytes, Rewrite(env, path, upgraded));

@@ -33,9 +33,25 @@
 // consumers).
 //
 // Positions ("tickets") are logical byte positions that only grow: before any compaction they are
-// the file's byte offsets; a compaction (Compact) makes everything written so far durable in the
-// snapshot it writes, so every ticket issued before it is covered, and the new file's bytes are
-// counted on from there.
+// the file's byte offsets; a compaction makes everything written so far durable in the file it
+// swaps in, so every ticket issued before it is covered, and the new file's bytes are counted on
+// from there.
+//
+// Compaction off the writers' mutex. A snapshot of the state replaces the entries that built it,
+// in three steps, so that the caller's mutex is held only to take the snapshot and to swap files:
+//   1. BeginCompaction, under the mutex, where the snapshot is taken: the entries written so far
+//      are what the snapshot holds; those written from then on are the tail.
+//   2. WriteCompaction, without the mutex: the header and the snapshot go to a temporary file
+//      beside the journal (journal.tmp.<pid>), then the tail published so far, read back from the
+//      journal, and the file is synced. Meanwhile entries are appended, published, synced and
+//      acknowledged in the journal as ever.
+//   3. FinishCompaction, under the mutex: the rest of the tail is copied, the temporary file synced
+//      (only those last bytes are left to sync), renamed over the journal and the directory
+//      synced; appends go to the new file from then on. AbortCompaction after a failed step 2.
+// A crash before the rename replays the old journal, which holds every entry (the temporary file
+// is ignored); after it, the new file: the snapshot, then every entry of the tail, synced before
+// the rename. Either way each acknowledged entry is there, since an entry is acknowledged only
+// once the file that holds it then is synced past it.
 #ifndef CROUPIER_SRC_DISPATCHER_JOURNAL_H_
 #define CROUPIER_SRC_DISPATCHER_JOURNAL_H_
 
@@ -45,8 +61,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/status/status.h"
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -107,8 +123,7 @@ class JournalWriter {
   // valid_bytes): a longer file is cut there first (its torn tail), and with valid_bytes 0 the
   // file is created or emptied and the header written. Errors name the file.
   static absl::StatusOr<std::unique_ptr<JournalWriter>> Open(Env& env, std::string path,
-                                                             uint64_t valid_bytes,
-                                                             Options options);
+                                                             uint64_t valid_bytes, Options options);
   ~JournalWriter();
 
   // Writes `update` as one entry (one write(); not synced: see WaitSynced). UNAVAILABLE naming
@@ -143,12 +158,20 @@ class JournalWriter {
   // Publish() and WaitSynced on it without a deadline: for a single caller (tests, tools).
   absl::Status Sync() { return WaitSynced(Publish(), absl::InfiniteFuture()); }
 
-  // Replaces the journal with one holding only `snapshot`, as CompactJournal, and appends to the
-  // new file from then on. The snapshot is durable once written, so every position published
-  // before is synced too (a waiter holding an old ticket returns). Waits for a sync in progress
-  // to end first. Returns the new file's size. An error writing the snapshot leaves the old
-  // journal in use; if the new file cannot be opened for appending, the writer is broken
-  // (UNAVAILABLE, "restart the dispatcher"), though what it held is durable in the snapshot.
+  // Compaction, in the three steps above. BeginCompaction: writing side; FAILED_PRECONDITION if
+  // one is under way, the broken writer's error. WriteCompaction(snapshot): by the caller of
+  // BeginCompaction, concurrently with the writing and waiting sides (it touches neither); errors
+  // name the temporary file. FinishCompaction: writing side; waits for a sync in progress to end
+  // first; every position published before is then synced (the new file holds it, synced);
+  // returns the new file's size. An error before the rename leaves the old journal in use, whole
+  // (the temporary file is removed); after it (syncing the directory, reopening the new file) the
+  // writer is broken (UNAVAILABLE, "restart the dispatcher"). AbortCompaction: writing side; ends
+  // a compaction whose WriteCompaction failed, removing the temporary file.
+  absl::Status BeginCompaction();
+  absl::Status WriteCompaction(const std::vector<journal::Update>& snapshot);
+  absl::StatusOr<uint64_t> FinishCompaction();
+  void AbortCompaction();
+  // The three steps at once, for a caller that holds its mutex throughout (tests, tools).
   absl::StatusOr<uint64_t> Compact(const std::vector<journal::Update>& snapshot);
 
   const std::string& path() const { return path_; }
@@ -170,6 +193,8 @@ class JournalWriter {
   // meanwhile, then advances synced_ (or breaks the writer) and wakes the waiters.
   void SyncLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
   void BreakLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
+  // Copies the journal's bytes [from, to) (whole entries) to the end of the compaction's file.
+  absl::Status CopyTail(uint64_t from, uint64_t to);
 
   // Constant.
   Env& env_;
@@ -181,6 +206,17 @@ class JournalWriter {
   std::unique_ptr<WritableFile> file_;
   uint64_t size_ = 0;
   uint64_t last_entry_ = 0;  // where the last appended entry starts; 0: none to drop
+
+  // The compaction under way, if any. Set by BeginCompaction, on the writing side; then used only
+  // by the compactor, in its three steps, one at a time.
+  struct Compaction {
+    uint64_t from = 0;       // the journal's size when the snapshot was taken: the tail's start
+    uint64_t copied_to = 0;  // the journal's bytes up to here are in the new file
+    std::string path;        // the new file, until it is renamed over the journal
+    std::unique_ptr<WritableFile> file;
+    uint64_t size = 0;  // the new file's size so far
+  };
+  std::unique_ptr<Compaction> compaction_;
 
   // The syncing side.
   mutable absl::Mutex sync_mu_;

@@ -1,8 +1,12 @@
 #include "src/dispatcher/journal.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <thread>
 #include <vector>
 
@@ -20,8 +24,8 @@
 namespace croupier {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::FaultyEnv;
+using ::testing::HasSubstr;
 using testing::ScopedTempDir;
 
 // A small but real history: a job, a producer, tasks, a consumer and its positions.
@@ -41,8 +45,7 @@ std::vector<journal::Update> History() {
 
 // Appends `updates` to a new journal at `path`; returns where each entry starts, then the end.
 std::vector<uint64_t> WriteJournal(const std::string& path,
-                                   const std::vector<journal::Update>& updates,
-                                   bool sync = false) {
+                                   const std::vector<journal::Update>& updates, bool sync = false) {
   auto writer = JournalWriter::Open(*Env::Default(), path, 0, {.sync = sync});
   EXPECT_TRUE(writer.ok()) << writer.status();
   std::vector<uint64_t> offsets;
@@ -119,14 +122,14 @@ TEST(JournalTest, EmptyFileIsAnEmptyJournal) {
   EXPECT_EQ(replay->entries, 0u);
   EXPECT_EQ(replay->valid_bytes, 0u);
   EXPECT_TRUE(replay->torn.empty());
-  auto opened = OpenJournal(*Env::Default(), path, [](auto&, uint64_t) { return absl::OkStatus(); });
+  auto opened =
+      OpenJournal(*Env::Default(), path, [](auto&, uint64_t) { return absl::OkStatus(); });
   ASSERT_TRUE(opened.ok()) << opened.status();
   EXPECT_EQ(ReadAll(path), JournalHeader());
   // A missing file is created the same way.
   const std::string fresh = tmp.Join("fresh");
-  ASSERT_TRUE(OpenJournal(*Env::Default(), fresh, [](auto&, uint64_t) {
-                return absl::OkStatus();
-              }).ok());
+  ASSERT_TRUE(
+      OpenJournal(*Env::Default(), fresh, [](auto&, uint64_t) { return absl::OkStatus(); }).ok());
   EXPECT_EQ(ReadAll(fresh), JournalHeader());
 }
 
@@ -147,9 +150,8 @@ TEST(JournalTest, TornTailOfEveryLengthIsCutAndNeverApplied) {
     EXPECT_EQ(replay->valid_bytes, last);
     EXPECT_FALSE(replay->torn.empty());
     // Opening cuts the torn entry away; what is appended next replays.
-    auto opened = OpenJournal(*Env::Default(), path, [](auto&, uint64_t) {
-      return absl::OkStatus();
-    });
+    auto opened =
+        OpenJournal(*Env::Default(), path, [](auto&, uint64_t) { return absl::OkStatus(); });
     ASSERT_TRUE(opened.ok()) << opened.status();
     ASSERT_TRUE(opened->writer->Append(history.back()).ok());
     opened->writer.reset();
@@ -189,9 +191,8 @@ TEST(JournalTest, TornHeaderStartsAnEmptyJournal) {
   const std::string path = tmp.Join(kJournalFileName);
   for (uint64_t n = 1; n < kJournalHeaderBytes; ++n) {
     WriteAll(path, JournalHeader().substr(0, n));
-    auto opened = OpenJournal(*Env::Default(), path, [](auto&, uint64_t) {
-      return absl::OkStatus();
-    });
+    auto opened =
+        OpenJournal(*Env::Default(), path, [](auto&, uint64_t) { return absl::OkStatus(); });
     ASSERT_TRUE(opened.ok()) << opened.status();
     EXPECT_THAT(opened->replay.torn, HasSubstr("header cut short"));
     EXPECT_EQ(opened->replay.entries, 0u);
@@ -215,13 +216,13 @@ TEST(JournalTest, CorruptionFollowedByValidDataIsDataLossNamingTheOffset) {
     std::vector<std::string> got;
     auto replay = Replay(path, &got);
     EXPECT_TRUE(absl::IsDataLoss(replay.status())) << replay.status();
-    EXPECT_THAT(replay.status().message(),
-                HasSubstr(absl::StrCat("corrupt journal entry at byte ", offsets[1], " of ", path)));
+    EXPECT_THAT(replay.status().message(), HasSubstr(absl::StrCat("corrupt journal entry at byte ",
+                                                                  offsets[1], " of ", path)));
     EXPECT_THAT(replay.status().message(), HasSubstr("followed by a valid entry"));
     // OpenJournal refuses too: it never cuts away valid entries.
-    EXPECT_TRUE(absl::IsDataLoss(
-        OpenJournal(*Env::Default(), path, [](auto&, uint64_t) { return absl::OkStatus(); })
-            .status()));
+    EXPECT_TRUE(absl::IsDataLoss(OpenJournal(*Env::Default(), path, [](auto&, uint64_t) {
+                                   return absl::OkStatus();
+                                 }).status()));
   }
 }
 
@@ -322,7 +323,8 @@ TEST(JournalTest, FailedSyncOrCutBreaksTheWriter) {
     absl::Status s = (*writer)->Sync();
     EXPECT_TRUE(absl::IsUnavailable(s)) << s;
     EXPECT_THAT(s.message(), HasSubstr("journal " + tmp.Join("a") + " is unusable"));
-    EXPECT_THAT(s.message(), HasSubstr("syncing it up to byte " + std::to_string((*writer)->size())));
+    EXPECT_THAT(s.message(),
+                HasSubstr("syncing it up to byte " + std::to_string((*writer)->size())));
     env.fail_sync = false;
     EXPECT_EQ((*writer)->Append(history[0]), s);  // stays broken
     EXPECT_EQ((*writer)->Sync(), s);
@@ -482,8 +484,8 @@ TEST(JournalTest, AWaitEndsByItsDeadline) {
   const absl::Time before = absl::Now();
   absl::Status waited = w.WaitSynced(ticket, absl::Now() + absl::Milliseconds(50));
   EXPECT_TRUE(absl::IsDeadlineExceeded(waited)) << waited;
-  EXPECT_THAT(waited.message(), HasSubstr("journal " + path + " to be synced up to byte " +
-                                          std::to_string(ticket)));
+  EXPECT_THAT(waited.message(),
+              HasSubstr("journal " + path + " to be synced up to byte " + std::to_string(ticket)));
   EXPECT_THAT(waited.message(), HasSubstr("an fdatasync is still in progress"));
   EXPECT_LT(absl::Now() - before, absl::Seconds(5));
   env.set_hold_syncs(false);
@@ -503,10 +505,12 @@ TEST(JournalTest, CompactionCoversEveryEarlierTicket) {
   const std::vector<journal::Update> history = History();
   for (const journal::Update& u : history) ASSERT_TRUE(w.Append(u).ok());
   const uint64_t old_ticket = w.Publish();
-  const uint64_t syncs = env.syncs();
   auto size = w.Compact({history[0], history[1]});
   ASSERT_TRUE(size.ok()) << size.status();
   EXPECT_EQ(w.size(), *size);
+  // The compaction synced its new file (the snapshot, then the tail at the swap); the journal's
+  // old tickets need no sync of their own.
+  const uint64_t syncs = env.syncs();
   EXPECT_TRUE(w.WaitSynced(old_ticket, absl::Now()).ok());  // no sync needed, no time given
   EXPECT_EQ(env.syncs(), syncs);
   ASSERT_TRUE(w.Append(history[2]).ok());
@@ -521,13 +525,132 @@ TEST(JournalTest, CompactionCoversEveryEarlierTicket) {
   EXPECT_EQ(got.size(), 3u);
 }
 
+// Compaction off the writers' mutex (BeginCompaction, WriteCompaction, FinishCompaction): entries
+// written while the snapshot is written are acknowledged from the old journal as ever and carried
+// over to the new one, and a crash at each step leaves a journal that holds every entry
+// acknowledged by then (the snapshot standing for the entries before it), in order.
+TEST(JournalTest, CompactionCarriesTheTailOverAndEveryCrashImageHoldsWhatWasAcknowledged) {
+  ScopedTempDir tmp;
+  const std::string path = tmp.Join(kJournalFileName);
+  testing::CrashEnv env;
+  auto writer = JournalWriter::Open(env, path, 0, {});
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  JournalWriter& w = **writer;
+  // Distinct entries, each acknowledged (published and synced) unless said otherwise.
+  auto entry = [](uint64_t step) { return testing::ConsumerAcknowledged(1, 0, step); };
+  std::vector<std::string> acknowledged;
+  auto append = [&](uint64_t step, bool acknowledge) {
+    ASSERT_TRUE(w.Append(entry(step)).ok());
+    const uint64_t ticket = w.Publish();
+    if (!acknowledge) return;
+    ASSERT_TRUE(w.WaitSynced(ticket, absl::Now() + absl::Seconds(20)).ok());
+    acknowledged.push_back(entry(step).SerializeAsString());
+  };
+  // What a crash now leaves at `path`, replayed.
+  int images = 0;
+  auto crash_image = [&]() {
+    const std::string copy = tmp.Join(absl::StrCat("image-", ++images));
+    WriteAll(copy, env.Durable(path));
+    std::vector<std::string> got;
+    absl::StatusOr<JournalReplay> replay = Replay(copy, &got);
+    EXPECT_TRUE(replay.ok()) << replay.status();
+    return got;
+  };
+  // Whether `image` is `prefix` (the snapshot) followed by the acknowledged entries from
+  // `covered` on (those the snapshot does not stand for), in order, among entries written but
+  // not acknowledged.
+  auto holds = [&](const std::vector<std::string>& image, const std::vector<std::string>& prefix,
+                   size_t covered) {
+    if (image.size() < prefix.size() || !std::equal(prefix.begin(), prefix.end(), image.begin())) {
+      return false;
+    }
+    size_t next = covered;
+    for (size_t i = prefix.size(); i < image.size() && next < acknowledged.size(); ++i) {
+      if (image[i] == acknowledged[next]) ++next;
+    }
+    return next == acknowledged.size();
+  };
+
+  for (uint64_t step = 0; step < 5; ++step) append(step, true);
+  // The snapshot stands for the 5 entries so far: here, one entry that says so.
+  const std::vector<journal::Update> snapshot = {entry(1000)};
+  const std::vector<std::string> snapshot_bytes = {entry(1000).SerializeAsString()};
+  ASSERT_TRUE(w.BeginCompaction().ok());
+  EXPECT_EQ(w.BeginCompaction().code(), absl::StatusCode::kFailedPrecondition);
+  append(5, true);  // before the snapshot is written: the tail
+  EXPECT_TRUE(holds(crash_image(), {}, 0));
+  ASSERT_TRUE(w.WriteCompaction(snapshot).ok());
+  append(6, true);                           // after it: acknowledged from the old journal
+  append(7, false);                          // written, not synced
+  EXPECT_TRUE(holds(crash_image(), {}, 0));  // the old journal, whole
+  // A crash while the swap syncs the new file's last bytes: still the old journal.
+  env.set_hold_syncs(true);
+  const uint64_t started = env.syncs_started();
+  absl::StatusOr<uint64_t> finished;
+  std::thread finisher([&] { finished = w.FinishCompaction(); });
+  const absl::Time limit = absl::Now() + absl::Seconds(10);
+  while (env.syncs_started() == started && absl::Now() < limit) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_TRUE(holds(crash_image(), {}, 0));
+  env.set_hold_syncs(false);
+  finisher.join();
+  ASSERT_TRUE(finished.ok()) << finished.status();
+  // After the swap: the snapshot, then the tail, the entry never synced included.
+  const std::vector<std::string> image = crash_image();
+  EXPECT_TRUE(holds(image, snapshot_bytes, 5));
+  ASSERT_EQ(image.size(), 4u);
+  EXPECT_EQ(image[3], entry(7).SerializeAsString());
+  EXPECT_EQ(*finished, w.size());
+  append(8, true);  // appended to the new file
+  EXPECT_TRUE(holds(crash_image(), snapshot_bytes, 5));
+  std::vector<std::string> on_disk;
+  ASSERT_TRUE(Replay(path, &on_disk).ok());
+  EXPECT_EQ(on_disk.size(), 5u);
+  EXPECT_FALSE(
+      std::filesystem::exists(tmp.Join(absl::StrCat(kJournalFileName, ".tmp.", getpid()))));
+}
+
+// A compaction whose new file cannot be written leaves the journal as it was, in use, and
+// removes its temporary file.
+TEST(JournalTest, AFailedCompactionLeavesTheJournalInUse) {
+  ScopedTempDir tmp;
+  const std::string path = tmp.Join(kJournalFileName);
+  auto writer = JournalWriter::Open(*Env::Default(), path, 0, {});
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  JournalWriter& w = **writer;
+  const std::vector<journal::Update> history = History();
+  ASSERT_TRUE(w.Append(history[0]).ok());
+  ASSERT_TRUE(w.BeginCompaction().ok());
+  // The temporary file's place is taken by a directory: it cannot be opened for writing.
+  const std::string blocker = absl::StrCat(path, ".tmp.", getpid());
+  std::filesystem::create_directory(blocker);
+  absl::Status written = w.WriteCompaction({history[0]});
+  EXPECT_FALSE(written.ok());
+  EXPECT_THAT(std::string(written.message()), HasSubstr(blocker));
+  EXPECT_THAT(std::string(written.message()), HasSubstr("the journal stays as it was"));
+  w.AbortCompaction();
+  std::filesystem::remove(blocker);
+  ASSERT_TRUE(w.Append(history[1]).ok());
+  ASSERT_TRUE(w.Sync().ok());
+  std::vector<std::string> got;
+  ASSERT_TRUE(Replay(path, &got).ok());
+  EXPECT_EQ(got.size(), 2u);
+  EXPECT_TRUE(w.BeginCompaction().ok());  // another may begin
+  ASSERT_TRUE(w.WriteCompaction({history[0], history[1]}).ok());
+  ASSERT_TRUE(w.FinishCompaction().ok());
+  got.clear();
+  ASSERT_TRUE(Replay(path, &got).ok());
+  EXPECT_EQ(got.size(), 2u);
+}
+
 // Not a check: prints what an entry costs with and without fdatasync (journal.h quotes it).
 TEST(JournalTest, SyncCost) {
   ScopedTempDir tmp;
   const journal::Update update = History()[2];
   for (bool sync : {false, true}) {
-    auto writer = JournalWriter::Open(*Env::Default(), tmp.Join(sync ? "s" : "n"), 0,
-                                      {.sync = sync});
+    auto writer =
+        JournalWriter::Open(*Env::Default(), tmp.Join(sync ? "s" : "n"), 0, {.sync = sync});
     ASSERT_TRUE(writer.ok());
     constexpr int kEntries = 200;
     const auto start = std::chrono::steady_clock::now();
@@ -536,8 +659,10 @@ TEST(JournalTest, SyncCost) {
       ASSERT_TRUE((*writer)->Append(update).ok());
       ASSERT_TRUE((*writer)->Sync().ok());
     }
-    const double us = std::chrono::duration<double, std::micro>(
-                          std::chrono::steady_clock::now() - start).count() / kEntries;
+    const double us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+            .count() /
+        kEntries;
     std::printf("journal append %s fdatasync: %.1f us per entry\n", sync ? "with" : "without", us);
   }
 }

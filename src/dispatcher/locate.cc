@@ -22,7 +22,7 @@ absl::StatusOr<v1::LocateResponse> LocateTasks(const DispatcherState& state,
                                                const v1::LocateRequest& request) {
   const DispatcherState::Job* job = state.FindJob(request.job());
   if (job == nullptr) return UnknownJobError(state, request.job());
-  const v1::JobInfo& info = job->info;
+  const v1::JobInfo& info = *job->info;
   const uint64_t epochs = info.spec().num_epochs();
   const uint64_t epoch = request.epoch();
   if (epochs > 0 && epoch >= epochs) {

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -202,6 +203,10 @@ class FaultyEnv : public Env {
   absl::Status WriteFileAtomically(const std::string& p, absl::string_view c) override {
     return Env::Default()->WriteFileAtomically(p, c);
   }
+  absl::Status Rename(const std::string& from, const std::string& to) override {
+    return Env::Default()->Rename(from, to);
+  }
+  absl::Status RemoveFile(const std::string& p) override { return Env::Default()->RemoveFile(p); }
   absl::Status CreateDirs(const std::string& p) override { return Env::Default()->CreateDirs(p); }
   absl::StatusOr<std::vector<std::string>> Glob(const std::string& p) override {
     return Env::Default()->Glob(p);
@@ -232,9 +237,10 @@ class FaultyEnv : public Env {
 // An Env that keeps what a machine crash would leave of the files written through it, and counts
 // the syncs: a file's durable image is its contents as of the start of its last successful Sync
 // (what that fdatasync surely covers), or what WriteFileAtomically wrote (synced and renamed).
-// Truncating changes the image only at the next sync. Each sync takes `sync_delay` (a disk's
-// fdatasync); with fail_sync it fails (EIO); while hold_syncs is set it waits to be released.
-// Thread-safe.
+// Truncating changes the image only at the next sync. A rename moves the images only once the
+// directory is synced (SyncDir); until then a crash leaves the names as they were. Each sync takes
+// `sync_delay` (a disk's fdatasync); with fail_sync it fails (EIO); while hold_syncs is set it
+// waits to be released. Thread-safe.
 class CrashEnv : public Env {
  public:
   explicit CrashEnv(absl::Duration sync_delay = absl::ZeroDuration()) : sync_delay_(sync_delay) {}
@@ -278,7 +284,17 @@ class CrashEnv : public Env {
   absl::Status Truncate(const std::string& p, uint64_t size) override {
     return Env::Default()->Truncate(p, size);
   }
-  absl::Status SyncDir(const std::string& p) override { return Env::Default()->SyncDir(p); }
+  absl::Status SyncDir(const std::string& p) override {
+    RETURN_IF_ERROR(Env::Default()->SyncDir(p));
+    absl::MutexLock lock(&mu_);
+    for (const auto& [from, to] : renames_) {
+      auto it = durable_.find(from);
+      durable_[to] = it == durable_.end() ? "" : it->second;
+      if (it != durable_.end()) durable_.erase(from);
+    }
+    renames_.clear();
+    return absl::OkStatus();
+  }
   absl::StatusOr<FileStat> Stat(const std::string& p) override { return Env::Default()->Stat(p); }
   absl::Status WriteFileAtomically(const std::string& p, absl::string_view c) override {
     RETURN_IF_ERROR(Env::Default()->WriteFileAtomically(p, c));
@@ -286,6 +302,13 @@ class CrashEnv : public Env {
     durable_[p] = std::string(c);
     return absl::OkStatus();
   }
+  absl::Status Rename(const std::string& from, const std::string& to) override {
+    RETURN_IF_ERROR(Env::Default()->Rename(from, to));
+    absl::MutexLock lock(&mu_);
+    renames_.emplace_back(from, to);
+    return absl::OkStatus();
+  }
+  absl::Status RemoveFile(const std::string& p) override { return Env::Default()->RemoveFile(p); }
   absl::Status CreateDirs(const std::string& p) override { return Env::Default()->CreateDirs(p); }
   absl::StatusOr<std::vector<std::string>> Glob(const std::string& p) override {
     return Env::Default()->Glob(p);
@@ -332,6 +355,7 @@ class CrashEnv : public Env {
   uint64_t syncs_started_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t syncs_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, std::string> durable_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<std::string, std::string>> renames_ ABSL_GUARDED_BY(mu_);  // not durable
 };
 
 // A DispatcherImpl on a FakeClock, with a temporary directory for data and index cache.
