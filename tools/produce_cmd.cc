@@ -18,8 +18,9 @@ namespace croupier::cli {
 namespace {
 
 constexpr char kProduceDescription[] =
-    R"(Runs the Python producer of map and stream jobs. It is `python -m croupier produce`: the
-pipeline MODULE:FUNCTION returns what to produce. Its flags are the Python producer's own:
+    R"(Runs the Python producer of map and stream jobs, and of tokens jobs with text sources. It is
+`python -m croupier produce`: the pipeline MODULE:FUNCTION returns what to produce; without one,
+the job is a tokens job whose text the producer tokenizes. Its flags are the Python producer's own:
 `croupier produce -h` lists them. The interpreter is $CROUPIER_PYTHON, else the active virtual
 environment's ($VIRTUAL_ENV/bin/python), else python3 beside this executable, else python3 on
 PATH; it must import the croupier package.)";
