@@ -25,6 +25,18 @@ absl::Status Prefixed(const absl::Status& status, absl::string_view prefix) {
   return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
 }
 
+// How many batches of `batch_size` records the maker fetches ahead together (fetch_group_).
+uint64_t FetchGroupBatches(const Dataset& dataset, uint64_t batch_size) {
+  uint64_t bytes = 0;
+  for (size_t f = 0; f < dataset.num_files(); ++f) bytes += dataset.index(f).file_size;
+  const uint64_t records = std::max<uint64_t>(dataset.num_records(), 1);
+  const uint64_t batch_bytes = std::max<uint64_t>(bytes / records * batch_size, 1);
+  return std::clamp(TfrecordBatchMaker::kFetchGroupBytes / batch_bytes,
+                    TfrecordBatchMaker::kFetchAheadBatches,
+                    std::max<uint64_t>(TfrecordBatchMaker::kFetchAheadBytes / 2 / batch_bytes,
+                                       TfrecordBatchMaker::kFetchAheadBatches));
+}
+
 }  // namespace
 
 struct TfrecordBatchMaker::Scratch {
@@ -76,6 +88,7 @@ TfrecordBatchMaker::TfrecordBatchMaker(v1::JobInfo job, JobConfig config,
       record_cache_(record_cache),
       env_(env != nullptr ? env : Env::Default()),
       files_(new File[dataset_->num_files()]),
+      fetch_group_(FetchGroupBatches(*dataset_, this->config().plan.batch_size)),
       fetcher_(std::make_unique<RecordFetcher>(
           *dataset_,
           [this](size_t file) -> absl::StatusOr<const RandomAccessFile*> {
@@ -132,10 +145,10 @@ std::vector<Dataset::Location> TfrecordBatchMaker::ToFetch(absl::Span<const Data
 }
 
 void TfrecordBatchMaker::FetchAhead(uint64_t epoch, uint64_t batch) const {
-  // The task's batches are fetched ahead in groups of kFetchAheadBatches, a group at a time: the
+  // The task's batches are fetched ahead in groups of fetch_group_ batches, a group at a time: the
   // rest of the group of `batch`, and the next group whole. So a group is asked for once, as
   // its predecessor starts, and fetched in one go (its records' neighbours merged), while
-  // between kFetchAheadBatches - 1 and 2 kFetchAheadBatches - 1 batches are ahead of the maker.
+  // between fetch_group_ - 1 and 2 fetch_group_ - 1 batches are ahead of the maker.
   // A batch the fetcher does not know yet (the first made of a task) is fetched with the
   // batches after it, rather than alone, when its records have neighbours among theirs (shuffle
   // none or blocks): alone, they would cut holes in those batches' ranges. Under a global
@@ -143,13 +156,12 @@ void TfrecordBatchMaker::FetchAhead(uint64_t epoch, uint64_t batch) const {
   // first batch does not wait for a whole group.
   const JobConfig& c = config();
   const uint64_t start = c.TaskStart(epoch, batch);
-  const uint64_t group_end =
-      start + ((batch - start) / kFetchAheadBatches + 1) * kFetchAheadBatches;
-  const uint64_t end = std::min(c.TaskEnd(epoch, start), group_end + kFetchAheadBatches);
+  const uint64_t group_end = start + ((batch - start) / fetch_group_ + 1) * fetch_group_;
+  const uint64_t end = std::min(c.TaskEnd(epoch, start), group_end + fetch_group_);
   const bool known = c.plan.shuffle == ShuffleMode::kGlobal || fetcher_->Known({epoch, batch});
   // Mostly there is nothing new to ask for: the plan is looked at at a group's start, or when
   // this batch or the next is unknown to the fetcher.
-  if (known && (batch - start) % kFetchAheadBatches != 0 && fetcher_->Known({epoch, batch + 1})) {
+  if (known && (batch - start) % fetch_group_ != 0 && fetcher_->Known({epoch, batch + 1})) {
     return;
   }
   const uint64_t first = known ? batch + 1 : batch;

@@ -39,8 +39,9 @@ class RecordCache;
 //
 // Records in remote files (an object store: RandomAccessFile::remote()) are read per batch, with
 // one ReadRanges call per file (merged into few requests by the store's Env), and the records of
-// the next batches of the same task are fetched ahead of use, kFetchAheadBatches at a time
-// (RecordFetcher, at most kFetchAheadBytes of them waiting; FetchAhead).
+// the next batches of the same task are fetched ahead of use, a group of batches at a time:
+// about kFetchGroupBytes of records, at least kFetchAheadBatches batches (RecordFetcher, at most
+// kFetchAheadBytes of them waiting; FetchAhead).
 //
 // Batches of 64 KiB and more are laid out in recycled buffers (BufferPool): at most
 // kFreeBatchBytes of buffers whose batches are gone are kept for the next ones.
@@ -51,6 +52,7 @@ class TfrecordBatchMaker final : public BatchMaker {
   static constexpr size_t kFreeBatchBytes = size_t{16} << 20;
   static constexpr size_t kMinPooledBatchBytes = size_t{64} << 10;
   static constexpr uint64_t kFetchAheadBatches = 8;
+  static constexpr uint64_t kFetchGroupBytes = uint64_t{8} << 20;
   static constexpr uint64_t kFetchAheadBytes = uint64_t{64} << 20;
 
   // Opens the job's files (JobInfo.files: expanded paths, in global record order) as a Dataset
@@ -141,6 +143,9 @@ class TfrecordBatchMaker final : public BatchMaker {
   RecordCache* const record_cache_;  // may be null
   Env* const env_;
   const std::unique_ptr<File[]> files_;
+  // Batches fetched ahead together (FetchAhead): kFetchGroupBytes of the dataset's average
+  // records, at least kFetchAheadBatches, and at most half of kFetchAheadBytes.
+  const uint64_t fetch_group_;
   mutable BufferPool batch_buffers_{kFreeBatchBytes, kMinPooledBatchBytes};  // thread-safe
   const std::unique_ptr<RecordFetcher> fetcher_;                             // thread-safe
 
