@@ -1,20 +1,189 @@
-# Types of the extension module's croupier.Job (python/src/py_job.cc), for type checkers; the
-# module's other names are untyped (Any).
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+# Types of the extension module croupier._croupier (pybind11, python/src/*.cc), for type
+# checkers: every name the module defines, with the argument names and defaults of its bindings.
+#
+# Integer arguments are SupportsIndex, as pybind11 takes them: an int or a numpy integer, never a
+# float. The dicts the module builds from the protobuf messages' JSON (Job.tokens, JobSpec
+# fields, _BatchSlots.stats) are TypedDicts of their keys. Nothing here is Any: a value the
+# binding takes whatever its type (a JobSpec's tokens, parsed and checked in C++) is object.
+from typing import (Callable, Iterable, Iterator, Literal, Protocol, Sequence, SupportsIndex,
+                    TypedDict, overload)
 
-def __getattr__(name: str) -> Any: ...
-def write_indexed_dataset(prefix: str, documents: Iterable[Sequence[int]],
+import numpy as np
+import numpy.typing as npt
+from typing_extensions import Buffer, NotRequired, Self, Unpack
+
+# ---- py_io.cc: TFRecord files, record indexes, Megatron-LM indexed datasets
+
+class TFRecordReader:
+    """Iterates the records of a TFRecord file as bytes, checking both CRCs."""
+    def __init__(self, path: str) -> None: ...
+    def __iter__(self) -> TFRecordReader: ...
+    def __next__(self) -> bytes: ...
+    @property
+    def record_offset(self) -> int: ...
+
+def write_tfrecord(path: str, records: Iterable[bytes]) -> None: ...
+def index_records(path: str, cache_dir: str = "") -> npt.NDArray[np.uint64]: ...
+
+class IndexedDataset:
+    def __init__(self, prefix: str) -> None: ...
+    @property
+    def prefix(self) -> str: ...
+    @property
+    def dtype(self) -> str: ...  # "uint16" or "int32"
+    @property
+    def num_documents(self) -> int: ...
+    @property
+    def num_tokens(self) -> int: ...
+    @property
+    def lengths(self) -> npt.NDArray[np.uint32]: ...
+    def read(self, document: SupportsIndex, offset: SupportsIndex = 0,
+             count: SupportsIndex = -1) -> npt.NDArray[np.int32]: ...
+
+class IndexedDatasetWriter:
+    def __init__(self, prefix: str, dtype: str = "int32") -> None: ...
+    # One document: anything numpy makes a 1-d integer array of (a list, a numpy array).
+    def add(self, tokens: npt.ArrayLike) -> None: ...
+    def finish(self) -> None: ...
+    @property
+    def num_documents(self) -> int: ...
+    @property
+    def num_tokens(self) -> int: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(self, arg0: object, arg1: object, arg2: object) -> Literal[False]: ...
+
+def write_indexed_dataset(prefix: str, documents: Iterable[npt.ArrayLike],
                           dtype: str = "int32") -> None: ...
+def write_token_lengths(prefix: str, lengths: npt.ArrayLike) -> None: ...
 
-class JobSpec:
-    def __init__(self, **fields: Any) -> None: ...
-    @staticmethod
-    def from_json(json: str) -> JobSpec: ...
-    def normalized(self) -> JobSpec: ...
-    def to_json(self) -> str: ...
-    def to_dict(self) -> Dict[str, Any]: ...
+# A feature of a parsed tf.train.Example: float32 or int64 values, or a bytes list.
+ExampleFeature = npt.NDArray[np.float32] | npt.NDArray[np.int64] | list[bytes]
+
+def parse_example(serialized: bytes) -> dict[str, ExampleFeature]: ...
+
+# ---- py_plan.cc: epoch plans and the seed sequences of record_rng/batch_rng
+
+def seed_sequence_words(entropy: Sequence[SupportsIndex],
+                        n: SupportsIndex) -> npt.NDArray[np.uint32]: ...
+def record_seeds(seed: SupportsIndex, epoch: SupportsIndex, ids: npt.ArrayLike,
+                 kind: SupportsIndex) -> npt.NDArray[np.int64]: ...
+
+class EpochPlan:
+    def __init__(self, num_records: SupportsIndex, batch_size: SupportsIndex,
+                 num_consumers: SupportsIndex, *, seed: SupportsIndex = 0,
+                 epoch: SupportsIndex = 0, shuffle: str = "global", remainder: str = "drop",
+                 block_size: SupportsIndex = 1024, window_blocks: SupportsIndex = 16) -> None: ...
+    @property
+    def num_batches(self) -> int: ...
+    @property
+    def steps_per_consumer(self) -> int: ...
+    @property
+    def num_consumers(self) -> int: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def epoch(self) -> int: ...
+    def record_at(self, position: SupportsIndex) -> int: ...
+    def batch(self, g: SupportsIndex) -> npt.NDArray[np.uint64]: ...
+    def consumer_of(self, g: SupportsIndex) -> int: ...
+    def step_of(self, g: SupportsIndex) -> int: ...
+    def global_batch(self, consumer: SupportsIndex, step: SupportsIndex) -> int: ...
+
+# ---- py_batch.cc: batches and their columns
+
+class BytesColumn:
+    """One bytes column of a batch: `values` end to end, string i at
+    values[offsets[i]:offsets[i + 1]]; both views of the batch buffer."""
+    @property
+    def values(self) -> npt.NDArray[np.uint8]: ...
+    @property
+    def offsets(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def nbytes(self) -> int: ...
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: SupportsIndex) -> bytes: ...
+    def __iter__(self) -> Iterator[bytes]: ...
+    def tolist(self) -> list[bytes]: ...
+
+# The values of one column of Batch.to_dict(): a numeric array of the feature's dtype
+# [num_records, *shape] (its dtype is the job's, known only when the batch is read), bytes as a
+# list (bytes_as="list") or a BytesColumn (bytes_as="buffer").
+ColumnValues = npt.NDArray[np.generic] | list[bytes] | BytesColumn
+# A column: its values, or (values, row_splits) for a variable length.
+Column = ColumnValues | tuple[ColumnValues, npt.NDArray[np.uint64]]
+
+class Batch:
+    @property
+    def num_records(self) -> int: ...
+    @property
+    def content_hash(self) -> int: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def buffer_address(self) -> int: ...
+    def to_dict(self, bytes_as: str = "list") -> dict[str, Column]: ...
+
+class _Deferred(Protocol):
+    """Values that batch_from_columns lets write themselves into the batch buffer
+    (croupier.columns.Stacked)."""
+    @property
+    def nbytes(self) -> int: ...
+    def fill_into(self, view: memoryview) -> None: ...
+
+# A column handed to batch_from_columns and _SourceProducer.put: (name, dtype, variable length,
+# dims, values, offsets (bytes), row_splits (variable length)); croupier.columns makes them.
+ColumnData = tuple[str, str, bool, Sequence[SupportsIndex], Buffer | _Deferred,
+                   npt.ArrayLike | None, npt.ArrayLike | None]
+
+def batch_from_columns(num_records: SupportsIndex, columns: list[ColumnData],
+                       allocate: Callable[[int], Buffer] | None = None) -> Batch: ...
+def build_batch(records: Sequence[bytes], features: str) -> Batch: ...
+
+# ---- py_job.cc: the job as the dispatcher holds it
+
+class WeightChange(TypedDict):
+    first_step: int
+    weights: list[float]
+
+class TextSourceSpec(TypedDict):
+    source: int
+    files: list[str]
+    text_key: str
+    tokenizer: str
+    eod_id: int
+    add_special_tokens: bool
+
+class TokenSpec(TypedDict):
+    """proto/croupier.proto's TokenSpec, by its field names."""
+    sources: list[str]
+    sequence_length: int
+    packing: str
+    packing_window: int
+    global_batch: int
+    steps_per_epoch: int
+    weights: list[WeightChange]
+    pad_id: int
+    text: list[TextSourceSpec]
+
+class TokenSourceInfo(TypedDict):
+    prefix: str
+    dtype: str
+    num_documents: int
+    num_tokens: int
+    idx_bytes: int
+    bin_bytes: int
+    idx_crc32c: int
+    padding_fraction: float
+    text_bytes: list[int]
+    tokenizer_crc32c: int
+
+class JobTokens(TokenSpec):
+    """Job.tokens: the job's TokenSpec and, per source, what the dispatcher found."""
+    source_info: list[TokenSourceInfo]
+
+class JobSpecDict(TypedDict):
+    """job["spec"]: the settings by their JobSpec names, files as the user gave them."""
     name: str
-    files: List[str]
     features: str
     batch_size: int
     seed: int
@@ -33,14 +202,67 @@ class JobSpec:
     compression: str
     num_records: int
     skip_failing_records: bool
-    tokens: Dict[str, Any]
+    files: list[str]
+
+class JobDict(TypedDict):
+    """Job.to_dict(): every attribute of a Job."""
+    name: str
+    source: str
+    mode: str
+    features: str
+    batch_size: int
+    num_consumers: int
+    num_epochs: int
+    seed: int
+    shuffle: str
+    remainder: str
+    block_size: int
+    window_blocks: int
+    compression: str
+    source_count: int
+    source_batches_per_epoch: int
+    start_epoch: int
+    start_batch: int
+    skip_failing_records: bool
+    tokens: JobTokens | None
+    files: list[str]
+    num_records: int
+    batches_per_epoch: int
+    steps_per_epoch: int
+    batches_per_task: int
+    state: str | None
+    rank_positions: list[tuple[int, int, int]]
+
+_StrKey = Literal["name", "source", "mode", "features", "shuffle", "remainder", "compression"]
+_IntKey = Literal["batch_size", "num_consumers", "num_epochs", "seed", "block_size",
+                  "window_blocks", "source_count", "source_batches_per_epoch", "start_epoch",
+                  "start_batch", "num_records", "batches_per_epoch", "steps_per_epoch",
+                  "batches_per_task"]
 
 class Job:
     @staticmethod
     def from_json(info_json: str) -> Job: ...
     def to_json(self) -> str: ...
-    def to_dict(self) -> Dict[str, Any]: ...
+    def to_dict(self) -> JobDict: ...
     def check_token_sources(self) -> None: ...
+    # job[key]: the attribute `key`, job["spec"] the settings (for code written for the dicts).
+    @overload
+    def __getitem__(self, key: _StrKey) -> str: ...
+    @overload
+    def __getitem__(self, key: _IntKey) -> int: ...
+    @overload
+    def __getitem__(self, key: Literal["skip_failing_records"]) -> bool: ...
+    @overload
+    def __getitem__(self, key: Literal["tokens"]) -> JobTokens | None: ...
+    @overload
+    def __getitem__(self, key: Literal["files"]) -> list[str]: ...
+    @overload
+    def __getitem__(self, key: Literal["state"]) -> str | None: ...
+    @overload
+    def __getitem__(self, key: Literal["rank_positions"]) -> list[tuple[int, int, int]]: ...
+    @overload
+    def __getitem__(self, key: Literal["spec"]) -> JobSpecDict: ...
+    def __eq__(self, other: object) -> bool: ...
     @property
     def name(self) -> str: ...
     @property
@@ -78,9 +300,9 @@ class Job:
     @property
     def skip_failing_records(self) -> bool: ...
     @property
-    def tokens(self) -> Optional[Dict[str, Any]]: ...
+    def tokens(self) -> JobTokens | None: ...
     @property
-    def files(self) -> List[str]: ...
+    def files(self) -> list[str]: ...
     @property
     def num_records(self) -> int: ...
     @property
@@ -90,6 +312,195 @@ class Job:
     @property
     def batches_per_task(self) -> int: ...
     @property
-    def state(self) -> Optional[str]: ...
+    def state(self) -> str | None: ...
     @property
-    def rank_positions(self) -> List[Tuple[int, int, int]]: ...
+    def rank_positions(self) -> list[tuple[int, int, int]]: ...
+
+# ---- py_job_spec.cc: a job's settings going in
+
+class JobSpecFields(TypedDict, total=False):
+    """The keywords of JobSpec(...): proto/croupier.proto's JobSpec fields, the enums by name."""
+    name: str
+    files: Sequence[str]
+    features: str
+    batch_size: int
+    seed: int
+    shuffle: str
+    block_size: int
+    window_blocks: int
+    remainder: str
+    num_consumers: int
+    num_epochs: int
+    mode: str
+    source: str
+    source_batches_per_epoch: int
+    source_count: int
+    start_epoch: int
+    start_batch: int
+    compression: str
+    num_records: int
+    skip_failing_records: bool
+    # A TokenSpec's fields (as TokenSpec below; weights and text as lists of dicts), of any
+    # type: the binding parses and checks them, naming a wrong one.
+    tokens: dict[str, object]
+
+class JobSpecValues(TypedDict):
+    """JobSpec.to_dict(): every field (64-bit values past 2**53 come as str, as JSON gives
+    them); tokens only for a tokens job."""
+    name: str
+    files: list[str]
+    features: str
+    batch_size: int
+    seed: int
+    shuffle: str
+    block_size: int
+    window_blocks: int
+    remainder: str
+    num_consumers: int
+    num_epochs: int
+    mode: str
+    source: str
+    source_batches_per_epoch: int
+    source_count: int
+    start_epoch: int
+    start_batch: int
+    compression: str
+    num_records: int
+    skip_failing_records: bool
+    tokens: NotRequired[TokenSpec]
+
+class JobSpec:
+    def __init__(self, **fields: Unpack[JobSpecFields]) -> None: ...
+    @staticmethod
+    def from_json(json: str) -> JobSpec: ...
+    def normalized(self) -> JobSpec: ...
+    def to_json(self) -> str: ...
+    def to_dict(self) -> JobSpecValues: ...
+    def __eq__(self, other: object) -> bool: ...
+    # The fields read back as attributes (through the spec's JSON, as to_dict() gives them).
+    name: str
+    files: list[str]
+    features: str
+    batch_size: int
+    seed: int
+    shuffle: str
+    block_size: int
+    window_blocks: int
+    remainder: str
+    num_consumers: int
+    num_epochs: int
+    mode: str
+    source: str
+    source_batches_per_epoch: int
+    source_count: int
+    start_epoch: int
+    start_batch: int
+    compression: str
+    num_records: int
+    skip_failing_records: bool
+    tokens: TokenSpec  # AttributeError when the spec has no tokens
+
+# ---- py_service.cc: consumer, stream producer, control-plane calls, feature specs
+
+def set_log_fd(fd: SupportsIndex) -> None: ...
+
+class _Consumer:
+    def __init__(self, dispatcher: str, job: str, rank: SupportsIndex, world: SupportsIndex,
+                 auth_token: str, prefetch_batches: SupportsIndex, prefetch_bytes: SupportsIndex,
+                 timeout: float, resume: bool) -> None: ...
+    def start_epoch(self, epoch: SupportsIndex, step: SupportsIndex = 0) -> None: ...
+    def next(self) -> Batch | None: ...
+    @property
+    def position(self) -> tuple[int, int]: ...  # (epoch, step)
+    @property
+    def registered_position(self) -> tuple[int, int]: ...
+    @property
+    def done_at_registration(self) -> bool: ...
+    def close(self) -> None: ...
+
+class _SourceProducer:
+    def __init__(self, dispatcher: str, job: str, auth_token: str, buffer_bytes: SupportsIndex,
+                 bind: str, advertise_host: str, timeout: float,
+                 source_index: SupportsIndex) -> None: ...
+    # (epoch, batch) of the next batch to make, or None once `timeout` passes.
+    def next_slot(self, timeout: float) -> tuple[int, int] | None: ...
+    def put(self, epoch: SupportsIndex, batch: SupportsIndex, num_records: SupportsIndex,
+            columns: list[ColumnData]) -> None: ...
+    def put_error(self, epoch: SupportsIndex, batch: SupportsIndex, code: str,
+                  message: str) -> None: ...
+    def done_up_to(self, epoch: SupportsIndex, batch: SupportsIndex) -> bool: ...
+    def batches_served(self) -> int: ...
+    def wait_for_job_end(self, timeout: float) -> bool: ...
+    def job_ended(self) -> bool: ...
+    def since_dispatcher_contact(self) -> float: ...
+    @property
+    def data_address(self) -> str: ...
+    def close(self) -> None: ...
+
+class JobSources:
+    def __init__(self, job: Job) -> None: ...
+    def source_of(self, epoch: SupportsIndex, batch: SupportsIndex) -> int: ...
+    def ordinal(self, epoch: SupportsIndex, batch: SupportsIndex) -> int: ...
+    def last_task_end(self, source: SupportsIndex) -> tuple[int, int] | None: ...
+
+def create_job(dispatcher: str, spec_json: str, exist_ok: bool, auth_token: str,
+               timeout: float) -> Job: ...
+# (the status as JSON without its jobs, [each job] with include_job_info, else []).
+def dispatcher_status(dispatcher: str, auth_token: str, timeout: float,
+                      include_job_info: bool = False) -> tuple[str, list[Job]]: ...
+def get_job(dispatcher: str, name: str, auth_token: str, timeout: float) -> Job: ...
+def delete_job(dispatcher: str, name: str, force: bool, auth_token: str,
+               timeout: float) -> str: ...  # DeleteJobResponse as JSON
+
+# A feature as [(name, dtype, shape)]; shape None for a variable length.
+def parse_feature_spec(text: str) -> list[tuple[str, str, list[int] | None]]: ...
+def format_feature_spec(
+        features: Sequence[tuple[str, str, Sequence[SupportsIndex] | None]]) -> str: ...
+
+NUMERIC_DTYPES: tuple[str, ...]
+
+# ---- py_produce.cc: the producer of a map or text-tokens job, and a worker's batch slots
+
+# make(epoch, batch, record ids): the Batch, or (code, message) for an error of that code.
+MakeBatch = Callable[[int, int, npt.NDArray[np.uint64]], Batch | tuple[int, str]]
+# tokenize(source, documents): (tokens int32, each document's length), or (code, message).
+Tokenize = Callable[[int, npt.NDArray[np.uint64]],
+                    tuple[npt.ArrayLike, npt.ArrayLike] | tuple[int, str]]
+
+class _MapProducer:
+    def __init__(self, dispatcher: str, job: str, auth_token: str, threads: SupportsIndex,
+                 buffer_bytes: SupportsIndex, max_tasks: SupportsIndex, bind: str,
+                 advertise_host: str, timeout: float, make: MakeBatch) -> None: ...
+    @staticmethod
+    def for_tokens(dispatcher: str, job: str, auth_token: str, threads: SupportsIndex,
+                   buffer_bytes: SupportsIndex, max_tasks: SupportsIndex, bind: str,
+                   advertise_host: str, timeout: float, tokenize: Tokenize) -> _MapProducer: ...
+    @property
+    def data_address(self) -> str: ...
+    @property
+    def producer_id(self) -> int: ...
+    def wait_for_job_end(self, timeout: float) -> bool: ...
+    def job_ended(self) -> bool: ...
+    def since_dispatcher_contact(self) -> float: ...
+    def close(self) -> None: ...
+    def drain(self, bound: float) -> tuple[int, int]: ...  # (tasks kept, tasks served)
+    def leave_now(self) -> None: ...
+
+class BatchSlotStats(TypedDict):
+    slots: int
+    idle: int
+    bytes: int
+    created: int
+
+class _BatchSlots:
+    def __init__(self, max_idle: SupportsIndex) -> None: ...
+    # (id, fd, capacity, fresh): fresh, its descriptor not yet sent to the worker.
+    def acquire(self, min_capacity: SupportsIndex) -> tuple[int, int, int, bool]: ...
+    def adopt(self, id: SupportsIndex, size: SupportsIndex) -> Batch: ...
+    def release(self, id: SupportsIndex) -> None: ...
+    def close(self) -> None: ...
+    def take_freed(self) -> list[int]: ...
+    @property
+    def stats(self) -> BatchSlotStats: ...
+
+def keep_freed_memory_for_reuse() -> None: ...

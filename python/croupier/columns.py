@@ -138,7 +138,7 @@ def features_of(batch: Dict[str, Any]) -> str:
          for name, dtype, variable, dims, *_ in columns]))
 
 
-def make_batch(batch: Dict[str, Any]) -> Any:
+def make_batch(batch: Dict[str, Any]) -> _croupier.Batch:
     """A croupier.Batch holding a copy of `batch` (a dict of arrays)."""
     num_records, columns = columns_of(batch)
     return _croupier.batch_from_columns(num_records, columns)

@@ -1,6 +1,6 @@
 """croupier.Consumer: a trainer's feed of batches from a croupier job."""
 import warnings
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from croupier import _croupier, errors
 from croupier.cluster import auth_token_or_env
@@ -69,7 +69,7 @@ class Consumer:
             self._multi = False
         self._world = int(world)
         self._dispatcher = dispatcher
-        self._consumers: List[Any] = []
+        self._consumers: List[_croupier._Consumer] = []
         self._next_epoch: Optional[int] = None  # what set_epoch() set for the next iteration
         try:
             for r in self._ranks:
@@ -123,8 +123,9 @@ class Consumer:
         return self._job.steps_per_epoch
 
     # --- iterating ----------------------------------------------------------------------------
-    def batches(self, epoch: int) -> Iterator[Any]:
-        """Like epoch(), but yields croupier.Batch objects (content_hash, num_records, to_dict)."""
+    def batches(self, epoch: int) -> Iterator[Union[_croupier.Batch, Tuple[_croupier.Batch, ...]]]:
+        """Like epoch(), but yields croupier.Batch objects (content_hash, num_records, to_dict);
+        with several ranks, each step is a tuple of them."""
         epoch = int(epoch)
         step = 0
         if self._resume is not None:
@@ -165,7 +166,7 @@ class Consumer:
                     f"ranks {self._ranks} ended epoch {epoch} at different steps")
             step += 1
             self._position = (epoch, step)
-            yield tuple(got)
+            yield tuple(b for b in got if b is not None)  # none is None (checked above)
 
     def epoch(self, epoch: int, bytes_as: str = "list") -> Iterator[Any]:
         """Iterates this rank's batches of `epoch` in step order, each a dict {feature name:
@@ -178,11 +179,10 @@ class Consumer:
         if bytes_as not in ("list", "buffer"):
             raise errors.InvalidArgumentError(
                 f"bytes_as is {bytes_as!r}; it must be 'list' or 'buffer'")
-        if self._multi:
-            for got in self.batches(epoch):
+        for got in self.batches(epoch):
+            if isinstance(got, tuple):
                 yield tuple(b.to_dict(bytes_as) for b in got)
-        else:
-            for got in self.batches(epoch):
+            else:
                 yield got.to_dict(bytes_as)
 
     def set_epoch(self, epoch: int) -> None:

@@ -62,6 +62,7 @@ from croupier.spec import Spec, check_spec, spec_of, vary_as_spec
 
 if TYPE_CHECKING:
     from croupier.tf_pipeline import TfTransform
+    from typing_extensions import Buffer
 
 __all__ = ["Pipeline", "default_collate", "record_rng", "batch_rng", "log"]
 
@@ -418,7 +419,7 @@ class Pipeline:
         return batch
 
     def make(self, epoch: int, g: int, ids: Any,
-             allocate: Optional[Callable[[int], Any]] = None) -> Any:
+             allocate: Optional[Callable[[int], "Buffer"]] = None) -> _croupier.Batch:
         """Batch g of `epoch` as a croupier Batch, checked against the job's features. With
         `allocate`, the batch is laid out in the writable buffer allocate(size) returns (a
         worker's shared-memory slot, croupier.zygote), which the Batch then views."""

@@ -6,7 +6,7 @@ waits for the end of the job. `python -m croupier produce` (croupier.cli) runs i
 """
 import dataclasses
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from croupier import _croupier, _exit, errors
 from croupier.cluster import auth_token_or_env, create_job
@@ -271,11 +271,11 @@ def produce(source: Any, dispatcher: str, job: str,
     return {"record_cache": cache, "drained": drained}
 
 
-def _drain(node: Any, job: str, bound: float,
+def _drain(node: _croupier._MapProducer, job: str, bound: float,
            leave_now: Optional[threading.Event]) -> Dict[str, int]:
     """node.drain(bound) on a thread, so that this one sees `leave_now` (set by a signal
     handler, which runs only here); logs and returns what it kept and served."""
-    result: List[Any] = []
+    result: List[Tuple[int, int]] = []
     def drain() -> None:
         block_async_signals()  # the second signal goes to this thread's caller, the main one
         result.append(node.drain(bound))
@@ -292,7 +292,7 @@ def _drain(node: Any, job: str, bound: float,
     return {"kept": int(kept), "served": int(served)}
 
 
-def _wait_for_the_end(node: Any, pool: Optional[WorkerPool], dispatcher: str, job: str,
+def _wait_for_the_end(node: _croupier._MapProducer, pool: Optional[WorkerPool], dispatcher: str, job: str,
                       stop: Optional[threading.Event], dispatcher_timeout: float) -> bool:
     """Returns False once the job has ended, True once `stop` is set or the interpreter exits. The job's end is the producer node's
     (C++: every rank has acknowledged the end of its last epoch, or the job was deleted; not the

@@ -252,7 +252,7 @@ def serve(source: Any, dispatcher: str, job: str, *, consumers: Optional[int] = 
             node.close()
 
 
-def _serve_loop(node: Any, sources: Any, epochs_source: _Epochs, job: str,
+def _serve_loop(node: _croupier._SourceProducer, sources: _croupier.JobSources, epochs_source: _Epochs, job: str,
                 last: Optional[Tuple[int, int]], batches_per_epoch: int, dispatcher: str,
                 dispatcher_timeout: float, timeout: float, stop: Any) -> int:
     """serve()'s loop: supplies the slots the node asks for until the job is done."""

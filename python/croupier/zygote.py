@@ -34,7 +34,7 @@ from croupier.processes import describe, fork, how_it_ended, reap
 __all__ = ["Zygote", "ZygoteError", "Worker", "WorkerDied"]
 
 # What a worker answers: a Batch, or (numeric error code, message).
-Result = Union[Any, Tuple[int, str]]
+Result = Union[_croupier.Batch, Tuple[int, str]]
 
 
 # A request on a worker's channel: epoch, batch, the slot's id and capacity, and the number of
@@ -283,7 +283,7 @@ class Worker:
 
     def __init__(self, zygote: Zygote, index: int) -> None:
         self.index = index
-        self.slots: Any = _croupier._BatchSlots(MAX_IDLE_SLOTS)
+        self.slots = _croupier._BatchSlots(MAX_IDLE_SLOTS)
         self.sock: Optional[socket.socket] = None  # None once closed (close_channel())
         self._last_size = 0  # the size of its last batch: the slot asked for next
         ours, theirs = socket.socketpair()
