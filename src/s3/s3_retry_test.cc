@@ -188,5 +188,50 @@ TEST(S3RetryTest, AnUnreachableEndpointFailsSoonNamingIt) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 
+// GetRanges: neighbours merged into one GET, the rest fetched at once; each range's bytes land
+// where it asked, whatever the order asked; a failure names the object and the merged range.
+TEST(S3RangesTest, NeighboursShareAGetAndEveryRangeGetsItsBytes) {
+  FakeStore store;
+  store.handler_ = [](const httplib::Request& req, httplib::Response& res, int) {
+    ServeRange(req, res, 1000);
+  };
+  S3Options options = store.Options();
+  options.max_request_bytes = 4;
+  auto client = *S3Client::Create(options);
+  std::string a(3, '.'), b(4, '.'), c(2, '.'), d(5, '.'), e(2, '.');
+  std::vector<RandomAccessFile::Range> ranges = {
+      {10, 3, a.data()}, {3, 4, b.data()}, {13, 2, c.data()}, {0, 5, d.data()}, {19, 5, e.data()}};
+  ASSERT_TRUE(client->GetRanges({"b", "k"}, 20, absl::MakeSpan(ranges)).ok());
+  EXPECT_EQ(a, "abc");
+  EXPECT_EQ(b, "3456");
+  EXPECT_EQ(c, "de");
+  EXPECT_EQ(d, "01234");
+  EXPECT_EQ(e.substr(0, 1), "j");  // clipped to the object: 1 byte
+  EXPECT_EQ(ranges[4].got, 1u);
+  // Merged: [0, 7) in 2 parts of at most 4 bytes, [10, 15) in 2, [19, 20) in 1.
+  EXPECT_EQ(store.requests_.load(), 5);
+  EXPECT_EQ(client->stats().ranges, 5u);
+}
+
+TEST(S3RangesTest, AFailedRangeNamesTheObjectAndTheMergedRange) {
+  FakeStore store;
+  store.handler_ = [](const httplib::Request& req, httplib::Response& res, int) {
+    if (req.get_header_value("Range") == "bytes=10-14") {
+      res.status = 403;
+      res.set_content("<Error><Code>AccessDenied</Code><Message>no</Message></Error>",
+                      "application/xml");
+      return;
+    }
+    ServeRange(req, res, 1000);
+  };
+  auto client = *S3Client::Create(store.Options());
+  std::string a(3, '.'), c(2, '.'), d(5, '.');
+  std::vector<RandomAccessFile::Range> ranges = {
+      {10, 3, a.data()}, {13, 2, c.data()}, {0, 5, d.data()}};
+  absl::Status s = client->GetRanges({"b", "k"}, 20, absl::MakeSpan(ranges));
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "s3://b/k bytes [10, 15): 403 AccessDenied")) << s;
+}
+
 }  // namespace
 }  // namespace croupier::s3
