@@ -224,3 +224,83 @@ TEST(RecordIndexTest, ProgressIsReportedToTheEnd) {
 
 }  // namespace
 }  // namespace croupier
+
+namespace croupier {
+namespace {
+
+// The default Env, with a place for derived files that every reader shares (as an object
+// store's Env keeps record indexes in the store).
+class SharingEnv final : public Env {
+ public:
+  explicit SharingEnv(std::string shared_dir) : shared_dir_(std::move(shared_dir)) {}
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRead(const std::string& p) override {
+    return base_->OpenForRead(p);
+  }
+  absl::StatusOr<std::unique_ptr<WritableFile>> OpenForWrite(const std::string& p) override {
+    return base_->OpenForWrite(p);
+  }
+  absl::StatusOr<std::unique_ptr<WritableFile>> OpenForAppend(const std::string& p) override {
+    return base_->OpenForAppend(p);
+  }
+  absl::Status Truncate(const std::string& p, uint64_t n) override { return base_->Truncate(p, n); }
+  absl::Status SyncDir(const std::string& p) override { return base_->SyncDir(p); }
+  absl::StatusOr<FileStat> Stat(const std::string& p) override { return base_->Stat(p); }
+  absl::Status WriteFileAtomically(const std::string& p, absl::string_view c) override {
+    return base_->WriteFileAtomically(p, c);
+  }
+  absl::Status CreateDirs(const std::string& p) override { return base_->CreateDirs(p); }
+  absl::StatusOr<std::vector<std::string>> Glob(const std::string& p) override {
+    return base_->Glob(p);
+  }
+  std::string SharedDerivedPath(const std::string& p, absl::string_view suffix) override {
+    return absl::StrCat(shared_dir_, "/", p.substr(p.find_last_of('/') + 1), suffix);
+  }
+
+ private:
+  Env* const base_ = Env::Default();
+  const std::string shared_dir_;
+};
+
+TEST(RecordIndexTest, AnIndexKeptForEveryReaderSavesTheOthersTheirScan) {
+  ScopedTempDir tmp;
+  const std::string path = tmp.Join("data.tfrecord");
+  {
+    auto w = *RecordWriter::Create(path);
+    for (int i = 0; i < 20; ++i) ASSERT_TRUE(w->Write(std::string(10 + i, 'x')).ok());
+    ASSERT_TRUE(w->Close().ok());
+  }
+  SharingEnv env(tmp.path());
+  bool rebuilt = false;
+  IndexCache first(tmp.Join("cache1"), &env);
+  auto built = first.Get(path, nullptr, &rebuilt);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_TRUE(rebuilt);
+  const std::string shared = env.SharedDerivedPath(path, IndexCache::kSharedIndexSuffix);
+  ASSERT_TRUE(Env::Default()->Stat(shared).ok());
+
+  // Another reader, its own cache empty: the shared index, no scan; and now in its cache.
+  IndexCache second(tmp.Join("cache2"), &env);
+  auto taken = second.Get(path, nullptr, &rebuilt);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_FALSE(rebuilt);
+  EXPECT_EQ((*taken)->offsets, (*built)->offsets);
+  EXPECT_TRUE(Env::Default()->Stat(second.CachePath(path)).ok());
+
+  // The file changes: the shared index no longer matches it, and is scanned and replaced.
+  {
+    auto w = *RecordWriter::Create(path);
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(w->Write("y").ok());
+    ASSERT_TRUE(w->Close().ok());
+  }
+  IndexCache third(tmp.Join("cache3"), &env);
+  auto rescanned = third.Get(path, nullptr, &rebuilt);
+  ASSERT_TRUE(rescanned.ok()) << rescanned.status();
+  EXPECT_TRUE(rebuilt);
+  EXPECT_EQ((*rescanned)->num_records(), 5u);
+  auto kept = ParseRecordIndex(*ReadFileToString(*Env::Default(), shared), shared);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->num_records(), 5u);
+}
+
+}  // namespace
+}  // namespace croupier
