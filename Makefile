@@ -91,6 +91,8 @@ bench-quick: bootstrap
 # mypy on the package (its settings in pyproject.toml); part of make test.
 typecheck: bootstrap
 	$(PY) -m mypy
+	MYPYPATH=python $(PY) -m mypy.stubtest croupier._croupier --mypy-config-file pyproject.toml \
+	  --allowlist python/stubtest_allowlist.txt
 
 format:
 	find include src tools python bench -name '*.h' -o -name '*.cc' | xargs clang-format -i

@@ -3,7 +3,8 @@
 #
 # Integer arguments are SupportsIndex, as pybind11 takes them: an int or a numpy integer, never a
 # float. The dicts the module builds from the protobuf messages' JSON (Job.tokens, JobSpec
-# fields, _BatchSlots.stats) are TypedDicts of their keys. Nothing here is Any: a value the
+# fields, _BatchSlots.stats) are TypedDicts of their keys; those and the aliases are the stub's
+# own (their names begin with _: the module has no such name at runtime). Nothing here is Any: a value the
 # binding takes whatever its type (a JobSpec's tokens, parsed and checked in C++) is object.
 from typing import (Callable, Iterable, Iterator, Literal, Protocol, Sequence, SupportsIndex,
                     TypedDict, overload)
@@ -57,9 +58,9 @@ def write_indexed_dataset(prefix: str, documents: Iterable[npt.ArrayLike],
 def write_token_lengths(prefix: str, lengths: npt.ArrayLike) -> None: ...
 
 # A feature of a parsed tf.train.Example: float32 or int64 values, or a bytes list.
-ExampleFeature = npt.NDArray[np.float32] | npt.NDArray[np.int64] | list[bytes]
+_ExampleFeature = npt.NDArray[np.float32] | npt.NDArray[np.int64] | list[bytes]
 
-def parse_example(serialized: bytes) -> dict[str, ExampleFeature]: ...
+def parse_example(serialized: bytes) -> dict[str, _ExampleFeature]: ...
 
 # ---- py_plan.cc: epoch plans and the seed sequences of record_rng/batch_rng
 
@@ -108,9 +109,9 @@ class BytesColumn:
 # The values of one column of Batch.to_dict(): a numeric array of the feature's dtype
 # [num_records, *shape] (its dtype is the job's, known only when the batch is read), bytes as a
 # list (bytes_as="list") or a BytesColumn (bytes_as="buffer").
-ColumnValues = npt.NDArray[np.generic] | list[bytes] | BytesColumn
+_ColumnValues = npt.NDArray[np.generic] | list[bytes] | BytesColumn
 # A column: its values, or (values, row_splits) for a variable length.
-Column = ColumnValues | tuple[ColumnValues, npt.NDArray[np.uint64]]
+_Column = _ColumnValues | tuple[_ColumnValues, npt.NDArray[np.uint64]]
 
 class Batch:
     @property
@@ -121,7 +122,7 @@ class Batch:
     def nbytes(self) -> int: ...
     @property
     def buffer_address(self) -> int: ...
-    def to_dict(self, bytes_as: str = "list") -> dict[str, Column]: ...
+    def to_dict(self, bytes_as: str = "list") -> dict[str, _Column]: ...
 
 class _Deferred(Protocol):
     """Values that batch_from_columns lets write themselves into the batch buffer
@@ -132,20 +133,20 @@ class _Deferred(Protocol):
 
 # A column handed to batch_from_columns and _SourceProducer.put: (name, dtype, variable length,
 # dims, values, offsets (bytes), row_splits (variable length)); croupier.columns makes them.
-ColumnData = tuple[str, str, bool, Sequence[SupportsIndex], Buffer | _Deferred,
+_ColumnData = tuple[str, str, bool, Sequence[SupportsIndex], Buffer | _Deferred,
                    npt.ArrayLike | None, npt.ArrayLike | None]
 
-def batch_from_columns(num_records: SupportsIndex, columns: list[ColumnData],
+def batch_from_columns(num_records: SupportsIndex, columns: list[_ColumnData],
                        allocate: Callable[[int], Buffer] | None = None) -> Batch: ...
 def build_batch(records: Sequence[bytes], features: str) -> Batch: ...
 
 # ---- py_job.cc: the job as the dispatcher holds it
 
-class WeightChange(TypedDict):
+class _WeightChange(TypedDict):
     first_step: int
     weights: list[float]
 
-class TextSourceSpec(TypedDict):
+class _TextSourceSpec(TypedDict):
     source: int
     files: list[str]
     text_key: str
@@ -153,7 +154,7 @@ class TextSourceSpec(TypedDict):
     eod_id: int
     add_special_tokens: bool
 
-class TokenSpec(TypedDict):
+class _TokenSpec(TypedDict):
     """proto/croupier.proto's TokenSpec, by its field names."""
     sources: list[str]
     sequence_length: int
@@ -161,11 +162,11 @@ class TokenSpec(TypedDict):
     packing_window: int
     global_batch: int
     steps_per_epoch: int
-    weights: list[WeightChange]
+    weights: list[_WeightChange]
     pad_id: int
-    text: list[TextSourceSpec]
+    text: list[_TextSourceSpec]
 
-class TokenSourceInfo(TypedDict):
+class _TokenSourceInfo(TypedDict):
     prefix: str
     dtype: str
     num_documents: int
@@ -177,11 +178,11 @@ class TokenSourceInfo(TypedDict):
     text_bytes: list[int]
     tokenizer_crc32c: int
 
-class JobTokens(TokenSpec):
+class _JobTokens(_TokenSpec):
     """Job.tokens: the job's TokenSpec and, per source, what the dispatcher found."""
-    source_info: list[TokenSourceInfo]
+    source_info: list[_TokenSourceInfo]
 
-class JobSpecDict(TypedDict):
+class _JobSpecDict(TypedDict):
     """job["spec"]: the settings by their JobSpec names, files as the user gave them."""
     name: str
     features: str
@@ -204,7 +205,7 @@ class JobSpecDict(TypedDict):
     skip_failing_records: bool
     files: list[str]
 
-class JobDict(TypedDict):
+class _JobDict(TypedDict):
     """Job.to_dict(): every attribute of a Job."""
     name: str
     source: str
@@ -224,7 +225,7 @@ class JobDict(TypedDict):
     start_epoch: int
     start_batch: int
     skip_failing_records: bool
-    tokens: JobTokens | None
+    tokens: _JobTokens | None
     files: list[str]
     num_records: int
     batches_per_epoch: int
@@ -243,7 +244,7 @@ class Job:
     @staticmethod
     def from_json(info_json: str) -> Job: ...
     def to_json(self) -> str: ...
-    def to_dict(self) -> JobDict: ...
+    def to_dict(self) -> _JobDict: ...
     def check_token_sources(self) -> None: ...
     # job[key]: the attribute `key`, job["spec"] the settings (for code written for the dicts).
     @overload
@@ -253,7 +254,7 @@ class Job:
     @overload
     def __getitem__(self, key: Literal["skip_failing_records"]) -> bool: ...
     @overload
-    def __getitem__(self, key: Literal["tokens"]) -> JobTokens | None: ...
+    def __getitem__(self, key: Literal["tokens"]) -> _JobTokens | None: ...
     @overload
     def __getitem__(self, key: Literal["files"]) -> list[str]: ...
     @overload
@@ -261,7 +262,7 @@ class Job:
     @overload
     def __getitem__(self, key: Literal["rank_positions"]) -> list[tuple[int, int, int]]: ...
     @overload
-    def __getitem__(self, key: Literal["spec"]) -> JobSpecDict: ...
+    def __getitem__(self, key: Literal["spec"]) -> _JobSpecDict: ...
     def __eq__(self, other: object) -> bool: ...
     @property
     def name(self) -> str: ...
@@ -300,7 +301,7 @@ class Job:
     @property
     def skip_failing_records(self) -> bool: ...
     @property
-    def tokens(self) -> JobTokens | None: ...
+    def tokens(self) -> _JobTokens | None: ...
     @property
     def files(self) -> list[str]: ...
     @property
@@ -318,7 +319,7 @@ class Job:
 
 # ---- py_job_spec.cc: a job's settings going in
 
-class JobSpecFields(TypedDict, total=False):
+class _JobSpecFields(TypedDict, total=False):
     """The keywords of JobSpec(...): proto/croupier.proto's JobSpec fields, the enums by name."""
     name: str
     files: Sequence[str]
@@ -340,11 +341,11 @@ class JobSpecFields(TypedDict, total=False):
     compression: str
     num_records: int
     skip_failing_records: bool
-    # A TokenSpec's fields (as TokenSpec below; weights and text as lists of dicts), of any
+    # A TokenSpec's fields (as _TokenSpec below; weights and text as lists of dicts), of any
     # type: the binding parses and checks them, naming a wrong one.
     tokens: dict[str, object]
 
-class JobSpecValues(TypedDict):
+class _JobSpecValues(TypedDict):
     """JobSpec.to_dict(): every field (64-bit values past 2**53 come as str, as JSON gives
     them); tokens only for a tokens job."""
     name: str
@@ -367,15 +368,15 @@ class JobSpecValues(TypedDict):
     compression: str
     num_records: int
     skip_failing_records: bool
-    tokens: NotRequired[TokenSpec]
+    tokens: NotRequired[_TokenSpec]
 
 class JobSpec:
-    def __init__(self, **fields: Unpack[JobSpecFields]) -> None: ...
+    def __init__(self, **fields: Unpack[_JobSpecFields]) -> None: ...
     @staticmethod
     def from_json(json: str) -> JobSpec: ...
     def normalized(self) -> JobSpec: ...
     def to_json(self) -> str: ...
-    def to_dict(self) -> JobSpecValues: ...
+    def to_dict(self) -> _JobSpecValues: ...
     def __eq__(self, other: object) -> bool: ...
     # The fields read back as attributes (through the spec's JSON, as to_dict() gives them).
     name: str
@@ -398,7 +399,7 @@ class JobSpec:
     compression: str
     num_records: int
     skip_failing_records: bool
-    tokens: TokenSpec  # AttributeError when the spec has no tokens
+    tokens: _TokenSpec  # AttributeError when the spec has no tokens
 
 # ---- py_service.cc: consumer, stream producer, control-plane calls, feature specs
 
@@ -425,7 +426,7 @@ class _SourceProducer:
     # (epoch, batch) of the next batch to make, or None once `timeout` passes.
     def next_slot(self, timeout: float) -> tuple[int, int] | None: ...
     def put(self, epoch: SupportsIndex, batch: SupportsIndex, num_records: SupportsIndex,
-            columns: list[ColumnData]) -> None: ...
+            columns: list[_ColumnData]) -> None: ...
     def put_error(self, epoch: SupportsIndex, batch: SupportsIndex, code: str,
                   message: str) -> None: ...
     def done_up_to(self, epoch: SupportsIndex, batch: SupportsIndex) -> bool: ...
@@ -462,19 +463,19 @@ NUMERIC_DTYPES: tuple[str, ...]
 # ---- py_produce.cc: the producer of a map or text-tokens job, and a worker's batch slots
 
 # make(epoch, batch, record ids): the Batch, or (code, message) for an error of that code.
-MakeBatch = Callable[[int, int, npt.NDArray[np.uint64]], Batch | tuple[int, str]]
+_MakeBatch = Callable[[int, int, npt.NDArray[np.uint64]], Batch | tuple[int, str]]
 # tokenize(source, documents): (tokens int32, each document's length), or (code, message).
-Tokenize = Callable[[int, npt.NDArray[np.uint64]],
+_Tokenize = Callable[[int, npt.NDArray[np.uint64]],
                     tuple[npt.ArrayLike, npt.ArrayLike] | tuple[int, str]]
 
 class _MapProducer:
     def __init__(self, dispatcher: str, job: str, auth_token: str, threads: SupportsIndex,
                  buffer_bytes: SupportsIndex, max_tasks: SupportsIndex, bind: str,
-                 advertise_host: str, timeout: float, make: MakeBatch) -> None: ...
+                 advertise_host: str, timeout: float, make: _MakeBatch) -> None: ...
     @staticmethod
     def for_tokens(dispatcher: str, job: str, auth_token: str, threads: SupportsIndex,
                    buffer_bytes: SupportsIndex, max_tasks: SupportsIndex, bind: str,
-                   advertise_host: str, timeout: float, tokenize: Tokenize) -> _MapProducer: ...
+                   advertise_host: str, timeout: float, tokenize: _Tokenize) -> _MapProducer: ...
     @property
     def data_address(self) -> str: ...
     @property
@@ -486,7 +487,7 @@ class _MapProducer:
     def drain(self, bound: float) -> tuple[int, int]: ...  # (tasks kept, tasks served)
     def leave_now(self) -> None: ...
 
-class BatchSlotStats(TypedDict):
+class _BatchSlotStats(TypedDict):
     slots: int
     idle: int
     bytes: int
@@ -501,6 +502,6 @@ class _BatchSlots:
     def close(self) -> None: ...
     def take_freed(self) -> list[int]: ...
     @property
-    def stats(self) -> BatchSlotStats: ...
+    def stats(self) -> _BatchSlotStats: ...
 
 def keep_freed_memory_for_reuse() -> None: ...
