@@ -40,8 +40,8 @@ from croupier._croupier import (
     parse_example,
     write_tfrecord,
 )
-from croupier.cluster import (LocalCluster, create_job, croupier_binary, delete_job, get_job,
-                              local_cluster, status, submit_job)
+from croupier.client import create_job, delete_job, get_job, status, submit_job
+from croupier.cluster import LocalCluster, croupier_binary, local_cluster
 from croupier.consumer import Consumer
 from croupier.job import Job, JobSpec
 from croupier.launcher import detect_rank_world

@@ -3,7 +3,7 @@ import warnings
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from croupier import _croupier, errors
-from croupier.cluster import auth_token_or_env
+from croupier.client import auth_token_or_env
 from croupier.job import Job
 from croupier.launcher import detect_rank_world
 

@@ -9,7 +9,7 @@ import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from croupier import _croupier, _exit, errors
-from croupier.cluster import auth_token_or_env, create_job
+from croupier.client import auth_token_or_env, create_job
 from croupier.errors import BatchError
 from croupier.pipeline import Pipeline, log
 from croupier.pool import WorkerPool, default_workers, in_process

@@ -52,7 +52,8 @@ import ray
 
 from croupier import errors
 from croupier.autoscale import Autoscaler
-from croupier.cluster import create_job, croupier_binary, status
+from croupier.client import create_job, status
+from croupier.cluster import croupier_binary
 from croupier.job import Job
 from croupier.processes import die_with_parent, stop_child, wait_for_file
 from croupier.thread_signals import block_async_signals

@@ -34,7 +34,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from croupier import _croupier, _exit, errors
-from croupier.cluster import auth_token_or_env, create_job
+from croupier.client import auth_token_or_env, create_job
 # columns_of, features_of, make_batch and tensor_to_numpy were this module's before they had a
 # module of their own; they are still importable from here.
 from croupier.columns import columns_of, features_of, make_batch, tensor_to_numpy

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 import numpy as np
 import tensorflow as tf
 
-from croupier import _croupier, errors
+from croupier import _croupier, client, errors
 from croupier.job import Job
 from croupier.launcher import detect_rank_world
 
@@ -149,9 +149,8 @@ def _load_op() -> Any:
 
 def _job_info(dispatcher: str, job: str, auth_token: Optional[str], timeout: float) -> Job:
     """The job, asked of the dispatcher for this job alone (GetJob)."""
-    from croupier import cluster
     try:
-        return cluster.get_job(dispatcher, job, auth_token=auth_token, timeout=timeout)
+        return client.get_job(dispatcher, job, auth_token=auth_token, timeout=timeout)
     except errors.NotFoundError:
         raise tf.errors.NotFoundError(
             None, None, f"no job {job!r} at the dispatcher {dispatcher}") from None
