@@ -45,7 +45,7 @@ from croupier.cluster import LocalCluster, croupier_binary, local_cluster
 from croupier.consumer import Consumer
 from croupier.job import Job, JobSpec
 from croupier.launcher import detect_rank_world
-from croupier.pipeline import batch_rng, record_rng
+from croupier.rng import batch_rng, record_rng
 from croupier.producer import ProduceOptions, produce
 from croupier.source import serve
 

@@ -18,7 +18,7 @@ every batch by index, and a producer makes batch g of epoch e as:
     batch    = batch_transform(batch, rng(seed, e, g))            # per batch, optional
 
 Each random generator is numpy's default_rng over SeedSequence([seed, epoch, index, kind]) (kind
-0 for a record, 1 for a batch), never global state. So what a batch holds is a function of the
+0 for a record, 1 for a batch; croupier.rng), never global state. So what a batch holds is a function of the
 plan, as for TFRecord jobs: any producer can make any batch, a producer killed mid-epoch has its
 batches made again bit-identically by another (or by itself after a restart), and a checkpoint
 resumes exactly. Several processes may call produce() for one job (on one machine or several):
@@ -50,14 +50,15 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional,
     Tuple, Union
 
 import numpy as np
-from numpy.random.bit_generator import ISpawnableSeedSequence
 
 from croupier import _croupier, errors
+from croupier.columns import columns_of, default_collate
 from croupier.errors import BatchError
 from croupier.processes import describe
 from croupier.record_cache import open_cache
 from croupier.record_threads import RecordThreads
-from croupier.columns import columns_of, default_collate
+# The generators given to the transforms: croupier.rng's, importable from here as before.
+from croupier.rng import batch_rng, record_rng
 from croupier.spec import Spec, check_spec, spec_of, vary_as_spec
 
 if TYPE_CHECKING:
@@ -71,65 +72,6 @@ __all__ = ["Pipeline", "default_collate", "record_rng", "batch_rng", "log"]
 log = logging.getLogger(__name__)
 
 
-def record_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
-    """The random generator of record `index` (global record index) in `epoch`: the generator
-    of np.random.default_rng([seed, epoch, index, 0])."""
-    return _generator([int(seed), int(epoch), int(index), 0])
-
-
-def batch_rng(seed: int, epoch: int, batch: int) -> np.random.Generator:
-    """The random generator of global batch `batch` of `epoch`: the generator of
-    np.random.default_rng([seed, epoch, batch, 1])."""
-    return _generator([int(seed), int(epoch), int(batch), 1])
-
-
-def _generator(entropy: List[int]) -> np.random.Generator:
-    """np.random.default_rng(entropy)'s generator, made in about 4 us rather than 22: its PCG64 is
-    seeded by a _SeedWords, whose words croupier computes in C++."""
-    if all(0 <= v < 1 << 64 for v in entropy):
-        return np.random.Generator(np.random.PCG64(_SeedWords(entropy)))
-    return np.random.default_rng(entropy)
-
-
-class _SeedWords(ISpawnableSeedSequence):
-    """numpy's SeedSequence(entropy) as a bit generator sees it: generate_state gives the same
-    words, computed in C++ (src/plan/seed_sequence.h), so a PCG64 seeded by it has the same
-    state and draws the same numbers. Everything else (spawn, n_children_spawned, state, ...)
-    is a real SeedSequence's, made when first asked for; pickled, it is that SeedSequence."""
-
-    def __init__(self, entropy: List[int]) -> None:
-        self.entropy = entropy
-        self._sequence: Optional[np.random.SeedSequence] = None
-
-    def generate_state(self, n_words: int, dtype: Any = np.uint32) -> np.ndarray:
-        dtype = np.dtype(dtype)
-        if dtype == np.uint32:
-            return _croupier.seed_sequence_words(self.entropy, int(n_words))
-        if dtype == np.uint64:
-            words = _croupier.seed_sequence_words(self.entropy, 2 * int(n_words))
-            return words.astype("<u4").view("<u8").astype(np.uint64)
-        return self._real().generate_state(n_words, dtype)  # raises as numpy does
-
-    def spawn(self, n_children: int) -> Any:  # real SeedSequences, as default_rng's gives
-        return self._real().spawn(n_children)
-
-    def _real(self) -> np.random.SeedSequence:
-        if self._sequence is None:
-            self._sequence = np.random.SeedSequence(self.entropy)
-        return self._sequence
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("entropy", "_sequence"):
-            raise AttributeError(name)
-        return getattr(self._real(), name)
-
-    def __reduce__(self) -> Union[str, Tuple[Any, ...]]:
-        return self._real().__reduce__()
-
-    def __repr__(self) -> str:
-        return repr(self._real())
-
-
 def _takes_rng(fn: Callable[..., Any]) -> bool:
     """Whether `fn` takes a second positional argument (the random generator)."""
     try:
@@ -138,8 +80,6 @@ def _takes_rng(fn: Callable[..., Any]) -> bool:
         return True
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
-
-
 
 
 class Pipeline:
