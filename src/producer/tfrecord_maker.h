@@ -84,7 +84,12 @@ class TfrecordBatchMaker final : public BatchMaker {
     std::atomic<int> remote{-1};
   };
   // What one Make call needs besides the plan, pooled so that buffers keep their capacity.
-  struct Scratch;
+  struct Scratch {
+    std::unique_ptr<BatchBuilder> builder;
+    std::vector<Dataset::Location> locs;  // of the batch's ids, in order
+    std::string buffer;                   // a record read from a file or the cache
+    std::string run;                      // consecutive records read together
+  };
 
   TfrecordBatchMaker(v1::JobInfo job, JobConfig config, std::unique_ptr<Dataset> dataset,
                      std::vector<FeatureSpec> features, RecordCache* record_cache, Env* env);
@@ -119,6 +124,9 @@ class TfrecordBatchMaker final : public BatchMaker {
   Run FindRun(absl::Span<const uint64_t> ids, const Dataset::Location& loc, Scratch& scratch) const;
   // Reads records [loc.record, loc.record + count) of a file with one read and adds them.
   absl::Status AddRun(const Dataset::Location& loc, size_t count, Scratch& scratch) const;
+  // The remote path (tfrecord_maker_fetch.cc).
+  // fetch_group_ for a dataset and batch size.
+  static uint64_t FetchGroupBatches(const Dataset& dataset, uint64_t batch_size);
   // Whether any of the records at `locs` is in a remote file (opening the files not yet open).
   bool AnyRemote(absl::Span<const Dataset::Location> locs) const;
   // Of the records at `locs`, those to fetch from remote files: not in the record cache. Their
