@@ -44,7 +44,8 @@ other; every process a system starts is a descendant of its trainer and is stopp
                      documents' lengths counted when the job is created: lengths_and_job_create_s)
                      made by one `croupier produce --job bench --threads 1` process, which reads
                      a batch's documents from the Parquet file and tokenizes them
-                     (encode_batch_fast). Grain: MapDataset.source of the same documents,
+                     (encode_batch_fast; on jemalloc, as croupier produce runs itself when
+                     it is installed: CROUPIER_MALLOC=system for glibc's malloc). Grain: MapDataset.source of the same documents,
                      shuffle, repeat, map(tokenizer.encode(text).ids + [eod]) per document,
                      ConcatThenSplitIterDataset, batch, mp_prefetch with one worker process. Same
                      tokenizer file, same tokens per document.

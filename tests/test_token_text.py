@@ -4,6 +4,7 @@ same bytes as the job over the indexed dataset `croupier tokenize` makes of the 
 killed producer changes nothing, and text changed since the job was created is named."""
 import json
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from test_tokens import read_steps, segments, sequence_digests, train_tokenizer 
 pytest.importorskip("tokenizers")
 
 L, B = 16, 12
+JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 
 
 def write_corpus(root):
@@ -129,6 +131,9 @@ def test_a_killed_text_producer_changes_no_sequence(tmp_path):
                     kill(producers[1])
                 for proc in procs:
                     assert proc.wait(timeout=150) == 0
+                if os.path.exists(JEMALLOC):  # the tokens producer runs itself on jemalloc
+                    maps = pathlib.Path(f"/proc/{producers[0].pid}/maps").read_text()
+                    assert "libjemalloc" in maps
                 if kill_one:
                     assert "expired" in cluster.dispatcher.log_path.read_text()
                 return [batch_hashes(read_batches(out)) for out in outs]
