@@ -92,16 +92,24 @@ def create_job(dispatcher: str, name: str, files: Union[str, "os.PathLike[str]",
 
 
 class Status(Dict[str, Any]):
-    """status()'s dict. "jobs" is there only when asked for (job_info=True): reading it otherwise
-    raises a KeyError that says so, rather than finding an empty list, which code that waited for
-    its job there took for "not created yet" and waited forever."""
+    """status()'s dict. "jobs" is there only when asked for (job_info=True): reading it otherwise,
+    with status()["jobs"] or status().get("jobs", ...), raises a KeyError that says so, rather
+    than finding an empty list (or the default), which code that waited for its job there took
+    for "not created yet" and waited forever."""
+
+    _NO_JOBS = ("'jobs': status() holds every job's whole Job only with job_info=True; "
+                "'job_summaries' has each job's name, state and counts, and get_job() gives one "
+                "job")
 
     def __missing__(self, key: str) -> Any:
         if key == "jobs":
-            raise KeyError("'jobs': status() holds every job's whole Job only with job_info=True; "
-                           "'job_summaries' has each job's name, state and counts, and get_job() "
-                           "gives one job")
+            raise KeyError(self._NO_JOBS)
         raise KeyError(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key == "jobs" and key not in self:
+            raise KeyError(self._NO_JOBS)
+        return super().get(key, default)
 
 
 def status(dispatcher: str, *, auth_token: Optional[str] = None, timeout: float = 10.0,

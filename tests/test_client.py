@@ -1,0 +1,39 @@
+"""croupier.client without a dispatcher: status()'s dict, and the names croupier.cluster
+re-exports."""
+import pytest
+
+import croupier
+from croupier import client, cluster
+from croupier.client import Status
+
+ANSWER = {"job_summaries": [{"name": "train", "state": "idle"}], "producers": []}
+
+
+def test_status_without_job_info_has_no_jobs_and_says_so():
+    status = Status(ANSWER)
+    assert "jobs" not in status
+    # Code that waited for its job in status()["jobs"] (an empty list once) hears why it is not
+    # there, whether it indexes or uses get() with a default.
+    with pytest.raises(KeyError, match="only with job_info=True"):
+        status["jobs"]
+    with pytest.raises(KeyError, match="only with job_info=True"):
+        status.get("jobs")
+    with pytest.raises(KeyError, match="only with job_info=True"):
+        status.get("jobs", [])
+    assert status.get("job_summaries") == ANSWER["job_summaries"]
+    assert status.get("not a key", 7) == 7
+    with pytest.raises(KeyError, match="not a key"):
+        status["not a key"]
+
+
+def test_status_with_job_info_holds_the_jobs():
+    status = Status(dict(ANSWER, jobs=[]))
+    assert status["jobs"] == [] and status.get("jobs") == []
+
+
+def test_the_client_calls_are_importable_from_where_they_were():
+    for name in ("create_job", "submit_job", "status", "get_job", "delete_job",
+                 "auth_token_or_env", "Status"):
+        assert getattr(cluster, name) is getattr(client, name), name
+    for name in ("create_job", "submit_job", "status", "get_job", "delete_job"):
+        assert getattr(croupier, name) is getattr(client, name), name
