@@ -1,5 +1,5 @@
-"""The package's imports: no cycle among croupier's own modules, and every module imports in a
-fresh interpreter. No croupier process is started."""
+"""The package's layout: no import cycle among croupier's own modules, every module imports in a
+fresh interpreter, and none is over 400 lines. No croupier process is started."""
 import ast
 import pathlib
 import subprocess
@@ -109,3 +109,11 @@ for name in sys.argv[1:]:
     done = subprocess.run([sys.executable, "-c", code, *modules], capture_output=True,
                           text=True, timeout=300, cwd=PACKAGE.parent)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_no_module_over_400_lines():
+    # One idea a module (issue 37): a module that grows past this has taken a second job and
+    # splits, its names re-exported where they were.
+    sizes = {m: len((PACKAGE / f"{m}.py").read_text().splitlines()) for m in MODULES}
+    assert not {m: n for m, n in sizes.items() if n > 400}, sorted(sizes.items(),
+                                                                    key=lambda mn: -mn[1])[:3]
