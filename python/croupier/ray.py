@@ -51,6 +51,7 @@ import ray
 from croupier import errors
 from croupier.autoscale import Autoscaler
 from croupier.client import create_job, status
+from croupier.consumer import Consumer
 from croupier.job import Job
 # The actor of one croupier process, and its settings (importable from here as before).
 from croupier.ray_process import NODE_IP, PROBE_TIMEOUT, STOP_GRACE, ProcessActor, probe
@@ -387,10 +388,9 @@ class Service:
         self.shutdown()
 
 
-def consumer(dispatcher: str, job: str, **options: Any) -> Any:
+def consumer(dispatcher: str, job: str, **options: Any) -> Consumer:
     """A croupier.Consumer of `job` for this Ray Train worker: its rank and world size are the
     worker's (ray.train.get_context()). Call it inside train_loop_per_worker."""
     import ray.train
-    from croupier.consumer import Consumer
     context = ray.train.get_context()
     return Consumer(dispatcher, job, context.get_world_rank(), context.get_world_size(), **options)
