@@ -322,7 +322,7 @@ class Job:
 class _JobSpecFields(TypedDict, total=False):
     """The keywords of JobSpec(...): proto/croupier.proto's JobSpec fields, the enums by name."""
     name: str
-    files: Sequence[str]
+    files: Sequence[str]  # a str alone is taken as a list of one
     features: str
     batch_size: int
     seed: int
