@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "python/src/bindings.h"
+#include "python/src/producer_options.h"
 #include "python/src/status.h"
 #include "src/common/memory.h"
 #include "src/node/producer_node.h"
@@ -128,15 +129,21 @@ class PyMapProducer {
   absl::Notification leave_now_;
 };
 
+std::unique_ptr<PyMapProducer> StartProducer(ProducerNodeOptions options) {
+  absl::StatusOr<std::unique_ptr<ProducerNode>> node;
+  {
+    pyb::gil_scoped_release nogil;
+    node = ProducerNode::Start(std::move(options));
+  }
+  return std::make_unique<PyMapProducer>(Unwrap(std::move(node)));
+}
+
 }  // namespace
 
-// The options every producer of one job's own takes, and its supply.
-ProducerNodeOptions SourceProducerOptions(const std::string& dispatcher,
-                                          const std::string& auth_token, int threads,
-                                          uint64_t buffer_bytes, uint32_t max_tasks,
-                                          const std::string& bind,
-                                          const std::string& advertise_host, double timeout,
-                                          ProducerSupply supply) {
+ProducerNodeOptions OwnProducerOptions(const std::string& dispatcher, const std::string& auth_token,
+                                       int threads, uint64_t buffer_bytes, uint32_t max_tasks,
+                                       const std::string& bind, const std::string& advertise_host,
+                                       double timeout, ProducerSupply supply) {
   ProducerNodeOptions o;
   o.dispatcher = dispatcher;
   o.bind_address = bind;
@@ -150,15 +157,6 @@ ProducerNodeOptions SourceProducerOptions(const std::string& dispatcher,
   return o;
 }
 
-std::unique_ptr<PyMapProducer> StartProducer(ProducerNodeOptions options) {
-  absl::StatusOr<std::unique_ptr<ProducerNode>> node;
-  {
-    pyb::gil_scoped_release nogil;
-    node = ProducerNode::Start(std::move(options));
-  }
-  return std::make_unique<PyMapProducer>(Unwrap(std::move(node)));
-}
-
 void BindProduce(pyb::module_& m) {
   pyb::class_<PyMapProducer>(m, "_MapProducer",
                              "The producer of a map job (croupier.produce) or of a tokens job with "
@@ -168,14 +166,14 @@ void BindProduce(pyb::module_& m) {
                         uint32_t max_tasks, const std::string& bind,
                         const std::string& advertise_host, double timeout, pyb::object make) {
              std::shared_ptr<pyb::object> held = Hold(std::move(make));
-             return StartProducer(SourceProducerOptions(
-                 dispatcher, auth_token, threads, buffer_bytes, max_tasks, bind, advertise_host,
-                 timeout,
-                 RecordsSupply{.job = job,
-                               .make = [held](uint64_t epoch, uint64_t batch,
-                                              absl::Span<const uint64_t> ids) {
-                                 return CallMake(*held, epoch, batch, ids);
-                               }}));
+             return StartProducer(
+                 OwnProducerOptions(dispatcher, auth_token, threads, buffer_bytes, max_tasks, bind,
+                                    advertise_host, timeout,
+                                    RecordsSupply{.job = job,
+                                                  .make = [held](uint64_t epoch, uint64_t batch,
+                                                                 absl::Span<const uint64_t> ids) {
+                                                    return CallMake(*held, epoch, batch, ids);
+                                                  }}));
            }),
            pyb::arg("dispatcher"), pyb::arg("job"), pyb::arg("auth_token"), pyb::arg("threads"),
            pyb::arg("buffer_bytes"), pyb::arg("max_tasks"), pyb::arg("bind"),
@@ -204,7 +202,7 @@ void BindProduce(pyb::module_& m) {
              int threads, uint64_t buffer_bytes, uint32_t max_tasks, const std::string& bind,
              const std::string& advertise_host, double timeout, pyb::object tokenize) {
             std::shared_ptr<pyb::object> held = Hold(std::move(tokenize));
-            return StartProducer(SourceProducerOptions(
+            return StartProducer(OwnProducerOptions(
                 dispatcher, auth_token, threads, buffer_bytes, max_tasks, bind, advertise_host,
                 timeout,
                 TokensSupply{

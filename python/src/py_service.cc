@@ -17,6 +17,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "proto/croupier.pb.h"
 #include "python/src/bindings.h"
+#include "python/src/producer_options.h"
 #include "python/src/status.h"
 #include "src/common/logging.h"
 #include "src/job/job.h"
@@ -156,11 +157,12 @@ std::string ToJson(const google::protobuf::Message& message) {
   return ToUserJson(message, options, /*int64_as_numbers=*/true);
 }
 
-std::unique_ptr<rpc::DispatcherClient> Client(const std::string& address,
-                                              const std::string& token, double timeout) {
+std::unique_ptr<rpc::DispatcherClient> Client(const std::string& address, const std::string& token,
+                                              double timeout) {
   const absl::Duration t = absl::Seconds(timeout);
   return rpc::DispatcherClient::Create(
-      address, {.auth_token = rpc::ResolveAuthToken(token), .call_timeout = t, .timeout = t, .tls = {}});
+      address,
+      {.auth_token = rpc::ResolveAuthToken(token), .call_timeout = t, .timeout = t, .tls = {}});
 }
 
 // The dispatcher's GetJob for `name`, asked without the GIL; an error raises.
@@ -180,9 +182,10 @@ v1::GetJobResponse GetJob(const std::string& dispatcher, const std::string& name
 
 void BindService(pyb::module_& m) {
   // croupier.logs hands the C++ library's log lines a pipe, which it reads into Python's logging.
-  m.def("set_log_fd", [](int fd) { SetLogFd(fd); }, pyb::arg("fd"),
-        "Where the C++ library writes its log lines: file descriptor `fd`, or stderr (fd < 0). "
-        "Use croupier.logs.");
+  m.def(
+      "set_log_fd", [](int fd) { SetLogFd(fd); }, pyb::arg("fd"),
+      "Where the C++ library writes its log lines: file descriptor `fd`, or stderr (fd < 0). "
+      "Use croupier.logs.");
   pyb::class_<PyConsumer>(m, "_Consumer", "One rank's consumer. Use croupier.Consumer.")
       .def(pyb::init([](const std::string& dispatcher, const std::string& job, uint32_t rank,
                         uint32_t world, const std::string& auth_token, uint32_t prefetch_batches,
@@ -220,14 +223,10 @@ void BindService(pyb::module_& m) {
                         const std::string& auth_token, uint64_t buffer_bytes,
                         const std::string& bind, const std::string& advertise_host, double timeout,
                         uint32_t source_index) {
-             ProducerNodeOptions o;
-             o.dispatcher = dispatcher;
-             o.bind_address = bind;
-             o.advertise_host = advertise_host;
-             o.auth_token = rpc::ResolveAuthToken(auth_token);
-             o.runner.buffer_bytes = buffer_bytes;
-             o.connect_timeout = absl::Seconds(timeout);
-             o.supply = StreamSupply{.job = job, .source_index = source_index};
+             const TaskRunner::Options defaults;
+             ProducerNodeOptions o = OwnProducerOptions(
+                 dispatcher, auth_token, defaults.threads, buffer_bytes, defaults.max_tasks, bind,
+                 advertise_host, timeout, StreamSupply{.job = job, .source_index = source_index});
              absl::StatusOr<std::unique_ptr<ProducerNode>> node;
              {
                pyb::gil_scoped_release nogil;
@@ -354,8 +353,8 @@ void BindService(pyb::module_& m) {
   // does not write feature specs of its own.
   m.def(
       "format_feature_spec",
-      [](const std::vector<std::tuple<std::string, std::string, std::optional<std::vector<int64_t>>>>&
-             features) {
+      [](const std::vector<
+          std::tuple<std::string, std::string, std::optional<std::vector<int64_t>>>>& features) {
         std::vector<FeatureSpec> specs;
         for (const auto& [name, dtype, shape] : features) {
           FeatureSpec f;
