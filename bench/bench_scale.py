@@ -12,11 +12,22 @@
 
 JSON lines on stdout ({"bench": "scale", ...}), read by bench/run.py.
 
+With --hollow it runs instead the dispatcher's scaling table (issue 36): build/bench/bench_hollow
+(hollow consumers and producers in several client processes against one real dispatcher, the
+dispatcher pinned to CPU 0 and the clients to CPU 1) at 100, 1,000, 10,000 and 30,000 consumers
+(producers at a tenth), one run each, and prints the table in Markdown with the load average before
+and after each run and the issue's goals at 10,000 consumers, met or not.
+
 usage: .venv/bin/python bench/bench_scale.py [--quick]
+       .venv/bin/python bench/bench_scale.py --hollow [--sizes 100,1000,10000,30000]
+                                             [--seconds 30] [--build build]
 """
 import argparse
+import datetime
 import json
+import os
 import pathlib
+import subprocess
 import sys
 import tempfile
 import time
@@ -86,10 +97,121 @@ def scale(work, consumers):
           flush=True)
 
 
+def hollow_run(build, consumers, seconds):
+    """One bench_hollow run; its summary line and its per-RPC lines."""
+    processes = 2 if consumers <= 1000 else 4
+    cmd = [str(build / "bench" / "bench_hollow"), "--consumers", str(consumers), "--processes",
+           str(processes), "--seconds", str(seconds), "--warmup", "5", "--pin"]
+    env = dict(os.environ)
+    env.setdefault("CROUPIER_BIN", str(build / "bin" / "croupier"))
+    load = os.getloadavg()[0]
+    print(f"[hollow] {' '.join(cmd)} (load {load:.2f})", file=sys.stderr, flush=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                          timeout=600 + consumers / 50 + seconds)
+    if proc.returncode != 0:
+        sys.exit(f"bench_hollow at {consumers} consumers failed:\n{proc.stderr[-3000:]}")
+    if proc.stderr.strip():
+        print(proc.stderr.strip(), file=sys.stderr)
+    lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    summary = next(x for x in lines if x.get("case") == "hollow")
+    summary["load_before"], summary["load_after"] = load, os.getloadavg()[0]
+    return summary, [x for x in lines if x.get("case") == "rpc"]
+
+
+def ms(v):
+    return f"{v:.1f}" if v < 100 else f"{v:,.0f}"
+
+
+def hollow_table(runs):
+    """The scaling table in Markdown: a row per size."""
+    head = ("consumers / producers", "registered in", "heartbeats/s (consumers + producers)",
+            "Locate/s", "heartbeat p50 / p99 / max", "Locate p99", "dispatcher CPU", "peak RSS",
+            "syncs/s", "disk writes", "status size, time", "missed their period", "load")
+    rows = []
+    for s, rpcs in runs:
+        by = {r["rpc"]: r for r in rpcs}
+        loc = by.get("Locate", {})
+        missed = s["consumers_missed"] + s["producers_missed"]
+        rows.append((
+            f'{s["consumers"]:,} / {s["producers"]:,}', f'{s["register_s"]:.1f} s',
+            f'{s["consumer_heartbeats_per_s"]:,.0f} + {s["producer_heartbeats_per_s"]:,.0f}',
+            f'{s["locates_per_s"]:,.0f}',
+            f'{ms(s["heartbeat_p50_ms"])} / {ms(s["heartbeat_p99_ms"])} / '
+            f'{ms(s["heartbeat_max_ms"])} ms',
+            f'{ms(loc.get("p99_ms", 0))} ms', f'{s["cpu_cores"]:.2f} cores',
+            f'{s["peak_rss_mib"]:.0f} MiB',
+            "—" if s["syncs_per_s"] < 0 else f'{s["syncs_per_s"]:,.0f}',
+            f'{s["disk_write_bytes_per_s"] / 1e6:.1f} MB/s',
+            f'{s["status_bytes"] / 1024:,.0f} KiB, {ms(s["status_max_ms"])} ms max',
+            ("none" if missed == 0 and s["late_answers"] == 0 and s["errors"] == 0 else
+             f'{s["consumers_missed"]:,} consumers, {s["producers_missed"]:,} producers '
+             f'(longest silence {s["max_consumer_gap_s"]:.1f} s / '
+             f'{s["max_producer_gap_s"]:.1f} s; {s["late_answers"]:,} answers later than the '
+             f'interval, {s["errors"]:,} errors)'),
+            f'{s["load_before"]:.1f} → {s["load_after"]:.1f}'))
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def hollow_goals(runs, at=10000):
+    """The issue's goals at `at` consumers, each met or not."""
+    s = next((s for s, _ in runs if s["consumers"] == at), None)
+    if s is None:
+        return f"(no run at {at:,} consumers)"
+    def mark(ok):
+        return "met" if ok else "**not met**"
+    every = (s["consumers_missed"] == 0 and s["producers_missed"] == 0 and s["late_answers"] == 0
+             and s["errors"] == 0)
+    syncs = s["syncs_per_s"]
+    goals = [
+        ("every heartbeat answered within its period", every,
+         f'{s["consumers_missed"]} consumers and {s["producers_missed"]} producers silent past the '
+         f'{s["takeover_s"]:g}-s takeover, {s["late_answers"]} answers later than '
+         f'{s["heartbeat_interval_s"]:g} s, {s["errors"]} errors'),
+        ("heartbeat p99 at most 50 ms", s["heartbeat_p99_ms"] <= 50,
+         f'{s["heartbeat_p99_ms"]:.1f} ms'),
+        ("the dispatcher under one core", s["cpu_cores"] < 1, f'{s["cpu_cores"]:.2f} cores'),
+        ("the dispatcher under 1 GiB", s["peak_rss_mib"] < 1024, f'{s["peak_rss_mib"]:.0f} MiB'),
+        ("at most 200 fdatasyncs a second", syncs >= 0 and syncs <= 200,
+         "not counted" if syncs < 0 else f"{syncs:,.0f} syncs/s"),
+        ("status at most 1 MiB", s["status_bytes"] <= 1 << 20,
+         f'{s["status_bytes"] / 1024:,.0f} KiB'),
+        ("status within 100 ms", s["status_max_ms"] <= 100, f'{s["status_max_ms"]:.1f} ms max'),
+    ]
+    out = [f"| goal at {at:,} consumers and {s['producers']:,} producers | measured | |",
+           "|---|---|---|"]
+    out += [f"| {g} | {v} | {mark(ok)} |" for g, ok, v in goals]
+    return "\n".join(out)
+
+
+def hollow_main(args):
+    build = pathlib.Path(args.build).resolve()
+    sizes = [int(x) for x in args.sizes.split(",")]
+    started = datetime.datetime.now(datetime.timezone.utc)
+    runs = []
+    for n in sizes:
+        summary, rpcs = hollow_run(build, n, args.seconds)
+        for line in rpcs + [summary]:
+            print(json.dumps(line), flush=True)
+        runs.append((summary, rpcs))
+    print(f"\nbench/bench_scale.py --hollow, {started:%Y-%m-%d %H:%M} UTC, "
+          f"{args.seconds} s windows\n", flush=True)
+    print(hollow_table(runs) + "\n\n" + hollow_goals(runs), flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--hollow", action="store_true",
+                        help="the dispatcher's scaling table with hollow clients")
+    parser.add_argument("--sizes", default="100,1000,10000,30000")
+    parser.add_argument("--seconds", type=int, default=30)
+    parser.add_argument("--build", default=str(ROOT / "build"))
     args = parser.parse_args()
+    if args.hollow:
+        hollow_main(args)
+        return
     with tempfile.TemporaryDirectory(prefix="croupier-scale-") as tmp:
         work = pathlib.Path(tmp)
         for shm in ("on", "off"):

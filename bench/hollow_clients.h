@@ -1,0 +1,627 @@
+// Hollow clients: simulated consumers and producers that speak the real protocol to a real
+// dispatcher, with the real client (rpc::DispatcherClient) and the real messages, and no data
+// plane. One client process (RunClientProcess) runs a share of them on a few threads; the driver,
+// bench_hollow.cc, forks several such processes against one `croupier dispatcher`.
+//
+// A hollow consumer does what src/consumer/ does with the dispatcher: it registers its rank
+// (ConsumerHeartbeat with resume), then every heartbeat interval takes `steps_per_beat` steps and
+// acknowledges the new position in its heartbeat (so each heartbeat is a journaled
+// ConsumerAcknowledged), and for each step whose batch's task it has not located yet it calls
+// Locate(job, epoch, batch, 1, remake_if_finished) as Peers::Locate does (one Locate per task: the
+// answer is cached per task range). A step whose batch has no producer yet is not taken (a real
+// consumer would wait for it); it is located again at the next beat. At the end it leaves (a
+// heartbeat with `leaving`). Batches are never fetched.
+//
+// A hollow producer does what ProducerNode::Heartbeat and HeartbeatLoop send: it registers with a
+// data address (never dialled), beats every interval with its held and finished tasks,
+// `held_tasks_reported`, its free slots and its statistics; beats again at once while the last
+// answer brought tasks and a slot is free; and with a slot free and no work, sends heartbeats that
+// wait for work (wait_for_work_ms = the interval), one after another. Its tasks stand for what a
+// TaskRunner holds: a task holds one of `max_tasks` slots while it is being made (`make_us` per
+// batch over 4 worker threads), is made once at most `made_cap` made tasks are held (the buffer
+// bound: a full buffer keeps the tasks being made in their slots), and is served, so reported in
+// `finished_tasks`, once every rank of its job has acknowledged a position past its last batch
+// (the consumers' positions are in memory shared by the client processes). Revoked tasks are
+// dropped. At the end it leaves (a heartbeat with `leaving` and its finished tasks).
+#ifndef CROUPIER_BENCH_HOLLOW_CLIENTS_H_
+#define CROUPIER_BENCH_HOLLOW_CLIENTS_H_
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "proto/croupier.pb.h"
+#include "src/rpc/dispatcher_client.h"
+
+namespace croupier::bench::hollow {
+
+using Clock = std::chrono::steady_clock;
+
+// The RPC kinds reported, each with its own latency samples.
+enum Kind : int {
+  kConsumerRegister,
+  kConsumerHeartbeat,
+  kConsumerLeave,
+  kLocate,
+  kProducerRegister,
+  kProducerHeartbeat,  // answered at once (no wait for work asked)
+  kProducerWait,       // asked to wait for work: its latency is mostly the wait
+  kProducerLeave,
+  kGetStatus,
+  kKinds
+};
+inline const char* KindName(int k) {
+  static const char* const kNames[] = {"ConsumerHeartbeat(register)",
+                                       "ConsumerHeartbeat",
+                                       "ConsumerHeartbeat(leave)",
+                                       "Locate",
+                                       "ProducerHeartbeat(register)",
+                                       "ProducerHeartbeat",
+                                       "ProducerHeartbeat(wait for work)",
+                                       "ProducerHeartbeat(leave)",
+                                       "GetStatus"};
+  return kNames[k];
+}
+
+constexpr int kMaxJobs = 64;
+
+// Memory shared by the driver and every client process (an anonymous MAP_SHARED mapping made
+// before the fork). steady_clock is CLOCK_MONOTONIC, the same in every process of the machine.
+struct Shared {
+  std::atomic<int64_t> start_ns{0};  // when the beats begin (0: not yet)
+  std::atomic<int64_t> window_start_ns{0}, window_end_ns{0};
+  std::atomic<uint32_t> registered_consumers{0}, registered_producers{0};
+  std::atomic<uint32_t> failed{0};  // a client process gave up
+  // Per job, learnt by the consumers at registration.
+  std::atomic<uint64_t> steps_per_epoch[kMaxJobs];
+  std::atomic<uint32_t> world[kMaxJobs];
+  // Per consumer (global index c: job c % jobs, rank c / jobs), its acknowledged position as
+  // epoch * steps_per_epoch + step.
+  std::atomic<uint64_t> position[1];  // really `consumers` of them
+  static size_t Bytes(uint32_t consumers) {
+    return sizeof(Shared) + sizeof(std::atomic<uint64_t>) * consumers;
+  }
+};
+
+struct Config {
+  std::string address;
+  uint32_t consumers = 0, producers = 0, jobs = 1, processes = 1;
+  uint32_t threads = 4;  // consumer threads per client process (each producer has its own)
+  uint32_t steps_per_beat = 1;
+  uint32_t max_tasks = 2, made_cap = 2;
+  double make_us = 5;  // per batch, over 4 worker threads
+  std::string JobName(uint32_t j) const { return absl::StrCat("hollow", j); }
+};
+
+// What one thread measured; merged per process, then by the driver.
+struct Stats {
+  std::vector<float> latency_ms[kKinds];  // in the window (registration and leave: all)
+  uint64_t calls[kKinds] = {}, errors[kKinds] = {};
+  std::string first_error;
+  std::vector<float> lateness_ms;  // how late after its due time each consumer beat was sent
+  uint64_t consumers_missed = 0, producers_missed = 0;  // longer than the takeover without answer
+  uint64_t late_answers = 0;  // heartbeats answered after more than one interval
+  uint64_t unlocated = 0;     // Locate answers without a producer for the batch
+  uint64_t tasks_taken = 0, tasks_finished = 0, tasks_revoked = 0;
+  double max_consumer_gap_s = 0, max_producer_gap_s = 0;
+  double takeover_s = 3, interval_s = 1;
+
+  void Add(int kind, Clock::duration took, bool in_window) {
+    ++calls[kind];
+    if (in_window || kind == kConsumerRegister || kind == kProducerRegister ||
+        kind == kConsumerLeave || kind == kProducerLeave) {
+      latency_ms[kind].push_back(std::chrono::duration<float, std::milli>(took).count());
+    }
+  }
+  void Fail(int kind, const absl::Status& s) {
+    ++errors[kind];
+    if (first_error.empty()) first_error = absl::StrCat(KindName(kind), ": ", s.ToString());
+  }
+  void Merge(const Stats& o) {
+    for (int k = 0; k < kKinds; ++k) {
+      latency_ms[k].insert(latency_ms[k].end(), o.latency_ms[k].begin(), o.latency_ms[k].end());
+      calls[k] += o.calls[k];
+      errors[k] += o.errors[k];
+    }
+    if (first_error.empty()) first_error = o.first_error;
+    lateness_ms.insert(lateness_ms.end(), o.lateness_ms.begin(), o.lateness_ms.end());
+    consumers_missed += o.consumers_missed;
+    producers_missed += o.producers_missed;
+    late_answers += o.late_answers;
+    unlocated += o.unlocated;
+    tasks_taken += o.tasks_taken;
+    tasks_finished += o.tasks_finished;
+    tasks_revoked += o.tasks_revoked;
+    max_consumer_gap_s = std::max(max_consumer_gap_s, o.max_consumer_gap_s);
+    max_producer_gap_s = std::max(max_producer_gap_s, o.max_producer_gap_s);
+    takeover_s = o.takeover_s;
+    interval_s = o.interval_s;
+  }
+};
+
+// Written by a client process, read by the driver: the counters, then each kind's samples.
+inline bool WriteStats(const Stats& s, const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return false;
+  const uint64_t counts[] = {s.consumers_missed, s.producers_missed, s.late_answers, s.unlocated,
+                             s.tasks_taken,      s.tasks_finished,   s.tasks_revoked};
+  const double gaps[] = {s.max_consumer_gap_s, s.max_producer_gap_s, s.takeover_s, s.interval_s};
+  std::fwrite(counts, sizeof(counts), 1, f);
+  std::fwrite(gaps, sizeof(gaps), 1, f);
+  std::fwrite(s.calls, sizeof(s.calls), 1, f);
+  std::fwrite(s.errors, sizeof(s.errors), 1, f);
+  auto vec = [&](const std::vector<float>& v) {
+    const uint64_t n = v.size();
+    std::fwrite(&n, sizeof(n), 1, f);
+    if (n) std::fwrite(v.data(), sizeof(float), n, f);
+  };
+  for (int k = 0; k < kKinds; ++k) vec(s.latency_ms[k]);
+  vec(s.lateness_ms);
+  const uint64_t n = s.first_error.size();
+  std::fwrite(&n, sizeof(n), 1, f);
+  std::fwrite(s.first_error.data(), 1, n, f);
+  return std::fclose(f) == 0;
+}
+
+inline bool ReadStats(const std::string& path, Stats* s) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return false;
+  uint64_t counts[7];
+  double gaps[4];
+  bool ok = std::fread(counts, sizeof(counts), 1, f) == 1 &&
+            std::fread(gaps, sizeof(gaps), 1, f) == 1 &&
+            std::fread(s->calls, sizeof(s->calls), 1, f) == 1 &&
+            std::fread(s->errors, sizeof(s->errors), 1, f) == 1;
+  auto vec = [&](std::vector<float>* v) {
+    uint64_t n = 0;
+    if (!ok || std::fread(&n, sizeof(n), 1, f) != 1) return void(ok = false);
+    v->resize(n);
+    if (n && std::fread(v->data(), sizeof(float), n, f) != n) ok = false;
+  };
+  for (int k = 0; k < kKinds; ++k) vec(&s->latency_ms[k]);
+  vec(&s->lateness_ms);
+  uint64_t n = 0;
+  if (ok && std::fread(&n, sizeof(n), 1, f) == 1 && n < 100000) {
+    s->first_error.resize(n);
+    if (n) ok = std::fread(s->first_error.data(), 1, n, f) == n;
+  }
+  std::fclose(f);
+  if (!ok) return false;
+  s->consumers_missed = counts[0];
+  s->producers_missed = counts[1];
+  s->late_answers = counts[2];
+  s->unlocated = counts[3];
+  s->tasks_taken = counts[4];
+  s->tasks_finished = counts[5];
+  s->tasks_revoked = counts[6];
+  s->max_consumer_gap_s = gaps[0];
+  s->max_producer_gap_s = gaps[1];
+  s->takeover_s = gaps[2];
+  s->interval_s = gaps[3];
+  return true;
+}
+
+inline Clock::time_point FromNs(int64_t ns) {
+  return Clock::time_point(std::chrono::nanoseconds(ns));
+}
+inline int64_t ToNs(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+struct Consumer {
+  uint32_t index = 0, job = 0, rank = 0;
+  uint64_t id = 0;
+  std::string lease;
+  uint64_t position = 0;  // epoch * steps_per_epoch + step
+  uint64_t batches = 0;
+  // The last task range located with a producer: epoch, [first, end) of its global batches.
+  uint64_t located_epoch = ~0ull, located_first = 0, located_end = 0;
+  Clock::time_point last_answered;
+  double max_gap_s = 0;
+};
+
+inline std::unique_ptr<rpc::DispatcherClient> NewClient(const Config& c) {
+  rpc::DispatcherClientOptions options;
+  // A dispatcher that stopped answering ends the run within seconds, not the library's 60 s.
+  options.call_timeout = absl::Seconds(10);
+  options.timeout = absl::Seconds(10);
+  options.own_connection = true;  // as separate processes have
+  return rpc::DispatcherClient::Create(c.address, options);
+}
+
+// The window's bounds, once the driver has set them (all clients registered); until then the
+// window starts and ends at the end of time.
+inline Clock::time_point WindowStart(const Shared* sh) {
+  const int64_t ns = sh->window_start_ns.load();
+  return ns ? FromNs(ns) : Clock::time_point::max();
+}
+inline Clock::time_point WindowEnd(const Shared* sh) {
+  const int64_t ns = sh->window_end_ns.load();
+  return ns ? FromNs(ns) : Clock::time_point::max();
+}
+
+// Registers one consumer (as RegisterConsumer does, with resume); false if refused.
+inline bool Register(const Config& cfg, Shared* sh, rpc::DispatcherClient& client, Consumer& c,
+                     Stats& st) {
+  v1::ConsumerHeartbeatRequest req;
+  req.set_job(cfg.JobName(c.job));
+  req.set_rank(c.rank);
+  req.set_world(sh->world[c.job].load());
+  req.set_resume(true);
+  const auto sent = Clock::now();
+  auto r = client.ConsumerHeartbeat(req);
+  st.Add(kConsumerRegister, Clock::now() - sent, false);
+  if (!r.ok()) {
+    st.Fail(kConsumerRegister, r.status());
+    return false;
+  }
+  c.id = r->consumer_id();
+  c.lease = r->lease();
+  const uint64_t spe = r->job().steps_per_epoch();
+  sh->steps_per_epoch[c.job] = spe;
+  c.position = r->epoch() * spe + r->step();
+  sh->position[c.index].store(c.position, std::memory_order_relaxed);
+  if (r->heartbeat_interval_ms()) st.interval_s = r->heartbeat_interval_ms() / 1000.0;
+  if (r->takeover_ms()) st.takeover_s = r->takeover_ms() / 1000.0;
+  sh->registered_consumers.fetch_add(1);
+  return true;
+}
+
+// Takes the steps due at one beat, each one's batch located first (one Locate per task, as
+// Peers::Locate caches); returns the position reached. Stops at a batch without a producer.
+inline uint64_t TakeSteps(const Config& cfg, Shared* sh, rpc::DispatcherClient& client, Consumer& c,
+                          bool in_window, Stats& st) {
+  const uint64_t spe = sh->steps_per_epoch[c.job].load();
+  const uint32_t world = sh->world[c.job].load();
+  uint64_t next = c.position;
+  for (uint32_t s = 0; s < cfg.steps_per_beat; ++s) {
+    const uint64_t epoch = next / spe, g = (next % spe) * world + c.rank;
+    if (!(epoch == c.located_epoch && c.located_first <= g && g < c.located_end)) {
+      v1::LocateRequest lr;
+      lr.set_job(cfg.JobName(c.job));
+      lr.set_epoch(epoch);
+      lr.set_first_batch(g);
+      lr.set_num_batches(1);
+      lr.set_remake_if_finished(true);
+      const auto sent = Clock::now();
+      auto r = client.Locate(lr);
+      st.Add(kLocate, Clock::now() - sent, in_window);
+      if (!r.ok()) {
+        st.Fail(kLocate, r.status());
+        break;
+      }
+      bool found = false;
+      for (const v1::TaskLocation& t : r->tasks()) {
+        const uint64_t first = t.task().first_batch(), end = first + t.task().num_batches();
+        if (first <= g && g < end && !t.producer_address().empty()) {
+          c.located_epoch = epoch;
+          c.located_first = first;
+          c.located_end = end;
+          found = true;
+        }
+      }
+      if (!found) {
+        if (in_window) ++st.unlocated;
+        break;  // no producer has it yet: a real consumer would wait for this batch
+      }
+    }
+    ++next;
+    ++c.batches;
+  }
+  return next;
+}
+
+// One consumer thread: from the start, each of its consumers registers at its first due time and
+// then beats every interval until the window's end (set by the driver once every client is
+// registered), then leaves.
+inline void RunConsumers(const Config& cfg, Shared* sh, std::vector<Consumer>& mine, Stats& st) {
+  auto client = NewClient(cfg);
+  const auto start = FromNs(sh->start_ns.load());
+  const auto interval =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(st.interval_s));
+  const uint32_t n = cfg.consumers;
+  for (uint64_t k = 0; !sh->failed.load(); ++k) {
+    bool any = false;
+    for (Consumer& c : mine) {
+      // Consumer c beats at start + (k + c / N) intervals: spread evenly over the interval.
+      const auto due = start + k * interval + interval * c.index / n;
+      if (due >= WindowEnd(sh)) continue;
+      any = true;
+      std::this_thread::sleep_until(due);
+      if (c.id == 0) {
+        Register(cfg, sh, *client, c, st);  // a refused one tries again at its next beat
+        continue;
+      }
+      const auto window_start = WindowStart(sh);
+      const bool in_window = due >= window_start;
+      const uint64_t next = TakeSteps(cfg, sh, *client, c, in_window, st);
+      const uint64_t spe = sh->steps_per_epoch[c.job].load();
+      v1::ConsumerHeartbeatRequest req;
+      req.set_consumer_id(c.id);
+      req.set_lease(c.lease);
+      req.set_job(cfg.JobName(c.job));
+      req.set_rank(c.rank);
+      req.set_world(sh->world[c.job].load());
+      req.set_epoch(next / spe);
+      req.set_step(next % spe);
+      req.set_batches_received(c.batches);
+      req.set_bytes_received(c.batches * 64);
+      const auto sent = Clock::now();
+      auto r = client->ConsumerHeartbeat(req);
+      const auto answered = Clock::now();
+      st.Add(kConsumerHeartbeat, answered - sent, in_window);
+      if (in_window) {
+        st.lateness_ms.push_back(std::chrono::duration<float, std::milli>(sent - due).count());
+      }
+      if (!r.ok()) {
+        st.Fail(kConsumerHeartbeat, r.status());
+        continue;
+      }
+      if (in_window && answered - sent > interval) ++st.late_answers;
+      c.position = next;
+      sh->position[c.index].store(next, std::memory_order_relaxed);
+      if (answered > window_start) {
+        const auto from = std::max(c.last_answered, window_start);
+        c.max_gap_s = std::max(c.max_gap_s, std::chrono::duration<double>(answered - from).count());
+      }
+      c.last_answered = answered;
+    }
+    if (!any) break;
+  }
+  if (sh->failed.load()) return;
+  const auto window_start = WindowStart(sh), window_end = WindowEnd(sh);
+  for (Consumer& c : mine) {
+    // Silent from the last answer to the window's end counts too.
+    const auto from = std::max(c.last_answered, window_start);
+    c.max_gap_s = std::max(c.max_gap_s, std::chrono::duration<double>(window_end - from).count());
+    st.max_consumer_gap_s = std::max(st.max_consumer_gap_s, c.max_gap_s);
+    if (c.max_gap_s > st.takeover_s) ++st.consumers_missed;
+    if (c.id == 0) continue;
+    v1::ConsumerHeartbeatRequest req;
+    req.set_consumer_id(c.id);
+    req.set_lease(c.lease);
+    req.set_job(cfg.JobName(c.job));
+    req.set_rank(c.rank);
+    req.set_world(sh->world[c.job].load());
+    const uint64_t spe = sh->steps_per_epoch[c.job].load();
+    req.set_epoch(c.position / spe);
+    req.set_step(c.position % spe);
+    req.set_batches_received(c.batches);
+    req.set_leaving(true);
+    const auto sent = Clock::now();
+    auto r = client->ConsumerHeartbeat(req);
+    st.Add(kConsumerLeave, Clock::now() - sent, false);
+    if (!r.ok()) st.Fail(kConsumerLeave, r.status());
+  }
+}
+
+// The served frontier of each job, in global batches (epoch * batches_per_epoch + batch): every
+// rank has acknowledged a position past it. Refreshed by one thread of each client process.
+struct Frontiers {
+  std::atomic<uint64_t> batch[kMaxJobs] = {};
+  void Refresh(const Config& cfg, Shared* sh) {
+    for (uint32_t j = 0; j < cfg.jobs; ++j) {
+      uint64_t least = ~0ull;
+      for (uint32_t c = j; c < cfg.consumers; c += cfg.jobs) {
+        least = std::min(least, sh->position[c].load(std::memory_order_relaxed));
+      }
+      // position p (epoch * S + step) is past global batch p * world of the job's numbering.
+      batch[j] = least == ~0ull ? 0 : least * sh->world[j].load();
+    }
+  }
+};
+
+struct HeldTask {
+  v1::Task task;
+  uint32_t job = 0;
+  uint64_t end = 0;  // its last batch + 1, numbered as Frontiers numbers them
+  Clock::time_point made_at;
+  bool made = false;
+};
+
+// One producer on a thread of its own, as ProducerNode's heartbeat thread.
+inline void RunProducer(const Config& cfg, Shared* sh, const Frontiers& frontiers, uint32_t index,
+                        Stats& st) {
+  auto client = NewClient(cfg);
+  const std::string address = absl::StrCat("10.", (index >> 16) & 255, ".", (index >> 8) & 255, ".",
+                                           index & 255, ":7000");  // never dialled
+  uint64_t id = 0;
+  std::map<uint64_t, HeldTask> held;
+  std::vector<uint64_t> unreported;
+  std::map<std::string, uint64_t> batches_per_epoch;  // from the JobInfos sent
+  uint64_t made_batches = 0, served_batches = 0;
+  bool work_available = false, waits = false, last_ok = true;
+  auto interval =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(st.interval_s));
+  auto update = [&](Clock::time_point now) {
+    size_t made = 0;
+    for (auto& [tid, t] : held) made += t.made;
+    for (auto& [tid, t] : held) {
+      if (!t.made && now >= t.made_at && made < cfg.made_cap) {
+        t.made = true;
+        ++made;
+        made_batches += t.task.num_batches();
+      }
+    }
+    for (auto it = held.begin(); it != held.end();) {
+      if (it->second.made && frontiers.batch[it->second.job].load() >= it->second.end) {
+        served_batches += it->second.task.num_batches();
+        unreported.push_back(it->first);
+        ++st.tasks_finished;
+        it = held.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  };
+  auto free_slots = [&] {
+    uint32_t making = 0, made = 0;
+    for (auto& [tid, t] : held) (t.made ? made : making) += 1;
+    if (made >= 64) return 0u;
+    return cfg.max_tasks > making ? cfg.max_tasks - making : 0u;
+  };
+  // One heartbeat; returns whether it was answered.
+  auto beat = [&](bool wait, int kind, bool in_window) {
+    update(Clock::now());
+    v1::ProducerHeartbeatRequest req;
+    req.set_producer_id(id);
+    req.set_data_address(address);
+    for (uint64_t t : unreported) req.add_finished_tasks(t);
+    for (auto& [tid, t] : held) req.add_held_tasks(tid);
+    req.set_held_tasks_reported(true);
+    req.set_free_task_slots(free_slots());
+    v1::ProducerStats* stats = req.mutable_stats();
+    stats->set_buffer_capacity_bytes(256ull << 20);
+    stats->set_batches_made(made_batches);
+    stats->set_batches_served(served_batches);
+    stats->set_bytes_served(served_batches * 64);
+    stats->set_threads(4);
+    if (wait && id != 0) req.set_wait_for_work_ms(static_cast<uint32_t>(st.interval_s * 1000));
+    if (kind == kProducerHeartbeat && req.wait_for_work_ms() > 0) kind = kProducerWait;
+    const auto sent = Clock::now();
+    auto r = client->ProducerHeartbeat(req);
+    st.Add(kind, Clock::now() - sent, in_window);
+    if (!r.ok()) {
+      st.Fail(kind, r.status());
+      return false;
+    }
+    unreported.clear();
+    id = r->producer_id();
+    if (r->heartbeat_interval_ms() > 0) {
+      interval = std::chrono::milliseconds(r->heartbeat_interval_ms());
+    }
+    work_available = r->new_tasks_size() > 0;
+    if (req.wait_for_work_ms() > 0) waits = r->waits_for_work();
+    for (uint64_t t : r->revoked_tasks()) st.tasks_revoked += held.erase(t);
+    for (const v1::JobInfo& j : r->jobs())
+      batches_per_epoch[j.spec().name()] = j.batches_per_epoch();
+    const auto now = Clock::now();
+    for (const v1::Task& t : r->new_tasks()) {
+      HeldTask h;
+      h.task = t;
+      for (uint32_t j = 0; j < cfg.jobs; ++j) {
+        if (cfg.JobName(j) == t.job()) h.job = j;
+      }
+      h.end = t.epoch() * batches_per_epoch[t.job()] + t.first_batch() + t.num_batches();
+      h.made_at =
+          now + std::chrono::microseconds(static_cast<int64_t>(cfg.make_us * t.num_batches() / 4));
+      held[t.task_id()] = std::move(h);
+      ++st.tasks_taken;
+    }
+    return true;
+  };
+  // Registers at its share of the first interval, as the consumers do.
+  std::this_thread::sleep_until(FromNs(sh->start_ns.load()) + interval * index / cfg.producers);
+  while (!beat(false, kProducerRegister, false)) {
+    if (sh->failed.load()) return;
+    std::this_thread::sleep_for(interval);  // refused: again at the next beat
+  }
+  sh->registered_producers.fetch_add(1);
+  auto last = Clock::now();
+  auto last_answered = last;
+  double max_gap_s = 0;
+  while (!sh->failed.load()) {
+    const auto now = Clock::now();
+    if (now >= WindowEnd(sh)) break;
+    update(now);
+    const bool free = free_slots() > 0;
+    const bool due = now - last >= interval;
+    const bool eager = work_available && free;
+    const bool wait = !work_available && free && waits && last_ok;
+    if (!due && !eager && !wait) {
+      // Sleep to the next event: the interval, a task made, or the served frontier's next look.
+      auto next = last + interval;
+      for (auto& [tid, t] : held) {
+        // A task already due to be made but held back by a full buffer waits for a serve.
+        if (!t.made && t.made_at > now) next = std::min(next, t.made_at);
+      }
+      next = std::min(next, now + std::chrono::milliseconds(100));
+      std::this_thread::sleep_until(next);
+      continue;
+    }
+    const auto window_start = WindowStart(sh);
+    last_ok = beat(wait, kProducerHeartbeat, now >= window_start);
+    last = Clock::now();
+    if (last_ok) {
+      if (last > window_start) {
+        max_gap_s = std::max(
+            max_gap_s,
+            std::chrono::duration<double>(last - std::max(last_answered, window_start)).count());
+      }
+      last_answered = last;
+    }
+  }
+  if (sh->failed.load()) return;
+  max_gap_s = std::max(max_gap_s, std::chrono::duration<double>(
+                                      WindowEnd(sh) - std::max(last_answered, WindowStart(sh)))
+                                      .count());
+  st.max_producer_gap_s = std::max(st.max_producer_gap_s, max_gap_s);
+  if (max_gap_s > st.takeover_s) ++st.producers_missed;
+  // Leave, as ProducerNode::Leave: the finished tasks and `leaving`.
+  update(Clock::now());
+  v1::ProducerHeartbeatRequest req;
+  req.set_producer_id(id);
+  req.set_data_address(address);
+  for (uint64_t t : unreported) req.add_finished_tasks(t);
+  req.set_leaving(true);
+  const auto sent = Clock::now();
+  auto r = client->ProducerHeartbeat(req);
+  st.Add(kProducerLeave, Clock::now() - sent, false);
+  if (!r.ok()) st.Fail(kProducerLeave, r.status());
+}
+
+// A client process: consumers c with c % processes == k on `threads` threads, producers p with
+// p % processes == k on a thread each, and one thread refreshing the served frontiers. Returns
+// its merged statistics.
+inline Stats RunClientProcess(const Config& cfg, Shared* sh, uint32_t k) {
+  std::vector<Consumer> all;
+  for (uint32_t c = k; c < cfg.consumers; c += cfg.processes) {
+    Consumer x;
+    x.index = c;
+    x.job = c % cfg.jobs;
+    x.rank = c / cfg.jobs;
+    all.push_back(x);
+  }
+  const uint32_t threads = std::max<uint32_t>(1, std::min<uint32_t>(cfg.threads, all.size()));
+  std::vector<std::vector<Consumer>> shares(threads);
+  for (size_t i = 0; i < all.size(); ++i) shares[i % threads].push_back(all[i]);
+  std::vector<uint32_t> mine;
+  for (uint32_t p = k; p < cfg.producers; p += cfg.processes) mine.push_back(p);
+  std::vector<Stats> stats(threads + mine.size());
+  Frontiers frontiers;
+  std::atomic<bool> done{false};
+  std::thread refresher([&] {
+    while (!done.load()) {
+      frontiers.Refresh(cfg, sh);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  std::vector<std::thread> pool;
+  for (uint32_t t = 0; t < threads && !all.empty(); ++t) {
+    pool.emplace_back([&, t] { RunConsumers(cfg, sh, shares[t], stats[t]); });
+  }
+  for (size_t i = 0; i < mine.size(); ++i) {
+    pool.emplace_back([&, i] { RunProducer(cfg, sh, frontiers, mine[i], stats[threads + i]); });
+  }
+  for (std::thread& t : pool) t.join();
+  done = true;
+  refresher.join();
+  Stats merged;
+  for (const Stats& s : stats) merged.Merge(s);
+  return merged;
+}
+
+}  // namespace croupier::bench::hollow
+
+#endif  // CROUPIER_BENCH_HOLLOW_CLIENTS_H_
