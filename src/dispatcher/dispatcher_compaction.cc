@@ -39,27 +39,39 @@ absl::Status DispatcherImpl::CompactJournal() {
   std::vector<journal::Update> snapshot = std::move(partial).FillJobInfos();
   const absl::Status written = journal_->WriteCompaction(snapshot);
   snapshot.clear();
-  absl::MutexLock lock(&mu_);
-  const absl::Time swap = absl::Now();
-  compacting_ = false;
-  absl::StatusOr<uint64_t> size = absl::UnknownError("not compacted");
-  if (written.ok()) {
-    // The tail written meanwhile is copied and synced, and the file renamed over the journal.
-    size = journal_->FinishCompaction();
-  } else {
-    journal_->AbortCompaction();
-    size = written;
-  }
   const absl::Duration snapshot_held = held;
-  held += absl::Now() - swap;
-  if (!size.ok()) {
-    if (!journal_->status().ok()) {
-      // Renamed, but the new file cannot be appended to: every change is refused.
-      journal_lost_ = size.status();
+  absl::StatusOr<uint64_t> size = absl::UnknownError("not compacted");
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time swap = absl::Now();
+    if (written.ok()) {
+      // The tail written meanwhile is copied and synced, and the file renamed over the journal.
+      size = journal_->FinishCompaction();
+    } else {
+      journal_->AbortCompaction();
+      size = written;
     }
-    // Else the old journal is whole and still in use: carry on with it.
-    NoteJournalWriteLocked(size.status());
-    return size.status();
+    held += absl::Now() - swap;
+    if (!size.ok()) {
+      compacting_ = false;
+      if (!journal_->status().ok()) {
+        // Renamed, but the new file cannot be appended to: every change is refused.
+        journal_lost_ = size.status();
+      }
+      // Else the old journal is whole and still in use: carry on with it.
+      NoteJournalWriteLocked(size.status());
+      return size.status();
+    }
+  }
+  // The rename made durable (the directory synced) without the lock: calls append to the new
+  // file meanwhile, and are acknowledged once it is durable.
+  const absl::Status synced = journal_->SyncCompaction();
+  absl::MutexLock lock(&mu_);
+  compacting_ = false;
+  if (!synced.ok()) {
+    journal_lost_ = synced;
+    NoteJournalWriteLocked(synced);
+    return synced;
   }
   compacted_bytes_ = *size;
   last_compaction_ = {absl::Now() - start, held, *size};

@@ -21,6 +21,10 @@ namespace {
 
 constexpr uint64_t kLengthBytes = 12;  // uint64 length and its masked CRC
 constexpr size_t kWindowBytes = 1 << 20;
+// A compaction copies and syncs the tail in up to this many rounds outside the caller's mutex,
+// stopping once a round had less than kSmallTailBytes to copy.
+constexpr int kTailRounds = 4;
+constexpr uint64_t kSmallTailBytes = 16 << 10;
 
 // Reads a file through a window of about a megabyte, so that both replaying entry after entry
 // and scanning byte by byte for a valid entry after a bad one cost few reads.
@@ -422,7 +426,10 @@ absl::Status JournalWriter::BeginCompaction() {
 
 absl::Status JournalWriter::CopyTail(uint64_t from, uint64_t to) {
   if (to <= from) return absl::OkStatus();
-  ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> journal, env_.OpenForRead(path_));
+  if (!compaction_->journal) {
+    ASSIGN_OR_RETURN(compaction_->journal, env_.OpenForRead(path_));
+  }
+  const RandomAccessFile* journal = compaction_->journal.get();
   std::string chunk;
   for (uint64_t at = from; at < to;) {
     chunk.resize(std::min<uint64_t>(to - at, kWindowBytes));
@@ -464,16 +471,22 @@ absl::Status JournalWriter::WriteCompaction(const std::vector<journal::Update>& 
   }
   if (absl::Status s = c.file->Append(pending); !s.ok()) return failed(s);
   c.size += pending.size();
-  // The tail published so far (whole entries, written before they were published); the rest is
-  // copied by FinishCompaction.
-  uint64_t published;
-  {
-    absl::MutexLock lock(&sync_mu_);
-    published = published_ - base_;
-  }
-  if (absl::Status s = CopyTail(c.from, std::max(c.from, published)); !s.ok()) return failed(s);
-  if (options_.sync) {
-    if (absl::Status s = c.file->Sync(); !s.ok()) return failed(s);
+  // The tail published so far (whole entries, written before they were published), and synced;
+  // again for what was published meanwhile, while that is more than a little, so that
+  // FinishCompaction, under the caller's mutex, has only the last few entries to copy and sync.
+  for (int round = 0; round < kTailRounds; ++round) {
+    uint64_t published;
+    {
+      absl::MutexLock lock(&sync_mu_);
+      published = published_ - base_;
+    }
+    const uint64_t from = c.copied_to;
+    if (round > 0 && published <= from) break;
+    if (absl::Status s = CopyTail(from, std::max(from, published)); !s.ok()) return failed(s);
+    if (options_.sync) {
+      if (absl::Status s = c.file->Sync(); !s.ok()) return failed(s);
+    }
+    if (round > 0 && published - from < kSmallTailBytes) break;
   }
   return absl::OkStatus();
 }
@@ -523,39 +536,74 @@ absl::StatusOr<uint64_t> JournalWriter::FinishCompaction() {
   const uint64_t new_size = c.size;
   compaction_.reset();
   // Renamed: the old file is gone from the directory, so the writer must move to the new one.
-  absl::Status moved = options_.sync ? env_.SyncDir(DirName(path_)) : absl::OkStatus();
-  absl::StatusOr<std::unique_ptr<WritableFile>> reopened =
-      moved.ok() ? env_.OpenForAppend(path_) : absl::StatusOr<std::unique_ptr<WritableFile>>(moved);
+  // The rename is made durable by SyncCompaction, without the caller's mutex; until then this
+  // stays the syncer, so that nothing is acknowledged that a crash could still take back (the
+  // old journal lacks the tail entries it had not synced, and the new file's later entries).
+  absl::StatusOr<std::unique_ptr<WritableFile>> reopened = env_.OpenForAppend(path_);
   std::unique_ptr<WritableFile> old;
   absl::Status result;
   {
     absl::MutexLock lock(&sync_mu_);
-    syncing_ = false;
     if (reopened.ok()) {
-      // The new file, synced, holds every entry written so far (the snapshot and the tail):
-      // all of them are durable now, published or not.
       old = std::move(file_);
       file_ = *std::move(reopened);
       base_ += size_;
       size_ = new_size;
       last_entry_ = 0;
-      published_ = synced_ = base_ + size_;
+      published_ = base_ + size_;
+      renamed_to_ = published_;
     } else {
-      // Without a durable rename a crash may bring back the old journal, which lacks the tail not
-      // synced in it; without the new file open nothing can be appended.
+      syncing_ = false;
       BreakLocked(absl::UnavailableError(
-          absl::StrCat("the journal ", path_, " was compacted but ",
-                       moved.ok() ? "cannot be reopened (" : "the rename may not be durable (",
+          absl::StrCat("the journal ", path_, " was compacted but cannot be reopened (",
                        reopened.status().message(), "); restart the dispatcher")));
       result = broken_;
     }
     sync_cv_.SignalAll();
   }
-  if (old) {
-    if (absl::Status s = old->Close(); !s.ok()) Log(LogLevel::kError, "journal", s.ToString());
-  }
+  // Closed by SyncCompaction, outside the caller's mutex (see there).
+  retired_ = std::move(old);
   if (!result.ok()) return result;
   return new_size;
+}
+
+absl::Status JournalWriter::SyncCompaction() {
+  uint64_t renamed_to;
+  {
+    absl::MutexLock lock(&sync_mu_);
+    if (renamed_to_ == 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("journal ", path_, ": no compaction renamed to sync"));
+    }
+    renamed_to = renamed_to_;
+  }
+  const absl::Status synced = options_.sync ? env_.SyncDir(DirName(path_)) : absl::OkStatus();
+  absl::Status result;
+  {
+    absl::MutexLock lock(&sync_mu_);
+    renamed_to_ = 0;
+    syncing_ = false;
+    if (synced.ok()) {
+      // The new file, synced before the rename, holds every entry written up to the swap (the
+      // snapshot and the tail): all of them are durable now, published or not.
+      synced_ = std::max(synced_, renamed_to);
+    } else {
+      // Without a durable rename a crash may bring back the old journal, which lacks the tail
+      // not synced in it.
+      BreakLocked(absl::UnavailableError(absl::StrCat(
+          "the journal ", path_, " was compacted but the rename may not be durable (syncing its ",
+          "directory failed: ", synced.message(), "); restart the dispatcher")));
+      result = broken_;
+    }
+    sync_cv_.SignalAll();
+  }
+  // Closing the old file frees its blocks (it has no name any more): milliseconds for a large
+  // journal, after the waiters were answered.
+  if (retired_) {
+    if (absl::Status s = retired_->Close(); !s.ok()) Log(LogLevel::kError, "journal", s.ToString());
+    retired_.reset();
+  }
+  return result;
 }
 
 absl::StatusOr<uint64_t> JournalWriter::Compact(const std::vector<journal::Update>& snapshot) {
@@ -564,7 +612,9 @@ absl::StatusOr<uint64_t> JournalWriter::Compact(const std::vector<journal::Updat
     AbortCompaction();
     return s;
   }
-  return FinishCompaction();
+  ASSIGN_OR_RETURN(const uint64_t size, FinishCompaction());
+  RETURN_IF_ERROR(SyncCompaction());
+  return size;
 }
 
 absl::StatusOr<uint64_t> CompactJournal(Env& env, const std::string& path,

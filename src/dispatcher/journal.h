@@ -38,7 +38,7 @@
 // from there.
 //
 // Compaction off the writers' mutex. A snapshot of the state replaces the entries that built it,
-// in three steps, so that the caller's mutex is held only to take the snapshot and to swap files:
+// in four steps, so that the caller's mutex is held only to take the snapshot and to swap files:
 //   1. BeginCompaction, under the mutex, where the snapshot is taken: the entries written so far
 //      are what the snapshot holds; those written from then on are the tail.
 //   2. WriteCompaction, without the mutex: the header and the snapshot go to a temporary file
@@ -46,12 +46,16 @@
 //      journal, and the file is synced. Meanwhile entries are appended, published, synced and
 //      acknowledged in the journal as ever.
 //   3. FinishCompaction, under the mutex: the rest of the tail is copied, the temporary file synced
-//      (only those last bytes are left to sync), renamed over the journal and the directory
-//      synced; appends go to the new file from then on. AbortCompaction after a failed step 2.
-// A crash before the rename replays the old journal, which holds every entry (the temporary file
-// is ignored); after it, the new file: the snapshot, then every entry of the tail, synced before
-// the rename. Either way each acknowledged entry is there, since an entry is acknowledged only
-// once the file that holds it then is synced past it.
+//      (only those last bytes are left to sync) and renamed over the journal; appends go to the
+//      new file from then on. AbortCompaction after a failed step 2.
+//   4. SyncCompaction, without the mutex: the directory is synced, making the rename durable.
+//      From step 3 to its end nothing is acknowledged (the compactor is the syncer), since a
+//      crash could still bring the old journal back.
+// A crash before the rename is durable replays the old journal, which holds every entry
+// acknowledged so far (the temporary file is ignored); after it, the new file: the snapshot, then
+// every entry of the tail, synced before the rename, then what was appended since. Either way
+// each acknowledged entry is there, since an entry is acknowledged only once the file that holds
+// it is synced past it and that file's name is durable.
 #ifndef CROUPIER_SRC_DISPATCHER_JOURNAL_H_
 #define CROUPIER_SRC_DISPATCHER_JOURNAL_H_
 
@@ -158,20 +162,23 @@ class JournalWriter {
   // Publish() and WaitSynced on it without a deadline: for a single caller (tests, tools).
   absl::Status Sync() { return WaitSynced(Publish(), absl::InfiniteFuture()); }
 
-  // Compaction, in the three steps above. BeginCompaction: writing side; FAILED_PRECONDITION if
+  // Compaction, in the four steps above. BeginCompaction: writing side; FAILED_PRECONDITION if
   // one is under way, the broken writer's error. WriteCompaction(snapshot): by the caller of
   // BeginCompaction, concurrently with the writing and waiting sides (it touches neither); errors
   // name the temporary file. FinishCompaction: writing side; waits for a sync in progress to end
-  // first; every position published before is then synced (the new file holds it, synced);
-  // returns the new file's size. An error before the rename leaves the old journal in use, whole
-  // (the temporary file is removed); after it (syncing the directory, reopening the new file) the
-  // writer is broken (UNAVAILABLE, "restart the dispatcher"). AbortCompaction: writing side; ends
-  // a compaction whose WriteCompaction failed, removing the temporary file.
+  // first, and stays the syncer until SyncCompaction; returns the new file's size. An error
+  // before the rename leaves the old journal in use, whole (the temporary file is removed); after
+  // it (reopening the new file) the writer is broken (UNAVAILABLE, "restart the dispatcher").
+  // AbortCompaction: writing side; ends a compaction whose WriteCompaction failed, removing the
+  // temporary file. SyncCompaction: by the compactor after a FinishCompaction that succeeded,
+  // concurrently with both sides: syncs the directory, and then every position published up to
+  // the swap is synced (the new file holds it, synced); a failure breaks the writer.
   absl::Status BeginCompaction();
   absl::Status WriteCompaction(const std::vector<journal::Update>& snapshot);
   absl::StatusOr<uint64_t> FinishCompaction();
   void AbortCompaction();
-  // The three steps at once, for a caller that holds its mutex throughout (tests, tools).
+  absl::Status SyncCompaction();
+  // The four steps at once, for a caller that holds its mutex throughout (tests, tools).
   absl::StatusOr<uint64_t> Compact(const std::vector<journal::Update>& snapshot);
 
   const std::string& path() const { return path_; }
@@ -214,9 +221,12 @@ class JournalWriter {
     uint64_t copied_to = 0;  // the journal's bytes up to here are in the new file
     std::string path;        // the new file, until it is renamed over the journal
     std::unique_ptr<WritableFile> file;
-    uint64_t size = 0;  // the new file's size so far
+    uint64_t size = 0;                          // the new file's size so far
+    std::unique_ptr<RandomAccessFile> journal;  // the old file, to read the tail from
   };
   std::unique_ptr<Compaction> compaction_;
+  // The journal's old file after a compaction's swap, closed by SyncCompaction.
+  std::unique_ptr<WritableFile> retired_;
 
   // The syncing side.
   mutable absl::Mutex sync_mu_;
@@ -226,7 +236,10 @@ class JournalWriter {
   uint64_t base_ ABSL_GUARDED_BY(sync_mu_) = 0;
   uint64_t published_ ABSL_GUARDED_BY(sync_mu_) = 0;  // the position the next sync must reach
   uint64_t synced_ ABSL_GUARDED_BY(sync_mu_) = 0;     // durable up to here
-  bool syncing_ ABSL_GUARDED_BY(sync_mu_) = false;    // a syncer (or Compact) uses file_
+  bool syncing_ ABSL_GUARDED_BY(sync_mu_) = false;    // a syncer (or a compaction) uses file_
+  // The position of the swap of a compaction whose rename SyncCompaction has yet to make durable;
+  // 0: none.
+  uint64_t renamed_to_ ABSL_GUARDED_BY(sync_mu_) = 0;
   uint64_t syncs_ ABSL_GUARDED_BY(sync_mu_) = 0;
   absl::Status broken_ ABSL_GUARDED_BY(sync_mu_);
 };

@@ -1,6 +1,8 @@
 // Journal compaction: a snapshot of the state (DispatcherState::Snapshot) rebuilds it exactly, the
 // dispatcher replaces its journal with one at start and when the journal grows, a restart replays
 // snapshot and updates alike, and a journal that cannot be written shows in the status.
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <future>
@@ -361,6 +363,64 @@ TEST_F(JournalCompactionTest, DISABLED_LargeStateCompactedAtStart) {
   Recreate(options);
   std::fprintf(stderr, "replayed and compacted in %s\n",
                absl::FormatDuration(absl::Now() - start).c_str());
+}
+
+// The figure of docs/benchmarks.md under traffic: 1,000 jobs of 1,000 files each created through
+// CreateJob (a 55 MB journal, fdatasync on), then a Tick compacts it while one consumer
+// acknowledges a position in a loop, each call waiting for its sync as a real one does: the
+// longest call during the compaction against the calls before it.
+// Run by hand: dispatcher_test --gtest_also_run_disabled_tests --gtest_filter='*UnderTraffic*'
+TEST_F(JournalCompactionTest, DISABLED_LargeStateCompactedByTickUnderTraffic) {
+  std::vector<int64_t> sizes(1000, 2);
+  WriteData(sizes);
+  impl_.reset();
+  std::filesystem::remove(Journal());
+  DispatcherOptions options;
+  options.journal_path = Journal();
+  options.journal_sync = true;
+  options.journal_compact_bytes = uint64_t{40} << 20;
+  Recreate(options);
+  const absl::Time creating = absl::Now();
+  for (int j = 0; j < 1000; ++j) {
+    ASSERT_TRUE(Create(Spec(absl::StrCat("job-", j), 2, 2, /*num_epochs=*/0)).ok());
+  }
+  std::fprintf(stderr, "created 1,000 jobs in %s: a journal of %llu bytes\n",
+               absl::FormatDuration(absl::Now() - creating).c_str(),
+               static_cast<unsigned long long>(JournalBytes()));
+  ASSERT_TRUE(Consumer(0, "job-0", 0, 2).ok());
+  std::atomic<bool> stop{false};
+  std::atomic<bool> ticking{false};
+  absl::Duration longest_before, longest_during;
+  int calls_during = 0;
+  std::thread caller([&] {
+    for (uint64_t i = 1; !stop; ++i) {
+      const bool during = ticking;
+      const absl::Time start = absl::Now();
+      EXPECT_TRUE(Consumer(1, "job-0", 0, 2, i / 500, i % 500).ok());
+      const absl::Duration took = absl::Now() - start;
+      absl::Duration& longest = during ? longest_during : longest_before;
+      longest = std::max(longest, took);
+      calls_during += during ? 1 : 0;
+    }
+  });
+  absl::SleepFor(absl::Milliseconds(500));
+  ticking = true;
+  const absl::Time tick = absl::Now();
+  impl_->Tick();
+  const absl::Duration tick_took = absl::Now() - tick;
+  ticking = false;
+  absl::SleepFor(absl::Milliseconds(100));
+  stop = true;
+  caller.join();
+  const DispatcherImpl::CompactionTimes times = impl_->last_compaction();
+  EXPECT_GT(times.bytes, 0u);
+  std::fprintf(stderr,
+               "Tick with the compaction: %s (compaction %s, lock held %s); the longest call "
+               "during it %s (%d calls), before it %s\n",
+               absl::FormatDuration(tick_took).c_str(), absl::FormatDuration(times.total).c_str(),
+               absl::FormatDuration(times.lock_held).c_str(),
+               absl::FormatDuration(longest_during).c_str(), calls_during,
+               absl::FormatDuration(longest_before).c_str());
 }
 
 }  // namespace

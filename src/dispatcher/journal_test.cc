@@ -596,17 +596,27 @@ TEST(JournalTest, CompactionCarriesTheTailOverAndEveryCrashImageHoldsWhatWasAckn
   env.set_hold_syncs(false);
   finisher.join();
   ASSERT_TRUE(finished.ok()) << finished.status();
-  // After the swap: the snapshot, then the tail, the entry never synced included.
+  EXPECT_EQ(*finished, w.size());
+  // Renamed, the directory not synced yet: a crash may still leave the old journal, so an entry
+  // appended to the new file is not acknowledged until SyncCompaction.
+  EXPECT_TRUE(holds(crash_image(), {}, 0));
+  ASSERT_TRUE(w.Append(entry(8)).ok());
+  const uint64_t early = w.Publish();
+  EXPECT_EQ(w.WaitSynced(early, absl::Now() + absl::Milliseconds(50)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(w.SyncCompaction().ok());
+  ASSERT_TRUE(w.WaitSynced(early, absl::Now() + absl::Seconds(20)).ok());
+  acknowledged.push_back(entry(8).SerializeAsString());
+  // After the swap: the snapshot, then the tail (the entry never synced included), then 8.
   const std::vector<std::string> image = crash_image();
   EXPECT_TRUE(holds(image, snapshot_bytes, 5));
-  ASSERT_EQ(image.size(), 4u);
+  ASSERT_EQ(image.size(), 5u);
   EXPECT_EQ(image[3], entry(7).SerializeAsString());
-  EXPECT_EQ(*finished, w.size());
-  append(8, true);  // appended to the new file
+  append(9, true);  // appended to the new file
   EXPECT_TRUE(holds(crash_image(), snapshot_bytes, 5));
   std::vector<std::string> on_disk;
   ASSERT_TRUE(Replay(path, &on_disk).ok());
-  EXPECT_EQ(on_disk.size(), 5u);
+  EXPECT_EQ(on_disk.size(), 6u);
   EXPECT_FALSE(
       std::filesystem::exists(tmp.Join(absl::StrCat(kJournalFileName, ".tmp.", getpid()))));
 }
@@ -639,6 +649,7 @@ TEST(JournalTest, AFailedCompactionLeavesTheJournalInUse) {
   EXPECT_TRUE(w.BeginCompaction().ok());  // another may begin
   ASSERT_TRUE(w.WriteCompaction({history[0], history[1]}).ok());
   ASSERT_TRUE(w.FinishCompaction().ok());
+  ASSERT_TRUE(w.SyncCompaction().ok());
   got.clear();
   ASSERT_TRUE(Replay(path, &got).ok());
   EXPECT_EQ(got.size(), 2u);
