@@ -375,6 +375,8 @@ int main(int argc, char** argv) {
       hollow::Stats st = hollow::RunClientProcess(cfg, sh, k);
       struct rusage usage = {};
       getrusage(RUSAGE_SELF, &usage);
+      st.cpu_s = usage.ru_utime.tv_sec + usage.ru_utime.tv_usec / 1e6 + usage.ru_stime.tv_sec +
+                 usage.ru_stime.tv_usec / 1e6;
       const bool ok = hollow::WriteStats(st, absl::StrCat(work, "/client", k, ".stats"));
       std::_Exit(ok && !sh->failed.load() ? 0 : 2);
     }
@@ -404,6 +406,8 @@ int main(int argc, char** argv) {
   // The window: the dispatcher's counters at both ends, GetStatus once a second.
   std::this_thread::sleep_until(window_start);
   const double cpu0 = CpuSeconds(g_dispatcher);
+  double clients0 = 0;
+  for (pid_t p : g_children) clients0 += std::max(0.0, CpuSeconds(p));
   const double wbytes0 = ProcField(g_dispatcher, "io", "write_bytes");
   const double wchar0 = ProcField(g_dispatcher, "io", "wchar");
   SyncsSinceLast();  // clears what registration and the warm-up synced
@@ -424,6 +428,8 @@ int main(int argc, char** argv) {
   }
   std::this_thread::sleep_until(window_end);
   const double cpu1 = CpuSeconds(g_dispatcher);
+  double clients1 = 0;
+  for (pid_t p : g_children) clients1 += std::max(0.0, CpuSeconds(p));
   const double wbytes1 = ProcField(g_dispatcher, "io", "write_bytes");
   const double wchar1 = ProcField(g_dispatcher, "io", "wchar");
   const double syncs = SyncsSinceLast();
@@ -434,7 +440,7 @@ int main(int argc, char** argv) {
   getloadavg(&load1, 1);
 
   // Leaving: the client processes end on their own, bounded.
-  const auto leave_by = Clock::now() + std::chrono::seconds(60 + o.consumers / 500);
+  const auto leave_by = Clock::now() + std::chrono::seconds(60 + o.consumers / 100);
   bool clean = true;
   for (pid_t p : g_children) {
     int status = 0;
@@ -490,7 +496,8 @@ int main(int argc, char** argv) {
       "\"syncs_per_s\": %.1f, \"status_bytes\": %llu, "
       "\"status_p50_ms\": %.2f, \"status_max_ms\": %.2f, \"consumers_missed\": %llu, "
       "\"producers_missed\": %llu, \"late_answers\": %llu, \"max_consumer_gap_s\": %.3f, "
-      "\"max_producer_gap_s\": %.3f, \"unlocated\": %llu, \"tasks_taken\": %llu, "
+      "\"max_producer_gap_s\": %.3f, \"unlocated\": %llu, \"skipped_beats\": %llu, "
+      "\"client_cpu_cores\": %.3f, \"tasks_taken\": %llu, "
       "\"tasks_finished\": %llu, \"tasks_revoked\": %llu, \"errors\": %llu, "
       "\"load_before\": %.2f, \"load_after\": %.2f, \"met_period\": %s, \"met\": %s}\n",
       o.consumers, o.producers, o.jobs, o.processes, o.threads, o.steps_per_beat,
@@ -506,6 +513,7 @@ int main(int argc, char** argv) {
       static_cast<unsigned long long>(all.producers_missed),
       static_cast<unsigned long long>(all.late_answers), all.max_consumer_gap_s,
       all.max_producer_gap_s, static_cast<unsigned long long>(all.unlocated),
+      static_cast<unsigned long long>(all.skipped), (clients1 - clients0) / s,
       static_cast<unsigned long long>(all.tasks_taken),
       static_cast<unsigned long long>(all.tasks_finished),
       static_cast<unsigned long long>(all.tasks_revoked), static_cast<unsigned long long>(errors),

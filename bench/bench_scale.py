@@ -126,7 +126,8 @@ def hollow_table(runs):
     """The scaling table in Markdown: a row per size."""
     head = ("consumers / producers", "registered in", "heartbeats/s (consumers + producers)",
             "Locate/s", "heartbeat p50 / p99 / max", "Locate p99", "dispatcher CPU", "peak RSS",
-            "syncs/s", "disk writes", "status size, time", "missed their period", "load")
+            "syncs/s", "disk writes", "status size, time", "missed their period", "clients' CPU, beats sent late (p99)",
+            "load")
     rows = []
     for s, rpcs in runs:
         by = {r["rpc"]: r for r in rpcs}
@@ -147,7 +148,9 @@ def hollow_table(runs):
              f'{s["consumers_missed"]:,} consumers, {s["producers_missed"]:,} producers '
              f'(longest silence {s["max_consumer_gap_s"]:.1f} s / '
              f'{s["max_producer_gap_s"]:.1f} s; {s["late_answers"]:,} answers later than the '
+             f'interval, {s["skipped_beats"]:,} beats the clients could not send within an '
              f'interval, {s["errors"]:,} errors)'),
+            f'{s["client_cpu_cores"]:.2f} cores, {ms(s["send_late_p99_ms"])} ms',
             f'{s["load_before"]:.1f} → {s["load_after"]:.1f}'))
     out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     out += ["| " + " | ".join(r) + " |" for r in rows]

@@ -113,6 +113,10 @@ struct Stats {
   uint64_t consumers_missed = 0, producers_missed = 0;  // longer than the takeover without answer
   uint64_t late_answers = 0;  // heartbeats answered after more than one interval
   uint64_t unlocated = 0;     // Locate answers without a producer for the batch
+  // Beats a consumer thread could not send within an interval of their due time (the client side
+  // fell behind), skipped as a real consumer's heartbeat thread skips them; they show as silence.
+  uint64_t skipped = 0;
+  double cpu_s = 0;  // the client process's CPU time
   uint64_t tasks_taken = 0, tasks_finished = 0, tasks_revoked = 0;
   double max_consumer_gap_s = 0, max_producer_gap_s = 0;
   double takeover_s = 3, interval_s = 1;
@@ -140,6 +144,8 @@ struct Stats {
     producers_missed += o.producers_missed;
     late_answers += o.late_answers;
     unlocated += o.unlocated;
+    skipped += o.skipped;
+    cpu_s += o.cpu_s;
     tasks_taken += o.tasks_taken;
     tasks_finished += o.tasks_finished;
     tasks_revoked += o.tasks_revoked;
@@ -154,9 +160,10 @@ struct Stats {
 inline bool WriteStats(const Stats& s, const std::string& path) {
   FILE* f = std::fopen(path.c_str(), "wb");
   if (f == nullptr) return false;
-  const uint64_t counts[] = {s.consumers_missed, s.producers_missed, s.late_answers, s.unlocated,
-                             s.tasks_taken,      s.tasks_finished,   s.tasks_revoked};
-  const double gaps[] = {s.max_consumer_gap_s, s.max_producer_gap_s, s.takeover_s, s.interval_s};
+  const uint64_t counts[] = {s.consumers_missed, s.producers_missed, s.late_answers,  s.unlocated,
+                             s.tasks_taken,      s.tasks_finished,   s.tasks_revoked, s.skipped};
+  const double gaps[] = {s.max_consumer_gap_s, s.max_producer_gap_s, s.takeover_s, s.interval_s,
+                         s.cpu_s};
   std::fwrite(counts, sizeof(counts), 1, f);
   std::fwrite(gaps, sizeof(gaps), 1, f);
   std::fwrite(s.calls, sizeof(s.calls), 1, f);
@@ -177,8 +184,8 @@ inline bool WriteStats(const Stats& s, const std::string& path) {
 inline bool ReadStats(const std::string& path, Stats* s) {
   FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) return false;
-  uint64_t counts[7];
-  double gaps[4];
+  uint64_t counts[8];
+  double gaps[5];
   bool ok = std::fread(counts, sizeof(counts), 1, f) == 1 &&
             std::fread(gaps, sizeof(gaps), 1, f) == 1 &&
             std::fread(s->calls, sizeof(s->calls), 1, f) == 1 &&
@@ -205,6 +212,8 @@ inline bool ReadStats(const std::string& path, Stats* s) {
   s->tasks_taken = counts[4];
   s->tasks_finished = counts[5];
   s->tasks_revoked = counts[6];
+  s->skipped = counts[7];
+  s->cpu_s = gaps[4];
   s->max_consumer_gap_s = gaps[0];
   s->max_producer_gap_s = gaps[1];
   s->takeover_s = gaps[2];
@@ -336,9 +345,13 @@ inline void RunConsumers(const Config& cfg, Shared* sh, std::vector<Consumer>& m
     for (Consumer& c : mine) {
       // Consumer c beats at start + (k + c / N) intervals: spread evenly over the interval.
       const auto due = start + k * interval + interval * c.index / n;
-      if (due >= WindowEnd(sh)) continue;
+      if (due >= WindowEnd(sh) || Clock::now() >= WindowEnd(sh)) continue;
       any = true;
       std::this_thread::sleep_until(due);
+      if (c.id != 0 && Clock::now() > due + interval) {
+        if (due >= WindowStart(sh)) ++st.skipped;
+        continue;
+      }
       if (c.id == 0) {
         Register(cfg, sh, *client, c, st);  // a refused one tries again at its next beat
         continue;
@@ -540,13 +553,13 @@ inline void RunProducer(const Config& cfg, Shared* sh, const Frontiers& frontier
     const bool eager = work_available && free;
     const bool wait = !work_available && free && waits && last_ok;
     if (!due && !eager && !wait) {
-      // Sleep to the next event: the interval, a task made, or the served frontier's next look.
+      // Sleep to the next event: the interval or a task made. Served tasks are looked for at the
+      // beat, as a real producer takes its finished tasks when it beats.
       auto next = last + interval;
       for (auto& [tid, t] : held) {
         // A task already due to be made but held back by a full buffer waits for a serve.
         if (!t.made && t.made_at > now) next = std::min(next, t.made_at);
       }
-      next = std::min(next, now + std::chrono::milliseconds(100));
       std::this_thread::sleep_until(next);
       continue;
     }
