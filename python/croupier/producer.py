@@ -249,12 +249,9 @@ def produce(source: Any, dispatcher: str, job: str,
                     dispatcher, job, auth_token_or_env(o.auth_token), threads,
                     int(o.buffer_bytes), int(o.max_tasks), o.bind, o.advertise_host,
                     float(o.timeout), make))
-                if on_serving is not None:
-                    on_serving()  # the command line's graceful stop (croupier.cli)
-                stopped = _wait_for_the_end(node, pool, dispatcher, job, o.stop,
-                                            o.dispatcher_timeout)
-                if stopped and not _exit.exiting.is_set():
-                    drained = _drain(node, job, float(o.drain_timeout), leave_now)
+                drained = serve_until_the_end(node, pool, dispatcher, job, o.stop,
+                                              o.dispatcher_timeout, o.drain_timeout, leave_now,
+                                              on_serving)
             except errors.Error:
                 if not _exit.exiting.is_set():
                     raise
@@ -269,6 +266,23 @@ def produce(source: Any, dispatcher: str, job: str,
         if cache is not None:
             log.info("croupier produce: job '%s': %s", job, summary(cache))
     return {"record_cache": cache, "drained": drained}
+
+
+def serve_until_the_end(node: _croupier._MapProducer, pool: Optional[WorkerPool],
+                        dispatcher: str, job: str, stop: Optional[threading.Event],
+                        dispatcher_timeout: float, drain_timeout: float,
+                        leave_now: Optional[threading.Event],
+                        on_serving: Optional[Callable[[], None]]) -> Optional[Dict[str, int]]:
+    """The life of a producer node of one job once it serves, for croupier.produce() and
+    croupier.tokens.produce(): tells on_serving() (the command line's graceful stop), waits for
+    the job's end (_wait_for_the_end), and once `stop` is set drains for up to drain_timeout
+    seconds (_drain). Returns what the drain kept and served, or None if it did not drain."""
+    if on_serving is not None:
+        on_serving()
+    stopped = _wait_for_the_end(node, pool, dispatcher, job, stop, dispatcher_timeout)
+    if stopped and not _exit.exiting.is_set():
+        return _drain(node, job, float(drain_timeout), leave_now)
+    return None
 
 
 def _drain(node: _croupier._MapProducer, job: str, bound: float,

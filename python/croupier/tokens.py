@@ -132,7 +132,7 @@ def produce(dispatcher: str, job: str, *, threads: int = 2, stop: Optional[threa
     needs it with DataLossError naming the document and file. UnavailableError once the
     dispatcher has not answered for dispatcher_timeout seconds. Returns {"drained": {"kept",
     "served"}} (None unless it was stopped and drained)."""
-    from croupier.producer import _drain, _wait_for_the_end
+    from croupier.producer import serve_until_the_end
     # The producer's threads tokenize batches side by side; a tokenizer that also spread each
     # call over every core would only contend with them (set the variable to override).
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -146,11 +146,8 @@ def produce(dispatcher: str, job: str, *, threads: int = 2, stop: Optional[threa
             node = _exit.track(_croupier._MapProducer.for_tokens(
                 dispatcher, job, auth_token_or_env(auth_token), int(threads), int(buffer_bytes),
                 int(max_tasks), bind, advertise_host, float(timeout), tokenize))
-            if on_serving is not None:
-                on_serving()
-            stopped = _wait_for_the_end(node, None, dispatcher, job, stop, dispatcher_timeout)
-            if stopped and not _exit.exiting.is_set():
-                drained = _drain(node, job, float(drain_timeout), leave_now)
+            drained = serve_until_the_end(node, None, dispatcher, job, stop, dispatcher_timeout,
+                                          drain_timeout, leave_now, on_serving)
         except errors.Error:
             if not _exit.exiting.is_set():
                 raise
