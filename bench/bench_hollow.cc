@@ -387,9 +387,15 @@ int main(int argc, char** argv) {
   while (sh->registered_consumers.load() < o.consumers ||
          sh->registered_producers.load() < o.producers) {
     if (sh->failed.load()) Fail("a client process gave up while registering");
-    if (waitpid(g_dispatcher, nullptr, WNOHANG) != 0) {
+    int status = 0;
+    if (const pid_t got = waitpid(g_dispatcher, &status, WNOHANG); got != 0) {
       g_dispatcher = 0;
-      Fail("the dispatcher exited: " + Tail(work + "/dispatcher.log"));
+      Fail(absl::StrCat("the dispatcher is gone while ", sh->registered_consumers.load(), " of ",
+                        o.consumers, " consumers were registered (",
+                        got < 0               ? absl::StrCat("waitpid: errno ", errno)
+                        : WIFSIGNALED(status) ? absl::StrCat("killed by signal ", WTERMSIG(status))
+                                              : absl::StrCat("exit code ", WEXITSTATUS(status)),
+                        "); the end of its log:\n", Tail(work + "/dispatcher.log")));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
