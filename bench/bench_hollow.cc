@@ -147,6 +147,12 @@ void KillAll() {
 }
 
 [[noreturn]] void Fail(const std::string& message) {
+  // Once: the time bound's thread and the main thread may fail together, and the second must not
+  // race the first's cleanup (it waits for the first to end the process).
+  static std::atomic<bool> failing{false};
+  if (failing.exchange(true)) {
+    while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
   std::fprintf(stderr, "bench_hollow: %s\n", message.c_str());
   KillAll();
   std::_Exit(1);
