@@ -37,3 +37,21 @@ def test_the_client_calls_are_importable_from_where_they_were():
         assert getattr(cluster, name) is getattr(client, name), name
     for name in ("create_job", "submit_job", "status", "get_job", "delete_job"):
         assert getattr(croupier, name) is getattr(client, name), name
+
+
+def test_a_jobs_old_dict_keys_say_what_to_write_instead():
+    """The keys of the dicts get_job() and Consumer.job gave before they were a croupier.Job
+    (docs/python.md, "Changed calls"): each KeyError names what to read now."""
+    import json
+    job = croupier.Job.from_json(json.dumps({
+        "spec": {"name": "train", "batchSize": 1, "numConsumers": 1}, "numRecords": 4,
+        "batchesPerEpoch": 4, "stepsPerEpoch": 4, "batchesPerTask": 1}))
+    assert job["name"] == "train" and job["num_records"] == 4
+    with pytest.raises(KeyError, match="returns the croupier.Job itself"):
+        job["job"]
+    with pytest.raises(KeyError, match=r"job.state.*job_summaries"):
+        job["summary"]
+    with pytest.raises(KeyError, match="feed.done_at_registration"):
+        job["done_at_registration"]
+    with pytest.raises(KeyError, match="^'nope'$"):
+        job["nope"]

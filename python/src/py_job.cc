@@ -146,6 +146,23 @@ void BindJob(pyb::module_& m) {
             for (const char* field : kFields) {
               if (key == field) return self.attr(field);
             }
+            // Keys of the dicts this package gave before it had a Job: say what to write now
+            // (docs/python.md, "Changed calls").
+            if (key == "job") {
+              throw pyb::key_error(
+                  "'job': get_job() returns the croupier.Job itself: use it where you read "
+                  "[\"job\"]");
+            }
+            if (key == "summary") {
+              throw pyb::key_error(
+                  "'summary': the job's state is job.state; the summary's counts are in "
+                  "status()[\"job_summaries\"]");
+            }
+            if (key == "done_at_registration") {
+              throw pyb::key_error(
+                  "'done_at_registration': Consumer.job is a croupier.Job; read "
+                  "feed.done_at_registration");
+            }
             throw pyb::key_error(key);
           },
           pyb::arg("key"),
