@@ -248,6 +248,7 @@ struct Options {
   uint32_t steps_per_beat = 1;
   double seconds = 30, warmup = 5;
   bool pin = false, quick = false;
+  std::string commit_interval;  // the dispatcher's --journal-commit-interval; empty: its default
 };
 
 Options Parse(int argc, char** argv) {
@@ -276,6 +277,8 @@ Options Parse(int argc, char** argv) {
       o.warmup = std::stod(next());
     } else if (a == "--steps-per-beat") {
       o.steps_per_beat = std::stoul(next());
+    } else if (a == "--commit-interval") {
+      o.commit_interval = next();
     } else if (a == "--pin") {
       o.pin = true;
     } else if (a == "--quick") {
@@ -283,7 +286,8 @@ Options Parse(int argc, char** argv) {
     } else {
       Fail(
           "usage: bench_hollow [--consumers N] [--producers P] [--jobs J] [--processes K] "
-          "[--threads T] [--seconds S] [--warmup W] [--steps-per-beat B] [--pin] [--quick]");
+          "[--threads T] [--seconds S] [--warmup W] [--steps-per-beat B] [--commit-interval D] "
+          "[--pin] [--quick]");
     }
   }
   if (o.quick) o.seconds = std::min(o.seconds, 10.0);
@@ -328,9 +332,14 @@ int main(int argc, char** argv) {
             work + "/synth.log");
 
   const std::string port_file = work + "/port";
-  g_dispatcher = Spawn({bin, "dispatcher", "--port", "0", "--port-file", port_file, "--work-dir",
-                        work + "/dispatcher"},
-                       work + "/dispatcher.log", o.pin ? 0 : -1);
+  std::vector<std::string> dispatcher_args = {bin,         "dispatcher", "--port",
+                                               "0",         "--port-file", port_file,
+                                               "--work-dir", work + "/dispatcher"};
+  if (!o.commit_interval.empty()) {
+    dispatcher_args.insert(dispatcher_args.end(),
+                           {"--journal-commit-interval", o.commit_interval});
+  }
+  g_dispatcher = Spawn(dispatcher_args, work + "/dispatcher.log", o.pin ? 0 : -1);
   if (o.pin) Pin(1);  // this process, and every client process forked from it
   std::string port;
   for (int i = 0; i < 300 && port.empty(); ++i) {

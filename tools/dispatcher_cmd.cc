@@ -31,6 +31,7 @@ struct DispatcherFlags {
   int64_t advice_smoothing_ms = 30000;
   int64_t advice_hold_ms = 15000;
   std::string job_retention = "0";
+  std::string journal_commit_interval = "5ms";
   TlsConfig tls;
 };
 
@@ -57,6 +58,17 @@ absl::Status Run(const DispatcherFlags& f) {
                        f.job_retention, "'"));
     }
     options.dispatcher.job_retention = d;
+  }
+
+  {
+    absl::Duration d;
+    if (!absl::ParseDuration(f.journal_commit_interval, &d) || d < absl::ZeroDuration() ||
+        d > absl::Seconds(1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--journal-commit-interval takes a duration from 0 to 1s such as 5ms or 500us, not '",
+          f.journal_commit_interval, "'"));
+    }
+    options.dispatcher.journal_commit_interval = d;
   }
 
   BlockTerminationSignals();
@@ -92,6 +104,9 @@ void Declare(CLI::App* app, DispatcherFlags* f) {
   AddFlag(app, "--job-retention", &f->job_retention, "DURATION",
           "delete a done job no consumer reads this long after it became done (72h, 30m, 90s; "
           "0 keeps jobs for ever)");
+  AddFlag(app, "--journal-commit-interval", &f->journal_commit_interval, "DURATION",
+          "heartbeats answered within this long share one fdatasync of the journal (at most one "
+          "sync per interval; each answer waits up to this much longer; 0 syncs at once)");
   AddTlsFlags(app, &f->tls, /*server=*/true);
 }
 

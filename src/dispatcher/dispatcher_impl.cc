@@ -42,7 +42,8 @@ absl::StatusOr<std::unique_ptr<DispatcherImpl>> DispatcherImpl::Create(Dispatche
                                    [&state](const journal::Update& update, uint64_t) {
                                      return state.Apply(update);
                                    },
-                                   {.sync = impl->options_.journal_sync}));
+                                   {.sync = impl->options_.journal_sync,
+                                    .commit_interval = impl->options_.journal_commit_interval}));
       impl->journal_ = std::move(journal.writer);
       if (journal.replay.file_bytes > 0) {
         uint64_t tasks = 0;
@@ -134,6 +135,13 @@ absl::StatusOr<T> DispatcherImpl::Durable(absl::StatusOr<T> result, absl::Time d
   return result;
 }
 
+DispatcherImpl::~DispatcherImpl() {
+  // Answers still waiting for the journal may hold producers' heartbeats for work (waiters_,
+  // which goes before journal_): they are answered first, while waiters_ can take them.
+  if (journal_) journal_->StopAnswering();
+  waiters_.Stop();
+}
+
 absl::StatusOr<v1::CreateJobResponse> DispatcherImpl::CreateJob(
     const v1::CreateJobRequest& request) {
   return Durable(CreateJobUnsynced(request), CallDeadline::Current());
@@ -158,6 +166,25 @@ absl::StatusOr<v1::LocateResponse> DispatcherImpl::Locate(const v1::LocateReques
 }
 absl::StatusOr<v1::StatusResponse> DispatcherImpl::GetStatus(const v1::StatusRequest& request) {
   return Durable(GetStatusUnsynced(request), CallDeadline::Current());
+}
+
+void DispatcherImpl::GetJob(const v1::GetJobRequest& request, Done<v1::GetJobResponse> done) {
+  DurableThen(GetJobUnsynced(request), CallDeadline::Current(), std::move(done));
+}
+void DispatcherImpl::DeleteJob(const v1::DeleteJobRequest& request,
+                               Done<v1::DeleteJobResponse> done) {
+  DurableThen(DeleteJobUnsynced(request), CallDeadline::Current(), std::move(done));
+}
+void DispatcherImpl::ConsumerHeartbeat(const v1::ConsumerHeartbeatRequest& request,
+                                       Done<v1::ConsumerHeartbeatResponse> done) {
+  DurableThen(ConsumerHeartbeatUnsynced(request), CallDeadline::Current(), std::move(done));
+}
+void DispatcherImpl::Locate(const v1::LocateRequest& request, Done<v1::LocateResponse> done) {
+  DurableThen(LocateUnsynced(request), CallDeadline::Current(), std::move(done));
+}
+void DispatcherImpl::GetStatus(const v1::StatusRequest& request,
+                               Done<v1::StatusResponse> done) {
+  DurableThen(GetStatusUnsynced(request), CallDeadline::Current(), std::move(done));
 }
 
 std::string DispatcherImpl::StateDebugString() const {

@@ -140,24 +140,32 @@ absl::Status DispatcherImpl::AssignTasksLocked(uint64_t id, uint32_t slots, Prod
 
 void DispatcherImpl::ProducerHeartbeatOrWait(const v1::ProducerHeartbeatRequest& request,
                                              ProducerHeartbeatDone done) {
-  // The answer given later, from the waiters' thread, waits for the journal by the same deadline.
+  // Every answer, now or after waiting for work, is given once durable, by the call's deadline.
   const absl::Time call_deadline = CallDeadline::Current();
-  absl::StatusOr<v1::ProducerHeartbeatResponse> response = ProducerHeartbeat(request);
-  if (!response.ok() || request.wait_for_work_ms() == 0) {
-    std::move(done)(std::move(response));
+  absl::StatusOr<v1::ProducerHeartbeatResponse> response = ProducerHeartbeatUnsynced(request);
+  const uint32_t slots = std::min(request.free_task_slots(), kMaxTasksPerHeartbeat);
+  if (!response.ok() || request.wait_for_work_ms() == 0 || slots == 0 ||
+      response->new_tasks_size() > 0) {
+    if (response.ok() && request.wait_for_work_ms() != 0) response->set_waits_for_work(true);
+    DurableThen(std::move(response), call_deadline, std::move(done));
     return;
   }
   response->set_waits_for_work(true);
-  const uint32_t slots = std::min(request.free_task_slots(), kMaxTasksPerHeartbeat);
-  if (slots == 0 || response->new_tasks_size() > 0) {
-    std::move(done)(std::move(response));
-    return;
-  }
   const absl::Duration wait =
       std::min(absl::Milliseconds(request.wait_for_work_ms()), options_.heartbeat_interval);
   const uint64_t id = response->producer_id();  // read before the response is moved
-  WaitForWork(id, slots, absl::Now() + wait, call_deadline, *std::move(response),
-              std::move(done));
+  const absl::Time deadline = absl::Now() + wait;
+  // What the heartbeat changed (a registration, finished tasks) is durable before it waits.
+  DurableThen(std::move(response), call_deadline,
+              [this, id, slots, deadline, call_deadline, done = std::move(done)](
+                  absl::StatusOr<v1::ProducerHeartbeatResponse> durable) mutable {
+                if (!durable.ok()) {
+                  std::move(done)(std::move(durable));
+                  return;
+                }
+                WaitForWork(id, slots, deadline, call_deadline, *std::move(durable),
+                            std::move(done));
+              });
 }
 
 void DispatcherImpl::WaitForWork(uint64_t id, uint32_t slots, absl::Time deadline,
@@ -166,28 +174,33 @@ void DispatcherImpl::WaitForWork(uint64_t id, uint32_t slots, absl::Time deadlin
   waiters_.Wait(deadline, [this, id, slots, deadline, call_deadline,
                            response = std::move(response),
                            done = std::move(done)](WorkWaiters::Wake why) mutable {
-    if (why == WorkWaiters::Wake::kWorkMayBeAvailable) {
-      absl::Status assigned = absl::OkStatus();
-      {
-        absl::MutexLock lock(&mu_);
-        auto info = producer_info_.find(id);
-        // A producer removed meanwhile learns it at its next heartbeat.
-        if (state_.FindProducer(id) != nullptr && info != producer_info_.end()) {
-          assigned = AssignTasksLocked(id, slots, info->second, response);
-        }
-      }
-      // The tasks assigned (or the error, which may reveal state) are answered once durable.
-      if (absl::Status synced = WaitForJournal(call_deadline); !synced.ok()) assigned = synced;
-      if (!assigned.ok()) {
-        std::move(done)(assigned);
-        return;
-      }
-      if (response.new_tasks_size() == 0 && absl::Now() < deadline) {
-        WaitForWork(id, slots, deadline, call_deadline, std::move(response), std::move(done));
-        return;
+    if (why != WorkWaiters::Wake::kWorkMayBeAvailable) {
+      std::move(done)(std::move(response));
+      return;
+    }
+    absl::Status assigned = absl::OkStatus();
+    {
+      absl::MutexLock lock(&mu_);
+      auto info = producer_info_.find(id);
+      // A producer removed meanwhile learns it at its next heartbeat.
+      if (state_.FindProducer(id) != nullptr && info != producer_info_.end()) {
+        assigned = AssignTasksLocked(id, slots, info->second, response);
       }
     }
-    std::move(done)(std::move(response));
+    absl::StatusOr<v1::ProducerHeartbeatResponse> result = std::move(response);
+    if (!assigned.ok()) result = assigned;
+    // The tasks assigned (or the error, which may reveal state) are answered once durable; none
+    // assigned and time left: wait again.
+    DurableThen(std::move(result), call_deadline,
+                [this, id, slots, deadline, call_deadline, done = std::move(done)](
+                    absl::StatusOr<v1::ProducerHeartbeatResponse> durable) mutable {
+                  if (durable.ok() && durable->new_tasks_size() == 0 && absl::Now() < deadline) {
+                    WaitForWork(id, slots, deadline, call_deadline, *std::move(durable),
+                                std::move(done));
+                    return;
+                  }
+                  std::move(done)(std::move(durable));
+                });
   });
 }
 

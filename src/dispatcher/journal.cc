@@ -266,6 +266,7 @@ JournalWriter::JournalWriter(Env& env, std::string path, Options options,
 }
 
 JournalWriter::~JournalWriter() {
+  StopAnswering();
   if (absl::Status s = file_->Close(); !s.ok()) Log(LogLevel::kError, "journal", s.ToString());
 }
 
@@ -288,7 +289,12 @@ void JournalWriter::BreakLocked(absl::Status status) {
   if (!broken_.ok()) return;  // the first cause stays
   broken_ = std::move(status);
   Log(LogLevel::kError, "journal", broken_.message());
+  ChangedLocked();
+}
+
+void JournalWriter::ChangedLocked() {
   sync_cv_.SignalAll();
+  threads_cv_.SignalAll();
 }
 
 void JournalWriter::CutBack(uint64_t size) {
@@ -377,6 +383,7 @@ void JournalWriter::SyncLocked() {
   sync_mu_.Lock();
   syncing_ = false;
   ++syncs_;
+  last_sync_end_ = absl::Now();
   if (synced.ok()) {
     synced_ = std::max(synced_, target);
   } else {
@@ -388,7 +395,7 @@ void JournalWriter::SyncLocked() {
         target - base_, " failed: ", synced.message(), " (durable up to byte ", synced_ - base_,
         "; no call that depends on what follows was answered)")));
   }
-  sync_cv_.SignalAll();
+  ChangedLocked();
 }
 
 absl::Status JournalWriter::WaitSynced(uint64_t ticket, absl::Time deadline) {
@@ -404,6 +411,10 @@ absl::Status JournalWriter::WaitSynced(uint64_t ticket, absl::Time deadline) {
     }
     if (sync_cv_.WaitWithDeadline(&sync_mu_, deadline) && synced_ < ticket && broken_.ok()) break;
   }
+  return DeadlineErrorLocked(ticket);
+}
+
+absl::Status JournalWriter::DeadlineErrorLocked(uint64_t ticket) const {
   return absl::DeadlineExceededError(
       absl::StrCat("the call's deadline passed while it waited for the dispatcher's journal ",
                    path_, " to be synced up to byte ", ticket - base_, " (durable up to byte ",
@@ -530,7 +541,7 @@ absl::StatusOr<uint64_t> JournalWriter::FinishCompaction() {
     AbortCompaction();
     absl::MutexLock lock(&sync_mu_);
     syncing_ = false;
-    sync_cv_.SignalAll();
+    ChangedLocked();
     return status;
   }
   const uint64_t new_size = c.size;
@@ -559,7 +570,7 @@ absl::StatusOr<uint64_t> JournalWriter::FinishCompaction() {
                        reopened.status().message(), "); restart the dispatcher")));
       result = broken_;
     }
-    sync_cv_.SignalAll();
+    ChangedLocked();
   }
   // Closed by SyncCompaction, outside the caller's mutex (see there).
   retired_ = std::move(old);
@@ -595,7 +606,7 @@ absl::Status JournalWriter::SyncCompaction() {
           "directory failed: ", synced.message(), "); restart the dispatcher")));
       result = broken_;
     }
-    sync_cv_.SignalAll();
+    ChangedLocked();
   }
   // Closing the old file frees its blocks (it has no name any more): milliseconds for a large
   // journal, after the waiters were answered.

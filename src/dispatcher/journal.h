@@ -63,9 +63,11 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -121,6 +123,12 @@ class JournalWriter {
     // Whether WaitSynced makes entries durable (fdatasync). Off only for tests and benchmarks:
     // then nothing is synced and WaitSynced returns at once.
     bool sync = true;
+    // WhenSynced only: the least time from the end of one sync to the start of the next one made
+    // for its callers, so that the calls of that time share one fdatasync (at most one per
+    // interval plus the fdatasync's own time, whatever the rate of calls). Each such call waits
+    // up to this much longer; zero syncs as soon as the previous sync ends. WaitSynced callers
+    // never wait for it.
+    absl::Duration commit_interval = absl::ZeroDuration();
   };
 
   // Opens the journal at `path` to append after its first `valid_bytes` bytes (ReadJournal's
@@ -158,6 +166,21 @@ class JournalWriter {
   // caller that is doing the fdatasync itself returns when it ends (an fdatasync cannot be cut
   // short); one waiting for another's returns by its deadline.
   absl::Status WaitSynced(uint64_t ticket, absl::Time deadline);
+
+  // WaitSynced without holding the caller's thread: `done` runs exactly once, with what
+  // WaitSynced would return (OK, the broken writer's UNAVAILABLE, DEADLINE_EXCEEDED once
+  // `deadline` passes, also while an fdatasync hangs), from this writer's answering thread,
+  // outside every lock of the writer; at once, on the caller's thread, when `ticket` is already
+  // durable or options.sync is off. The syncs for these callers are made by the writer's own
+  // syncing thread, options.commit_interval apart. Once StopAnswering began, callers not yet
+  // covered get UNAVAILABLE. `done` must not wait on this writer (WaitSynced: it would hold the
+  // answering thread); it may call WhenSynced.
+  using SyncedCallback = absl::AnyInvocable<void(absl::Status) &&>;
+  void WhenSynced(uint64_t ticket, absl::Time deadline, SyncedCallback done);
+  // Answers every pending WhenSynced caller (OK where durable, else UNAVAILABLE), makes later
+  // ones answer at once, and joins the two threads. Idempotent; also run by the destructor. For
+  // an owner whose callbacks use parts of it that go before the writer.
+  void StopAnswering();
 
   // Publish() and WaitSynced on it without a deadline: for a single caller (tests, tools).
   absl::Status Sync() { return WaitSynced(Publish(), absl::InfiniteFuture()); }
@@ -200,6 +223,16 @@ class JournalWriter {
   // meanwhile, then advances synced_ (or breaks the writer) and wakes the waiters.
   void SyncLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
   void BreakLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
+  // Wakes everything that waits on the syncing side: synced_, broken_, syncing_ or the callers
+  // of WhenSynced changed.
+  void ChangedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
+  absl::Status DeadlineErrorLocked(uint64_t ticket) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
+  // The two threads of WhenSynced (journal_answering.cc), started by its first call: the
+  // answering thread runs the callbacks and asks for syncs; the syncing thread fdatasyncs, so
+  // that a hanging fdatasync holds no deadline up.
+  void StartThreadsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
+  void AnswerLoop();
+  void SyncLoop();
   // Copies the journal's bytes [from, to) (whole entries) to the end of the compaction's file.
   absl::Status CopyTail(uint64_t from, uint64_t to);
 
@@ -242,6 +275,20 @@ class JournalWriter {
   uint64_t renamed_to_ ABSL_GUARDED_BY(sync_mu_) = 0;
   uint64_t syncs_ ABSL_GUARDED_BY(sync_mu_) = 0;
   absl::Status broken_ ABSL_GUARDED_BY(sync_mu_);
+
+  // WhenSynced's side.
+  struct SyncWaiter {
+    uint64_t ticket;
+    absl::Time deadline;
+    SyncedCallback done;
+  };
+  std::vector<SyncWaiter> waiters_ ABSL_GUARDED_BY(sync_mu_);
+  absl::CondVar threads_cv_;  // the two threads': a change (ChangedLocked), a request, stopping
+  bool sync_wanted_ ABSL_GUARDED_BY(sync_mu_) = false;  // the answering thread asks for a sync
+  absl::Time last_sync_end_ ABSL_GUARDED_BY(sync_mu_) = absl::InfinitePast();
+  bool stopping_ ABSL_GUARDED_BY(sync_mu_) = false;
+  std::thread answerer_;
+  std::thread syncer_;
 };
 
 struct OpenedJournal {

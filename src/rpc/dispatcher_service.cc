@@ -49,13 +49,26 @@ grpc::Status DispatcherService::Handle(const char* name, const grpc::ServerConte
   return Answer(name, context.peer(), (impl_->*method)(request), response);
 }
 
-template <typename Request, typename Response, typename Method>
-grpc::ServerUnaryReactor* DispatcherService::React(const char* name,
-                                                   grpc::CallbackServerContext* context,
-                                                   const Request& request, Response* response,
-                                                   Method method) {
+template <typename Request, typename Response>
+grpc::ServerUnaryReactor* DispatcherService::React(
+    const char* name, grpc::CallbackServerContext* context, const Request& request,
+    Response* response,
+    void (DispatcherImpl::*method)(const Request&, DispatcherImpl::Done<Response>)) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(Handle(name, *context, request, response, method));
+  grpc::Status check = Check(name, *context);
+  if (!check.ok()) {
+    reactor->Finish(check);
+    return reactor;
+  }
+  // Bounds the call's wait for the journal (and for work) by the client's deadline.
+  const CallDeadline bounded(CallDeadlineOf(*context));
+  // The context lives until the reactor's Finish is done with: its peer is read only for an
+  // error's log line.
+  (impl_->*method)(request, [this, name, context, reactor,
+                             response](absl::StatusOr<Response> result) {
+    reactor->Finish(Answer(name, result.ok() ? std::string() : context->peer(),
+                           std::move(result), response));
+  });
   return reactor;
 }
 
@@ -71,20 +84,7 @@ grpc::ServerUnaryReactor* DispatcherService::GetJob(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* DispatcherService::ProducerHeartbeat(
     grpc::CallbackServerContext* c, const v1::ProducerHeartbeatRequest* q,
     v1::ProducerHeartbeatResponse* r) {
-  // May be answered later, from the dispatcher's waiting thread (ProducerHeartbeatOrWait).
-  grpc::ServerUnaryReactor* reactor = c->DefaultReactor();
-  grpc::Status check = Check("ProducerHeartbeat", *c);
-  if (!check.ok()) {
-    reactor->Finish(check);
-    return reactor;
-  }
-  const CallDeadline bounded(CallDeadlineOf(*c));
-  impl_->ProducerHeartbeatOrWait(
-      *q, [this, reactor, r, peer = c->peer()](
-              absl::StatusOr<v1::ProducerHeartbeatResponse> result) {
-        reactor->Finish(Answer("ProducerHeartbeat", peer, std::move(result), r));
-      });
-  return reactor;
+  return React("ProducerHeartbeat", c, *q, r, &DispatcherImpl::ProducerHeartbeatOrWait);
 }
 grpc::ServerUnaryReactor* DispatcherService::ConsumerHeartbeat(
     grpc::CallbackServerContext* c, const v1::ConsumerHeartbeatRequest* q,

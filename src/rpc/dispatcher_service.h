@@ -1,8 +1,10 @@
 // The gRPC face of the dispatcher: a thin adapter that checks each call's protocol version and
 // token, hands the request to DispatcherImpl and converts the status. No logic lives here.
 //
-// Every method but CreateJob uses gRPC's callback API (ProducerHeartbeat may be answered later:
-// DispatcherImpl::ProducerHeartbeatOrWait): its answer is handed to gRPC without a
+// Every method but CreateJob uses gRPC's callback API and is answered when DispatcherImpl calls
+// back: once the journal is durable (from the journal's answering thread: no gRPC thread waits
+// for an fdatasync or a commit interval), or later for a heartbeat held for work
+// (DispatcherImpl::ProducerHeartbeatOrWait). The answer is handed to gRPC without a
 // thread waiting for the client to read it, so that clients that never read (a slow-reader flood)
 // cannot hold the server's threads. CreateJob stays synchronous because it may index files for a
 // long time, which must not happen on gRPC's callback threads; only an authenticated client can
@@ -62,10 +64,13 @@ class DispatcherService final : public DispatcherServiceBase {
   template <typename Request, typename Response, typename Method>
   grpc::Status Handle(const char* name, const grpc::ServerContextBase& context,
                       const Request& request, Response* response, Method method);
-  // Handle, answered through the context's default reactor.
-  template <typename Request, typename Response, typename Method>
-  grpc::ServerUnaryReactor* React(const char* name, grpc::CallbackServerContext* context,
-                                  const Request& request, Response* response, Method method);
+  // Check, then the method, answered through the context's default reactor when the method
+  // calls back: no gRPC thread waits for the dispatcher's journal (DispatcherImpl's Done forms).
+  template <typename Request, typename Response>
+  grpc::ServerUnaryReactor* React(
+      const char* name, grpc::CallbackServerContext* context, const Request& request,
+      Response* response,
+      void (DispatcherImpl::*method)(const Request&, DispatcherImpl::Done<Response>));
 
   DispatcherImpl* const impl_;
   const std::string auth_token_;
