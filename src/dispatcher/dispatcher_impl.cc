@@ -332,6 +332,10 @@ absl::StatusOr<v1::StatusResponse> DispatcherImpl::GetStatusUnsynced(
   v1::StatusResponse response;
   response.set_protocol_version(kProtocolVersion);
   response.set_journal_error(journal_error_);
+  if (journal_) {
+    response.set_journal_syncs(journal_->syncs());
+    response.set_journal_bytes(journal_->size());  // the writing side: under mu_
+  }
   if (options_.job_retention != absl::InfiniteDuration()) {
     response.set_job_retention_seconds(absl::ToDoubleSeconds(options_.job_retention));
   }

@@ -258,6 +258,68 @@ TEST_F(DispatcherJournalTest, ConcurrentCallsShareSyncsAndAnswerOnlyWhatIsDurabl
   EXPECT_LE(syncs, kRanks * kAcks / 2);
 }
 
+// The Done forms (the gRPC adapter's path): answered from the journal's thread only once the
+// acknowledgement is durable, the calls of a commit interval sharing one sync, which the status
+// counts (croupier_journal_syncs_total).
+TEST_F(DispatcherJournalTest, DoneFormsAnswerOnlyOnceDurableAndShareACommitInterval) {
+  testing::CrashEnv env;
+  impl_.reset();
+  DispatcherOptions options;
+  options.journal_path = Journal();
+  options.journal_sync = true;
+  options.journal_commit_interval = absl::Milliseconds(300);
+  options.journal_compact_bytes = 0;
+  options.env = &env;
+  Recreate(options);
+  constexpr uint32_t kRanks = 8;
+  const std::vector<uint64_t> ids = JobWithRanks(kRanks);  // 40 records: 5 steps per epoch
+  absl::SleepFor(absl::Milliseconds(350));                 // past the interval of their syncs
+  const uint64_t syncs_before = env.syncs();
+  absl::Mutex mu;
+  int answered = 0, failed = 0, early = 0;
+  for (int k = 1; k <= 3; ++k) {
+    for (uint32_t r = 0; r < kRanks; ++r) {
+      v1::ConsumerHeartbeatRequest request;
+      request.set_consumer_id(ids[r]);
+      request.set_lease(Lease(ids[r]));
+      request.set_step(k);
+      const std::string entry =
+          JournalEntry(testing::ConsumerAcknowledged(ids[r], 0, k).SerializeAsString());
+      const CallDeadline bounded(absl::Now() + absl::Seconds(20));
+      impl_->ConsumerHeartbeat(
+          request, [&, entry](absl::StatusOr<v1::ConsumerHeartbeatResponse> answer) {
+            absl::MutexLock lock(&mu);
+            ++answered;
+            if (!answer.ok()) {
+              ++failed;
+              ADD_FAILURE() << answer.status();
+            } else if (env.Durable(Journal()).find(entry) == std::string::npos) {
+              ++early;
+            }
+          });
+    }
+  }
+  {
+    absl::MutexLock lock(&mu);
+    auto all = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return answered == 3 * kRanks; };
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&all), absl::Seconds(20)))
+        << answered << " answered";
+    EXPECT_EQ(failed, 0);
+    EXPECT_EQ(early, 0) << "answers given before their entry was durable";
+  }
+  // The first call found no sync within the interval and synced at once; the other 23, made
+  // within a few milliseconds, share at most two more.
+  const uint64_t syncs = env.syncs() - syncs_before;
+  EXPECT_GE(syncs, 1u);
+  EXPECT_LE(syncs, 3u);
+  auto status = impl_->GetStatus({});
+  ASSERT_TRUE(status.ok()) << status.status();
+  // Every fdatasync of entries (the env also counts the one that made the new file's header
+  // durable when the journal was opened).
+  EXPECT_EQ(status->journal_syncs(), env.syncs() - 1);
+  EXPECT_EQ(status->journal_bytes(), env.Durable(Journal()).size());
+}
+
 // Compaction (by Tick, at every doubling of the journal) while acknowledgements are in flight:
 // after each answer a crash would keep the position answered, and after the last the state a
 // crash leaves holds exactly the positions acknowledged.

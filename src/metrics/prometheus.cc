@@ -174,6 +174,12 @@ std::string FormatPrometheus(const v1::StatusResponse& status) {
   Family(&out, "croupier_journal_writable", "gauge",
          "1 while the dispatcher can write its journal, 0 while every change fails.")
       .Add({}, status.journal_error().empty() ? 1 : 0);
+  Family(&out, "croupier_journal_syncs_total", "counter",
+         "fdatasyncs of the dispatcher's journal since it started (shared among calls).")
+      .Add({}, status.journal_syncs());
+  Family(&out, "croupier_journal_bytes", "gauge",
+         "The size of the dispatcher's journal (it shrinks at each compaction).")
+      .Add({}, status.journal_bytes());
   {
     Family epoch(&out, "croupier_rank_epoch", "gauge",
                  "The epoch of a rank's last acknowledged position (the next step it takes).");

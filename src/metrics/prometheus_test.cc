@@ -33,8 +33,13 @@ TEST(MetricsPrometheusTest, EveryFigureOfTheStatusIsAMetricWithItsLabels) {
   r->set_epoch(1);
   r->set_step(5);
 
+  status.set_journal_syncs(42);
+  status.set_journal_bytes(4096);
   const std::string text = FormatPrometheus(status);
   EXPECT_THAT(text, HasSubstr("# TYPE croupier_jobs gauge\ncroupier_jobs 1\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE croupier_journal_syncs_total counter\n"
+                              "croupier_journal_syncs_total 42\n"));
+  EXPECT_THAT(text, HasSubstr("croupier_journal_bytes 4096\n"));
   EXPECT_THAT(text, HasSubstr("croupier_job_steps_per_epoch{job=\"train\"} 78\n"));
   EXPECT_THAT(text, HasSubstr("croupier_job_state{job=\"train\",state=\"done\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("croupier_job_batches_finished_total{job=\"train\"} 156\n"));
