@@ -5,7 +5,7 @@ pipeline of bench_map.py: --images JPEGs of 64x64 (made with PIL), read as bytes
 flipped half the time and normalised to float32 (or, with --uint8, kept uint8) by `transform`
 (the random part, which runs every epoch), over --epochs epochs (3), with and without the cache:
 
-  pipeline   croupier.pipeline.Pipeline.make() in this process, every batch of each epoch's plan
+  pipeline   croupier.map.pipeline.Pipeline.make() in this process, every batch of each epoch's plan
              (batches of 32, 4 ranks): the pipeline alone, no service, no worker process;
   produce    croupier.produce() in one producer process with --workers worker processes (4)
              and a buffer of --buffer-bytes (8 MiB: it cannot work far into the next epoch), and
@@ -67,7 +67,7 @@ class RandomPart:
 def pipeline_epochs(args, cached):
     """Records/s of each epoch, making every batch of its plan with Pipeline.make()."""
     import croupier
-    from croupier.pipeline import Pipeline
+    from croupier.map.pipeline import Pipeline
     source = JpegBytes(args.images_dir)
     rates = []
     with Pipeline(source, decode=decode, transform=RandomPart(args.uint8), seed=1,
@@ -171,8 +171,8 @@ def produce_epochs(args, cached, work):
 def features(args):
     """The job's feature spec, read off one batch of the pipeline."""
     import croupier
-    from croupier.pipeline import Pipeline
-    from croupier.source import features_of
+    from croupier.map.pipeline import Pipeline
+    from croupier.columns import features_of
     plan = croupier.EpochPlan(args.images, BATCH, WORLD, seed=1, epoch=0)
     pipe = Pipeline(JpegBytes(args.images_dir), decode=decode, transform=RandomPart(args.uint8))
     return features_of(pipe.make(0, 0, plan.batch(0)).to_dict())

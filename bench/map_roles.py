@@ -416,7 +416,7 @@ def role_alone(args, wl):
     (so that every core is busy, as during a system's run): the croupier map job's per-record
     work (the source's record, then its transform with the record's generator) in a loop over
     its share of the records; prints its CPU seconds per record."""
-    from croupier.pipeline import record_rng
+    from croupier.map.pipeline import record_rng
     cpus = cpu_budget.parse_cpus(args.cpus)
     cpu_budget.pin([cpus[args.rank % len(cpus)]])
     job = map_job(args, wl)

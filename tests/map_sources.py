@@ -54,7 +54,7 @@ def augment(rec, rng):
 
 def expected_record(seed, epoch, i):
     """What record i of `epoch` holds after augment, recomputed."""
-    from croupier.pipeline import record_rng
+    from croupier.map.pipeline import record_rng
     return augment(record(i), record_rng(seed, epoch, i))
 
 

@@ -1,5 +1,5 @@
 """One command-line tool: `croupier produce ...` runs the Python producer of map and stream jobs
-(`python -m croupier produce`, croupier.pipeline) by exec, with its flags, its exit codes and its
+(`python -m croupier produce`, croupier.map) by exec, with its flags, its exit codes and its
 output, and says so clearly when Python or the croupier package is missing. The parsing of every
 other subcommand is tested in C++ (tools/command_line_test.cc)."""
 import os

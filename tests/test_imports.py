@@ -1,12 +1,42 @@
-"""The package's layout: no import cycle among croupier's own modules, every module imports in a
-fresh interpreter, and none is over 400 lines. No croupier process is started."""
+"""The package's layout: no import cycle among croupier's own modules, the rooms' import rules
+(docs/architecture.md, "The Python package's rooms"), the paths kept for users, every module
+imports in a fresh interpreter, and none is over 400 lines. No croupier process is started."""
 import ast
 import pathlib
 import subprocess
 import sys
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "python" / "croupier"
-MODULES = sorted(p.stem for p in PACKAGE.glob("*.py"))
+
+
+def _module_name(path: pathlib.Path) -> str:
+    """croupier/map/pool.py -> "map.pool", croupier/map/__init__.py -> "map", and the package's
+    own croupier/__init__.py -> "__init__" (the API)."""
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts) or "__init__"
+
+
+FILES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+MODULES = sorted(FILES)
+
+# The rooms: subpackages, each one part of the architecture. A module of a room may import the
+# room's own modules and the modules named here, nothing else of croupier's (not another room,
+# not an adapter, not the API in croupier/__init__.py). Each room's __init__.py says the same.
+SHARED = {"errors", "job", "launcher", "client", "columns", "processes", "thread_signals", "_exit"}
+ROOMS = {
+    "map": SHARED,
+}
+# The framework adapters: public modules that only users (and each other) import.
+ADAPTERS = {"torch", "tf", "jax", "ray", "ray_process"}
+# Paths that the docs showed before their modules moved into a room, kept as one-line modules
+# that re-export what the docs show: {kept path: (the module now, the names)}.
+KEPT = {
+    "pipeline": ("map.pipeline", ["Pipeline", "record_rng", "batch_rng"]),
+    "pool": ("map.pool", ["default_workers", "max_worker_deaths"]),
+    "tf_pipeline": ("map.tf_pipeline", ["record_seed"]),
+}
 
 
 def _is_type_checking(test: ast.expr) -> bool:
@@ -14,10 +44,25 @@ def _is_type_checking(test: ast.expr) -> bool:
             (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
 
 
-def imports_of(path: pathlib.Path) -> set:
+def _resolve(dotted: str) -> str:
+    """The module of croupier's that importing croupier.<dotted> names: the longest prefix of it
+    that is a module (croupier.map.pool.WorkerPool -> "map.pool")."""
+    parts = dotted.split(".")
+    while parts:
+        if ".".join(parts) in FILES:
+            return ".".join(parts)
+        parts.pop()
+    return ""
+
+
+def imports_of(path: pathlib.Path, package: str = "") -> set:
     """The croupier modules that `path` imports anywhere (at the top, in a function, in a try),
-    except under `if TYPE_CHECKING:`, which the interpreter never runs."""
+    except under `if TYPE_CHECKING:`, which the interpreter never runs. A name taken from the
+    package itself that is not a module (`from croupier import Consumer`, or `import croupier`
+    alone) is an import of "__init__", the API. The extension module is not counted."""
     found = set()
+    if not package and path.parent != PACKAGE:  # the package `path` is in, for relative imports
+        package = _module_name(path if path.name == "__init__.py" else path.parent)
 
     class Visitor(ast.NodeVisitor):
         def visit_If(self, node: ast.If) -> None:
@@ -30,25 +75,40 @@ def imports_of(path: pathlib.Path) -> set:
         def visit_Import(self, node: ast.Import) -> None:
             for alias in node.names:
                 parts = alias.name.split(".")
-                if parts[0] == "croupier" and len(parts) > 1:
-                    found.add(parts[1])
+                if parts[0] != "croupier":
+                    continue
+                if len(parts) == 1:
+                    found.add("__init__")
+                elif _resolve(".".join(parts[1:])):
+                    found.add(_resolve(".".join(parts[1:])))
 
         def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
             if node.level:  # relative: from . import x, from .x import y
-                parts = ["croupier"] + (node.module.split(".") if node.module else [])
+                base = package.split(".") if package else []
+                base = base[:len(base) - (node.level - 1)] if node.level > 1 else base
+                parts = ["croupier"] + base + (node.module.split(".") if node.module else [])
             elif node.module:
                 parts = node.module.split(".")
             else:
                 return
             if parts[0] != "croupier":
                 return
-            if len(parts) > 1:
-                found.add(parts[1])
-            else:  # from croupier import x: x may be a module
-                found.update(alias.name for alias in node.names)
+            inner = ".".join(parts[1:])
+            for alias in node.names:  # from croupier.map import pool: pool may be a module
+                name = f"{inner}.{alias.name}" if inner else alias.name
+                if name in FILES:
+                    found.add(name)
+                elif inner and _resolve(inner):
+                    found.add(_resolve(inner))
+                elif not inner and alias.name != "_croupier":
+                    found.add("__init__")
 
     Visitor().visit(ast.parse(path.read_text(), str(path)))
-    return found & set(MODULES)
+    return found
+
+
+def _room_of(module: str) -> str:
+    return next((r for r in ROOMS if module == r or module.startswith(r + ".")), "")
 
 
 def find_cycle(graph: dict) -> list:
@@ -84,10 +144,74 @@ def test_the_checker_finds_a_cycle():
 
 
 def test_no_import_cycle_among_croupiers_modules():
-    graph = {m: imports_of(PACKAGE / f"{m}.py") - {m} for m in MODULES}
-    assert "cluster" in graph and "consumer" in graph["cluster"], "the graph was read"
+    graph = {m: imports_of(FILES[m]) - {m} for m in MODULES}
+    assert "consumer" in graph["cluster"] and "map.pool" in graph["map.producer"], \
+        "the graph was read"
     cycle = find_cycle(graph)
     assert not cycle, "import cycle: " + " -> ".join(f"{m}.py" for m in cycle)
+
+
+def test_the_reader_sees_every_kind_of_import_a_rule_must_catch(tmp_path):
+    fake = tmp_path / "pool.py"
+    fake.write_text("import croupier\nfrom croupier import Consumer, errors, _croupier\n"
+                    "from croupier.map import pipeline\nfrom croupier.tf import dataset\n"
+                    "from . import zygote\nimport croupier.client\n"
+                    "if TYPE_CHECKING:\n    from croupier import consumer\n")
+    assert imports_of(fake, package="map") == {"__init__", "errors", "map.pipeline", "tf",
+                                               "map.zygote", "client"}
+
+
+def test_each_room_imports_only_itself_and_what_its_rule_allows():
+    broken = {}
+    for m in MODULES:
+        room = _room_of(m)
+        if not room:
+            continue
+        outside = {n for n in imports_of(FILES[m]) - {m} if _room_of(n) != room}
+        if outside - ROOMS[room]:
+            broken[m] = sorted(outside - ROOMS[room])
+    assert not broken, f"imports a room may not make (the rules: ROOMS above): {broken}"
+
+
+def test_a_rooms_init_holds_its_rule_and_imports_nothing():
+    for room in ROOMS:
+        tree = ast.parse(FILES[room].read_text())
+        doc = ast.get_docstring(tree) or ""
+        assert "may import" in doc, f"croupier/{room}/__init__.py says what the room may import"
+        assert [type(n).__name__ for n in tree.body] == ["Expr"], \
+            f"croupier/{room}/__init__.py is its docstring alone"
+
+
+def test_the_shared_modules_import_only_each_other():
+    broken = {m: sorted(imports_of(FILES[m]) - SHARED - {m}) for m in SHARED}
+    assert not {m: n for m, n in broken.items() if n}, broken
+
+
+def test_nothing_but_an_adapter_imports_an_adapter():
+    broken = {m: sorted(imports_of(FILES[m]) & ADAPTERS) for m in MODULES if m not in ADAPTERS}
+    assert not {m: n for m, n in broken.items() if n}, broken
+
+
+def test_the_kept_paths_are_one_line_and_give_the_rooms_objects():
+    import importlib
+    for old, (new, names) in KEPT.items():
+        lines = [line for line in FILES[old].read_text().splitlines()
+                 if line.strip() and not line.startswith('"""')]
+        assert len(lines) == 1 and lines[0].startswith(f"from croupier.{new} import"), (old, lines)
+        if old == "tf_pipeline":
+            try:
+                import tensorflow  # noqa: F401
+            except ModuleNotFoundError:
+                continue
+        kept, moved = (importlib.import_module(f"croupier.{m}") for m in (old, new))
+        for name in names:
+            assert getattr(kept, name) is getattr(moved, name), (old, name)
+
+
+def test_the_loggers_keep_the_names_the_docs_give():
+    from croupier.map import cache_dirs, pipeline, record_cache, record_threads
+    assert pipeline.log.name == record_threads.log.name == "croupier.pipeline"
+    assert record_cache._log.name == cache_dirs._log.name == "croupier.record_cache"
 
 
 def test_every_module_imports_in_a_fresh_interpreter():
@@ -114,6 +238,6 @@ for name in sys.argv[1:]:
 def test_no_module_over_400_lines():
     # One idea a module (issue 37): a module that grows past this has taken a second job and
     # splits, its names re-exported where they were.
-    sizes = {m: len((PACKAGE / f"{m}.py").read_text().splitlines()) for m in MODULES}
+    sizes = {m: len(FILES[m].read_text().splitlines()) for m in MODULES}
     assert not {m: n for m, n in sizes.items() if n > 400}, sorted(sizes.items(),
                                                                     key=lambda mn: -mn[1])[:3]

@@ -22,9 +22,9 @@ import pytest
 
 import croupier
 from croupier import errors
-from croupier.pipeline import Pipeline, record_rng
-from croupier.pool import WorkerPool
-from croupier.record_cache import RecordCache, _pid_namespace, default_root, summary
+from croupier.map.pipeline import Pipeline, record_rng
+from croupier.map.pool import WorkerPool
+from croupier.map.record_cache import RecordCache, _pid_namespace, default_root, summary
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import map_sources  # noqa: E402
@@ -952,7 +952,7 @@ def test_a_corrupt_record_cache_file_is_a_miss_and_made_again(damage, caplog):
 def test_records_pickle_refuses_or_dev_shm_cannot_hold_are_made_each_time(monkeypatch, caplog):
     """A record that pickle cannot take is not kept (counted, logged once); a write that finds
     /dev/shm full makes the cache full (logged)."""
-    import croupier.record_cache as record_cache
+    import croupier.map.record_cache as record_cache
 
     def with_a_lock(rec):
         return dict(rec, lock=threading.Lock())
@@ -1144,7 +1144,7 @@ def test_a_full_dev_shm_leaves_the_record_cache_out_with_a_warning(tmp_path):
         "import numpy as np\n"
         f"sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})\n"
         "import map_sources\n"
-        "from croupier.pipeline import Pipeline\n"
+        "from croupier.map.pipeline import Pipeline\n"
         "ids = np.arange(6, dtype=np.uint64)\n"
         "with Pipeline(map_sources.Records(40), transform=map_sources.augment, seed=5,\n"
         "              cache_bytes=1 << 20) as p:\n"

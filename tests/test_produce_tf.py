@@ -16,8 +16,8 @@ tf = pytest.importorskip("tensorflow")
 import croupier  # noqa: E402
 from croupier import errors  # noqa: E402
 from croupier.errors import BatchError  # noqa: E402
-from croupier.pipeline import Pipeline  # noqa: E402
-from croupier.tf_pipeline import record_seed, record_seeds  # noqa: E402
+from croupier.map.pipeline import Pipeline  # noqa: E402
+from croupier.map.tf_pipeline import record_seed, record_seeds  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import map_sources_tf  # noqa: E402
@@ -419,7 +419,7 @@ def test_close_ends_a_make_waiting_on_the_pipeline_and_its_thread():
 def test_a_slot_whose_puller_is_gone_ends_the_wait():
     """The guard of _Slot.wait: a batch whose feed's thread ended without setting it is made
     alone (wait returns None) instead of waiting forever."""
-    from croupier.tf_feed import Slot as _Slot
+    from croupier.map.tf_feed import Slot as _Slot
 
     class Gone:
         def alive(self):

@@ -265,7 +265,7 @@ def test_croupiers_threads_leave_signals_to_the_main_thread():
     that the kernel delivers a Ctrl-C to the main thread, whose blocking call (a sleep) it then
     interrupts: Python runs handlers in the main thread only, and a signal the kernel gives
     another thread does not interrupt the main thread's sleep."""
-    from croupier.record_threads import RecordThreads
+    from croupier.map.record_threads import RecordThreads
     threads = RecordThreads(2)
     threads.map(lambda k: k, range(4))
     ours = [t for t in threading.enumerate() if t.name.startswith(("croupier-logs",

@@ -331,7 +331,7 @@ def test_a_producer_process_killed_under_its_live_actor_is_replaced(ray_cluster,
     new producer registers; with max_restarts=0, service.producers falls to 1 and scale(2) starts
     another. The two ranks, held between their epochs until then, get every batch of the plan
     once, with the bytes of the batches made here."""
-    from croupier.pipeline import Pipeline
+    from croupier.map.pipeline import Pipeline
     import map_sources
     options = {"max_restarts": 0} if replaced_by == "scale" else {}
     with croupier.ray.Service(producers=2, work_dir=tmp_path, bind="127.0.0.1",

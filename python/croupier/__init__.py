@@ -45,8 +45,8 @@ from croupier.cluster import LocalCluster, croupier_binary, local_cluster
 from croupier.consumer import Consumer
 from croupier.job import Job, JobSpec
 from croupier.launcher import detect_rank_world
-from croupier.rng import batch_rng, record_rng
-from croupier.producer import ProduceOptions, produce
+from croupier.map.rng import batch_rng, record_rng
+from croupier.map.producer import ProduceOptions, produce
 from croupier.source import serve
 
 __version__ = "0.1.0"

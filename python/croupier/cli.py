@@ -1,5 +1,5 @@
 """croupier.cli: `python -m croupier produce module:function --dispatcher HOST:PORT --job NAME`,
-a producer of a map job from a shell (croupier.producer.produce() with the function's arguments);
+a producer of a map job from a shell (croupier.produce() with the function's arguments);
 without module:function, a producer of a tokens job with text sources (croupier.tokens.produce).
 """
 import argparse
@@ -12,10 +12,10 @@ from types import FrameType
 from typing import Any, Dict, List, Optional
 
 from croupier import errors, tokens
-from croupier.pool import default_workers
+from croupier.map.pool import default_workers
 from croupier.processes import describe
-from croupier.producer import produce
-from croupier.record_cache import summary
+from croupier.map.producer import produce
+from croupier.map.record_cache import summary
 
 __all__ = ["main"]
 

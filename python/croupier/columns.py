@@ -1,7 +1,7 @@
 """A batch as columns: a dict {feature name: array} checked and laid out for the C++ library.
 
 columns_of() is the one reading of a batch given by Python code (a served batch, croupier.serve;
-a map job's transformed records, croupier.pipeline): numeric arrays of a dtype croupier carries,
+a map job's transformed records, croupier.map.pipeline): numeric arrays of a dtype croupier carries,
 torch and TensorFlow tensors converted, bytes as lists or croupier.BytesColumn, (values,
 row_splits) for a variable length. features_of() names a batch's feature spec, make_batch() makes
 a croupier.Batch of it, and default_collate() stacks a map job's records into such a dict.

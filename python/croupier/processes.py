@@ -3,7 +3,7 @@ run a function and exit, reaping with a grace period, and the `croupier` command
 children: waiting until one is ready, and stopping it.
 
 Used by croupier.cluster and croupier.ray (the `croupier` commands they start) and by the
-producer's worker supervisor (croupier.zygote, croupier.pool).
+producer's worker supervisor (croupier.map.zygote, croupier.map.pool).
 """
 import contextlib
 import ctypes

@@ -132,7 +132,7 @@ def produce(dispatcher: str, job: str, *, threads: int = 2, stop: Optional[threa
     needs it with DataLossError naming the document and file. UnavailableError once the
     dispatcher has not answered for dispatcher_timeout seconds. Returns {"drained": {"kept",
     "served"}} (None unless it was stopped and drained)."""
-    from croupier.producer import serve_until_the_end
+    from croupier.map.producer import serve_until_the_end
     # The producer's threads tokenize batches side by side; a tokenizer that also spread each
     # call over every core would only contend with them (set the variable to override).
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

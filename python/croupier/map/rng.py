@@ -1,5 +1,5 @@
 """The seeded random generators of a map job: record_rng for a record's transform, batch_rng for
-the batch transform (croupier.pipeline gives them to the user's functions).
+the batch transform (croupier.map.pipeline gives them to the user's functions).
 
 Each is numpy's default_rng over SeedSequence([seed, epoch, index, kind]) (kind 0 for a record,
 1 for a batch), never global state, so what a batch holds is a function of the plan. They are

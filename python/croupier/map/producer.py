@@ -1,7 +1,7 @@
-"""croupier.producer: produce(), the producer of a map job (a Python source read by index).
+"""croupier.map.producer: produce(), the producer of a map job (a Python source read by index).
 
-produce() checks its arguments, builds the job's Pipeline (croupier.pipeline), creates the job,
-starts the worker pool (croupier.pool) and the C++ producer node that serves the batches, and
+produce() checks its arguments, builds the job's Pipeline (croupier.map.pipeline), creates the job,
+starts the worker pool (croupier.map.pool) and the C++ producer node that serves the batches, and
 waits for the end of the job. `python -m croupier produce` (croupier.cli) runs it from a shell.
 """
 import dataclasses
@@ -11,12 +11,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from croupier import _croupier, _exit, errors
 from croupier.client import auth_token_or_env, create_job
 from croupier.errors import BatchError
-from croupier.pipeline import Pipeline, log
-from croupier.pool import WorkerPool, default_workers, in_process
+from croupier.map.pipeline import Pipeline, log
+from croupier.map.pool import WorkerPool, default_workers, in_process
 from croupier.thread_signals import block_async_signals
-from croupier.record_cache import summary
+from croupier.map.record_cache import summary
 from croupier.columns import features_of
-from croupier.spec import spec_of
+from croupier.map.spec import spec_of
 
 __all__ = ["produce", "ProduceOptions"]
 
@@ -40,7 +40,7 @@ class ProduceOptions:
     mode: str = "dealt"
     resume_from: Optional[Dict[str, Any]] = None
     skip_failing_records: bool = False
-    # What makes a batch (croupier.pipeline).
+    # What makes a batch (croupier.map.pipeline).
     transform: Optional[Callable[..., Any]] = None
     batch_transform: Optional[Callable[..., Any]] = None
     collate: Optional[Callable[[List[Any]], Dict[str, Any]]] = None
@@ -106,7 +106,7 @@ def produce(source: Any, dispatcher: str, job: str,
     caller promises that it is deterministic: a function of the record alone (no generator, no
     global state, no clock), as a JPEG decode is. With cache_bytes > 0, what decode makes (without
     decode: the source's records themselves) is kept by global record index in a record cache
-    (croupier.record_cache) that all the workers of this producer share: a directory on /dev/shm
+    (croupier.map.record_cache) that all the workers of this producer share: a directory on /dev/shm
     (shared memory) made before the workers are forked and removed when produce() returns, on
     error too. A record found there is neither read from the source nor decoded again, so the
     epochs after the first run only transform and batch_transform, and every batch holds the same
@@ -143,13 +143,13 @@ def produce(source: Any, dispatcher: str, job: str,
     transform_threads (default 1): the threads on which each worker process (with workers=0,
     the producer) reads, decodes and transforms a batch's records, for work that releases the
     GIL (PIL's decode, numpy, OpenCV); "auto" measures 1 against
-    croupier.record_threads.AUTO_THREADS (4) threads on the first batches of each process and
+    croupier.map.record_threads.AUTO_THREADS (4) threads on the first batches of each process and
     keeps the faster (logged once). The records keep their order, and each its own generator, so
     a batch holds the same bytes with any number of threads. With get_many or a record cache the
     records are loaded at once and only the transforms are spread.
 
     tf_transform(ds) -> ds is a tf.data pipeline run on each batch's records instead of
-    transform and collate (croupier.tf_pipeline): `ds` has one element per record of the batch,
+    transform and collate (croupier.map.tf_pipeline): `ds` has one element per record of the batch,
     in plan order, holding the record's fields and "croupier_seed" (int64 [2], the record's seed
     for tf.random.stateless_* ops: tf_pipeline.record_seed(seed, epoch, index)); it must return
     one element per record, in order (a map), a dict of tensors that croupier collates. It runs

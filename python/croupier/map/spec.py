@@ -1,4 +1,4 @@
-"""croupier.spec: a map job's feature spec, checked against the batches its Pipeline makes.
+"""croupier.map.spec: a map job's feature spec, checked against the batches its Pipeline makes.
 
 The spec text ("image:uint8[32,32,3],label:int64,tokens:int32[*]") is parsed by the C++ library
 (the same parser the dispatcher uses); this module only compares a batch's columns with it.

@@ -9,13 +9,13 @@ deterministic (a function of the record alone), which is what makes the cache in
 holds the same bytes with it and without it.
 
 Layout: a directory on /dev/shm (tmpfs: its files are memory, not disk), private to the user (mode
-0700), named croupier-cache-<pid namespace>-<pid>-<random> (croupier.cache_dirs), made by the
+0700), named croupier-cache-<pid namespace>-<pid>-<random> (croupier.map.cache_dirs), made by the
 producer before it forks its workers and removed by it when it stops (RecordCache.close):
 
     state        the counters (_STATE, mmap'd by every process) and the locks: byte 0 of the file
                  locks the counters, byte _CLAIMS + i is the claim of record i (fcntl record locks,
                  which the kernel releases when the process holding them dies)
-    <i>          record i (croupier.record_file): a header, the lengths of the out-of-band
+    <i>          record i (croupier.map.record_file): a header, the lengths of the out-of-band
                  buffers, a pickle (protocol 5) of the record, then each buffer (the arrays'
                  bytes) at a 64-byte boundary. The header holds a CRC-32 of everything after it: a file that does not check (or
                  cannot be read) is a miss, removed and made again, never data.
@@ -45,17 +45,18 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 
 import numpy as np
 
-from croupier.cache_dirs import default_root, make_dir, remove_tree, warn_if_small
-from croupier.record_file import decode, encode, pages, read_file
+from croupier.map.cache_dirs import default_root, make_dir, remove_tree, warn_if_small
+from croupier.map.record_file import decode, encode, pages, read_file
 # By name into this module, not called as record_file.write_file: a test replaces it here to find
 # /dev/shm full.
-from croupier.record_file import write_file as _write_file
+from croupier.map.record_file import write_file as _write_file
 # The name tests/test_produce.py imports from here.
-from croupier.cache_dirs import pid_namespace as _pid_namespace  # noqa: F401
+from croupier.map.cache_dirs import pid_namespace as _pid_namespace  # noqa: F401
 
 __all__ = ["RecordCache", "default_root", "open_cache", "summary"]
 
-_log = logging.getLogger(__name__)
+# The name docs/python.md gives users (cache_dirs.py logs there too).
+_log = logging.getLogger("croupier.record_cache")
 
 _FIELDS = ("bytes", "records", "hits", "misses", "not_added", "corrupt", "uncacheable", "full")
 _STATE = struct.Struct(f"<{len(_FIELDS)}Q")

@@ -1,4 +1,4 @@
-"""Where record caches live (croupier.record_cache): one directory per producer, named
+"""Where record caches live (croupier.map.record_cache): one directory per producer, named
 croupier-cache-<pid namespace>-<pid>-<random> in a root (/dev/shm when there is one), made by the
 producer and removed by it; sweep() removes those of producers that died before they could.
 """

@@ -1,4 +1,4 @@
-"""The file of one record of a record cache (croupier.record_cache), as a producer's processes
+"""The file of one record of a record cache (croupier.map.record_cache), as a producer's processes
 write and read it on /dev/shm:
 
     _HEADER (magic, record index, file size, pickle length, number of buffers, CRC-32 of the

@@ -1,6 +1,6 @@
-"""croupier.record_threads: a batch's per-record work on a pool of threads.
+"""croupier.map.record_threads: a batch's per-record work on a pool of threads.
 
-A map job's records are read, decoded and transformed one by one (croupier.pipeline). Work that
+A map job's records are read, decoded and transformed one by one (croupier.map.pipeline). Work that
 releases the GIL (PIL's decode, numpy, OpenCV, TensorFlow ops) runs faster on several threads, in
 each worker process as in the producer itself (workers=0). RecordThreads runs that per-record
 work on `count` threads and gives the results in record order, so a batch holds the same bytes

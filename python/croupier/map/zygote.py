@@ -1,4 +1,4 @@
-"""croupier.zygote: the processes of a producer's worker pool, and the messages between them.
+"""croupier.map.zygote: the processes of a producer's worker pool, and the messages between them.
 
 The producer's C++ threads start once the pool exists, and forking a process that runs them is
 unsafe. So the pool forks one single-threaded process at its creation, the zygote, which holds
@@ -12,7 +12,7 @@ from its columns, and answers with its size, and the producer holds and serves t
 they are: the one copy of a batch between the worker's columns and the data plane. The zygote is
 the workers' parent: it reaps them and says how they died.
 
-croupier.pool (WorkerPool) decides when a worker is replaced and when a batch fails.
+croupier.map.pool (WorkerPool) decides when a worker is replaced and when a batch fails.
 """
 import mmap
 import os

@@ -1,4 +1,4 @@
-"""The continuous tf.data pipeline of a map job's tf_transform (croupier.tf_pipeline): a "feed".
+"""The continuous tf.data pipeline of a map job's tf_transform (croupier.map.tf_pipeline): a "feed".
 
 The records of many batches flow through one long-lived tf.data pipeline:
 
@@ -13,7 +13,7 @@ iterates the pipeline (TensorFlow releases the GIL while it works) and sets each
 in the Slot of the call that put its records in: a map keeps one output per record, in order, so
 batch k's outputs are the pipeline's k-th group of n. A feed that stops (the pipeline raised, or
 made a group of another size, or it was closed) sets every Slot it holds to None (make the
-batch alone, croupier.tf_pipeline's per-batch path) or, when closing, to FeedClosed.
+batch alone, croupier.map.tf_pipeline's per-batch path) or, when closing, to FeedClosed.
 """
 
 import collections
