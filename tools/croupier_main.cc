@@ -4,9 +4,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "src/common/mutex_checks.h"
 #include "tools/command_line.h"
 
 int main(int argc, char** argv) {
+  croupier::ReleaseMutexChecks();
   croupier::cli::CommandLine command_line;
   croupier::cli::CommandLine::Parsed parsed =
       command_line.Parse(std::vector<std::string>(argv + 1, argv + argc));
