@@ -4,6 +4,9 @@ import pathlib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+# The croupier processes the tests start keep abseil's mutex deadlock detector, which the command
+# turns off for users (src/common/mutex_checks.h): a lock-order inversion aborts them here.
+os.environ.setdefault("CROUPIER_MUTEX_DEADLOCK_CHECK", "1")
 # TFRecord files that TensorFlow wrote in public projects (their README describes them), beside the
 # repository; CROUPIER_SHARED_TFRECORD may name another folder. A plain clone has none.
 SHARED_TFRECORD = pathlib.Path(os.environ.get("CROUPIER_SHARED_TFRECORD")
