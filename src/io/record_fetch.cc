@@ -17,17 +17,45 @@ constexpr uint64_t kStaleBatches = 64;
 
 }  // namespace
 
+bool FetchBudget::TryTake(uint64_t bytes) {
+  uint64_t used = used_.load(std::memory_order_relaxed);
+  do {
+    if (bytes > capacity_ || used > capacity_ - bytes) return false;
+  } while (!used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
+  uint64_t peak = peak_.load(std::memory_order_relaxed);
+  while (used + bytes > peak &&
+         !peak_.compare_exchange_weak(peak, used + bytes, std::memory_order_relaxed)) {
+  }
+  return true;
+}
+
+void FetchBudget::Give(uint64_t bytes) { used_.fetch_sub(bytes, std::memory_order_relaxed); }
+
 RecordFetcher::RecordFetcher(const Dataset& dataset, Opener open, Options options)
-    : dataset_(dataset), open_(std::move(open)), options_(options) {}
+    : dataset_(dataset),
+      open_(std::move(open)),
+      options_(options),
+      budget_(options.budget != nullptr ? options.budget
+                                        : std::make_shared<FetchBudget>(options.max_ahead_bytes)) {}
 
 RecordFetcher::~RecordFetcher() {
-  std::thread thread;
+  std::vector<std::thread> threads;
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
-    thread.swap(thread_);
+    threads.swap(threads_);
   }
-  if (thread.joinable()) thread.join();
+  for (std::thread& t : threads) t.join();
+  // What is still held ahead goes back to a budget that other fetchers may share.
+  absl::MutexLock lock(&mu_);
+  budget_->Give(ahead_bytes_);
+  ahead_bytes_ = 0;
+}
+
+void RecordFetcher::ReleaseLocked(Entry& entry) {
+  budget_->Give(entry.bytes);
+  ahead_bytes_ -= entry.bytes;
+  entry.bytes = 0;
 }
 
 uint64_t RecordFetcher::FramedBytes(const Dataset::Location& loc) const {
@@ -95,7 +123,7 @@ absl::StatusOr<std::shared_ptr<const FetchedRecords>> RecordFetcher::Take(
       const bool stale =
           k.first < key.first || (k.first == key.first && k.second + kStaleBatches < key.second);
       if (stale && it->second->done) {
-        ahead_bytes_ -= it->second->bytes;
+        ReleaseLocked(*it->second);
         ahead_.erase(it++);
       } else {
         ++it;
@@ -103,7 +131,7 @@ absl::StatusOr<std::shared_ptr<const FetchedRecords>> RecordFetcher::Take(
     }
     if (entry != nullptr) {
       mu_.Await(absl::Condition(&entry->done));
-      ahead_bytes_ -= entry->bytes;
+      ReleaseLocked(*entry);
       // The records asked for now are those asked ahead, unless the caller's view changed in
       // between (a record cached meanwhile, say): then they are read now.
       const bool same =
@@ -127,46 +155,126 @@ void RecordFetcher::Ahead(const Key& key, std::vector<Dataset::Location> records
   Ahead(std::move(batches));
 }
 
-void RecordFetcher::Ahead(std::vector<std::pair<Key, std::vector<Dataset::Location>>> batches) {
+void RecordFetcher::Ahead(Batches batches) {
   std::vector<uint64_t> bytes(batches.size());
   for (size_t i = 0; i < batches.size(); ++i) {
     for (const Dataset::Location& loc : batches[i].second) bytes[i] += FramedBytes(loc);
   }
   absl::MutexLock lock(&mu_);
+  AheadLocked(std::move(batches), bytes);
+}
+
+void RecordFetcher::AheadLocked(Batches batches, const std::vector<uint64_t>& bytes) {
   if (stopping_) return;
   for (size_t i = 0; i < batches.size(); ++i) {
     const Key& key = batches[i].first;
     if (taken_.contains(key) || ahead_.contains(key)) continue;
-    if (ahead_bytes_ + bytes[i] > options_.max_ahead_bytes) break;
+    if (!budget_->TryTake(bytes[i])) break;
     auto entry = std::make_shared<Entry>();
     entry->records = std::move(batches[i].second);
     entry->bytes = bytes[i];
     ahead_bytes_ += bytes[i];
+    stats_.peak_ahead_bytes = std::max(stats_.peak_ahead_bytes, ahead_bytes_);
     queue_.push_back(entry);
     ahead_.emplace(key, std::move(entry));
     ++stats_.ahead_started;
   }
-  if (!queue_.empty() && !thread_.joinable()) thread_ = std::thread([this] { Loop(); });
+  if (!queue_.empty()) MaybeStartThreadLocked();
+}
+
+void RecordFetcher::AheadLater(BatchRange range, std::function<Batches()> list) {
+  auto later = std::make_shared<Later>();
+  later->range = range;
+  later->list = std::move(list);
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return;
+  later_.push_back(std::move(later));
+  MaybeStartThreadLocked();
+}
+
+void RecordFetcher::Forget(BatchRange range) {
+  absl::MutexLock lock(&mu_);
+  for (auto& later : later_) later->cancelled = later->cancelled || later->range.Overlaps(range);
+  std::erase_if(later_, [](const std::shared_ptr<Later>& l) { return l->cancelled; });
+  for (auto& later : running_later_) {
+    later->cancelled = later->cancelled || later->range.Overlaps(range);
+  }
+  std::vector<Entry*> dropped;
+  for (auto it = ahead_.begin(); it != ahead_.end();) {
+    if (!range.Contains(it->first)) {
+      ++it;
+      continue;
+    }
+    Entry& entry = *it->second;
+    ++stats_.forgotten;
+    if (!entry.started || entry.done) {
+      // Not started: it leaves the queue (below). Done: its records are dropped here, and its
+      // storage with them once no batch fetched with it holds it.
+      ReleaseLocked(entry);
+      entry.fetched = absl::CancelledError("forgotten");
+      if (!entry.started) dropped.push_back(&entry);
+    } else {
+      entry.forgotten = true;  // its fetch gives its bytes back as it ends
+    }
+    ahead_.erase(it++);
+  }
+  if (!dropped.empty()) {
+    std::erase_if(queue_, [&](const std::shared_ptr<Entry>& e) {
+      return std::find(dropped.begin(), dropped.end(), e.get()) != dropped.end();
+    });
+  }
+  for (auto it = taken_.begin(); it != taken_.end();) {
+    if (range.Contains(*it)) {
+      taken_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void RecordFetcher::MaybeStartThreadLocked() {
+  if (idle_threads_ > 0) return;  // it wakes to the work
+  if (static_cast<int>(threads_.size()) >= std::max(1, options_.fetch_threads)) return;
+  threads_.emplace_back([this] { Loop(); });
 }
 
 void RecordFetcher::Loop() {
+  mu_.Lock();
   while (true) {
-    std::vector<std::shared_ptr<Entry>> entries;
-    {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](RecordFetcher* f)
-               ABSL_EXCLUSIVE_LOCKS_REQUIRED(f->mu_) { return f->stopping_ || !f->queue_.empty(); },
-          this));
-      if (stopping_) return;  // no Take waits: the destructor runs alone
-      // Every batch waiting: their bytes are within max_ahead_bytes already.
-      while (!queue_.empty()) {
-        entries.push_back(std::move(queue_.front()));
-        queue_.pop_front();
+    ++idle_threads_;
+    mu_.Await(absl::Condition(this, &RecordFetcher::HasWorkLocked));
+    --idle_threads_;
+    if (stopping_) break;  // no Take waits: the destructor runs alone
+    if (queue_.empty()) {
+      // A list to make: outside the lock, since making it may open files (a request each).
+      std::shared_ptr<Later> later = std::move(later_.front());
+      later_.pop_front();
+      running_later_.push_back(later);
+      mu_.Unlock();
+      Batches batches = later->list();
+      std::vector<uint64_t> bytes(batches.size());
+      for (size_t i = 0; i < batches.size(); ++i) {
+        for (const Dataset::Location& loc : batches[i].second) bytes[i] += FramedBytes(loc);
       }
+      mu_.Lock();
+      std::erase(running_later_, later);
+      if (!later->cancelled) AheadLocked(std::move(batches), bytes);
+      continue;
     }
+    // Every batch waiting: their bytes are within the budget already.
+    std::vector<std::shared_ptr<Entry>> entries;
+    while (!queue_.empty()) {
+      entries.push_back(std::move(queue_.front()));
+      entries.back()->started = true;
+      queue_.pop_front();
+    }
+    // Another thread takes what is named meanwhile.
+    if (!later_.empty()) MaybeStartThreadLocked();
+    mu_.Unlock();
     FetchTogether(entries);
+    mu_.Lock();
   }
+  mu_.Unlock();
 }
 
 void RecordFetcher::FetchTogether(const std::vector<std::shared_ptr<Entry>>& entries) {
@@ -193,8 +301,13 @@ void RecordFetcher::FetchTogether(const std::vector<std::shared_ptr<Entry>>& ent
   absl::MutexLock lock(&mu_);
   ++stats_.ahead_fetches;
   for (size_t i = 0; i < entries.size(); ++i) {
-    entries[i]->fetched = std::move(parts[i]);
-    entries[i]->done = true;
+    Entry& entry = *entries[i];
+    entry.done = true;
+    if (entry.forgotten) {
+      ReleaseLocked(entry);  // its task was taken away during the fetch: nobody takes it
+      continue;
+    }
+    entry.fetched = std::move(parts[i]);
   }
 }
 
@@ -205,7 +318,9 @@ bool RecordFetcher::Known(const Key& key) const {
 
 RecordFetcher::Stats RecordFetcher::stats() const {
   absl::MutexLock lock(&mu_);
-  return stats_;
+  Stats s = stats_;
+  s.ahead_bytes = ahead_bytes_;
+  return s;
 }
 
 }  // namespace croupier

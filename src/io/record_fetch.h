@@ -1,17 +1,26 @@
 // RecordFetcher: the records a batch needs from remote files (an object store:
 // RandomAccessFile::remote()), read with one ReadRanges call per file, which the store's Env
 // turns into few merged requests run in parallel; and the records of the batches to be made next
-// fetched the same way ahead of use, by a thread of its own, within a bound on their bytes: the
-// batches waiting to be fetched ahead are read together, in one ReadRanges call per file, so
-// that records neighbouring in a file merge into one request even when they fall in different
-// batches (a blocks shuffle deals a window of blocks over several batches).
+// fetched the same way ahead of use, by threads of its own, within a bound on their bytes: the
+// batches waiting to be fetched ahead when a thread is free are read together, in one ReadRanges
+// call per file, so that records neighbouring in a file merge into one request even when they
+// fall in different batches (a blocks shuffle deals a window of blocks over several batches).
 //
-// The maker knows what comes next from the plan: the later batches of the task it is making
-// (a task is held whole by one producer), so nothing is fetched that its producer will not use,
-// unless the task is taken away first.
+// The maker knows what comes next from the plan: the later batches of the task it is making, and
+// the tasks its producer holds but has not started (a task is held whole by one producer). It
+// names those as they are given (AheadLater: the list is made on a fetch thread, since making it
+// may open files), and the batches of a task taken away before they are made are forgotten
+// (Forget): their queued fetches cancelled, their bytes released. So nothing is fetched that its
+// producer will not use, but what a task taken away had fetched already.
+//
+// Bounds: the bytes fetched ahead and not yet taken, at most the budget's capacity (FetchBudget,
+// which the fetchers of a producer's jobs share); at most Options::fetch_threads fetches ahead
+// running at once, each one ReadRanges call per file, whose requests the store's client runs
+// within its own bound on requests in flight (CROUPIER_S3_MAX_IN_FLIGHT).
 #ifndef CROUPIER_SRC_IO_RECORD_FETCH_H_
 #define CROUPIER_SRC_IO_RECORD_FETCH_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -48,23 +57,66 @@ struct FetchedRecords {
   }
 };
 
+// The bytes that may be held fetched ahead of use, shared by the fetchers that take from it (one
+// producer's jobs): a batch whose bytes do not fit is not fetched ahead (it is fetched when it
+// is made). Thread-safe.
+class FetchBudget {
+ public:
+  explicit FetchBudget(uint64_t capacity) : capacity_(capacity) {}
+  FetchBudget(const FetchBudget&) = delete;
+  FetchBudget& operator=(const FetchBudget&) = delete;
+
+  // Takes `bytes` if they fit within the capacity with what is taken; false (nothing taken) if
+  // not.
+  bool TryTake(uint64_t bytes);
+  void Give(uint64_t bytes);
+  uint64_t capacity() const { return capacity_; }
+  uint64_t used() const { return used_.load(std::memory_order_relaxed); }
+  // The most taken at once.
+  uint64_t peak() const { return peak_.load(std::memory_order_relaxed); }
+
+ private:
+  const uint64_t capacity_;
+  std::atomic<uint64_t> used_{0};
+  std::atomic<uint64_t> peak_{0};
+};
+
 // Thread-safe.
 class RecordFetcher {
  public:
   struct Options {
-    // Bytes fetched ahead and not yet taken, at most; a batch that would pass it is not fetched
-    // ahead (it is fetched when it is made).
+    // Bytes fetched ahead and not yet taken, at most, when `budget` is not given.
     uint64_t max_ahead_bytes = uint64_t{64} << 20;
+    // The bound on the bytes fetched ahead, shared with other fetchers; null: one of this
+    // fetcher's own, of max_ahead_bytes.
+    std::shared_ptr<FetchBudget> budget;
+    // Fetches of batches ahead running at once (each waits for its requests: the next batches
+    // named meanwhile start without waiting for it); at least 1.
+    int fetch_threads = 4;
   };
   // A batch: (epoch, global batch).
   using Key = std::pair<uint64_t, uint64_t>;
+  // Batches [first, end) of epoch `epoch`: a task's.
+  struct BatchRange {
+    uint64_t epoch = 0;
+    uint64_t first = 0;
+    uint64_t end = 0;
+    bool Contains(const Key& key) const {
+      return key.first == epoch && key.second >= first && key.second < end;
+    }
+    bool Overlaps(const BatchRange& o) const {
+      return o.epoch == epoch && o.first < end && first < o.end;
+    }
+  };
+  // Batches and the records to fetch for each.
+  using Batches = std::vector<std::pair<Key, std::vector<Dataset::Location>>>;
   // The open file of the dataset's file `file`.
   using Opener = std::function<absl::StatusOr<const RandomAccessFile*>(size_t file)>;
 
   // `dataset` must outlive the fetcher.
   RecordFetcher(const Dataset& dataset, Opener open, Options options);
-  // Stops the read-ahead thread after the fetch it is running (bounded by the store's request
-  // deadline).
+  // Stops the read-ahead threads after the fetches they are running (bounded by the store's
+  // request deadline).
   ~RecordFetcher();
   RecordFetcher(const RecordFetcher&) = delete;
   RecordFetcher& operator=(const RecordFetcher&) = delete;
@@ -87,8 +139,18 @@ class RecordFetcher {
   // The same for several batches at once, which are then fetched together (in one ReadRanges
   // per file), so that their neighbouring records share requests; those past max_ahead_bytes
   // are left out.
-  void Ahead(std::vector<std::pair<Key, std::vector<Dataset::Location>>> batches)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void Ahead(Batches batches) ABSL_LOCKS_EXCLUDED(mu_);
+  // Runs `list` later on a fetch thread and asks for the batches it names as Ahead does; returns
+  // at once (no read, no file opened here: a caller that must not wait on the store can name
+  // work). `range` holds every batch `list` names: Forget(range) before `list` has run cancels
+  // it. Lists run in the order given, before the batches they name are fetched.
+  void AheadLater(BatchRange range, std::function<Batches()> list) ABSL_LOCKS_EXCLUDED(mu_);
+  // Forgets the batches of `range` that were asked for ahead and not taken: a list of
+  // AheadLater not yet run is cancelled, queued fetches are dropped, and fetched bytes given back
+  // to the budget (a fetch under way gives them back as it ends). Its bytes are freed once no
+  // batch fetched in the same request is held (the fetches of other batches share it). The
+  // batches are no longer known (a range taken away and given back is fetched ahead again).
+  void Forget(BatchRange range) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Whether batch `key` was asked for ahead or taken (lately).
   bool Known(const Key& key) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -98,6 +160,9 @@ class RecordFetcher {
     uint64_t ahead_used = 0;     // of them, taken by the maker
     uint64_t fetched_now = 0;    // batches fetched when made
     uint64_t ahead_fetches = 0;  // fetches of batches ahead, each of every batch then waiting
+    uint64_t forgotten = 0;      // batches asked for ahead, then forgotten before they were taken
+    uint64_t ahead_bytes = 0;    // bytes fetched ahead (or being fetched) and not taken, now
+    uint64_t peak_ahead_bytes = 0;  // the most of them at once
   };
   Stats stats() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -105,10 +170,27 @@ class RecordFetcher {
   struct Entry {
     std::vector<Dataset::Location> records;
     uint64_t bytes = 0;
-    bool done = false;
+    bool started = false;    // a fetch thread took it from the queue
+    bool done = false;       // its fetch ended
+    bool forgotten = false;  // Forget found it under way: its fetch gives its bytes back
     absl::StatusOr<std::shared_ptr<const FetchedRecords>> fetched;
   };
+  // A list of AheadLater not yet run (or running).
+  struct Later {
+    BatchRange range;
+    std::function<Batches()> list;
+    bool cancelled = false;
+  };
   void Loop();
+  // Starts a fetch thread if every one is busy and fewer than fetch_threads run.
+  void MaybeStartThreadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool HasWorkLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopping_ || !queue_.empty() || !later_.empty();
+  }
+  void AheadLocked(Batches batches, const std::vector<uint64_t>& bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Releases the bytes of an entry no longer held ahead.
+  void ReleaseLocked(Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fetches `entries` together and hands each its records.
   void FetchTogether(const std::vector<std::shared_ptr<Entry>>& entries);
   uint64_t FramedBytes(const Dataset::Location& loc) const;
@@ -117,19 +199,25 @@ class RecordFetcher {
   const Dataset& dataset_;
   const Opener open_;
   const Options options_;
+  const std::shared_ptr<FetchBudget> budget_;  // options_.budget, or this fetcher's own
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<Key, std::shared_ptr<Entry>> ahead_ ABSL_GUARDED_BY(mu_);
   // Entries not started, in order (some may be taken from ahead_ already, and waited for).
   std::deque<std::shared_ptr<Entry>> queue_ ABSL_GUARDED_BY(mu_);
+  // Lists of AheadLater not run yet, in order; and those running.
+  std::deque<std::shared_ptr<Later>> later_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<Later>> running_later_ ABSL_GUARDED_BY(mu_);
   // Batches taken lately, so that a batch made before its read-ahead was asked is not fetched
   // again; the oldest are forgotten past kRememberTaken.
   absl::flat_hash_set<Key> taken_ ABSL_GUARDED_BY(mu_);
   std::deque<Key> taken_order_ ABSL_GUARDED_BY(mu_);
+  // This fetcher's bytes ahead (within budget_, which may be shared).
   uint64_t ahead_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   Stats stats_ ABSL_GUARDED_BY(mu_);
-  std::thread thread_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
+  int idle_threads_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace croupier

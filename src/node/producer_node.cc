@@ -3,9 +3,11 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <random>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "src/common/logging.h"
 #include "src/common/status_macros.h"
@@ -18,6 +20,22 @@
 #include "src/transport/shm_transport.h"
 
 namespace croupier {
+namespace {
+
+// ProducerNodeOptions::prefetch_bytes, else $CROUPIER_S3_PREFETCH_BYTES, else the default.
+absl::StatusOr<uint64_t> PrefetchBytes(const std::optional<uint64_t>& given) {
+  if (given) return *given;
+  const char* v = std::getenv("CROUPIER_S3_PREFETCH_BYTES");
+  if (v == nullptr || *v == '\0') return TfrecordBatchMaker::kFetchAheadBytes;
+  uint64_t bytes = 0;
+  if (!absl::SimpleAtoi(v, &bytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CROUPIER_S3_PREFETCH_BYTES='", v, "' is not a whole number of bytes"));
+  }
+  return bytes;
+}
+
+}  // namespace
 
 // Serves from the runner after a random delay: lets the tests make producers slow and uneven.
 class ProducerNode::DelayingSource final : public BatchSource {
@@ -73,6 +91,8 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOp
   node->options_ = options;
   node->dispatcher_ = node->MakeControlPlane(options.connect_timeout);
   node->index_cache_ = std::make_unique<IndexCache>(options.index_cache_dir);
+  ASSIGN_OR_RETURN(const uint64_t prefetch_bytes, PrefetchBytes(options.prefetch_bytes));
+  node->fetch_budget_ = std::make_shared<FetchBudget>(prefetch_bytes);
   if (options.cache_bytes > 0) {
     ASSIGN_OR_RETURN(
         node->record_cache_,
@@ -194,7 +214,8 @@ absl::StatusOr<std::shared_ptr<const BatchMaker>> ProducerNode::FilesMaker(const
     return maker;
   }
   ASSIGN_OR_RETURN(std::shared_ptr<const BatchMaker> maker,
-                   TfrecordBatchMaker::Create(job, *index_cache_, record_cache_.get()));
+                   TfrecordBatchMaker::Create(job, *index_cache_, record_cache_.get(),
+                                              /*env=*/nullptr, fetch_budget_));
   return maker;
 }
 

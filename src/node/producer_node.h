@@ -30,6 +30,7 @@
 #include "absl/time/time.h"
 #include "croupier/record_index.h"
 #include "src/control/control_plane.h"
+#include "src/io/record_fetch.h"
 #include "src/node/metrics_server.h"
 #include "src/producer/function_maker.h"
 #include "src/producer/record_cache.h"
@@ -84,6 +85,10 @@ struct ProducerNodeOptions {
   uint64_t cache_bytes = 0;
   std::string cache_dir;
   std::string index_cache_dir;  // empty: IndexCache::DefaultDir()
+  // The bytes of records fetched ahead of use from an object store and not yet made into
+  // batches, for all jobs together (TfrecordBatchMaker); unset: $CROUPIER_S3_PREFETCH_BYTES,
+  // else TfrecordBatchMaker::kFetchAheadBytes (64 MiB).
+  std::optional<uint64_t> prefetch_bytes;
   // For tests: a random delay of up to this much before each batch is served.
   absl::Duration test_max_delay = absl::ZeroDuration();
   // How long the producer keeps retrying an unreachable dispatcher at start before giving up.
@@ -187,6 +192,8 @@ class ProducerNode {
   std::unique_ptr<ControlPlane> dispatcher_;
   std::unique_ptr<IndexCache> index_cache_;
   std::unique_ptr<RecordCache> record_cache_;
+  // The bound on what every job's maker fetches ahead (prefetch_bytes).
+  std::shared_ptr<FetchBudget> fetch_budget_;
   std::unique_ptr<TaskHolder> holder_;
   SequentialSource* sequential_ = nullptr;  // holder_, when it is one
   std::unique_ptr<BatchSource> source_;     // holder_ behind test delays

@@ -50,6 +50,20 @@ class BatchMaker {
   // How the TCP data plane compresses this job's batches.
   Codec compression() const { return config_.compression; }
 
+  // What the producer holding the tasks (TaskRunner) tells its maker, so that a maker that reads
+  // ahead of use can read what comes next and nothing else. WillMake: the producer was given
+  // `task` and will ask for its batches (after those of the tasks given before it, mostly).
+  // WontMake: it will not ask for the batches of `task` it has not made (the task was taken
+  // away); what was read ahead for them can go. A task may be given again after WontMake.
+  //
+  // Both return at once: they may only name work for the maker's own threads. They are called
+  // on the producer's heartbeat thread (under the TaskRunner's lock), which must never wait on
+  // a file or a store: no open, no read, no request. They change no batch's bytes, and Make
+  // answers the same whether or not they were called. By default they do nothing.
+  // TfrecordBatchMaker fetches a task's records from an object store ahead (tfrecord_maker.h).
+  virtual void WillMake(const v1::Task& /*task*/) const {}
+  virtual void WontMake(const v1::Task& /*task*/) const {}
+
  protected:
   // `config` must be ParseJobConfig(job) with a plan that agrees with the job (CheckedConfig).
   BatchMaker(v1::JobInfo job, JobConfig config);

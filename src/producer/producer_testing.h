@@ -138,9 +138,22 @@ inline std::vector<uint64_t> IdsOf(const Batch& batch) {
 }
 
 // An Env whose file reads wait while the gate is closed (20 seconds at most, so that a failed test
-// cannot hang on a closed gate), counting the reads waiting.
+// cannot hang on a closed gate), counting the reads waiting. A remote one's files say they are an
+// object store's (RandomAccessFile::remote(): a TfrecordBatchMaker fetches their records through
+// its RecordFetcher), and every range asked of their ReadRanges is logged before it waits.
 class GatedEnv : public Env {
  public:
+  struct Range {
+    std::string path;
+    uint64_t offset = 0;
+    uint64_t length = 0;
+  };
+  explicit GatedEnv(bool remote = false) : remote_(remote) {}
+  // The ranges asked of ReadRanges so far, in order.
+  std::vector<Range> ranges() {
+    absl::MutexLock lock(&mu_);
+    return ranges_;
+  }
   void Close() {
     absl::MutexLock lock(&mu_);
     open_ = false;
@@ -194,6 +207,12 @@ class GatedEnv : public Env {
       return file_->Read(offset, n, dst);
     }
     const std::string& name() const override { return file_->name(); }
+    absl::StatusOr<uint64_t> Size() const override { return file_->Size(); }
+    bool remote() const override { return env_->remote_; }
+    absl::Status ReadRanges(absl::Span<Range> ranges) const override {
+      env_->Log(name(), ranges);
+      return RandomAccessFile::ReadRanges(ranges);  // each range a Read through the gate
+    }
 
    private:
     GatedEnv* const env_;
@@ -207,7 +226,14 @@ class GatedEnv : public Env {
     --waiting_;
   }
 
+  void Log(const std::string& path, absl::Span<const RandomAccessFile::Range> ranges) {
+    absl::MutexLock lock(&mu_);
+    for (const auto& r : ranges) ranges_.push_back({path, r.offset, r.length});
+  }
+
+  const bool remote_;
   absl::Mutex mu_;
+  std::vector<Range> ranges_ ABSL_GUARDED_BY(mu_);
   bool open_ ABSL_GUARDED_BY(mu_) = true;
   int waiting_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -94,6 +94,9 @@ absl::Status TaskRunner::AddTask(const v1::Task& task, std::shared_ptr<const Bat
   std::erase_if(retained_, [&](const std::shared_ptr<HeldTask>& old) {
     return old->id() == task.task_id() || old->Overlaps(task);
   });
+  // Its maker may start reading ahead for it now (it only names the work: BatchMaker::WillMake),
+  // while the tasks before it are made. Under the lock, so that a RevokeTask comes after it.
+  held->maker()->WillMake(task);
   tasks_.push_back(std::move(held));
   return absl::OkStatus();
 }
@@ -108,6 +111,7 @@ bool TaskRunner::RevokeTask(uint64_t task_id) {
   std::shared_ptr<HeldTask> task = std::move(*it);
   tasks_.erase(it);
   task->Revoke();
+  task->maker()->WontMake(task->task());  // what was read ahead for it goes
   const absl::Status revoked =
       absl::NotFoundError(absl::StrCat(task->Describe(), " was revoked from this producer"));
   for (uint64_t i = 0; i < task->size(); ++i) {

@@ -67,6 +67,11 @@ namespace croupier {
 // again on demand (identical bytes: the content is a function of the plan). So a rank's trouble
 // costs that rank a remake, and never the other ranks their producers.
 //
+// Reading ahead: AddTask tells the task's maker that its batches will be asked for
+// (BatchMaker::WillMake), and RevokeTask that those not made will not (WontMake), so that a maker
+// reading from an object store fetches the records of the tasks held but not started while the
+// workers make the current ones, and frees what it fetched for a task taken away.
+//
 // A batch that fails to be made is logged once and handed to its requester as the error, and is
 // not retried by the workers; a later request remakes it on demand (and fails again if the data
 // is still bad).

@@ -28,7 +28,8 @@ absl::Status Prefixed(const absl::Status& status, absl::string_view prefix) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TfrecordBatchMaker>> TfrecordBatchMaker::Create(
-    const v1::JobInfo& job, IndexCache& cache, RecordCache* record_cache, Env* env) {
+    const v1::JobInfo& job, IndexCache& cache, RecordCache* record_cache, Env* env,
+    std::shared_ptr<FetchBudget> budget) {
   const std::string& name = job.spec().name();
   const std::string prefix = absl::StrCat("job '", name, "': ");
   if (job.files().empty()) return absl::InvalidArgumentError(prefix + "the job has no files");
@@ -55,28 +56,31 @@ absl::StatusOr<std::unique_ptr<TfrecordBatchMaker>> TfrecordBatchMaker::Create(
                                                       (*dataset)->num_records()));
   }
 
-  return std::unique_ptr<TfrecordBatchMaker>(new TfrecordBatchMaker(
-      job, std::move(config), *std::move(dataset), *std::move(features), record_cache, env));
+  if (budget == nullptr) budget = std::make_shared<FetchBudget>(kFetchAheadBytes);
+  return std::unique_ptr<TfrecordBatchMaker>(
+      new TfrecordBatchMaker(job, std::move(config), *std::move(dataset), *std::move(features),
+                             record_cache, env, std::move(budget)));
 }
 
 TfrecordBatchMaker::TfrecordBatchMaker(v1::JobInfo job, JobConfig config,
                                        std::unique_ptr<Dataset> dataset,
                                        std::vector<FeatureSpec> features, RecordCache* record_cache,
-                                       Env* env)
+                                       Env* env, std::shared_ptr<FetchBudget> budget)
     : BatchMaker(std::move(job), std::move(config)),
       dataset_(std::move(dataset)),
       features_(std::move(features)),
       record_cache_(record_cache),
       env_(env != nullptr ? env : Env::Default()),
       files_(new File[dataset_->num_files()]),
-      fetch_group_(FetchGroupBatches(*dataset_, this->config().plan.batch_size)),
+      fetch_group_(
+          FetchGroupBatches(*dataset_, this->config().plan.batch_size, budget->capacity())),
       fetcher_(std::make_unique<RecordFetcher>(
           *dataset_,
           [this](size_t file) -> absl::StatusOr<const RandomAccessFile*> {
             ASSIGN_OR_RETURN(const IndexedRecordFile* f, OpenFile(file));
             return &f->file();
           },
-          RecordFetcher::Options{kFetchAheadBytes})) {
+          RecordFetcher::Options{.budget = budget, .fetch_threads = kFetchThreads})) {
   if (record_cache_ != nullptr) {
     for (size_t i = 0; i < dataset_->num_files(); ++i) {
       files_[i].cache_id = record_cache_->FileId(dataset_->index(i));

@@ -38,10 +38,18 @@ class RecordCache;
 // a second one once consecutive records of the file are read together: see AddRun).
 //
 // Records in remote files (an object store: RandomAccessFile::remote()) are read per batch, with
-// one ReadRanges call per file (merged into few requests by the store's Env), and the records of
-// the next batches of the same task are fetched ahead of use, a group of batches at a time:
-// about kFetchGroupBytes of records, at least kFetchAheadBatches batches (RecordFetcher, at most
-// kFetchAheadBytes of them waiting; FetchAhead).
+// one ReadRanges call per file (merged into few requests by the store's Env), and fetched ahead of
+// use by the RecordFetcher, a group of batches at a time (about kFetchGroupBytes of records, at
+// least kFetchAheadBatches batches):
+// - a task's first two groups as soon as its producer is given it (WillMake), while the tasks
+//   before it are made, so that its first batch need not wait for its records;
+// - the next group of a task as its batches are made (FetchAhead);
+// - what was fetched for a task taken away (WontMake) is forgotten: its queued fetches dropped,
+//   its bytes freed.
+// The bytes fetched ahead and not yet made into batches are at most the FetchBudget's capacity
+// (one budget for every job of a producer: CROUPIER_S3_PREFETCH_BYTES, default kFetchAheadBytes;
+// what does not fit is fetched when its batch is made); at most kFetchThreads fetches run at once
+// per job, their requests within the store client's own bound (CROUPIER_S3_MAX_IN_FLIGHT).
 //
 // Batches of 64 KiB and more are laid out in recycled buffers (BufferPool): at most
 // kFreeBatchBytes of buffers whose batches are gone are kept for the next ones.
@@ -54,6 +62,7 @@ class TfrecordBatchMaker final : public BatchMaker {
   static constexpr uint64_t kFetchAheadBatches = 8;
   static constexpr uint64_t kFetchGroupBytes = uint64_t{8} << 20;
   static constexpr uint64_t kFetchAheadBytes = uint64_t{64} << 20;
+  static constexpr int kFetchThreads = 4;
 
   // Opens the job's files (JobInfo.files: expanded paths, in global record order) as a Dataset
   // through `cache`, and checks that they still hold the record counts the job was created with.
@@ -61,11 +70,18 @@ class TfrecordBatchMaker final : public BatchMaker {
   // disagrees with JobInfo.batches_per_epoch); INVALID_ARGUMENT for a bad feature or plan spec;
   // errors of IndexCache::Get (NOT_FOUND for a missing file, DATA_LOSS for a corrupt one).
   // `record_cache` may be null; otherwise it must outlive the maker. The records are read
-  // through `env` (nullptr: Env::Default()), which must outlive the maker.
+  // through `env` (nullptr: Env::Default()), which must outlive the maker. The bytes fetched
+  // ahead are taken from `budget` (nullptr: one of the maker's own, of kFetchAheadBytes).
   static absl::StatusOr<std::unique_ptr<TfrecordBatchMaker>> Create(
       const v1::JobInfo& job, IndexCache& cache, RecordCache* record_cache = nullptr,
-      Env* env = nullptr);
+      Env* env = nullptr, std::shared_ptr<FetchBudget> budget = nullptr);
   ~TfrecordBatchMaker() override;
+
+  // Fetching ahead (see above): names the task's first groups to the fetcher's threads, which
+  // work out their records (opening files, a request each for an object) and fetch them.
+  void WillMake(const v1::Task& task) const override;
+  // Forgets what was fetched or queued for the task's batches.
+  void WontMake(const v1::Task& task) const override;
 
   const Dataset& dataset() const { return *dataset_; }
   // What the read-ahead of remote records did.
@@ -92,7 +108,8 @@ class TfrecordBatchMaker final : public BatchMaker {
   };
 
   TfrecordBatchMaker(v1::JobInfo job, JobConfig config, std::unique_ptr<Dataset> dataset,
-                     std::vector<FeatureSpec> features, RecordCache* record_cache, Env* env);
+                     std::vector<FeatureSpec> features, RecordCache* record_cache, Env* env,
+                     std::shared_ptr<FetchBudget> budget);
   // Errors name the record's file, number and byte offset, and for a decoding error the
   // feature, e.g. "record 7 of /data/a.tfrecord (byte 1234): feature 'label': expected int64,
   // found float_list". Codes: DATA_LOSS for corrupt or truncated records, INVALID_ARGUMENT for
@@ -125,8 +142,9 @@ class TfrecordBatchMaker final : public BatchMaker {
   // Reads records [loc.record, loc.record + count) of a file with one read and adds them.
   absl::Status AddRun(const Dataset::Location& loc, size_t count, Scratch& scratch) const;
   // The remote path (tfrecord_maker_fetch.cc).
-  // fetch_group_ for a dataset and batch size.
-  static uint64_t FetchGroupBatches(const Dataset& dataset, uint64_t batch_size);
+  // fetch_group_ for a dataset, batch size and bytes that may be fetched ahead.
+  static uint64_t FetchGroupBatches(const Dataset& dataset, uint64_t batch_size,
+                                    uint64_t ahead_bytes);
   // Whether any of the records at `locs` is in a remote file (opening the files not yet open).
   bool AnyRemote(absl::Span<const Dataset::Location> locs) const;
   // Of the records at `locs`, those to fetch from remote files: not in the record cache. Their
@@ -135,6 +153,8 @@ class TfrecordBatchMaker final : public BatchMaker {
                                          std::vector<size_t>* positions) const;
   // Asks the fetcher for the records of the next batches of the task holding `batch`.
   void FetchAhead(uint64_t epoch, uint64_t batch) const;
+  // The records to fetch of batches [first, end) of `epoch` that are in remote files.
+  RecordFetcher::Batches RemoteBatches(uint64_t epoch, uint64_t first, uint64_t end) const;
   // Reads the records `ids` of batch (epoch, batch), some of them in remote files, through the
   // fetcher, and adds them in order to scratch.builder.
   absl::Status AddFetchedRecords(uint64_t epoch, uint64_t batch, absl::Span<const uint64_t> ids,
@@ -152,7 +172,7 @@ class TfrecordBatchMaker final : public BatchMaker {
   Env* const env_;
   const std::unique_ptr<File[]> files_;
   // Batches fetched ahead together (FetchAhead): kFetchGroupBytes of the dataset's average
-  // records, at least kFetchAheadBatches, and at most half of kFetchAheadBytes.
+  // records, at least kFetchAheadBatches, and at most half of the budget's bytes.
   const uint64_t fetch_group_;
   mutable BufferPool batch_buffers_{kFreeBatchBytes, kMinPooledBatchBytes};  // thread-safe
   const std::unique_ptr<RecordFetcher> fetcher_;                             // thread-safe

@@ -1,6 +1,7 @@
 // TfrecordBatchMaker's reads of remote files (an object store): a batch's records in one
-// ReadRanges call per file through the RecordFetcher, and the next batches of its task fetched
-// ahead in groups. The rest of the maker is in tfrecord_maker.cc.
+// ReadRanges call per file through the RecordFetcher, the first groups of a task fetched as its
+// producer is given it, and the next batches of a task fetched ahead in groups as it is made.
+// The rest of the maker is in tfrecord_maker.cc.
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -14,13 +15,14 @@
 
 namespace croupier {
 
-uint64_t TfrecordBatchMaker::FetchGroupBatches(const Dataset& dataset, uint64_t batch_size) {
+uint64_t TfrecordBatchMaker::FetchGroupBatches(const Dataset& dataset, uint64_t batch_size,
+                                               uint64_t ahead_bytes) {
   uint64_t bytes = 0;
   for (size_t f = 0; f < dataset.num_files(); ++f) bytes += dataset.index(f).file_size;
   const uint64_t records = std::max<uint64_t>(dataset.num_records(), 1);
   const uint64_t batch_bytes = std::max<uint64_t>(bytes / records * batch_size, 1);
   return std::clamp(kFetchGroupBytes / batch_bytes, kFetchAheadBatches,
-                    std::max<uint64_t>(kFetchAheadBytes / 2 / batch_bytes, kFetchAheadBatches));
+                    std::max<uint64_t>(ahead_bytes / 2 / batch_bytes, kFetchAheadBatches));
 }
 
 bool TfrecordBatchMaker::AnyRemote(absl::Span<const Dataset::Location> locs) const {
@@ -74,18 +76,40 @@ void TfrecordBatchMaker::FetchAhead(uint64_t epoch, uint64_t batch) const {
   }
   const uint64_t first = known ? batch + 1 : batch;
   if (first >= end) return;
-  absl::StatusOr<EpochPlan> plan = EpochPlan::Create(c.plan, epoch);
-  if (!plan.ok()) return;
-  std::vector<uint64_t> ids(c.plan.batch_size);
+  fetcher_->Ahead(RemoteBatches(epoch, first, end));
+}
+
+RecordFetcher::Batches TfrecordBatchMaker::RemoteBatches(uint64_t epoch, uint64_t first,
+                                                         uint64_t end) const {
+  RecordFetcher::Batches batches;
+  absl::StatusOr<EpochPlan> plan = EpochPlan::Create(config().plan, epoch);
+  if (!plan.ok()) return batches;  // Make reports it
+  std::vector<uint64_t> ids(config().plan.batch_size);
   std::vector<Dataset::Location> locs(ids.size());
-  std::vector<std::pair<RecordFetcher::Key, std::vector<Dataset::Location>>> batches;
   for (uint64_t g = first; g < end; ++g) {
     plan->BatchRecords(g, absl::MakeSpan(ids));
     for (size_t i = 0; i < ids.size(); ++i) locs[i] = dataset_->Locate(ids[i]);
     if (!AnyRemote(locs)) continue;
     batches.emplace_back(RecordFetcher::Key{epoch, g}, ToFetch(locs, nullptr));
   }
-  fetcher_->Ahead(std::move(batches));
+  return batches;
+}
+
+void TfrecordBatchMaker::WillMake(const v1::Task& task) const {
+  // The task's first two groups, as FetchAhead asks for them at its first batch: that call then
+  // finds them known, and asks for the third group at the second group's start. Worked out on a
+  // fetch thread: locating the records is CPU only, but the files may need opening.
+  const uint64_t epoch = task.epoch();
+  const uint64_t first = task.first_batch();
+  const uint64_t end = first + task.num_batches();
+  const uint64_t ahead_end = std::min(end, first + 2 * fetch_group_);
+  fetcher_->AheadLater({epoch, first, end}, [this, epoch, first, ahead_end] {
+    return RemoteBatches(epoch, first, ahead_end);
+  });
+}
+
+void TfrecordBatchMaker::WontMake(const v1::Task& task) const {
+  fetcher_->Forget({task.epoch(), task.first_batch(), task.first_batch() + task.num_batches()});
 }
 
 absl::Status TfrecordBatchMaker::AddFetched(const Dataset::Location& loc,
