@@ -1,9 +1,11 @@
 // One scenario suite for the three supplies a producer takes: TFRecord files, a records function
 // (an addressable Python source; here a fake function stands in for the Python workers) and a
 // stream (croupier.serve(); here a fake feeder thread per producer supplies the batches in the
-// order its SequentialSource asks for). Every scenario runs for each supply on the in-process
-// cluster (test_cluster.h) and compares what each rank receives, record ids and content hashes,
-// against a reference: the plan's deal, and a fault-free run.
+// order its SequentialSource asks for). Every scenario runs for each supply, crossed with both
+// control planes (the dispatcher called in process, or through its gRPC server and the gRPC
+// clients) and both transports (TCP, shared memory), on the test cluster (test_cluster.h), and
+// compares what each rank receives, record ids and content hashes, against a reference: the
+// plan's deal, and a fault-free run.
 #include <memory>
 #include <set>
 #include <string>
@@ -21,16 +23,39 @@ namespace {
 
 enum class Supply { kTfrecord, kRecordsFunction, kStream };
 
-std::string SupplyName(const ::testing::TestParamInfo<Supply>& info) {
-  switch (info.param) {
+// One cell of the suite: a supply, a control plane and a transport.
+struct Setup {
+  Supply supply;
+  ControlPlaneKind control;
+  bool shm;  // shared memory between producers and consumers; false: TCP
+};
+
+std::string SetupName(const ::testing::TestParamInfo<Setup>& info) {
+  std::string name;
+  switch (info.param.supply) {
     case Supply::kTfrecord:
-      return "Tfrecord";
+      name = "Tfrecord";
+      break;
     case Supply::kRecordsFunction:
-      return "RecordsFunction";
+      name = "RecordsFunction";
+      break;
     case Supply::kStream:
-      return "Stream";
+      name = "Stream";
+      break;
   }
-  return "Unknown";
+  name += info.param.control == ControlPlaneKind::kGrpc ? "_Grpc" : "_InProcess";
+  name += info.param.shm ? "_Shm" : "_Tcp";
+  return name;
+}
+
+std::vector<Setup> AllSetups() {
+  std::vector<Setup> out;
+  for (Supply supply : {Supply::kTfrecord, Supply::kRecordsFunction, Supply::kStream}) {
+    for (ControlPlaneKind control : {ControlPlaneKind::kInProcess, ControlPlaneKind::kGrpc}) {
+      for (bool shm : {false, true}) out.push_back({supply, control, shm});
+    }
+  }
+  return out;
 }
 
 constexpr uint64_t kBatchSize = 4;
@@ -62,13 +87,15 @@ v1::JobSpec SourceJobSpec(v1::SourceKind source, uint32_t world) {
 // producers and, for a stream, one feeder thread per producer.
 class SupplyCluster {
  public:
-  SupplyCluster(Supply supply, int producers, uint32_t world, TestClusterOptions options = {})
-      : supply_(supply), producers_(producers) {
+  SupplyCluster(Setup setup, int producers, uint32_t world, TestClusterOptions options = {})
+      : supply_(setup.supply), shm_(setup.shm), producers_(producers) {
     options.producers = 0;
+    options.control_plane = setup.control;
+    options.consumer_shm = setup.shm ? "on" : "off";
     cluster_ = Must(TestCluster::Start(std::move(options)));
     if (!cluster_) return;
     v1::JobSpec spec;
-    switch (supply) {
+    switch (supply_) {
       case Supply::kTfrecord:
         WriteDataset(cluster_->dir(), {50, 40, 30});
         spec = DatasetSpec(cluster_->dir(), world);
@@ -129,6 +156,7 @@ class SupplyCluster {
   void AddProducer(int k, const std::string& job = "train") {
     ProducerNodeOptions options;
     options.runner.max_tasks = 2;
+    options.shm = shm_;
     if (supply_ == Supply::kRecordsFunction) {
       options.supply = RecordsSupply{
           .job = job, .make = [](uint64_t, uint64_t, absl::Span<const uint64_t> ids) {
@@ -154,6 +182,7 @@ class SupplyCluster {
   }
 
   const Supply supply_;
+  const bool shm_;
   const int producers_;
   std::unique_ptr<TestCluster> cluster_;
   v1::JobInfo job_;
@@ -205,7 +234,7 @@ ConsumerOptions PrefetchOne() {
   return options;
 }
 
-class ScenarioTest : public ::testing::TestWithParam<Supply> {};
+class ScenarioTest : public ::testing::TestWithParam<Setup> {};
 
 TEST_P(ScenarioTest, EveryRankGetsItsBatchesExactlyOnceInEqualSteps) {
   SupplyCluster s(GetParam(), /*producers=*/3, /*world=*/3);
@@ -275,7 +304,7 @@ TEST_P(ScenarioTest, AStoppedProducersBatchesAreDealtAgainIdentically) {
 }
 
 TEST_P(ScenarioTest, ResumingWithAnotherWorldSizeRepeatsAndSkipsNothing) {
-  if (GetParam() == Supply::kStream) {
+  if (GetParam().supply == Supply::kStream) {
     GTEST_SKIP() << "a stream job takes no start_batch: a stream resumes through its consumers' "
                     "positions (AResumedEpochDealsTheRestOfTheFaultFreeRun)";
   }
@@ -326,7 +355,7 @@ TEST_P(ScenarioTest, ResumingWithAnotherWorldSizeRepeatsAndSkipsNothing) {
 }
 
 TEST_P(ScenarioTest, AJobsProducersLearnItHasEndedOnceEveryRankReadItsLastEpoch) {
-  if (GetParam() == Supply::kTfrecord) {
+  if (GetParam().supply == Supply::kTfrecord) {
     GTEST_SKIP() << "a TFRecord producer serves every job: no job's end is its own";
   }
   SupplyCluster s(GetParam(), 2, 2);
@@ -340,7 +369,7 @@ TEST_P(ScenarioTest, AJobsProducersLearnItHasEndedOnceEveryRankReadItsLastEpoch)
 }
 
 TEST_P(ScenarioTest, AJobsProducersLearnItHasEndedOnceItIsDeleted) {
-  if (GetParam() == Supply::kTfrecord) {
+  if (GetParam().supply == Supply::kTfrecord) {
     GTEST_SKIP() << "a TFRecord producer serves every job: no job's end is its own";
   }
   SupplyCluster s(GetParam(), 1, 2);
@@ -349,14 +378,11 @@ TEST_P(ScenarioTest, AJobsProducersLearnItHasEndedOnceItIsDeleted) {
   v1::DeleteJobRequest del;
   del.set_name("train");
   del.set_force(true);
-  ASSERT_TRUE(s.cluster().dispatcher().NewClient()->DeleteJob(del).ok());
+  ASSERT_TRUE(s.cluster().NewClient()->DeleteJob(del).ok());
   EXPECT_TRUE(s.cluster().producer(0)->WaitForJobEnd(absl::Seconds(10)));
 }
 
-INSTANTIATE_TEST_SUITE_P(Supplies, ScenarioTest,
-                         ::testing::Values(Supply::kTfrecord, Supply::kRecordsFunction,
-                                           Supply::kStream),
-                         SupplyName);
+INSTANTIATE_TEST_SUITE_P(Supplies, ScenarioTest, ::testing::ValuesIn(AllSetups()), SetupName);
 
 }  // namespace
 }  // namespace croupier::testing

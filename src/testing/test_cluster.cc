@@ -2,6 +2,8 @@
 
 #include <stdlib.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <utility>
 
@@ -12,6 +14,7 @@
 #include "src/job/job.h"
 #include "src/job/job_settings.h"
 #include "src/producer/producer_testing.h"
+#include "src/rpc/dispatcher_client.h"
 
 namespace croupier::testing {
 
@@ -24,16 +27,29 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(TestClusterOptio
   cluster->dir_ = tmpl;
   cluster->options_ = std::move(options);
   const TestClusterOptions& o = cluster->options_;
-  InProcessDispatcherOptions d;
-  d.dispatcher.heartbeat_interval = o.heartbeat_interval;
-  d.dispatcher.producer_timeout = o.producer_timeout;
-  d.dispatcher.consumer_timeout = o.consumer_timeout;
-  d.dispatcher.rounds_per_task = o.rounds_per_task;
-  d.dispatcher.index_cache_dir = cluster->dir_ + "/index";
-  if (o.journal) d.dispatcher.journal_path = cluster->dir_ + "/journal";
-  d.dispatcher.journal_sync = false;
-  d.tick_interval = std::min(o.heartbeat_interval, absl::Milliseconds(100));
-  ASSIGN_OR_RETURN(cluster->dispatcher_, InProcessDispatcher::Start(std::move(d)));
+  DispatcherOptions dispatcher;
+  dispatcher.heartbeat_interval = o.heartbeat_interval;
+  dispatcher.producer_timeout = o.producer_timeout;
+  dispatcher.consumer_timeout = o.consumer_timeout;
+  dispatcher.rounds_per_task = o.rounds_per_task;
+  dispatcher.index_cache_dir = cluster->dir_ + "/index";
+  if (o.journal) dispatcher.journal_path = cluster->dir_ + "/journal";
+  dispatcher.journal_sync = false;
+  if (o.control_plane == ControlPlaneKind::kGrpc) {
+    // The node keeps its journal and index cache in its work directory, and ticks every second.
+    DispatcherNodeOptions node;
+    node.port = 0;
+    node.work_dir = cluster->dir_ + "/dispatcher";
+    node.dispatcher = std::move(dispatcher);
+    node.dispatcher.journal_path.clear();
+    node.dispatcher.index_cache_dir.clear();
+    ASSIGN_OR_RETURN(cluster->node_, DispatcherNode::Start(std::move(node)));
+  } else {
+    InProcessDispatcherOptions d;
+    d.dispatcher = std::move(dispatcher);
+    d.tick_interval = std::min(o.heartbeat_interval, absl::Milliseconds(100));
+    ASSIGN_OR_RETURN(cluster->dispatcher_, InProcessDispatcher::Start(std::move(d)));
+  }
   for (int i = 0; i < o.producers; ++i) RETURN_IF_ERROR(cluster->AddProducer().status());
   return cluster;
 }
@@ -44,31 +60,53 @@ TestCluster::~TestCluster() {
   }
   producers_.clear();
   dispatcher_.reset();
+  node_.reset();
   std::error_code ignored;
   if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
+}
+
+std::unique_ptr<ControlPlane> TestCluster::NewClient(absl::Duration timeout) {
+  if (node_) {
+    return rpc::DispatcherClient::Create(
+        node_->address(),
+        {.call_timeout = std::min(timeout, absl::Seconds(10)), .timeout = timeout});
+  }
+  return dispatcher_->NewClient(timeout);
+}
+
+InProcessDispatcher& TestCluster::dispatcher() {
+  if (!dispatcher_) {
+    std::fprintf(stderr, "TestCluster::dispatcher(): the cluster's dispatcher is behind gRPC\n");
+    std::abort();
+  }
+  return *dispatcher_;
 }
 
 absl::StatusOr<v1::JobInfo> TestCluster::CreateJob(const v1::JobSpec& spec) {
   v1::CreateJobRequest request;
   *request.mutable_spec() = spec;
-  ASSIGN_OR_RETURN(v1::CreateJobResponse response, dispatcher_->NewClient()->CreateJob(request));
+  ASSIGN_OR_RETURN(v1::CreateJobResponse response, NewClient()->CreateJob(request));
   return response.job();
 }
 
 absl::StatusOr<v1::StatusResponse> TestCluster::Status() {
-  return dispatcher_->NewClient()->GetStatus(v1::StatusRequest());
+  return NewClient()->GetStatus(v1::StatusRequest());
 }
 
 absl::StatusOr<size_t> TestCluster::AddProducer() { return AddProducer(options_.producer); }
 
 absl::StatusOr<size_t> TestCluster::AddProducer(ProducerNodeOptions options) {
-  options.dispatcher = "in-process";
   options.bind_address = "127.0.0.1";
   options.port = 0;
   options.index_cache_dir = dir_ + "/index";
-  InProcessDispatcher* dispatcher = dispatcher_.get();
-  const absl::Duration timeout = options.connect_timeout;
-  options.control_plane = [dispatcher, timeout] { return dispatcher->NewClient(timeout); };
+  if (node_) {
+    options.dispatcher = node_->address();  // the producer's own gRPC client
+  } else {
+    options.dispatcher = "in-process";
+    InProcessDispatcher* dispatcher = dispatcher_.get();
+    const absl::Duration timeout = options.connect_timeout;
+    options.control_plane = [dispatcher, timeout] { return dispatcher->NewClient(timeout); };
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<ProducerNode> node, ProducerNode::Start(std::move(options)));
   producers_.push_back(std::move(node));
   return producers_.size() - 1;
@@ -81,11 +119,16 @@ void TestCluster::StopProducer(size_t i) {
 absl::StatusOr<std::unique_ptr<Consumer>> TestCluster::Connect(const std::string& job,
                                                                uint32_t rank, uint32_t world,
                                                                ConsumerOptions options) {
-  options.dispatcher = "in-process";
   options.job = job;
   options.rank = rank;
   options.world = world;
-  return ConnectConsumer(options, dispatcher_->NewClient(options.timeout));
+  if (options.shm.empty()) options.shm = options_.consumer_shm;
+  if (node_) {
+    options.dispatcher = node_->address();
+    return Consumer::Connect(std::move(options));  // the consumer's own gRPC client
+  }
+  options.dispatcher = "in-process";
+  return ConnectConsumer(std::move(options), dispatcher_->NewClient(options.timeout));
 }
 
 std::unique_ptr<TestCluster> ClusterWithDataset(TestClusterOptions options) {

@@ -1,7 +1,8 @@
 // The in-process test cluster: a dispatcher (InProcessDispatcher: DispatcherImpl without gRPC),
 // producers (ProducerNode, each with its real data server on 127.0.0.1, port 0) and consumers
-// (the real Consumer), all in one process. The control plane is called directly; the data plane
-// is the real TCP (and shared-memory) one. For tests of the service's logic: exactly-once, the
+// (the real Consumer), all in one process. The control plane is called directly, or, with
+// ControlPlaneKind::kGrpc, through the dispatcher's real gRPC server on 127.0.0.1 (DispatcherNode);
+// the data plane is the real TCP (and shared-memory) one. For tests of the service's logic: exactly-once, the
 // deal, failover, resume. What only real processes show (SIGKILL, signals, the network, TLS,
 // memory) stays with the multi-process tests in tests/.
 //
@@ -26,9 +27,15 @@
 #include "gtest/gtest.h"
 #include "proto/croupier.pb.h"
 #include "src/control/in_process.h"
+#include "src/node/dispatcher_node.h"
 #include "src/node/producer_node.h"
 
 namespace croupier::testing {
+
+// How producers and consumers reach the dispatcher: its calls made directly (InProcessDispatcher),
+// or its gRPC server on 127.0.0.1 with the gRPC client (DispatcherNode, rpc::DispatcherClient), as
+// in a deployment.
+enum class ControlPlaneKind { kInProcess, kGrpc };
 
 struct TestClusterOptions {
   int producers = 1;
@@ -39,6 +46,10 @@ struct TestClusterOptions {
   uint32_t rounds_per_task = 0;  // DispatcherOptions::rounds_per_task
   // Journal the dispatcher's state (in dir()), so that RestartDispatcher() replays it.
   bool journal = true;
+  ControlPlaneKind control_plane = ControlPlaneKind::kInProcess;
+  // The consumers' transport (ConsumerOptions::shm) where a Connect leaves it empty: "off" (TCP),
+  // "on" (shared memory: the producers must offer it), "" ($CROUPIER_SHM, else auto).
+  std::string consumer_shm;
   // The template of every producer (dispatcher, control plane and index cache are set here).
   ProducerNodeOptions producer;
 };
@@ -74,15 +85,20 @@ class TestCluster {
   absl::StatusOr<std::unique_ptr<Consumer>> Connect(const std::string& job, uint32_t rank,
                                                     uint32_t world, ConsumerOptions options = {});
 
-  // The dispatcher, to crash it, restart it from its journal, or look at its state.
-  InProcessDispatcher& dispatcher() { return *dispatcher_; }
+  // A client of the dispatcher through the cluster's control plane.
+  std::unique_ptr<ControlPlane> NewClient(absl::Duration timeout = absl::Seconds(10));
+
+  // The in-process dispatcher, to crash it, restart it from its journal, or look at its state.
+  // ControlPlaneKind::kInProcess only: aborts the test binary otherwise.
+  InProcessDispatcher& dispatcher();
 
  private:
   TestCluster() = default;
 
   TestClusterOptions options_;
   std::string dir_;
-  std::unique_ptr<InProcessDispatcher> dispatcher_;
+  std::unique_ptr<InProcessDispatcher> dispatcher_;  // kInProcess
+  std::unique_ptr<DispatcherNode> node_;               // kGrpc
   std::vector<std::unique_ptr<ProducerNode>> producers_;
 };
 
