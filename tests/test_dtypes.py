@@ -13,7 +13,7 @@ import pytest
 
 import croupier
 from croupier import errors
-from croupier.source import features_of, make_batch
+from croupier.columns import features_of, make_batch
 
 NUMERIC = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
            "float16", "bfloat16", "float32", "float64"]

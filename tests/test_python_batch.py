@@ -7,7 +7,7 @@ import pytest
 
 import croupier
 from croupier import errors
-from croupier.source import make_batch
+from croupier.columns import make_batch
 from service_cluster import run
 
 STRINGS = [b"ab", b"", b"cde", bytes(range(256)), b"\x00"]

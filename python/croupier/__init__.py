@@ -47,7 +47,7 @@ from croupier.job import Job, JobSpec
 from croupier.launcher import detect_rank_world
 from croupier.map.rng import batch_rng, record_rng
 from croupier.map.producer import ProduceOptions, produce
-from croupier.source import serve
+from croupier.stream.source import serve
 
 __version__ = "0.1.0"
 

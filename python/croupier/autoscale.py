@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from croupier import errors
-from croupier.thread_signals import block_async_signals
+from croupier.runtime.thread_signals import block_async_signals
 
 __all__ = ["Autoscaler"]
 

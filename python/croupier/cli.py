@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional
 
 from croupier import errors, tokens
 from croupier.map.pool import default_workers
-from croupier.processes import describe
+from croupier.runtime.processes import describe
 from croupier.map.producer import produce
 from croupier.map.record_cache import summary
 

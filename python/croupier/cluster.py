@@ -23,7 +23,7 @@ from croupier.client import (Status, auth_token_or_env, create_job, delete_job, 
                              submit_job)
 from croupier.consumer import Consumer
 from croupier.job import Job, JobSpec
-from croupier.processes import die_with_parent, stop_child, wait_for_file
+from croupier.runtime.processes import die_with_parent, stop_child, wait_for_file
 
 if TYPE_CHECKING:
     from croupier.autoscale import Autoscaler

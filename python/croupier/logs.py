@@ -23,7 +23,7 @@ import threading
 from typing import Optional
 
 from croupier import _croupier
-from croupier.thread_signals import block_async_signals
+from croupier.runtime.thread_signals import block_async_signals
 
 __all__ = ["install", "forward", "LOGGER_PREFIX"]
 

@@ -16,8 +16,8 @@ from typing import Any
 import ray
 
 from croupier.cluster import croupier_binary
-from croupier.processes import die_with_parent, stop_child, wait_for_file
-from croupier.thread_signals import block_async_signals
+from croupier.runtime.processes import die_with_parent, stop_child, wait_for_file
+from croupier.runtime.thread_signals import block_async_signals
 
 __all__ = ["ProcessActor", "probe", "NODE_IP", "STOP_GRACE", "PROBE_TIMEOUT"]
 

@@ -20,7 +20,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from croupier import _croupier, _exit, errors
+from croupier import _croupier, errors
+from croupier.runtime import at_exit
 from croupier.cluster import auth_token_or_env, get_job, submit_job
 from croupier.job import Job, JobSpec
 from croupier.token_text import TextSource, Tokenizer, to_spec
@@ -140,16 +141,16 @@ def produce(dispatcher: str, job: str, *, threads: int = 2, stop: Optional[threa
     info.check_token_sources()
     tokenize = Tokenizer(info)
     drained: Optional[Dict[str, int]] = None
-    with _exit.running():
+    with at_exit.running():
         node = None
         try:
-            node = _exit.track(_croupier._MapProducer.for_tokens(
+            node = at_exit.track(_croupier._MapProducer.for_tokens(
                 dispatcher, job, auth_token_or_env(auth_token), int(threads), int(buffer_bytes),
                 int(max_tasks), bind, advertise_host, float(timeout), tokenize))
             drained = serve_until_the_end(node, None, dispatcher, job, stop, dispatcher_timeout,
                                           drain_timeout, leave_now, on_serving)
         except errors.Error:
-            if not _exit.exiting.is_set():
+            if not at_exit.exiting.is_set():
                 raise
         finally:
             if node is not None:

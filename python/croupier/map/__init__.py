@@ -13,10 +13,10 @@ pool and the C++ producer node, and serves until the job ends. Inside:
 What it may import (tests/test_imports.py holds it to this): its own modules, the extension
 module, and the package's shared modules: croupier.errors, croupier.job, croupier.launcher,
 croupier.client (the control-plane calls), croupier.columns (a batch as columns, which serve()
-shares) and the process helpers (croupier.processes, croupier.thread_signals, croupier._exit).
-Not croupier.stream, not the adapters (croupier.torch, .tf, .jax, .ray), not the local cluster or
-the consumer, and not the package's API in croupier/__init__.py. This file imports nothing, so
-that importing one module of the room loads only what that module needs.
+shares) and the process helpers (croupier.runtime). Not croupier.stream, not the adapters
+(croupier.torch, .tf, .jax, .ray), not the local cluster or the consumer, and not the package's
+API in croupier/__init__.py. This file imports nothing, so that importing one module of the room
+loads only what that module needs.
 
 Paths users had before the room (docs/python.md, docs/tensorflow.md) still import, as one-line
 modules that re-export what the docs show: croupier.pipeline (Pipeline, record_rng, batch_rng),

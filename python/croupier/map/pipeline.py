@@ -54,7 +54,7 @@ import numpy as np
 from croupier import _croupier, errors
 from croupier.columns import columns_of, default_collate
 from croupier.errors import BatchError
-from croupier.processes import describe
+from croupier.runtime.processes import describe
 from croupier.map.record_cache import open_cache
 from croupier.map.record_threads import RecordThreads
 # The generators given to the transforms: croupier.map.rng's, importable from here as before.

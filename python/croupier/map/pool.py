@@ -14,7 +14,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 from croupier import errors
 from croupier.errors import BatchError
 from croupier.map.pipeline import Pipeline, log
-from croupier.processes import describe, how_it_ended
+from croupier.runtime.processes import describe, how_it_ended
 from croupier.map.zygote import Result, Worker, WorkerDied, Zygote, ZygoteError
 
 __all__ = ["WorkerPool", "in_process", "default_workers", "max_worker_deaths", "DEATH_WINDOW"]

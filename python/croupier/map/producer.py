@@ -8,12 +8,13 @@ import dataclasses
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from croupier import _croupier, _exit, errors
+from croupier import _croupier, errors
+from croupier.runtime import at_exit
 from croupier.client import auth_token_or_env, create_job
 from croupier.errors import BatchError
 from croupier.map.pipeline import Pipeline, log
 from croupier.map.pool import WorkerPool, default_workers, in_process
-from croupier.thread_signals import block_async_signals
+from croupier.runtime.thread_signals import block_async_signals
 from croupier.map.record_cache import summary
 from croupier.columns import features_of
 from croupier.map.spec import spec_of
@@ -231,7 +232,7 @@ def produce(source: Any, dispatcher: str, job: str,
             pipeline.set_features(features)
         # The workers are forked before croupier starts a thread of its own in this process. Every
         # close is inside running(): a thread in one when the interpreter exits is waited for.
-        with _exit.running():
+        with at_exit.running():
             pool = WorkerPool(pipeline, workers) if workers > 0 else None
             make = pool.make if pool is not None else in_process(pipeline)
             node = None
@@ -245,7 +246,7 @@ def produce(source: Any, dispatcher: str, job: str,
                            skip_failing_records=o.skip_failing_records, exist_ok=True,
                            auth_token=o.auth_token, timeout=o.timeout)
                 threads = int(threads) if threads is not None else max(workers, 1)
-                node = _exit.track(_croupier._MapProducer(
+                node = at_exit.track(_croupier._MapProducer(
                     dispatcher, job, auth_token_or_env(o.auth_token), threads,
                     int(o.buffer_bytes), int(o.max_tasks), o.bind, o.advertise_host,
                     float(o.timeout), make))
@@ -253,7 +254,7 @@ def produce(source: Any, dispatcher: str, job: str,
                                               o.dispatcher_timeout, o.drain_timeout, leave_now,
                                               on_serving)
             except errors.Error:
-                if not _exit.exiting.is_set():
+                if not at_exit.exiting.is_set():
                     raise
             finally:
                 if node is not None:
@@ -280,7 +281,7 @@ def serve_until_the_end(node: _croupier._MapProducer, pool: Optional[WorkerPool]
     if on_serving is not None:
         on_serving()
     stopped = _wait_for_the_end(node, pool, dispatcher, job, stop, dispatcher_timeout)
-    if stopped and not _exit.exiting.is_set():
+    if stopped and not at_exit.exiting.is_set():
         return _drain(node, job, float(drain_timeout), leave_now)
     return None
 
@@ -323,7 +324,7 @@ def _wait_for_the_end(node: _croupier._MapProducer, pool: Optional[WorkerPool], 
                 f"more: {broken}")
         if node.wait_for_job_end(0.25):  # without the GIL
             return False
-        if (stop is not None and stop.is_set()) or _exit.exiting.is_set():
+        if (stop is not None and stop.is_set()) or at_exit.exiting.is_set():
             return True  # asked to stop, or the interpreter is exiting
         silent = node.since_dispatcher_contact()
         if silent > dispatcher_timeout:

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
 from croupier import errors
-from croupier.thread_signals import block_async_signals
+from croupier.runtime.thread_signals import block_async_signals
 
 __all__ = ["RecordThreads", "parse_threads", "AUTO_THREADS", "TRIALS"]
 

@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from croupier.thread_signals import block_async_signals
+from croupier.runtime.thread_signals import block_async_signals
 
 _MAX_DRAIN_ERRORS = 1000  # errors a stopped feed's iterator may give while it is drained
 _QUEUE_CAPACITY = 1 << 20  # batches; never reached (each waits in a make() call)

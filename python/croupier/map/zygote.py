@@ -29,7 +29,7 @@ import numpy as np
 
 from croupier import _croupier, errors
 from croupier.errors import BatchError
-from croupier.processes import describe, fork, how_it_ended, reap
+from croupier.runtime.processes import describe, fork, how_it_ended, reap
 
 __all__ = ["Zygote", "ZygoteError", "Worker", "WorkerDied"]
 

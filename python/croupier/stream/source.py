@@ -33,13 +33,12 @@ import re
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from croupier import _croupier, _exit, errors
+from croupier import _croupier, errors
 from croupier.client import auth_token_or_env, create_job
-# columns_of, features_of, make_batch and tensor_to_numpy were this module's before they had a
-# module of their own; they are still importable from here.
-from croupier.columns import columns_of, features_of, make_batch, tensor_to_numpy
+from croupier.columns import columns_of, features_of
+from croupier.runtime import at_exit
 
-__all__ = ["serve", "columns_of", "features_of", "make_batch", "tensor_to_numpy"]
+__all__ = ["serve"]
 
 class _CannotGoBack(errors.DataLossError):
     """A batch a stream cannot make again."""
@@ -235,17 +234,17 @@ def serve(source: Any, dispatcher: str, job: str, *, consumers: Optional[int] = 
     last = sources.last_task_end(int(source_index))
     if epochs > 0 and last is None:
         return 0  # more sources than tasks: this one has nothing to serve
-    node = _exit.track(_croupier._SourceProducer(
+    node = at_exit.track(_croupier._SourceProducer(
         dispatcher, job, auth_token_or_env(auth_token), int(buffer_bytes), bind, advertise_host,
         float(timeout), int(source_index)))
     # The node is closed inside running(): a thread in close() when the interpreter exits is
-    # waited for (croupier/_exit.py).
-    with _exit.running():
+    # waited for (croupier/runtime/at_exit.py).
+    with at_exit.running():
         try:
             return _serve_loop(node, sources, epochs_source, job, last, batches_per_epoch,
                                dispatcher, dispatcher_timeout, timeout, stop)
         except errors.Error:
-            if _exit.exiting.is_set():
+            if at_exit.exiting.is_set():
                 return node.batches_served()  # closed by the exit: nothing went wrong
             raise
         finally:
@@ -260,7 +259,7 @@ def _serve_loop(node: _croupier._SourceProducer, sources: _croupier.JobSources, 
     while True:
         if stop is not None and stop.is_set():
             return node.batches_served()
-        if _exit.exiting.is_set():
+        if at_exit.exiting.is_set():
             return node.batches_served()  # the interpreter is exiting
         if ended is not None and time.monotonic() - ended[0] > min(timeout, 10.0):
             raise ended[1]
