@@ -166,6 +166,7 @@ void RecordFetcher::Ahead(Batches batches) {
 
 void RecordFetcher::AheadLocked(Batches batches, const std::vector<uint64_t>& bytes) {
   if (stopping_) return;
+  const uint64_t call = ++calls_;
   for (size_t i = 0; i < batches.size(); ++i) {
     const Key& key = batches[i].first;
     if (taken_.contains(key) || ahead_.contains(key)) continue;
@@ -173,6 +174,7 @@ void RecordFetcher::AheadLocked(Batches batches, const std::vector<uint64_t>& by
     auto entry = std::make_shared<Entry>();
     entry->records = std::move(batches[i].second);
     entry->bytes = bytes[i];
+    entry->call = call;
     ahead_bytes_ += bytes[i];
     stats_.peak_ahead_bytes = std::max(stats_.peak_ahead_bytes, ahead_bytes_);
     queue_.push_back(entry);
@@ -261,15 +263,17 @@ void RecordFetcher::Loop() {
       if (!later->cancelled) AheadLocked(std::move(batches), bytes);
       continue;
     }
-    // Every batch waiting: their bytes are within the budget already.
+    // The batches of the first call waiting, fetched together (their bytes are within the budget
+    // already); those of later calls are other fetches, which other threads run meanwhile.
     std::vector<std::shared_ptr<Entry>> entries;
-    while (!queue_.empty()) {
+    const uint64_t call = queue_.front()->call;
+    while (!queue_.empty() && queue_.front()->call == call) {
       entries.push_back(std::move(queue_.front()));
       entries.back()->started = true;
       queue_.pop_front();
     }
-    // Another thread takes what is named meanwhile.
-    if (!later_.empty()) MaybeStartThreadLocked();
+    // Another thread takes what else is waiting, or named meanwhile.
+    if (!later_.empty() || !queue_.empty()) MaybeStartThreadLocked();
     mu_.Unlock();
     FetchTogether(entries);
     mu_.Lock();

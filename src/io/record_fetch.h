@@ -2,9 +2,10 @@
 // RandomAccessFile::remote()), read with one ReadRanges call per file, which the store's Env
 // turns into few merged requests run in parallel; and the records of the batches to be made next
 // fetched the same way ahead of use, by threads of its own, within a bound on their bytes: the
-// batches waiting to be fetched ahead when a thread is free are read together, in one ReadRanges
+// batches named in one call (Ahead, or a list of AheadLater) are read together, in one ReadRanges
 // call per file, so that records neighbouring in a file merge into one request even when they
-// fall in different batches (a blocks shuffle deals a window of blocks over several batches).
+// fall in different batches (a blocks shuffle deals a window of blocks over several batches);
+// separate calls are separate fetches, in the order named, which run at once on free threads.
 //
 // The maker knows what comes next from the plan: the later batches of the task it is making, and
 // the tasks its producer holds but has not started (a task is held whole by one producer). It
@@ -137,8 +138,8 @@ class RecordFetcher {
   // already, or its bytes do not fit in max_ahead_bytes.
   void Ahead(const Key& key, std::vector<Dataset::Location> records) ABSL_LOCKS_EXCLUDED(mu_);
   // The same for several batches at once, which are then fetched together (in one ReadRanges
-  // per file), so that their neighbouring records share requests; those past max_ahead_bytes
-  // are left out.
+  // per file), so that their neighbouring records share requests; those past the budget are left
+  // out (and the batches after them).
   void Ahead(Batches batches) ABSL_LOCKS_EXCLUDED(mu_);
   // Runs `list` later on a fetch thread and asks for the batches it names as Ahead does; returns
   // at once (no read, no file opened here: a caller that must not wait on the store can name
@@ -173,6 +174,7 @@ class RecordFetcher {
     bool started = false;    // a fetch thread took it from the queue
     bool done = false;       // its fetch ended
     bool forgotten = false;  // Forget found it under way: its fetch gives its bytes back
+    uint64_t call = 0;       // the Ahead call (or list) that named it: fetched with its batches
     absl::StatusOr<std::shared_ptr<const FetchedRecords>> fetched;
   };
   // A list of AheadLater not yet run (or running).
@@ -214,6 +216,7 @@ class RecordFetcher {
   std::deque<Key> taken_order_ ABSL_GUARDED_BY(mu_);
   // This fetcher's bytes ahead (within budget_, which may be shared).
   uint64_t ahead_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t calls_ ABSL_GUARDED_BY(mu_) = 0;  // Ahead calls and lists so far
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   Stats stats_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);

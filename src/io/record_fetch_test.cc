@@ -3,6 +3,8 @@
 #include <atomic>
 #include <random>
 
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "croupier/tfrecord.h"
 #include "gtest/gtest.h"
 #include "src/common/env.h"
@@ -162,6 +164,52 @@ TEST_F(RecordFetchTest, ReadAheadStaysWithinItsBytes) {
   auto got = fetcher.Take({0, 1}, big);
   ASSERT_TRUE(got.ok());
   ExpectRecords(**got, big);
+}
+
+TEST_F(RecordFetchTest, EachCallIsAFetchOfItsOwnAndAForgottenListNeverRuns) {
+  RecordFetcher fetcher(*dataset_, Opener(), {.fetch_threads = 1});
+  absl::Notification release;
+  std::atomic<bool> forgotten_ran{false};
+  std::atomic<bool> last_ran{false};
+  auto batch = [&](uint64_t b) {
+    RecordFetcher::Batches out;
+    out.emplace_back(RecordFetcher::Key{0, b},
+                     std::vector<Dataset::Location>{dataset_->Locate(b * 10)});
+    return out;
+  };
+  // The one thread is held in the first list, while the next two wait behind it.
+  fetcher.AheadLater({0, 0, 1}, [&] {
+    release.WaitForNotificationWithTimeout(absl::Seconds(10));
+    return batch(0);
+  });
+  fetcher.AheadLater({0, 5, 6}, [&] {
+    forgotten_ran = true;
+    return batch(5);
+  });
+  fetcher.AheadLater({0, 7, 8}, [&] {
+    last_ran = true;
+    return batch(7);
+  });
+  fetcher.Forget({0, 5, 6});
+  release.Notify();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (fetcher.stats().ahead_fetches < 2 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  EXPECT_TRUE(last_ran);
+  EXPECT_FALSE(forgotten_ran);
+  EXPECT_FALSE(fetcher.Known({0, 5}));
+  // Batches 0 and 7, named in two calls: two fetches.
+  EXPECT_EQ(fetcher.stats().ahead_started, 2u);
+  EXPECT_EQ(fetcher.stats().ahead_fetches, 2u);
+  EXPECT_GT(fetcher.stats().ahead_bytes, 0u);
+  for (uint64_t b : {0, 7}) {
+    auto got = fetcher.Take({0, b}, batch(b)[0].second);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ExpectRecords(**got, batch(b)[0].second);
+  }
+  EXPECT_EQ(fetcher.stats().ahead_used, 2u);
+  EXPECT_EQ(fetcher.stats().ahead_bytes, 0u);
 }
 
 }  // namespace

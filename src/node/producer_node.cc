@@ -86,12 +86,12 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOp
           absl::StrCat("the tokens supply of job '", tokens->job, "' has no tokenizer"));
     }
   }
+  ASSIGN_OR_RETURN(const uint64_t prefetch_bytes, PrefetchBytes(options.prefetch_bytes));
   options.tls = ResolveTlsConfig(options.tls);
   std::unique_ptr<ProducerNode> node(new ProducerNode());
   node->options_ = options;
   node->dispatcher_ = node->MakeControlPlane(options.connect_timeout);
   node->index_cache_ = std::make_unique<IndexCache>(options.index_cache_dir);
-  ASSIGN_OR_RETURN(const uint64_t prefetch_bytes, PrefetchBytes(options.prefetch_bytes));
   node->fetch_budget_ = std::make_shared<FetchBudget>(prefetch_bytes);
   if (options.cache_bytes > 0) {
     ASSIGN_OR_RETURN(

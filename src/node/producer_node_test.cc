@@ -3,6 +3,7 @@
 // rejoining a dispatcher that forgot it.
 #include "src/node/producer_node.h"
 
+#include <cstdlib>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -157,6 +158,18 @@ TEST(ProducerNodeTest, ASupplyWithoutItsJobOrFunctionIsRefusedBeforeAnythingStar
   node = ProducerNode::Start(options);
   EXPECT_EQ(node.status().code(), absl::StatusCode::kInvalidArgument) << node.status();
   EXPECT_THAT(node.status().message(), ::testing::HasSubstr("job 'm' has no function"));
+}
+
+TEST(ProducerNodeTest, AMalformedPrefetchBoundIsRefusedNamingItsVariable) {
+  ProducerNodeOptions options;
+  options.dispatcher = "127.0.0.1:1";
+  options.connect_timeout = absl::Milliseconds(100);
+  ASSERT_EQ(::setenv("CROUPIER_S3_PREFETCH_BYTES", "64MiB", 1), 0);
+  auto node = ProducerNode::Start(options);
+  ::unsetenv("CROUPIER_S3_PREFETCH_BYTES");
+  EXPECT_EQ(node.status().code(), absl::StatusCode::kInvalidArgument) << node.status();
+  EXPECT_THAT(node.status().message(),
+              HasSubstr("CROUPIER_S3_PREFETCH_BYTES='64MiB' is not a whole number of bytes"));
 }
 
 }  // namespace

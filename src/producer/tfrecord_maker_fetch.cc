@@ -97,14 +97,23 @@ RecordFetcher::Batches TfrecordBatchMaker::RemoteBatches(uint64_t epoch, uint64_
 
 void TfrecordBatchMaker::WillMake(const v1::Task& task) const {
   // The task's first two groups, as FetchAhead asks for them at its first batch: that call then
-  // finds them known, and asks for the third group at the second group's start. Worked out on a
-  // fetch thread: locating the records is CPU only, but the files may need opening.
+  // finds them known, and asks for the third group at the second group's start. Under a global
+  // shuffle, whose records have no neighbours to merge with, the first batch is a fetch of its
+  // own, named first, so that it does not wait for the group's requests. Worked out on a fetch
+  // thread: locating the records is CPU only, but the files may need opening.
   const uint64_t epoch = task.epoch();
   const uint64_t first = task.first_batch();
   const uint64_t end = first + task.num_batches();
   const uint64_t ahead_end = std::min(end, first + 2 * fetch_group_);
-  fetcher_->AheadLater({epoch, first, end}, [this, epoch, first, ahead_end] {
-    return RemoteBatches(epoch, first, ahead_end);
+  uint64_t from = first;
+  if (config().plan.shuffle == ShuffleMode::kGlobal) {
+    fetcher_->AheadLater({epoch, first, end},
+                         [this, epoch, first] { return RemoteBatches(epoch, first, first + 1); });
+    from = first + 1;
+  }
+  if (from >= ahead_end) return;
+  fetcher_->AheadLater({epoch, first, end}, [this, epoch, from, ahead_end] {
+    return RemoteBatches(epoch, from, ahead_end);
   });
 }
 

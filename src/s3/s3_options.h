@@ -62,7 +62,9 @@ struct S3Options {
 //   CROUPIER_S3_INDEX_PREFIX                        index_prefix
 //   AWS_CA_BUNDLE                                   the CAs trusted over HTTPS
 // and the credentials from ResolveCredentials. INVALID_ARGUMENT names a malformed variable;
-// FAILED_PRECONDITION when there are no credentials.
+// FAILED_PRECONDITION when there are no credentials. (CROUPIER_S3_PREFETCH_BYTES is read by the
+// producer, not here: ProducerNodeOptions::prefetch_bytes, what its makers may hold fetched
+// ahead.)
 absl::StatusOr<S3Options> S3OptionsFromEnvironment(const GetEnv& env);
 
 }  // namespace croupier::s3
