@@ -21,8 +21,27 @@
 // and whether every client met its heartbeat period: no consumer or producer went longer than the
 // takeover time without an answered heartbeat).
 //
+// Recovery (issue 36, item 3), with --kill-after A: A seconds into the window the dispatcher is
+// SIGKILLed and at once started again on the same work directory and port (the clients keep
+// their address; bench/hollow_clients.h says what they do meanwhile). The journal as the kill left
+// it is kept (a hard link: the new dispatcher compacts by renaming a new file over it). Measured,
+// from the kill: when the new one listens (its port file) and answers a call (a Locate of the
+// driver's: serving again), its replay and compaction times (its log), and when every consumer
+// and producer has had a heartbeat answered by it (every client back). Then the positions: a
+// third dispatcher replays the kept journal (the same entries, checked on the "replayed" lines of
+// both logs) and GetJob gives what each rank's position was after the restart (H); for every
+// consumer, the last position the old dispatcher acknowledged (A: an answer read before it was
+// seen dead) must be at most H, and H at most the highest position the consumer had sent it (S).
+// H < A is an acknowledged position lost (a rank resuming there is dealt steps A - H again);
+// H > S a position never sent (steps skipped). A < H <= S is allowed: an acknowledgement journaled
+// whose answer the kill cut off. The clients' errors meanwhile are counted by code, not fatal.
+// The summary line gets "recovery_*" and "positions_*" fields, and stderr a line in words. The
+// dispatcher's CPU then adds the old one's share of the window and the new one's whole life;
+// syncs are not counted (-1).
+//
 // usage: build/bench/bench_hollow [--consumers N] [--producers P] [--jobs J] [--processes K]
 //            [--threads T] [--seconds S] [--warmup W] [--steps-per-beat B] [--pin] [--quick]
+//            [--commit-interval D] [--kill-after A] [--logs DIR]
 //   the croupier binary: $CROUPIER_BIN, else ../bin/croupier beside this program.
 #include <fcntl.h>
 #include <sched.h>
@@ -39,13 +58,17 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 #include "bench/hollow_clients.h"
 
 namespace {
@@ -63,9 +86,10 @@ std::string ReadFile(const std::string& path) {
 
 // What Fail cleans up: every process this program started, and the work directory.
 std::vector<pid_t> g_children;
-pid_t g_dispatcher = 0;
+std::atomic<pid_t> g_dispatcher{0};  // replaced by the restart's thread
 std::string g_work;
 std::string g_trace;  // the tracefs instance counting the dispatcher's syncs, once made
+std::string g_logs;   // --logs: where the work directory's logs are copied before it is removed
 
 // Counts the fdatasync and fsync calls of a process and of every thread it starts, in a tracefs
 // instance of its own (the syscall tracepoints, pid-filtered with event-fork), no strace: the
@@ -141,6 +165,15 @@ void KillAll() {
   RemoveSyncCounter();
   if (!g_work.empty()) {
     std::error_code ignored;
+    if (!g_logs.empty()) {
+      fs::create_directories(g_logs, ignored);
+      for (const auto& e : fs::directory_iterator(g_work, ignored)) {
+        if (e.path().extension() == ".log") {
+          fs::copy_file(e.path(), fs::path(g_logs) / e.path().filename(),
+                        fs::copy_options::overwrite_existing, ignored);
+        }
+      }
+    }
     fs::remove_all(g_work, ignored);
     g_work.clear();
   }
@@ -154,6 +187,10 @@ void KillAll() {
     while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
   }
   std::fprintf(stderr, "bench_hollow: %s\n", message.c_str());
+  // A log's tail may follow the reason: the reason again, last, for whoever reads only the end.
+  if (const size_t nl = message.find('\n'); nl != std::string::npos) {
+    std::fprintf(stderr, "bench_hollow: %s\n", message.substr(0, nl).c_str());
+  }
   KillAll();
   std::_Exit(1);
 }
@@ -179,6 +216,10 @@ void Pin(int cpu) {
 // Starts argv (on CPU `cpu` if >= 0) with stdout and stderr going to `log`; returns its pid. The
 // child dies with this process.
 pid_t Spawn(const std::vector<std::string>& argv, const std::string& log, int cpu = -1) {
+  // Made before the fork: the restart forks from a process with gRPC's threads running.
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
   pid_t pid = fork();
   if (pid < 0) Fail("fork failed");
   if (pid == 0) {
@@ -189,9 +230,6 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::string& log, int cp
       dup2(fd, 1);
       dup2(fd, 2);
     }
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
     execvp(args[0], args.data());
     _exit(127);
   }
@@ -243,10 +281,249 @@ double Max(const std::vector<float>& v) {
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// The port a dispatcher wrote to `port_file`, polled every 2 ms; fails if it exits first or
+// writes none within `seconds`.
+std::string WaitForPort(const std::string& port_file, pid_t pid, double seconds,
+                        const std::string& log) {
+  const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(seconds));
+  while (Clock::now() < until) {
+    std::string port;
+    std::ifstream in(port_file);
+    in >> port;
+    if (!port.empty()) return port;
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) != 0) {
+      Fail(absl::StrCat("the dispatcher started on ", port_file,
+                        " exited before it listened; the end of its log:\n", Tail(log)));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  Fail(absl::StrCat("the dispatcher wrote no port within ", seconds, " s; the end of its log:\n",
+                    Tail(log)));
+}
+
+// The text between the first `from` and the next `to` in `text`; "" if either is missing.
+std::string Between(const std::string& text, const std::string& from, const std::string& to) {
+  const size_t a = text.find(from);
+  if (a == std::string::npos) return "";
+  const size_t b = text.find(to, a + from.size());
+  return b == std::string::npos ? "" : text.substr(a + from.size(), b - a - from.size());
+}
+
+double DurationSeconds(const std::string& text) {
+  absl::Duration d;
+  return absl::ParseDuration(text, &d) ? absl::ToDoubleSeconds(d) : -1;
+}
+
+int OpenFds(pid_t pid) {
+  std::error_code error;
+  int n = 0;
+  for (fs::directory_iterator it(absl::StrCat("/proc/", pid, "/fd"), error), end;
+       !error && it != end; it.increment(error)) {
+    ++n;
+  }
+  return n;
+}
+
+// The TCP sockets of a local port, from /proc/net/tcp and tcp6 (gRPC listens on an IPv6 socket,
+// the clients connect over IPv4): the listener's accept queue, the server side's established and
+// close-wait connections and half-open ones (SYN received), and the clients' connections still
+// waiting for the answer to their SYN.
+struct PortSockets {
+  int accept_queue = 0, established = 0, close_wait = 0, syn_sent = 0, syn_recv = 0;
+};
+PortSockets SocketsOf(int port) {
+  PortSockets p;
+  std::istringstream in(ReadFile("/proc/net/tcp") + ReadFile("/proc/net/tcp6"));
+  std::string line;
+  const std::string hex = absl::StrFormat(":%04X", port);
+  while (std::getline(in, line)) {  // the two headers match no state below
+    std::istringstream f(line);
+    std::string sl, local, remote, state, queues;
+    f >> sl >> local >> remote >> state >> queues;
+    const bool server = local.size() >= 5 && local.compare(local.size() - 5, 5, hex) == 0;
+    const bool client = remote.size() >= 5 && remote.compare(remote.size() - 5, 5, hex) == 0;
+    if (state == "0A" && server) {  // LISTEN: rx_queue is the accept queue
+      p.accept_queue = static_cast<int>(std::strtol(queues.substr(9).c_str(), nullptr, 16));
+    } else if (state == "01" && server) {
+      ++p.established;
+    } else if (state == "08" && server) {
+      ++p.close_wait;
+    } else if (state == "03" && server) {
+      ++p.syn_recv;
+    } else if (state == "02" && client) {
+      ++p.syn_sent;
+    }
+  }
+  return p;
+}
+
+// What the restart measured (--kill-after), times from the driver's clock.
+struct Restart {
+  Clock::time_point kill, dead, listen, serving;
+  double old_cpu_s = 0, old_write_bytes = 0, old_wchar = 0, old_rss_mib = 0;
+  bool journal_kept = false;
+  uint64_t probes = 0;  // Locate calls until one was answered (or the window's end)
+  bool answered = false;
+  // The new dispatcher's open descriptors, once a second from when it listens to the window's end
+  // (its connections: gRPC stops accepting at its limit), and the old one's just before the kill.
+  std::mutex mu;
+  std::vector<int> fds;              // guarded by mu
+  std::vector<PortSockets> sockets;  // guarded by mu, sampled with fds
+  int port = 0;
+  int old_fds = 0;
+  std::atomic<bool> serving_again{false};
+  // The thread that started the new dispatcher must outlive it: the dispatcher is started with
+  // PR_SET_PDEATHSIG, which fires when the thread that forked it ends, not the process.
+  std::atomic<bool> release{false};
+};
+
+// SIGKILLs the dispatcher at `at`, keeps its journal as the kill left it, starts it again with
+// `args` (the same work directory and port) and waits until it answers a Locate.
+void KillAndRestart(const std::vector<std::string>& args, int cpu, const std::string& work,
+                    const std::string& port_file, const std::string& address,
+                    const std::string& job, hollow::Shared* sh, Clock::time_point at,
+                    Clock::time_point end, Restart* r) {
+  std::this_thread::sleep_until(at);
+  const pid_t old = g_dispatcher;
+  r->old_fds = OpenFds(old);
+  r->old_cpu_s = CpuSeconds(old);
+  r->old_write_bytes = ProcField(old, "io", "write_bytes");
+  r->old_wchar = ProcField(old, "io", "wchar");
+  r->old_rss_mib = ProcField(old, "status", "VmHWM") / 1024;
+  r->kill = Clock::now();
+  sh->kill_ns = hollow::ToNs(r->kill);
+  kill(old, SIGKILL);
+  waitpid(old, nullptr, 0);
+  g_dispatcher = 0;
+  r->dead = Clock::now();
+  sh->dead_ns = hollow::ToNs(r->dead);
+  // A hard link, not a copy (the restart is not delayed): the new dispatcher cuts a torn tail in
+  // place (never replayed either way), then compacts by renaming a new file over the journal.
+  r->journal_kept =
+      link((work + "/dispatcher/journal").c_str(), (work + "/journal.at-kill").c_str()) == 0;
+  unlink(port_file.c_str());
+  const std::string log = work + "/dispatcher-restarted.log";
+  g_dispatcher = Spawn(args, log, cpu);
+  WaitForPort(port_file, g_dispatcher, 120, log);
+  r->listen = Clock::now();
+  sh->listen_ns = hollow::ToNs(r->listen);
+  croupier::rpc::DispatcherClientOptions options;
+  options.call_timeout = absl::Seconds(1);
+  options.timeout = absl::Seconds(1);
+  options.own_connection = true;
+  auto probe = croupier::rpc::DispatcherClient::Create(address, options);
+  croupier::v1::LocateRequest req;
+  req.set_job(job);
+  req.set_num_batches(1);
+  // Its descriptors and sockets meanwhile, once a second from now to the window's end, on a
+  // thread of their own.
+  std::thread sampler([r, end] {
+    for (auto next = Clock::now(); next < end && !r->release.load();
+         next += std::chrono::seconds(1)) {
+      std::this_thread::sleep_until(next);
+      const int n = g_dispatcher > 0 ? OpenFds(g_dispatcher) : 0;
+      const PortSockets sockets = SocketsOf(r->port);
+      std::lock_guard<std::mutex> lock(r->mu);
+      r->fds.push_back(n);
+      r->sockets.push_back(sockets);
+    }
+  });
+  // Until the window's end: a dispatcher that never answers is a result, not a failure.
+  while (Clock::now() < end) {
+    ++r->probes;
+    if (probe->Locate(req).ok()) {
+      r->answered = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  r->serving = Clock::now();
+  r->serving_again = true;
+  while (!r->release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  sampler.join();
+}
+
+// What the positions showed (see the file's comment): per consumer, A (acknowledged by the old
+// dispatcher), H (held after the restart), S (sent to the old one).
+struct PositionCheck {
+  uint64_t checked = 0, missing = 0;      // consumers compared; ranks GetJob did not list
+  uint64_t lost = 0, lost_max_steps = 0;  // H < A
+  uint64_t never_sent = 0;                // H > S
+  uint64_t unanswered_kept = 0;           // A < H <= S
+  uint64_t went_back = 0;  // the first position the new dispatcher acknowledged was below H
+  std::string replayed_restart, replayed_check;  // "N entries (B bytes)" of each log
+};
+
+// Replays the kept journal in a dispatcher of its own (port 0) and compares each rank's position.
+PositionCheck CheckPositions(const std::string& bin, const std::string& work, uint32_t consumers,
+                             uint32_t jobs, hollow::Shared* sh, const hollow::Config& cfg) {
+  PositionCheck pc;
+  const std::string dir = work + "/check", port_file = work + "/check.port";
+  fs::create_directories(dir);
+  if (rename((work + "/journal.at-kill").c_str(), (dir + "/journal").c_str()) != 0) {
+    Fail("the journal kept at the kill cannot be moved for the check");
+  }
+  const pid_t check =
+      Spawn({bin, "dispatcher", "--port", "0", "--port-file", port_file, "--work-dir", dir},
+            work + "/check.log");
+  g_children.push_back(check);
+  const std::string port = WaitForPort(port_file, check, 120, work + "/check.log");
+  std::vector<uint64_t> held(consumers, 0);
+  std::vector<bool> listed(consumers, false);
+  {
+    croupier::rpc::DispatcherClientOptions options;
+    options.timeout = absl::Seconds(30);
+    auto client = croupier::rpc::DispatcherClient::Create("127.0.0.1:" + port, options);
+    for (uint32_t j = 0; j < jobs; ++j) {
+      croupier::v1::GetJobRequest req;
+      req.set_name(cfg.JobName(j));
+      auto r = client->GetJob(req);
+      if (!r.ok()) Fail("GetJob of the check dispatcher: " + r.status().ToString());
+      const uint64_t spe = sh->steps_per_epoch[j].load();
+      for (const croupier::v1::RankPosition& p : r->rank_positions()) {
+        const uint64_t c = uint64_t{p.rank()} * jobs + j;
+        if (c >= consumers) continue;
+        held[c] = p.epoch() * spe + p.step();
+        listed[c] = true;
+      }
+    }
+  }
+  kill(check, SIGKILL);
+  waitpid(check, nullptr, 0);
+  g_children.pop_back();
+  for (uint32_t c = 0; c < consumers; ++c) {
+    hollow::ConsumerSlot& slot = sh->consumer(c);
+    if (!listed[c]) {
+      ++pc.missing;
+      continue;
+    }
+    ++pc.checked;
+    const uint64_t a = slot.acked_before_kill.load(), s = slot.sent_before_kill.load();
+    const uint64_t h = held[c];
+    if (h < a) {
+      ++pc.lost;
+      pc.lost_max_steps = std::max(pc.lost_max_steps, a - h);
+    } else if (h > s) {
+      ++pc.never_sent;
+    } else if (h > a) {
+      ++pc.unanswered_kept;
+    }
+    if (slot.back_ns.load() != 0 && slot.first_back_position.load() < h) ++pc.went_back;
+  }
+  pc.replayed_restart =
+      Between(ReadFile(work + "/dispatcher-restarted.log"), "replayed ", " of journal");
+  pc.replayed_check = Between(ReadFile(work + "/check.log"), "replayed ", " of journal");
+  return pc;
+}
+
 struct Options {
   uint32_t consumers = 1000, producers = 0, jobs = 1, processes = 2, threads = 0;
   uint32_t steps_per_beat = 1;
   double seconds = 30, warmup = 5;
+  double kill_after = -1;  // seconds into the window; < 0: no kill
+  std::string logs;        // where the work directory's logs are copied at the end
   bool pin = false, quick = false;
   std::string commit_interval;  // the dispatcher's --journal-commit-interval; empty: its default
 };
@@ -279,6 +556,10 @@ Options Parse(int argc, char** argv) {
       o.steps_per_beat = std::stoul(next());
     } else if (a == "--commit-interval") {
       o.commit_interval = next();
+    } else if (a == "--kill-after") {
+      o.kill_after = std::stod(next());
+    } else if (a == "--logs") {
+      o.logs = next();
     } else if (a == "--pin") {
       o.pin = true;
     } else if (a == "--quick") {
@@ -287,13 +568,14 @@ Options Parse(int argc, char** argv) {
       Fail(
           "usage: bench_hollow [--consumers N] [--producers P] [--jobs J] [--processes K] "
           "[--threads T] [--seconds S] [--warmup W] [--steps-per-beat B] [--commit-interval D] "
-          "[--pin] [--quick]");
+          "[--kill-after A] [--logs DIR] [--pin] [--quick]");
     }
   }
   if (o.quick) o.seconds = std::min(o.seconds, 10.0);
   if (!producers_given) o.producers = std::max<uint32_t>(1, o.consumers / 10);
   if (o.jobs < 1 || o.jobs > hollow::kMaxJobs) Fail("--jobs must be 1 to 64");
   if (o.consumers < o.jobs) Fail("--consumers must be at least --jobs");
+  if (o.kill_after >= o.seconds) Fail("--kill-after must be within the window (--seconds)");
   o.processes = std::max<uint32_t>(1, o.processes);
   // Enough consumer threads that a call's latency does not hold the schedule: about 25
   // consumers a thread (each thread has a connection of its own), at most 256 a process.
@@ -313,10 +595,12 @@ int main(int argc, char** argv) {
   if (mkdtemp(tmpl) == nullptr) Fail("mkdtemp failed");
   const std::string work = tmpl;
   g_work = work;
+  g_logs = o.logs;
   fs::create_directories(work + "/dispatcher");
   signal(SIGPIPE, SIG_IGN);
   // Bounded: registration, the warm-up, the window, leaving, and slack.
-  const double bound_s = 120 + o.consumers / 100.0 + o.warmup + o.seconds;
+  const double bound_s =
+      120 + o.consumers / 100.0 + o.warmup + o.seconds + (o.kill_after >= 0 ? 120 : 0);
   std::thread([bound_s] {
     std::this_thread::sleep_for(std::chrono::duration<double>(bound_s));
     Fail(absl::StrCat("gave up after ", bound_s, " s"));
@@ -332,12 +616,11 @@ int main(int argc, char** argv) {
             work + "/synth.log");
 
   const std::string port_file = work + "/port";
-  std::vector<std::string> dispatcher_args = {bin,         "dispatcher", "--port",
-                                               "0",         "--port-file", port_file,
-                                               "--work-dir", work + "/dispatcher"};
+  std::vector<std::string> dispatcher_args = {bin,          "dispatcher",        "--port",
+                                              "0",          "--port-file",       port_file,
+                                              "--work-dir", work + "/dispatcher"};
   if (!o.commit_interval.empty()) {
-    dispatcher_args.insert(dispatcher_args.end(),
-                           {"--journal-commit-interval", o.commit_interval});
+    dispatcher_args.insert(dispatcher_args.end(), {"--journal-commit-interval", o.commit_interval});
   }
   g_dispatcher = Spawn(dispatcher_args, work + "/dispatcher.log", o.pin ? 0 : -1);
   if (o.pin) Pin(1);  // this process, and every client process forked from it
@@ -361,13 +644,16 @@ int main(int argc, char** argv) {
   }
 
   // Shared memory, then the client processes. No gRPC in this process before the fork.
-  const size_t shared_bytes = hollow::Shared::Bytes(o.consumers);
+  const size_t shared_bytes = hollow::Shared::Bytes(o.consumers, o.producers);
   void* mem =
       mmap(nullptr, shared_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) Fail("mmap of the shared memory failed");
   auto* sh = new (mem) hollow::Shared();
+  sh->consumers = o.consumers;
+  sh->producers = o.producers;
   for (uint32_t j = 0; j < o.jobs; ++j) sh->world[j] = world[j];
-  for (uint32_t c = 0; c < o.consumers; ++c) new (&sh->position[c]) std::atomic<uint64_t>(0);
+  for (uint32_t c = 0; c < o.consumers; ++c) new (&sh->consumer(c)) hollow::ConsumerSlot();
+  for (uint32_t p = 0; p < o.producers; ++p) new (&sh->producer_back_ns(p)) std::atomic<int64_t>(0);
   hollow::Config cfg;
   cfg.address = address;
   cfg.consumers = o.consumers;
@@ -387,6 +673,9 @@ int main(int argc, char** argv) {
       g_dispatcher = 0;
       g_work.clear();  // the driver's to remove
       g_trace.clear();
+      // The client library's warnings while the dispatcher is away ("no answer for 2s"), one per
+      // waiting call of thousands: counted by code instead.
+      if (o.kill_after >= 0) croupier::SetMinLogLevel(croupier::LogLevel::kError);
       hollow::Stats st = hollow::RunClientProcess(cfg, sh, k);
       struct rusage usage = {};
       getrusage(RUSAGE_SELF, &usage);
@@ -424,9 +713,22 @@ int main(int argc, char** argv) {
   double load0 = 0;
   getloadavg(&load0, 1);
 
-  // The window: the dispatcher's counters at both ends, GetStatus once a second.
+  // The window: the dispatcher's counters at both ends, GetStatus once a second; the kill and
+  // the restart on a thread of their own.
   std::this_thread::sleep_until(window_start);
   const double cpu0 = CpuSeconds(g_dispatcher);
+  Restart restart;
+  std::thread restarter;
+  if (o.kill_after >= 0) {
+    std::vector<std::string> args = dispatcher_args;
+    args[3] = port;  // "--port", the same one
+    restart.port = std::stoi(port);
+    restarter = std::thread(KillAndRestart, std::move(args), o.pin ? 0 : -1, work, port_file,
+                            address, cfg.JobName(0), sh,
+                            window_start + std::chrono::duration_cast<Clock::duration>(
+                                               std::chrono::duration<double>(o.kill_after)),
+                            window_end, &restart);
+  }
   double clients0 = 0;
   for (pid_t p : g_children) clients0 += std::max(0.0, CpuSeconds(p));
   const double wbytes0 = ProcField(g_dispatcher, "io", "write_bytes");
@@ -435,28 +737,40 @@ int main(int argc, char** argv) {
   auto status_client = hollow::NewClient(cfg);
   hollow::Stats status_stats;
   uint64_t status_bytes = 0;
+  double status_back_s = -1;  // with a kill: when the driver's own client was answered again
   for (auto next = window_start; next < window_end; next += std::chrono::seconds(1)) {
     std::this_thread::sleep_until(next);
     croupier::v1::StatusRequest req;
     const auto sent = Clock::now();
+    // With a kill, within its second: a dispatcher away does not hold the loop past the window.
+    const croupier::CallDeadline bounded(o.kill_after >= 0 ? absl::Now() + absl::Seconds(1)
+                                                           : absl::InfiniteFuture());
     auto r = status_client->GetStatus(req);
     status_stats.Add(hollow::kGetStatus, Clock::now() - sent, true);
     if (!r.ok()) {
       status_stats.Fail(hollow::kGetStatus, r.status());
     } else {
       status_bytes = std::max<uint64_t>(status_bytes, r->ByteSizeLong());
+      const int64_t kill = sh->kill_ns.load();
+      if (kill != 0 && status_back_s < 0) status_back_s = (hollow::ToNs(Clock::now()) - kill) / 1e9;
     }
   }
   std::this_thread::sleep_until(window_end);
+  while (restarter.joinable() && !restart.serving_again.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   const double cpu1 = CpuSeconds(g_dispatcher);
   double clients1 = 0;
   for (pid_t p : g_children) clients1 += std::max(0.0, CpuSeconds(p));
   const double wbytes1 = ProcField(g_dispatcher, "io", "write_bytes");
   const double wchar1 = ProcField(g_dispatcher, "io", "wchar");
-  const double syncs = SyncsSinceLast();
-  const double peak_rss_mib = ProcField(g_dispatcher, "status", "VmHWM") / 1024;
-  if (cpu0 < 0 || cpu1 < 0)
-    Fail("the dispatcher exited during the window: " + Tail(work + "/dispatcher.log"));
+  const double syncs = o.kill_after >= 0 ? -1 : SyncsSinceLast();  // the old one's only
+  const double peak_rss_mib =
+      std::max(restart.old_rss_mib, ProcField(g_dispatcher, "status", "VmHWM") / 1024);
+  if (cpu0 < 0 || cpu1 < 0) {
+    Fail("the dispatcher exited during the window; the end of its log:\n" +
+         Tail(work + (o.kill_after >= 0 ? "/dispatcher-restarted.log" : "/dispatcher.log")));
+  }
   double load1 = 0;
   getloadavg(&load1, 1);
 
@@ -482,7 +796,152 @@ int main(int argc, char** argv) {
   }
   all.Merge(status_stats);
   const double journal_bytes = static_cast<double>(fs::file_size(work + "/dispatcher/journal"));
+  // Across a restart: the old dispatcher's share of the window, and the new one's whole life.
+  const double cpu_s = o.kill_after >= 0 ? restart.old_cpu_s - cpu0 + cpu1 : cpu1 - cpu0;
+  const double write_bytes =
+      o.kill_after >= 0 ? restart.old_write_bytes - wbytes0 + wbytes1 : wbytes1 - wbytes0;
+  const double wchar_bytes =
+      o.kill_after >= 0 ? restart.old_wchar - wchar0 + wchar1 : wchar1 - wchar0;
+
+  std::string recovery;  // the summary's recovery fields, "" without a kill
+  if (o.kill_after >= 0) {
+    if (!restart.journal_kept) Fail("the journal could not be kept at the kill (link failed)");
+    const PositionCheck pc = CheckPositions(bin, work, o.consumers, o.jobs, sh, cfg);
+    const int64_t kill_ns = sh->kill_ns.load();
+    auto since_kill = [&](int64_t ns) { return (ns - kill_ns) / 1e9; };
+    std::vector<double> consumers_back, producers_back;
+    uint64_t consumers_stopped = 0;
+    for (uint32_t c = 0; c < o.consumers; ++c) {
+      const hollow::ConsumerSlot& slot = sh->consumer(c);
+      consumers_stopped += slot.lost.load() != 0;
+      if (const int64_t ns = slot.back_ns.load(); ns != 0) consumers_back.push_back(since_kill(ns));
+    }
+    for (uint32_t p = 0; p < o.producers; ++p) {
+      if (const int64_t ns = sh->producer_back_ns(p).load(); ns != 0) {
+        producers_back.push_back(since_kill(ns));
+      }
+    }
+    std::sort(consumers_back.begin(), consumers_back.end());
+    std::sort(producers_back.begin(), producers_back.end());
+    const uint64_t consumers_not_back = o.consumers - consumers_back.size();
+    const uint64_t producers_not_back = o.producers - producers_back.size();
+    auto last = [](const std::vector<double>& v) { return v.empty() ? -1.0 : v.back(); };
+    auto median = [](const std::vector<double>& v) { return v.empty() ? -1.0 : v[v.size() / 2]; };
+    const double all_back_s = consumers_not_back + producers_not_back == 0
+                                  ? std::max(last(consumers_back), last(producers_back))
+                                  : -1.0;
+    const double listen_s = Seconds(restart.listen - restart.kill);
+    const double serving_s = restart.answered ? Seconds(restart.serving - restart.kill) : -1;
+    std::string fds_by_second, sockets_by_second;
+    int fds_max = 0;
+    {
+      std::lock_guard<std::mutex> lock(restart.mu);
+      for (int n : restart.fds) {
+        absl::StrAppend(&fds_by_second, fds_by_second.empty() ? "" : ", ", n);
+        fds_max = std::max(fds_max, n);
+      }
+      for (const PortSockets& p : restart.sockets) {
+        absl::StrAppend(&sockets_by_second, sockets_by_second.empty() ? "" : ", ", "[",
+                        p.accept_queue, ", ", p.syn_recv, ", ", p.established, ", ", p.close_wait,
+                        ", ", p.syn_sent, "]");
+      }
+    }
+    const std::string restarted_log = ReadFile(work + "/dispatcher-restarted.log");
+    // gRPC's "Failed accept4: Too many open files": the new dispatcher at its descriptor limit.
+    uint64_t accept_failures = 0;
+    for (size_t at = restarted_log.find("Failed accept4"); at != std::string::npos;
+         at = restarted_log.find("Failed accept4", at + 1)) {
+      ++accept_failures;
+    }
+    const double replay_s =
+        DurationSeconds(Between(restarted_log, work + "/dispatcher/journal in ", ": "));
+    const double compact_s = DurationSeconds(Between(
+        restarted_log, "then the entries written meanwhile) in ", ", the dispatcher's lock"));
+    const bool same_replay =
+        !pc.replayed_restart.empty() && pc.replayed_restart == pc.replayed_check;
+    std::string by_code, by_code_words;
+    for (int c = 1; c < hollow::kCodes; ++c) {
+      if (all.errors_by_code[c] == 0) continue;
+      const std::string name = absl::StatusCodeToString(static_cast<absl::StatusCode>(c));
+      absl::StrAppend(&by_code, by_code.empty() ? "" : ", ", "\"", name,
+                      "\": ", all.errors_by_code[c]);
+      absl::StrAppend(&by_code_words, by_code_words.empty() ? "" : ", ", all.errors_by_code[c], " ",
+                      name);
+    }
+    const bool positions_ok = pc.lost == 0 && pc.never_sent == 0 && pc.missing == 0 &&
+                              pc.went_back == 0 && pc.checked == o.consumers && same_replay;
+    const bool recovery_met = serving_s >= 0 && serving_s <= 10 && all_back_s >= 0 &&
+                              all_back_s <= 30 && positions_ok && consumers_stopped == 0;
+    recovery = absl::StrFormat(
+        ", \"kill_after_s\": %.1f, \"recovery_status_client_s\": %.3f, \"recovery_dead_s\": %.3f, "
+        "\"recovery_listen_s\": %.3f, "
+        "\"recovery_serving_s\": %.3f, \"recovery_serving_probes\": %llu, "
+        "\"recovery_replay_s\": %.3f, \"recovery_compact_s\": %.3f, \"replayed\": \"%s\", "
+        "\"recovery_consumers_back_p50_s\": %.3f, \"recovery_consumers_back_max_s\": %.3f, "
+        "\"recovery_producers_back_p50_s\": %.3f, \"recovery_producers_back_max_s\": %.3f, "
+        "\"recovery_all_back_s\": %.3f, \"consumers_not_back\": %llu, "
+        "\"producers_not_back\": %llu, \"consumers_stopped\": %llu, "
+        "\"producers_registered_again\": %llu, \"max_consumer_gap_before_kill_s\": %.3f, "
+        "\"positions_checked\": %llu, \"positions_missing\": %llu, \"positions_lost\": %llu, "
+        "\"positions_lost_max_steps\": %llu, \"positions_never_sent\": %llu, "
+        "\"positions_unanswered_kept\": %llu, \"positions_went_back\": %llu, "
+        "\"replay_checked_same\": %s, \"errors_by_code\": {%s}, \"dispatcher_fds_before_kill\": "
+        "%d, "
+        "\"restarted_fds_max\": %d, \"restarted_fds_by_second_from_listening\": [%s], "
+        "\"sockets_by_second\": \"accept queue, SYN received, established, close-wait, "
+        "clients in SYN-SENT\", \"restarted_sockets_by_second_from_listening\": [%s], "
+        "\"restarted_accept_failures\": %llu, \"recovery_met\": %s",
+        o.kill_after, status_back_s, Seconds(restart.dead - restart.kill), listen_s, serving_s,
+        static_cast<unsigned long long>(restart.probes), replay_s, compact_s, pc.replayed_restart,
+        median(consumers_back), last(consumers_back), median(producers_back), last(producers_back),
+        all_back_s, static_cast<unsigned long long>(consumers_not_back),
+        static_cast<unsigned long long>(producers_not_back),
+        static_cast<unsigned long long>(consumers_stopped),
+        static_cast<unsigned long long>(all.producers_reregistered),
+        all.max_consumer_gap_before_kill_s, static_cast<unsigned long long>(pc.checked),
+        static_cast<unsigned long long>(pc.missing), static_cast<unsigned long long>(pc.lost),
+        static_cast<unsigned long long>(pc.lost_max_steps),
+        static_cast<unsigned long long>(pc.never_sent),
+        static_cast<unsigned long long>(pc.unanswered_kept),
+        static_cast<unsigned long long>(pc.went_back), same_replay ? "true" : "false", by_code,
+        restart.old_fds, fds_max, fds_by_second, sockets_by_second,
+        static_cast<unsigned long long>(accept_failures), recovery_met ? "true" : "false");
+    std::fprintf(
+        stderr,
+        "bench_hollow: recovery: SIGKILL at %.1f s of the window; listening again after %.2f s "
+        "(replay %.2f s, compaction %.2f s), serving (a Locate answered) after %.2f s; every "
+        "client back %s (consumers p50 %.2f s, max %.2f s; producers p50 %.2f s, max %.2f s; "
+        "before the kill the longest silence of a consumer was %.1f s); %llu consumers stopped "
+        "(NOT_FOUND/PERMISSION_DENIED), %llu producers registered again; positions of %llu "
+        "consumers checked against the %s replayed: %llu lost (max %llu steps), %llu never "
+        "sent, %llu acknowledgements journaled whose answer the kill cut off, %llu went back "
+        "after the restart, replay of the kept journal %s; errors seen: %s; the new dispatcher's "
+        "descriptors peaked at %d (the old one had %d), %llu failed accepts in its log\n",
+        o.kill_after, listen_s, replay_s, compact_s, serving_s,
+        all_back_s >= 0 ? absl::StrFormat("after %.2f s", all_back_s).c_str()
+                        : absl::StrFormat("not reached: %llu consumers and %llu producers not back "
+                                          "by the window's end",
+                                          static_cast<unsigned long long>(consumers_not_back),
+                                          static_cast<unsigned long long>(producers_not_back))
+                              .c_str(),
+        median(consumers_back), last(consumers_back), median(producers_back), last(producers_back),
+        all.max_consumer_gap_before_kill_s, static_cast<unsigned long long>(consumers_stopped),
+        static_cast<unsigned long long>(all.producers_reregistered),
+        static_cast<unsigned long long>(pc.checked), pc.replayed_restart.c_str(),
+        static_cast<unsigned long long>(pc.lost),
+        static_cast<unsigned long long>(pc.lost_max_steps),
+        static_cast<unsigned long long>(pc.never_sent),
+        static_cast<unsigned long long>(pc.unanswered_kept),
+        static_cast<unsigned long long>(pc.went_back),
+        same_replay ? "the same entries" : "NOT the same entries",
+        by_code_words.empty() ? "none" : by_code_words.c_str(), fds_max, restart.old_fds,
+        static_cast<unsigned long long>(accept_failures));
+  }
   KillAll();
+  if (restarter.joinable()) {
+    restart.release = true;
+    restarter.join();
+  }
 
   const double s = o.seconds;
   for (int k = 0; k < hollow::kKinds; ++k) {
@@ -520,15 +979,15 @@ int main(int argc, char** argv) {
       "\"max_producer_gap_s\": %.3f, \"unlocated\": %llu, \"skipped_beats\": %llu, "
       "\"client_cpu_cores\": %.3f, \"tasks_taken\": %llu, "
       "\"tasks_finished\": %llu, \"tasks_revoked\": %llu, \"errors\": %llu, "
-      "\"load_before\": %.2f, \"load_after\": %.2f, \"met_period\": %s, \"met\": %s}\n",
+      "\"load_before\": %.2f, \"load_after\": %.2f, \"met_period\": %s, \"met\": %s%s}\n",
       o.consumers, o.producers, o.jobs, o.processes, o.threads, o.steps_per_beat,
       o.pin ? "true" : "false", s, register_s, all.interval_s, all.takeover_s, hb.size() / s,
       (all.latency_ms[hollow::kProducerHeartbeat].size() +
        all.latency_ms[hollow::kProducerWait].size()) /
           s,
       all.latency_ms[hollow::kLocate].size() / s, Percentile(hb, 0.5), hb_p99, Max(hb),
-      Percentile(all.lateness_ms, 0.99), (cpu1 - cpu0) / s, peak_rss_mib, (wbytes1 - wbytes0) / s,
-      (wchar1 - wchar0) / s, journal_bytes, syncs_counted && syncs >= 0 ? syncs / s : -1.0,
+      Percentile(all.lateness_ms, 0.99), cpu_s / s, peak_rss_mib, write_bytes / s, wchar_bytes / s,
+      journal_bytes, syncs_counted && syncs >= 0 ? syncs / s : -1.0,
       static_cast<unsigned long long>(status_bytes), Percentile(status, 0.5), Max(status),
       static_cast<unsigned long long>(all.consumers_missed),
       static_cast<unsigned long long>(all.producers_missed),
@@ -538,7 +997,8 @@ int main(int argc, char** argv) {
       static_cast<unsigned long long>(all.tasks_taken),
       static_cast<unsigned long long>(all.tasks_finished),
       static_cast<unsigned long long>(all.tasks_revoked), static_cast<unsigned long long>(errors),
-      load0, load1, met_period ? "true" : "false", met_period && hb_p99 <= 50 ? "true" : "false");
+      load0, load1, met_period ? "true" : "false", met_period && hb_p99 <= 50 ? "true" : "false",
+      recovery.c_str());
   std::fflush(stdout);
   return 0;
 }

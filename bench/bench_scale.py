@@ -18,9 +18,17 @@ dispatcher pinned to CPU 0 and the clients to CPU 1) at 100, 1,000, 10,000 and 3
 (producers at a tenth), one run each, and prints the table in Markdown with the load average before
 and after each run and the issue's goals at 10,000 consumers, met or not.
 
+With --hollow --kill-after A it measures recovery instead (issue 36, item 3): each run SIGKILLs the
+dispatcher A seconds into its window and starts it again on the same work directory and port
+(bench_hollow --kill-after), and the table gives the time until it listens and answers again,
+until every consumer and producer has had a heartbeat answered by the new one, and what the check
+of the positions found; by default at 1,000 and 10,000 consumers with 60-s windows.
+
 usage: .venv/bin/python bench/bench_scale.py [--quick]
        .venv/bin/python bench/bench_scale.py --hollow [--sizes 100,1000,10000,30000]
                                              [--seconds 30] [--build build]
+       .venv/bin/python bench/bench_scale.py --hollow --kill-after 10 [--sizes 1000,10000]
+                                             [--seconds 60] [--build build]
 """
 import argparse
 import datetime
@@ -97,11 +105,13 @@ def scale(work, consumers):
           flush=True)
 
 
-def hollow_run(build, consumers, seconds):
+def hollow_run(build, consumers, seconds, kill_after=None):
     """One bench_hollow run; its summary line and its per-RPC lines."""
     processes = 2 if consumers <= 1000 else 4
     cmd = [str(build / "bench" / "bench_hollow"), "--consumers", str(consumers), "--processes",
            str(processes), "--seconds", str(seconds), "--warmup", "5", "--pin"]
+    if kill_after is not None:
+        cmd += ["--kill-after", str(kill_after)]
     env = dict(os.environ)
     env.setdefault("CROUPIER_BIN", str(build / "bin" / "croupier"))
     load = os.getloadavg()[0]
@@ -189,19 +199,82 @@ def hollow_goals(runs, at=10000):
     return "\n".join(out)
 
 
+def secs(v):
+    return "—" if v < 0 else f"{v:.2f} s"
+
+
+def recovery_table(runs):
+    """The recovery table in Markdown: a row per size (bench_hollow --kill-after)."""
+    head = ("consumers / producers", "listening again (replay, compaction)",
+            "serving again (a Locate answered)", "every client back: consumers p50 / max, "
+            "producers max", "longest silence of a consumer before the kill",
+            "positions checked: lost / never sent / journaled, answer cut off",
+            "errors the clients saw", "load")
+    rows = []
+    for s, _ in runs:
+        back = (secs(s["recovery_all_back_s"]) if s["recovery_all_back_s"] >= 0 else
+                f'not reached: {s["consumers_not_back"]:,} consumers, '
+                f'{s["producers_not_back"]:,} producers not back by the window\'s end')
+        errors = ", ".join(f"{n:,} {code}" for code, n in s["errors_by_code"].items()) or "none"
+        if s["consumers_stopped"] or s["producers_registered_again"]:
+            errors += (f'; {s["consumers_stopped"]:,} consumers stopped (NOT_FOUND), '
+                       f'{s["producers_registered_again"]:,} producers registered again')
+        rows.append((
+            f'{s["consumers"]:,} / {s["producers"]:,}',
+            f'{secs(s["recovery_listen_s"])} ({s["recovery_replay_s"] * 1000:,.0f} ms for '
+            f'{s["replayed"]}, {s["recovery_compact_s"] * 1000:,.0f} ms)',
+            secs(s["recovery_serving_s"]),
+            f'{back} ({secs(s["recovery_consumers_back_p50_s"])} / '
+            f'{secs(s["recovery_consumers_back_max_s"])}, '
+            f'{secs(s["recovery_producers_back_max_s"])})',
+            f'{s["max_consumer_gap_before_kill_s"]:.1f} s',
+            f'{s["positions_checked"]:,}: {s["positions_lost"]} / {s["positions_never_sent"]} / '
+            f'{s["positions_unanswered_kept"]}'
+            + ("" if s["replay_checked_same"] else " (the check replayed other entries)"),
+            errors, f'{s["load_before"]:.1f} → {s["load_after"]:.1f}'))
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def recovery_goal(runs, at=10000):
+    """The issue's recovery goal at `at` consumers, met or not."""
+    s = next((s for s, _ in runs if s["consumers"] == at), None)
+    if s is None:
+        return f"(no run at {at:,} consumers)"
+    positions = (s["positions_lost"] == 0 and s["positions_never_sent"] == 0
+                 and s["positions_missing"] == 0 and s["positions_went_back"] == 0
+                 and s["replay_checked_same"])
+    parts = [("serving again within 10 s", 0 <= s["recovery_serving_s"] <= 10,
+              secs(s["recovery_serving_s"])),
+             ("every client back within 30 s", 0 <= s["recovery_all_back_s"] <= 30,
+              secs(s["recovery_all_back_s"])),
+             ("no position lost or never sent", positions,
+              f'{s["positions_checked"]:,} checked, {s["positions_lost"]} lost, '
+              f'{s["positions_never_sent"]} never sent')]
+    return "\n".join(f'- {g} at {at:,} consumers: {v}, {"met" if ok else "**not met**"}'
+                     for g, ok, v in parts)
+
+
 def hollow_main(args):
     build = pathlib.Path(args.build).resolve()
-    sizes = [int(x) for x in args.sizes.split(",")]
+    recovery = args.kill_after is not None
+    sizes = [int(x) for x in (args.sizes or ("1000,10000" if recovery else
+                                             "100,1000,10000,30000")).split(",")]
+    seconds = args.seconds or (60 if recovery else 30)
     started = datetime.datetime.now(datetime.timezone.utc)
     runs = []
     for n in sizes:
-        summary, rpcs = hollow_run(build, n, args.seconds)
+        summary, rpcs = hollow_run(build, n, seconds, args.kill_after)
         for line in rpcs + [summary]:
             print(json.dumps(line), flush=True)
         runs.append((summary, rpcs))
-    print(f"\nbench/bench_scale.py --hollow, {started:%Y-%m-%d %H:%M} UTC, "
-          f"{args.seconds} s windows\n", flush=True)
-    print(hollow_table(runs) + "\n\n" + hollow_goals(runs), flush=True)
+    print(f"\nbench/bench_scale.py --hollow{' --kill-after ' + str(args.kill_after) if recovery else ''}"
+          f", {started:%Y-%m-%d %H:%M} UTC, {seconds} s windows\n", flush=True)
+    if recovery:
+        print(recovery_table(runs) + "\n\n" + recovery_goal(runs), flush=True)
+    else:
+        print(hollow_table(runs) + "\n\n" + hollow_goals(runs), flush=True)
 
 
 def main():
@@ -209,8 +282,12 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--hollow", action="store_true",
                         help="the dispatcher's scaling table with hollow clients")
-    parser.add_argument("--sizes", default="100,1000,10000,30000")
-    parser.add_argument("--seconds", type=int, default=30)
+    parser.add_argument("--sizes", default=None,
+                        help="100,1000,10000,30000; with --kill-after 1000,10000")
+    parser.add_argument("--seconds", type=int, default=None, help="30; with --kill-after 60")
+    parser.add_argument("--kill-after", type=float, default=None,
+                        help="with --hollow: SIGKILL and restart the dispatcher this many "
+                             "seconds into each window, and measure its recovery")
     parser.add_argument("--build", default=str(ROOT / "build"))
     args = parser.parse_args()
     if args.hollow:

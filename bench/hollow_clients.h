@@ -23,6 +23,16 @@
 // `finished_tasks`, once every rank of its job has acknowledged a position past its last batch
 // (the consumers' positions are in memory shared by the client processes). Revoked tasks are
 // dropped. At the end it leaves (a heartbeat with `leaving` and its finished tasks).
+//
+// Across a dispatcher restart (bench_hollow --kill-after) both behave as src/consumer/ and
+// src/node/ do: a consumer's heartbeat is given up after the takeover time (CallDeadline, as
+// PositionReporter's beat), the next one tries again; its position is what its trainer has taken
+// (kept whether or not the heartbeat that carried it was answered), and it takes a step only while
+// its rank is surely its own (its last answered heartbeat sent less than 0.9 takeover ago, as
+// ConfirmRank); NOT_FOUND or PERMISSION_DENIED end it (a real consumer returns ABORTED). A producer
+// answered NOT_FOUND drops its tasks and registers again, as ProducerNode does. Both note in the
+// shared memory when the new dispatcher first answered them, and each consumer the positions the
+// old one acknowledged and was sent, which the driver checks against what the new one replayed.
 #ifndef CROUPIER_BENCH_HOLLOW_CLIENTS_H_
 #define CROUPIER_BENCH_HOLLOW_CLIENTS_H_
 
@@ -42,6 +52,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "proto/croupier.pb.h"
+#include "src/common/logging.h"
+#include "src/control/call_deadline.h"
 #include "src/rpc/dispatcher_client.h"
 
 namespace croupier::bench::hollow {
@@ -75,24 +87,48 @@ inline const char* KindName(int k) {
 }
 
 constexpr int kMaxJobs = 64;
+constexpr int kCodes = 17;  // absl::StatusCode 0 to 16
+
+// One consumer's entry in the shared memory. Positions are epoch * steps_per_epoch + step.
+struct ConsumerSlot {
+  std::atomic<uint64_t> position{0};  // the last one acknowledged (an answered heartbeat)
+  // Across a restart: the last position acknowledged by the old dispatcher (answered before it
+  // was seen dead), the highest one sent while it may have been alive, and the one the first
+  // heartbeat answered by the new dispatcher carried, with when (0: not yet).
+  std::atomic<uint64_t> acked_before_kill{0}, sent_before_kill{0}, first_back_position{0};
+  std::atomic<int64_t> back_ns{0};
+  std::atomic<uint32_t> lost{0};  // refused NOT_FOUND or PERMISSION_DENIED: it stopped
+};
 
 // Memory shared by the driver and every client process (an anonymous MAP_SHARED mapping made
-// before the fork). steady_clock is CLOCK_MONOTONIC, the same in every process of the machine.
+// before the fork), followed by a ConsumerSlot per consumer and a time per producer. steady_clock
+// is CLOCK_MONOTONIC, the same in every process of the machine.
 struct Shared {
   std::atomic<int64_t> start_ns{0};  // when the beats begin (0: not yet)
   std::atomic<int64_t> window_start_ns{0}, window_end_ns{0};
+  // A restart (--kill-after): when the driver sent SIGKILL, saw the old dispatcher dead, and saw
+  // the new one listening (its port file written); 0: not yet. An answer read before dead_ns came
+  // from the old one; one read from listen_ns on, from the new one.
+  std::atomic<int64_t> kill_ns{0}, dead_ns{0}, listen_ns{0};
   std::atomic<uint32_t> registered_consumers{0}, registered_producers{0};
   std::atomic<uint32_t> failed{0};  // a client process gave up
+  uint32_t consumers = 0, producers = 0;
   // Per job, learnt by the consumers at registration.
   std::atomic<uint64_t> steps_per_epoch[kMaxJobs];
   std::atomic<uint32_t> world[kMaxJobs];
-  // Per consumer (global index c: job c % jobs, rank c / jobs), its acknowledged position as
-  // epoch * steps_per_epoch + step.
-  std::atomic<uint64_t> position[1];  // really `consumers` of them
-  static size_t Bytes(uint32_t consumers) {
-    return sizeof(Shared) + sizeof(std::atomic<uint64_t>) * consumers;
+  // Consumer c: job c % jobs, rank c / jobs.
+  ConsumerSlot& consumer(uint32_t c) { return reinterpret_cast<ConsumerSlot*>(this + 1)[c]; }
+  // When producer p was first answered by the new dispatcher (0: not yet).
+  std::atomic<int64_t>& producer_back_ns(uint32_t p) {
+    return reinterpret_cast<std::atomic<int64_t>*>(&consumer(consumers))[p];
+  }
+  static size_t Bytes(uint32_t consumers, uint32_t producers) {
+    return sizeof(Shared) + sizeof(ConsumerSlot) * consumers +
+           sizeof(std::atomic<int64_t>) * producers;
   }
 };
+static_assert(sizeof(Shared) % alignof(ConsumerSlot) == 0);
+static_assert(sizeof(ConsumerSlot) % alignof(std::atomic<int64_t>) == 0);
 
 struct Config {
   std::string address;
@@ -108,6 +144,7 @@ struct Config {
 struct Stats {
   std::vector<float> latency_ms[kKinds];  // in the window (registration and leave: all)
   uint64_t calls[kKinds] = {}, errors[kKinds] = {};
+  uint64_t errors_by_code[kCodes] = {};  // every kind's, by absl::StatusCode
   std::string first_error;
   std::vector<float> lateness_ms;  // how late after its due time each consumer beat was sent
   uint64_t consumers_missed = 0, producers_missed = 0;  // longer than the takeover without answer
@@ -119,6 +156,11 @@ struct Stats {
   double cpu_s = 0;  // the client process's CPU time
   uint64_t tasks_taken = 0, tasks_finished = 0, tasks_revoked = 0;
   double max_consumer_gap_s = 0, max_producer_gap_s = 0;
+  // The longest time a consumer went without an answered heartbeat from the window's start until
+  // the kill (--kill-after): how long the client side takes to beat every consumer at all.
+  double max_consumer_gap_before_kill_s = 0;
+  uint64_t consumers_lost = 0;          // refused NOT_FOUND/PERMISSION_DENIED, and stopped
+  uint64_t producers_reregistered = 0;  // refused NOT_FOUND, and registered again
   double takeover_s = 3, interval_s = 1;
 
   void Add(int kind, Clock::duration took, bool in_window) {
@@ -130,6 +172,7 @@ struct Stats {
   }
   void Fail(int kind, const absl::Status& s) {
     ++errors[kind];
+    ++errors_by_code[std::min<int>(kCodes - 1, static_cast<int>(s.code()))];
     if (first_error.empty()) first_error = absl::StrCat(KindName(kind), ": ", s.ToString());
   }
   void Merge(const Stats& o) {
@@ -138,6 +181,11 @@ struct Stats {
       calls[k] += o.calls[k];
       errors[k] += o.errors[k];
     }
+    for (int c = 0; c < kCodes; ++c) errors_by_code[c] += o.errors_by_code[c];
+    max_consumer_gap_before_kill_s =
+        std::max(max_consumer_gap_before_kill_s, o.max_consumer_gap_before_kill_s);
+    consumers_lost += o.consumers_lost;
+    producers_reregistered += o.producers_reregistered;
     if (first_error.empty()) first_error = o.first_error;
     lateness_ms.insert(lateness_ms.end(), o.lateness_ms.begin(), o.lateness_ms.end());
     consumers_missed += o.consumers_missed;
@@ -160,14 +208,21 @@ struct Stats {
 inline bool WriteStats(const Stats& s, const std::string& path) {
   FILE* f = std::fopen(path.c_str(), "wb");
   if (f == nullptr) return false;
-  const uint64_t counts[] = {s.consumers_missed, s.producers_missed, s.late_answers,  s.unlocated,
-                             s.tasks_taken,      s.tasks_finished,   s.tasks_revoked, s.skipped};
-  const double gaps[] = {s.max_consumer_gap_s, s.max_producer_gap_s, s.takeover_s, s.interval_s,
-                         s.cpu_s};
+  const uint64_t counts[] = {
+      s.consumers_missed, s.producers_missed,      s.late_answers,  s.unlocated,
+      s.tasks_taken,      s.tasks_finished,        s.tasks_revoked, s.skipped,
+      s.consumers_lost,   s.producers_reregistered};
+  const double gaps[] = {s.max_consumer_gap_s,
+                         s.max_producer_gap_s,
+                         s.takeover_s,
+                         s.interval_s,
+                         s.cpu_s,
+                         s.max_consumer_gap_before_kill_s};
   std::fwrite(counts, sizeof(counts), 1, f);
   std::fwrite(gaps, sizeof(gaps), 1, f);
   std::fwrite(s.calls, sizeof(s.calls), 1, f);
   std::fwrite(s.errors, sizeof(s.errors), 1, f);
+  std::fwrite(s.errors_by_code, sizeof(s.errors_by_code), 1, f);
   auto vec = [&](const std::vector<float>& v) {
     const uint64_t n = v.size();
     std::fwrite(&n, sizeof(n), 1, f);
@@ -184,12 +239,13 @@ inline bool WriteStats(const Stats& s, const std::string& path) {
 inline bool ReadStats(const std::string& path, Stats* s) {
   FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) return false;
-  uint64_t counts[8];
-  double gaps[5];
+  uint64_t counts[10];
+  double gaps[6];
   bool ok = std::fread(counts, sizeof(counts), 1, f) == 1 &&
             std::fread(gaps, sizeof(gaps), 1, f) == 1 &&
             std::fread(s->calls, sizeof(s->calls), 1, f) == 1 &&
-            std::fread(s->errors, sizeof(s->errors), 1, f) == 1;
+            std::fread(s->errors, sizeof(s->errors), 1, f) == 1 &&
+            std::fread(s->errors_by_code, sizeof(s->errors_by_code), 1, f) == 1;
   auto vec = [&](std::vector<float>* v) {
     uint64_t n = 0;
     if (!ok || std::fread(&n, sizeof(n), 1, f) != 1) return void(ok = false);
@@ -213,7 +269,10 @@ inline bool ReadStats(const std::string& path, Stats* s) {
   s->tasks_finished = counts[5];
   s->tasks_revoked = counts[6];
   s->skipped = counts[7];
+  s->consumers_lost = counts[8];
+  s->producers_reregistered = counts[9];
   s->cpu_s = gaps[4];
+  s->max_consumer_gap_before_kill_s = gaps[5];
   s->max_consumer_gap_s = gaps[0];
   s->max_producer_gap_s = gaps[1];
   s->takeover_s = gaps[2];
@@ -232,13 +291,33 @@ struct Consumer {
   uint32_t index = 0, job = 0, rank = 0;
   uint64_t id = 0;
   std::string lease;
-  uint64_t position = 0;  // epoch * steps_per_epoch + step
+  // The steps its trainer has taken, epoch * steps_per_epoch + step: what it reports, whether or
+  // not the heartbeat that carried it was answered.
+  uint64_t position = 0;
   uint64_t batches = 0;
+  bool lost = false;  // refused NOT_FOUND/PERMISSION_DENIED: stopped, as a real one aborts
   // The last task range located with a producer: epoch, [first, end) of its global batches.
   uint64_t located_epoch = ~0ull, located_first = 0, located_end = 0;
-  Clock::time_point last_answered;
-  double max_gap_s = 0;
+  Clock::time_point last_answered, last_answered_before_kill;
+  Clock::time_point confirmed_sent;  // when its last answered heartbeat was sent
+  double max_gap_s = 0, max_gap_before_kill_s = 0;
 };
+
+// The answer to a heartbeat read at `answered`, sent at `sent` (a consumer or a producer): from
+// the old dispatcher (read before the driver saw it dead), from the new one (read once the driver
+// saw it listening), or, in between, not told apart (neither counts).
+enum class From { kOld, kNew, kEither };
+inline From AnsweredBy(const Shared* sh, Clock::time_point answered) {
+  const int64_t dead = sh->dead_ns.load(), listen = sh->listen_ns.load();
+  if (dead == 0 || ToNs(answered) < dead) return From::kOld;
+  return listen != 0 && ToNs(answered) >= listen ? From::kNew : From::kEither;
+}
+
+inline void StoreMax(std::atomic<uint64_t>& a, uint64_t v) {
+  uint64_t seen = a.load();
+  while (seen < v && !a.compare_exchange_weak(seen, v)) {
+  }
+}
 
 inline std::unique_ptr<rpc::DispatcherClient> NewClient(const Config& c) {
   rpc::DispatcherClientOptions options;
@@ -280,7 +359,11 @@ inline bool Register(const Config& cfg, Shared* sh, rpc::DispatcherClient& clien
   const uint64_t spe = r->job().steps_per_epoch();
   sh->steps_per_epoch[c.job] = spe;
   c.position = r->epoch() * spe + r->step();
-  sh->position[c.index].store(c.position, std::memory_order_relaxed);
+  c.confirmed_sent = sent;
+  ConsumerSlot& slot = sh->consumer(c.index);
+  slot.position.store(c.position, std::memory_order_relaxed);
+  StoreMax(slot.acked_before_kill, c.position);
+  StoreMax(slot.sent_before_kill, c.position);
   if (r->heartbeat_interval_ms()) st.interval_s = r->heartbeat_interval_ms() / 1000.0;
   if (r->takeover_ms()) st.takeover_s = r->takeover_ms() / 1000.0;
   sh->registered_consumers.fetch_add(1);
@@ -356,9 +439,20 @@ inline void RunConsumers(const Config& cfg, Shared* sh, std::vector<Consumer>& m
         Register(cfg, sh, *client, c, st);  // a refused one tries again at its next beat
         continue;
       }
+      if (c.lost) continue;
       const auto window_start = WindowStart(sh);
       const bool in_window = due >= window_start;
-      const uint64_t next = TakeSteps(cfg, sh, *client, c, in_window, st);
+      // One beat, given up after the takeover time as PositionReporter's (the next one tries
+      // again), so that a dispatcher that is gone holds the thread's other consumers no longer.
+      const CallDeadline bounded(absl::Now() + absl::Seconds(st.takeover_s));
+      // Steps are taken only while the rank is surely this consumer's (ConfirmRank); past that,
+      // the heartbeat alone, which confirms it again.
+      const bool confirmed =
+          Clock::now() < c.confirmed_sent + std::chrono::duration_cast<Clock::duration>(
+                                                std::chrono::duration<double>(0.9 * st.takeover_s));
+      const uint64_t next = confirmed ? TakeSteps(cfg, sh, *client, c, in_window, st) : c.position;
+      c.position = next;  // its trainer has these batches, answered or not
+      ConsumerSlot& slot = sh->consumer(c.index);
       const uint64_t spe = sh->steps_per_epoch[c.job].load();
       v1::ConsumerHeartbeatRequest req;
       req.set_consumer_id(c.id);
@@ -371,6 +465,7 @@ inline void RunConsumers(const Config& cfg, Shared* sh, std::vector<Consumer>& m
       req.set_batches_received(c.batches);
       req.set_bytes_received(c.batches * 64);
       const auto sent = Clock::now();
+      if (sh->dead_ns.load() == 0) StoreMax(slot.sent_before_kill, next);
       auto r = client->ConsumerHeartbeat(req);
       const auto answered = Clock::now();
       st.Add(kConsumerHeartbeat, answered - sent, in_window);
@@ -379,14 +474,38 @@ inline void RunConsumers(const Config& cfg, Shared* sh, std::vector<Consumer>& m
       }
       if (!r.ok()) {
         st.Fail(kConsumerHeartbeat, r.status());
+        if (absl::IsNotFound(r.status()) || absl::IsPermissionDenied(r.status())) {
+          c.lost = true;  // a real consumer stops: serving on would deal the rank twice
+          slot.lost = 1;
+          ++st.consumers_lost;
+        }
         continue;
       }
       if (in_window && answered - sent > interval) ++st.late_answers;
-      c.position = next;
-      sh->position[c.index].store(next, std::memory_order_relaxed);
+      c.confirmed_sent = std::max(c.confirmed_sent, sent);
+      slot.position.store(next, std::memory_order_relaxed);
+      switch (AnsweredBy(sh, answered)) {
+        case From::kOld:
+          StoreMax(slot.acked_before_kill, next);
+          break;
+        case From::kNew:
+          if (slot.back_ns.load() == 0) {
+            slot.first_back_position = next;
+            slot.back_ns = ToNs(answered);
+          }
+          break;
+        case From::kEither:
+          break;
+      }
       if (answered > window_start) {
         const auto from = std::max(c.last_answered, window_start);
         c.max_gap_s = std::max(c.max_gap_s, std::chrono::duration<double>(answered - from).count());
+        const int64_t kill = sh->kill_ns.load();
+        if (kill == 0 || ToNs(answered) < kill) {
+          c.max_gap_before_kill_s = std::max(
+              c.max_gap_before_kill_s, std::chrono::duration<double>(answered - from).count());
+          c.last_answered_before_kill = answered;
+        }
       }
       c.last_answered = answered;
     }
@@ -400,7 +519,14 @@ inline void RunConsumers(const Config& cfg, Shared* sh, std::vector<Consumer>& m
     c.max_gap_s = std::max(c.max_gap_s, std::chrono::duration<double>(window_end - from).count());
     st.max_consumer_gap_s = std::max(st.max_consumer_gap_s, c.max_gap_s);
     if (c.max_gap_s > st.takeover_s) ++st.consumers_missed;
-    if (c.id == 0) continue;
+    if (const int64_t kill = sh->kill_ns.load(); kill != 0) {
+      const auto upto = std::max(c.last_answered_before_kill, window_start);
+      c.max_gap_before_kill_s = std::max(
+          c.max_gap_before_kill_s, std::chrono::duration<double>(FromNs(kill) - upto).count());
+      st.max_consumer_gap_before_kill_s =
+          std::max(st.max_consumer_gap_before_kill_s, c.max_gap_before_kill_s);
+    }
+    if (c.id == 0 || c.lost) continue;
     v1::ConsumerHeartbeatRequest req;
     req.set_consumer_id(c.id);
     req.set_lease(c.lease);
@@ -413,6 +539,8 @@ inline void RunConsumers(const Config& cfg, Shared* sh, std::vector<Consumer>& m
     req.set_batches_received(c.batches);
     req.set_leaving(true);
     const auto sent = Clock::now();
+    // Given up after an interval, as a real consumer's Close gives its final heartbeat up.
+    const CallDeadline bounded(absl::Now() + absl::Seconds(st.interval_s));
     auto r = client->ConsumerHeartbeat(req);
     st.Add(kConsumerLeave, Clock::now() - sent, false);
     if (!r.ok()) st.Fail(kConsumerLeave, r.status());
@@ -427,7 +555,7 @@ struct Frontiers {
     for (uint32_t j = 0; j < cfg.jobs; ++j) {
       uint64_t least = ~0ull;
       for (uint32_t c = j; c < cfg.consumers; c += cfg.jobs) {
-        least = std::min(least, sh->position[c].load(std::memory_order_relaxed));
+        least = std::min(least, sh->consumer(c).position.load(std::memory_order_relaxed));
       }
       // position p (epoch * S + step) is past global batch p * world of the job's numbering.
       batch[j] = least == ~0ull ? 0 : least * sh->world[j].load();
@@ -504,10 +632,22 @@ inline void RunProducer(const Config& cfg, Shared* sh, const Frontiers& frontier
     if (kind == kProducerHeartbeat && req.wait_for_work_ms() > 0) kind = kProducerWait;
     const auto sent = Clock::now();
     auto r = client->ProducerHeartbeat(req);
-    st.Add(kind, Clock::now() - sent, in_window);
+    const auto answered = Clock::now();
+    st.Add(kind, answered - sent, in_window);
     if (!r.ok()) {
       st.Fail(kind, r.status());
+      if (absl::IsNotFound(r.status()) && id != 0) {
+        // Presumed dead, its work given to others: drop it all and register again, as
+        // ProducerNode::Heartbeat does.
+        held.clear();
+        unreported.clear();
+        id = 0;
+        ++st.producers_reregistered;
+      }
       return false;
+    }
+    if (AnsweredBy(sh, answered) == From::kNew && sh->producer_back_ns(index).load() == 0) {
+      sh->producer_back_ns(index) = ToNs(answered);
     }
     unreported.clear();
     id = r->producer_id();
@@ -589,6 +729,7 @@ inline void RunProducer(const Config& cfg, Shared* sh, const Frontiers& frontier
   for (uint64_t t : unreported) req.add_finished_tasks(t);
   req.set_leaving(true);
   const auto sent = Clock::now();
+  const CallDeadline bounded(absl::Now() + absl::Seconds(st.interval_s));
   auto r = client->ProducerHeartbeat(req);
   st.Add(kProducerLeave, Clock::now() - sent, false);
   if (!r.ok()) st.Fail(kProducerLeave, r.status());
