@@ -331,6 +331,7 @@ int OpenFds(pid_t pid) {
 // close-wait connections and half-open ones (SYN received), and the clients' connections still
 // waiting for the answer to their SYN.
 struct PortSockets {
+  double at_s = 0;  // when sampled, from the kill
   int accept_queue = 0, established = 0, close_wait = 0, syn_sent = 0, syn_recv = 0;
 };
 PortSockets SocketsOf(int port) {
@@ -424,7 +425,9 @@ void KillAndRestart(const std::vector<std::string>& args, int cpu, const std::st
          next += std::chrono::seconds(1)) {
       std::this_thread::sleep_until(next);
       const int n = g_dispatcher > 0 ? OpenFds(g_dispatcher) : 0;
-      const PortSockets sockets = SocketsOf(r->port);
+      PortSockets sockets = SocketsOf(r->port);
+      // Reading /proc/net/tcp6 with 20,000 sockets under load can take longer than the period.
+      sockets.at_s = Seconds(Clock::now() - r->kill);
       std::lock_guard<std::mutex> lock(r->mu);
       r->fds.push_back(n);
       r->sockets.push_back(sockets);
@@ -842,8 +845,8 @@ int main(int argc, char** argv) {
       }
       for (const PortSockets& p : restart.sockets) {
         absl::StrAppend(&sockets_by_second, sockets_by_second.empty() ? "" : ", ", "[",
-                        p.accept_queue, ", ", p.syn_recv, ", ", p.established, ", ", p.close_wait,
-                        ", ", p.syn_sent, "]");
+                        absl::StrFormat("%.1f", p.at_s), ", ", p.accept_queue, ", ", p.syn_recv,
+                        ", ", p.established, ", ", p.close_wait, ", ", p.syn_sent, "]");
       }
     }
     const std::string restarted_log = ReadFile(work + "/dispatcher-restarted.log");
@@ -888,7 +891,8 @@ int main(int argc, char** argv) {
         "\"replay_checked_same\": %s, \"errors_by_code\": {%s}, \"dispatcher_fds_before_kill\": "
         "%d, "
         "\"restarted_fds_max\": %d, \"restarted_fds_by_second_from_listening\": [%s], "
-        "\"sockets_by_second\": \"accept queue, SYN received, established, close-wait, "
+        "\"sockets_by_second\": \"seconds from the kill, accept queue, SYN received, established, "
+        "close-wait, "
         "clients in SYN-SENT\", \"restarted_sockets_by_second_from_listening\": [%s], "
         "\"restarted_accept_failures\": %llu, \"recovery_met\": %s",
         o.kill_after, status_back_s, Seconds(restart.dead - restart.kill), listen_s, serving_s,
