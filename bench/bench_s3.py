@@ -33,7 +33,13 @@ created, so time from the first batch alone would count batches made before it),
 bytes fetched; fetched_per_delivered = bytes fetched / bytes of the records delivered (their
 TFRecord framing included); requests_per_batch. Ratios s3 / local from the same run.
 
-Usage: .venv/bin/python bench/bench_s3.py [--records 6000] [--json out.json]
+--max-tasks sets the producer's --max-tasks (the tasks it holds with batches to make, and so
+the tasks it can fetch ahead). --shuffles picks the shuffles run (default all three; s3_noshare runs with none), for repeated runs
+of one of them. $CROUPIER_BIN, if set, is the croupier command every process runs (another build,
+to compare).
+
+Usage: .venv/bin/python bench/bench_s3.py [--records 6000] [--shuffles none,blocks,global]
+       [--json out.json]
 """
 import argparse
 import json
@@ -74,7 +80,8 @@ def run_job(args, work, name, files, shuffle, env):
         with croupier.local_cluster(producers=0, work_dir=work / name,
                                     threads=args.threads) as c:
             port_file = work / f"{name}-metrics.port"
-            c.add_producer("--metrics-port", "0", "--metrics-port-file", port_file)
+            more = ["--max-tasks", str(args.max_tasks)] if args.max_tasks else []
+            c.add_producer("--metrics-port", "0", "--metrics-port-file", port_file, *more)
             extra = {}
             if shuffle == "blocks":
                 extra = dict(block_size=args.block_size, window_blocks=args.window_blocks)
@@ -129,6 +136,10 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--block-size", type=int, default=64)
     p.add_argument("--window-blocks", type=int, default=4)
+    p.add_argument("--max-tasks", type=int, default=0,
+                   help="the producer's --max-tasks (0: its default)")
+    p.add_argument("--shuffles", default="none,blocks,global",
+                   help="comma-separated shuffles to run")
     p.add_argument("--json", type=pathlib.Path)
     args = p.parse_args()
 
@@ -150,14 +161,16 @@ def main():
             results.append(ceiling)
             print(json.dumps(ceiling), flush=True)
             systems = []
-            for shuffle in ("none", "blocks", "global"):
+            shuffles = [x for x in ("none", "blocks", "global") if x in args.shuffles.split(",")]
+            for shuffle in shuffles:
                 systems.append(("local", shuffle, [str(f) for f in local_files], {}))
                 systems.append(("s3", shuffle, remote, store.env()))
                 if shuffle != "none":
                     systems.append(("s3_gap4k", shuffle, remote,
                                     store.env(CROUPIER_S3_MERGE_GAP_BYTES="4096")))
-            systems.append(("s3_noshare", "none", remote,
-                            store.env(CROUPIER_S3_INDEX_PREFIX="off")))
+            if "none" in shuffles:
+                systems.append(("s3_noshare", "none", remote,
+                                store.env(CROUPIER_S3_INDEX_PREFIX="off")))
             for n, (system, shuffle, files, env) in enumerate(systems):
                 r = run_job(args, tmp, f"j{n}-{system}-{shuffle}", files, shuffle, env)
                 delivered = total_bytes * r["records"] / args.records
@@ -177,8 +190,9 @@ def main():
           f"s: {ceiling['bytes'] / ceiling['seconds'] / 1e6:.1f} MB/s, "
           f"{ceiling['records_per_s']:,.0f} records/s\n")
     print("| shuffle | system | records/s | s3 / local | first batch (s) | s3 / local | "
+          "create_job (s) | after create_job: s3 / local | "
           "bytes fetched / delivered | requests / batch | ranges / request |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         base = by[("local", r["shuffle"])]
         ratio = "" if r["system"] == "local" else f"{r['records_per_s'] / base['records_per_s']:.2f}x"
@@ -186,8 +200,13 @@ def main():
         per_req = f"{r['ranges'] / r['requests']:.1f}" if r["requests"] else ""
         fetched = f"{r['fetched_per_delivered']:.3f}" if r["system"] != "local" else ""
         rpb = f"{r['requests_per_batch']:.1f}" if r["system"] != "local" else ""
+        # The time from create_job's end to the last batch: what the producer's reads cost,
+        # without the dispatcher's scan of the objects as it creates the job.
+        after = ("" if r["system"] == "local" else
+                 f"{(base['epoch_s'] - base['create_s']) / (r['epoch_s'] - r['create_s']):.2f}x")
         print(f"| {r['shuffle']} | {r['system']} | {r['records_per_s']:,.0f} | {ratio} | "
-              f"{r['first_batch_s']:.2f} | {fb} | {fetched} | {rpb} | {per_req} |")
+              f"{r['first_batch_s']:.2f} | {fb} | {r['create_s']:.2f} | {after} | {fetched} | "
+              f"{rpb} | {per_req} |")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 
