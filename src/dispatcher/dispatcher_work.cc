@@ -154,18 +154,10 @@ void DispatcherImpl::ProducerHeartbeatOrWait(const v1::ProducerHeartbeatRequest&
   const absl::Duration wait =
       std::min(absl::Milliseconds(request.wait_for_work_ms()), options_.heartbeat_interval);
   const uint64_t id = response->producer_id();  // read before the response is moved
-  const absl::Time deadline = absl::Now() + wait;
-  // What the heartbeat changed (a registration, finished tasks) is durable before it waits.
-  DurableThen(std::move(response), call_deadline,
-              [this, id, slots, deadline, call_deadline, done = std::move(done)](
-                  absl::StatusOr<v1::ProducerHeartbeatResponse> durable) mutable {
-                if (!durable.ok()) {
-                  std::move(done)(std::move(durable));
-                  return;
-                }
-                WaitForWork(id, slots, deadline, call_deadline, *std::move(durable),
-                            std::move(done));
-              });
+  // Held at once, before its changes are durable (its answer waits for that): a notification
+  // that came while it waited for the journal would be lost, and the producer would wait out the
+  // whole interval while others took the work.
+  WaitForWork(id, slots, absl::Now() + wait, call_deadline, *std::move(response), std::move(done));
 }
 
 void DispatcherImpl::WaitForWork(uint64_t id, uint32_t slots, absl::Time deadline,
@@ -174,33 +166,28 @@ void DispatcherImpl::WaitForWork(uint64_t id, uint32_t slots, absl::Time deadlin
   waiters_.Wait(deadline, [this, id, slots, deadline, call_deadline,
                            response = std::move(response),
                            done = std::move(done)](WorkWaiters::Wake why) mutable {
-    if (why != WorkWaiters::Wake::kWorkMayBeAvailable) {
-      std::move(done)(std::move(response));
-      return;
-    }
-    absl::Status assigned = absl::OkStatus();
-    {
-      absl::MutexLock lock(&mu_);
-      auto info = producer_info_.find(id);
-      // A producer removed meanwhile learns it at its next heartbeat.
-      if (state_.FindProducer(id) != nullptr && info != producer_info_.end()) {
-        assigned = AssignTasksLocked(id, slots, info->second, response);
+    absl::StatusOr<v1::ProducerHeartbeatResponse> result = std::move(response);
+    if (why == WorkWaiters::Wake::kWorkMayBeAvailable) {
+      absl::Status assigned = absl::OkStatus();
+      {
+        absl::MutexLock lock(&mu_);
+        auto info = producer_info_.find(id);
+        // A producer removed meanwhile learns it at its next heartbeat.
+        if (state_.FindProducer(id) != nullptr && info != producer_info_.end()) {
+          assigned = AssignTasksLocked(id, slots, info->second, *result);
+        }
+      }
+      if (!assigned.ok()) {
+        result = assigned;
+      } else if (result->new_tasks_size() == 0 && absl::Now() < deadline) {
+        // Nothing assigned, nothing answered: held again at once.
+        WaitForWork(id, slots, deadline, call_deadline, *std::move(result), std::move(done));
+        return;
       }
     }
-    absl::StatusOr<v1::ProducerHeartbeatResponse> result = std::move(response);
-    if (!assigned.ok()) result = assigned;
-    // The tasks assigned (or the error, which may reveal state) are answered once durable; none
-    // assigned and time left: wait again.
-    DurableThen(std::move(result), call_deadline,
-                [this, id, slots, deadline, call_deadline, done = std::move(done)](
-                    absl::StatusOr<v1::ProducerHeartbeatResponse> durable) mutable {
-                  if (durable.ok() && durable->new_tasks_size() == 0 && absl::Now() < deadline) {
-                    WaitForWork(id, slots, deadline, call_deadline, *std::move(durable),
-                                std::move(done));
-                    return;
-                  }
-                  std::move(done)(std::move(durable));
-                });
+    // The heartbeat's changes and the tasks assigned (or the error, which may reveal state) are
+    // answered once durable.
+    DurableThen(std::move(result), call_deadline, std::move(done));
   });
 }
 
