@@ -3,8 +3,10 @@
 #include <pybind11/pybind11.h>
 
 #include "python/src/bindings.h"
+#include "src/common/mutex_checks.h"
 
 PYBIND11_MODULE(_croupier, m) {
+  croupier::ReleaseMutexChecks();
   m.doc() = "croupier's C++ core. Use the croupier package rather than this module.";
   croupier::py::BindIo(m);
   croupier::py::BindPlan(m);

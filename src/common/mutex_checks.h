@@ -15,7 +15,8 @@
 
 namespace croupier {
 
-// Call once, first thing, before any other thread starts.
+// Call once, first thing, before any other thread starts (the Python module calls it when it is
+// imported: a trainer's other threads, if any, hold no absl::Mutex of croupier's yet).
 inline void ReleaseMutexChecks() {
   const char* keep = std::getenv("CROUPIER_MUTEX_DEADLOCK_CHECK");
   if (keep != nullptr && std::strcmp(keep, "1") == 0) return;
