@@ -166,7 +166,7 @@ absl::string_view BufferBytes(const pyb::buffer& b) {
 }
 
 // A view of a uint64 array (None: empty). A contiguous numpy uint64 array, as
-// croupier/source.py makes, is viewed without a copy; anything else is converted once into
+// croupier/stream/source.py makes, is viewed without a copy; anything else is converted once into
 // `keep`, which must outlive the span.
 absl::Span<const uint64_t> U64Span(const pyb::object& o, pyb::array_t<uint64_t>& keep) {
   if (o.is_none()) return {};
@@ -245,7 +245,7 @@ Batch BatchFromColumns(uint64_t num_records, const pyb::list& columns,
     if (raised) throw std::move(*raised);
   } else {
     // The caller's writable buffer of at least the batch's size (a worker's shared-memory slot,
-    // croupier.zygote): the batch is laid out there. The Batch keeps the buffer object alive.
+    // croupier.map.zygote): the batch is laid out there. The Batch keeps the buffer object alive.
     auto in_callers_buffer = [&](size_t size) -> std::shared_ptr<uint8_t> {
       try {
         auto held = std::make_shared<pyb::buffer_info>(

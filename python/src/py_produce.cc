@@ -218,7 +218,7 @@ void BindProduce(pyb::module_& m) {
           "worker threads tokenize with tokenize(source, documents): (tokens int32, lengths), "
           "the documents' tokens one after another and each one's count, or (code, message).");
 
-  // The producer side of a worker's shared-memory slots (croupier.zygote): the worker lays the
+  // The producer side of a worker's shared-memory slots (croupier.map.zygote): the worker lays the
   // batch out in a slot, and the producer holds and serves those bytes as they are.
   pyb::class_<BatchSlots>(m, "_BatchSlots",
                           "Shared-memory slots a worker process lays batches out in "

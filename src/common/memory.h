@@ -23,7 +23,7 @@ inline constexpr size_t kLargeAllocationBytes = size_t{128} << 10;
 absl::Status KeepLargeAllocationsMapped(size_t bytes = kLargeAllocationBytes);
 
 // What a process that makes one batch after another keeps of the memory it frees (a map job's
-// worker, python/croupier/zygote.py): up to this much at the top of its heap.
+// worker, python/croupier/map/zygote.py): up to this much at the top of its heap.
 inline constexpr size_t kReusedBytes = size_t{256} << 20;
 
 // The opposite choice, for a process that makes one batch after another: allocations below

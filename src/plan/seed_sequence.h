@@ -1,8 +1,9 @@
 // numpy's SeedSequence (numpy/random/bit_generator.pyx), for entropy given as unsigned integers:
 // the words its generate_state gives. A map job's tf_transform gives each record the seed of its
 // stateless TensorFlow ops as SeedSequence([seed, epoch, index, 2]).generate_state(2, uint64)
-// (python/croupier/tf_pipeline.py); computing it here costs a fraction of a microsecond a record,
-// against 6 in numpy's SeedSequence and 3.5 in numpy array code run per batch under the GIL.
+// (python/croupier/map/tf_pipeline.py); computing it here costs a fraction of a microsecond a
+// record, against 6 in numpy's SeedSequence and 3.5 in numpy array code run per batch under the
+// GIL.
 #ifndef CROUPIER_SRC_PLAN_SEED_SEQUENCE_H_
 #define CROUPIER_SRC_PLAN_SEED_SEQUENCE_H_
 

@@ -1,6 +1,6 @@
 // Shared-memory slots in which a worker process lays out a batch that its producer then holds
 // and serves as it is: the one copy between a map job's worker and the data plane
-// (python/croupier/zygote.py). The worker writes the batch format (croupier/batch.h) straight
+// (python/croupier/map/zygote.py). The worker writes the batch format (croupier/batch.h) straight
 // from its columns into a slot; the producer adopts the slot's bytes as a Batch without copying or
 // rebuilding them, and the slot is reused once every copy of that Batch is gone (served and
 // dropped).
