@@ -1,8 +1,8 @@
 // croupier produce and croupier tokenize: the Python package's commands, so that one command runs
 // every kind of process. The producer of map and stream jobs (croupier.map.pipeline) is Python
-// because it runs a user's Python pipeline; tokenize (croupier.corpus) because it runs a Hugging Face
-// tokenizer. Each replaces itself (exec) with `python -m croupier COMMAND ARGS...`, so signals,
-// exit codes and the terminal are the Python command's own.
+// because it runs a user's Python pipeline; tokenize (croupier.corpus) because it runs a Hugging
+// Face tokenizer. Each replaces itself (exec) with `python -m croupier COMMAND ARGS...`, so
+// signals, exit codes and the terminal are the Python command's own.
 #include <unistd.h>
 
 #include <cerrno>
