@@ -122,7 +122,10 @@ def test_a_killed_text_producer_changes_no_sequence(tmp_path):
                 stderr=open(tmp_path / f"{name}-producer{i}.log", "w"), start_new_session=True)
                 for i in range(2)]
             try:
-                outs, procs = cluster.start_ranks("lm", 2, tmp_path / name, 1, "--slow-ms", "100")
+                # A window of 2 batches, so that the dead producer holds tasks the other one must
+                # make again (the automatic window takes the whole epoch at once).
+                outs, procs = cluster.start_ranks("lm", 2, tmp_path / name, 1, "--slow-ms", "100",
+                                                  "--prefetch", "2")
                 if kill_one:
                     deadline = time.monotonic() + 60
                     while time.monotonic() < deadline and (

@@ -253,7 +253,11 @@ def test_a_producer_killed_mid_epoch_changes_no_sequence(tmp_path, sources):
             tokens.create_token_job(cluster.address, "lm", sources, consumers=2,
                                     sequence_length=L, global_batch=B, steps_per_epoch=40,
                                     epochs=1, packing="best_fit", weights=[3, 1])
-            outs, procs = cluster.start_ranks("lm", 2, tmp_path / name, 1, "--slow-ms", "40")
+            # A window of 2 batches: the automatic one (64 for batches this small) would take the
+            # whole epoch from the producers before the kill, and the ranks would finish before
+            # the dead producer expires, its tasks never made again.
+            outs, procs = cluster.start_ranks("lm", 2, tmp_path / name, 1, "--slow-ms", "40",
+                                              "--prefetch", "2")
             if kill_one:
                 deadline = time.monotonic() + 60
                 while time.monotonic() < deadline and (
