@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -80,6 +81,29 @@ TEST(IndexedDatasetTest, ABrokenIndexIsNamedWithItsByteOffset) {
   const uint64_t huge = ~uint64_t{0} / 4;
   std::memcpy(bad.data() + 18, &huge, 8);
   EXPECT_TRUE(absl::IsDataLoss(error(bad, 20)));
+}
+
+// uint16 tokens are read a chunk at a time: a document many chunks long reads whole and from
+// any offset, and a .bin cut within its second chunk is named with the byte where it ends.
+TEST(IndexedDatasetTest, LongUint16DocumentsReadAcrossChunks) {
+  ScopedTempDir dir;
+  const std::string prefix = dir.Join("long");
+  std::vector<int32_t> doc(10001);
+  for (size_t t = 0; t < doc.size(); ++t) doc[t] = static_cast<int32_t>((t * 7919) % 65536);
+  ASSERT_TRUE(WriteIndexedDataset(prefix, TokenDType::kUInt16, {{3, 4}, doc}).ok());
+  auto data = IndexedDataset::Open(prefix);
+  ASSERT_TRUE(data.ok()) << data.status();
+  std::vector<int32_t> whole(doc.size());
+  ASSERT_TRUE((*data)->Read(1, 0, absl::MakeSpan(whole)).ok());
+  EXPECT_EQ(whole, doc);
+  std::vector<int32_t> across(4099);
+  ASSERT_TRUE((*data)->Read(1, 4095, absl::MakeSpan(across)).ok());
+  EXPECT_TRUE(std::equal(across.begin(), across.end(), doc.begin() + 4095));
+  // Document 1 starts at byte 4; cut the .bin 5,000 tokens into it.
+  ASSERT_EQ(::truncate((prefix + ".bin").c_str(), 4 + 2 * 5000), 0);
+  const absl::Status cut = (*data)->Read(1, 0, absl::MakeSpan(whole));
+  EXPECT_TRUE(absl::IsDataLoss(cut)) << cut;
+  EXPECT_THAT(cut.message(), HasSubstr("long.bin at byte 10004"));
 }
 
 TEST(IndexedDatasetTest, ABinCutShortAfterOpenIsDataLossNamingIt) {

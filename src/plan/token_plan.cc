@@ -23,6 +23,9 @@ namespace {
 constexpr uint64_t kCheckpointEvery = 4096;
 // concat keeps the tokens before every this many positions of a source epoch.
 constexpr uint64_t kPrefixEvery = 1024;
+// The mixture's states kept where the last walks of it ended (a producer's threads each make
+// consecutive batches, so the next walk starts where one ended), most recent first.
+constexpr size_t kCursorsKept = 16;
 // Packed best_fit windows kept, and source epochs whose concat prefixes are kept.
 constexpr size_t kWindowsKept = 16;
 constexpr size_t kConcatEpochsKept = 2;
@@ -106,6 +109,12 @@ struct TokenPlan::Impl {
 
   mutable absl::Mutex mu;
   mutable std::vector<Checkpoint> checkpoints ABSL_GUARDED_BY(mu);
+  // The state just before global sequence `first`, where a walk ended (see kCursorsKept).
+  struct Cursor {
+    uint64_t first = 0;
+    Checkpoint state;
+  };
+  mutable std::list<Cursor> cursors ABSL_GUARDED_BY(mu);
   // Per source: the sequences before each source epoch (best_fit; concat's are all equal).
   mutable std::vector<std::vector<uint64_t>> epoch_starts ABSL_GUARDED_BY(mu);
   mutable std::map<std::pair<uint32_t, uint64_t>, std::shared_ptr<const BestFitEpoch>> best_fit
@@ -157,9 +166,11 @@ struct TokenPlan::Impl {
     return k;
   }
 
-  // The mixture's state just before global sequence i, and the source of i.
-  uint32_t Locate(uint64_t i, std::vector<uint64_t>* counts_before) const {
+  // The mixture's state just before global sequence i: from the nearest checkpoint at or before
+  // it, or from a kept cursor between that checkpoint and i.
+  Checkpoint StateBefore(uint64_t i) const {
     Checkpoint at;
+    uint64_t from = i / kCheckpointEvery * kCheckpointEvery;
     {
       absl::MutexLock lock(&mu);
       const uint64_t c = i / kCheckpointEvery;
@@ -173,11 +184,41 @@ struct TokenPlan::Impl {
         }
         checkpoints.push_back(std::move(next));
       }
-      at = checkpoints[c];
+      const Cursor* nearest = nullptr;
+      for (const Cursor& cursor : cursors) {
+        if (cursor.first > from && cursor.first <= i &&
+            (nearest == nullptr || cursor.first > nearest->first)) {
+          nearest = &cursor;
+        }
+      }
+      if (nearest != nullptr) {
+        at = nearest->state;
+        from = nearest->first;
+      } else {
+        at = checkpoints[c];
+      }
     }
-    for (uint64_t s = i / kCheckpointEvery * kCheckpointEvery; s < i; ++s) {
-      Step(s, at.total, at.in_segment);
+    for (uint64_t s = from; s < i; ++s) Step(s, at.total, at.in_segment);
+    return at;
+  }
+
+  // Keeps `state`, the mixture's state just before global sequence `first`, as a cursor.
+  void Remember(uint64_t first, const Checkpoint& state) const {
+    if (first % kCheckpointEvery == 0) return;  // a checkpoint is there
+    absl::MutexLock lock(&mu);
+    for (auto it = cursors.begin(); it != cursors.end(); ++it) {
+      if (it->first == first) {
+        cursors.splice(cursors.begin(), cursors, it);
+        return;
+      }
     }
+    cursors.push_front(Cursor{first, state});
+    if (cursors.size() > kCursorsKept) cursors.pop_back();
+  }
+
+  // The mixture's state just before global sequence i, and the source of i.
+  uint32_t Locate(uint64_t i, std::vector<uint64_t>* counts_before) const {
+    Checkpoint at = StateBefore(i);
     if (counts_before != nullptr) *counts_before = at.total;
     const Segment& segment = SegmentAt(i);
     if (i == segment.first_sequence) std::fill(at.in_segment.begin(), at.in_segment.end(), 0);
@@ -510,23 +551,16 @@ SequencePlan TokenPlan::Sequence(uint64_t i) const {
 std::vector<SequencePlan> TokenPlan::Sequences(uint64_t first, uint64_t count) const {
   std::vector<SequencePlan> out(count);
   if (count == 0) return out;
-  std::vector<uint64_t> total;
-  impl_->Locate(first, &total);
-  // The counts within the segment at `first`, for stepping on from there.
-  std::vector<uint64_t> in_segment(total.size(), 0);
-  const uint64_t segment_start = impl_->SegmentAt(first).first_sequence;
-  if (segment_start < first) {
-    const std::vector<uint64_t> at_start = CountsBefore(segment_start);
-    for (size_t k = 0; k < total.size(); ++k) in_segment[k] = total[k] - at_start[k];
-  }
+  Impl::Checkpoint state = impl_->StateBefore(first);
   for (uint64_t t = 0; t < count; ++t) {
     SequencePlan& plan = out[t];
-    plan.source = impl_->Step(first + t, total, in_segment);
-    const auto [e, s] = impl_->EpochOf(plan.source, total[plan.source] - 1);
+    plan.source = impl_->Step(first + t, state.total, state.in_segment);
+    const auto [e, s] = impl_->EpochOf(plan.source, state.total[plan.source] - 1);
     plan.source_epoch = e;
     plan.source_sequence = s;
     impl_->Pieces(plan.source, e, s, plan.pieces);
   }
+  impl_->Remember(first + count, state);
   return out;
 }
 

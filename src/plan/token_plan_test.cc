@@ -215,6 +215,60 @@ TEST(PlanTokenTest, SequencesAreAPureFunctionOfTheSpecAndTheLengths) {
   }
 }
 
+// Walks of the mixture resume where earlier ones ended (kept cursors): batches made one after
+// another by several threads, and out of order, across weight changes (steps 5 and 40: sequences
+// 600 and 4,800) and a checkpoint (4,096), equal the sequences found one at a time from the
+// checkpoints alone.
+TEST(PlanTokenTest, WalksResumedWhereOthersEndedFindTheSameSequences) {
+  const std::vector<std::vector<uint32_t>> lengths = {Lengths(400, 3), Lengths(300, 4),
+                                                      Lengths(200, 5)};
+  const std::vector<WeightChange> schedule = {
+      {0, {0.5, 0.3, 0.2}}, {5, {0.1, 0.1, 0.8}}, {40, {0.4, 0.0, 0.6}}};
+  for (Packing packing : {Packing::kConcat, Packing::kBestFit}) {
+    SCOPED_TRACE(PackingName(packing));
+    auto reference = Plan(Spec(packing, schedule), lengths);
+    auto walked = Plan(Spec(packing, schedule), lengths);
+    ASSERT_NE(reference, nullptr);
+    ASSERT_NE(walked, nullptr);
+    constexpr uint64_t kSequences = 6000, kBatch = 8;
+    std::vector<SequencePlan> expected;
+    for (uint64_t i = 0; i < kSequences; ++i) expected.push_back(reference->Sequence(i));
+    std::vector<std::thread> threads;
+    std::vector<int> mismatches(4, 0);
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        // Thread t makes the batches of its quarter in order, then every 7th batch of all
+        // backwards, starting between the others' walks.
+        std::vector<uint64_t> firsts;
+        for (uint64_t b = t * kSequences / 4; b < (t + 1) * kSequences / 4; b += kBatch) {
+          firsts.push_back(b);
+        }
+        for (int64_t b = kSequences - kBatch - 3 * t; b >= 0; b -= 7 * kBatch) {
+          firsts.push_back(static_cast<uint64_t>(b));
+        }
+        for (uint64_t first : firsts) {
+          const uint64_t count = std::min(kBatch, kSequences - first);
+          const std::vector<SequencePlan> run = walked->Sequences(first, count);
+          for (uint64_t r = 0; r < count; ++r) {
+            const SequencePlan& want = expected[first + r];
+            if (run[r].source != want.source || run[r].pieces != want.pieces ||
+                run[r].source_sequence != want.source_sequence) {
+              ++mismatches[t];
+            }
+          }
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(mismatches, std::vector<int>(4, 0));
+    // And one at a time after the walks, from whatever cursors they left.
+    for (uint64_t i : {0ull, 599ull, 600ull, 601ull, 4095ull, 4096ull, 4799ull, 4800ull, 5999ull}) {
+      EXPECT_EQ(walked->Sequence(i).pieces, expected[i].pieces) << i;
+      EXPECT_EQ(walked->SourceOf(i), expected[i].source) << i;
+    }
+  }
+}
+
 // best_fit leaves less padding than cutting without splitting would (one document a sequence),
 // and concat leaves only the end of each source epoch.
 TEST(PlanTokenTest, PaddingIsReportedFromLengthsAlone) {
