@@ -85,6 +85,15 @@ absl::Status DispatcherState::ApplyJobCreated(const journal::JobCreated& u) {
   }
   absl::StatusOr<JobConfig> config = ParseJobConfig(info);
   if (!config.ok()) return Malformed(config.status().message());
+  const uint64_t n = spec.num_consumers();
+  if (n == 0 || info.batches_per_epoch() == 0 || info.batches_per_epoch() % n != 0 ||
+      info.steps_per_epoch() != info.batches_per_epoch() / n || info.batches_per_task() == 0 ||
+      info.batches_per_task() % n != 0) {
+    return Malformed(absl::StrCat(
+        "job '", spec.name(), "' has inconsistent counts: ", spec.num_consumers(), " consumers, ",
+        info.batches_per_epoch(), " batches and ", info.steps_per_epoch(), " steps per epoch, ",
+        info.batches_per_task(), " batches per task"));
+  }
   Job job;
   job.info = std::make_shared<const v1::JobInfo>(info);
   job.config = *std::move(config);

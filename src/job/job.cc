@@ -92,17 +92,6 @@ absl::StatusOr<JobConfig> ParseJobConfig(const v1::JobInfo& info) {
   auto error = [&](const absl::Status& s) {
     return absl::InvalidArgumentError(absl::StrCat("job '", spec.name(), "': ", s.message()));
   };
-  // Every rule below divides by these: a JobInfo that breaks them (a journal or a dispatcher
-  // from elsewhere) is refused here, for the dispatcher, the producers and the consumers alike.
-  const uint64_t n = spec.num_consumers();
-  if (n == 0 || info.batches_per_epoch() == 0 || info.batches_per_epoch() % n != 0 ||
-      info.steps_per_epoch() != info.batches_per_epoch() / n || info.batches_per_task() == 0 ||
-      info.batches_per_task() % n != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "job '", spec.name(), "' has inconsistent counts: ", spec.num_consumers(),
-        " consumers, ", info.batches_per_epoch(), " batches and ", info.steps_per_epoch(),
-        " steps per epoch, ", info.batches_per_task(), " batches per task"));
-  }
   JobConfig job;
   job.name = spec.name();
   absl::StatusOr<TypedSettings> settings = TypedSettingsOf(spec);

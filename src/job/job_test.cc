@@ -87,24 +87,6 @@ TEST(JobConfigTest, ParsesEveryTypedSettingAndDefaultsTheEmptyOnes) {
               HasSubstr("job 'j': remainder policy 3 is not a value this croupier knows"));
 }
 
-// Counts that the dealing rules divide by are refused where a JobInfo is parsed, naming them: a
-// producer or consumer given one (from a dispatcher or journal not its own) gets an error, not a
-// division by zero.
-TEST(JobConfigTest, RefusesCountsTheRulesDivideBy) {
-  EXPECT_TRUE(ParseJobConfig(Info(2, 8, 4, 1)).ok());
-  v1::JobInfo no_consumers = Info(2, 8, 4, 1);
-  no_consumers.mutable_spec()->set_num_consumers(0);
-  for (const v1::JobInfo& bad : {Info(2, 8, 0, 1), no_consumers, Info(2, 0, 4, 1),
-                                 Info(2, 8, 3, 1), Info(3, 8, 3, 1)}) {
-    absl::StatusOr<JobConfig> config = ParseJobConfig(bad);
-    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << bad.DebugString();
-    EXPECT_THAT(config.status().message(), HasSubstr("job 'j' has inconsistent counts"));
-  }
-  v1::JobInfo steps = Info(2, 8, 4, 1);
-  steps.set_steps_per_epoch(3);
-  EXPECT_THAT(ParseJobConfig(steps).status().message(), HasSubstr("3 steps per epoch"));
-}
-
 TEST(JobConfigTest, DealsWholeRoundsFromTheResumedBatch) {
   v1::JobInfo info = Info(3, 12, 6, 3);
   info.mutable_spec()->set_start_epoch(1);
