@@ -20,9 +20,9 @@
 #include "croupier/plan.h"
 #include "croupier/record_index.h"
 #include "proto/croupier.pb.h"
-#include "src/io/buffer_pool.h"
 #include "src/io/record_fetch.h"
 #include "src/producer/batch_maker.h"
+#include "src/producer/memfd_buffers.h"
 
 namespace croupier {
 
@@ -51,8 +51,9 @@ class RecordCache;
 // what does not fit is fetched when its batch is made); at most kFetchThreads fetches run at once
 // per job, their requests within the store client's own bound (CROUPIER_S3_MAX_IN_FLIGHT).
 //
-// Batches of 64 KiB and more are laid out in recycled buffers (BufferPool): at most
-// kFreeBatchBytes of buffers whose batches are gone are kept for the next ones.
+// Batches of 64 KiB and more are laid out in recycled memfds (MemfdBufferPool: a same-host consumer
+// maps them without a copy): at most kFreeBatchBytes of those whose batches are gone are kept for
+// the next ones.
 //
 // Thread-safe: Make may run on many threads at once.
 class TfrecordBatchMaker final : public BatchMaker {
@@ -174,8 +175,8 @@ class TfrecordBatchMaker final : public BatchMaker {
   // Batches fetched ahead together (FetchAhead): kFetchGroupBytes of the dataset's average
   // records, at least kFetchAheadBatches, and at most half of the budget's bytes.
   const uint64_t fetch_group_;
-  mutable BufferPool batch_buffers_{kFreeBatchBytes, kMinPooledBatchBytes};  // thread-safe
-  const std::unique_ptr<RecordFetcher> fetcher_;                             // thread-safe
+  mutable MemfdBufferPool batch_buffers_{kFreeBatchBytes, kMinPooledBatchBytes};  // thread-safe
+  const std::unique_ptr<RecordFetcher> fetcher_;  // thread-safe
 
   mutable absl::Mutex pool_mu_;
   mutable std::vector<std::unique_ptr<Scratch>> pool_ ABSL_GUARDED_BY(pool_mu_);

@@ -15,10 +15,10 @@
 #include "absl/types/span.h"
 #include "croupier/batch.h"
 #include "proto/croupier.pb.h"
-#include "src/io/buffer_pool.h"
 #include "src/io/indexed_dataset.h"
 #include "src/plan/token_plan.h"
 #include "src/producer/batch_maker.h"
+#include "src/producer/memfd_buffers.h"
 #include "src/producer/text_tokens.h"
 
 namespace croupier {
@@ -83,15 +83,16 @@ class TokenBatchMaker final : public BatchMaker {
                               uint64_t epoch, absl::Span<const uint64_t> ids,
                               const std::array<int32_t*, 5>& arrays) const;
 
-  // Batches of 64 KiB and more are laid out in recycled buffers: at most 16 MiB of buffers whose
-  // batches are gone are kept for the next ones (as TfrecordBatchMaker's).
+  // Batches of 64 KiB and more are laid out in recycled memfds (MemfdBufferPool: a same-host
+  // consumer maps them without a copy): at most 16 MiB of those whose batches are gone are kept
+  // for the next ones (as TfrecordBatchMaker's).
   static constexpr size_t kFreeBatchBytes = size_t{16} << 20;
   static constexpr size_t kMinPooledBatchBytes = size_t{64} << 10;
 
   const std::vector<std::unique_ptr<IndexedDataset>> datasets_;  // text: lengths only
   const std::vector<std::unique_ptr<TextTokens>> texts_;         // nullptr: indexed dataset
   const std::unique_ptr<TokenPlan> plan_;
-  mutable BufferPool batch_buffers_{kFreeBatchBytes, kMinPooledBatchBytes};  // thread-safe
+  mutable MemfdBufferPool batch_buffers_{kFreeBatchBytes, kMinPooledBatchBytes};  // thread-safe
 };
 
 }  // namespace croupier
