@@ -26,7 +26,7 @@
 // producer one memcpy into pages already allocated, and the client maps each segment once and
 // keeps the mapping (a small cache per connection) while the server keeps reusing it. A batch
 // that already lies at the start of a memfd (memfd_bytes.h: a map job's worker laid it out in a
-// slot of the producer's) is not copied: that memfd is the segment, held until the client
+// slot of the producer's, or a producer's maker in a memfd of its own) is not copied: that memfd is the segment, held until the client
 // releases it, and retired (never written again) if the connection closes first.
 //
 // Reclaiming: a segment lives while the server's pool or lease holds it, or a client maps it.
