@@ -38,7 +38,9 @@ void BindPlan(pyb::module_& m) {
       "int64 [len(ids), 2]: row k is numpy.random.SeedSequence([seed, epoch, ids[k], kind])"
       ".generate_state(2, numpy.uint64) (src/plan/seed_sequence.h).");
   pyb::class_<EpochPlan>(m, "EpochPlan", R"doc(The plan of one epoch: which records form each
-global batch, and which consumer takes it (batch g goes to consumer g % N as its step g // N).)doc")
+global batch, and which consumer takes it (batch g goes to consumer g % N as its step g // N).
+block_size and window_blocks 0 (the default), and shuffle and remainder "", are the plan's
+defaults, as in a JobSpec.)doc")
       .def(pyb::init([](uint64_t num_records, uint32_t batch_size, uint32_t num_consumers,
                         uint64_t seed, uint64_t epoch, const std::string& shuffle,
                         const std::string& remainder, uint32_t block_size,
@@ -48,16 +50,18 @@ global batch, and which consumer takes it (batch g goes to consumer g % N as its
              spec.batch_size = batch_size;
              spec.num_consumers = num_consumers;
              spec.seed = seed;
-             spec.shuffle = Unwrap(ParseShuffleMode(shuffle));
-             spec.remainder = Unwrap(ParseRemainder(remainder));
-             spec.block_size = block_size;
-             spec.window_blocks = window_blocks;
+             // "" (a JobSpec's unset setting): the plan's default.
+             if (!shuffle.empty()) spec.shuffle = Unwrap(ParseShuffleMode(shuffle));
+             if (!remainder.empty()) spec.remainder = Unwrap(ParseRemainder(remainder));
+             // 0: the plan's own default (PlanSpec), as a JobSpec's 0 is: written once, there.
+             if (block_size != 0) spec.block_size = block_size;
+             if (window_blocks != 0) spec.window_blocks = window_blocks;
              return Unwrap(EpochPlan::Create(spec, epoch));
            }),
            pyb::arg("num_records"), pyb::arg("batch_size"), pyb::arg("num_consumers"),
            pyb::kw_only(), pyb::arg("seed") = 0, pyb::arg("epoch") = 0,
            pyb::arg("shuffle") = "global", pyb::arg("remainder") = "drop",
-           pyb::arg("block_size") = 1024, pyb::arg("window_blocks") = 16)
+           pyb::arg("block_size") = 0, pyb::arg("window_blocks") = 0)
       .def_property_readonly("num_batches", &EpochPlan::num_batches)
       .def_property_readonly("steps_per_consumer", &EpochPlan::steps_per_consumer)
       .def_property_readonly("num_consumers", &EpochPlan::num_consumers)

@@ -5,13 +5,15 @@ starts the worker pool (croupier.map.pool) and the C++ producer node that serves
 waits for the end of the job. `python -m croupier produce` (croupier.cli) runs it from a shell.
 """
 import dataclasses
+import json
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from croupier import _croupier, errors
 from croupier.runtime import at_exit
-from croupier.client import auth_token_or_env, create_job
+from croupier.client import auth_token_or_env, create_job, submit_job
 from croupier.errors import BatchError
+from croupier.job import JobSpec
 from croupier.map.pipeline import Pipeline, log
 from croupier.map.pool import WorkerPool, default_workers, in_process
 from croupier.runtime.thread_signals import block_async_signals
@@ -65,6 +67,48 @@ class ProduceOptions:
     drain_timeout: float = 5.0
 
 
+# The ProduceOptions fields that are the job's settings: a JobSpec holds them instead.
+_JOB_SETTINGS = ("batch_size", "consumers", "epochs", "seed", "shuffle", "remainder", "block_size",
+                 "window_blocks", "mode", "resume_from", "skip_failing_records", "features")
+
+
+def _options_of_spec(spec: JobSpec, options: Optional[ProduceOptions],
+                     keywords: Dict[str, Any]) -> ProduceOptions:
+    """produce(source, dispatcher, spec)'s options: the job's settings from `spec` (its unset ones
+    are the plan's defaults, which the C++ library fills), this producer's from the keywords. A
+    job setting given beside the spec, a ProduceOptions, files or another source kind are
+    refused, naming them."""
+    name = spec.name
+    if options is not None:
+        raise errors.InvalidArgumentError(
+            f"produce() of job '{name}': the job's settings come from its JobSpec, so no "
+            "ProduceOptions goes with it; give this producer's settings as keywords")
+    clash = sorted(k for k in keywords if k in _JOB_SETTINGS)
+    if clash:
+        raise errors.InvalidArgumentError(
+            f"produce() of job '{name}': {', '.join(clash)} are the job's settings: set them in "
+            "its JobSpec (consumers: num_consumers, epochs: num_epochs, resume_from: start_epoch "
+            "and start_batch)")
+    if spec.source not in ("", "map") or spec.files:
+        raise errors.InvalidArgumentError(
+            f"produce() of job '{name}': a map job's JobSpec names no files and its source is "
+            f"'map' (or unset), not {spec.source!r}")
+    return _settled(None, dict(
+        keywords, batch_size=spec.batch_size, consumers=spec.num_consumers or None,
+        epochs=spec.num_epochs, seed=spec.seed, shuffle=spec.shuffle, remainder=spec.remainder,
+        block_size=spec.block_size, window_blocks=spec.window_blocks, mode=spec.mode,
+        skip_failing_records=spec.skip_failing_records, features=spec.features or None))
+
+
+def _spec_to_submit(spec: JobSpec, num_records: int, features: str, consumers: int) -> JobSpec:
+    """`spec` as the job produce() creates: a map job of the source's records and features, with
+    the ranks it was given or found."""
+    fields: Dict[str, Any] = dict(spec.to_dict())
+    fields.update(source="map", num_records=num_records, features=features,
+                  num_consumers=consumers)
+    return JobSpec.from_json(json.dumps(fields))
+
+
 def _settled(options: Optional[ProduceOptions], keywords: Dict[str, Any]) -> ProduceOptions:
     """The options produce() runs with: `options` with `keywords` over it, or the keywords."""
     try:
@@ -78,7 +122,7 @@ def _settled(options: Optional[ProduceOptions], keywords: Dict[str, Any]) -> Pro
         raise TypeError(f"produce(): {e}") from None
 
 
-def produce(source: Any, dispatcher: str, job: str,
+def produce(source: Any, dispatcher: str, job: Union[str, JobSpec],
             options: Optional[ProduceOptions] = None, *,
             on_serving: Optional[Callable[[], None]] = None,
             leave_now: Optional[threading.Event] = None, **keywords: Any) -> Dict[str, Any]:
@@ -179,9 +223,18 @@ def produce(source: Any, dispatcher: str, job: str,
     raises UnavailableError naming it.
 
     The settings come as one ProduceOptions (`options`), or as keyword arguments of the same
-    names (the older form); keywords given with `options` replace its fields. on_serving() is
-    called once the producer serves (the command line's graceful stop)."""
-    o = _settled(options, keywords)
+    names (the older form); keywords given with `options` replace its fields. Or `job` is a
+    croupier.JobSpec, typed as submit_job() takes it: the job's settings are the spec's (its
+    unset ones the plan's defaults; num_consumers 0: the launcher's world size; features empty:
+    read off batch 0), and only this producer's settings come as keywords (a job setting beside
+    the spec is refused, naming it). on_serving() is called once the producer serves (the
+    command line's graceful stop)."""
+    spec: Optional[JobSpec] = None
+    if isinstance(job, JobSpec):
+        spec, job = job, job.name
+        o = _options_of_spec(spec, options, keywords)
+    else:
+        o = _settled(options, keywords)
     consumers, workers, threads, features = o.consumers, o.workers, o.threads, o.features
     if consumers is None:
         from croupier.launcher import detect_rank_world
@@ -213,8 +266,8 @@ def produce(source: Any, dispatcher: str, job: str,
         plan = _croupier.EpochPlan(num_records, int(o.batch_size), int(consumers),
                                    seed=int(o.seed), epoch=0, shuffle=o.shuffle,
                                    remainder=o.remainder,
-                                   block_size=int(o.block_size) or 1024,
-                                   window_blocks=int(o.window_blocks) or 16)
+                                   block_size=int(o.block_size),
+                                   window_blocks=int(o.window_blocks))
         if plan.num_batches == 0:
             raise errors.InvalidArgumentError(
                 f"job '{job}': {num_records} records make no whole round of {consumers} batches of "
@@ -237,14 +290,19 @@ def produce(source: Any, dispatcher: str, job: str,
             make = pool.make if pool is not None else in_process(pipeline)
             node = None
             try:
-                create_job(dispatcher, job, [], features, o.batch_size,
-                           consumers=consumers, seed=o.seed, epochs=o.epochs,
-                           shuffle=o.shuffle, remainder=o.remainder, mode=o.mode,
-                           block_size=o.block_size, window_blocks=o.window_blocks,
-                           source="map", num_records=num_records,
-                           resume_from=o.resume_from,
-                           skip_failing_records=o.skip_failing_records, exist_ok=True,
-                           auth_token=o.auth_token, timeout=o.timeout)
+                if spec is not None:
+                    submit_job(dispatcher,
+                               _spec_to_submit(spec, num_records, features, int(consumers)),
+                               exist_ok=True, auth_token=o.auth_token, timeout=o.timeout)
+                else:
+                    create_job(dispatcher, job, [], features, o.batch_size,
+                               consumers=consumers, seed=o.seed, epochs=o.epochs,
+                               shuffle=o.shuffle, remainder=o.remainder, mode=o.mode,
+                               block_size=o.block_size, window_blocks=o.window_blocks,
+                               source="map", num_records=num_records,
+                               resume_from=o.resume_from,
+                               skip_failing_records=o.skip_failing_records, exist_ok=True,
+                               auth_token=o.auth_token, timeout=o.timeout)
                 threads = int(threads) if threads is not None else max(workers, 1)
                 node = at_exit.track(_croupier._MapProducer(
                     dispatcher, job, auth_token_or_env(o.auth_token), threads,
