@@ -5,7 +5,7 @@
 #include <list>
 #include <map>
 #include <numeric>
-#include <set>
+#include <queue>
 #include <tuple>
 #include <utility>
 
@@ -291,67 +291,87 @@ struct TokenPlan::Impl {
   }
 
   // Window w of source k's epoch e, packed: its bins, in order, each a sequence's pieces.
+  //
+  // The rule (which decides the batches: it must never change alone, PlanTokenTest.GoldenValues):
+  // the window's documents in the epoch's order, each cut into pieces of at most L; the pieces
+  // longest first, ties in that order; each into the fullest bin it fits (the least room left
+  // that is at least its length), ties to the earliest bin, or a new bin when none fits; each
+  // bin's pieces in the epoch's order, and the bins ordered by their first piece.
+  //
+  // How: the pieces are numbered in the epoch's order as they are cut, so "ties in that order" is
+  // "ties by number", and one sort of (L - length, number) keys in 64 bits orders them. The bins
+  // with room r left are kept per r (a min-heap of bin numbers: the earliest first), with a bit
+  // per r saying whether any is, so the fullest bin that fits is the first set bit at or above
+  // the piece's length.
   std::vector<std::vector<Piece>> PackWindow(uint32_t k, uint64_t e, uint64_t w,
                                              const plan::Permutation& order) const {
     const absl::Span<const uint32_t> lengths = sources[k].lengths;
     const uint64_t first = w * spec.window;
     const uint64_t last = std::min<uint64_t>(first + spec.window, lengths.size());
-    struct Item {
-      uint32_t length;
-      uint64_t position;  // in the epoch's order
-      uint32_t chunk;     // which piece of its document
-      uint64_t document;
-      uint32_t offset;
-    };
-    std::vector<Item> items;
+    std::vector<Piece> pieces;  // in the epoch's order
     for (uint64_t p = first; p < last; ++p) {
       const uint64_t doc = order(p);
       const uint32_t len = lengths[doc];
-      for (uint32_t off = 0, chunk = 0; off < len; off += L(), ++chunk) {
-        items.push_back(Item{std::min(L(), len - off), p, chunk, doc, off});
+      for (uint32_t off = 0; off < len; off += L()) {
+        pieces.push_back(Piece{k, doc, off, std::min(L(), len - off)});
       }
     }
-    // Longest first; ties by position in the order (and piece of the document).
-    std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
-      return std::tie(b.length, a.position, a.chunk) < std::tie(a.length, b.position, b.chunk);
-    });
-    // Each piece into the fullest bin it fits (least room left >= its length), ties to the
-    // earliest bin; a new bin when none fits.
-    std::vector<std::vector<const Item*>> bins;
-    std::set<std::pair<uint32_t, size_t>> room;  // (room left, bin)
-    for (const Item& item : items) {
-      auto it = room.lower_bound({item.length, 0});
-      size_t bin;
+    std::vector<uint64_t> keys(pieces.size());
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      keys[i] = (uint64_t{L() - pieces[i].length} << 32) | i;  // a window holds < 2^32 pieces
+    }
+    std::sort(keys.begin(), keys.end());
+
+    using EarliestFirst = std::priority_queue<uint32_t, std::vector<uint32_t>, std::greater<>>;
+    std::vector<EarliestFirst> by_room(L());  // [r]: the bins with room r left (0 < r < L)
+    std::vector<uint64_t> has_room((L() + 63) / 64, 0);
+    auto fullest_fitting = [&](uint32_t length) -> uint32_t {  // L(): none
+      for (uint32_t word = length / 64; word < has_room.size(); ++word) {
+        uint64_t bits = has_room[word];
+        if (word == length / 64) bits &= ~uint64_t{0} << (length % 64);
+        if (bits != 0) return word * 64 + static_cast<uint32_t>(__builtin_ctzll(bits));
+      }
+      return L();
+    };
+    std::vector<uint32_t> bin_of(pieces.size());
+    uint32_t bins = 0;
+    for (uint64_t key : keys) {
+      const uint32_t i = static_cast<uint32_t>(key);
+      const uint32_t length = pieces[i].length;
+      const uint32_t r = fullest_fitting(length);
+      uint32_t bin;
       uint32_t left;
-      if (it == room.end()) {
-        bin = bins.size();
-        bins.emplace_back();
+      if (r == L()) {
+        bin = bins++;
         left = L();
       } else {
-        bin = it->second;
-        left = it->first;
-        room.erase(it);
+        bin = by_room[r].top();
+        by_room[r].pop();
+        if (by_room[r].empty()) has_room[r / 64] &= ~(uint64_t{1} << (r % 64));
+        left = r;
       }
-      bins[bin].push_back(&item);
-      left -= item.length;
-      if (left > 0) room.insert({left, bin});
-    }
-    // Each bin's pieces in the epoch's order; bins by their first piece.
-    for (auto& bin : bins) {
-      std::sort(bin.begin(), bin.end(), [](const Item* a, const Item* b) {
-        return std::tie(a->position, a->chunk) < std::tie(b->position, b->chunk);
-      });
-    }
-    std::sort(bins.begin(), bins.end(), [](const auto& a, const auto& b) {
-      return std::tie(a.front()->position, a.front()->chunk) <
-             std::tie(b.front()->position, b.front()->chunk);
-    });
-    std::vector<std::vector<Piece>> out(bins.size());
-    for (size_t b = 0; b < bins.size(); ++b) {
-      for (const Item* item : bins[b]) {
-        out[b].push_back(Piece{k, item->document, item->offset, item->length});
+      bin_of[i] = bin;
+      left -= length;
+      if (left > 0) {
+        by_room[left].push(bin);
+        has_room[left / 64] |= uint64_t{1} << (left % 64);
       }
     }
+    // The bins in the order of their first pieces, each piece in the epoch's order: one walk of
+    // the pieces in that order.
+    std::vector<uint32_t> rank(bins, UINT32_MAX);
+    std::vector<uint32_t> sizes;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      uint32_t& r = rank[bin_of[i]];
+      if (r == UINT32_MAX) {
+        r = static_cast<uint32_t>(sizes.size());
+        sizes.push_back(0);
+      }
+      ++sizes[r];
+    }
+    std::vector<std::vector<Piece>> out(bins);
+    for (uint32_t b = 0; b < bins; ++b) out[b].reserve(sizes[b]);
+    for (size_t i = 0; i < pieces.size(); ++i) out[rank[bin_of[i]]].push_back(pieces[i]);
     return out;
   }
 

@@ -269,6 +269,39 @@ TEST(PlanTokenTest, WalksResumedWhereOthersEndedFindTheSameSequences) {
   }
 }
 
+// The plan of a tokens job is part of its batches: a change that moves one piece makes other
+// batches of the same job (a resume across versions would repeat or skip documents). These values
+// were computed when the packing was first made faster, and must never change alone.
+TEST(PlanTokenTest, GoldenValues) {
+  const std::vector<std::vector<uint32_t>> lengths = {Lengths(2000, 7, 9000), Lengths(1500, 8),
+                                                      Lengths(700, 9)};
+  const std::vector<WeightChange> schedule = {{0, {0.5, 0.3, 0.2}}, {7, {0.2, 0.2, 0.6}}};
+  auto hash_of = [&](Packing packing) {
+    auto plan = Plan(Spec(packing, schedule, /*L=*/512, /*window=*/300), lengths);
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over every piece of 5,000 sequences
+    auto mix = [&h](uint64_t v) {
+      for (int b = 0; b < 8; ++b) {
+        h ^= (v >> (8 * b)) & 0xff;
+        h *= 1099511628211ull;
+      }
+    };
+    for (const SequencePlan& s : plan->Sequences(0, 5000)) {
+      mix(s.source);
+      mix(s.source_epoch);
+      mix(s.source_sequence);
+      for (const Piece& p : s.pieces) {
+        mix(p.source);
+        mix(p.document);
+        mix(p.offset);
+        mix(p.length);
+      }
+    }
+    return h;
+  };
+  EXPECT_EQ(hash_of(Packing::kConcat), 7540583536223741854u);
+  EXPECT_EQ(hash_of(Packing::kBestFit), 4900810876818860609u);
+}
+
 // best_fit leaves less padding than cutting without splitting would (one document a sequence),
 // and concat leaves only the end of each source epoch.
 TEST(PlanTokenTest, PaddingIsReportedFromLengthsAlone) {
