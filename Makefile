@@ -54,7 +54,7 @@ test: bootstrap
 
 test-engines: bootstrap-engines
 	$(MAKE) --no-print-directory build
-	$(PY) -m pytest -q -m engines -n $(ENGINE_WORKERS) --dist loadgroup
+	$(PY) -m pytest -q -m engines -n $(ENGINE_WORKERS) --dist loadgroup --durations=15
 
 test-cpp:
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) --timeout 600
@@ -62,13 +62,14 @@ test-cpp:
 # PYTEST_WORKERS: the number of pytest processes (pytest-xdist; 0 runs the tests in this process).
 # Three on two cores: many tests spend their time waiting (heartbeats, timeouts, the autoscaler's
 # hold), and a third process fills those waits (a loaded run: 326 s in three, 395 s in two).
-# Every Python test can run beside any other (docs/architecture.md, Conventions).
+# Every Python test can run beside any other (docs/architecture.md, Conventions). Both runs print
+# their slowest tests (--durations), so that a run's log says where its minutes went.
 PYTEST_WORKERS ?= 3
 # ENGINE_WORKERS: the same for make test-engines, whose files run whole in one process each
 # (tests/conftest.py, ENGINE_GROUPS).
 ENGINE_WORKERS ?= 2
 test-python:
-	$(PY) -m pytest -q -m "not engines" -n $(PYTEST_WORKERS)
+	$(PY) -m pytest -q -m "not engines" -n $(PYTEST_WORKERS) --durations=25
 
 demo: build-demo
 	bash scripts/demo.sh
