@@ -5,7 +5,6 @@
 #include <list>
 #include <map>
 #include <numeric>
-#include <queue>
 #include <tuple>
 #include <utility>
 
@@ -290,41 +289,46 @@ struct TokenPlan::Impl {
     return (n + spec.window - 1) / spec.window;
   }
 
-  // Window w of source k's epoch e, packed: its bins, in order, each a sequence's pieces.
-  //
-  // The rule (which decides the batches: it must never change alone, PlanTokenTest.GoldenValues):
-  // the window's documents in the epoch's order, each cut into pieces of at most L; the pieces
-  // longest first, ties in that order; each into the fullest bin it fits (the least room left
-  // that is at least its length), ties to the earliest bin, or a new bin when none fits; each
-  // bin's pieces in the epoch's order, and the bins ordered by their first piece.
-  //
-  // How: the pieces are numbered in the epoch's order as they are cut, so "ties in that order" is
-  // "ties by number", and one sort of (L - length, number) keys in 64 bits orders them. The bins
-  // with room r left are kept per r (a min-heap of bin numbers: the earliest first), with a bit
-  // per r saying whether any is, so the fullest bin that fits is the first set bit at or above
-  // the piece's length.
-  std::vector<std::vector<Piece>> PackWindow(uint32_t k, uint64_t e, uint64_t w,
-                                             const plan::Permutation& order) const {
+  // What packing a window works in, kept from one window to the next of an epoch's count.
+  struct PackScratch {
+    std::vector<uint64_t> documents;  // the window's, in the epoch's order
+    std::vector<Piece> pieces;        // in the epoch's order
+    std::vector<uint32_t> bin_of;     // each piece's bin, numbered as the bins were opened
+    std::vector<uint64_t> keys;
+    std::vector<std::vector<uint32_t>> by_room;  // [r]: min-heaps of the bins with room r left
+    std::vector<uint64_t> has_room;              // bit r: by_room[r] is not empty
+  };
+
+  // Packs window w (see PackWindow): fills scratch.pieces and scratch.bin_of; returns the number
+  // of bins.
+  uint32_t PackBins(uint32_t k, uint64_t w, const plan::Permutation& order,
+                    PackScratch& scratch) const {
     const absl::Span<const uint32_t> lengths = sources[k].lengths;
     const uint64_t first = w * spec.window;
     const uint64_t last = std::min<uint64_t>(first + spec.window, lengths.size());
-    std::vector<Piece> pieces;  // in the epoch's order
-    for (uint64_t p = first; p < last; ++p) {
-      const uint64_t doc = order(p);
+    std::vector<uint64_t>& documents = scratch.documents;
+    documents.resize(last - first);
+    order.Fill(first, absl::MakeSpan(documents));
+    std::vector<Piece>& pieces = scratch.pieces;
+    pieces.clear();
+    for (const uint64_t doc : documents) {
       const uint32_t len = lengths[doc];
       for (uint32_t off = 0; off < len; off += L()) {
         pieces.push_back(Piece{k, doc, off, std::min(L(), len - off)});
       }
     }
-    std::vector<uint64_t> keys(pieces.size());
+    std::vector<uint64_t>& keys = scratch.keys;
+    keys.resize(pieces.size());
     for (size_t i = 0; i < pieces.size(); ++i) {
       keys[i] = (uint64_t{L() - pieces[i].length} << 32) | i;  // a window holds < 2^32 pieces
     }
     std::sort(keys.begin(), keys.end());
 
-    using EarliestFirst = std::priority_queue<uint32_t, std::vector<uint32_t>, std::greater<>>;
-    std::vector<EarliestFirst> by_room(L());  // [r]: the bins with room r left (0 < r < L)
-    std::vector<uint64_t> has_room((L() + 63) / 64, 0);
+    std::vector<std::vector<uint32_t>>& by_room = scratch.by_room;
+    by_room.resize(L());
+    for (auto& bins_with_room : by_room) bins_with_room.clear();
+    std::vector<uint64_t>& has_room = scratch.has_room;
+    has_room.assign((L() + 63) / 64, 0);
     auto fullest_fitting = [&](uint32_t length) -> uint32_t {  // L(): none
       for (uint32_t word = length / 64; word < has_room.size(); ++word) {
         uint64_t bits = has_room[word];
@@ -333,7 +337,8 @@ struct TokenPlan::Impl {
       }
       return L();
     };
-    std::vector<uint32_t> bin_of(pieces.size());
+    constexpr auto kEarliestFirst = std::greater<uint32_t>();
+    scratch.bin_of.resize(pieces.size());
     uint32_t bins = 0;
     for (uint64_t key : keys) {
       const uint32_t i = static_cast<uint32_t>(key);
@@ -345,20 +350,45 @@ struct TokenPlan::Impl {
         bin = bins++;
         left = L();
       } else {
-        bin = by_room[r].top();
-        by_room[r].pop();
-        if (by_room[r].empty()) has_room[r / 64] &= ~(uint64_t{1} << (r % 64));
+        std::vector<uint32_t>& heap = by_room[r];
+        std::pop_heap(heap.begin(), heap.end(), kEarliestFirst);
+        bin = heap.back();
+        heap.pop_back();
+        if (heap.empty()) has_room[r / 64] &= ~(uint64_t{1} << (r % 64));
         left = r;
       }
-      bin_of[i] = bin;
+      scratch.bin_of[i] = bin;
       left -= length;
       if (left > 0) {
-        by_room[left].push(bin);
+        std::vector<uint32_t>& heap = by_room[left];
+        heap.push_back(bin);
+        std::push_heap(heap.begin(), heap.end(), kEarliestFirst);
         has_room[left / 64] |= uint64_t{1} << (left % 64);
       }
     }
-    // The bins in the order of their first pieces, each piece in the epoch's order: one walk of
-    // the pieces in that order.
+    return bins;
+  }
+
+  // Window w of source k's epoch e, packed: its bins, in order, each a sequence's pieces.
+  //
+  // The rule (which decides the batches: it must never change alone, PlanTokenTest.GoldenValues):
+  // the window's documents in the epoch's order, each cut into pieces of at most L; the pieces
+  // longest first, ties in that order; each into the fullest bin it fits (the least room left
+  // that is at least its length), ties to the earliest bin, or a new bin when none fits; each
+  // bin's pieces in the epoch's order, and the bins ordered by their first piece.
+  //
+  // How (PackBins): the pieces are numbered in the epoch's order as they are cut, so "ties in
+  // that order" is "ties by number", and one sort of (L - length, number) keys in 64 bits orders
+  // them. The bins with room r left are kept per r (a min-heap of bin numbers: the earliest
+  // first), with a bit per r saying whether any is, so the fullest bin that fits is the first
+  // set bit at or above the piece's length. The bins are then laid out in one walk.
+  std::vector<std::vector<Piece>> PackWindow(uint32_t k, uint64_t w,
+                                             const plan::Permutation& order) const {
+    PackScratch scratch;
+    const uint32_t bins = PackBins(k, w, order, scratch);
+    const std::vector<Piece>& pieces = scratch.pieces;
+    const std::vector<uint32_t>& bin_of = scratch.bin_of;
+    // The bins in the order of their first pieces, each piece in the epoch's order.
     std::vector<uint32_t> rank(bins, UINT32_MAX);
     std::vector<uint32_t> sizes;
     for (size_t i = 0; i < pieces.size(); ++i) {
@@ -387,7 +417,8 @@ struct TokenPlan::Impl {
         }
       }
     }
-    auto made = std::make_shared<const std::vector<std::vector<Piece>>>(PackWindow(k, e, w, Order(k, e)));
+    auto made =
+        std::make_shared<const std::vector<std::vector<Piece>>>(PackWindow(k, w, Order(k, e)));
     absl::MutexLock lock(&mu);
     windows.emplace_front(key, made);
     while (windows.size() > kWindowsKept) windows.pop_back();
@@ -405,15 +436,13 @@ struct TokenPlan::Impl {
     const uint64_t windows_n = Windows(k);
     made->first_sequence.reserve(windows_n + 1);
     made->first_sequence.push_back(0);
-    uint64_t tokens = 0;
+    // Only the count of each window's bins: the bins themselves are laid out when a sequence of
+    // the window is asked for (Window).
+    PackScratch scratch;
     for (uint64_t w = 0; w < windows_n; ++w) {
-      const auto bins = PackWindow(k, e, w, order);
-      made->first_sequence.push_back(made->first_sequence.back() + bins.size());
-      for (const auto& bin : bins) {
-        for (const Piece& p : bin) tokens += p.length;
-      }
+      made->first_sequence.push_back(made->first_sequence.back() + PackBins(k, w, order, scratch));
     }
-    made->padding = made->first_sequence.back() * L() - tokens;
+    made->padding = made->first_sequence.back() * L() - total_tokens[k];
     absl::MutexLock lock(&mu);
     // Kept for every epoch asked for: windows / 8 bytes each (10 KB for 10 million documents).
     return best_fit.emplace(std::make_pair(k, e), made).first->second;
