@@ -6,9 +6,12 @@
 // freed, never written again. A consumer over TCP is sent the same bytes from the mapping.
 //
 // A buffer comes back for reuse when its last copy is gone: after the consumer released the
-// batch (shared memory) or after it was sent (TCP). Small batches (below `min_memfd_bytes`) and
-// any buffer a memfd cannot be made for come from a BufferPool on the heap: copying them is
-// cheaper than a descriptor each.
+// batch (shared memory) or after it was sent (TCP). Each memfd is a descriptor for as long as it
+// lives, so at most `max_memfds` live at once in the process, every pool's counted (and at most a
+// quarter of the process's descriptor limit: a producer that makes hundreds of batches ahead must still open its files and accept
+// its consumers). Past that, and for small batches (below `min_memfd_bytes`, where a copy costs
+// less than a descriptor) or when no memfd can be made, buffers come from a BufferPool on the
+// heap, and the shared-memory server copies them as before.
 #ifndef CROUPIER_SRC_PRODUCER_MEMFD_BUFFERS_H_
 #define CROUPIER_SRC_PRODUCER_MEMFD_BUFFERS_H_
 
@@ -20,13 +23,14 @@
 
 namespace croupier {
 
-class ShmSegmentPool;
-
 // Thread-safe. Buffers it hands out may outlive it.
 class MemfdBufferPool {
  public:
+  static constexpr size_t kDefaultMaxMemfds = 256;
+
   // Keeps at most `max_free_bytes` of unused memfds, and as much again of unused heap buffers.
-  MemfdBufferPool(size_t max_free_bytes, size_t min_memfd_bytes);
+  MemfdBufferPool(size_t max_free_bytes, size_t min_memfd_bytes,
+                  size_t max_memfds = kDefaultMaxMemfds);
   ~MemfdBufferPool();
   MemfdBufferPool(const MemfdBufferPool&) = delete;
   MemfdBufferPool& operator=(const MemfdBufferPool&) = delete;
@@ -35,6 +39,10 @@ class MemfdBufferPool {
   // arbitrary: at the start of a memfd when `size` is at least `min_memfd_bytes` and one can be
   // made, else from the heap. nullptr when neither can be allocated.
   std::shared_ptr<uint8_t> Get(size_t size);
+
+  // How many memfds of this process's pools may live at once when this pool makes one:
+  // max_memfds, or a quarter of RLIMIT_NOFILE if less.
+  size_t max_memfds() const;
 
  private:
   struct State;

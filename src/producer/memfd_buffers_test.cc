@@ -1,6 +1,7 @@
 #include "src/producer/memfd_buffers.h"
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -73,6 +74,34 @@ TEST(ProducerMemfdBuffersTest, ARetiredMemfdIsNeverHandedOutAgain) {
     ASSERT_NE(MemfdOf(next), nullptr);
     EXPECT_NE(MemfdOf(next)->segment_id, id);
   }
+}
+
+// Each live memfd is a descriptor: past the bound, buffers come from the heap until one is
+// given back; the bound is at most a quarter of the process's descriptor limit.
+TEST(ProducerMemfdBuffersTest, AtMostMaxMemfdsLiveAndTheRestComeFromTheHeap) {
+  MemfdBufferPool pool(size_t{16} << 20, kMin, /*max_memfds=*/2);
+  ASSERT_EQ(pool.max_memfds(), 2u);
+  std::shared_ptr<uint8_t> a = pool.Get(100 << 10);
+  std::shared_ptr<uint8_t> b = pool.Get(100 << 10);
+  std::shared_ptr<uint8_t> c = pool.Get(100 << 10);
+  ASSERT_NE(MemfdOf(a), nullptr);
+  ASSERT_NE(MemfdOf(b), nullptr);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(MemfdOf(c), nullptr);
+  // A retired memfd is freed, and leaves room for a new one.
+  MemfdOf(a)->Retire();
+  a.reset();
+  std::shared_ptr<uint8_t> d = pool.Get(100 << 10);
+  ASSERT_NE(MemfdOf(d), nullptr);
+
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit low = saved;
+  low.rlim_cur = 64;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  const size_t bounded = MemfdBufferPool(size_t{16} << 20, kMin).max_memfds();
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  EXPECT_EQ(bounded, 16u);
 }
 
 TEST(ProducerMemfdBuffersTest, SmallBuffersComeFromTheHeap) {
