@@ -209,7 +209,9 @@ def recovery_table(runs):
             "serving again (a Locate answered)", "every client back: consumers p50 / max, "
             "producers max", "longest silence of a consumer before the kill",
             "positions checked: lost / never sent / journaled, answer cut off",
-            "errors the clients saw", "load")
+            "errors the clients saw",
+            "new dispatcher's descriptors: peak (old one's), failed accepts, connections closed "
+            "at once", "load")
     rows = []
     for s, _ in runs:
         back = (secs(s["recovery_all_back_s"]) if s["recovery_all_back_s"] >= 0 else
@@ -231,7 +233,10 @@ def recovery_table(runs):
             f'{s["positions_checked"]:,}: {s["positions_lost"]} / {s["positions_never_sent"]} / '
             f'{s["positions_unanswered_kept"]}'
             + ("" if s["replay_checked_same"] else " (the check replayed other entries)"),
-            errors, f'{s["load_before"]:.1f} → {s["load_after"]:.1f}'))
+            errors,
+            f'{s["restarted_fds_max"]:,} ({s["dispatcher_fds_before_kill"]:,}), '
+            f'{s["restarted_accept_failures"]:,}, {s.get("restarted_connections_shed", 0):,}',
+            f'{s["load_before"]:.1f} → {s["load_after"]:.1f}'))
     out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     out += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(out)

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -233,12 +234,24 @@ inline std::string RecoveryReport(Restart& restart, const std::string& bin, cons
     }
   }
   const std::string restarted_log = ReadFile(work + "/dispatcher-restarted.log");
-  // gRPC's "Failed accept4: Too many open files": the new dispatcher at its descriptor limit.
-  uint64_t accept_failures = 0;
+  // gRPC's "Failed accept4: Too many open files" (its own listener, before src/rpc/grpc_listener)
+  // or the listener's "failed to accept N times": the new dispatcher at its descriptor limit.
+  // And the connections the listener closed at once to keep its reserve of descriptors.
+  uint64_t accept_failures = 0, shed = 0;
   for (size_t at = restarted_log.find("Failed accept4"); at != std::string::npos;
        at = restarted_log.find("Failed accept4", at + 1)) {
     ++accept_failures;
   }
+  const auto sum_after = [&restarted_log](const std::string& words) {
+    uint64_t total = 0;
+    for (size_t at = restarted_log.find(words); at != std::string::npos;
+         at = restarted_log.find(words, at + 1)) {
+      total += std::strtoull(restarted_log.c_str() + at + words.size(), nullptr, 10);
+    }
+    return total;
+  };
+  accept_failures += sum_after("dispatcher failed to accept ");
+  shed = sum_after("dispatcher closed ");
   const double replay_s =
       DurationSeconds(Between(restarted_log, work + "/dispatcher/journal in ", ": "));
   const double compact_s = DurationSeconds(
@@ -276,7 +289,8 @@ inline std::string RecoveryReport(Restart& restart, const std::string& bin, cons
       "\"sockets_by_second\": \"seconds from the kill, accept queue, SYN received, established, "
       "close-wait, "
       "clients in SYN-SENT\", \"restarted_sockets_by_second_from_listening\": [%s], "
-      "\"restarted_accept_failures\": %llu, \"recovery_met\": %s",
+      "\"restarted_accept_failures\": %llu, \"restarted_connections_shed\": %llu, "
+      "\"recovery_met\": %s",
       kill_after, status_back_s, Seconds(restart.dead - restart.kill), listen_s, serving_s,
       static_cast<unsigned long long>(restart.probes), replay_s, compact_s, pc.replayed_restart,
       median(consumers_back), last(consumers_back), median(producers_back), last(producers_back),
@@ -291,7 +305,8 @@ inline std::string RecoveryReport(Restart& restart, const std::string& bin, cons
       static_cast<unsigned long long>(pc.unanswered_kept),
       static_cast<unsigned long long>(pc.went_back), same_replay ? "true" : "false", by_code,
       restart.old_fds, fds_max, fds_by_second, sockets_by_second,
-      static_cast<unsigned long long>(accept_failures), recovery_met ? "true" : "false");
+      static_cast<unsigned long long>(accept_failures), static_cast<unsigned long long>(shed),
+      recovery_met ? "true" : "false");
   std::fprintf(
       stderr,
       "bench_hollow: recovery: SIGKILL at %.1f s of the window; listening again after %.2f s "
@@ -302,7 +317,8 @@ inline std::string RecoveryReport(Restart& restart, const std::string& bin, cons
       "consumers checked against the %s replayed: %llu lost (max %llu steps), %llu never "
       "sent, %llu acknowledgements journaled whose answer the kill cut off, %llu went back "
       "after the restart, replay of the kept journal %s; errors seen: %s; the new dispatcher's "
-      "descriptors peaked at %d (the old one had %d), %llu failed accepts in its log\n",
+      "descriptors peaked at %d (the old one had %d), %llu failed accepts and %llu connections "
+      "closed at once for its reserve of descriptors in its log\n",
       kill_after, listen_s, replay_s, compact_s, serving_s,
       all_back_s >= 0 ? absl::StrFormat("after %.2f s", all_back_s).c_str()
                       : absl::StrFormat("not reached: %llu consumers and %llu producers not back "
@@ -320,7 +336,7 @@ inline std::string RecoveryReport(Restart& restart, const std::string& bin, cons
       static_cast<unsigned long long>(pc.went_back),
       same_replay ? "the same entries" : "NOT the same entries",
       by_code_words.empty() ? "none" : by_code_words.c_str(), fds_max, restart.old_fds,
-      static_cast<unsigned long long>(accept_failures));
+      static_cast<unsigned long long>(accept_failures), static_cast<unsigned long long>(shed));
   return recovery;
 }
 

@@ -126,7 +126,13 @@ absl::StatusOr<std::unique_ptr<DispatcherNode>> DispatcherNode::Start(
   node->options_.tls = options.tls;
   grpc::ServerBuilder builder;
   const std::string listen = absl::StrCat(options.bind_address, ":", options.port);
-  builder.AddListeningPort(listen, credentials, &node->port_);
+  // Accepted by a listener of ours that outlives running out of descriptors (gRPC 1.51's stops
+  // for good) and keeps a reserve of them free for the journal.
+  ASSIGN_OR_RETURN(node->listener_,
+                   rpc::GrpcListener::Create(builder, options.bind_address, options.port,
+                                             credentials,
+                                             {.reserve = options.descriptor_reserve}));
+  node->port_ = node->listener_->port();
   builder.RegisterService(node->service_.get());
   builder.SetMaxReceiveMessageSize(rpc::kMaxControlMessageBytes);
   builder.SetMaxSendMessageSize(rpc::kMaxControlMessageBytes);
@@ -143,10 +149,10 @@ absl::StatusOr<std::unique_ptr<DispatcherNode>> DispatcherNode::Start(
   quota.Resize(options.grpc_memory_bytes);
   builder.SetResourceQuota(quota);
   node->server_ = builder.BuildAndStart();
-  if (node->server_ == nullptr || node->port_ == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("the dispatcher cannot listen on ", listen, " (port in use?)"));
+  if (node->server_ == nullptr || node->port_ <= 0) {
+    return absl::UnavailableError(absl::StrCat("the dispatcher cannot serve on ", listen));
   }
+  node->listener_->Start();
   DispatcherNode* raw = node.get();
   if (options.metrics_port >= 0) {
     std::vector<HttpRoute> routes = {
@@ -197,6 +203,8 @@ void DispatcherNode::Shutdown() {
     if (metrics_) metrics_->Stop();
     // Held producer heartbeats are answered first: the server's shutdown waits for its calls.
     impl_->StopWaiting();
+    // No connection is handed to a server that is shutting down (gRPC would leak it).
+    if (listener_) listener_->Stop();
     if (server_) {
       server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
       server_->Wait();

@@ -16,6 +16,8 @@
 #include "src/node/metrics_server.h"
 #include "src/node/status_history.h"
 #include "src/rpc/dispatcher_service.h"
+#include "src/rpc/grpc_listener.h"
+#include "src/rpc/grpc_util.h"
 
 namespace croupier {
 
@@ -35,9 +37,13 @@ struct DispatcherNodeOptions {
   // for buffers (beyond it, calls are refused with RESOURCE_EXHAUSTED rather than the process
   // growing). Messages are bounded by rpc::kMaxControlMessageBytes.
   int max_concurrent_streams = 64;
-  absl::Duration handshake_timeout = absl::Seconds(10);
+  absl::Duration handshake_timeout = rpc::kConnectTimeout;  // what the clients wait, 1 s
   absl::Duration max_connection_idle = absl::Minutes(10);
   size_t grpc_memory_bytes = size_t{512} << 20;
+  // Descriptors the listener keeps free for the journal, the index cache and the metrics server:
+  // a connection that would take one is closed at once (src/rpc/grpc_listener.h). 0: a
+  // twentieth of the limit, at least 64.
+  int descriptor_reserve = 0;
   DispatcherOptions dispatcher;
   // An HTTP server on bind_address:metrics_port (0: any free port; -1: none): Prometheus metrics
   // (GET /metrics), the web page (GET /) and what it draws from (GET /api/status, the status as
@@ -67,6 +73,7 @@ class DispatcherNode {
   DispatcherNodeOptions options_;
   std::unique_ptr<DispatcherImpl> impl_;
   std::unique_ptr<rpc::DispatcherService> service_;
+  std::unique_ptr<rpc::GrpcListener> listener_;  // accepts for server_
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsServer> metrics_;
   StatusHistory history_;  // sampled by ticker_ each second

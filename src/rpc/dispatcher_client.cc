@@ -17,21 +17,29 @@ std::unique_ptr<DispatcherClient> DispatcherClient::Create(const std::string& ad
   return std::unique_ptr<DispatcherClient>(new DispatcherClient(address, std::move(options)));
 }
 
-DispatcherClient::DispatcherClient(std::string address, DispatcherClientOptions options)
-    : address_(std::move(address)), options_([&options] {
-        options.tls = ResolveTlsConfig(options.tls);
-        return std::move(options);
-      }()) {
+grpc::ChannelArguments DispatcherClient::ChannelArgs(bool own_connection) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxControlMessageBytes);
   args.SetMaxSendMessageSize(kMaxControlMessageBytes);
   // Reconnect quickly after a dispatcher restart instead of gRPC's default of up to 2 minutes.
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  // And bound each connection attempt (gRPC's minimum is 20 s): an attempt made while the
-  // dispatcher was down was seen to hang for seconds after it came back.
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1000);
-  if (options_.own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // And bound each connection attempt (gRPC's default is 20 s): an attempt made while the
+  // dispatcher was down was seen to hang for seconds after it came back. The dispatcher's
+  // handshake timeout is the same (kConnectTimeout, grpc_util.h), so that it holds no connection
+  // its client has given up.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(kConnectTimeout)));
+  if (own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return args;
+}
+
+DispatcherClient::DispatcherClient(std::string address, DispatcherClientOptions options)
+    : address_(std::move(address)), options_([&options] {
+        options.tls = ResolveTlsConfig(options.tls);
+        return std::move(options);
+      }()) {
+  grpc::ChannelArguments args = ChannelArgs(options_.own_connection);
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       MakeChannelCredentials(options_.tls);
   if (!credentials.ok()) {
@@ -57,6 +65,23 @@ std::string DispatcherClient::ConnectionHint(const absl::Status& status) const {
   }
   return " (this client does not use TLS: if the dispatcher does, give --tls-ca or "
          "CROUPIER_TLS_CA)";
+}
+
+bool DispatcherClient::ProbeDue(const grpc::Status& failure) {
+  // Nothing listens there: a probe would be refused too, and learn nothing.
+  if (failure.error_message().find("Connection refused") != std::string::npos) return false;
+  if (answered_once_.load()) return false;
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = absl::Now();
+  if (now < next_probe_) return false;
+  next_probe_ = now + kProbeEvery;
+  ++probes_;
+  return true;
+}
+
+uint64_t DispatcherClient::probes() const {
+  absl::MutexLock lock(&mu_);
+  return probes_;
 }
 
 namespace {
@@ -105,13 +130,21 @@ absl::StatusOr<Response> DispatcherClient::Call(const char* name, const Request&
         }
         absl::Status result = FromGrpcStatus(s, what);
         answered = absl::IsUnavailable(result) && !IsConnectionFailure(s);
-        // gRPC says only "failed to connect" when the two sides disagree on TLS or a certificate
-        // is refused: find the cause once with a handshake of our own, and stop retrying if it
-        // is one that retrying cannot fix.
-        if (absl::IsUnavailable(result) && !probed && IsConnectionFailure(s)) {
-          absl::Status cause =
-              net::ProbeTls(address_, options_.tls, absl::StrCat("dispatcher ", address_),
-                            std::min(options_.call_timeout, absl::Seconds(5)));
+        if (!IsConnectionFailure(s)) {
+          // Connected: the two sides agree on TLS, and no probe is needed from now on.
+          if (!absl::IsDeadlineExceeded(result) && !absl::IsCancelled(result)) {
+            answered_once_.store(true);
+          }
+        } else if (absl::IsUnavailable(result) && !probed && ProbeDue(s)) {
+          // gRPC says only "failed to connect" when the two sides disagree on TLS or a
+          // certificate is refused: find the cause with a handshake of our own, and stop retrying
+          // if it is one that retrying cannot fix. Within the call's own deadline, and not
+          // every attempt of every call: after a restart each probe is one more connection for
+          // the dispatcher to accept (ProbeDue).
+          absl::Status cause = net::ProbeTls(
+              address_, options_.tls, absl::StrCat("dispatcher ", address_),
+              std::clamp(deadline - absl::Now(), absl::Milliseconds(50),
+                         std::min(options_.call_timeout, absl::Seconds(5))));
           if (!absl::IsUnavailable(cause)) probed = true;  // the server answered: conclusive
           if (!cause.ok() && !absl::IsUnavailable(cause)) {
             return absl::Status(cause.code(), absl::StrCat(what, ": ", cause.message()));

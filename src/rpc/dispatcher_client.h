@@ -5,6 +5,10 @@
 #ifndef CROUPIER_SRC_RPC_DISPATCHER_CLIENT_H_
 #define CROUPIER_SRC_RPC_DISPATCHER_CLIENT_H_
 
+#include <grpcpp/support/channel_arguments.h>
+
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -54,12 +58,23 @@ class DispatcherClient final : public ControlPlane {
   const std::string& address() const override { return address_; }
   void Cancel() override;
 
+  // The arguments of its gRPC channel: message bounds, reconnection backoff, the bound of one
+  // connection attempt (kConnectTimeout), and a connection of its own if `own_connection`.
+  static grpc::ChannelArguments ChannelArgs(bool own_connection);
+
+  // The connections of its own this client made to learn why it could not connect
+  // (net::ProbeTls): at most one every kProbeEvery, none once the dispatcher has answered it.
+  uint64_t probes() const;
+
  private:
   DispatcherClient(std::string address, DispatcherClientOptions options);
   // One call, retried on UNAVAILABLE until options_.timeout when `retry` is set.
   template <typename Response, typename Request, typename Method>
   absl::StatusOr<Response> Call(const char* name, const Request& request, Method method,
                                 bool retry = true);
+
+  // Whether a connection failure (`failure`) may be explained by a probe now; counts it if so.
+  bool ProbeDue(const grpc::Status& failure);
 
   // A cause the hint of a failed connection can name: plaintext or TLS.
   std::string ConnectionHint(const absl::Status& status) const;
@@ -69,7 +84,10 @@ class DispatcherClient final : public ControlPlane {
   absl::Status setup_error_;  // TLS files that cannot be read: every call fails with it
   std::unique_ptr<v1::Dispatcher::Stub> stub_;
 
-  absl::Mutex mu_;
+  std::atomic<bool> answered_once_{false};  // a call was answered: TLS agrees, no probe needed
+  mutable absl::Mutex mu_;
+  absl::Time next_probe_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  uint64_t probes_ ABSL_GUARDED_BY(mu_) = 0;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_set<grpc::ClientContext*> calls_ ABSL_GUARDED_BY(mu_);  // in progress
 };

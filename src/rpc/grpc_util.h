@@ -35,6 +35,19 @@ std::string ResolveAuthToken(const std::string& flag);
 // Bounds on every message of the control plane.
 inline constexpr int kMaxControlMessageBytes = 16 << 20;
 
+// How long one attempt to connect to the dispatcher may take, TCP and HTTP/2 handshake
+// (GRPC_ARG_MIN_RECONNECT_BACKOFF_MS of every DispatcherClient), and how long the dispatcher keeps
+// a connection in its handshake by default (DispatcherNodeOptions::handshake_timeout). Short,
+// since an attempt made while the dispatcher restarts can hang until this bound (with 5 s, a
+// third of 5,000 hollow clients' connections came back 5 s late). The same on both sides: a
+// client gives up no later than the server, which holds no connection longer than its client
+// waits for it (a dispatcher restarted under 10,000 clients that gave up after 1 s, while it held
+// each connection up to 10 s, ran out of descriptors in their reconnection: bench/notes.md).
+inline constexpr absl::Duration kConnectTimeout = absl::Seconds(1);
+// How often one client may make a connection of its own to learn why gRPC cannot connect
+// (net::ProbeTls). A client that the dispatcher has answered once needs no such probe.
+inline constexpr absl::Duration kProbeEvery = absl::Seconds(30);
+
 // gRPC credentials for `tls` (policy in src/net/tls_config.h: a server with a CA requires client
 // certificates). Insecure ones when `tls` names no file. INVALID_ARGUMENT naming a file that
 // cannot be read.

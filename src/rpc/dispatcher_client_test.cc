@@ -1,0 +1,115 @@
+// DispatcherClient against servers that are not a dispatcher: what its connection attempts cost
+// the server.
+#include "src/rpc/dispatcher_client.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <string>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/net/socket.h"
+#include "src/node/dispatcher_node.h"
+#include "src/rpc/grpc_util.h"
+
+namespace croupier::rpc {
+namespace {
+
+// Accepts every connection and reads its first byte: gRPC's connections (which begin "PRI *") are
+// closed at once, so that every gRPC attempt fails as if the server were overloaded or spoke
+// another protocol; a TLS ClientHello (0x16, the client's probe) is counted and held open without
+// an answer, as an overloaded server would.
+class ClosingServer {
+ public:
+  ClosingServer() {
+    absl::StatusOr<net::Socket> listener = net::Listen("127.0.0.1", 0);
+    EXPECT_TRUE(listener.ok()) << listener.status();
+    listener_ = *std::move(listener);
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~ClosingServer() {
+    stop_ = true;
+    thread_.join();
+  }
+  std::string address() const { return absl::StrCat("127.0.0.1:", net::LocalPort(listener_.fd())); }
+  int probes() const { return probes_.load(); }
+
+ private:
+  void Run() {
+    std::vector<net::Socket> pending, held;
+    while (!stop_) {
+      pollfd p{listener_.fd(), POLLIN, 0};
+      ::poll(&p, 1, 20);
+      for (int fd; (fd = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_NONBLOCK)) >= 0;) {
+        pending.emplace_back(fd);
+      }
+      for (auto it = pending.begin(); it != pending.end();) {
+        char first = 0;
+        const ssize_t n = ::recv(it->fd(), &first, 1, MSG_PEEK);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+          ++it;
+          continue;
+        }
+        if (n == 1 && first == 0x16) {
+          ++probes_;
+          held.push_back(std::move(*it));
+        }
+        it = pending.erase(it);  // closed, unless held
+      }
+    }
+  }
+
+  net::Socket listener_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> probes_{0};
+  std::thread thread_;
+};
+
+// After a dispatcher restart, every client whose connection failed used to make a connection of
+// its own to learn why (net::ProbeTls), on every call, each waiting up to 5 s for an answer past
+// the call's own deadline: thousands of clients doubled the connections a restarted dispatcher
+// had to accept.
+TEST(DispatcherClientTest, AFailedConnectionIsProbedOnceAndNeverPastTheCallsDeadline) {
+  ClosingServer server;
+  auto client = DispatcherClient::Create(
+      server.address(), {.auth_token = "",
+                         .call_timeout = absl::Seconds(5),
+                         .timeout = absl::Milliseconds(800),
+                         .tls = {}});
+  for (int i = 0; i < 4; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    auto status = client->GetStatus(v1::StatusRequest());
+    EXPECT_FALSE(status.ok());
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(2500))
+        << "call " << i << ": " << status.status();
+  }
+  EXPECT_EQ(server.probes(), 1);
+  EXPECT_EQ(client->probes(), 1u);
+}
+
+// A dispatcher that keeps a connection in its handshake longer than the client waits for it holds
+// connections nobody waits for: after a restart, clients that gave up every second, while the
+// dispatcher held each connection up to 10 s, left it thousands of them, until it ran out of
+// descriptors.
+TEST(DispatcherClientTest, TheDispatcherHoldsAHandshakeNoLongerThanItsClientsWaitForIt) {
+  for (bool own : {false, true}) {
+    const grpc::ChannelArguments args = DispatcherClient::ChannelArgs(own);
+    const grpc_channel_args c = args.c_channel_args();
+    int connect_ms = -1;
+    for (size_t i = 0; i < c.num_args; ++i) {
+      if (std::string(c.args[i].key) == GRPC_ARG_MIN_RECONNECT_BACKOFF_MS) {
+        connect_ms = c.args[i].value.integer;
+      }
+    }
+    EXPECT_GE(absl::Milliseconds(connect_ms), DispatcherNodeOptions().handshake_timeout);
+  }
+}
+
+}  // namespace
+}  // namespace croupier::rpc
