@@ -26,7 +26,7 @@ namespace croupier {
 // Thread-safe. Buffers it hands out may outlive it.
 class MemfdBufferPool {
  public:
-  static constexpr size_t kDefaultMaxMemfds = 256;
+  static constexpr size_t kDefaultMaxMemfds = 1024;
 
   // Keeps at most `max_free_bytes` of unused memfds, and as much again of unused heap buffers.
   MemfdBufferPool(size_t max_free_bytes, size_t min_memfd_bytes,
