@@ -54,6 +54,10 @@ absl::StatusOr<JobConfig> BatchMaker::CheckedConfig(const v1::JobInfo& job) {
   }
   ASSIGN_OR_RETURN(EpochPlan plan, EpochPlan::Create(config.plan, 0));
   if (config.batches_per_epoch == 0) config.batches_per_epoch = plan.num_batches();
+  // A dispatcher's JobInfo always has tasks of whole rounds (it refuses one without on replay);
+  // an empty count here is a default, as the others above, not a division by zero later
+  // (JobConfig::TaskStart).
+  if (config.batches_per_task == 0) config.batches_per_task = config.plan.num_consumers;
   if (config.batches_per_epoch != plan.num_batches()) {
     return absl::FailedPreconditionError(absl::StrCat(
         prefix, "the job plans ", config.batches_per_epoch, " batches per epoch but this producer ",

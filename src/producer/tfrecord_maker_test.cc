@@ -94,6 +94,9 @@ TEST(ProducerBatchMakerTest, DefaultsFillEmptySettings) {
   EXPECT_EQ(spec->window_blocks, 16u);
   EXPECT_EQ(spec->num_consumers, 1u);
   EXPECT_EQ(spec->num_records, 40u);
+  // No batches per task: one round (a division by zero in JobConfig::TaskStart before).
+  EXPECT_EQ((*maker)->config().batches_per_task, 1u);
+  EXPECT_EQ((*maker)->config().TaskStart(0, 7), 7u);
 }
 
 TEST(ProducerBatchMakerTest, SameBytesAcrossInstancesAndThreads) {
