@@ -13,6 +13,7 @@
 #include "src/common/status_macros.h"
 #include "src/metrics/prometheus.h"
 #include "src/net/socket.h"
+#include "src/producer/memfd_buffers.h"
 #include "src/producer/tfrecord_maker.h"
 #include "src/producer/token_maker.h"
 #include "src/rpc/dispatcher_client.h"
@@ -179,6 +180,7 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOp
                                       source);
     if (shm.ok()) {
       node->shm_server_ = *std::move(shm);
+      MemfdBufferPool::ShmServerStarted();  // batches made in memfds from now (memfd_buffers.h)
     } else {
       Log(LogLevel::kWarning, "producer",
           absl::StrCat("serving over TCP only, no shared memory: ", shm.status().message()));
@@ -497,7 +499,10 @@ void ProducerNode::Shutdown() {
     StopHeartbeats();
     if (holder_) holder_->Shutdown();
     if (server_) server_->Shutdown();
-    if (shm_server_) shm_server_->Shutdown();
+    if (shm_server_) {
+      shm_server_->Shutdown();
+      MemfdBufferPool::ShmServerStopped();
+    }
     Log(LogLevel::kInfo, "producer",
         absl::StrCat("producer ", producer_id(), " at ", data_address_, " stopped"));
   });

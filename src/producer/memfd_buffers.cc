@@ -26,6 +26,8 @@ size_t QuarterOfTheDescriptors(size_t cap) {
 // Memfds of every pool of this process that live (free, or held by a buffer): the bound is the
 // process's, since every one is a descriptor of the process.
 std::atomic<size_t> live_memfds{0};
+// Shared-memory data servers running in this process (ShmServerStarted).
+std::atomic<int> shm_servers{0};
 
 }  // namespace
 
@@ -100,8 +102,11 @@ MemfdBufferPool::~MemfdBufferPool() = default;
 
 size_t MemfdBufferPool::max_memfds() const { return state_->max_memfds; }
 
+void MemfdBufferPool::ShmServerStarted() { ++shm_servers; }
+void MemfdBufferPool::ShmServerStopped() { --shm_servers; }
+
 std::shared_ptr<uint8_t> MemfdBufferPool::Get(size_t size) {
-  if (size < min_memfd_bytes_) return heap_.Get(size);
+  if (size < min_memfd_bytes_ || shm_servers.load() <= 0) return heap_.Get(size);
   std::unique_ptr<ShmSegment> got = state_->Get(size);
   if (got == nullptr) return heap_.Get(size);  // as many memfds as allowed, or none to be made
   // The memfd lives in the deleter until the buffer's last copy is gone; then it goes back to

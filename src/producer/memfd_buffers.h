@@ -40,6 +40,13 @@ class MemfdBufferPool {
   // made, else from the heap. nullptr when neither can be allocated.
   std::shared_ptr<uint8_t> Get(size_t size);
 
+  // Memfds are made only while this process serves same-host consumers through shared memory
+  // (a ProducerNode whose shared-memory server runs counts itself in, and out when it stops):
+  // over TCP alone the bytes are copied into the socket anyway, and each memfd would hold a
+  // descriptor for nothing. Thread-safe.
+  static void ShmServerStarted();
+  static void ShmServerStopped();
+
   // How many memfds of this process's pools may live at once when this pool makes one:
   // max_memfds, or a quarter of RLIMIT_NOFILE if less.
   size_t max_memfds() const;

@@ -19,6 +19,13 @@ namespace {
 
 constexpr size_t kMin = size_t{64} << 10;
 
+// Counts a shared-memory server in for the test's lifetime (memfds are made only then).
+class ShmServing {
+ public:
+  ShmServing() { MemfdBufferPool::ShmServerStarted(); }
+  ~ShmServing() { MemfdBufferPool::ShmServerStopped(); }
+};
+
 // The memfd behind a pool buffer, or nullptr for a heap one.
 const MemfdBytes* MemfdOf(const std::shared_ptr<uint8_t>& buffer) {
   return std::get_deleter<MemfdBytes>(buffer);
@@ -34,6 +41,7 @@ Batch BatchIn(std::shared_ptr<uint8_t> buffer, size_t bytes, uint64_t seed) {
 }
 
 TEST(ProducerMemfdBuffersTest, ALargeBufferIsTheStartOfAMemfdReusedOnceItsLastCopyGoes) {
+  ShmServing serving;
   MemfdBufferPool pool(size_t{16} << 20, kMin);
   std::shared_ptr<uint8_t> buffer = pool.Get(300 << 10);
   ASSERT_NE(buffer, nullptr);
@@ -63,6 +71,7 @@ TEST(ProducerMemfdBuffersTest, ALargeBufferIsTheStartOfAMemfdReusedOnceItsLastCo
 }
 
 TEST(ProducerMemfdBuffersTest, ARetiredMemfdIsNeverHandedOutAgain) {
+  ShmServing serving;
   MemfdBufferPool pool(size_t{16} << 20, kMin);
   std::shared_ptr<uint8_t> buffer = pool.Get(100 << 10);
   ASSERT_NE(MemfdOf(buffer), nullptr);
@@ -79,6 +88,7 @@ TEST(ProducerMemfdBuffersTest, ARetiredMemfdIsNeverHandedOutAgain) {
 // Each live memfd is a descriptor: past the bound, buffers come from the heap until one is
 // given back; the bound is at most a quarter of the process's descriptor limit.
 TEST(ProducerMemfdBuffersTest, AtMostMaxMemfdsLiveAndTheRestComeFromTheHeap) {
+  ShmServing serving;
   MemfdBufferPool pool(size_t{16} << 20, kMin, /*max_memfds=*/2);
   ASSERT_EQ(pool.max_memfds(), 2u);
   std::shared_ptr<uint8_t> a = pool.Get(100 << 10);
@@ -104,12 +114,17 @@ TEST(ProducerMemfdBuffersTest, AtMostMaxMemfdsLiveAndTheRestComeFromTheHeap) {
   EXPECT_EQ(bounded, 16u);
 }
 
-TEST(ProducerMemfdBuffersTest, SmallBuffersComeFromTheHeap) {
+TEST(ProducerMemfdBuffersTest, SmallBuffersAndThoseOfAProcessServingNoSharedMemoryAreOnTheHeap) {
   MemfdBufferPool pool(size_t{16} << 20, kMin);
+  std::shared_ptr<uint8_t> large = pool.Get(kMin * 4);  // no shared-memory server: the heap
+  ASSERT_NE(large, nullptr);
+  EXPECT_EQ(MemfdOf(large), nullptr);
+  ShmServing serving;
   std::shared_ptr<uint8_t> small = pool.Get(kMin - 1);
   ASSERT_NE(small, nullptr);
   EXPECT_EQ(MemfdOf(small), nullptr);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(small.get()) % kBatchAlignment, 0u);
+  EXPECT_NE(MemfdOf(pool.Get(kMin * 4)), nullptr);
 }
 
 // The point of the pool: the shared-memory data server passes the memfd itself, so the consumer's
@@ -117,6 +132,7 @@ TEST(ProducerMemfdBuffersTest, SmallBuffersComeFromTheHeap) {
 TEST(ProducerMemfdBuffersTest, ASameHostConsumerMapsTheProducersOwnBuffer) {
   testing::TestGuard guard(absl::Seconds(60));
   testing::FakeBatchSource source;
+  ShmServing serving;
   MemfdBufferPool pool(size_t{16} << 20, kMin);
   std::shared_ptr<uint8_t> buffer = pool.Get(256 << 10);
   ASSERT_NE(MemfdOf(buffer), nullptr);
