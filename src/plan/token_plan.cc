@@ -294,7 +294,8 @@ struct TokenPlan::Impl {
     std::vector<uint64_t> documents;  // the window's, in the epoch's order
     std::vector<Piece> pieces;        // in the epoch's order
     std::vector<uint32_t> bin_of;     // each piece's bin, numbered as the bins were opened
-    std::vector<uint64_t> keys;
+    std::vector<uint32_t> by_length;  // a counting sort's starts, by L - length
+    std::vector<uint32_t> sorted;     // piece numbers, longest first, ties by number
     std::vector<std::vector<uint32_t>> by_room;  // [r]: min-heaps of the bins with room r left
     std::vector<uint64_t> has_room;              // bit r: by_room[r] is not empty
   };
@@ -317,12 +318,16 @@ struct TokenPlan::Impl {
         pieces.push_back(Piece{k, doc, off, std::min(L(), len - off)});
       }
     }
-    std::vector<uint64_t>& keys = scratch.keys;
-    keys.resize(pieces.size());
+    // Longest first, ties by number: a counting sort by length, stable in the pieces' order.
+    std::vector<uint32_t>& by_length = scratch.by_length;  // [length]: where its pieces start
+    by_length.assign(L() + 2, 0);
+    for (const Piece& piece : pieces) ++by_length[L() - piece.length + 1];
+    for (uint32_t l = 1; l < by_length.size(); ++l) by_length[l] += by_length[l - 1];
+    std::vector<uint32_t>& sorted = scratch.sorted;
+    sorted.resize(pieces.size());
     for (size_t i = 0; i < pieces.size(); ++i) {
-      keys[i] = (uint64_t{L() - pieces[i].length} << 32) | i;  // a window holds < 2^32 pieces
+      sorted[by_length[L() - pieces[i].length]++] = static_cast<uint32_t>(i);
     }
-    std::sort(keys.begin(), keys.end());
 
     std::vector<std::vector<uint32_t>>& by_room = scratch.by_room;
     by_room.resize(L());
@@ -340,8 +345,7 @@ struct TokenPlan::Impl {
     constexpr auto kEarliestFirst = std::greater<uint32_t>();
     scratch.bin_of.resize(pieces.size());
     uint32_t bins = 0;
-    for (uint64_t key : keys) {
-      const uint32_t i = static_cast<uint32_t>(key);
+    for (const uint32_t i : sorted) {
       const uint32_t length = pieces[i].length;
       const uint32_t r = fullest_fitting(length);
       uint32_t bin;
@@ -378,8 +382,7 @@ struct TokenPlan::Impl {
   // bin's pieces in the epoch's order, and the bins ordered by their first piece.
   //
   // How (PackBins): the pieces are numbered in the epoch's order as they are cut, so "ties in
-  // that order" is "ties by number", and one sort of (L - length, number) keys in 64 bits orders
-  // them. The bins with room r left are kept per r (a min-heap of bin numbers: the earliest
+  // that order" is "ties by number", and a counting sort by length (stable) orders them. The bins with room r left are kept per r (a min-heap of bin numbers: the earliest
   // first), with a bit per r saying whether any is, so the fullest bin that fits is the first
   // set bit at or above the piece's length. The bins are then laid out in one walk.
   std::vector<std::vector<Piece>> PackWindow(uint32_t k, uint64_t w,
