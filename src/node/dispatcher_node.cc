@@ -8,7 +8,7 @@
 #include "src/common/status_macros.h"
 #include "src/job/job_json.h"
 #include "src/metrics/prometheus.h"
-#include "src/net/socket.h"
+#include "src/node/open_files.h"
 #include "src/rpc/grpc_util.h"
 
 namespace croupier {
@@ -104,16 +104,7 @@ absl::StatusOr<std::unique_ptr<DispatcherNode>> DispatcherNode::Start(
   // Every connection costs a descriptor, and gRPC stops accepting once it is out of them (1,100
   // idle connections under the common soft limit of 1,024 kept a dispatcher from accepting any
   // for minutes): take the whole hard limit. gRPC 1.51 has no option to cap connections.
-  if (absl::StatusOr<net::OpenFileLimit> limit = net::RaiseOpenFileLimit(); !limit.ok()) {
-    Log(LogLevel::kWarning, "dispatcher", limit.status().message());
-  } else if (limit->after != limit->before) {
-    Log(LogLevel::kInfo, "dispatcher",
-        absl::StrCat("raised the limit of open descriptors from ", limit->before, " to ",
-                     limit->after, " (the hard limit)"));
-  } else {
-    Log(LogLevel::kInfo, "dispatcher",
-        absl::StrCat("the limit of open descriptors is ", limit->after));
-  }
+  TakeTheHardDescriptorLimit("dispatcher");
 
   std::unique_ptr<DispatcherNode> node(new DispatcherNode());
   node->options_ = options;

@@ -12,7 +12,7 @@
 #include "src/common/logging.h"
 #include "src/common/status_macros.h"
 #include "src/metrics/prometheus.h"
-#include "src/net/socket.h"
+#include "src/node/open_files.h"
 #include "src/producer/memfd_buffers.h"
 #include "src/producer/tfrecord_maker.h"
 #include "src/producer/token_maker.h"
@@ -91,15 +91,8 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOp
   ASSIGN_OR_RETURN(const uint64_t prefetch_bytes, PrefetchBytes(options.prefetch_bytes));
   options.tls = ResolveTlsConfig(options.tls);
   // The batches made ahead are memfds, a descriptor each (MemfdBufferPool, which takes at most a
-  // quarter of the limit), beside the input files and the consumers' connections: take the
-  // whole hard limit, as the dispatcher does, rather than the common soft default of 1,024.
-  if (absl::StatusOr<net::OpenFileLimit> limit = net::RaiseOpenFileLimit(); !limit.ok()) {
-    Log(LogLevel::kWarning, "producer", limit.status().message());
-  } else if (limit->after != limit->before) {
-    Log(LogLevel::kInfo, "producer",
-        absl::StrCat("raised the limit of open descriptors from ", limit->before, " to ",
-                     limit->after, " (the hard limit)"));
-  }
+  // quarter of the limit), beside the input files and the consumers' connections.
+  TakeTheHardDescriptorLimit("producer");
   std::unique_ptr<ProducerNode> node(new ProducerNode());
   node->options_ = options;
   node->dispatcher_ = node->MakeControlPlane(options.connect_timeout);
