@@ -22,8 +22,12 @@ class Dataset {
     uint64_t record = 0;  // record number inside that file
   };
 
-  // Indexes `files` (in the given order) through `cache`. Errors as IndexCache::Get; a file with no
-  // records is allowed and holds no ids. `progress` gets (bytes done, bytes in all files).
+  // Indexes `files` (in the given order) through `cache`, up to kMaxFilesIndexedAtOnce of them at
+  // once (an object store answers each in tens of milliseconds, and a job may list thousands).
+  // Errors as IndexCache::Get, the first failing file's in `files` order; a file with no records
+  // is allowed and holds no ids. `progress` gets (bytes done, bytes in all files), from one
+  // thread at a time.
+  static constexpr size_t kMaxFilesIndexedAtOnce = 16;
   static absl::StatusOr<std::unique_ptr<Dataset>> Open(const std::vector<std::string>& files,
                                                        IndexCache& cache,
                                                        const IndexProgress& progress = nullptr);

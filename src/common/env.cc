@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "absl/base/call_once.h"
@@ -193,7 +194,10 @@ class PosixEnv final : public Env {
   }
 
   absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) override {
-    std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+    // Unique to the call: two threads may write one path at once (two jobs opening one file's
+    // index), and each must rename a whole file of its own.
+    static std::atomic<uint64_t> calls{0};
+    std::string tmp = absl::StrCat(path, ".tmp.", ::getpid(), ".", calls++);
     {
       ASSIGN_OR_RETURN(auto file, OpenForWrite(tmp));
       absl::Status s = file->Append(contents);

@@ -1,6 +1,11 @@
 #include "croupier/dataset.h"
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 
 #include "src/common/env.h"
 #include "src/common/status_macros.h"
@@ -10,21 +15,57 @@ namespace croupier {
 absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::vector<std::string>& files,
                                                        IndexCache& cache,
                                                        const IndexProgress& progress) {
+  // Each distinct path is indexed once, by one thread: two writers of one cache file would race.
+  absl::flat_hash_map<std::string, size_t> first_of;
+  std::vector<size_t> distinct;
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (first_of.try_emplace(files[i], i).second) distinct.push_back(i);
+  }
+  std::vector<uint64_t> sizes(files.size(), 0);
   uint64_t total = 0;
   if (progress) {
-    for (const auto& f : files) {
-      ASSIGN_OR_RETURN(FileStat st, Env::Default()->Stat(f));
+    for (size_t i : distinct) {
+      ASSIGN_OR_RETURN(FileStat st, Env::Default()->Stat(files[i]));
+      sizes[i] = st.size;
       total += st.size;
     }
   }
+  std::vector<absl::StatusOr<std::shared_ptr<const RecordIndex>>> got(
+      files.size(), absl::InternalError("not indexed"));
+  std::vector<uint64_t> done(files.size(), 0);
+  absl::Mutex progress_mu;
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  auto index_files = [&] {
+    // Files are claimed in order, so every file before one that fails has been claimed and is
+    // finished when the threads are: the error returned is the first in order, as one thread's.
+    for (size_t k = next++; k < distinct.size() && !failed.load(); k = next++) {
+      const size_t i = distinct[k];
+      auto report = [&, i](uint64_t d, uint64_t) {
+        absl::MutexLock lock(&progress_mu);
+        done[i] = d;
+        uint64_t sum = 0;
+        for (uint64_t x : done) sum += x;
+        progress(sum, total);
+      };
+      got[i] = cache.Get(files[i], progress ? IndexProgress(report) : nullptr);
+      if (!got[i].ok()) failed.store(true);
+      if (got[i].ok() && progress) report(sizes[i], sizes[i]);  // a cached index scans nothing
+    }
+  };
+  const size_t helpers = std::min(kMaxFilesIndexedAtOnce, distinct.size()) - (distinct.empty() ? 0 : 1);
+  std::vector<std::thread> threads;
+  threads.reserve(helpers);
+  for (size_t t = 0; t < helpers; ++t) threads.emplace_back(index_files);
+  index_files();
+  for (std::thread& t : threads) t.join();
+
   std::vector<std::shared_ptr<const RecordIndex>> indexes;
-  uint64_t done = 0;
-  for (const auto& f : files) {
-    IndexProgress file_progress = nullptr;
-    if (progress) file_progress = [&](uint64_t d, uint64_t) { progress(done + d, total); };
-    ASSIGN_OR_RETURN(auto index, cache.Get(f, file_progress));
-    done += index->file_size;
-    indexes.push_back(std::move(index));
+  indexes.reserve(files.size());
+  for (size_t i = 0; i < files.size(); ++i) {
+    const auto& index = got[first_of.at(files[i])];
+    if (!index.ok()) return index.status();
+    indexes.push_back(*index);
   }
   return std::unique_ptr<Dataset>(new Dataset(std::move(indexes)));
 }

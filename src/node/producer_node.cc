@@ -14,6 +14,7 @@
 #include "src/metrics/prometheus.h"
 #include "src/node/open_files.h"
 #include "src/producer/memfd_buffers.h"
+#include "src/producer/opening_maker.h"
 #include "src/producer/tfrecord_maker.h"
 #include "src/producer/token_maker.h"
 #include "src/rpc/dispatcher_client.h"
@@ -131,8 +132,17 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOp
         return std::shared_ptr<const BatchMaker>(std::move(maker));
       };
     } else {
+      // Opening a files job reads every file's index (for objects, requests to the store): on
+      // a thread of its own, never on the heartbeat thread that is given the job's first task.
       ProducerNode* raw = node.get();
-      runner.makers = [raw](const v1::JobInfo& job) { return raw->FilesMaker(job); };
+      runner.makers =
+          [raw](const v1::JobInfo& job) -> absl::StatusOr<std::shared_ptr<const BatchMaker>> {
+        ASSIGN_OR_RETURN(std::shared_ptr<const OpeningMaker> maker,
+                         OpeningMaker::Start(job, [raw](const v1::JobInfo& opened) {
+                           return raw->FilesMaker(opened);
+                         }));
+        return maker;
+      };
     }
     node->holder_ = std::make_unique<TaskRunner>(std::move(runner));
   }
@@ -192,7 +202,8 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOp
                        *status.mutable_stats() = raw->Stats();
                        for (uint64_t t : raw->holder_->HeldTasks()) status.add_tasks(t);
                        return metrics::FormatProducerPrometheus(status) +
-                              metrics::FormatS3Prometheus(s3::DefaultEnvS3Stats());
+                              metrics::FormatS3Prometheus(s3::DefaultEnvS3Stats(),
+                                                                   RecordFetcher::ProcessStats());
                      }));
   }
   Log(LogLevel::kInfo, "producer",

@@ -2,8 +2,9 @@
 // epoch plan (croupier/plan.h) names for it, read from the job's source and, for a Python source,
 // transformed. One implementation per source kind: TfrecordBatchMaker (tfrecord_maker.h) reads
 // and decodes TFRecord files in C++; FunctionBatchMaker (function_maker.h) hands the records'
-// indexes to a function (the Python producer's workers). TaskRunner makes every task's batches
-// through this interface, whatever the source.
+// indexes to a function (the Python producer's workers); OpeningMaker (opening_maker.h) stands
+// for a files job's maker while it is opened off the heartbeat thread. TaskRunner makes every
+// task's batches through this interface, whatever the source.
 #ifndef CROUPIER_SRC_PRODUCER_BATCH_MAKER_H_
 #define CROUPIER_SRC_PRODUCER_BATCH_MAKER_H_
 
@@ -64,6 +65,10 @@ class BatchMaker {
   virtual void WillMake(const v1::Task& /*task*/) const {}
   virtual void WontMake(const v1::Task& /*task*/) const {}
 
+  // Whether the producer may keep this maker for the job's next tasks. An OpeningMaker whose
+  // opening failed says no (opening_maker.h), so that the next task opens the job again.
+  virtual bool Reusable() const { return true; }
+
  protected:
   // `config` must be ParseJobConfig(job) with a plan that agrees with the job (CheckedConfig).
   BatchMaker(v1::JobInfo job, JobConfig config);
@@ -80,6 +85,9 @@ class BatchMaker {
                                             absl::Span<const uint64_t> ids) const = 0;
 
  private:
+  // Makes the batches of the maker it opened with that maker's MakeRecords.
+  friend class OpeningMaker;
+
   const v1::JobInfo job_;
   const JobConfig config_;
 };

@@ -239,7 +239,7 @@ absl::Status TaskRunner::AddTask(const v1::Task& task, const v1::JobInfo& job) {
   {
     absl::MutexLock lock(&makers_mu_);
     auto it = makers_.find(job.spec().name());
-    if (it != makers_.end()) {
+    if (it != makers_.end() && it->second->Reusable()) {
       maker = it->second;
     } else {
       if (!options_.makers) {

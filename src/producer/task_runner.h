@@ -129,7 +129,8 @@ class TaskRunner final : public TaskHolder {
   // decides), and FreeTaskSlots() is then 0.
   absl::Status AddTask(const v1::Task& task, std::shared_ptr<const BatchMaker> maker);
   // TaskHolder: the same, with the job's maker from Options::makers (made on the job's first
-  // task and kept). The factory's error, naming the job, when it says this producer cannot make
+  // task and kept while it is Reusable()). The factory runs on the caller's thread: one that
+  // reads files or a store returns an OpeningMaker (opening_maker.h). The factory's error, naming the job, when it says this producer cannot make
   // the job (FAILED_PRECONDITION, INVALID_ARGUMENT); any other error is the job's input failing
   // (a file deleted or unreadable): the task is held all the same, and each of its batches
   // fails with that error (NOT_FOUND as DATA_LOSS, BatchMaker::Make), so that it reaches the
