@@ -1,7 +1,9 @@
 #include "src/io/record_fetch.h"
 
 #include <algorithm>
+#include <atomic>
 
+#include "absl/time/clock.h"
 #include "src/common/env.h"
 #include "src/common/status_macros.h"
 #include "src/io/tfrecord_format.h"
@@ -15,7 +17,33 @@ constexpr size_t kRememberTaken = 1024;
 // was taken away, say) is dropped.
 constexpr uint64_t kStaleBatches = 64;
 
+// The counters of every fetcher of the process (RecordFetcher::ProcessStats).
+struct Totals {
+  std::atomic<uint64_t> ahead_started{0}, ahead_used{0}, ahead_ready{0}, fetched_now{0},
+      ahead_fetches{0}, forgotten{0}, wait_ns{0};
+};
+Totals& ProcessTotals() {
+  static Totals* totals = new Totals;
+  return *totals;
+}
+void Count(std::atomic<uint64_t>& counter, uint64_t n = 1) {
+  counter.fetch_add(n, std::memory_order_relaxed);
+}
+
 }  // namespace
+
+RecordFetcher::Stats RecordFetcher::ProcessStats() {
+  const Totals& t = ProcessTotals();
+  Stats s;
+  s.ahead_started = t.ahead_started.load(std::memory_order_relaxed);
+  s.ahead_used = t.ahead_used.load(std::memory_order_relaxed);
+  s.ahead_ready = t.ahead_ready.load(std::memory_order_relaxed);
+  s.fetched_now = t.fetched_now.load(std::memory_order_relaxed);
+  s.ahead_fetches = t.ahead_fetches.load(std::memory_order_relaxed);
+  s.forgotten = t.forgotten.load(std::memory_order_relaxed);
+  s.wait_seconds = static_cast<double>(t.wait_ns.load(std::memory_order_relaxed)) / 1e9;
+  return s;
+}
 
 bool FetchBudget::TryTake(uint64_t bytes) {
   uint64_t used = used_.load(std::memory_order_relaxed);
@@ -130,7 +158,10 @@ absl::StatusOr<std::shared_ptr<const FetchedRecords>> RecordFetcher::Take(
       }
     }
     if (entry != nullptr) {
+      const bool ready = entry->done;
+      const absl::Time start = absl::Now();
       mu_.Await(absl::Condition(&entry->done));
+      WaitedLocked(absl::Now() - start);
       ReleaseLocked(*entry);
       // The records asked for now are those asked ahead, unless the caller's view changed in
       // between (a record cached meanwhile, say): then they are read now.
@@ -141,12 +172,27 @@ absl::StatusOr<std::shared_ptr<const FetchedRecords>> RecordFetcher::Take(
                      });
       if (entry->fetched.ok() && same) {
         ++stats_.ahead_used;
+        Count(ProcessTotals().ahead_used);
+        if (ready) {
+          ++stats_.ahead_ready;
+          Count(ProcessTotals().ahead_ready);
+        }
         return entry->fetched;
       }
     }
     ++stats_.fetched_now;
+    Count(ProcessTotals().fetched_now);
   }
-  return Fetch(records);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::shared_ptr<const FetchedRecords>> fetched = Fetch(records);
+  absl::MutexLock lock(&mu_);
+  WaitedLocked(absl::Now() - start);
+  return fetched;
+}
+
+void RecordFetcher::WaitedLocked(absl::Duration waited) {
+  stats_.wait_seconds += absl::ToDoubleSeconds(waited);
+  Count(ProcessTotals().wait_ns, static_cast<uint64_t>(absl::ToInt64Nanoseconds(waited)));
 }
 
 void RecordFetcher::Ahead(const Key& key, std::vector<Dataset::Location> records) {
@@ -180,6 +226,7 @@ void RecordFetcher::AheadLocked(Batches batches, const std::vector<uint64_t>& by
     queue_.push_back(entry);
     ahead_.emplace(key, std::move(entry));
     ++stats_.ahead_started;
+    Count(ProcessTotals().ahead_started);
   }
   if (!queue_.empty()) MaybeStartThreadLocked();
 }
@@ -209,6 +256,7 @@ void RecordFetcher::Forget(BatchRange range) {
     }
     Entry& entry = *it->second;
     ++stats_.forgotten;
+    Count(ProcessTotals().forgotten);
     if (!entry.started || entry.done) {
       // Not started: it leaves the queue (below). Done: its records are dropped here, and its
       // storage with them once no batch fetched with it holds it.
@@ -304,6 +352,7 @@ void RecordFetcher::FetchTogether(const std::vector<std::shared_ptr<Entry>>& ent
   }
   absl::MutexLock lock(&mu_);
   ++stats_.ahead_fetches;
+  Count(ProcessTotals().ahead_fetches);
   for (size_t i = 0; i < entries.size(); ++i) {
     Entry& entry = *entries[i];
     entry.done = true;

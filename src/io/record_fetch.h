@@ -37,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "croupier/dataset.h"
 
@@ -159,13 +160,18 @@ class RecordFetcher {
   struct Stats {
     uint64_t ahead_started = 0;  // batches fetched ahead
     uint64_t ahead_used = 0;     // of them, taken by the maker
+    uint64_t ahead_ready = 0;    // of those, fetched already when taken: no wait on the store
     uint64_t fetched_now = 0;    // batches fetched when made
+    double wait_seconds = 0;     // time Take waited for the store (a fetch under way or now)
     uint64_t ahead_fetches = 0;  // fetches of batches ahead, each of every batch then waiting
     uint64_t forgotten = 0;      // batches asked for ahead, then forgotten before they were taken
     uint64_t ahead_bytes = 0;    // bytes fetched ahead (or being fetched) and not taken, now
     uint64_t peak_ahead_bytes = 0;  // the most of them at once
   };
   Stats stats() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The counters of every fetcher of this process, the live and the destroyed, summed (the
+  // producer's /metrics); ahead_bytes and peak_ahead_bytes are left 0.
+  static Stats ProcessStats();
 
  private:
   struct Entry {
@@ -191,6 +197,8 @@ class RecordFetcher {
   }
   void AheadLocked(Batches batches, const std::vector<uint64_t>& bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts `waited` in the wait of this fetcher and of the process.
+  void WaitedLocked(absl::Duration waited) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases the bytes of an entry no longer held ahead.
   void ReleaseLocked(Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fetches `entries` together and hands each its records.

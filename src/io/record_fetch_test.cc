@@ -23,6 +23,7 @@ class RemoteLike final : public RandomAccessFile {
   explicit RemoteLike(std::unique_ptr<RandomAccessFile> inner) : inner_(std::move(inner)) {}
   absl::StatusOr<size_t> Read(uint64_t offset, size_t n, char* dst) const override {
     ++requests;
+    if (const int ms = delay_ms.load(); ms > 0) absl::SleepFor(absl::Milliseconds(ms));
     return inner_->Read(offset, n, dst);
   }
   const std::string& name() const override { return inner_->name(); }
@@ -47,6 +48,7 @@ class RemoteLike final : public RandomAccessFile {
     return absl::OkStatus();
   }
   mutable std::atomic<int> requests{0};
+  std::atomic<int> delay_ms{0};  // each read answers this late, as a store would
 
  private:
   std::unique_ptr<RandomAccessFile> inner_;
@@ -153,6 +155,47 @@ TEST_F(RecordFetchTest, BatchesFetchedAheadAreTakenWithoutAnotherRead) {
   EXPECT_EQ(fetcher.stats().ahead_used + fetcher.stats().fetched_now, 4u);
   EXPECT_GE(fetcher.stats().fetched_now, 1u);
   EXPECT_EQ(Requests(), requests);
+}
+
+// What the producer's metrics show of the reads ahead (croupier_s3_batches_*, _wait_seconds):
+// a batch whose fetch ahead is under way when it is made waits for it, one fetched already is
+// ready, one not asked for ahead is fetched now; the time waited is counted, by the fetcher and
+// for the process.
+TEST_F(RecordFetchTest, TheWaitForTheStoreAndTheBatchesReadyAreCounted) {
+  const RecordFetcher::Stats before = RecordFetcher::ProcessStats();
+  RecordFetcher fetcher(*dataset_, Opener(), {});
+  std::vector<std::vector<Dataset::Location>> batches(4);
+  for (size_t b = 0; b < batches.size(); ++b) {
+    for (uint64_t i = 0; i < 10; ++i) batches[b].push_back(dataset_->Locate(b * 10 + i));
+  }
+  for (auto& f : files_) f->delay_ms = 100;
+  fetcher.Ahead({0, 1}, batches[1]);
+  auto waited = fetcher.Take({0, 1}, batches[1]);
+  ASSERT_TRUE(waited.ok()) << waited.status();
+  ExpectRecords(**waited, batches[1]);
+  RecordFetcher::Stats s = fetcher.stats();
+  EXPECT_EQ(s.ahead_used, 1u);
+  EXPECT_EQ(s.ahead_ready, 0u);
+  EXPECT_GE(s.wait_seconds, 0.05);
+
+  for (auto& f : files_) f->delay_ms = 0;
+  fetcher.Ahead({0, 2}, batches[2]);
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (fetcher.stats().ahead_fetches < 2 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_TRUE(fetcher.Take({0, 2}, batches[2]).ok());
+  ASSERT_TRUE(fetcher.Take({0, 3}, batches[3]).ok());
+  s = fetcher.stats();
+  EXPECT_EQ(s.ahead_used, 2u);
+  EXPECT_EQ(s.ahead_ready, 1u);
+  EXPECT_EQ(s.fetched_now, 1u);
+
+  const RecordFetcher::Stats after = RecordFetcher::ProcessStats();
+  EXPECT_EQ(after.ahead_used - before.ahead_used, 2u);
+  EXPECT_EQ(after.ahead_ready - before.ahead_ready, 1u);
+  EXPECT_EQ(after.fetched_now - before.fetched_now, 1u);
+  EXPECT_NEAR(after.wait_seconds - before.wait_seconds, s.wait_seconds, 1e-6);
 }
 
 TEST_F(RecordFetchTest, ReadAheadStaysWithinItsBytes) {

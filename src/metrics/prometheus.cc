@@ -107,7 +107,7 @@ std::string FormatProducerPrometheus(const v1::ProducerStatus& producer) {
   return out;
 }
 
-std::string FormatS3Prometheus(const s3::S3Stats& stats) {
+std::string FormatS3Prometheus(const s3::S3Stats& stats, const RecordFetcher::Stats& reads) {
   std::string out;
   Family(&out, "croupier_s3_requests_total", "counter",
          "Requests sent to the object store, retries included.")
@@ -128,6 +128,23 @@ std::string FormatS3Prometheus(const s3::S3Stats& stats) {
          "Byte ranges (records, mostly) asked for in batched reads; fewer requests than ranges "
          "is the merging of neighbours.")
       .Add({}, stats.ranges);
+  Family(&out, "croupier_s3_batches_read_ahead_total", "counter",
+         "Batches whose records were fetched ahead of their making and used.")
+      .Add({}, reads.ahead_used);
+  Family(&out, "croupier_s3_batches_ready_total", "counter",
+         "Of the batches read ahead, those whose records were all there when their making began.")
+      .Add({}, reads.ahead_ready);
+  Family(&out, "croupier_s3_batches_fetched_now_total", "counter",
+         "Batches whose records were fetched when they were made (not read ahead, or past the "
+         "budget).")
+      .Add({}, reads.fetched_now);
+  Family(&out, "croupier_s3_batches_forgotten_total", "counter",
+         "Batches read ahead and then dropped unmade (their task was taken away).")
+      .Add({}, reads.forgotten);
+  Family(&out, "croupier_s3_wait_seconds_total", "counter",
+         "Time batch makers waited for the object store; over "
+         "croupier_producer_make_seconds_total, the store's share of making batches.")
+      .Add({}, reads.wait_seconds);
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "proto/croupier.pb.h"
+#include "src/io/record_fetch.h"
 #include "src/s3/s3_stats.h"
 
 namespace croupier::metrics {
@@ -22,9 +23,11 @@ std::string FormatPrometheus(const v1::StatusResponse& status);
 std::string FormatProducerPrometheus(const v1::ProducerStatus& producer);
 
 // What this process asked of an object store (croupier_s3_* counters: requests, bytes, retries,
-// throttles, failures), from its S3 client's counters (src/s3/s3_stats.h); all 0 in a process
-// that read no s3:// path.
-std::string FormatS3Prometheus(const s3::S3Stats& stats);
+// throttles, failures), from its S3 client's counters (src/s3/s3_stats.h), and how its batch
+// makers' reads ahead went (`reads`, RecordFetcher::ProcessStats: batches read ahead, ready when
+// made, fetched when made, forgotten, and the time makers waited for the store); all 0 in a
+// process that read no s3:// path.
+std::string FormatS3Prometheus(const s3::S3Stats& stats, const RecordFetcher::Stats& reads = {});
 
 }  // namespace croupier::metrics
 

@@ -122,7 +122,13 @@ TEST(MetricsPrometheusTest, ObjectStoreCountersAreMetrics) {
   stats.throttles = 2;
   stats.failures = 1;
   stats.ranges = 40;
-  const std::string text = FormatS3Prometheus(stats);
+  RecordFetcher::Stats reads;
+  reads.ahead_used = 30;
+  reads.ahead_ready = 25;
+  reads.fetched_now = 2;
+  reads.forgotten = 7;
+  reads.wait_seconds = 1.5;
+  const std::string text = FormatS3Prometheus(stats, reads);
   EXPECT_THAT(text, HasSubstr("# TYPE croupier_s3_requests_total counter\n"
                               "croupier_s3_requests_total 12\n"));
   EXPECT_THAT(text, HasSubstr("croupier_s3_bytes_total 4096\n"));
@@ -130,6 +136,12 @@ TEST(MetricsPrometheusTest, ObjectStoreCountersAreMetrics) {
   EXPECT_THAT(text, HasSubstr("croupier_s3_throttles_total 2\n"));
   EXPECT_THAT(text, HasSubstr("croupier_s3_failures_total 1\n"));
   EXPECT_THAT(text, HasSubstr("croupier_s3_ranges_total 40\n"));
+  EXPECT_THAT(text, HasSubstr("croupier_s3_batches_read_ahead_total 30\n"));
+  EXPECT_THAT(text, HasSubstr("croupier_s3_batches_ready_total 25\n"));
+  EXPECT_THAT(text, HasSubstr("croupier_s3_batches_fetched_now_total 2\n"));
+  EXPECT_THAT(text, HasSubstr("croupier_s3_batches_forgotten_total 7\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE croupier_s3_wait_seconds_total counter\n"
+                              "croupier_s3_wait_seconds_total 1.5\n"));
 }
 
 TEST(MetricsPrometheusTest, LabelValuesAreEscaped) {
