@@ -31,15 +31,24 @@ start to the first batch in the consumer's hands), epoch_s and records/s (create
 the last batch in the consumer's hands: the producer starts making batches as the job is
 created, so time from the first batch alone would count batches made before it), and from the producer's /metrics (croupier_s3_*): requests, ranges asked,
 bytes fetched; fetched_per_delivered = bytes fetched / bytes of the records delivered (their
-TFRecord framing included); requests_per_batch. Ratios s3 / local from the same run.
+TFRecord framing included); requests_per_batch; the batches whose records were ready when made,
+read ahead, and fetched when made (croupier_s3_batches_*); and the store's share of making
+(croupier_s3_wait_seconds_total over croupier_producer_make_seconds_total: the time the producer's
+threads waited for the store, of the time they spent making batches). Ratios s3 / local from the
+same run.
 
 --max-tasks sets the producer's --max-tasks (the tasks it holds with batches to make, and so
 the tasks it can fetch ahead). --shuffles picks the shuffles run (default all three; s3_noshare runs with none), for repeated runs
 of one of them. $CROUPIER_BIN, if set, is the croupier command every process runs (another build,
 to compare).
 
-Usage: .venv/bin/python bench/bench_s3.py [--records 6000] [--shuffles none,blocks,global]
-       [--json out.json]
+--store-latency-ms L makes moto start every answer L ms late (tests/moto_store.py: its WSGI app
+sleeps first, so requests in flight at once wait together): a store that answers tens of
+milliseconds after each request, as one across a network does, where on loopback moto's own CPU
+is all the wait. (This machine's kernel has no netem to delay the link itself.)
+
+Usage: .venv/bin/python bench/bench_s3.py [--records 6000] [--files 4]
+       [--shuffles none,blocks,global] [--store-latency-ms 0] [--json out.json]
 """
 import argparse
 import json
@@ -67,8 +76,11 @@ def s3_counters(port_file):
     port = int(wait_for_file(port_file, 10))
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
         text = r.read().decode()
-    return {line.split()[0][len("croupier_s3_"):]: float(line.split()[1])
-            for line in text.splitlines() if line.startswith("croupier_s3_")}
+    out = {line.split()[0][len("croupier_s3_"):]: float(line.split()[1])
+           for line in text.splitlines() if line.startswith("croupier_s3_")}
+    out["make_seconds"] = sum(float(line.split()[1]) for line in text.splitlines()
+                              if line.startswith("croupier_producer_make_seconds_total"))
+    return out
 
 
 def run_job(args, work, name, files, shuffle, env):
@@ -113,7 +125,12 @@ def run_job(args, work, name, files, shuffle, env):
             "records_per_s": records / (end - start),
             "requests": counters.get("requests_total", 0.0),
             "ranges": counters.get("ranges_total", 0.0),
-            "bytes": counters.get("bytes_total", 0.0)}
+            "bytes": counters.get("bytes_total", 0.0),
+            "read_ahead": counters.get("batches_read_ahead_total", 0.0),
+            "ready": counters.get("batches_ready_total", 0.0),
+            "fetched_now": counters.get("batches_fetched_now_total", 0.0),
+            "wait_s": counters.get("wait_seconds_total", 0.0),
+            "make_s": counters.get("make_seconds", 0.0)}
 
 
 def store_ceiling(s3, keys, threads=4):
@@ -140,6 +157,8 @@ def main():
                    help="the producer's --max-tasks (0: its default)")
     p.add_argument("--shuffles", default="none,blocks,global",
                    help="comma-separated shuffles to run")
+    p.add_argument("--store-latency-ms", type=float, default=0.0,
+                   help="moto starts every answer this late, as a store across a network")
     p.add_argument("--json", type=pathlib.Path)
     args = p.parse_args()
 
@@ -149,7 +168,7 @@ def main():
         local_files = synth_dataset(tmp / "data", args.records, files=args.files,
                                     image_bytes=args.image_bytes)
         total_bytes = sum(f.stat().st_size for f in local_files)
-        with moto_store(tmp / "moto.log") as store:
+        with moto_store(tmp / "moto.log", latency_ms=args.store_latency_ms) as store:
             s3 = store.s3()
             s3.create_bucket(Bucket=BUCKET)
             for f in local_files:
@@ -185,14 +204,17 @@ def main():
     ceiling = results.pop(0)
     by = {(r["system"], r["shuffle"]): r for r in results}
     print(f"\n{args.records} records ({total_bytes} bytes) in {args.files} files, batch "
-          f"{args.batch}, 1 producer x {args.threads} threads, 1 consumer; moto on loopback\n")
+          f"{args.batch}, 1 producer x {args.threads} threads, 1 consumer; moto on loopback"
+          + (f", {args.store_latency_ms:g} ms added to each round trip to it"
+             if args.store_latency_ms else "") + "\n")
     print(f"store ceiling: boto3 GETs every object whole, 4 at once, in {ceiling['seconds']:.2f} "
           f"s: {ceiling['bytes'] / ceiling['seconds'] / 1e6:.1f} MB/s, "
           f"{ceiling['records_per_s']:,.0f} records/s\n")
     print("| shuffle | system | records/s | s3 / local | first batch (s) | s3 / local | "
           "create_job (s) | after create_job: s3 / local | "
-          "bytes fetched / delivered | requests / batch | ranges / request |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "bytes fetched / delivered | requests / batch | ranges / request | "
+          "batches ready / read ahead / fetched when made | store's share of making |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         base = by[("local", r["shuffle"])]
         ratio = "" if r["system"] == "local" else f"{r['records_per_s'] / base['records_per_s']:.2f}x"
@@ -204,9 +226,13 @@ def main():
         # without the dispatcher's scan of the objects as it creates the job.
         after = ("" if r["system"] == "local" else
                  f"{(base['epoch_s'] - base['create_s']) / (r['epoch_s'] - r['create_s']):.2f}x")
+        reads = ("" if r["system"] == "local" else
+                 f"{r['ready']:.0f} / {r['read_ahead']:.0f} / {r['fetched_now']:.0f}")
+        share = (f"{r['wait_s'] / r['make_s']:.2f}"
+                 if r["system"] != "local" and r["make_s"] else "")
         print(f"| {r['shuffle']} | {r['system']} | {r['records_per_s']:,.0f} | {ratio} | "
               f"{r['first_batch_s']:.2f} | {fb} | {r['create_s']:.2f} | {after} | {fetched} | "
-              f"{rpb} | {per_req} |")
+              f"{rpb} | {per_req} | {reads} | {share} |")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

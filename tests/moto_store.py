@@ -47,14 +47,34 @@ class MotoStore:
         return env
 
 
+# moto's server whose every answer starts `latency` seconds late (argv[1]), as a store across a
+# network answers tens of milliseconds after the request (on loopback moto's own CPU is all the
+# wait). The wait sleeps, so requests in flight at once wait together, as on a network.
+_DELAYED_MOTO = """
+import sys, time
+import moto.server as server
+latency = float(sys.argv.pop(1))
+class Delayed(server.DomainDispatcherApplication):
+    def __call__(self, environ, start_response):
+        time.sleep(latency)
+        return super().__call__(environ, start_response)
+server.DomainDispatcherApplication = Delayed
+server.main(sys.argv[1:])
+"""
+
+
 @contextlib.contextmanager
-def moto_store(log_path, ready_timeout=60.0):
+def moto_store(log_path, ready_timeout=60.0, latency_ms=0.0):
+    """The store on 127.0.0.1; with `latency_ms`, each of its answers starts that much late."""
     port = free_port()
+    host = "127.0.0.1"
     env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT=str(_UNAUTHENTICATED_SETUP_CALLS))
+    command = [sys.executable, "-m", "moto.server"]
+    if latency_ms > 0:
+        command = [sys.executable, "-c", _DELAYED_MOTO, str(latency_ms / 1000)]
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
-                                 str(port)], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env)
+        proc = subprocess.Popen([*command, "-H", host, "-p", str(port)], stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
     try:
         deadline = time.monotonic() + ready_timeout
         while True:
@@ -62,13 +82,13 @@ def moto_store(log_path, ready_timeout=60.0):
                 raise RuntimeError(f"moto_server exited with {proc.returncode}: "
                                    f"{open(log_path).read()[-2000:]}")
             try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                socket.create_connection((host, port), 0.2).close()
                 break
             except OSError:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"moto_server did not listen within {ready_timeout} s")
                 time.sleep(0.1)
-        endpoint = f"http://127.0.0.1:{port}"
+        endpoint = f"http://{host}:{port}"
         iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1",
                            aws_access_key_id="AKIASETUP", aws_secret_access_key="setup")
         iam.create_user(UserName="croupier")
