@@ -1,6 +1,6 @@
 """The dispatcher's web page in headless Chromium, and the producers' own metrics, against a real
-cluster: a dispatcher with --metrics-port, a producer with --metrics-port, and a consumer that
-reads slowly so that the figures move while the page is loaded twice.
+cluster: a dispatcher with --metrics-port, a producer with --metrics-port and a record cache, and
+a consumer that reads slowly so that the figures move while the page is loaded twice.
 
 Chromium (Debian's `chromium`) runs with --dump-dom after a --virtual-time-budget, so the page's
 own JavaScript has fetched /api/status and /api/history and drawn them; each run is bounded by a
@@ -78,7 +78,8 @@ def test_the_web_page_shows_the_figures_and_they_move(tmp_path, dataset):
     with Cluster(tmp_path / "cluster",
                  dispatcher_args=["--metrics-port", "0", "--metrics-port-file",
                                   web_port_file]) as cluster:
-        cluster.add_producer("--metrics-port", "0", "--metrics-port-file", producer_port_file)
+        cluster.add_producer("--metrics-port", "0", "--metrics-port-file", producer_port_file,
+                             "--cache-bytes", "64000000")
         # About 10 batches/s over 3 epochs of 187 steps: the consumer is still reading when the
         # page is loaded the second time, even on a slow machine (the cluster stops it after).
         cluster.create_job("web", dataset, FEATURES, 16, 1, seed=1, epochs=3)
@@ -151,3 +152,9 @@ def test_the_web_page_shows_the_figures_and_they_move(tmp_path, dataset):
     assert float(samples["croupier_producer_cpu_seconds_total"]) > 0
     assert samples["croupier_producer_threads"] == "2"
     assert "# TYPE croupier_producer_cpu_seconds_total counter" in producer_text
+    # Its record cache (--cache-bytes): the first epoch's records looked up, missed and admitted.
+    cache = dict(re.findall(r"^(croupier_producer_cache_\w+) (\S+)$", producer_text, re.M))
+    assert cache["croupier_producer_cache_capacity_bytes"] == "64000000", producer_text
+    assert float(cache["croupier_producer_cache_misses_total"]) > 0, cache
+    assert float(cache["croupier_producer_cache_records"]) > 0, cache
+    assert "# TYPE croupier_producer_cache_hits_total counter" in producer_text

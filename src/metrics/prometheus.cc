@@ -148,6 +148,32 @@ std::string FormatS3Prometheus(const s3::S3Stats& stats, const RecordFetcher::St
   return out;
 }
 
+std::string FormatRecordCachePrometheus(const RecordCacheFigures& cache) {
+  std::string out;
+  Family(&out, "croupier_producer_cache_hits_total", "counter",
+         "Records the producer's record cache served (not read from the files again).")
+      .Add({}, cache.hits);
+  Family(&out, "croupier_producer_cache_misses_total", "counter",
+         "Records looked up in the record cache and not there (read from the files).")
+      .Add({}, cache.misses);
+  Family(&out, "croupier_producer_cache_records", "gauge", "Records the record cache holds.")
+      .Add({}, cache.records);
+  Family(&out, "croupier_producer_cache_bytes", "gauge",
+         "Bytes counted against the record cache's capacity.")
+      .Add({}, cache.bytes);
+  Family(&out, "croupier_producer_cache_capacity_bytes", "gauge",
+         "The record cache's capacity (--cache-bytes).")
+      .Add({}, cache.capacity_bytes);
+  Family(&out, "croupier_producer_cache_rejected_total", "counter",
+         "Records refused because the record cache was full (it admits while they fit).")
+      .Add({}, cache.rejected);
+  Family(&out, "croupier_producer_cache_read_errors_total", "counter",
+         "Records of an on-disk record cache that could not be read back or failed their "
+         "checksum (read from the files instead).")
+      .Add({}, cache.read_errors);
+  return out;
+}
+
 std::string FormatPrometheus(const v1::StatusResponse& status) {
   std::string out;
   Family(&out, "croupier_jobs", "gauge", "Jobs the dispatcher holds.")

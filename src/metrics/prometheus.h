@@ -4,6 +4,7 @@
 #ifndef CROUPIER_SRC_METRICS_PROMETHEUS_H_
 #define CROUPIER_SRC_METRICS_PROMETHEUS_H_
 
+#include <cstdint>
 #include <string>
 
 #include "proto/croupier.pb.h"
@@ -28,6 +29,20 @@ std::string FormatProducerPrometheus(const v1::ProducerStatus& producer);
 // made, fetched when made, forgotten, and the time makers waited for the store); all 0 in a
 // process that read no s3:// path.
 std::string FormatS3Prometheus(const s3::S3Stats& stats, const RecordFetcher::Stats& reads = {});
+
+// A producer's record cache (`--cache-bytes`, src/producer/record_cache.h): hits, misses, what it
+// holds against its capacity, the records refused once it was full and, on disk, those that could
+// not be read back.
+struct RecordCacheFigures {
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t records = 0;
+  uint64_t bytes = 0;
+  uint64_t capacity_bytes = 0;
+  uint64_t rejected = 0;
+  uint64_t read_errors = 0;
+};
+std::string FormatRecordCachePrometheus(const RecordCacheFigures& cache);
 
 }  // namespace croupier::metrics
 

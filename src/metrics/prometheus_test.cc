@@ -144,6 +144,21 @@ TEST(MetricsPrometheusTest, ObjectStoreCountersAreMetrics) {
                               "croupier_s3_wait_seconds_total 1.5\n"));
 }
 
+TEST(MetricsPrometheusTest, RecordCacheFiguresAreMetrics) {
+  const std::string text = FormatRecordCachePrometheus(
+      {.hits = 90, .misses = 10, .records = 10, .bytes = 5000, .capacity_bytes = 8192,
+       .rejected = 3, .read_errors = 1});
+  EXPECT_THAT(text, HasSubstr("# TYPE croupier_producer_cache_hits_total counter\n"
+                              "croupier_producer_cache_hits_total 90\n"));
+  EXPECT_THAT(text, HasSubstr("croupier_producer_cache_misses_total 10\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE croupier_producer_cache_records gauge\n"
+                              "croupier_producer_cache_records 10\n"));
+  EXPECT_THAT(text, HasSubstr("croupier_producer_cache_bytes 5000\n"));
+  EXPECT_THAT(text, HasSubstr("croupier_producer_cache_capacity_bytes 8192\n"));
+  EXPECT_THAT(text, HasSubstr("croupier_producer_cache_rejected_total 3\n"));
+  EXPECT_THAT(text, HasSubstr("croupier_producer_cache_read_errors_total 1\n"));
+}
+
 TEST(MetricsPrometheusTest, LabelValuesAreEscaped) {
   v1::StatusResponse status;
   status.add_job_summaries()->set_name("a\"b\\c");

@@ -201,9 +201,18 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOp
                        status.set_data_address(raw->data_address_);
                        *status.mutable_stats() = raw->Stats();
                        for (uint64_t t : raw->holder_->HeldTasks()) status.add_tasks(t);
-                       return metrics::FormatProducerPrometheus(status) +
-                              metrics::FormatS3Prometheus(s3::DefaultEnvS3Stats(),
-                                                                   RecordFetcher::ProcessStats());
+                       std::string text =
+                           metrics::FormatProducerPrometheus(status) +
+                           metrics::FormatS3Prometheus(s3::DefaultEnvS3Stats(),
+                                                       RecordFetcher::ProcessStats());
+                       if (raw->record_cache_ != nullptr) {
+                         const RecordCache::Stats c = raw->record_cache_->stats();
+                         text += metrics::FormatRecordCachePrometheus(
+                             {.hits = c.hits, .misses = c.misses, .records = c.records,
+                              .bytes = c.bytes, .capacity_bytes = c.capacity_bytes,
+                              .rejected = c.rejected, .read_errors = c.read_errors});
+                       }
+                       return text;
                      }));
   }
   Log(LogLevel::kInfo, "producer",
