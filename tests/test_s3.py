@@ -259,3 +259,98 @@ def test_no_credentials_at_all_is_named(tmp_path, store, monkeypatch):
     message, _ = create_fails(tmp_path, {}, f"s3://{BUCKET}/train/*.tfrecord", monkeypatch,
                               "nocreds")
     assert "no S3 credentials" in message and str(tmp_path / "none") in message
+
+
+# --- Parquet from objects: a map job's ParquetSource (croupier.object_store, pyarrow's S3) ------
+
+PARQUET_ROWS = 80
+
+
+@pytest.fixture(scope="module")
+def parquet_files(tmp_path_factory, store):
+    """Two Parquet files of 40 rows (row groups of 16), on local disk and in the store under
+    parquet/, with an object beside them in parquet/sub/ that the glob must not take."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    import numpy as np
+    folder = tmp_path_factory.mktemp("parquet")
+    s3 = store.s3()
+    files = []
+    for k in range(2):
+        ids = np.arange(k * 40, (k + 1) * 40, dtype=np.int64)
+        table = pa.table({"id": ids, "label": (ids % 10).astype(np.int32),
+                          "text": [f"row {i}" for i in ids],
+                          "tokens": pa.array([list(range(int(i) % 5)) for i in ids],
+                                             type=pa.list_(pa.int32()))})
+        path = folder / f"part{k}.parquet"
+        pq.write_table(table, path, row_group_size=16)
+        s3.upload_file(str(path), BUCKET, f"parquet/{path.name}")
+        files.append(str(path))
+    s3.put_object(Bucket=BUCKET, Key="parquet/sub/other.parquet", Body=b"not parquet")
+    return files
+
+
+@pytest.mark.timeout(180)
+def test_a_parquet_map_job_from_objects_deals_the_same_batches_as_from_local_files(
+        tmp_path, store, parquet_files, monkeypatch):
+    """`croupier produce` of a ParquetSource over s3://BUCKET/parquet/*.parquet, 2 ranks: the
+    plan's records, each once with equal steps, in the same batch bytes as from the local files."""
+    from test_produce import check_against_plan, run_job
+    local = run_job(tmp_path / "local", kind="parquet", files=parquet_files,
+                    records=PARQUET_ROWS, batch_size=4, epochs=1)
+    for k, v in store.env().items():
+        monkeypatch.setenv(k, v)
+    remote = run_job(tmp_path / "s3", kind="parquet", files=f"s3://{BUCKET}/parquet/*.parquet",
+                     records=PARQUET_ROWS, batch_size=4, epochs=1)
+    check_against_plan(remote, PARQUET_ROWS, 4, seed=5, epochs=1)
+    assert remote == local
+
+
+@pytest.mark.timeout(60)
+def test_a_parquet_source_names_a_missing_object_a_wrong_key_and_an_unreachable_store(
+        store, parquet_files, monkeypatch):
+    from croupier.parquet import ParquetSource
+    for k, v in store.env().items():
+        monkeypatch.setenv(k, v)
+    source = ParquetSource(f"s3://{BUCKET}/parquet/part*.parquet")
+    assert source.paths == [f"s3://{BUCKET}/parquet/part{k}.parquet" for k in range(2)]
+    assert len(source) == PARQUET_ROWS
+    assert source.get_many([41])[0]["text"] == b"row 41"
+    with pytest.raises(errors.NotFoundError, match=f"s3://{BUCKET}/parquet/absent.parquet"):
+        ParquetSource(f"s3://{BUCKET}/parquet/absent.parquet")
+    with pytest.raises(errors.NotFoundError, match="no object matches"):
+        ParquetSource(f"s3://{BUCKET}/nothing/*.parquet")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    with pytest.raises(errors.PermissionDeniedError,
+                       match=f"s3://{BUCKET}/parquet/part0.parquet: the store refused"):
+        ParquetSource(f"s3://{BUCKET}/parquet/part0.parquet")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("CROUPIER_S3_MAX_ATTEMPTS", "2")
+    start = time.monotonic()
+    with pytest.raises(errors.UnavailableError, match="cannot be reached"):
+        ParquetSource(f"s3://{BUCKET}/parquet/part0.parquet")
+    assert time.monotonic() - start < 10
+
+
+@pytest.mark.timeout(180)
+def test_faults_between_a_parquet_source_and_the_store_change_no_byte(
+        tmp_path, store, parquet_files, monkeypatch):
+    """The map job of the test above through the fault proxy (503 SlowDown, resets mid-body and
+    stalls on the ranged GETs): pyarrow's retries carry it, and every batch is the same."""
+    from test_produce import run_job
+    local = run_job(tmp_path / "local", kind="parquet", files=parquet_files,
+                    records=PARQUET_ROWS, batch_size=4, epochs=1)
+    upstream = int(store.endpoint.rsplit(":", 1)[1])
+    with FaultProxy(upstream, slow_down=0.1, reset=0.05, stall=0.02, stall_seconds=3,
+                    seed=4) as proxy:
+        env = store.env(endpoint=proxy.endpoint, CROUPIER_S3_READ_TIMEOUT_SECONDS="1",
+                        CROUPIER_S3_MAX_ATTEMPTS="10")
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        remote = run_job(tmp_path / "s3", kind="parquet",
+                         files=f"s3://{BUCKET}/parquet/*.parquet", records=PARQUET_ROWS,
+                         batch_size=4, epochs=1)
+        injected = dict(proxy.injected)
+    assert remote == local
+    assert injected["slow_down"] > 0 and injected["reset"] > 0, injected
+    print(f"\ninjected {injected}")

@@ -3,6 +3,10 @@
     source = croupier.parquet.ParquetSource("data/*.parquet", columns=["image", "label"])
     croupier.produce(source, "HOST:5050", "train", batch_size=64, consumers=4, epochs=3)
 
+Files may be objects: `s3://bucket/key` paths and globs, read through pyarrow's S3 file system
+set up from the same environment as croupier's own S3 client (croupier.object_store): a row
+group's column chunks come by ranged GETs, never the whole object.
+
 Record i is row i of the files taken in sorted path order. A row is found through the files'
 row groups (their row counts are read from the footers at start), and get_many reads each row
 group a batch touches once, keeping the last few decoded row groups: a plan that reads in order
@@ -22,17 +26,21 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from croupier import errors
+from croupier import errors, object_store
 
 __all__ = ["ParquetSource"]
 
 
-def _expand(files: Any) -> List[str]:
+def _expand(files: Any, s3: Any) -> List[str]:
+    """The paths `files` names; `s3()` gives the S3 file system for s3:// patterns."""
     if isinstance(files, (str, os.PathLike)):
         files = [files]
     paths = []
     for f in files:
         f = os.fspath(f)
+        if object_store.is_s3(f):
+            paths.extend(object_store.expand_s3(f, s3()))
+            continue
         matches = sorted(glob.glob(f)) if any(c in f for c in "*?[") else [f]
         if not matches:
             raise errors.NotFoundError(f"no Parquet file matches {f}")
@@ -53,14 +61,17 @@ class ParquetSource:
             raise errors.FailedPreconditionError(
                 "ParquetSource needs pyarrow (pip install pyarrow)") from None
         self._pq = pq
-        self.paths = _expand(files)
+        self._s3: Any = None
+        self.paths = _expand(files, self._s3_filesystem)
         self.columns = list(columns) if columns is not None else None
         self._groups = []  # (path, row group, first row)
         self._starts = []
         total = 0
         for path in self.paths:
             try:
-                meta = pq.ParquetFile(path).metadata
+                meta = self._open(path).metadata
+            except errors.Error:
+                raise
             except Exception as e:
                 raise errors.DataLossError(f"{path}: not a readable Parquet file: {e}") from None
             if self.columns is not None:
@@ -83,6 +94,17 @@ class ParquetSource:
         self._files: Dict[Any, Any] = {}
         self._lock = threading.Lock()
 
+    def _s3_filesystem(self) -> Any:
+        if self._s3 is None:
+            self._s3 = object_store.s3_filesystem()
+        return self._s3
+
+    def _open(self, path: str) -> Any:
+        """pyarrow's ParquetFile of `path`, a local file or an object."""
+        if object_store.is_s3(path):
+            return self._pq.ParquetFile(object_store.open_s3(path, self._s3_filesystem()))
+        return self._pq.ParquetFile(path)
+
     def __len__(self) -> int:
         return self._len
 
@@ -92,6 +114,7 @@ class ParquetSource:
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
         state["_pq"] = None
+        state["_s3"] = None
         state["_cache"] = collections.OrderedDict()
         state["_files"] = {}
         state["_lock"] = None
@@ -119,10 +142,12 @@ class ParquetSource:
         path, rg, _ = self._groups[k]
         f = self._files.get(path)
         if f is None:
-            f = self._files[path] = self._pq.ParquetFile(path)
+            f = self._files[path] = self._open(path)
         try:
             table = f.read_row_group(rg, columns=self.columns)
         except Exception as e:
+            if object_store.is_s3(path):
+                raise object_store.describe_s3_error(f"{path} row group {rg}", e) from None
             raise errors.DataLossError(f"{path} row group {rg}: {e}") from None
         decoded = {name: _column_values(table.column(name)) for name in table.column_names}
         with self._lock:
