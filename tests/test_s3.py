@@ -354,3 +354,49 @@ def test_faults_between_a_parquet_source_and_the_store_change_no_byte(
     assert remote == local
     assert injected["slow_down"] > 0 and injected["reset"] > 0, injected
     print(f"\ninjected {injected}")
+
+
+# --- Tokens jobs from objects: Megatron indexed datasets in the store ------------------------
+
+
+@pytest.mark.timeout(180)
+def test_a_tokens_job_from_objects_deals_the_same_sequences_as_from_local_files(
+        tmp_path, store, monkeypatch):
+    """Two indexed datasets (uint16 and int32) on local disk and in the store under lm/: a
+    best_fit tokens job over s3://BUCKET/lm/web and .../code deals, for 2 ranks, the sequences
+    of the job over the local files, bit for bit; its producer reads each source's tokens of a
+    batch together (a few merged GETs a batch, not one per document piece)."""
+    from croupier import tokens
+    from test_tokens import B, L, documents, read_steps
+    folder = tmp_path / "tokens"
+    folder.mkdir()
+    tokens.write_indexed_dataset(str(folder / "web"), documents(0, 200), dtype="uint16")
+    tokens.write_indexed_dataset(str(folder / "code"), documents(1, 120), dtype="int32")
+    s3 = store.s3()
+    for name in ("web", "code"):
+        for ext in (".bin", ".idx"):
+            s3.upload_file(str(folder / (name + ext)), BUCKET, f"lm/{name}{ext}")
+    settings = dict(sequence_length=L, global_batch=B, steps_per_epoch=10, epochs=1, seed=5,
+                    packing="best_fit", weights=[(0, [3, 1]), (6, [1, 1])], pad_id=-1)
+    with croupier.local_cluster(producers=1, work_dir=tmp_path / "local", threads=1) as c:
+        tokens.create_token_job(c.address, "lm", [str(folder / "web"), str(folder / "code")],
+                                consumers=2, **settings)
+        local, _ = read_steps(c, "lm", 2)
+    for k, v in store.env().items():
+        monkeypatch.setenv(k, v)
+    with croupier.local_cluster(producers=0, work_dir=tmp_path / "s3", threads=1) as c:
+        port_file = tmp_path / "metrics.port"
+        c.add_producer("--metrics-port", "0", "--metrics-port-file", port_file)
+        tokens.create_token_job(c.address, "lm", [f"s3://{BUCKET}/lm/web",
+                                                  f"s3://{BUCKET}/lm/code"],
+                                consumers=2, **settings)
+        remote, _ = read_steps(c, "lm", 2)
+        counters = s3_counters(port_file)
+    assert remote == local and len(remote) == 10 * B
+    # A batch's tokens of each source are asked for in one batched read (ReadRanges: ranges
+    # counted), its documents' spans run at once; a read per piece (Read) counts no range. The
+    # documents of a batch are scattered by the plan's permutations, so the spans are about as
+    # many as the documents: one GET each, at most (beside opening the two sources).
+    print(f"\n{counters}")
+    assert counters["ranges_total"] > 0, counters
+    assert counters["requests_total"] <= counters["ranges_total"] + 8, counters

@@ -188,20 +188,71 @@ IndexedDataset::IndexedDataset(std::string prefix, TokenIndex index,
       num_tokens_(Sum(index_.lengths)),
       bin_(std::move(bin)) {}
 
-absl::Status IndexedDataset::Read(uint64_t document, uint32_t offset,
-                                  absl::Span<int32_t> out) const {
+absl::Status IndexedDataset::CheckRange(uint64_t document, uint32_t offset, size_t count) const {
   if (document >= index_.lengths.size() || offset > index_.lengths[document] ||
-      out.size() > index_.lengths[document] - offset) {
+      count > index_.lengths[document] - offset) {
     return absl::OutOfRangeError(absl::StrCat(
-        prefix_, ": tokens [", offset, ", ", offset + out.size(), ") of document ", document,
+        prefix_, ": tokens [", offset, ", ", offset + count, ") of document ", document,
         document < index_.lengths.size() ? absl::StrCat(", which has ", index_.lengths[document])
                                          : absl::StrCat(" of ", index_.lengths.size())));
   }
-  if (out.empty()) return absl::OkStatus();  // nothing to read (an empty span may be null)
-  if (bin_ == nullptr) {
+  if (count > 0 && bin_ == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         prefix_, ".idx is a text source's lengths: its tokens are made by tokenizing its text"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status IndexedDataset::ReadMany(absl::Span<const TokenRange> ranges) const {
+  const size_t size = TokenDTypeSize(index_.dtype);
+  std::vector<RandomAccessFile::Range> reads;
+  reads.reserve(ranges.size());
+  // uint16 tokens land in a buffer of their own first, and are widened into `out` after.
+  size_t staged = 0;
+  for (const TokenRange& r : ranges) {
+    RETURN_IF_ERROR(CheckRange(r.document, r.offset, r.out.size()));
+    if (index_.dtype != TokenDType::kInt32) staged += r.out.size();
+  }
+  std::vector<uint16_t> stage(staged);
+  size_t next = 0;
+  for (const TokenRange& r : ranges) {
+    if (r.out.empty()) continue;
+    RandomAccessFile::Range read;
+    read.offset = index_.pointers[r.document] + uint64_t{r.offset} * size;
+    read.length = r.out.size() * size;
+    if (index_.dtype == TokenDType::kInt32) {
+      read.dst = reinterpret_cast<char*>(r.out.data());
+    } else {
+      read.dst = reinterpret_cast<char*>(stage.data() + next);
+      next += r.out.size();
+    }
+    reads.push_back(read);
+  }
+  if (reads.empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(bin_->ReadRanges(absl::MakeSpan(reads)));
+  size_t k = 0;
+  next = 0;
+  for (const TokenRange& r : ranges) {
+    if (r.out.empty()) continue;
+    const RandomAccessFile::Range& read = reads[k++];
+    if (read.got != read.length) {
+      return absl::DataLossError(absl::StrCat(bin_->name(), " at byte ", read.offset + read.got,
+                                              ": the file ends within document ", r.document));
+    }
+    if (index_.dtype != TokenDType::kInt32) {
+      const uint16_t* from = stage.data() + next;
+      int32_t* to = r.out.data();
+      for (size_t t = 0; t < r.out.size(); ++t) to[t] = from[t];
+      next += r.out.size();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status IndexedDataset::Read(uint64_t document, uint32_t offset,
+                                  absl::Span<int32_t> out) const {
+  RETURN_IF_ERROR(CheckRange(document, offset, out.size()));
+  if (out.empty()) return absl::OkStatus();  // nothing to read (an empty span may be null)
   const size_t size = TokenDTypeSize(index_.dtype);
   const uint64_t at = index_.pointers[document] + uint64_t{offset} * size;
   const size_t bytes = out.size() * size;

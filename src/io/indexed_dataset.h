@@ -88,9 +88,24 @@ class IndexedDataset {
   // lengths index.
   absl::Status Read(uint64_t document, uint32_t offset, absl::Span<int32_t> out) const;
 
+  // Whether the tokens are read from another machine (an object store), each Read a request: a
+  // reader that knows the tokens it needs asks for them together, with ReadMany.
+  bool remote() const { return bin_ != nullptr && bin_->remote(); }
+  // One range of ReadMany: tokens [offset, offset + out.size()) of `document`.
+  struct TokenRange {
+    uint64_t document = 0;
+    uint32_t offset = 0;
+    absl::Span<int32_t> out;
+  };
+  // Reads every range with one ReadRanges call on the .bin (which an object store's file merges
+  // into few requests run at once). Errors as Read's, for the first bad range.
+  absl::Status ReadMany(absl::Span<const TokenRange> ranges) const;
+
  private:
   IndexedDataset(std::string prefix, TokenIndex index, std::unique_ptr<RandomAccessFile> bin,
                  IndexedDatasetFingerprint fingerprint);
+  // OUT_OF_RANGE or FAILED_PRECONDITION, as Read's, for a range Read would refuse.
+  absl::Status CheckRange(uint64_t document, uint32_t offset, size_t count) const;
 
   const std::string prefix_;
   const TokenIndex index_;

@@ -71,10 +71,38 @@ TokenBatchMaker::TokenBatchMaker(v1::JobInfo job, JobConfig config,
       texts_(std::move(texts)),
       plan_(std::move(plan)) {}
 
-absl::StatusOr<TokenBatchMaker::BatchText> TokenBatchMaker::TokenizeText(
+absl::StatusOr<TokenBatchMaker::BatchText> TokenBatchMaker::GatherTokens(
     const std::vector<SequencePlan>& sequences) const {
   BatchText text(texts_.size());
   for (size_t k = 0; k < texts_.size(); ++k) {
+    if (texts_[k] == nullptr && datasets_[k]->remote()) {
+      // Each document's span that the pieces read: their tokens, and the next one (a best_fit
+      // piece's last label), within the document.
+      const IndexedDataset& dataset = *datasets_[k];
+      absl::flat_hash_map<uint64_t, std::pair<uint32_t, uint32_t>> spans;
+      for (const SequencePlan& sequence : sequences) {
+        for (const Piece& piece : sequence.pieces) {
+          if (piece.source != k) continue;
+          const uint32_t end = static_cast<uint32_t>(std::min<uint64_t>(
+              uint64_t{piece.offset} + piece.length + 1, dataset.lengths()[piece.document]));
+          auto [it, added] = spans.try_emplace(piece.document, piece.offset, end);
+          if (!added) {
+            it->second.first = std::min(it->second.first, piece.offset);
+            it->second.second = std::max(it->second.second, end);
+          }
+        }
+      }
+      std::vector<IndexedDataset::TokenRange> ranges;
+      ranges.reserve(spans.size());
+      text[k].reserve(spans.size());
+      for (const auto& [document, span] : spans) {
+        auto tokens = std::make_shared<std::vector<int32_t>>(span.second - span.first);
+        ranges.push_back({document, span.first, absl::MakeSpan(*tokens)});
+        text[k].emplace(document, Window{span.first, std::move(tokens)});
+      }
+      RETURN_IF_ERROR(dataset.ReadMany(ranges));
+      continue;
+    }
     if (texts_[k] == nullptr) continue;
     std::vector<uint64_t> documents;
     for (const SequencePlan& sequence : sequences) {
@@ -87,7 +115,9 @@ absl::StatusOr<TokenBatchMaker::BatchText> TokenBatchMaker::TokenizeText(
     if (documents.empty()) continue;
     ASSIGN_OR_RETURN(std::vector<TextTokens::Document> tokens, texts_[k]->Get(documents));
     text[k].reserve(documents.size());
-    for (size_t i = 0; i < documents.size(); ++i) text[k].emplace(documents[i], tokens[i]);
+    for (size_t i = 0; i < documents.size(); ++i) {
+      text[k].emplace(documents[i], Window{0, tokens[i]});
+    }
   }
   return text;
 }
@@ -113,7 +143,7 @@ absl::StatusOr<Batch> TokenBatchMaker::MakeRecords(uint64_t epoch, uint64_t /*ba
     }
   }
 
-  ASSIGN_OR_RETURN(BatchText text, TokenizeText(sequences));
+  ASSIGN_OR_RETURN(BatchText text, GatherTokens(sequences));
 
   // The five columns are written straight into the batch's buffer (from the maker's pool, so
   // their pages are not faulted in again for every batch): Batch::FromColumns hands each
@@ -166,15 +196,18 @@ absl::Status TokenBatchMaker::WriteSequences(const std::vector<SequencePlan>& se
       const IndexedDataset& dataset = *datasets_[piece.source];
       auto read = [&](uint32_t offset, absl::Span<int32_t> out) -> absl::Status {
         absl::Status s;
-        if (texts_[piece.source] != nullptr) {
-          // Tokenized by TokenizeText, whose lengths it checked against the plan's.
-          const std::vector<int32_t>& tokens = *text[piece.source].at(piece.document);
-          if (offset + out.size() > tokens.size()) {
-            return absl::InternalError(absl::StrCat("sequence ", global, ": tokens [", offset, ", ",
-                                                    offset + out.size(), ") of text document ",
-                                                    piece.document, ", which has ", tokens.size()));
+        if (texts_[piece.source] != nullptr || dataset.remote()) {
+          // Tokenized (whose lengths were checked against the plan's) or fetched by
+          // GatherTokens.
+          const Window& window = text[piece.source].at(piece.document);
+          const std::vector<int32_t>& tokens = *window.tokens;
+          if (offset < window.first || offset - window.first + out.size() > tokens.size()) {
+            return absl::InternalError(absl::StrCat(
+                "sequence ", global, ": tokens [", offset, ", ", offset + out.size(),
+                ") of document ", piece.document, " of source ", piece.source, ", of which [",
+                window.first, ", ", window.first + tokens.size(), ") were gathered"));
           }
-          std::copy_n(tokens.begin() + offset, out.size(), out.begin());
+          std::copy_n(tokens.begin() + (offset - window.first), out.size(), out.begin());
           return s;
         }
         s = dataset.Read(piece.document, offset, out);

@@ -64,14 +64,22 @@ class TokenBatchMaker final : public BatchMaker {
   const TextTokens* text(size_t k) const { return texts_[k].get(); }
 
  private:
-  // One batch's tokens of each text source: document -> tokens (empty for indexed datasets).
-  using BatchText = std::vector<absl::flat_hash_map<uint64_t, TextTokens::Document>>;
+  // One batch's tokens of the sources that are not read where they lie: a text source's
+  // documents, tokenized whole, and the documents of an indexed dataset in an object store,
+  // fetched together (the tokens [first, first + size) that the batch's pieces need). Per
+  // source: document -> its tokens; empty for a local indexed dataset, read in place.
+  struct Window {
+    uint32_t first = 0;
+    TextTokens::Document tokens;
+  };
+  using BatchText = std::vector<absl::flat_hash_map<uint64_t, Window>>;
 
   TokenBatchMaker(v1::JobInfo job, JobConfig config,
                   std::vector<std::unique_ptr<IndexedDataset>> datasets,
                   std::vector<std::unique_ptr<TextTokens>> texts, std::unique_ptr<TokenPlan> plan);
-  // The tokens of the text sources' documents that `sequences` hold.
-  absl::StatusOr<BatchText> TokenizeText(const std::vector<SequencePlan>& sequences) const;
+  // The tokens of the text sources' documents that `sequences` hold, and those of remote
+  // indexed datasets (one IndexedDataset::ReadMany a source: few requests, run at once).
+  absl::StatusOr<BatchText> GatherTokens(const std::vector<SequencePlan>& sequences) const;
   // Errors name the global sequence and the source's document (Read's errors name the file and
   // byte offset).
   absl::StatusOr<Batch> MakeRecords(uint64_t epoch, uint64_t batch,

@@ -11,6 +11,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "src/common/env.h"
+#include "src/common/status_macros.h"
 #include "src/common/testing.h"
 #include "src/dispatcher/job_builder.h"
 #include "src/dispatcher/job_spec.h"
@@ -178,6 +180,96 @@ TEST(ProducerTokenMakerTest, TheSameBatchIsTheSameBytesFromAnyMakerInAnyOrder) {
   for (uint64_t b = batches; b-- > 0;) backward[b] = (*two)->Make(0, b)->ContentHash();
   EXPECT_EQ(forward, backward);
   EXPECT_EQ(std::set<uint64_t>(forward.begin(), forward.end()).size(), batches);
+}
+
+// The default Env, whose files read for random access say they are remote (as an object
+// store's), counting the reads of each kind.
+class RemoteTokensEnv final : public Env {
+ public:
+  class File final : public RandomAccessFile {
+   public:
+    File(std::unique_ptr<RandomAccessFile> inner, RemoteTokensEnv* env)
+        : inner_(std::move(inner)), env_(env) {}
+    absl::StatusOr<size_t> Read(uint64_t offset, size_t n, char* dst) const override {
+      ++env_->reads;
+      return inner_->Read(offset, n, dst);
+    }
+    absl::Status ReadRanges(absl::Span<Range> ranges) const override {
+      ++env_->range_calls;
+      for (Range& r : ranges) {
+        absl::StatusOr<size_t> got = inner_->Read(r.offset, r.length, r.dst);
+        if (!got.ok()) return got.status();
+        r.got = *got;
+      }
+      return absl::OkStatus();
+    }
+    const std::string& name() const override { return inner_->name(); }
+    absl::StatusOr<uint64_t> Size() const override { return inner_->Size(); }
+    bool remote() const override { return true; }
+
+   private:
+    std::unique_ptr<RandomAccessFile> inner_;
+    RemoteTokensEnv* env_;
+  };
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRead(const std::string& p) override {
+    return base_->OpenForRead(p);
+  }
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRandomRead(
+      const std::string& p) override {
+    ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> inner, base_->OpenForRandomRead(p));
+    return std::unique_ptr<RandomAccessFile>(new File(std::move(inner), this));
+  }
+  absl::StatusOr<std::unique_ptr<WritableFile>> OpenForWrite(const std::string& p) override {
+    return base_->OpenForWrite(p);
+  }
+  absl::StatusOr<std::unique_ptr<WritableFile>> OpenForAppend(const std::string& p) override {
+    return base_->OpenForAppend(p);
+  }
+  absl::Status Truncate(const std::string& p, uint64_t n) override { return base_->Truncate(p, n); }
+  absl::Status SyncDir(const std::string& p) override { return base_->SyncDir(p); }
+  absl::StatusOr<FileStat> Stat(const std::string& p) override { return base_->Stat(p); }
+  absl::Status WriteFileAtomically(const std::string& p, absl::string_view c) override {
+    return base_->WriteFileAtomically(p, c);
+  }
+  absl::Status CreateDirs(const std::string& p) override { return base_->CreateDirs(p); }
+  absl::StatusOr<std::vector<std::string>> Glob(const std::string& p) override {
+    return base_->Glob(p);
+  }
+
+  std::atomic<int> reads{0};
+  std::atomic<int> range_calls{0};
+
+ private:
+  Env* const base_ = Env::Default();
+};
+
+// Sources in an object store: a batch's tokens of each source are fetched with one ReadRanges
+// (which the store's file merges into few requests run at once), never a request per piece; the
+// batches are the same bytes as read in place, for both packings and both token types.
+TEST(ProducerTokenMakerTest, RemoteSourcesAreReadOnceABatchAndMakeTheSameBytes) {
+  ScopedTempDir dir;
+  const std::vector<std::string> prefixes = {
+      WriteTokenSource(dir.Join("a"), 0, 200, TokenDType::kUInt16),
+      WriteTokenSource(dir.Join("b"), 1, 150, TokenDType::kInt32)};
+  for (v1::Packing packing : {v1::PACKING_CONCAT, v1::PACKING_BEST_FIT}) {
+    v1::JobSpec spec = TokenJobSpec("lm", prefixes, 32, 12, 20, 3, packing);
+    auto info = Build(spec);
+    ASSERT_TRUE(info.ok()) << info.status();
+    RemoteTokensEnv remote;
+    auto local = TokenBatchMaker::Create(*info);
+    auto fetched = TokenBatchMaker::Create(*info, &remote);
+    ASSERT_TRUE(local.ok() && fetched.ok());
+    for (uint64_t b = 0; b < info->batches_per_epoch(); ++b) {
+      const int calls = remote.range_calls.load();
+      auto want = (*local)->Make(0, b);
+      auto got = (*fetched)->Make(0, b);
+      ASSERT_TRUE(want.ok() && got.ok()) << got.status();
+      EXPECT_EQ(got->ContentHash(), want->ContentHash()) << "batch " << b;
+      EXPECT_GE(remote.range_calls.load() - calls, 1);
+      EXPECT_LE(remote.range_calls.load() - calls, 2) << "one call a source";
+    }
+    EXPECT_EQ(remote.reads.load(), 0) << "no read of a piece alone";
+  }
 }
 
 // A resumed job that adds a weight change at step 20 (1:1, then 1:4): the steps before it are the
