@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "src/common/env.h"
+#include "src/testing/forwarding_env.h"
 #include "gtest/gtest.h"
 #include "src/common/testing.h"
 
@@ -50,38 +51,19 @@ TEST(DatasetTest, MissingFileIsNotFound) {
 
 // The default Env, whose Stat answers as slowly as an object store's HEAD, counting the calls
 // that wait at once.
-class SlowStatEnv final : public Env {
+class SlowStatEnv final : public croupier::testing::ForwardingEnv {
  public:
-  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRead(const std::string& p) override {
-    return base_->OpenForRead(p);
-  }
-  absl::StatusOr<std::unique_ptr<WritableFile>> OpenForWrite(const std::string& p) override {
-    return base_->OpenForWrite(p);
-  }
-  absl::StatusOr<std::unique_ptr<WritableFile>> OpenForAppend(const std::string& p) override {
-    return base_->OpenForAppend(p);
-  }
-  absl::Status Truncate(const std::string& p, uint64_t n) override { return base_->Truncate(p, n); }
-  absl::Status SyncDir(const std::string& p) override { return base_->SyncDir(p); }
   absl::StatusOr<FileStat> Stat(const std::string& p) override {
     const int now = ++waiting_;
     for (int seen = most_; now > seen && !most_.compare_exchange_weak(seen, now);) {
     }
     absl::SleepFor(absl::Milliseconds(50));
     --waiting_;
-    return base_->Stat(p);
-  }
-  absl::Status WriteFileAtomically(const std::string& p, absl::string_view c) override {
-    return base_->WriteFileAtomically(p, c);
-  }
-  absl::Status CreateDirs(const std::string& p) override { return base_->CreateDirs(p); }
-  absl::StatusOr<std::vector<std::string>> Glob(const std::string& p) override {
-    return base_->Glob(p);
+    return base()->Stat(p);
   }
   int most_at_once() const { return most_.load(); }
 
  private:
-  Env* const base_ = Env::Default();
   std::atomic<int> waiting_{0};
   std::atomic<int> most_{0};
 };

@@ -15,6 +15,7 @@
 #include "src/common/env.h"
 #include "src/common/testing.h"
 #include "src/io/testdata_dirs.h"
+#include "src/testing/forwarding_env.h"
 
 namespace croupier {
 namespace {
@@ -230,34 +231,14 @@ namespace {
 
 // The default Env, with a place for derived files that every reader shares (as an object
 // store's Env keeps record indexes in the store).
-class SharingEnv final : public Env {
+class SharingEnv final : public croupier::testing::ForwardingEnv {
  public:
   explicit SharingEnv(std::string shared_dir) : shared_dir_(std::move(shared_dir)) {}
-  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRead(const std::string& p) override {
-    return base_->OpenForRead(p);
-  }
-  absl::StatusOr<std::unique_ptr<WritableFile>> OpenForWrite(const std::string& p) override {
-    return base_->OpenForWrite(p);
-  }
-  absl::StatusOr<std::unique_ptr<WritableFile>> OpenForAppend(const std::string& p) override {
-    return base_->OpenForAppend(p);
-  }
-  absl::Status Truncate(const std::string& p, uint64_t n) override { return base_->Truncate(p, n); }
-  absl::Status SyncDir(const std::string& p) override { return base_->SyncDir(p); }
-  absl::StatusOr<FileStat> Stat(const std::string& p) override { return base_->Stat(p); }
-  absl::Status WriteFileAtomically(const std::string& p, absl::string_view c) override {
-    return base_->WriteFileAtomically(p, c);
-  }
-  absl::Status CreateDirs(const std::string& p) override { return base_->CreateDirs(p); }
-  absl::StatusOr<std::vector<std::string>> Glob(const std::string& p) override {
-    return base_->Glob(p);
-  }
   std::string SharedDerivedPath(const std::string& p, absl::string_view suffix) override {
     return absl::StrCat(shared_dir_, "/", p.substr(p.find_last_of('/') + 1), suffix);
   }
 
  private:
-  Env* const base_ = Env::Default();
   const std::string shared_dir_;
 };
 

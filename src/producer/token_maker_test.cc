@@ -16,6 +16,7 @@
 #include "src/common/testing.h"
 #include "src/dispatcher/job_builder.h"
 #include "src/dispatcher/job_spec.h"
+#include "src/testing/forwarding_env.h"
 #include "src/testing/token_data.h"
 
 namespace croupier {
@@ -184,7 +185,7 @@ TEST(ProducerTokenMakerTest, TheSameBatchIsTheSameBytesFromAnyMakerInAnyOrder) {
 
 // The default Env, whose files read for random access say they are remote (as an object
 // store's), counting the reads of each kind.
-class RemoteTokensEnv final : public Env {
+class RemoteTokensEnv final : public croupier::testing::ForwardingEnv {
  public:
   class File final : public RandomAccessFile {
    public:
@@ -211,36 +212,14 @@ class RemoteTokensEnv final : public Env {
     std::unique_ptr<RandomAccessFile> inner_;
     RemoteTokensEnv* env_;
   };
-  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRead(const std::string& p) override {
-    return base_->OpenForRead(p);
-  }
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRandomRead(
       const std::string& p) override {
-    ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> inner, base_->OpenForRandomRead(p));
+    ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> inner, base()->OpenForRandomRead(p));
     return std::unique_ptr<RandomAccessFile>(new File(std::move(inner), this));
-  }
-  absl::StatusOr<std::unique_ptr<WritableFile>> OpenForWrite(const std::string& p) override {
-    return base_->OpenForWrite(p);
-  }
-  absl::StatusOr<std::unique_ptr<WritableFile>> OpenForAppend(const std::string& p) override {
-    return base_->OpenForAppend(p);
-  }
-  absl::Status Truncate(const std::string& p, uint64_t n) override { return base_->Truncate(p, n); }
-  absl::Status SyncDir(const std::string& p) override { return base_->SyncDir(p); }
-  absl::StatusOr<FileStat> Stat(const std::string& p) override { return base_->Stat(p); }
-  absl::Status WriteFileAtomically(const std::string& p, absl::string_view c) override {
-    return base_->WriteFileAtomically(p, c);
-  }
-  absl::Status CreateDirs(const std::string& p) override { return base_->CreateDirs(p); }
-  absl::StatusOr<std::vector<std::string>> Glob(const std::string& p) override {
-    return base_->Glob(p);
   }
 
   std::atomic<int> reads{0};
   std::atomic<int> range_calls{0};
-
- private:
-  Env* const base_ = Env::Default();
 };
 
 // Sources in an object store: a batch's tokens of each source are fetched with one ReadRanges
