@@ -6,7 +6,6 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
-
 #include "src/common/env.h"
 #include "src/common/status_macros.h"
 
@@ -32,7 +31,8 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::vector<std::st
   }
   std::vector<absl::StatusOr<std::shared_ptr<const RecordIndex>>> got(
       files.size(), absl::InternalError("not indexed"));
-  std::vector<uint64_t> done(files.size(), 0);
+  std::vector<uint64_t> done(files.size(), 0);  // bytes of each file reported
+  uint64_t done_sum = 0;                            // and of all of them
   absl::Mutex progress_mu;
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
@@ -43,17 +43,18 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::vector<std::st
       const size_t i = distinct[k];
       auto report = [&, i](uint64_t d, uint64_t) {
         absl::MutexLock lock(&progress_mu);
+        done_sum = done_sum - done[i] + d;
         done[i] = d;
-        uint64_t sum = 0;
-        for (uint64_t x : done) sum += x;
-        progress(sum, total);
+        progress(done_sum, total);
       };
       got[i] = cache.Get(files[i], progress ? IndexProgress(report) : nullptr);
       if (!got[i].ok()) failed.store(true);
       if (got[i].ok() && progress) report(sizes[i], sizes[i]);  // a cached index scans nothing
     }
   };
-  const size_t helpers = std::min(kMaxFilesIndexedAtOnce, distinct.size()) - (distinct.empty() ? 0 : 1);
+  // This thread indexes too: one file needs no other.
+  const size_t at_once = std::min(kMaxFilesIndexedAtOnce, distinct.size());
+  const size_t helpers = at_once > 0 ? at_once - 1 : 0;
   std::vector<std::thread> threads;
   threads.reserve(helpers);
   for (size_t t = 0; t < helpers; ++t) threads.emplace_back(index_files);

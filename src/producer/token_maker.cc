@@ -71,9 +71,9 @@ TokenBatchMaker::TokenBatchMaker(v1::JobInfo job, JobConfig config,
       texts_(std::move(texts)),
       plan_(std::move(plan)) {}
 
-absl::StatusOr<TokenBatchMaker::BatchText> TokenBatchMaker::GatherTokens(
+absl::StatusOr<TokenBatchMaker::BatchTokens> TokenBatchMaker::GatherTokens(
     const std::vector<SequencePlan>& sequences) const {
-  BatchText text(texts_.size());
+  BatchTokens text(texts_.size());
   for (size_t k = 0; k < texts_.size(); ++k) {
     if (texts_[k] == nullptr && datasets_[k]->remote()) {
       // Each document's span that the pieces read: their tokens, and the next one (a best_fit
@@ -143,7 +143,7 @@ absl::StatusOr<Batch> TokenBatchMaker::MakeRecords(uint64_t epoch, uint64_t /*ba
     }
   }
 
-  ASSIGN_OR_RETURN(BatchText text, GatherTokens(sequences));
+  ASSIGN_OR_RETURN(BatchTokens text, GatherTokens(sequences));
 
   // The five columns are written straight into the batch's buffer (from the maker's pool, so
   // their pages are not faulted in again for every batch): Batch::FromColumns hands each
@@ -169,7 +169,7 @@ absl::StatusOr<Batch> TokenBatchMaker::MakeRecords(uint64_t epoch, uint64_t /*ba
 }
 
 absl::Status TokenBatchMaker::WriteSequences(const std::vector<SequencePlan>& sequences,
-                                             const BatchText& text, uint64_t epoch,
+                                             const BatchTokens& text, uint64_t epoch,
                                              absl::Span<const uint64_t> ids,
                                              const std::array<int32_t*, 5>& arrays) const {
   const uint32_t length = plan_->spec().sequence_length;

@@ -72,14 +72,14 @@ class TokenBatchMaker final : public BatchMaker {
     uint32_t first = 0;
     TextTokens::Document tokens;
   };
-  using BatchText = std::vector<absl::flat_hash_map<uint64_t, Window>>;
+  using BatchTokens = std::vector<absl::flat_hash_map<uint64_t, Window>>;
 
   TokenBatchMaker(v1::JobInfo job, JobConfig config,
                   std::vector<std::unique_ptr<IndexedDataset>> datasets,
                   std::vector<std::unique_ptr<TextTokens>> texts, std::unique_ptr<TokenPlan> plan);
   // The tokens of the text sources' documents that `sequences` hold, and those of remote
   // indexed datasets (one IndexedDataset::ReadMany a source: few requests, run at once).
-  absl::StatusOr<BatchText> GatherTokens(const std::vector<SequencePlan>& sequences) const;
+  absl::StatusOr<BatchTokens> GatherTokens(const std::vector<SequencePlan>& sequences) const;
   // Errors name the global sequence and the source's document (Read's errors name the file and
   // byte offset).
   absl::StatusOr<Batch> MakeRecords(uint64_t epoch, uint64_t batch,
@@ -87,7 +87,7 @@ class TokenBatchMaker final : public BatchMaker {
 
   // Writes the columns of `sequences` (the plan of records `ids` of `epoch`) into `arrays`, one
   // per column of kTokenColumns, each [ids.size(), L].
-  absl::Status WriteSequences(const std::vector<SequencePlan>& sequences, const BatchText& text,
+  absl::Status WriteSequences(const std::vector<SequencePlan>& sequences, const BatchTokens& text,
                               uint64_t epoch, absl::Span<const uint64_t> ids,
                               const std::array<int32_t*, 5>& arrays) const;
 
