@@ -44,7 +44,7 @@
 //
 // usage: build/bench/bench_hollow [--consumers N] [--producers P] [--jobs J] [--processes K]
 //            [--threads T] [--seconds S] [--warmup W] [--steps-per-beat B] [--pin] [--quick]
-//            [--commit-interval D] [--kill-after A] [--logs DIR]
+//            [--commit-interval D] [--heartbeat-interval-ms I] [--kill-after A] [--logs DIR]
 //   the croupier binary: $CROUPIER_BIN, else ../bin/croupier beside this program.
 #include <signal.h>
 #include <sys/mman.h>
@@ -68,6 +68,7 @@
 #include "bench/hollow_clients.h"
 #include "bench/hollow_process.h"
 #include "bench/hollow_recovery.h"
+#include "src/common/mutex_checks.h"
 
 namespace {
 
@@ -106,6 +107,7 @@ struct Options {
   std::string logs;        // where the work directory's logs are copied at the end
   bool pin = false, quick = false;
   std::string commit_interval;  // the dispatcher's --journal-commit-interval; empty: its default
+  std::string heartbeat_interval_ms;  // the dispatcher's --heartbeat-interval-ms; empty: its default
 };
 
 Options Parse(int argc, char** argv) {
@@ -136,6 +138,8 @@ Options Parse(int argc, char** argv) {
       o.steps_per_beat = std::stoul(next());
     } else if (a == "--commit-interval") {
       o.commit_interval = next();
+    } else if (a == "--heartbeat-interval-ms") {
+      o.heartbeat_interval_ms = next();
     } else if (a == "--kill-after") {
       o.kill_after = std::stod(next());
     } else if (a == "--logs") {
@@ -148,7 +152,7 @@ Options Parse(int argc, char** argv) {
       Fail(
           "usage: bench_hollow [--consumers N] [--producers P] [--jobs J] [--processes K] "
           "[--threads T] [--seconds S] [--warmup W] [--steps-per-beat B] [--commit-interval D] "
-          "[--kill-after A] [--logs DIR] [--pin] [--quick]");
+          "[--heartbeat-interval-ms I] [--kill-after A] [--logs DIR] [--pin] [--quick]");
     }
   }
   if (o.quick) o.seconds = std::min(o.seconds, 10.0);
@@ -168,6 +172,9 @@ Options Parse(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As the clients users run (the croupier command, the Python module): without abseil's
+  // deadlock detector, which Debian's abseil leaves on (src/common/mutex_checks.h).
+  croupier::ReleaseMutexChecks();
   const Options o = Parse(argc, argv);
   const std::string bin = CroupierBin();
   if (access(bin.c_str(), X_OK) != 0) Fail(bin + " is not an executable: build croupier first");
@@ -201,6 +208,10 @@ int main(int argc, char** argv) {
                                               "--work-dir", work + "/dispatcher"};
   if (!o.commit_interval.empty()) {
     dispatcher_args.insert(dispatcher_args.end(), {"--journal-commit-interval", o.commit_interval});
+  }
+  if (!o.heartbeat_interval_ms.empty()) {
+    dispatcher_args.insert(dispatcher_args.end(),
+                           {"--heartbeat-interval-ms", o.heartbeat_interval_ms});
   }
   g_dispatcher = Spawn(dispatcher_args, work + "/dispatcher.log", o.pin ? 0 : -1);
   if (o.pin) Pin(1);  // this process, and every client process forked from it

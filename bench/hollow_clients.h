@@ -161,7 +161,9 @@ struct Stats {
   double max_consumer_gap_before_kill_s = 0;
   uint64_t consumers_lost = 0;          // refused NOT_FOUND/PERMISSION_DENIED, and stopped
   uint64_t producers_reregistered = 0;  // refused NOT_FOUND, and registered again
+  // The dispatcher's, from a consumer's registration (until then, its defaults); `told` once read.
   double takeover_s = 3, interval_s = 1;
+  bool told = false;
 
   void Add(int kind, Clock::duration took, bool in_window) {
     ++calls[kind];
@@ -199,8 +201,11 @@ struct Stats {
     tasks_revoked += o.tasks_revoked;
     max_consumer_gap_s = std::max(max_consumer_gap_s, o.max_consumer_gap_s);
     max_producer_gap_s = std::max(max_producer_gap_s, o.max_producer_gap_s);
-    takeover_s = o.takeover_s;
-    interval_s = o.interval_s;
+    if (o.told) {
+      takeover_s = o.takeover_s;
+      interval_s = o.interval_s;
+      told = true;
+    }
   }
 };
 
@@ -211,7 +216,7 @@ inline bool WriteStats(const Stats& s, const std::string& path) {
   const uint64_t counts[] = {
       s.consumers_missed, s.producers_missed,      s.late_answers,  s.unlocated,
       s.tasks_taken,      s.tasks_finished,        s.tasks_revoked, s.skipped,
-      s.consumers_lost,   s.producers_reregistered};
+      s.consumers_lost,   s.producers_reregistered, uint64_t{s.told}};
   const double gaps[] = {s.max_consumer_gap_s,
                          s.max_producer_gap_s,
                          s.takeover_s,
@@ -239,7 +244,7 @@ inline bool WriteStats(const Stats& s, const std::string& path) {
 inline bool ReadStats(const std::string& path, Stats* s) {
   FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) return false;
-  uint64_t counts[10];
+  uint64_t counts[11];
   double gaps[6];
   bool ok = std::fread(counts, sizeof(counts), 1, f) == 1 &&
             std::fread(gaps, sizeof(gaps), 1, f) == 1 &&
@@ -271,6 +276,7 @@ inline bool ReadStats(const std::string& path, Stats* s) {
   s->skipped = counts[7];
   s->consumers_lost = counts[8];
   s->producers_reregistered = counts[9];
+  s->told = counts[10] != 0;
   s->cpu_s = gaps[4];
   s->max_consumer_gap_before_kill_s = gaps[5];
   s->max_consumer_gap_s = gaps[0];
@@ -366,6 +372,7 @@ inline bool Register(const Config& cfg, Shared* sh, rpc::DispatcherClient& clien
   StoreMax(slot.sent_before_kill, c.position);
   if (r->heartbeat_interval_ms()) st.interval_s = r->heartbeat_interval_ms() / 1000.0;
   if (r->takeover_ms()) st.takeover_s = r->takeover_ms() / 1000.0;
+  st.told = true;
   sh->registered_consumers.fetch_add(1);
   return true;
 }
@@ -420,12 +427,13 @@ inline uint64_t TakeSteps(const Config& cfg, Shared* sh, rpc::DispatcherClient& 
 inline void RunConsumers(const Config& cfg, Shared* sh, std::vector<Consumer>& mine, Stats& st) {
   auto client = NewClient(cfg);
   const auto start = FromNs(sh->start_ns.load());
-  const auto interval =
-      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(st.interval_s));
   const uint32_t n = cfg.consumers;
   for (uint64_t k = 0; !sh->failed.load(); ++k) {
     bool any = false;
     for (Consumer& c : mine) {
+      // The interval the dispatcher's answers give (Register reads it), as PositionReporter's.
+      const auto interval =
+          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(st.interval_s));
       // Consumer c beats at start + (k + c / N) intervals: spread evenly over the interval.
       const auto due = start + k * interval + interval * c.index / n;
       if (due >= WindowEnd(sh) || Clock::now() >= WindowEnd(sh)) continue;

@@ -1,4 +1,5 @@
 // croupier dispatcher: runs the dispatcher until SIGINT or SIGTERM.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -23,6 +24,7 @@ struct DispatcherFlags {
   std::string work_dir;
   ListenFlags listen{.port = 5050};
   std::string auth_token;
+  int64_t heartbeat_interval_ms = 1000;
   int64_t producer_timeout_ms = 10000;
   int64_t consumer_timeout_ms = 60000;
   uint32_t rounds_per_task = 0;
@@ -42,6 +44,16 @@ absl::Status Run(const DispatcherFlags& f) {
   options.bind_address = f.listen.bind;
   options.auth_token = rpc::ResolveAuthToken(f.auth_token);
   options.tls = f.tls;
+  // Each client beats at the interval its answers carry; one silent for a timeout is gone, so a
+  // timeout no longer than the interval would expire every client between two of its beats.
+  if (f.heartbeat_interval_ms >= std::min(f.producer_timeout_ms, f.consumer_timeout_ms)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--heartbeat-interval-ms ", f.heartbeat_interval_ms,
+        " must be shorter than --producer-timeout-ms (", f.producer_timeout_ms,
+        ") and --consumer-timeout-ms (", f.consumer_timeout_ms,
+        "): a client silent for a timeout is taken for gone; give a timeout of a few intervals"));
+  }
+  options.dispatcher.heartbeat_interval = absl::Milliseconds(f.heartbeat_interval_ms);
   options.dispatcher.producer_timeout = absl::Milliseconds(f.producer_timeout_ms);
   options.dispatcher.consumer_timeout = absl::Milliseconds(f.consumer_timeout_ms);
   options.dispatcher.rounds_per_task = f.rounds_per_task;
@@ -88,6 +100,10 @@ void Declare(CLI::App* app, DispatcherFlags* f) {
   AddListenFlags(app, &f->listen, "the gRPC port");
   AddFlag(app, "--port-file", &f->port_file, "FILE", "write the port chosen to FILE");
   AddAuthTokenFlag(app, &f->auth_token);
+  AddMillisFlag(app, "--heartbeat-interval-ms", &f->heartbeat_interval_ms, 100,
+                "every producer and consumer beats this often (its answers say so); a rank is "
+                "taken over after 3 intervals without one. Longer for many clients: one dispatcher "
+                "core answers about 8,000 heartbeats a second (docs/operations.md)");
   AddMillisFlag(app, "--producer-timeout-ms", &f->producer_timeout_ms, 100,
                 "a producer silent this long is gone; its tasks go to others");
   AddMillisFlag(app, "--consumer-timeout-ms", &f->consumer_timeout_ms, 100,
