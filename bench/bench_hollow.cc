@@ -45,6 +45,8 @@
 // usage: build/bench/bench_hollow [--consumers N] [--producers P] [--jobs J] [--processes K]
 //            [--threads T] [--seconds S] [--warmup W] [--steps-per-beat B] [--pin] [--quick]
 //            [--commit-interval D] [--heartbeat-interval-ms I] [--kill-after A] [--logs DIR]
+//   --heartbeat-interval-ms I also sets the dispatcher's --producer-timeout-ms to max(10 s, 3 I), the
+//   bound a producer's longest silence is checked against (a consumer's: the takeover it is told).
 //   the croupier binary: $CROUPIER_BIN, else ../bin/croupier beside this program.
 #include <signal.h>
 #include <sys/mman.h>
@@ -209,9 +211,14 @@ int main(int argc, char** argv) {
   if (!o.commit_interval.empty()) {
     dispatcher_args.insert(dispatcher_args.end(), {"--journal-commit-interval", o.commit_interval});
   }
+  // A longer interval comes with a producer timeout of at least 3 intervals (10 s by default).
+  const int64_t interval_ms =
+      o.heartbeat_interval_ms.empty() ? 1000 : std::stoll(o.heartbeat_interval_ms);
+  const int64_t producer_timeout_ms = std::max<int64_t>(10000, 3 * interval_ms);
   if (!o.heartbeat_interval_ms.empty()) {
     dispatcher_args.insert(dispatcher_args.end(),
-                           {"--heartbeat-interval-ms", o.heartbeat_interval_ms});
+                           {"--heartbeat-interval-ms", o.heartbeat_interval_ms,
+                            "--producer-timeout-ms", std::to_string(producer_timeout_ms)});
   }
   g_dispatcher = Spawn(dispatcher_args, work + "/dispatcher.log", o.pin ? 0 : -1);
   if (o.pin) Pin(1);  // this process, and every client process forked from it
@@ -253,6 +260,7 @@ int main(int argc, char** argv) {
   cfg.processes = o.processes;
   cfg.threads = o.threads;
   cfg.steps_per_beat = o.steps_per_beat;
+  cfg.producer_timeout_s = producer_timeout_ms / 1000.0;
   const auto start = Clock::now() + std::chrono::milliseconds(500);
   sh->start_ns = hollow::ToNs(start);
   for (uint32_t k = 0; k < o.processes; ++k) {

@@ -137,6 +137,8 @@ struct Config {
   uint32_t steps_per_beat = 1;
   uint32_t max_tasks = 2, made_cap = 2;
   double make_us = 5;  // per batch, over 4 worker threads
+  // The dispatcher's --producer-timeout-ms: a producer silent longer missed its period.
+  double producer_timeout_s = 10;
   std::string JobName(uint32_t j) const { return absl::StrCat("hollow", j); }
 };
 
@@ -147,7 +149,8 @@ struct Stats {
   uint64_t errors_by_code[kCodes] = {};  // every kind's, by absl::StatusCode
   std::string first_error;
   std::vector<float> lateness_ms;  // how late after its due time each consumer beat was sent
-  uint64_t consumers_missed = 0, producers_missed = 0;  // longer than the takeover without answer
+  // Longer than the takeover (a consumer) or the producer timeout (a producer) without an answer.
+  uint64_t consumers_missed = 0, producers_missed = 0;
   uint64_t late_answers = 0;  // heartbeats answered after more than one interval
   uint64_t unlocated = 0;     // Locate answers without a producer for the batch
   // Beats a consumer thread could not send within an interval of their due time (the client side
@@ -728,7 +731,7 @@ inline void RunProducer(const Config& cfg, Shared* sh, const Frontiers& frontier
                                       WindowEnd(sh) - std::max(last_answered, WindowStart(sh)))
                                       .count());
   st.max_producer_gap_s = std::max(st.max_producer_gap_s, max_gap_s);
-  if (max_gap_s > st.takeover_s) ++st.producers_missed;
+  if (max_gap_s > cfg.producer_timeout_s) ++st.producers_missed;
   // Leave, as ProducerNode::Leave: the finished tasks and `leaving`.
   update(Clock::now());
   v1::ProducerHeartbeatRequest req;
