@@ -56,10 +56,11 @@ class Autoscaler:
         croupier.serve() stream job, whose producers cannot change)."""
         status = self._status()
         if self.job is None:
-            return status.get("producer_advice", {})
+            cluster: dict[str, Any] = status.get("producer_advice", {})
+            return cluster
         for summary in status.get("job_summaries", []):
             if summary.get("name") == self.job:
-                advice = summary.get("producer_advice", {})
+                advice: dict[str, Any] = summary.get("producer_advice", {})
                 if advice.get("fixed"):
                     raise errors.FailedPreconditionError(
                         f"job '{self.job}' has no producer target to follow: "

@@ -142,5 +142,6 @@ def delete_job(dispatcher: str, name: str, *, force: bool = False,
     """Deletes job `name` (as `croupier job delete`): FailedPreconditionError while consumers
     read it, unless force=True, which removes them. Returns {"job": its last summary,
     "consumers_removed": n, "tasks_revoked": n, "producers_removed": n}."""
-    return json.loads(_croupier.delete_job(dispatcher, str(name), bool(force),
-                                           auth_token_or_env(auth_token), float(timeout)))
+    out: Dict[str, Any] = json.loads(_croupier.delete_job(
+        dispatcher, str(name), bool(force), auth_token_or_env(auth_token), float(timeout)))
+    return out

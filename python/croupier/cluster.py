@@ -150,7 +150,8 @@ class LocalCluster:
 
     def log_tail(self, proc: Any, chars: int = 2000) -> str:
         try:
-            return proc.log_path.read_text()[-chars:]
+            text: str = proc.log_path.read_text()
+            return text[-chars:]
         except OSError:
             return ""
 

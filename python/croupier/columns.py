@@ -25,11 +25,13 @@ def tensor_to_numpy(value: Any, name: str) -> np.ndarray:
         value = value.detach()
         if value.dtype == torch.bfloat16:  # numpy has no bfloat16: reinterpret the bits
             import ml_dtypes
-            return value.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+            bits: np.ndarray = value.view(torch.int16).numpy()
+            return bits.view(ml_dtypes.bfloat16)
     try:
         if type(value).__name__ == "EagerTensor":  # dense TensorFlow: a view, not numpy()'s copy
             return np.asarray(value)
-        return value.numpy()
+        array: np.ndarray = value.numpy()
+        return array
     except TypeError as e:
         raise errors.InvalidArgumentError(
             f"feature '{name}' is a tensor of dtype {value.dtype}, which croupier cannot carry "

@@ -9,7 +9,7 @@ the feature, the address or the setting. The class tells the caller what to do n
 - AbortedError: retry the whole operation (for example a file changed while it was indexed).
 - FailedPreconditionError: fix the state first.
 """
-from typing import Any, Dict, Type
+from typing import Dict, Type
 
 
 class Error(Exception):
@@ -18,26 +18,71 @@ class Error(Exception):
     code = "UNKNOWN"
 
 
-def _make(name: str, code: str, *bases: type) -> Any:
-    return type(name, (Error,) + bases, {"code": code, "__module__": __name__})
+# One class per code; a code that has a Python built-in counterpart also derives from it, so that
+# `except ValueError` (say) catches an INVALID_ARGUMENT.
+class CancelledError(Error):
+    code = "CANCELLED"
 
 
-CancelledError = _make("CancelledError", "CANCELLED")
-UnknownError = _make("UnknownError", "UNKNOWN")
-InvalidArgumentError = _make("InvalidArgumentError", "INVALID_ARGUMENT", ValueError)
-DeadlineExceededError = _make("DeadlineExceededError", "DEADLINE_EXCEEDED", TimeoutError)
-NotFoundError = _make("NotFoundError", "NOT_FOUND", LookupError)
-AlreadyExistsError = _make("AlreadyExistsError", "ALREADY_EXISTS")
-PermissionDeniedError = _make("PermissionDeniedError", "PERMISSION_DENIED", PermissionError)
-ResourceExhaustedError = _make("ResourceExhaustedError", "RESOURCE_EXHAUSTED")
-FailedPreconditionError = _make("FailedPreconditionError", "FAILED_PRECONDITION")
-AbortedError = _make("AbortedError", "ABORTED")
-OutOfRangeError = _make("OutOfRangeError", "OUT_OF_RANGE", IndexError)
-UnimplementedError = _make("UnimplementedError", "UNIMPLEMENTED", NotImplementedError)
-InternalError = _make("InternalError", "INTERNAL")
-UnavailableError = _make("UnavailableError", "UNAVAILABLE", ConnectionError)
-DataLossError = _make("DataLossError", "DATA_LOSS")
-UnauthenticatedError = _make("UnauthenticatedError", "UNAUTHENTICATED", PermissionError)
+class UnknownError(Error):
+    code = "UNKNOWN"
+
+
+class InvalidArgumentError(Error, ValueError):
+    code = "INVALID_ARGUMENT"
+
+
+class DeadlineExceededError(Error, TimeoutError):
+    code = "DEADLINE_EXCEEDED"
+
+
+class NotFoundError(Error, LookupError):
+    code = "NOT_FOUND"
+
+
+class AlreadyExistsError(Error):
+    code = "ALREADY_EXISTS"
+
+
+class PermissionDeniedError(Error, PermissionError):
+    code = "PERMISSION_DENIED"
+
+
+class ResourceExhaustedError(Error):
+    code = "RESOURCE_EXHAUSTED"
+
+
+class FailedPreconditionError(Error):
+    code = "FAILED_PRECONDITION"
+
+
+class AbortedError(Error):
+    code = "ABORTED"
+
+
+class OutOfRangeError(Error, IndexError):
+    code = "OUT_OF_RANGE"
+
+
+class UnimplementedError(Error, NotImplementedError):
+    code = "UNIMPLEMENTED"
+
+
+class InternalError(Error):
+    code = "INTERNAL"
+
+
+class UnavailableError(Error, ConnectionError):
+    code = "UNAVAILABLE"
+
+
+class DataLossError(Error):
+    code = "DATA_LOSS"
+
+
+class UnauthenticatedError(Error, PermissionError):
+    code = "UNAUTHENTICATED"
+
 
 # The numeric codes (absl::StatusCode) that the C++ module passes and that a Python function
 # handing an error back to C++ (a map producer's batch maker) returns. Named here, once.

@@ -138,7 +138,8 @@ class ParquetSource:
         with self._lock:
             if k in self._cache:
                 self._cache.move_to_end(k)
-                return self._cache[k]
+                cached: Dict[str, Any] = self._cache[k]
+                return cached
         path, rg, _ = self._groups[k]
         f = self._files.get(path)
         if f is None:
@@ -179,7 +180,8 @@ def _column_values(column: Any) -> Union[List[Any], np.ndarray]:
     if pa.types.is_fixed_size_list(t):
         flat = column.combine_chunks()
         values = flat.flatten().to_numpy(zero_copy_only=False)
-        return values.reshape(len(flat), t.list_size)
+        rows: np.ndarray = values.reshape(len(flat), t.list_size)
+        return rows
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         flat = column.combine_chunks()
         values = flat.flatten().to_numpy(zero_copy_only=False)

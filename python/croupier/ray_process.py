@@ -72,7 +72,7 @@ class ProcessActor:
         return wait_for_file(path, timeout, self.proc, f"croupier {self.name}", self.log_tail)
 
     def node_ip(self) -> str:
-        return self.host
+        return str(self.host)
 
     def pid(self) -> int:
         """The croupier process's id."""

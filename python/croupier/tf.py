@@ -109,7 +109,8 @@ _TF_ERRORS = {
 def _tf_error(e: Exception) -> Exception:
     """The tf.errors exception for a croupier.errors.Error, with croupier's message."""
     cls = _TF_ERRORS.get(getattr(e, "code", "UNKNOWN"), tf.errors.UnknownError)
-    return cls(None, None, str(e))
+    error: Exception = cls(None, None, str(e))
+    return error
 
 
 def op_available() -> bool:

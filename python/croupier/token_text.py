@@ -176,7 +176,7 @@ class _Parquet:
                 self._groups.move_to_end(g)
                 return self._groups[g]
             column = self.file.read_row_group(g, columns=[self.text_key]).column(0)
-            texts = column.to_pylist()
+            texts: List[Any] = column.to_pylist()
             self._groups[g] = texts
             self._bytes[g] = column.nbytes
             while sum(self._bytes.values()) > self.cache_bytes and len(self._groups) > 1:

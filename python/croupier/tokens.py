@@ -185,7 +185,8 @@ def attention_mask(segment_ids: np.ndarray) -> np.ndarray:
     length = ids.shape[1]
     causal = np.tril(np.ones((length, length), dtype=bool))
     same = ids[:, :, None] == ids[:, None, :]
-    return same & causal[None] & (ids[:, :, None] != 0)
+    mask: np.ndarray = same & causal[None] & (ids[:, :, None] != 0)
+    return mask
 
 
 write_indexed_dataset = _croupier.write_indexed_dataset

@@ -46,7 +46,7 @@ def to_tensors(batch: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
-class CroupierIterableDataset(torch.utils.data.IterableDataset):
+class CroupierIterableDataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
     """One rank's batches of a croupier job, epoch by epoch (set_epoch chooses which).
 
     Arguments are those of croupier.Consumer; the consumer connects on the first iteration, in

@@ -335,7 +335,7 @@ class Pipeline:
     def _collate(self, records: List[Any]) -> Dict[str, Any]:
         try:
             if self.collate is not None:
-                batch = self.collate(records)
+                batch: Dict[str, Any] = self.collate(records)
             else:
                 variable = () if self._spec is None else \
                     {name for name, (_, shape) in self._spec.items() if shape is None}

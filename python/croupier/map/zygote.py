@@ -23,7 +23,7 @@ import struct
 import threading
 import time
 import traceback
-from typing import Any, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -110,7 +110,7 @@ def _worker_main(pipeline: Any, channel: int) -> None:
     its channel (a socket's file descriptor) closes. The answer ("ok", size) says the batch's bytes
     are the slot's first `size` bytes; ("error", code, message) why there is no batch."""
     sock = socket.socket(fileno=channel)
-    slots: dict = {}
+    slots: Dict[int, Any] = {}
     try:  # a batch's records are held at once, then freed: keep that memory for the next batch
         _croupier.keep_freed_memory_for_reuse()
     except errors.Error:
@@ -219,11 +219,13 @@ class Zygote:
         reply = self._ask(("spawn",), (channel,))
         if reply[0] != "spawned":
             raise ZygoteError(reply[1])
-        return reply[1]
+        pid: int = reply[1]
+        return pid
 
     def reap(self, pid: int) -> Optional[int]:
         """The wait status of worker `pid` once it has exited (None if unknown)."""
-        return self._ask(("reap", pid))[1]
+        status: Optional[int] = self._ask(("reap", pid))[1]
+        return status
 
     def _ask(self, request: Tuple[Any, ...], fds: Sequence[int] = ()) -> Any:
         with self._lock:
