@@ -10,7 +10,8 @@
 // bottleneck. Every client registers at its share of the first interval and beats every interval
 // from then on; once every one is registered, the driver waits a warm-up and measures a window of S
 // seconds, calling GetStatus once a second itself (as `croupier status --watch` or the web page
-// would); then every client leaves. With --pin the dispatcher runs on CPU 0 and everything else on
+// would), then at once again without the client lists (`--summary`, an autoscaler's poll); then
+// every client leaves. With --pin the dispatcher runs on CPU 0 and everything else on
 // CPU 1.
 //
 // JSON lines on stdout: one per RPC kind ({"bench": "hollow", "case": "rpc", "rpc": ...}: calls/s
@@ -335,7 +336,7 @@ int main(int argc, char** argv) {
   SyncsSinceLast();  // clears what registration and the warm-up synced
   auto status_client = hollow::NewClient(cfg);
   hollow::Stats status_stats;
-  uint64_t status_bytes = 0;
+  uint64_t status_bytes = 0, summary_bytes = 0;
   double status_back_s = -1;  // with a kill: when the driver's own client was answered again
   for (auto next = window_start; next < window_end; next += std::chrono::seconds(1)) {
     std::this_thread::sleep_until(next);
@@ -352,6 +353,15 @@ int main(int argc, char** argv) {
       status_bytes = std::max<uint64_t>(status_bytes, r->ByteSizeLong());
       const int64_t kill = sh->kill_ns.load();
       if (kill != 0 && status_back_s < 0) status_back_s = (hollow::ToNs(Clock::now()) - kill) / 1e9;
+    }
+    req.set_omit_clients(true);
+    const auto summary_sent = Clock::now();
+    auto summary = status_client->GetStatus(req);
+    status_stats.Add(hollow::kGetStatusSummary, Clock::now() - summary_sent, true);
+    if (!summary.ok()) {
+      status_stats.Fail(hollow::kGetStatusSummary, summary.status());
+    } else {
+      summary_bytes = std::max<uint64_t>(summary_bytes, summary->ByteSizeLong());
     }
   }
   std::this_thread::sleep_until(window_end);
@@ -431,6 +441,7 @@ int main(int argc, char** argv) {
   if (!all.first_error.empty()) std::fprintf(stderr, "bench_hollow: %s\n", all.first_error.c_str());
   std::vector<float>& hb = all.latency_ms[hollow::kConsumerHeartbeat];
   std::vector<float>& status = all.latency_ms[hollow::kGetStatus];
+  std::vector<float>& summary_status = all.latency_ms[hollow::kGetStatusSummary];
   const double hb_p99 = Percentile(hb, 0.99);
   const bool met_period = all.consumers_missed == 0 && all.producers_missed == 0 &&
                           all.late_answers == 0 && errors == 0 && clean;
@@ -444,7 +455,8 @@ int main(int argc, char** argv) {
       "\"cpu_cores\": %.4f, \"peak_rss_mib\": %.1f, \"disk_write_bytes_per_s\": %.0f, "
       "\"write_call_bytes_per_s\": %.0f, \"journal_bytes_at_end\": %.0f, "
       "\"syncs_per_s\": %.1f, \"status_bytes\": %llu, "
-      "\"status_p50_ms\": %.2f, \"status_max_ms\": %.2f, \"consumers_missed\": %llu, "
+      "\"status_p50_ms\": %.2f, \"status_max_ms\": %.2f, \"summary_status_bytes\": %llu, "
+      "\"summary_status_p50_ms\": %.2f, \"summary_status_max_ms\": %.2f, \"consumers_missed\": %llu, "
       "\"producers_missed\": %llu, \"late_answers\": %llu, \"max_consumer_gap_s\": %.3f, "
       "\"max_producer_gap_s\": %.3f, \"unlocated\": %llu, \"skipped_beats\": %llu, "
       "\"client_cpu_cores\": %.3f, \"tasks_taken\": %llu, "
@@ -459,6 +471,8 @@ int main(int argc, char** argv) {
       Percentile(all.lateness_ms, 0.99), cpu_s / s, peak_rss_mib, write_bytes / s, wchar_bytes / s,
       journal_bytes, syncs_counted && syncs >= 0 ? syncs / s : -1.0,
       static_cast<unsigned long long>(status_bytes), Percentile(status, 0.5), Max(status),
+      static_cast<unsigned long long>(summary_bytes), Percentile(summary_status, 0.5),
+      Max(summary_status),
       static_cast<unsigned long long>(all.consumers_missed),
       static_cast<unsigned long long>(all.producers_missed),
       static_cast<unsigned long long>(all.late_answers), all.max_consumer_gap_s,

@@ -70,7 +70,8 @@ enum Kind : int {
   kProducerHeartbeat,  // answered at once (no wait for work asked)
   kProducerWait,       // asked to wait for work: its latency is mostly the wait
   kProducerLeave,
-  kGetStatus,
+  kGetStatus,         // with every client listed
+  kGetStatusSummary,  // omit_clients: jobs and counts
   kKinds
 };
 inline const char* KindName(int k) {
@@ -82,7 +83,8 @@ inline const char* KindName(int k) {
                                        "ProducerHeartbeat",
                                        "ProducerHeartbeat(wait for work)",
                                        "ProducerHeartbeat(leave)",
-                                       "GetStatus"};
+                                       "GetStatus",
+                                       "GetStatus(omit_clients)"};
   return kNames[k];
 }
 

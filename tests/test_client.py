@@ -26,6 +26,21 @@ def test_status_without_job_info_has_no_jobs_and_says_so():
         status["not a key"]
 
 
+def test_a_status_without_clients_has_no_client_lists_and_says_so():
+    status = Status({"job_summaries": [], "num_producers": 2, "num_consumers": 5},
+                    clients=False)
+    for key in ("producers", "consumers", "rank_positions"):
+        assert key not in status
+        with pytest.raises(KeyError, match=f"'{key}': status.clients=False. lists no producer"):
+            status[key]
+        with pytest.raises(KeyError, match="num_consumers"):
+            status.get(key, [])
+    assert status["num_producers"] == 2 and status.get("num_consumers") == 5
+    # With the lists asked for (the default), a key the answer lacks is an ordinary KeyError.
+    with pytest.raises(KeyError, match="^'consumers'$"):
+        Status({"job_summaries": []})["consumers"]
+
+
 def test_status_with_job_info_holds_the_jobs():
     status = Status(dict(ANSWER, jobs=[]))
     assert status["jobs"] == [] and status.get("jobs") == []

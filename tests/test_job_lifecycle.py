@@ -37,6 +37,17 @@ def test_a_read_job_is_done_and_its_next_trainer_is_warned(tmp_path, dataset):
         assert summary(cluster, "j")["state"] == "idle"
         assert summary(cluster, "j")["num_files"] == 2
         with cluster.consumer("j", 0, 1) as feed:
+            # Without the client lists, the same summaries, and the clients counted.
+            full, brief = cluster.status(), cluster.status(clients=False)
+            assert [len(full[k]) for k in ("producers", "consumers", "rank_positions")] == [1, 1, 1]
+            assert (brief["num_producers"], brief["num_consumers"]) == (1, 1)
+            assert (full["num_producers"], full["num_consumers"]) == (1, 1)
+            assert [s["consumers"] for s in brief["job_summaries"]] == [1]
+            with pytest.raises(KeyError, match="clients=False"):
+                brief["consumers"]
+            text = run("status", cluster.address, "--summary").stdout
+            assert "1 jobs, 1 producers, 1 consumers" in text and "rank 0" not in text, text
+            assert "rank 0" in run("status", cluster.address).stdout
             assert not feed.done_at_registration and feed.job.name == "j"
             assert sum(1 for _ in feed.batches(0)) == 12
         got = croupier.get_job(cluster.address, "j", auth_token=cluster.auth_token)

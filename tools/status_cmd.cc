@@ -3,6 +3,7 @@
 // and input-bound % (the share of wall time it spent waiting for data), the expected time to the
 // end of the epoch, each producer's batches/s and CPU use, and the recommended number of
 // producers. --watch redraws the view in place, like top.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <thread>
@@ -33,14 +34,17 @@ struct StatusFlags {
   double every = 2;
   bool json = false;
   bool job_info = false;
+  bool summary = false;
   bool watch = false;
   CallFlags call{.auth_token = "", .timeout_ms = 10000, .tls = {}};
 };
 
 void Print(const std::string& address, const v1::StatusResponse& status) {
-  std::printf("dispatcher %s (protocol %u): %d jobs, %d producers, %d consumers\n",
+  // The counts, whether or not the lists came (--summary); an older dispatcher sends the lists only.
+  std::printf("dispatcher %s (protocol %u): %d jobs, %u producers, %u consumers\n",
               address.c_str(), status.protocol_version(), status.job_summaries_size(),
-              status.producers_size(), status.consumers_size());
+              std::max<uint32_t>(status.num_producers(), status.producers_size()),
+              std::max<uint32_t>(status.num_consumers(), status.consumers_size()));
   const v1::ProducerAdvice& advice = status.producer_advice();
   if (advice.recommended() > 0) {
     std::printf("recommended producers: %u (%s)\n", advice.recommended(),
@@ -88,8 +92,9 @@ absl::Status Run(const StatusFlags& f) {
   const std::string& address = f.address;
   const double every = f.every;
   auto client = DispatcherClientOf(address, f.call);
+  v1::StatusRequest request;
+  request.set_omit_clients(f.summary);
   if (!f.watch) {
-    v1::StatusRequest request;
     request.set_include_job_info(f.job_info);
     ASSIGN_OR_RETURN(v1::StatusResponse status, client->GetStatus(request));
     if (f.json) {
@@ -101,7 +106,7 @@ absl::Status Run(const StatusFlags& f) {
   }
   // Runs until Ctrl-C, whose default action ends the process: nothing here needs cleaning up.
   while (true) {
-    ASSIGN_OR_RETURN(v1::StatusResponse status, client->GetStatus(v1::StatusRequest()));
+    ASSIGN_OR_RETURN(v1::StatusResponse status, client->GetStatus(request));
     std::printf("\033[H\033[2J");  // home and clear, as top does
     Print(address, status);
     std::printf("\n(every %.1f s; Ctrl-C to stop)\n", every);
@@ -125,6 +130,8 @@ void Declare(CLI::App* app, StatusFlags* f) {
             "print the dispatcher's answer as JSON: a summary of each job");
   AddSwitch(app, "--job-info", &f->job_info,
             "with --json, each job's whole JobInfo (its file list too: large for many jobs)");
+  AddSwitch(app, "--summary", &f->summary,
+            "jobs and counts only: no line per consumer or producer (for thousands of them)");
   AddCallFlags(app, &f->call);
 }
 

@@ -446,9 +446,11 @@ class JobSources:
 
 def create_job(dispatcher: str, spec_json: str, exist_ok: bool, auth_token: str,
                timeout: float) -> Job: ...
-# (the status as JSON without its jobs, [each job] with include_job_info, else []).
+# (the status as JSON without its jobs, and without its producers, consumers and rank positions
+# with omit_clients; [each job] with include_job_info, else []).
 def dispatcher_status(dispatcher: str, auth_token: str, timeout: float,
-                      include_job_info: bool = False) -> tuple[str, list[Job]]: ...
+                      include_job_info: bool = False,
+                      omit_clients: bool = False) -> tuple[str, list[Job]]: ...
 def get_job(dispatcher: str, name: str, auth_token: str, timeout: float) -> Job: ...
 def delete_job(dispatcher: str, name: str, force: bool, auth_token: str,
                timeout: float) -> str: ...  # DeleteJobResponse as JSON

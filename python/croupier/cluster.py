@@ -124,7 +124,9 @@ class LocalCluster:
             if auto:
                 from croupier.autoscale import Autoscaler
                 high = max_producers if max_producers is not None else max(1, os.cpu_count() or 1)
-                self.autoscaler = Autoscaler(self.status, lambda: len(self.live_producers),
+                # It reads the advice only: the status without the client lists.
+                self.autoscaler = Autoscaler(lambda: self.status(clients=False),
+                                             lambda: len(self.live_producers),
                                              self.scale, job=self.job, min_producers=1,
                                              max_producers=high,
                                              interval=autoscale_interval).start()
@@ -220,8 +222,9 @@ class LocalCluster:
         options.setdefault("auth_token", self.auth_token)
         return submit_job(self.address, spec, **options)
 
-    def status(self, job_info: bool = False) -> Dict[str, Any]:
-        return status(self.address, auth_token=self.auth_token, job_info=job_info)
+    def status(self, job_info: bool = False, clients: bool = True) -> Dict[str, Any]:
+        return status(self.address, auth_token=self.auth_token, job_info=job_info,
+                      clients=clients)
 
     def get_job(self, name: str) -> Job:
         return get_job(self.address, name, auth_token=self.auth_token)

@@ -335,8 +335,9 @@ class Service:
             raise errors.CancelledError(
                 f"the croupier service of {self.address} is shut down: nothing to scale")
         self.stop_autoscaling()
-        self._autoscaler = Autoscaler(self.status, lambda: self.producers, self.scale,
-                                      job=self.job, min_producers=min_producers,
+        # It reads the advice only: the status without the client lists.
+        self._autoscaler = Autoscaler(lambda: self.status(clients=False), lambda: self.producers,
+                                      self.scale, job=self.job, min_producers=min_producers,
                                       max_producers=max_producers, interval=interval).start()
         return self._autoscaler
 
@@ -355,11 +356,13 @@ class Service:
         options.setdefault("auth_token", self.auth_token)
         return create_job(self.address, name, files, features, batch_size, **options)
 
-    def status(self) -> dict[str, Any]:
-        return self._status(10.0)
+    def status(self, clients: bool = True) -> dict[str, Any]:
+        """croupier.status() of this service's dispatcher (clients=False: without the lists of
+        producers, consumers and rank positions)."""
+        return self._status(10.0, clients)
 
-    def _status(self, timeout: float) -> dict[str, Any]:
-        return status(self.address, auth_token=self.auth_token, timeout=timeout)
+    def _status(self, timeout: float, clients: bool = True) -> dict[str, Any]:
+        return status(self.address, auth_token=self.auth_token, timeout=timeout, clients=clients)
 
     def shutdown(self) -> None:
         """Stops the autoscaler, the producers (each leaves, all at once) and the dispatcher, in

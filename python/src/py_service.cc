@@ -291,9 +291,10 @@ void BindService(pyb::module_& m) {
   m.def(
       "dispatcher_status",
       [](const std::string& dispatcher, const std::string& auth_token, double timeout,
-         bool include_job_info) {
+         bool include_job_info, bool omit_clients) {
         v1::StatusRequest request;
         request.set_include_job_info(include_job_info);
+        request.set_omit_clients(omit_clients);
         absl::StatusOr<v1::StatusResponse> response;
         {
           pyb::gil_scoped_release nogil;
@@ -306,9 +307,9 @@ void BindService(pyb::module_& m) {
         return std::make_pair(ToJson(status), std::move(jobs));
       },
       pyb::arg("dispatcher"), pyb::arg("auth_token"), pyb::arg("timeout"),
-      pyb::arg("include_job_info") = false,
-      "(the dispatcher's status as JSON: job summaries, producers, consumers; [Job]: each "
-      "job, with include_job_info, else []).");
+      pyb::arg("include_job_info") = false, pyb::arg("omit_clients") = false,
+      "(the dispatcher's status as JSON: job summaries, producers, consumers (none with "
+      "omit_clients); [Job]: each job, with include_job_info, else []).");
 
   m.def(
       "get_job",

@@ -72,6 +72,35 @@ TEST_F(DispatcherConsumerHeartbeatTest, OnlyTheRegistrationsAnswerCarriesTheJob)
   EXPECT_GT(beat->takeover_ms(), 0u);
 }
 
+// A status without its client lists (omit_clients) still counts them, and its job summaries are
+// the full status's: a poller of jobs, counts or advice pays a few hundred bytes, not 58 a client.
+TEST_F(DispatcherConsumerHeartbeatTest, AStatusWithoutClientListsStillCountsThem) {
+  ASSERT_TRUE(Producer(0, "127.0.0.1:7000", /*slots=*/0).ok());
+  for (uint32_t rank : {0u, 1u, 2u}) {
+    auto r = Consumer(0, "train", rank, 4, /*epoch=*/0, /*step=*/rank);
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
+  const v1::StatusResponse full = *impl_->GetStatus({});
+  EXPECT_EQ(full.consumers_size(), 3);
+  EXPECT_EQ(full.producers_size(), 1);
+  EXPECT_EQ(full.rank_positions_size(), 3);
+  v1::StatusRequest request;
+  request.set_omit_clients(true);
+  const v1::StatusResponse brief = *impl_->GetStatus(request);
+  EXPECT_TRUE(brief.consumers().empty());
+  EXPECT_TRUE(brief.producers().empty());
+  EXPECT_TRUE(brief.rank_positions().empty());
+  EXPECT_EQ(brief.num_consumers(), 3u);
+  EXPECT_EQ(brief.num_producers(), 1u);
+  EXPECT_EQ(full.num_consumers(), 3u);
+  EXPECT_EQ(full.num_producers(), 1u);
+  ASSERT_EQ(brief.job_summaries_size(), 1);
+  EXPECT_EQ(brief.job_summaries(0).consumers(), 3u);
+  EXPECT_EQ(brief.job_summaries(0).SerializeAsString(), full.job_summaries(0).SerializeAsString());
+  EXPECT_EQ(brief.producer_advice().SerializeAsString(),
+            full.producer_advice().SerializeAsString());
+}
+
 TEST_F(DispatcherConsumerHeartbeatTest, RegistrationErrors) {
   ExpectError(Consumer(0, "test", 0, 4), absl::StatusCode::kNotFound,
               "job 'test' is unknown (jobs: train)");

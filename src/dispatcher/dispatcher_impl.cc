@@ -339,6 +339,9 @@ absl::StatusOr<v1::StatusResponse> DispatcherImpl::GetStatusUnsynced(
   if (options_.job_retention != absl::InfiniteDuration()) {
     response.set_job_retention_seconds(absl::ToDoubleSeconds(options_.job_retention));
   }
+  response.set_num_producers(static_cast<uint32_t>(state_.producers().size()));
+  response.set_num_consumers(static_cast<uint32_t>(state_.consumers().size()));
+  const bool clients = !request.omit_clients();
   const auto readers = state_.ConsumersByJob();
   for (const std::string& name : state_.job_order()) {
     const DispatcherState::Job& job = *state_.FindJob(name);
@@ -346,6 +349,7 @@ absl::StatusOr<v1::StatusResponse> DispatcherImpl::GetStatusUnsynced(
     if (request.include_job_info()) *response.add_jobs() = *job.info;
     auto it = readers.find(name);
     *response.add_job_summaries() = SummaryLocked(job, it == readers.end() ? 0 : it->second, now);
+    if (!clients) continue;
     for (const auto& [rank, position] : job.rank_positions) {
       v1::RankPosition* p = response.add_rank_positions();
       p->set_job(name);
@@ -354,6 +358,8 @@ absl::StatusOr<v1::StatusResponse> DispatcherImpl::GetStatusUnsynced(
       p->set_step(position.second);
     }
   }
+  AdviceToProto(advisor_.advice(), *response.mutable_producer_advice());
+  if (!clients) return response;
   for (const auto& [id, producer] : state_.producers()) {
     v1::ProducerStatus* out = response.add_producers();
     out->set_producer_id(id);
@@ -391,7 +397,6 @@ absl::StatusOr<v1::StatusResponse> DispatcherImpl::GetStatusUnsynced(
       out->set_input_bound(info->second.rates.input_bound());
     }
   }
-  AdviceToProto(advisor_.advice(), *response.mutable_producer_advice());
   return response;
 }
 
