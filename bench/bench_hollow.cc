@@ -18,7 +18,8 @@
 // in the window, latency p50/p99/max, errors) and one summary ({"bench": "scale", "case": "hollow",
 // ...}: the dispatcher's CPU in cores (utime + stime from /proc/PID/stat), peak RSS (VmHWM), the
 // bytes it wrote to the disk (/proc/PID/io write_bytes; wchar, the bytes of its write calls) and
-// its syncs/s (fdatasync + fsync calls, -1 when they cannot be counted), GetStatus's size and time,
+// its syncs/s (fdatasync + fsync calls, -1 when they cannot be counted), GetStatus's size and time
+// (with and without the client lists), the producer advice of the last status,
 // and whether every client met its heartbeat period: no consumer or producer went longer than the
 // takeover time without an answered heartbeat).
 //
@@ -67,6 +68,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/util/json_util.h"
 #include "absl/time/time.h"
 #include "bench/hollow_clients.h"
 #include "bench/hollow_process.h"
@@ -337,6 +339,7 @@ int main(int argc, char** argv) {
   auto status_client = hollow::NewClient(cfg);
   hollow::Stats status_stats;
   uint64_t status_bytes = 0, summary_bytes = 0;
+  croupier::v1::ProducerAdvice advice;  // the dispatcher's, at the window's last status
   double status_back_s = -1;  // with a kill: when the driver's own client was answered again
   for (auto next = window_start; next < window_end; next += std::chrono::seconds(1)) {
     std::this_thread::sleep_until(next);
@@ -362,6 +365,7 @@ int main(int argc, char** argv) {
       status_stats.Fail(hollow::kGetStatusSummary, summary.status());
     } else {
       summary_bytes = std::max<uint64_t>(summary_bytes, summary->ByteSizeLong());
+      advice = summary->producer_advice();
     }
   }
   std::this_thread::sleep_until(window_end);
@@ -442,6 +446,15 @@ int main(int argc, char** argv) {
   std::vector<float>& hb = all.latency_ms[hollow::kConsumerHeartbeat];
   std::vector<float>& status = all.latency_ms[hollow::kGetStatus];
   std::vector<float>& summary_status = all.latency_ms[hollow::kGetStatusSummary];
+  // The producer advisor's figure over every hollow producer (docs/operations.md, "How many
+  // producers"): the policy the autoscalers follow, run at this scale.
+  std::string advice_json;
+  google::protobuf::util::JsonPrintOptions json_options;
+  json_options.preserve_proto_field_names = true;
+  json_options.always_print_primitive_fields = true;
+  if (!google::protobuf::util::MessageToJsonString(advice, &advice_json, json_options).ok()) {
+    advice_json = "null";
+  }
   const double hb_p99 = Percentile(hb, 0.99);
   const bool met_period = all.consumers_missed == 0 && all.producers_missed == 0 &&
                           all.late_answers == 0 && errors == 0 && clean;
@@ -461,7 +474,8 @@ int main(int argc, char** argv) {
       "\"max_producer_gap_s\": %.3f, \"unlocated\": %llu, \"skipped_beats\": %llu, "
       "\"client_cpu_cores\": %.3f, \"tasks_taken\": %llu, "
       "\"tasks_finished\": %llu, \"tasks_revoked\": %llu, \"errors\": %llu, "
-      "\"load_before\": %.2f, \"load_after\": %.2f, \"met_period\": %s, \"met\": %s%s}\n",
+      "\"load_before\": %.2f, \"load_after\": %.2f, \"met_period\": %s, \"met\": %s, "
+      "\"advice\": %s%s}\n",
       o.consumers, o.producers, o.jobs, o.processes, o.threads, o.steps_per_beat,
       o.pin ? "true" : "false", s, register_s, all.interval_s, all.takeover_s, hb.size() / s,
       (all.latency_ms[hollow::kProducerHeartbeat].size() +
@@ -482,7 +496,7 @@ int main(int argc, char** argv) {
       static_cast<unsigned long long>(all.tasks_finished),
       static_cast<unsigned long long>(all.tasks_revoked), static_cast<unsigned long long>(errors),
       load0, load1, met_period ? "true" : "false", met_period && hb_p99 <= 50 ? "true" : "false",
-      recovery.c_str());
+      advice_json.c_str(), recovery.c_str());
   std::fflush(stdout);
   return 0;
 }
