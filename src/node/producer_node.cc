@@ -124,12 +124,20 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOp
       };
     } else if (const auto* tokens = std::get_if<TokensSupply>(&options.supply)) {
       node->source_job_ = tokens->job;
+      // Opening maps every source and reads the text sources' document lengths (from a store
+      // too): off the heartbeat thread, as a files job's. (A map job's maker reads nothing.)
       runner.makers =
           [tokenize = tokens->tokenize](
               const v1::JobInfo& job) -> absl::StatusOr<std::shared_ptr<const BatchMaker>> {
-        ASSIGN_OR_RETURN(std::unique_ptr<TokenBatchMaker> maker,
-                         TokenBatchMaker::Create(job, nullptr, tokenize));
-        return std::shared_ptr<const BatchMaker>(std::move(maker));
+        ASSIGN_OR_RETURN(
+            std::shared_ptr<const OpeningMaker> maker,
+            OpeningMaker::Start(job, [tokenize](const v1::JobInfo& opened)
+                                         -> absl::StatusOr<std::shared_ptr<const BatchMaker>> {
+              ASSIGN_OR_RETURN(std::unique_ptr<TokenBatchMaker> made,
+                               TokenBatchMaker::Create(opened, nullptr, tokenize));
+              return std::shared_ptr<const BatchMaker>(std::move(made));
+            }));
+        return maker;
       };
     } else {
       // Opening a files job reads every file's index (for objects, requests to the store): on
