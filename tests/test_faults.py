@@ -266,3 +266,49 @@ def test_torn_final_journal_entry_is_cut_and_nothing_complete_is_lost(tmp_path, 
         st = status(cluster)
         assert all(p["secondsSinceHeartbeat"] < 2.5 for p in st["producers"]), st
         assert "registered" not in cluster.dispatcher.log_path.read_text()
+
+
+def producer_cache_metrics(port_file, proc):
+    """The record cache's figures (croupier_producer_cache_*) a producer serves at /metrics."""
+    import urllib.request
+    from service_cluster import wait_for_file
+    port = int(wait_for_file(port_file, 20, proc))
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {k: float(v) for k, v in re.findall(r"^croupier_producer_cache_(\w+) (\S+)$", text,
+                                                re.M)}
+
+
+@pytest.mark.timeout(150)
+def test_a_producer_killed_and_started_again_serves_from_the_cache_it_kept(tmp_path, dataset,
+                                                                          reference):
+    """--cache-keep: a producer's on-disk record cache outlives it. One SIGKILLed after an epoch,
+    then started again on the same --cache-dir, holds every record from the start and serves the
+    next job over the same files from it: every record a hit, none read from the files, and the
+    batches bit for bit the fault-free run's."""
+    dealt = STEPS * BATCH * WORLD  # the records an epoch deals (the remainder is dropped)
+    cache = ["--cache-bytes", "64000000", "--cache-dir", tmp_path / "cache", "--cache-keep"]
+    with Cluster(tmp_path / "cluster", producer_timeout_ms=1500) as cluster:
+        first = cluster.add_producer(*cache, "--metrics-port", "0", "--metrics-port-file",
+                                     tmp_path / "first.port")
+        cluster.create_job("train", dataset, FEATURES, BATCH, WORLD, seed=SEED, epochs=1)
+        outs, procs = cluster.start_ranks("train", WORLD, tmp_path, 1)
+        cluster.wait(procs, timeout=60)
+        before = producer_cache_metrics(tmp_path / "first.port", first)
+        assert before["records"] == dealt and before["loaded_records"] == 0, before
+        kill(first)
+        second = cluster.add_producer(*cache, "--metrics-port", "0", "--metrics-port-file",
+                                      tmp_path / "second.port")
+        after = producer_cache_metrics(tmp_path / "second.port", second)
+        assert after["loaded_records"] == dealt and after["records"] == dealt, after
+        cluster.create_job("again", dataset, FEATURES, BATCH, WORLD, seed=SEED, epochs=1)
+        again = tmp_path / "again"
+        again.mkdir()
+        outs, procs = cluster.start_ranks("again", WORLD, again, 1)
+        cluster.wait(procs, timeout=60)
+        after = producer_cache_metrics(tmp_path / "second.port", second)
+        log = second.log_path.read_text()
+    check_against_reference(outs, reference)
+    assert after["hits_total"] == dealt and after["misses_total"] == 0, after
+    assert after["read_errors_total"] == 0, after
+    assert f"holds {dealt} records" in log, log[-2000:]

@@ -42,6 +42,7 @@ struct ProducerFlags {
   uint32_t max_tasks = 2;
   uint64_t cache_bytes = 0;
   std::string cache_dir;
+  bool cache_keep = false;
   std::string index_cache_dir;
   std::string auth_token;
   int64_t connect_timeout_ms = 60000;
@@ -72,6 +73,12 @@ absl::Status Run(const ProducerFlags& f) {
   options.runner.max_tasks = f.max_tasks;
   options.cache_bytes = f.cache_bytes;
   options.cache_dir = f.cache_dir;
+  options.cache_keep = f.cache_keep;
+  if (f.cache_keep && (f.cache_dir.empty() || f.cache_bytes == 0)) {
+    return absl::InvalidArgumentError(
+        "--cache-keep keeps the record cache on disk for the next producer: give --cache-bytes "
+        "and --cache-dir");
+  }
   options.index_cache_dir = f.index_cache_dir;
   options.connect_timeout = absl::Milliseconds(f.connect_timeout_ms);
   options.test_max_delay = absl::Milliseconds(f.test_delay_ms);
@@ -134,6 +141,9 @@ void Declare(CLI::App* app, ProducerFlags* f) {
           "keep this many bytes of the records read, for later epochs (0: none)");
   AddFlag(app, "--cache-dir", &f->cache_dir, "DIR",
           "keep the --cache-bytes cache on disk here instead of in memory");
+  AddSwitch(app, "--cache-keep", &f->cache_keep,
+            "keep the --cache-dir cache when this producer stops, for the next producer on this "
+            "host to start with (DIR/croupier-record-cache)");
   AddFlag(app, "--index-cache-dir", &f->index_cache_dir, "DIR", "where the record indexes are kept")
       ->default_str(
           "$CROUPIER_INDEX_DIR, else $XDG_CACHE_HOME/croupier/index or ~/.cache/croupier/index");

@@ -171,6 +171,9 @@ std::string FormatRecordCachePrometheus(const RecordCacheFigures& cache) {
          "Records of an on-disk record cache that could not be read back or failed their "
          "checksum (read from the files instead).")
       .Add({}, cache.read_errors);
+  Family(&out, "croupier_producer_cache_loaded_records", "gauge",
+         "Records a kept on-disk record cache (--cache-keep) held when this producer started.")
+      .Add({}, cache.loaded);
   return out;
 }
 

@@ -32,7 +32,7 @@ std::string FormatS3Prometheus(const s3::S3Stats& stats, const RecordFetcher::St
 
 // A producer's record cache (`--cache-bytes`, src/producer/record_cache.h): hits, misses, what it
 // holds against its capacity, the records refused once it was full and, on disk, those that could
-// not be read back.
+// not be read back and those a kept cache held when the producer started.
 struct RecordCacheFigures {
   uint64_t hits = 0;
   uint64_t misses = 0;
@@ -41,6 +41,7 @@ struct RecordCacheFigures {
   uint64_t capacity_bytes = 0;
   uint64_t rejected = 0;
   uint64_t read_errors = 0;
+  uint64_t loaded = 0;  // kept on disk (--cache-keep): the records read back at start
 };
 std::string FormatRecordCachePrometheus(const RecordCacheFigures& cache);
 

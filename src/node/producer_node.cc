@@ -102,7 +102,9 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOp
   if (options.cache_bytes > 0) {
     ASSIGN_OR_RETURN(
         node->record_cache_,
-        RecordCache::Create({.capacity_bytes = options.cache_bytes, .dir = options.cache_dir}));
+        RecordCache::Create({.capacity_bytes = options.cache_bytes,
+                             .dir = options.cache_dir,
+                             .keep = options.cache_keep}));
   }
   if (const auto* stream = std::get_if<StreamSupply>(&options.supply)) {
     node->source_job_ = stream->job;
@@ -218,7 +220,8 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOp
                          text += metrics::FormatRecordCachePrometheus(
                              {.hits = c.hits, .misses = c.misses, .records = c.records,
                               .bytes = c.bytes, .capacity_bytes = c.capacity_bytes,
-                              .rejected = c.rejected, .read_errors = c.read_errors});
+                              .rejected = c.rejected, .read_errors = c.read_errors,
+                              .loaded = c.loaded});
                        }
                        return text;
                      }));

@@ -84,6 +84,7 @@ struct ProducerNodeOptions {
   // 0 bytes disables it; an empty dir keeps it in memory.
   uint64_t cache_bytes = 0;
   std::string cache_dir;
+  bool cache_keep = false;      // RecordCache::Options::keep
   std::string index_cache_dir;  // empty: IndexCache::DefaultDir()
   // The bytes of records fetched ahead of use from an object store and not yet made into
   // batches, for all jobs together (TfrecordBatchMaker); unset: $CROUPIER_S3_PREFETCH_BYTES,

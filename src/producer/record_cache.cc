@@ -1,6 +1,9 @@
 #include "src/producer/record_cache.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -15,12 +18,30 @@
 #include "src/common/env.h"
 #include "src/common/logging.h"
 #include "src/common/status_macros.h"
+#include "src/producer/record_cache_file.h"
 
 namespace croupier {
 namespace {
 
 constexpr uint64_t kMaxChunkBytes = uint64_t{1} << 20;
 constexpr uint64_t kMinChunkBytes = uint64_t{4} << 10;
+
+// Locks a kept cache directory for this process: the lock file's descriptor, or -1 when another
+// process holds it. Errors for a directory that cannot be made or a lock file that cannot be
+// opened.
+absl::StatusOr<int> LockKeptDir(Env& env, const std::string& dir) {
+  RETURN_IF_ERROR(env.CreateDirs(dir));
+  const std::string lock = dir + "/lock";
+  const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoToStatus(errno, "opening the record cache's lock", lock);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    ::close(fd);
+    if (error == EWOULDBLOCK) return -1;
+    return ErrnoToStatus(error, "locking the record cache", lock);
+  }
+  return fd;
+}
 
 }  // namespace
 
@@ -30,7 +51,20 @@ absl::StatusOr<std::unique_ptr<RecordCache>> RecordCache::Create(Options options
   }
   if (options.env == nullptr) options.env = Env::Default();
   std::string path;
-  if (!options.dir.empty()) {
+  int lock_fd = -1;
+  if (!options.dir.empty() && options.keep) {
+    const std::string kept = options.dir + "/croupier-record-cache";
+    ASSIGN_OR_RETURN(lock_fd, LockKeptDir(*options.env, kept));
+    if (lock_fd >= 0) {
+      path = kept;
+    } else {
+      Log(LogLevel::kWarning, "record_cache",
+          absl::StrCat("the kept record cache ", kept,
+                       " is in use by another producer; this one caches in a fresh directory "
+                       "beside it, removed when it stops"));
+    }
+  }
+  if (!options.dir.empty() && path.empty()) {
     RETURN_IF_ERROR(options.env->CreateDirs(options.dir));
     // A fresh directory of our own, so that removing it on destruction removes only our files.
     std::string tmpl = options.dir + "/croupier-record-cache.XXXXXX";
@@ -39,25 +73,101 @@ absl::StatusOr<std::unique_ptr<RecordCache>> RecordCache::Create(Options options
     }
     path = std::move(tmpl);
   }
-  std::unique_ptr<RecordCache> cache(new RecordCache(std::move(options), std::move(path)));
+  std::unique_ptr<RecordCache> cache(new RecordCache(std::move(options), std::move(path), lock_fd));
   if (!cache->path_.empty()) RETURN_IF_ERROR(cache->OpenFiles());
   return cache;
 }
 
-RecordCache::RecordCache(Options options, std::string path)
+RecordCache::RecordCache(Options options, std::string path, int lock_fd)
     : capacity_(options.capacity_bytes),
       chunk_bytes_(std::clamp(capacity_ / (4 * kShards), kMinChunkBytes, kMaxChunkBytes)),
       env_(options.env),
-      path_(std::move(path)) {}
+      path_(std::move(path)),
+      lock_fd_(lock_fd) {}
 
 absl::Status RecordCache::OpenFiles() {
+  bool reopened = false;
   for (int i = 0; i < kShards; ++i) {
     Shard& shard = shards_[i];
     const std::string file = absl::StrCat(path_, "/shard-", i, ".records");
+    if (kept()) {
+      absl::StatusOr<FileStat> stat = env_->Stat(file);
+      if (stat.ok()) {
+        RETURN_IF_ERROR(Reopen(shard, file, stat->size));
+        reopened = true;
+        continue;
+      }
+      if (!absl::IsNotFound(stat.status())) return stat.status();
+    }
     absl::MutexLock lock(&shard.write_mu);
     ASSIGN_OR_RETURN(shard.writer, env_->OpenForWrite(file));
     ASSIGN_OR_RETURN(shard.reader, env_->OpenForRead(file));
   }
+  if (reopened) {
+    Log(LogLevel::kInfo, "record_cache",
+        absl::StrCat("the kept record cache ", path_, " holds ", loaded_.load(), " records (",
+                     used_.load(), " bytes) from before"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RecordCache::Reopen(Shard& shard, const std::string& file, uint64_t size) {
+  ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> reader, env_->OpenForRead(file));
+  ASSIGN_OR_RETURN(record_cache_file::Scanned scanned, record_cache_file::Scan(*reader, size));
+  // The frames kept: up to the first bad one, and of the records, as many as the capacity holds.
+  uint64_t cut = scanned.good_bytes;
+  absl::flat_hash_map<uint32_t, uint32_t> file_of_local;  // this file's numbers -> FileId
+  absl::flat_hash_map<uint32_t, uint32_t> local_ids;      // FileId -> this file's number
+  size_t next_file = 0;
+  uint64_t loaded = 0;
+  const uint32_t home = static_cast<uint32_t>(&shard - shards_.data());
+  {
+    for (const record_cache_file::Scanned::Record& r : scanned.records) {
+      // The file frames before this record name its file.
+      while (next_file < scanned.files.size() &&
+             scanned.files[next_file].frame_offset < r.frame_offset) {
+        const auto& f = scanned.files[next_file++];
+        const uint32_t id = FileIdOf(f.identity);
+        file_of_local[f.local_id] = id;
+        local_ids[id] = f.local_id;
+      }
+      auto it = file_of_local.find(r.local_id);
+      if (it == file_of_local.end() || !Charge(r.size)) {
+        cut = r.frame_offset;  // a record of no named file, or past the capacity: cut here
+        break;
+      }
+      Slot slot;
+      slot.offset = r.data_offset;
+      slot.size = r.size;
+      slot.crc = r.crc;
+      slot.home = home;
+      const Key key{it->second, r.record};
+      Shard& keyed = ShardOf(key);
+      absl::MutexLock lock(&keyed.mu);
+      if (keyed.slots.emplace(key, slot).second) ++loaded;
+    }
+  }
+  // File frames after the last record kept, before the cut, stay named.
+  for (; next_file < scanned.files.size() && scanned.files[next_file].frame_offset < cut;
+       ++next_file) {
+    const auto& f = scanned.files[next_file];
+    local_ids[FileIdOf(f.identity)] = f.local_id;
+  }
+  if (cut < size) {
+    Log(LogLevel::kWarning, "record_cache",
+        absl::StrCat(scanned.stopped.empty() || cut < scanned.good_bytes
+                         ? absl::StrCat(file, ": the capacity is reached at byte ", cut)
+                         : scanned.stopped,
+                     "; the file is cut there (", size - cut, " bytes dropped)"));
+    RETURN_IF_ERROR(env_->Truncate(file, cut));
+  }
+  records_.fetch_add(loaded, std::memory_order_relaxed);
+  loaded_.fetch_add(loaded, std::memory_order_relaxed);
+  absl::MutexLock lock(&shard.write_mu);
+  shard.local_ids = std::move(local_ids);
+  shard.file_size = cut;
+  ASSIGN_OR_RETURN(shard.writer, env_->OpenForAppend(file));
+  shard.reader = std::move(reader);
   return absl::OkStatus();
 }
 
@@ -69,6 +179,10 @@ RecordCache::~RecordCache() {
     shard.writer.reset();
     shard.reader.reset();
   }
+  if (kept()) {
+    ::close(lock_fd_);  // the directory stays for the next cache
+    return;
+  }
   std::error_code error;
   std::filesystem::remove_all(path_, error);
   if (error) {
@@ -78,11 +192,19 @@ RecordCache::~RecordCache() {
 }
 
 uint32_t RecordCache::FileId(const RecordIndex& index) {
-  const std::string identity =
-      absl::StrCat(index.path, "\n", index.file_size, "\n", index.mtime_ns);
+  return FileIdOf(absl::StrCat(index.path, "\n", index.file_size, "\n", index.mtime_ns));
+}
+
+uint32_t RecordCache::FileIdOf(const std::string& identity) {
   absl::MutexLock lock(&files_mu_);
-  auto [it, inserted] = file_ids_.emplace(identity, static_cast<uint32_t>(file_ids_.size()));
+  auto [it, inserted] = file_ids_.emplace(identity, static_cast<uint32_t>(identities_.size()));
+  if (inserted) identities_.push_back(identity);
   return it->second;
+}
+
+std::string RecordCache::IdentityOf(uint32_t file) {
+  absl::MutexLock lock(&files_mu_);
+  return file < identities_.size() ? identities_[file] : std::string();
 }
 
 bool RecordCache::Charge(uint64_t bytes) {
@@ -96,7 +218,7 @@ bool RecordCache::Charge(uint64_t bytes) {
 std::optional<absl::string_view> RecordCache::Lookup(uint32_t file, uint64_t record,
                                                      std::string& buffer) {
   const Key key{file, record};
-  Shard& shard = shards_[((record >> 6) ^ file) % kShards];
+  Shard& shard = ShardOf(Key{file, record});
   Slot slot;
   {
     absl::ReaderMutexLock lock(&shard.mu);
@@ -111,19 +233,19 @@ std::optional<absl::string_view> RecordCache::Lookup(uint32_t file, uint64_t rec
     hits_.fetch_add(1, std::memory_order_relaxed);
     return absl::string_view(slot.data, slot.size);
   }
-  std::optional<absl::string_view> data = ReadBack(slot, shard, buffer);
+  std::optional<absl::string_view> data = ReadBack(slot, buffer);
   (data ? hits_ : misses_).fetch_add(1, std::memory_order_relaxed);
   return data;
 }
 
 bool RecordCache::Contains(uint32_t file, uint64_t record) {
-  Shard& shard = shards_[((record >> 6) ^ file) % kShards];
+  Shard& shard = ShardOf(Key{file, record});
   absl::ReaderMutexLock lock(&shard.mu);
   return shard.slots.contains(Key{file, record});
 }
 
-std::optional<absl::string_view> RecordCache::ReadBack(const Slot& slot, Shard& shard,
-                                                       std::string& buffer) {
+std::optional<absl::string_view> RecordCache::ReadBack(const Slot& slot, std::string& buffer) {
+  const Shard& shard = shards_[slot.home];
   buffer.resize(slot.size);
   absl::StatusOr<size_t> got = shard.reader->Read(slot.offset, slot.size, buffer.data());
   absl::Status error;
@@ -150,7 +272,7 @@ bool RecordCache::Insert(uint32_t file, uint64_t record, absl::string_view data)
     return false;
   }
   const Key key{file, record};
-  Shard& shard = shards_[((record >> 6) ^ file) % kShards];
+  Shard& shard = ShardOf(Key{file, record});
   {
     absl::ReaderMutexLock lock(&shard.mu);
     if (shard.slots.contains(key)) return true;
@@ -191,14 +313,26 @@ bool RecordCache::InsertInMemory(Shard& shard, const Key& key, absl::string_view
 }
 
 bool RecordCache::InsertInFile(Shard& shard, const Key& key, absl::string_view data) {
+  const std::string identity = IdentityOf(key.file);
+  if (identity.empty() || identity.size() + 4 > record_cache_file::kMaxMetaBytes) return false;
   if (!Charge(data.size())) return false;
   Slot slot;
   slot.size = static_cast<uint32_t>(data.size());
   slot.crc = crc32c::Value(data);
+  slot.home = static_cast<uint32_t>(&shard - shards_.data());
   {
     absl::MutexLock lock(&shard.write_mu);
     if (shard.writer == nullptr) return false;  // the file failed earlier
-    absl::Status written = shard.writer->Append(data);
+    // A frame naming the source file the first time this shard's file holds one of its records,
+    // then the record's frame: its header, then its bytes.
+    std::string frames;
+    auto local = shard.local_ids.find(key.file);
+    const bool named = local != shard.local_ids.end();
+    const uint32_t local_id = named ? local->second : static_cast<uint32_t>(shard.local_ids.size());
+    if (!named) frames = record_cache_file::FileFrame(local_id, identity);
+    frames += record_cache_file::RecordHeader(local_id, key.record, slot.size, slot.crc);
+    absl::Status written = shard.writer->Append(frames);
+    if (written.ok()) written = shard.writer->Append(data);
     if (!written.ok()) {
       Log(LogLevel::kWarning, "record_cache",
           absl::StrCat("writing the record cache: ", written.message(),
@@ -206,8 +340,9 @@ bool RecordCache::InsertInFile(Shard& shard, const Key& key, absl::string_view d
       shard.writer.reset();
       return false;
     }
-    slot.offset = shard.file_size;
-    shard.file_size += data.size();
+    if (!named) shard.local_ids.emplace(key.file, local_id);
+    slot.offset = shard.file_size + frames.size();
+    shard.file_size += frames.size() + data.size();
   }
   absl::MutexLock lock(&shard.mu);
   if (shard.slots.emplace(key, slot).second) records_.fetch_add(1, std::memory_order_relaxed);
@@ -223,6 +358,7 @@ RecordCache::Stats RecordCache::stats() const {
   s.capacity_bytes = capacity_;
   s.rejected = rejected_.load(std::memory_order_relaxed);
   s.read_errors = read_errors_.load(std::memory_order_relaxed);
+  s.loaded = loaded_.load(std::memory_order_relaxed);
   return s;
 }
 

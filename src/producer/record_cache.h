@@ -37,10 +37,18 @@ class WritableFile;
 //   - in a directory: the record bytes written to the cache files; the in-memory index is not
 //     counted.
 //
-// The directory mode writes one file per shard in a fresh directory it creates inside `dir`, and
-// removes that directory with its files on destruction. Records read back are checked against a
-// CRC-32C kept in memory; a record that fails the check or cannot be read is a miss (and a logged
-// warning), so the caller reads the source file instead.
+// The directory mode writes one file per shard (record_cache_file.h: each record in a frame that
+// names its source file and record) in a fresh directory it creates inside `dir`, and removes that
+// directory with its files on destruction. With `keep`, the directory is `dir`/croupier-record-cache
+// instead, and it stays: the next cache kept there (a producer started again) reads the frames
+// back and holds their records from the start, up to its capacity. A frame cut short (a producer
+// killed while writing) or failing its check ends what is read, and the file is cut there. A
+// kept directory is locked (flock) while a cache uses it; a second cache that finds it locked
+// (two producers on one host) uses a fresh directory, as without `keep`, and says so in the log.
+// A source file that changed gets a new identity (FileId), so its old records are never
+// returned; they stay in a kept directory, counted against the capacity, until it is removed.
+// Records read back are checked against their CRC-32C; a record that fails the check or cannot
+// be read is a miss (and a logged warning), so the caller reads the source file instead.
 //
 // Thread-safe.
 class RecordCache {
@@ -49,8 +57,10 @@ class RecordCache {
 
   struct Options {
     uint64_t capacity_bytes = uint64_t{1} << 30;
-    // Empty: in memory. Otherwise the cache files go in a new directory created inside this one.
+    // Empty: in memory. Otherwise the cache files go in a new directory created inside this one,
+    // or with `keep` in dir/croupier-record-cache, kept for the next cache.
     std::string dir;
+    bool keep = false;
     Env* env = nullptr;  // nullptr: Env::Default()
   };
 
@@ -62,6 +72,7 @@ class RecordCache {
     uint64_t capacity_bytes = 0;
     uint64_t rejected = 0;     // Insert calls refused because the cache was full
     uint64_t read_errors = 0;  // directory mode: records that could not be read back
+    uint64_t loaded = 0;       // kept directory: records read back when the cache was made
   };
 
   // INVALID_ARGUMENT for a zero capacity; errors of creating the directory.
@@ -91,6 +102,8 @@ class RecordCache {
   Stats stats() const;
   // The directory holding the cache files; empty in memory.
   const std::string& path() const { return path_; }
+  // Whether the directory stays for the next cache (Options::keep, and the directory was free).
+  bool kept() const { return lock_fd_ >= 0; }
 
  private:
   static constexpr int kShards = 16;
@@ -103,13 +116,16 @@ class RecordCache {
     }
     bool operator==(const Key&) const = default;
   };
-  // Where a record's data is: in memory, at `data`; in a directory, at byte `offset` of the
-  // shard's file, with `crc` its CRC-32C.
+  // Where a record's data is: in memory, at `data`; in a directory, at byte `offset` of the file
+  // of shard `home`, with `crc` its CRC-32C. A record read back from a kept directory may live
+  // in another shard's file than the shard its key falls in: FileIds are numbered anew by each
+  // process.
   struct Slot {
     const char* data = nullptr;
     uint64_t offset = 0;
     uint32_t size = 0;
     uint32_t crc = 0;
+    uint32_t home = 0;
   };
   struct Shard {
     absl::Mutex mu;
@@ -124,22 +140,31 @@ class RecordCache {
     absl::Mutex write_mu;
     std::unique_ptr<WritableFile> writer ABSL_GUARDED_BY(write_mu);
     uint64_t file_size ABSL_GUARDED_BY(write_mu) = 0;
+    // The source files this shard's file names, by FileId: their number in this file.
+    absl::flat_hash_map<uint32_t, uint32_t> local_ids ABSL_GUARDED_BY(write_mu);
     std::unique_ptr<RandomAccessFile> reader;  // set at creation, then constant
   };
 
-  RecordCache(Options options, std::string path);
+  RecordCache(Options options, std::string path, int lock_fd);
   absl::Status OpenFiles();
+  // A kept shard's file: its records read back (as many as fit) and the file cut after them.
+  absl::Status Reopen(Shard& shard, const std::string& file, uint64_t size)
+      ABSL_LOCKS_EXCLUDED(shard.write_mu);
+  uint32_t FileIdOf(const std::string& identity);
+  std::string IdentityOf(uint32_t file);
   // Takes `bytes` from the budget if they fit.
   bool Charge(uint64_t bytes);
   bool InsertInMemory(Shard& shard, const Key& key, absl::string_view data);
   bool InsertInFile(Shard& shard, const Key& key, absl::string_view data);
-  std::optional<absl::string_view> ReadBack(const Slot& slot, Shard& shard, std::string& buffer);
+  std::optional<absl::string_view> ReadBack(const Slot& slot, std::string& buffer);
+  Shard& ShardOf(const Key& key) { return shards_[((key.record >> 6) ^ key.file) % kShards]; }
 
   // Constant after construction.
   const uint64_t capacity_;
   const uint64_t chunk_bytes_;  // the usual size of a memory chunk
   Env* const env_;
   const std::string path_;  // empty: in memory
+  const int lock_fd_;       // a kept directory's lock, held while the cache lives; -1 otherwise
 
   std::array<Shard, kShards> shards_;
   std::atomic<uint64_t> used_{0};
@@ -148,9 +173,11 @@ class RecordCache {
   std::atomic<uint64_t> records_{0};
   std::atomic<uint64_t> rejected_{0};
   std::atomic<uint64_t> read_errors_{0};
+  std::atomic<uint64_t> loaded_{0};
 
   absl::Mutex files_mu_;
   absl::flat_hash_map<std::string, uint32_t> file_ids_ ABSL_GUARDED_BY(files_mu_);
+  std::vector<std::string> identities_ ABSL_GUARDED_BY(files_mu_);  // by FileId
 };
 
 }  // namespace croupier

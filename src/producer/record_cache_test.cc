@@ -17,10 +17,12 @@ using ::croupier::testing::ScopedTempDir;
 using ::croupier::testing::WriteDataset;
 using ::testing::HasSubstr;
 
-std::unique_ptr<RecordCache> MustCreate(uint64_t capacity, const std::string& dir = "") {
+std::unique_ptr<RecordCache> MustCreate(uint64_t capacity, const std::string& dir = "",
+                                        bool keep = false) {
   RecordCache::Options options;
   options.capacity_bytes = capacity;
   options.dir = dir;
+  options.keep = keep;
   auto cache = RecordCache::Create(options);
   EXPECT_TRUE(cache.ok()) << cache.status();
   return cache.ok() ? *std::move(cache) : nullptr;
@@ -131,7 +133,10 @@ TEST_F(ProducerRecordCacheTest, DirectoryModeReadsBackAndCleansUp) {
     for (const auto& entry : std::filesystem::directory_iterator(path)) {
       on_disk += entry.file_size();
     }
-    EXPECT_EQ(on_disk, cache->stats().bytes);
+    // The records' bytes, and a frame header for each (record_cache_file.h) and each file.
+    const uint64_t bytes = cache->stats().bytes;
+    EXPECT_GT(on_disk, bytes);
+    EXPECT_LE(on_disk, bytes + 96 * (17 + 12) + 16 * 2 * (17 + 4 + 256));
     EXPECT_EQ(Hashes(*maker, 1), Hashes(*plain_, 1));
     EXPECT_EQ(cache->stats().hits, 96u);
   }
@@ -148,8 +153,8 @@ TEST_F(ProducerRecordCacheTest, DamagedCacheFileFallsBackToTheSource) {
   for (const auto& entry : std::filesystem::directory_iterator(cache->path())) {
     if (entry.file_size() == 0) continue;
     std::fstream f(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(0);
-    f.put('\x7f');  // the first record of every shard file is damaged
+    f.seekp(static_cast<std::streamoff>(entry.file_size()) - 1);
+    f.put('\x7f');  // the last record of every shard file is damaged
   }
   EXPECT_EQ(Hashes(*maker, 1), Hashes(*plain_, 1));
   EXPECT_GT(cache->stats().read_errors, 0u);
@@ -169,6 +174,156 @@ TEST_F(ProducerRecordCacheTest, FileIdsFollowFileIdentity) {
   EXPECT_TRUE(cache->Insert(id, 3, "three"));
   EXPECT_EQ(cache->Lookup(id, 3, buffer), "three");
   EXPECT_EQ(cache->Lookup(cache->FileId(a_changed), 3, buffer), std::nullopt);
+}
+
+// Kept (--cache-keep): the next cache in the same directory, a producer started again, holds the
+// records from the start and serves the same bytes.
+TEST_F(ProducerRecordCacheTest, AKeptCacheIsReadBackByTheNextOne) {
+  const std::string dir = tmp_.Join("cache");
+  {
+    auto cache = MustCreate(1 << 20, dir, /*keep=*/true);
+    ASSERT_NE(cache, nullptr);
+    EXPECT_TRUE(cache->kept());
+    EXPECT_EQ(cache->path(), dir + "/croupier-record-cache");
+    EXPECT_EQ(Hashes(*Maker(cache.get()), 0), Hashes(*plain_, 0));
+    EXPECT_EQ(cache->stats().loaded, 0u);
+  }
+  EXPECT_TRUE(std::filesystem::exists(dir + "/croupier-record-cache"));
+  auto again = MustCreate(1 << 20, dir, /*keep=*/true);
+  ASSERT_NE(again, nullptr);
+  RecordCache::Stats s = again->stats();
+  EXPECT_EQ(s.loaded, 96u);
+  EXPECT_EQ(s.records, 96u);
+  EXPECT_GT(s.bytes, 0u);
+  EXPECT_EQ(Hashes(*Maker(again.get()), 1), Hashes(*plain_, 1));
+  s = again->stats();
+  EXPECT_EQ(s.hits, 96u);
+  EXPECT_EQ(s.misses, 0u);
+  EXPECT_EQ(s.read_errors, 0u);
+}
+
+// FileIds are numbered anew by each process, in the order it meets the files: a record read back
+// is found under its file's new number, with its own bytes, whatever its shard was before.
+TEST_F(ProducerRecordCacheTest, AKeptRecordIsFoundUnderItsFilesNewNumber) {
+  const std::string dir = tmp_.Join("cache");
+  const RecordIndex a{"/data/a", 100, 5, {}}, b{"/data/b", 200, 5, {}}, c{"/data/c", 300, 5, {}};
+  {
+    auto cache = MustCreate(1 << 20, dir, /*keep=*/true);
+    cache->FileId(c);  // numbered 0 here, and never cached: a and b are 1 and 2
+    const uint32_t fa = cache->FileId(a), fb = cache->FileId(b);
+    for (uint64_t r = 0; r < 256; ++r) {
+      ASSERT_TRUE(cache->Insert(fa, r, absl::StrCat("a", r)));
+      ASSERT_TRUE(cache->Insert(fb, r, absl::StrCat("b", r)));
+    }
+  }
+  auto again = MustCreate(1 << 20, dir, /*keep=*/true);
+  EXPECT_EQ(again->stats().loaded, 512u);
+  const uint32_t fa = again->FileId(a), fb = again->FileId(b);
+  EXPECT_LT(std::max(fa, fb), 2u);  // renumbered: c is unknown to this one
+  std::string buffer;
+  for (uint64_t r = 0; r < 256; ++r) {
+    EXPECT_EQ(again->Lookup(fa, r, buffer), absl::StrCat("a", r)) << r;
+    EXPECT_EQ(again->Lookup(fb, r, buffer), absl::StrCat("b", r)) << r;
+  }
+  EXPECT_EQ(again->stats().hits, 512u);
+  EXPECT_EQ(again->Lookup(again->FileId(c), 0, buffer), std::nullopt);
+}
+
+// A producer killed while writing leaves a frame cut short, or bytes after the last frame: the
+// next cache drops them, cuts the file after its last good frame, and appends from there.
+TEST_F(ProducerRecordCacheTest, AKeptCacheCutShortLosesOnlyTheRecordCut) {
+  const std::string dir = tmp_.Join("cache");
+  std::vector<std::filesystem::path> files;
+  {
+    auto cache = MustCreate(1 << 20, dir, /*keep=*/true);
+    Hashes(*Maker(cache.get()), 0);
+    for (const auto& entry : std::filesystem::directory_iterator(cache->path())) {
+      if (entry.path().extension() == ".records" && entry.file_size() > 0) {
+        files.push_back(entry.path());
+      }
+    }
+  }
+  ASSERT_GE(files.size(), 2u);
+  const uint64_t cut_size = std::filesystem::file_size(files[0]) - 3;  // its last record cut
+  std::filesystem::resize_file(files[0], cut_size);
+  const uint64_t whole_size = std::filesystem::file_size(files[1]);
+  {
+    std::ofstream junk(files[1], std::ios::app | std::ios::binary);
+    junk << "not a frame";
+  }
+  {
+    auto again = MustCreate(1 << 20, dir, /*keep=*/true);
+    EXPECT_EQ(again->stats().loaded, 95u);
+    EXPECT_LT(std::filesystem::file_size(files[0]), cut_size);
+    EXPECT_EQ(std::filesystem::file_size(files[1]), whole_size);
+    EXPECT_EQ(Hashes(*Maker(again.get()), 1), Hashes(*plain_, 1));
+    const RecordCache::Stats s = again->stats();
+    EXPECT_EQ(s.hits, 95u);
+    EXPECT_EQ(s.misses, 1u);
+    EXPECT_EQ(s.records, 96u);  // the record cut, admitted again
+  }
+  auto third = MustCreate(1 << 20, dir, /*keep=*/true);
+  EXPECT_EQ(third->stats().loaded, 96u);
+  EXPECT_EQ(Hashes(*Maker(third.get()), 2), Hashes(*plain_, 2));
+  EXPECT_EQ(third->stats().hits, 96u);
+}
+
+// A kept record whose bytes were damaged on disk is a miss when read (its checksum), not a wrong
+// record.
+TEST_F(ProducerRecordCacheTest, ADamagedKeptRecordIsReadFromTheSource) {
+  const std::string dir = tmp_.Join("cache");
+  std::string path;
+  {
+    auto cache = MustCreate(1 << 20, dir, /*keep=*/true);
+    Hashes(*Maker(cache.get()), 0);
+    path = cache->path();
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(path)) {
+    if (entry.path().extension() != ".records" || entry.file_size() == 0) continue;
+    std::fstream f(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(entry.file_size()) - 1);
+    f.put('\x7f');  // the last record's last byte
+  }
+  auto again = MustCreate(1 << 20, dir, /*keep=*/true);
+  EXPECT_EQ(again->stats().loaded, 96u);
+  EXPECT_EQ(Hashes(*Maker(again.get()), 1), Hashes(*plain_, 1));
+  EXPECT_GT(again->stats().read_errors, 0u);
+}
+
+// A smaller capacity the next time: the records that fit are read back, the rest dropped.
+TEST_F(ProducerRecordCacheTest, AKeptCacheReadBackWithLessRoomHoldsWhatFits) {
+  const std::string dir = tmp_.Join("cache");
+  {
+    auto cache = MustCreate(1 << 20, dir, /*keep=*/true);
+    Hashes(*Maker(cache.get()), 0);
+  }
+  auto small = MustCreate(3000, dir, /*keep=*/true);
+  const RecordCache::Stats s = small->stats();
+  EXPECT_GT(s.loaded, 0u);
+  EXPECT_LT(s.loaded, 96u);
+  EXPECT_LE(s.bytes, 3000u);
+  EXPECT_EQ(Hashes(*Maker(small.get()), 1), Hashes(*plain_, 1));
+  EXPECT_EQ(small->stats().hits, s.loaded);
+}
+
+// Two producers on one host: the second finds the kept directory locked and caches in a fresh
+// directory of its own, removed when it ends; the first keeps its own.
+TEST_F(ProducerRecordCacheTest, ASecondCacheOnAKeptDirectoryUsesAFreshOne) {
+  const std::string dir = tmp_.Join("cache");
+  auto first = MustCreate(1 << 20, dir, /*keep=*/true);
+  ASSERT_NE(first, nullptr);
+  std::string second_path;
+  {
+    auto second = MustCreate(1 << 20, dir, /*keep=*/true);
+    ASSERT_NE(second, nullptr);
+    EXPECT_FALSE(second->kept());
+    second_path = second->path();
+    EXPECT_THAT(second_path, HasSubstr(dir + "/croupier-record-cache."));
+    EXPECT_EQ(Hashes(*Maker(second.get()), 0), Hashes(*plain_, 0));
+  }
+  EXPECT_FALSE(std::filesystem::exists(second_path));
+  EXPECT_TRUE(first->kept());
+  EXPECT_EQ(Hashes(*Maker(first.get()), 0), Hashes(*plain_, 0));
 }
 
 TEST(ProducerRecordCacheOptionsTest, ZeroCapacityIsInvalid) {
