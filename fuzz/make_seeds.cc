@@ -15,9 +15,11 @@
 #include "src/io/indexed_dataset.h"
 #include "croupier/tfrecord.h"
 #include "proto/journal.pb.h"
+#include "src/common/crc32c.h"
 #include "src/common/env.h"
 #include "src/dispatcher/journal.h"
 #include "src/io/tfrecord_format.h"
+#include "src/producer/record_cache_file.h"
 #include "src/transport/compression.h"
 #include "src/transport/frame.h"
 
@@ -121,6 +123,26 @@ void IndexSeeds() {
     Write("record_index", "records" + std::to_string(files[i].size()), SerializeRecordIndex(index));
   }
   std::filesystem::remove(path);
+}
+
+// A kept record cache's shard files (src/producer/record_cache_file.h): empty, one file and its
+// records, two files interleaved, and one cut short in its last record.
+void RecordCacheSeeds() {
+  namespace rcf = croupier::record_cache_file;
+  auto record = [](uint32_t local, uint64_t index, const std::string& data) {
+    return rcf::RecordHeader(local, index, static_cast<uint32_t>(data.size()),
+                             crc32c::Value(data)) +
+           data;
+  };
+  Write("record_cache", "empty", "");
+  const std::string one = rcf::FileFrame(0, "data/a.tfrecord\n1234\n1700000000000000000") +
+                          record(0, 0, "first") + record(0, 7, "") + record(0, 9, "ninth record");
+  Write("record_cache", "one_file", one);
+  Write("record_cache", "two_files",
+        rcf::FileFrame(0, "data/a.tfrecord\n1234\n1") + record(0, 3, "a3") +
+            rcf::FileFrame(1, "s3://bucket/b.tfrecord\n99\n2") + record(1, 3, "b3") +
+            record(0, 4, "a4"));
+  Write("record_cache", "cut_short", one.substr(0, one.size() - 3));
 }
 
 void TokenIndexSeeds() {
@@ -262,5 +284,6 @@ int main(int argc, char** argv) {
   croupier::fuzz::FrameSeeds();
   croupier::fuzz::JournalSeeds();
   croupier::fuzz::TokenIndexSeeds();
+  croupier::fuzz::RecordCacheSeeds();
   return 0;
 }
