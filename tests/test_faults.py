@@ -312,3 +312,34 @@ def test_a_producer_killed_and_started_again_serves_from_the_cache_it_kept(tmp_p
     assert after["hits_total"] == dealt and after["misses_total"] == 0, after
     assert after["read_errors_total"] == 0, after
     assert f"holds {dealt} records" in log, log[-2000:]
+
+
+@pytest.mark.timeout(120)
+def test_a_producer_killed_while_it_waits_for_work_is_given_no_task(tmp_path, dataset,
+                                                                    reference):
+    """An idle producer's heartbeat is held by the dispatcher until there is work. Killed then,
+    its call is cancelled (the connection closes), and the next job's tasks go to the producer
+    that is alive: the first batches come within seconds, where they waited for the dead one's
+    timeout (10 s, measured 10.4-10.7 s before the dispatcher looked at the call)."""
+    with Cluster(tmp_path / "cluster") as cluster:
+        dead = cluster.add_producer()
+        deadline = time.monotonic() + 20
+        while len(cluster.producer_ids()) < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # idle: its heartbeat is held, waiting for work
+        kill(dead)
+        cluster.add_producer()
+        while len(cluster.producer_ids()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(cluster.producer_ids()) == 2, "the second producer did not register"
+        start = time.monotonic()
+        cluster.create_job("train", dataset, FEATURES, BATCH, WORLD, seed=SEED, epochs=1)
+        outs, procs = cluster.start_ranks("train", WORLD, tmp_path, 1)
+        wait_for_progress(outs, procs, 1, timeout=60)
+        first = time.monotonic() - start
+        cluster.wait(procs, timeout=60)
+        log = cluster.dispatcher.log_path.read_text()
+    print(f"first batch of every rank {first:.2f} s after create_job")
+    assert first < 5, f"the first batches waited {first:.1f} s: for the killed producer?"
+    assert "heartbeat held for work was cancelled" in log, log[-3000:]
+    check_against_reference(outs, reference)

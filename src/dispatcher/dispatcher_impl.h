@@ -28,6 +28,7 @@
 #include "proto/journal.pb.h"
 #include "src/common/clock.h"
 #include "src/common/env.h"
+#include "src/control/caller_presence.h"
 #include "src/dispatcher/dispatcher_state.h"
 #include "src/dispatcher/journal.h"
 #include "src/dispatcher/producer_advice.h"
@@ -153,7 +154,8 @@ class DispatcherImpl {
   // registering, a task orphaned or reopened: work_waiters.h), then carries the tasks
   // assigned at that moment; it goes without a task after wait_for_work_ms (at most the
   // heartbeat interval) or at StopWaiting(). Such an answer has waits_for_work set. The waiting
-  // holds no thread.
+  // holds no thread. A held call whose caller has gone by then (CallerPresence, as the call
+  // began: the gRPC adapter's connection closed) is given no task.
   using ProducerHeartbeatDone =
       absl::AnyInvocable<void(absl::StatusOr<v1::ProducerHeartbeatResponse>) &&>;
   void ProducerHeartbeatOrWait(const v1::ProducerHeartbeatRequest& request,
@@ -356,9 +358,11 @@ class DispatcherImpl {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Holds `response` for producer `id` until work may be available or `deadline`, then assigns
   // it up to `slots` tasks; waits again, within the deadline, when another producer took the work.
-  // The answer waits for the journal as every call's does, by `call_deadline`.
+  // The answer waits for the journal as every call's does, by `call_deadline`. A producer whose
+  // call is `gone` when work may be available is given none (its answer would be lost).
   void WaitForWork(uint64_t id, uint32_t slots, absl::Time deadline, absl::Time call_deadline,
-                   v1::ProducerHeartbeatResponse response, ProducerHeartbeatDone done);
+                   CallerPresence::GoneProbe gone, v1::ProducerHeartbeatResponse response,
+                   ProducerHeartbeatDone done);
 
   // The tasks of producer `id` that `request` shows it does not know it owns (held_tasks).
   std::vector<v1::Task> LostTasksLocked(uint64_t id, const v1::ProducerHeartbeatRequest& request,

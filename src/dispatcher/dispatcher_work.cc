@@ -157,17 +157,26 @@ void DispatcherImpl::ProducerHeartbeatOrWait(const v1::ProducerHeartbeatRequest&
   // Held at once, before its changes are durable (its answer waits for that): a notification
   // that came while it waited for the journal would be lost, and the producer would wait out the
   // whole interval while others took the work.
-  WaitForWork(id, slots, absl::Now() + wait, call_deadline, *std::move(response), std::move(done));
+  WaitForWork(id, slots, absl::Now() + wait, call_deadline, CallerPresence::Current(),
+              *std::move(response), std::move(done));
 }
 
 void DispatcherImpl::WaitForWork(uint64_t id, uint32_t slots, absl::Time deadline,
-                                 absl::Time call_deadline, v1::ProducerHeartbeatResponse response,
+                                 absl::Time call_deadline, CallerPresence::GoneProbe gone,
+                                 v1::ProducerHeartbeatResponse response,
                                  ProducerHeartbeatDone done) {
-  waiters_.Wait(deadline, [this, id, slots, deadline, call_deadline,
+  waiters_.Wait(deadline, [this, id, slots, deadline, call_deadline, gone = std::move(gone),
                            response = std::move(response),
                            done = std::move(done)](WorkWaiters::Wake why) mutable {
     absl::StatusOr<v1::ProducerHeartbeatResponse> result = std::move(response);
-    if (why == WorkWaiters::Wake::kWorkMayBeAvailable) {
+    if (why == WorkWaiters::Wake::kWorkMayBeAvailable && gone()) {
+      // Its connection closed (a producer killed as it waited): tasks given now would be lost
+      // with the answer and wait for the producer's timeout. Given to the others instead; a
+      // producer still alive beats again at once and is given work then.
+      Log(LogLevel::kInfo, "dispatcher",
+          absl::StrCat("producer ", id, "'s heartbeat held for work was cancelled (its "
+                       "connection closed): no task given to it"));
+    } else if (why == WorkWaiters::Wake::kWorkMayBeAvailable) {
       absl::Status assigned = absl::OkStatus();
       {
         absl::MutexLock lock(&mu_);
@@ -181,7 +190,8 @@ void DispatcherImpl::WaitForWork(uint64_t id, uint32_t slots, absl::Time deadlin
         result = assigned;
       } else if (result->new_tasks_size() == 0 && absl::Now() < deadline) {
         // Nothing assigned, nothing answered: held again at once.
-        WaitForWork(id, slots, deadline, call_deadline, *std::move(result), std::move(done));
+        WaitForWork(id, slots, deadline, call_deadline, std::move(gone), *std::move(result),
+                    std::move(done));
         return;
       }
     }

@@ -1,5 +1,7 @@
 // ProducerHeartbeatOrWait: heartbeats held until there is work.
+#include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/synchronization/notification.h"
@@ -34,8 +36,12 @@ class DispatcherProducerWaitTest : public testing::DispatcherTest {
     return r.ok() ? r->producer_id() : 0;
   }
 
-  std::shared_ptr<Held> Beat(uint64_t id, uint32_t slots, absl::Duration wait) {
+  // `gone`: the caller's presence as the gRPC adapter gives it (CallerPresence).
+  std::shared_ptr<Held> Beat(uint64_t id, uint32_t slots, absl::Duration wait,
+                             CallerPresence::GoneProbe gone = nullptr) {
     auto held = std::make_shared<Held>();
+    std::optional<CallerPresence> presence;
+    if (gone) presence.emplace(std::move(gone));
     v1::ProducerHeartbeatRequest request;
     request.set_producer_id(id);
     request.set_free_task_slots(slots);
@@ -63,6 +69,31 @@ TEST_F(DispatcherProducerWaitTest, AHeldHeartbeatGetsTasksAsSoonAsAConsumerMakes
   EXPECT_EQ(held->response->jobs_size(), 1);  // the job's info comes with its first task
   EXPECT_TRUE(held->response->waits_for_work());
   EXPECT_LT(held->answered - registered, absl::Seconds(5));
+}
+
+// A producer killed while its heartbeat is held for work: its call is cancelled (the connection
+// closed), so the work that comes goes to a producer that can make it, not to one whose answer
+// is lost and whose tasks would wait for its timeout.
+TEST_F(DispatcherProducerWaitTest, AHeldHeartbeatWhoseCallerHasGoneIsGivenNoTask) {
+  const uint64_t dead = Register("h:1");
+  const uint64_t live = Register("h:2");
+  auto gone = std::make_shared<std::atomic<bool>>(false);
+  auto killed = Beat(dead, 2, absl::Seconds(60), [gone] { return gone->load(); });
+  auto waiting = Beat(live, 2, absl::Seconds(60));
+  EXPECT_FALSE(killed->done.WaitForNotificationWithTimeout(absl::Milliseconds(100)));
+  gone->store(true);
+  ASSERT_TRUE(Consumer(0, "train", 1, 2).ok());
+  ASSERT_TRUE(killed->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(killed->response.ok()) << killed->response.status();
+  EXPECT_EQ(killed->response->new_tasks_size(), 0);
+  ASSERT_TRUE(waiting->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(waiting->response.ok()) << waiting->response.status();
+  EXPECT_EQ(waiting->response->new_tasks_size(), 2);
+  // The dispatcher holds no task of the producer that is gone.
+  const v1::StatusResponse status = *impl_->GetStatus({});
+  for (const v1::ProducerStatus& p : status.producers()) {
+    EXPECT_EQ(p.tasks_size(), p.producer_id() == live ? 2 : 0) << p.ShortDebugString();
+  }
 }
 
 TEST_F(DispatcherProducerWaitTest, WithoutWorkTheAnswerComesWhenTheWaitEnds) {

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/common/logging.h"
 #include "src/control/call_deadline.h"
+#include "src/control/caller_presence.h"
 #include "src/rpc/grpc_util.h"
 
 namespace croupier::rpc {
@@ -60,8 +61,10 @@ grpc::ServerUnaryReactor* DispatcherService::React(
     reactor->Finish(check);
     return reactor;
   }
-  // Bounds the call's wait for the journal (and for work) by the client's deadline.
+  // Bounds the call's wait for the journal (and for work) by the client's deadline, and lets a
+  // call held for work see that its client has gone.
   const CallDeadline bounded(CallDeadlineOf(*context));
+  const CallerPresence presence([context] { return context->IsCancelled(); });
   // The context lives until the reactor's Finish is done with: its peer is read only for an
   // error's log line.
   (impl_->*method)(request, [this, name, context, reactor,
