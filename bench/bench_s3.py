@@ -21,6 +21,11 @@ and once, shuffle none:
   s3_noshare the objects with CROUPIER_S3_INDEX_PREFIX=off: each producer scans every object
              whole to index it (what stage 1 of issue 35 did), against the shared index object
              the dispatcher writes as it creates the job
+  s3_kept    the objects, read by a producer started again on the on-disk record cache a first
+             one kept (--cache-bytes, --cache-dir, --cache-keep): the first producer reads a job
+             of the same objects for one epoch and is SIGKILLed, a second starts with the same
+             flags, and the job measured is read through the second (a pod restarted on its
+             node). Its figures are the second producer's.
 
 And first, the store's ceiling: boto3 GETs every object whole, 4 at once (records/s as if each
 byte were a record's): no reader of this store on this machine does better.
@@ -83,8 +88,25 @@ def s3_counters(port_file):
     return out
 
 
-def run_job(args, work, name, files, shuffle, env):
-    """One epoch of a fresh job; its figures."""
+def read_epoch(c, name):
+    """Reads epoch 0 of job `name` with one consumer: (first batch time, batches, records)."""
+    feed = c.consumer(name, 0, 1)
+    batches = records = 0
+    first = None
+    try:
+        for b in feed.batches(0):
+            if first is None:
+                first = time.monotonic()
+            batches += 1
+            records += len(b.to_dict()["id"])
+    finally:
+        feed.close()
+    return first, batches, records
+
+
+def run_job(args, work, name, files, shuffle, env, kept_cache=False):
+    """One epoch of a fresh job; its figures. kept_cache: through a producer started again on the
+    record cache a first one kept after reading the same files (s3_kept)."""
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     os.environ["CROUPIER_INDEX_DIR"] = str(work / f"{name}-index")
@@ -93,25 +115,28 @@ def run_job(args, work, name, files, shuffle, env):
                                     threads=args.threads) as c:
             port_file = work / f"{name}-metrics.port"
             more = ["--max-tasks", str(args.max_tasks)] if args.max_tasks else []
-            c.add_producer("--metrics-port", "0", "--metrics-port-file", port_file, *more)
             extra = {}
             if shuffle == "blocks":
                 extra = dict(block_size=args.block_size, window_blocks=args.window_blocks)
+            if kept_cache:
+                more += ["--cache-bytes", str(1 << 30), "--cache-dir", str(work / f"{name}-cache"),
+                         "--cache-keep"]
+                first_producer = c.add_producer(*more)
+                c.create_job(f"{name}-first", files, FEATURES, args.batch, consumers=1, seed=3,
+                             epochs=1, shuffle=shuffle, **extra)
+                read_epoch(c, f"{name}-first")
+                first_producer.kill()
+                first_producer.wait(timeout=30)
+            # Registered once its metrics port is written (the cluster's own wait would take the
+            # producer killed on purpose for a failure).
+            c.add_producer("--metrics-port", "0", "--metrics-port-file", port_file, *more,
+                           wait=not kept_cache)
+            wait_for_file(port_file, 30)
             start = time.monotonic()
             c.create_job(name, files, FEATURES, args.batch, consumers=1, seed=3, epochs=1,
                          shuffle=shuffle, **extra)
             created = time.monotonic()
-            feed = c.consumer(name, 0, 1)
-            batches = records = 0
-            first = None
-            try:
-                for b in feed.batches(0):
-                    if first is None:
-                        first = time.monotonic()
-                    batches += 1
-                    records += len(b.to_dict()["id"])
-            finally:
-                feed.close()
+            first, batches, records = read_epoch(c, name)
             end = time.monotonic()
             counters = s3_counters(port_file)
     finally:
@@ -190,8 +215,10 @@ def main():
             if "none" in shuffles:
                 systems.append(("s3_noshare", "none", remote,
                                 store.env(CROUPIER_S3_INDEX_PREFIX="off")))
+                systems.append(("s3_kept", "none", remote, store.env()))
             for n, (system, shuffle, files, env) in enumerate(systems):
-                r = run_job(args, tmp, f"j{n}-{system}-{shuffle}", files, shuffle, env)
+                r = run_job(args, tmp, f"j{n}-{system}-{shuffle}", files, shuffle, env,
+                            kept_cache=system == "s3_kept")
                 delivered = total_bytes * r["records"] / args.records
                 r.update(system=system, shuffle=shuffle,
                          fetched_per_delivered=r["bytes"] / delivered if r["bytes"] else 0.0,
