@@ -45,12 +45,12 @@ absl::Status Run(const DispatcherFlags& f) {
   options.auth_token = rpc::ResolveAuthToken(f.auth_token);
   options.tls = f.tls;
   // Each client beats at the interval its answers carry; one silent for a timeout is gone, so a
-  // timeout no longer than the interval would expire every client between two of its beats.
-  if (f.heartbeat_interval_ms >= std::min(f.producer_timeout_ms, f.consumer_timeout_ms)) {
+  // timeout shorter than the interval would expire every client between two of its beats.
+  if (f.heartbeat_interval_ms > std::min(f.producer_timeout_ms, f.consumer_timeout_ms)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--heartbeat-interval-ms ", f.heartbeat_interval_ms,
-        " must be shorter than --producer-timeout-ms (", f.producer_timeout_ms,
-        ") and --consumer-timeout-ms (", f.consumer_timeout_ms,
+        " is longer than --producer-timeout-ms (", f.producer_timeout_ms,
+        ") or --consumer-timeout-ms (", f.consumer_timeout_ms,
         "): a client silent for a timeout is taken for gone; give a timeout of a few intervals"));
   }
   options.dispatcher.heartbeat_interval = absl::Milliseconds(f.heartbeat_interval_ms);

@@ -111,61 +111,126 @@ absl::Status RecordCache::OpenFiles() {
   return absl::OkStatus();
 }
 
+bool RecordCache::SourceChanged(const std::string& identity) {
+  // path \n size \n mtime (FileId). Objects in a store are not asked (no request at start).
+  const size_t b = identity.rfind('\n');
+  const size_t a = b == std::string::npos || b == 0 ? std::string::npos : identity.rfind('\n', b - 1);
+  if (a == std::string::npos) return true;
+  const std::string path = identity.substr(0, a);
+  if (path.find("://") != std::string::npos) return false;
+  auto [it, inserted] = changed_.emplace(identity, false);
+  if (!inserted) return it->second;
+  absl::StatusOr<FileStat> stat = env_->Stat(path);
+  it->second = !stat.ok() || absl::StrCat(stat->size) != identity.substr(a + 1, b - a - 1) ||
+               absl::StrCat(stat->mtime_ns) != identity.substr(b + 1);
+  return it->second;
+}
+
 absl::Status RecordCache::Reopen(Shard& shard, const std::string& file, uint64_t size) {
+  namespace rcf = record_cache_file;
   ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> reader, env_->OpenForRead(file));
-  ASSIGN_OR_RETURN(record_cache_file::Scanned scanned, record_cache_file::Scan(*reader, size));
-  // The frames kept: up to the first bad one, and of the records, as many as the capacity holds.
+  ASSIGN_OR_RETURN(rcf::Scanned scanned, rcf::Scan(*reader, size));
+  // The records kept, in file order: up to the first bad frame or a record of no named file, as
+  // many as the capacity holds, none of a local source file that changed since (its records
+  // would never be served again).
+  struct Kept {
+    const rcf::Scanned::Record* record;
+    uint32_t file;  // FileId
+  };
+  std::vector<Kept> kept;
+  absl::flat_hash_map<uint32_t, std::pair<uint32_t, bool>> file_of_local;  // -> FileId, changed
   uint64_t cut = scanned.good_bytes;
-  absl::flat_hash_map<uint32_t, uint32_t> file_of_local;  // this file's numbers -> FileId
-  absl::flat_hash_map<uint32_t, uint32_t> local_ids;      // FileId -> this file's number
+  uint64_t dropped = 0;  // records of changed source files
   size_t next_file = 0;
-  uint64_t loaded = 0;
-  const uint32_t home = static_cast<uint32_t>(&shard - shards_.data());
-  {
-    for (const record_cache_file::Scanned::Record& r : scanned.records) {
-      // The file frames before this record name its file.
-      while (next_file < scanned.files.size() &&
-             scanned.files[next_file].frame_offset < r.frame_offset) {
-        const auto& f = scanned.files[next_file++];
-        const uint32_t id = FileIdOf(f.identity);
-        file_of_local[f.local_id] = id;
-        local_ids[id] = f.local_id;
-      }
-      auto it = file_of_local.find(r.local_id);
-      if (it == file_of_local.end() || !Charge(r.size)) {
-        cut = r.frame_offset;  // a record of no named file, or past the capacity: cut here
-        break;
-      }
-      Slot slot;
-      slot.offset = r.data_offset;
-      slot.size = r.size;
-      slot.crc = r.crc;
-      slot.home = home;
-      const Key key{it->second, r.record};
-      Shard& keyed = ShardOf(key);
-      absl::MutexLock lock(&keyed.mu);
-      if (keyed.slots.emplace(key, slot).second) ++loaded;
+  for (const rcf::Scanned::Record& r : scanned.records) {
+    // The file frames before this record name its file.
+    for (; next_file < scanned.files.size() &&
+           scanned.files[next_file].frame_offset < r.frame_offset;
+         ++next_file) {
+      const auto& f = scanned.files[next_file];
+      file_of_local[f.local_id] = {FileIdOf(f.identity), SourceChanged(f.identity)};
     }
+    auto it = file_of_local.find(r.local_id);
+    if (it == file_of_local.end()) {
+      cut = r.frame_offset;  // a record of no named file: the file is cut here
+      break;
+    }
+    if (it->second.second) {
+      ++dropped;
+      continue;
+    }
+    if (!Charge(r.size)) {
+      cut = r.frame_offset;  // past the capacity: cut here
+      break;
+    }
+    kept.push_back({&r, it->second.first});
   }
-  // File frames after the last record kept, before the cut, stay named.
-  for (; next_file < scanned.files.size() && scanned.files[next_file].frame_offset < cut;
-       ++next_file) {
-    const auto& f = scanned.files[next_file];
-    local_ids[FileIdOf(f.identity)] = f.local_id;
+  std::vector<uint64_t> offsets;  // of each kept record's bytes in the file as it stays
+  absl::flat_hash_map<uint32_t, uint32_t> local_ids;  // FileId -> its number in the file
+  uint64_t end = cut;
+  if (dropped == 0) {
+    for (const Kept& k : kept) offsets.push_back(k.record->data_offset);
+    for (const auto& f : scanned.files) {
+      if (f.frame_offset < cut) local_ids[FileIdOf(f.identity)] = f.local_id;
+    }
+    if (cut < size) {
+      Log(LogLevel::kWarning, "record_cache",
+          absl::StrCat(scanned.stopped.empty() || cut < scanned.good_bytes
+                           ? absl::StrCat(file, ": the capacity is reached at byte ", cut)
+                           : scanned.stopped,
+                       "; the file is cut there (", size - cut, " bytes dropped)"));
+      RETURN_IF_ERROR(env_->Truncate(file, cut));
+    }
+  } else {
+    // The records of changed files take room no record will use: the file is written again
+    // with the records kept only, then takes the old one's place.
+    const std::string compacted = file + ".compacting";
+    ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> out, env_->OpenForWrite(compacted));
+    std::string data;
+    end = 0;
+    for (const Kept& k : kept) {
+      const rcf::Scanned::Record& r = *k.record;
+      std::string frames;
+      auto [local, added] = local_ids.emplace(k.file, static_cast<uint32_t>(local_ids.size()));
+      if (added) frames = rcf::FileFrame(local->second, IdentityOf(k.file));
+      frames += rcf::RecordHeader(local->second, r.record, r.size, r.crc);
+      data.resize(r.size);
+      ASSIGN_OR_RETURN(const size_t got, reader->Read(r.data_offset, r.size, data.data()));
+      if (got != r.size) {
+        return absl::DataLossError(absl::StrCat(file, ": a record cut short at byte ",
+                                                r.data_offset, " while the file was compacted"));
+      }
+      RETURN_IF_ERROR(out->Append(frames));
+      RETURN_IF_ERROR(out->Append(data));
+      offsets.push_back(end + frames.size());
+      end += frames.size() + r.size;
+    }
+    RETURN_IF_ERROR(out->Sync());
+    RETURN_IF_ERROR(out->Close());
+    RETURN_IF_ERROR(env_->Rename(compacted, file));
+    ASSIGN_OR_RETURN(reader, env_->OpenForRead(file));
+    Log(LogLevel::kInfo, "record_cache",
+        absl::StrCat(file, ": ", dropped, " records of source files that changed since dropped; ",
+                     "the file is written again (", size, " bytes to ", end, ")"));
   }
-  if (cut < size) {
-    Log(LogLevel::kWarning, "record_cache",
-        absl::StrCat(scanned.stopped.empty() || cut < scanned.good_bytes
-                         ? absl::StrCat(file, ": the capacity is reached at byte ", cut)
-                         : scanned.stopped,
-                     "; the file is cut there (", size - cut, " bytes dropped)"));
-    RETURN_IF_ERROR(env_->Truncate(file, cut));
+  const uint32_t home = static_cast<uint32_t>(&shard - shards_.data());
+  uint64_t loaded = 0;
+  for (size_t i = 0; i < kept.size(); ++i) {
+    Slot slot;
+    slot.offset = offsets[i];
+    slot.size = kept[i].record->size;
+    slot.crc = kept[i].record->crc;
+    slot.home = home;
+    const Key key{kept[i].file, kept[i].record->record};
+    Shard& keyed = ShardOf(key);
+    absl::MutexLock lock(&keyed.mu);
+    if (keyed.slots.emplace(key, slot).second) ++loaded;
   }
   records_.fetch_add(loaded, std::memory_order_relaxed);
   loaded_.fetch_add(loaded, std::memory_order_relaxed);
   absl::MutexLock lock(&shard.write_mu);
   shard.local_ids = std::move(local_ids);
-  shard.file_size = cut;
+  shard.file_size = end;
   ASSIGN_OR_RETURN(shard.writer, env_->OpenForAppend(file));
   shard.reader = std::move(reader);
   return absl::OkStatus();

@@ -46,7 +46,10 @@ class WritableFile;
 // kept directory is locked (flock) while a cache uses it; a second cache that finds it locked
 // (two producers on one host) uses a fresh directory, as without `keep`, and says so in the log.
 // A source file that changed gets a new identity (FileId), so its old records are never
-// returned; they stay in a kept directory, counted against the capacity, until it is removed.
+// returned. When a kept directory is read back, the records of a local source file that changed
+// or is gone since are dropped, and the shard files that held them are written again without
+// them; those of an object in a store are not checked (no request at start), and stay counted
+// until the directory is removed.
 // Records read back are checked against their CRC-32C; a record that fails the check or cannot
 // be read is a miss (and a logged warning), so the caller reads the source file instead.
 //
@@ -151,6 +154,9 @@ class RecordCache {
   absl::Status Reopen(Shard& shard, const std::string& file, uint64_t size)
       ABSL_LOCKS_EXCLUDED(shard.write_mu);
   uint32_t FileIdOf(const std::string& identity);
+  // Whether the local source file an identity names has changed or gone (a kept directory's
+  // records of it are dropped); false for an object in a store. Only while the cache is made.
+  bool SourceChanged(const std::string& identity);
   std::string IdentityOf(uint32_t file);
   // Takes `bytes` from the budget if they fit.
   bool Charge(uint64_t bytes);
@@ -177,6 +183,7 @@ class RecordCache {
 
   absl::Mutex files_mu_;
   absl::flat_hash_map<std::string, uint32_t> file_ids_ ABSL_GUARDED_BY(files_mu_);
+  absl::flat_hash_map<std::string, bool> changed_;  // SourceChanged's answers, while made
   std::vector<std::string> identities_ ABSL_GUARDED_BY(files_mu_);  // by FileId
 };
 

@@ -206,7 +206,9 @@ TEST_F(ProducerRecordCacheTest, AKeptCacheIsReadBackByTheNextOne) {
 // is found under its file's new number, with its own bytes, whatever its shard was before.
 TEST_F(ProducerRecordCacheTest, AKeptRecordIsFoundUnderItsFilesNewNumber) {
   const std::string dir = tmp_.Join("cache");
-  const RecordIndex a{"/data/a", 100, 5, {}}, b{"/data/b", 200, 5, {}}, c{"/data/c", 300, 5, {}};
+  // Objects in a store: a kept cache does not ask the store whether they changed.
+  const RecordIndex a{"s3://data/a", 100, 5, {}}, b{"s3://data/b", 200, 5, {}},
+      c{"s3://data/c", 300, 5, {}};
   {
     auto cache = MustCreate(1 << 20, dir, /*keep=*/true);
     cache->FileId(c);  // numbered 0 here, and never cached: a and b are 1 and 2
@@ -288,6 +290,47 @@ TEST_F(ProducerRecordCacheTest, ADamagedKeptRecordIsReadFromTheSource) {
   EXPECT_EQ(again->stats().loaded, 96u);
   EXPECT_EQ(Hashes(*Maker(again.get()), 1), Hashes(*plain_, 1));
   EXPECT_GT(again->stats().read_errors, 0u);
+}
+
+// A source file that changed since: its records are dropped as the cache is read back, and the
+// files that held them are written again without them (their room is the capacity's again).
+TEST_F(ProducerRecordCacheTest, AKeptCacheDropsTheRecordsOfASourceFileThatChanged) {
+  const std::string dir = tmp_.Join("cache");
+  uint64_t bytes_before = 0, disk_before = 0;
+  auto disk = [&] {
+    uint64_t total = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir + "/croupier-record-cache")) {
+      if (entry.path().extension() == ".records") total += entry.file_size();
+    }
+    return total;
+  };
+  {
+    auto cache = MustCreate(1 << 20, dir, /*keep=*/true);
+    EXPECT_EQ(Hashes(*Maker(cache.get()), 0), Hashes(*plain_, 0));
+    bytes_before = cache->stats().bytes;
+  }
+  disk_before = disk();
+  // The second file (56 records) is touched: same bytes, a new modification time.
+  std::filesystem::last_write_time(
+      paths_[1], std::filesystem::last_write_time(paths_[1]) + std::chrono::hours(1));
+  auto again = MustCreate(1 << 20, dir, /*keep=*/true);
+  const RecordCache::Stats s = again->stats();
+  EXPECT_EQ(s.loaded, 40u);
+  EXPECT_LT(s.bytes, bytes_before);
+  EXPECT_LT(disk(), disk_before);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/croupier-record-cache/shard-0.records.compacting"));
+  auto plain = TfrecordBatchMaker::Create(job_, index_);  // the index of the touched file anew
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(Hashes(*Maker(again.get()), 1), Hashes(**plain, 1));
+  EXPECT_EQ(again->stats().hits, 40u);
+  EXPECT_EQ(again->stats().misses, 56u);
+  EXPECT_EQ(again->stats().read_errors, 0u);
+  // And read back once more: every record, the new ones of the touched file too.
+  again.reset();
+  auto third = MustCreate(1 << 20, dir, /*keep=*/true);
+  EXPECT_EQ(third->stats().loaded, 96u);
+  EXPECT_EQ(Hashes(*Maker(third.get()), 2), Hashes(**plain, 2));
+  EXPECT_EQ(third->stats().hits, 96u);
 }
 
 // A smaller capacity the next time: the records that fit are read back, the rest dropped.
