@@ -302,7 +302,7 @@ def test_leaving_the_service_ends_the_autoscalers_scale_up_at_once(ray_cluster, 
     with croupier.ray.Service(producers=0, work_dir=tmp_path, bind="127.0.0.1",
                               ready_timeout=30, producer_options={"num_cpus": 64}) as service:
         # The dispatcher's advice, as it would be for a job that wants a producer.
-        service.status = lambda: {"producer_advice": {"recommended": 1}}
+        service.status = lambda clients=True: {"producer_advice": {"recommended": 1}}
         autoscaler = service.autoscale(min_producers=0, max_producers=1, interval=0.2)
         deadline = time.monotonic() + 30
         while len(service._producers) < 1:  # the autoscaler's scale(1) has started an actor

@@ -381,36 +381,49 @@ bool RecordCache::InsertInFile(Shard& shard, const Key& key, absl::string_view d
   const std::string identity = IdentityOf(key.file);
   if (identity.empty() || identity.size() + 4 > record_cache_file::kMaxMetaBytes) return false;
   if (!Charge(data.size())) return false;
+  auto refund = [&] { used_.fetch_sub(data.size(), std::memory_order_relaxed); };
   Slot slot;
   slot.size = static_cast<uint32_t>(data.size());
   slot.crc = crc32c::Value(data);
   slot.home = static_cast<uint32_t>(&shard - shards_.data());
+  // Under write_mu from the check to the slot's insertion, so that two threads inserting the
+  // same record write it once and charge it once (`shard` is ShardOf(key): both take its lock).
+  absl::MutexLock lock(&shard.write_mu);
   {
-    absl::MutexLock lock(&shard.write_mu);
-    if (shard.writer == nullptr) return false;  // the file failed earlier
-    // A frame naming the source file the first time this shard's file holds one of its records,
-    // then the record's frame: its header, then its bytes.
-    std::string frames;
-    auto local = shard.local_ids.find(key.file);
-    const bool named = local != shard.local_ids.end();
-    const uint32_t local_id = named ? local->second : static_cast<uint32_t>(shard.local_ids.size());
-    if (!named) frames = record_cache_file::FileFrame(local_id, identity);
-    frames += record_cache_file::RecordHeader(local_id, key.record, slot.size, slot.crc);
-    absl::Status written = shard.writer->Append(frames);
-    if (written.ok()) written = shard.writer->Append(data);
-    if (!written.ok()) {
-      Log(LogLevel::kWarning, "record_cache",
-          absl::StrCat("writing the record cache: ", written.message(),
-                       "; this shard of the cache admits nothing more"));
-      shard.writer.reset();
-      return false;
+    absl::ReaderMutexLock held(&shard.mu);
+    if (shard.slots.contains(key)) {
+      refund();
+      return true;
     }
-    if (!named) shard.local_ids.emplace(key.file, local_id);
-    slot.offset = shard.file_size + frames.size();
-    shard.file_size += frames.size() + data.size();
   }
-  absl::MutexLock lock(&shard.mu);
-  if (shard.slots.emplace(key, slot).second) records_.fetch_add(1, std::memory_order_relaxed);
+  if (shard.writer == nullptr) {  // the file failed earlier
+    refund();
+    return false;
+  }
+  // A frame naming the source file the first time this shard's file holds one of its records,
+  // then the record's frame: its header, then its bytes.
+  std::string frames;
+  auto local = shard.local_ids.find(key.file);
+  const bool named = local != shard.local_ids.end();
+  const uint32_t local_id = named ? local->second : static_cast<uint32_t>(shard.local_ids.size());
+  if (!named) frames = record_cache_file::FileFrame(local_id, identity);
+  frames += record_cache_file::RecordHeader(local_id, key.record, slot.size, slot.crc);
+  absl::Status written = shard.writer->Append(frames);
+  if (written.ok()) written = shard.writer->Append(data);
+  if (!written.ok()) {
+    Log(LogLevel::kWarning, "record_cache",
+        absl::StrCat("writing the record cache: ", written.message(),
+                     "; this shard of the cache admits nothing more"));
+    shard.writer.reset();
+    refund();
+    return false;
+  }
+  if (!named) shard.local_ids.emplace(key.file, local_id);
+  slot.offset = shard.file_size + frames.size();
+  shard.file_size += frames.size() + data.size();
+  absl::MutexLock slots(&shard.mu);
+  shard.slots.emplace(key, slot);
+  records_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 

@@ -140,7 +140,7 @@ class RecordCache {
     uint64_t chunk_size ABSL_GUARDED_BY(mu) = 0;
     // In a directory: the shard's file, appended under `write_mu` (a slow path, so not under mu),
     // and read concurrently through `reader`.
-    absl::Mutex write_mu;
+    absl::Mutex write_mu ABSL_ACQUIRED_BEFORE(mu);
     std::unique_ptr<WritableFile> writer ABSL_GUARDED_BY(write_mu);
     uint64_t file_size ABSL_GUARDED_BY(write_mu) = 0;
     // The source files this shard's file names, by FileId: their number in this file.

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -367,6 +368,30 @@ TEST_F(ProducerRecordCacheTest, ASecondCacheOnAKeptDirectoryUsesAFreshOne) {
   EXPECT_FALSE(std::filesystem::exists(second_path));
   EXPECT_TRUE(first->kept());
   EXPECT_EQ(Hashes(*Maker(first.get()), 0), Hashes(*plain_, 0));
+}
+
+// Threads that insert the same records at once (producers' workers making overlapping batches):
+// each record is written once and charged once, in a file and when it is read back.
+TEST_F(ProducerRecordCacheTest, ARecordInsertedByManyThreadsAtOnceIsWrittenOnce) {
+  const std::string dir = tmp_.Join("cache");
+  const RecordIndex a{"s3://data/a", 100, 5, {}};
+  const std::string data(100, 'x');
+  {
+    auto cache = MustCreate(1 << 20, dir, /*keep=*/true);
+    const uint32_t file = cache->FileId(a);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; ++t) {
+      threads.emplace_back([&] {
+        for (uint64_t r = 0; r < 200; ++r) EXPECT_TRUE(cache->Insert(file, r, data));
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    EXPECT_EQ(cache->stats().records, 200u);
+    EXPECT_EQ(cache->stats().bytes, 200u * data.size());
+  }
+  auto again = MustCreate(1 << 20, dir, /*keep=*/true);
+  EXPECT_EQ(again->stats().loaded, 200u);
+  EXPECT_EQ(again->stats().bytes, 200u * data.size());
 }
 
 TEST(ProducerRecordCacheOptionsTest, ZeroCapacityIsInvalid) {
