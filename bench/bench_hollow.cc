@@ -62,6 +62,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -341,29 +342,31 @@ int main(int argc, char** argv) {
   uint64_t status_bytes = 0, summary_bytes = 0;
   croupier::v1::ProducerAdvice advice;  // the dispatcher's, at the window's last status
   double status_back_s = -1;  // with a kill: when the driver's own client was answered again
+  // One GetStatus, timed as `kind`: its answer, or nullopt (the failure counted).
+  auto get_status = [&](bool omit_clients,
+                        hollow::Kind kind) -> std::optional<croupier::v1::StatusResponse> {
+    croupier::v1::StatusRequest req;
+    req.set_omit_clients(omit_clients);
+    const auto sent = Clock::now();
+    auto r = status_client->GetStatus(req);
+    status_stats.Add(kind, Clock::now() - sent, true);
+    if (!r.ok()) {
+      status_stats.Fail(kind, r.status());
+      return std::nullopt;
+    }
+    return *std::move(r);
+  };
   for (auto next = window_start; next < window_end; next += std::chrono::seconds(1)) {
     std::this_thread::sleep_until(next);
-    croupier::v1::StatusRequest req;
-    const auto sent = Clock::now();
     // With a kill, within its second: a dispatcher away does not hold the loop past the window.
     const croupier::CallDeadline bounded(o.kill_after >= 0 ? absl::Now() + absl::Seconds(1)
                                                            : absl::InfiniteFuture());
-    auto r = status_client->GetStatus(req);
-    status_stats.Add(hollow::kGetStatus, Clock::now() - sent, true);
-    if (!r.ok()) {
-      status_stats.Fail(hollow::kGetStatus, r.status());
-    } else {
-      status_bytes = std::max<uint64_t>(status_bytes, r->ByteSizeLong());
+    if (auto full = get_status(false, hollow::kGetStatus)) {
+      status_bytes = std::max<uint64_t>(status_bytes, full->ByteSizeLong());
       const int64_t kill = sh->kill_ns.load();
       if (kill != 0 && status_back_s < 0) status_back_s = (hollow::ToNs(Clock::now()) - kill) / 1e9;
     }
-    req.set_omit_clients(true);
-    const auto summary_sent = Clock::now();
-    auto summary = status_client->GetStatus(req);
-    status_stats.Add(hollow::kGetStatusSummary, Clock::now() - summary_sent, true);
-    if (!summary.ok()) {
-      status_stats.Fail(hollow::kGetStatusSummary, summary.status());
-    } else {
+    if (auto summary = get_status(true, hollow::kGetStatusSummary)) {
       summary_bytes = std::max<uint64_t>(summary_bytes, summary->ByteSizeLong());
       advice = summary->producer_advice();
     }

@@ -103,6 +103,7 @@ absl::Status RecordCache::OpenFiles() {
     ASSIGN_OR_RETURN(shard.writer, env_->OpenForWrite(file));
     ASSIGN_OR_RETURN(shard.reader, env_->OpenForRead(file));
   }
+  changed_.clear();  // SourceChanged's answers hold only while the cache is made
   if (reopened) {
     Log(LogLevel::kInfo, "record_cache",
         absl::StrCat("the kept record cache ", path_, " holds ", loaded_.load(), " records (",
