@@ -53,7 +53,7 @@ def stdlib_documents():
 def prepare(out):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    from croupier.corpus import tokenize_corpus
+    from croupier.lm.corpus import tokenize_corpus
     out.mkdir(parents=True, exist_ok=True)
     modules, packages = stdlib_documents()
     for name, docs in (("modules", modules), ("packages", packages)):

@@ -14,7 +14,8 @@ import time
 import pytest
 
 import croupier
-from croupier import corpus, errors, tokens
+from croupier import errors, tokens
+from croupier.lm import corpus
 from test_tokens import read_steps, segments, sequence_digests, train_tokenizer  # noqa: F401
 
 pytest.importorskip("tokenizers")
@@ -154,7 +155,7 @@ def test_text_changed_since_the_job_was_created_is_named(tmp_path):
     files, tokenizer = write_corpus(tmp_path)
     (tmp_path / "c.jsonl.gz").write_bytes(b"")
     with pytest.raises(errors.InvalidArgumentError, match="c.jsonl.gz: a compressed file"):
-        from croupier.token_text import to_spec
+        from croupier.lm.text import to_spec
         to_spec(tokens.TextSource([str(tmp_path / "c.jsonl.gz")], tokenizer), 0)
     text = tokens.TextSource(files, tokenizer, eod_token="</s>")
     original = open(files[0]).read()

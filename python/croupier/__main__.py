@@ -3,7 +3,7 @@
 The commands of the Python package; `croupier produce` runs the same (the C++ tool `croupier`
 has the others):
   produce   a producer of a map job whose pipeline module:function returns (croupier.cli)
-  tokenize  text corpora to a token dataset for tokens jobs (croupier.corpus)
+  tokenize  text corpora to a token dataset for tokens jobs (croupier.lm.corpus)
 """
 import sys
 from typing import List, Optional
@@ -19,7 +19,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         from croupier.cli import main as produce_main
         return produce_main(rest)
     if command == "tokenize":
-        from croupier.corpus import main as tokenize_main
+        from croupier.lm.corpus import main as tokenize_main
         return tokenize_main(rest)
     print(f"python -m croupier: unknown command '{command}'\n\n{__doc__.strip()}", file=sys.stderr)
     return 2

@@ -44,7 +44,7 @@ def json_text(line: bytes, text_key: str, where: str) -> str:
 def jsonl_lines(f: Any) -> Iterator[Tuple[int, int, bytes]]:
     """(line number, byte offset, line) of each document line of a binary JSON-lines stream:
     every line but those of ASCII whitespace alone. A document is such a line, here and in a
-    text source (croupier.token_text), which reads them again by offset."""
+    text source (croupier.lm.text), which reads them again by offset."""
     offset = 0
     for number, line in enumerate(f, start=1):
         if line.strip():
@@ -113,7 +113,7 @@ def load_tokenizer(path: str) -> Any:
 def encode(tokenizer: Any, texts: Sequence[str], eod_id: Optional[int],
            add_special_tokens: bool) -> List[List[int]]:
     """The token ids of each text, followed by eod_id when it is not None: how croupier tokenize
-    and a text source (croupier.token_text) both tokenize, so that their tokens are the same."""
+    and a text source (croupier.lm.text) both tokenize, so that their tokens are the same."""
     # encode_batch_fast gives the same ids as encode_batch without the offsets (1.5x less CPU
     # on one core, bench_tokens.py); older tokenizers lack it.
     batch = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)

@@ -3,7 +3,7 @@
 
 A TextSource names JSON-lines or Parquet files, the key of their text, a Hugging Face
 tokenizer.json and an optional end-of-document token. Its documents are those `croupier tokenize`
-would write, in the same order and with the same tokens (croupier.corpus.encode), so a job over
+would write, in the same order and with the same tokens (croupier.lm.corpus.encode), so a job over
 the text deals the same bytes as a job over the indexed dataset converted from it.
 
 The plan needs only the documents' lengths. lengths_index() counts them once, tokenizing every
@@ -27,7 +27,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from croupier import _croupier, corpus, errors
+from croupier import _croupier, errors
+from croupier.lm import corpus
 
 # Decoded Parquet row groups kept per source, in bytes of text.
 PARQUET_CACHE_BYTES = 256 << 20
