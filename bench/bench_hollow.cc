@@ -41,12 +41,20 @@
 // dispatcher's CPU then adds the old one's share of the window and the new one's whole life;
 // syncs are not counted (-1).
 //
+// The autoscaler's policy (issue 36, item 4), with --autoscale N: the consumers' demand needs N
+// producers, one of the P runs at first, and the driver follows the dispatcher's recommended
+// number every --autoscale-interval seconds (5), starting and stopping hollow producers; the
+// summary gets an "autoscale" member (bench/hollow_autoscale.h says what it measures).
+//
 // The driver's processes and what it reads of them: bench/hollow_process.h; the kill, the restart,
 // the position check and its report: bench/hollow_recovery.h.
 //
 // usage: build/bench/bench_hollow [--consumers N] [--producers P] [--jobs J] [--processes K]
 //            [--threads T] [--seconds S] [--warmup W] [--steps-per-beat B] [--pin] [--quick]
 //            [--commit-interval D] [--heartbeat-interval-ms I] [--kill-after A] [--logs DIR]
+//            [--autoscale N [--autoscale-interval S]] [--connection-per-consumer]
+//   --connection-per-consumer gives each consumer a connection of its own, as separate trainer
+//   processes have; by default the consumers of a client thread (about 25) share one.
 //   --heartbeat-interval-ms I also sets the dispatcher's --producer-timeout-ms to max(10 s, 3 I), the
 //   bound a producer's longest silence is checked against (a consumer's: the takeover it is told).
 //   the croupier binary: $CROUPIER_BIN, else ../bin/croupier beside this program.
@@ -58,6 +66,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -71,6 +80,7 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/json_util.h"
 #include "absl/time/time.h"
+#include "bench/hollow_autoscale.h"
 #include "bench/hollow_clients.h"
 #include "bench/hollow_process.h"
 #include "bench/hollow_recovery.h"
@@ -112,8 +122,11 @@ struct Options {
   double kill_after = -1;  // seconds into the window; < 0: no kill
   std::string logs;        // where the work directory's logs are copied at the end
   bool pin = false, quick = false;
+  bool connection_per_consumer = false;  // hollow_clients.h, Config
   std::string commit_interval;  // the dispatcher's --journal-commit-interval; empty: its default
   std::string heartbeat_interval_ms;  // the dispatcher's --heartbeat-interval-ms; empty: its default
+  uint32_t autoscale = 0;  // the producers the demand needs (hollow_autoscale.h); 0: all run
+  double autoscale_interval = 5;  // seconds between the autoscaler's rounds
 };
 
 Options Parse(int argc, char** argv) {
@@ -148,8 +161,14 @@ Options Parse(int argc, char** argv) {
       o.heartbeat_interval_ms = next();
     } else if (a == "--kill-after") {
       o.kill_after = std::stod(next());
+    } else if (a == "--autoscale") {
+      o.autoscale = std::stoul(next());
+    } else if (a == "--autoscale-interval") {
+      o.autoscale_interval = std::stod(next());
     } else if (a == "--logs") {
       o.logs = next();
+    } else if (a == "--connection-per-consumer") {
+      o.connection_per_consumer = true;
     } else if (a == "--pin") {
       o.pin = true;
     } else if (a == "--quick") {
@@ -158,7 +177,8 @@ Options Parse(int argc, char** argv) {
       Fail(
           "usage: bench_hollow [--consumers N] [--producers P] [--jobs J] [--processes K] "
           "[--threads T] [--seconds S] [--warmup W] [--steps-per-beat B] [--commit-interval D] "
-          "[--heartbeat-interval-ms I] [--kill-after A] [--logs DIR] [--pin] [--quick]");
+          "[--heartbeat-interval-ms I] [--kill-after A] [--autoscale N [--autoscale-interval S]] "
+          "[--connection-per-consumer] [--logs DIR] [--pin] [--quick]");
     }
   }
   if (o.quick) o.seconds = std::min(o.seconds, 10.0);
@@ -166,6 +186,9 @@ Options Parse(int argc, char** argv) {
   if (o.jobs < 1 || o.jobs > hollow::kMaxJobs) Fail("--jobs must be 1 to 64");
   if (o.consumers < o.jobs) Fail("--consumers must be at least --jobs");
   if (o.kill_after >= o.seconds) Fail("--kill-after must be within the window (--seconds)");
+  if (o.autoscale > 0 && o.kill_after >= 0) Fail("--autoscale and --kill-after are separate runs");
+  if (o.autoscale > o.producers) Fail("--autoscale N needs at least N --producers to start");
+  if (o.autoscale_interval <= 0) Fail("--autoscale-interval must be positive");
   o.processes = std::max<uint32_t>(1, o.processes);
   // Enough consumer threads that a call's latency does not hold the schedule: about 25
   // consumers a thread (each thread has a connection of its own), at most 256 a process.
@@ -264,7 +287,16 @@ int main(int argc, char** argv) {
   cfg.processes = o.processes;
   cfg.threads = o.threads;
   cfg.steps_per_beat = o.steps_per_beat;
+  cfg.connection_per_consumer = o.connection_per_consumer;
   cfg.producer_timeout_s = producer_timeout_ms / 1000.0;
+  // The supply model: N producers meet the consumers' demand exactly; one runs at first.
+  std::optional<hollow::AutoscaleRun> autoscale;
+  if (o.autoscale > 0) {
+    sh->demand = o.steps_per_beat * 1000.0 / interval_ms;
+    sh->capacity = sh->demand * o.consumers / o.autoscale;
+    sh->wanted_producers = 1;
+    autoscale.emplace(o.autoscale, o.producers, o.autoscale_interval);
+  }
   const auto start = Clock::now() + std::chrono::milliseconds(500);
   sh->start_ns = hollow::ToNs(start);
   for (uint32_t k = 0; k < o.processes; ++k) {
@@ -290,9 +322,9 @@ int main(int argc, char** argv) {
     g_children.push_back(pid);
   }
 
-  // Registration: until every client is registered.
+  // Registration: until every client is registered (every producer wanted at first).
   while (sh->registered_consumers.load() < o.consumers ||
-         sh->registered_producers.load() < o.producers) {
+         sh->registered_producers.load() < std::min(o.producers, sh->wanted_producers.load())) {
     if (sh->failed.load()) Fail("a client process gave up while registering");
     int status = 0;
     if (const pid_t got = waitpid(g_dispatcher, &status, WNOHANG); got != 0) {
@@ -366,9 +398,19 @@ int main(int argc, char** argv) {
       const int64_t kill = sh->kill_ns.load();
       if (kill != 0 && status_back_s < 0) status_back_s = (hollow::ToNs(Clock::now()) - kill) / 1e9;
     }
-    if (auto summary = get_status(true, hollow::kGetStatusSummary)) {
+    const auto summary = get_status(true, hollow::kGetStatusSummary);
+    if (summary) {
       summary_bytes = std::max<uint64_t>(summary_bytes, summary->ByteSizeLong());
       advice = summary->producer_advice();
+    }
+    if (autoscale) {
+      const double t = Seconds(next - window_start);
+      const double every = autoscale->interval_s();
+      // A round every --autoscale-interval seconds, on the summary just read.
+      if (summary && std::floor(t / every) != std::floor((t - 1) / every)) {
+        autoscale->Round(t, advice, sh);
+      }
+      autoscale->Sample(t, sh);
     }
   }
   std::this_thread::sleep_until(window_end);
@@ -464,6 +506,7 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"bench\": \"scale\", \"case\": \"hollow\", \"consumers\": %u, \"producers\": %u, "
       "\"jobs\": %u, \"processes\": %u, \"threads\": %u, \"steps_per_beat\": %u, \"pin\": %s, "
+      "\"connection_per_consumer\": %s, "
       "\"seconds\": %.1f, \"register_s\": %.2f, \"heartbeat_interval_s\": %.3g, "
       "\"takeover_s\": %.3g, \"consumer_heartbeats_per_s\": %.1f, "
       "\"producer_heartbeats_per_s\": %.1f, \"locates_per_s\": %.1f, \"heartbeat_p50_ms\": %.3f, "
@@ -480,7 +523,7 @@ int main(int argc, char** argv) {
       "\"load_before\": %.2f, \"load_after\": %.2f, \"met_period\": %s, \"met\": %s, "
       "\"advice\": %s%s}\n",
       o.consumers, o.producers, o.jobs, o.processes, o.threads, o.steps_per_beat,
-      o.pin ? "true" : "false", s, register_s, all.interval_s, all.takeover_s, hb.size() / s,
+      o.pin ? "true" : "false", o.connection_per_consumer ? "true" : "false", s, register_s, all.interval_s, all.takeover_s, hb.size() / s,
       (all.latency_ms[hollow::kProducerHeartbeat].size() +
        all.latency_ms[hollow::kProducerWait].size()) /
           s,
@@ -499,7 +542,7 @@ int main(int argc, char** argv) {
       static_cast<unsigned long long>(all.tasks_finished),
       static_cast<unsigned long long>(all.tasks_revoked), static_cast<unsigned long long>(errors),
       load0, load1, met_period ? "true" : "false", met_period && hb_p99 <= 50 ? "true" : "false",
-      advice_json.c_str(), recovery.c_str());
+      advice_json.c_str(), autoscale ? autoscale->Report(sh, s).c_str() : recovery.c_str());
   std::fflush(stdout);
   return 0;
 }

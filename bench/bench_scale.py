@@ -24,11 +24,22 @@ dispatcher A seconds into its window and starts it again on the same work direct
 until every consumer and producer has had a heartbeat answered by the new one, and what the check
 of the positions found; by default at 1,000 and 10,000 consumers with 60-s windows.
 
+With --hollow --autoscale it runs the autoscaler's policy on the hollow producers instead (issue
+36, item 4; bench/hollow_autoscale.h): the consumers' demand needs a tenth as many producers as
+there are consumers, a pool of 1.2 times that is there to start, one runs at first, and the
+dispatcher's recommended number is followed every 5 s as croupier.autoscale does. The table gives
+when the figure reached 90% and 100% of what is needed, the highest number run, the changes, and
+the share of the demand delivered over the window (the best fixed count, all needed from the
+start, delivers 1.0) and over its last 60 s; by default at 1,000 and 10,000 consumers with 240-s
+windows.
+
 usage: .venv/bin/python bench/bench_scale.py [--quick]
        .venv/bin/python bench/bench_scale.py --hollow [--sizes 100,1000,10000,30000]
                                              [--seconds 30] [--build build]
        .venv/bin/python bench/bench_scale.py --hollow --kill-after 10 [--sizes 1000,10000]
                                              [--seconds 60] [--build build]
+       .venv/bin/python bench/bench_scale.py --hollow --autoscale [--sizes 1000,10000]
+                                             [--seconds 240] [--heartbeat-interval-ms 2000]
 """
 import argparse
 import datetime
@@ -105,13 +116,19 @@ def scale(work, consumers):
           flush=True)
 
 
-def hollow_run(build, consumers, seconds, kill_after=None):
-    """One bench_hollow run; its summary line and its per-RPC lines."""
+def hollow_run(build, consumers, seconds, kill_after=None, autoscale=False, interval_ms=None):
+    """One bench_hollow run; its summary line and its per-RPC lines. With `autoscale`, the
+    consumers' demand needs consumers / 10 producers and 1.2 times that are there to start."""
     processes = 2 if consumers <= 1000 else 4
     cmd = [str(build / "bench" / "bench_hollow"), "--consumers", str(consumers), "--processes",
            str(processes), "--seconds", str(seconds), "--warmup", "5", "--pin"]
     if kill_after is not None:
         cmd += ["--kill-after", str(kill_after)]
+    if autoscale:
+        needed = max(1, consumers // 10)
+        cmd += ["--autoscale", str(needed), "--producers", str(needed * 6 // 5)]
+    if interval_ms is not None:
+        cmd += ["--heartbeat-interval-ms", str(interval_ms)]
     env = dict(os.environ)
     env.setdefault("CROUPIER_BIN", str(build / "bin" / "croupier"))
     load = os.getloadavg()[0]
@@ -261,23 +278,53 @@ def recovery_goal(runs, at=10000):
                      for g, ok, v in parts)
 
 
+def autoscale_table(runs):
+    """The autoscaler's table in Markdown: a row per size (bench_hollow --autoscale)."""
+    head = ("consumers, heartbeat interval", "producers needed / pool", "first figure",
+            "90% / 100% of needed running", "highest run, last figure, changes",
+            "demand delivered: window (best fixed 1.0) / last 60 s",
+            "dispatcher CPU, peak RSS", "heartbeat p99, every client in its period", "load")
+    rows = []
+    for s, _ in runs:
+        a = s["autoscale"]
+        rows.append((
+            f'{s["consumers"]:,}, {s["heartbeat_interval_s"]:g} s',
+            f'{a["needed"]:,} / {a["pool"]:,}',
+            secs(a["first_figure_s"]),
+            f'{secs(a["reached_90_s"])} / {secs(a["reached_s"])}',
+            f'{a["max_live"]:,}, {a["final_wanted"]:,}, {a["changes"]}',
+            f'{a["delivered_mean"]:.3f} / {a["delivered_last_60s"]:.3f}',
+            f'{s["cpu_cores"]:.2f} cores, {s["peak_rss_mib"]:.0f} MiB',
+            f'{ms(s["heartbeat_p99_ms"])} ms, {"yes" if s["met_period"] else "no"}',
+            f'{s["load_before"]:.1f} → {s["load_after"]:.1f}'))
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
 def hollow_main(args):
     build = pathlib.Path(args.build).resolve()
     recovery = args.kill_after is not None
-    sizes = [int(x) for x in (args.sizes or ("1000,10000" if recovery else
+    sizes = [int(x) for x in (args.sizes or ("1000,10000" if recovery or args.autoscale else
                                              "100,1000,10000,30000")).split(",")]
-    seconds = args.seconds or (60 if recovery else 30)
+    seconds = args.seconds or (60 if recovery else 240 if args.autoscale else 30)
     started = datetime.datetime.now(datetime.timezone.utc)
     runs = []
     for n in sizes:
-        summary, rpcs = hollow_run(build, n, seconds, args.kill_after)
+        summary, rpcs = hollow_run(build, n, seconds, args.kill_after, args.autoscale,
+                                   args.heartbeat_interval_ms)
         for line in rpcs + [summary]:
             print(json.dumps(line), flush=True)
         runs.append((summary, rpcs))
-    print(f"\nbench/bench_scale.py --hollow{' --kill-after ' + str(args.kill_after) if recovery else ''}"
+    flags = (f"{' --kill-after ' + str(args.kill_after) if recovery else ''}"
+             f"{' --autoscale' if args.autoscale else ''}"
+             f"{' --heartbeat-interval-ms ' + str(args.heartbeat_interval_ms) if args.heartbeat_interval_ms else ''}")
+    print(f"\nbench/bench_scale.py --hollow{flags}"
           f", {started:%Y-%m-%d %H:%M} UTC, {seconds} s windows\n", flush=True)
     if recovery:
         print(recovery_table(runs) + "\n\n" + recovery_goal(runs), flush=True)
+    elif args.autoscale:
+        print(autoscale_table(runs), flush=True)
     else:
         print(hollow_table(runs) + "\n\n" + hollow_goals(runs), flush=True)
 
@@ -293,8 +340,16 @@ def main():
     parser.add_argument("--kill-after", type=float, default=None,
                         help="with --hollow: SIGKILL and restart the dispatcher this many "
                              "seconds into each window, and measure its recovery")
+    parser.add_argument("--autoscale", action="store_true",
+                        help="with --hollow: the autoscaler's policy on the hollow producers")
+    parser.add_argument("--heartbeat-interval-ms", type=int, default=None,
+                        help="with --hollow: the dispatcher's heartbeat interval (default 1000)")
     parser.add_argument("--build", default=str(ROOT / "build"))
     args = parser.parse_args()
+    if (args.autoscale or args.heartbeat_interval_ms) and not args.hollow:
+        parser.error("--autoscale and --heartbeat-interval-ms go with --hollow")
+    if args.autoscale and args.kill_after is not None:
+        parser.error("--autoscale and --kill-after are separate runs")
     if args.hollow:
         hollow_main(args)
         return

@@ -24,6 +24,11 @@
 // (the consumers' positions are in memory shared by the client processes). Revoked tasks are
 // dropped. At the end it leaves (a heartbeat with `leaving` and its finished tasks).
 //
+// With the supply model on (bench_hollow --autoscale; bench/hollow_autoscale.h), producer p runs
+// only while p is below the number the autoscaler wants: it registers when it becomes wanted and
+// leaves when it no longer is. The rates both kinds report (batches received and seconds waited;
+// batches made and busy seconds) are then the model's, not the steps and tasks above.
+//
 // Across a dispatcher restart (bench_hollow --kill-after) both behave as src/consumer/ and
 // src/node/ do: a consumer's heartbeat is given up after the takeover time (CallDeadline, as
 // PositionReporter's beat), the next one tries again; its position is what its trainer has taken
@@ -115,6 +120,23 @@ struct Shared {
   std::atomic<uint32_t> registered_consumers{0}, registered_producers{0};
   std::atomic<uint32_t> failed{0};  // a client process gave up
   uint32_t consumers = 0, producers = 0;
+  // The supply model (bench_hollow --autoscale; bench/hollow_autoscale.h): every consumer would
+  // take `demand` batches/s, every producer makes at most `capacity`; off while demand is 0.
+  // Producer p is registered while p < wanted_producers (the autoscaler's figure), and counted in
+  // live_producers while it is.
+  double demand = 0, capacity = 0;
+  std::atomic<uint32_t> wanted_producers{~0u};
+  std::atomic<uint32_t> live_producers{0};
+  bool modelled() const { return demand > 0; }
+  // The share of the consumers' demand the live producers meet, and the share of the live
+  // producers' capacity that demand uses (their busy share).
+  double Delivered() const {
+    return std::min(1.0, live_producers.load() * capacity / (consumers * demand));
+  }
+  double Busy() const {
+    const uint32_t live = live_producers.load();
+    return live == 0 ? 0 : std::min(1.0, consumers * demand / (live * capacity));
+  }
   // Per job, learnt by the consumers at registration.
   std::atomic<uint64_t> steps_per_epoch[kMaxJobs];
   std::atomic<uint32_t> world[kMaxJobs];
@@ -136,6 +158,9 @@ struct Config {
   std::string address;
   uint32_t consumers = 0, producers = 0, jobs = 1, processes = 1;
   uint32_t threads = 4;  // consumer threads per client process (each producer has its own)
+  // Each consumer on a connection of its own, as separate trainer processes are; otherwise the
+  // consumers of a thread share one.
+  bool connection_per_consumer = false;
   uint32_t steps_per_beat = 1;
   uint32_t max_tasks = 2, made_cap = 2;
   double make_us = 5;  // per batch, over 4 worker threads
@@ -312,6 +337,27 @@ struct Consumer {
   Clock::time_point last_answered, last_answered_before_kill;
   Clock::time_point confirmed_sent;  // when its last answered heartbeat was sent
   double max_gap_s = 0, max_gap_before_kill_s = 0;
+  // The supply model's counters: batches its trainer received and seconds it waited for data,
+  // advanced at each beat at the delivered share of the moment.
+  double model_batches = 0, model_wait_s = 0;
+  Clock::time_point model_at;
+  std::shared_ptr<rpc::DispatcherClient> own;  // its connection (Config::connection_per_consumer)
+  // What the next heartbeat reports (the steps it took, or the model's), as src/consumer does.
+  void Count(const Shared* sh, v1::ConsumerHeartbeatRequest& req) {
+    if (!sh->modelled()) {
+      req.set_batches_received(batches);
+      req.set_bytes_received(batches * 64);
+      return;
+    }
+    const auto now = Clock::now();
+    const double dt = std::chrono::duration<double>(now - model_at).count(), d = sh->Delivered();
+    model_at = now;
+    model_batches += sh->demand * d * dt;
+    model_wait_s += (1 - d) * dt;
+    req.set_batches_received(static_cast<uint64_t>(model_batches));
+    req.set_bytes_received(static_cast<uint64_t>(model_batches) * 64);
+    req.set_wait_seconds(model_wait_s);
+  }
 };
 
 // The answer to a heartbeat read at `answered`, sent at `sent` (a consumer or a producer): from
@@ -371,6 +417,11 @@ inline bool Register(const Config& cfg, Shared* sh, rpc::DispatcherClient& clien
   sh->steps_per_epoch[c.job] = spe;
   c.position = r->epoch() * spe + r->step();
   c.confirmed_sent = sent;
+  c.model_at = Clock::now();
+  // Whole batches come to the ranks in turn, not to all at once: consumer i of N has received
+  // i / N of a batch at the start, so that at a low delivered share the ranks' first batches
+  // are spread as a real job's steps spread them.
+  c.model_batches = static_cast<double>(c.index) / cfg.consumers;
   ConsumerSlot& slot = sh->consumer(c.index);
   slot.position.store(c.position, std::memory_order_relaxed);
   StoreMax(slot.acked_before_kill, c.position);
@@ -430,7 +481,10 @@ inline uint64_t TakeSteps(const Config& cfg, Shared* sh, rpc::DispatcherClient& 
 // then beats every interval until the window's end (set by the driver once every client is
 // registered), then leaves.
 inline void RunConsumers(const Config& cfg, Shared* sh, std::vector<Consumer>& mine, Stats& st) {
-  auto client = NewClient(cfg);
+  std::shared_ptr<rpc::DispatcherClient> shared = NewClient(cfg);
+  if (cfg.connection_per_consumer) {
+    for (Consumer& c : mine) c.own = NewClient(cfg);
+  }
   const auto start = FromNs(sh->start_ns.load());
   const uint32_t n = cfg.consumers;
   for (uint64_t k = 0; !sh->failed.load(); ++k) {
@@ -444,6 +498,7 @@ inline void RunConsumers(const Config& cfg, Shared* sh, std::vector<Consumer>& m
       if (due >= WindowEnd(sh) || Clock::now() >= WindowEnd(sh)) continue;
       any = true;
       std::this_thread::sleep_until(due);
+      rpc::DispatcherClient* client = c.own ? c.own.get() : shared.get();
       if (c.id != 0 && Clock::now() > due + interval) {
         if (due >= WindowStart(sh)) ++st.skipped;
         continue;
@@ -475,8 +530,7 @@ inline void RunConsumers(const Config& cfg, Shared* sh, std::vector<Consumer>& m
       req.set_world(sh->world[c.job].load());
       req.set_epoch(next / spe);
       req.set_step(next % spe);
-      req.set_batches_received(c.batches);
-      req.set_bytes_received(c.batches * 64);
+      c.Count(sh, req);
       const auto sent = Clock::now();
       if (sh->dead_ns.load() == 0) StoreMax(slot.sent_before_kill, next);
       auto r = client->ConsumerHeartbeat(req);
@@ -540,6 +594,7 @@ inline void RunConsumers(const Config& cfg, Shared* sh, std::vector<Consumer>& m
           std::max(st.max_consumer_gap_before_kill_s, c.max_gap_before_kill_s);
     }
     if (c.id == 0 || c.lost) continue;
+    rpc::DispatcherClient* client = c.own ? c.own.get() : shared.get();
     v1::ConsumerHeartbeatRequest req;
     req.set_consumer_id(c.id);
     req.set_lease(c.lease);
@@ -549,7 +604,7 @@ inline void RunConsumers(const Config& cfg, Shared* sh, std::vector<Consumer>& m
     const uint64_t spe = sh->steps_per_epoch[c.job].load();
     req.set_epoch(c.position / spe);
     req.set_step(c.position % spe);
-    req.set_batches_received(c.batches);
+    c.Count(sh, req);
     req.set_leaving(true);
     const auto sent = Clock::now();
     // Given up after an interval, as a real consumer's Close gives its final heartbeat up.
@@ -595,6 +650,9 @@ inline void RunProducer(const Config& cfg, Shared* sh, const Frontiers& frontier
   std::vector<uint64_t> unreported;
   std::map<std::string, uint64_t> batches_per_epoch;  // from the JobInfos sent
   uint64_t made_batches = 0, served_batches = 0;
+  // The supply model's counters (Shared::modelled): batches made and its threads' busy seconds.
+  double model_made = 0, model_make_s = 0;
+  Clock::time_point model_at = Clock::now();
   bool work_available = false, waits = false, last_ok = true;
   auto interval =
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(st.interval_s));
@@ -637,10 +695,22 @@ inline void RunProducer(const Config& cfg, Shared* sh, const Frontiers& frontier
     req.set_free_task_slots(free_slots());
     v1::ProducerStats* stats = req.mutable_stats();
     stats->set_buffer_capacity_bytes(256ull << 20);
-    stats->set_batches_made(made_batches);
-    stats->set_batches_served(served_batches);
-    stats->set_bytes_served(served_batches * 64);
     stats->set_threads(4);
+    if (sh->modelled()) {
+      // The model's: it makes its share of the demand, busy that share of its 4 threads' time.
+      const auto now = Clock::now();
+      const double dt = std::chrono::duration<double>(now - model_at).count(), busy = sh->Busy();
+      model_at = now;
+      model_made += sh->capacity * busy * dt;
+      model_make_s += 4 * busy * dt;
+      stats->set_batches_made(static_cast<uint64_t>(model_made));
+      stats->set_batches_served(static_cast<uint64_t>(model_made));
+      stats->set_make_seconds(model_make_s);
+    } else {
+      stats->set_batches_made(made_batches);
+      stats->set_batches_served(served_batches);
+      stats->set_bytes_served(served_batches * 64);
+    }
     if (wait && id != 0) req.set_wait_for_work_ms(static_cast<uint32_t>(st.interval_s * 1000));
     if (kind == kProducerHeartbeat && req.wait_for_work_ms() > 0) kind = kProducerWait;
     const auto sent = Clock::now();
@@ -687,19 +757,69 @@ inline void RunProducer(const Config& cfg, Shared* sh, const Frontiers& frontier
     }
     return true;
   };
-  // Registers at its share of the first interval, as the consumers do.
+  // Leaves, as ProducerNode::Leave: the finished tasks and `leaving`; its tasks go to the others.
+  auto leave = [&] {
+    update(Clock::now());
+    v1::ProducerHeartbeatRequest req;
+    req.set_producer_id(id);
+    req.set_data_address(address);
+    for (uint64_t t : unreported) req.add_finished_tasks(t);
+    req.set_leaving(true);
+    const auto sent = Clock::now();
+    const CallDeadline bounded(absl::Now() + absl::Seconds(st.interval_s));
+    auto r = client->ProducerHeartbeat(req);
+    st.Add(kProducerLeave, Clock::now() - sent, false);
+    if (!r.ok()) st.Fail(kProducerLeave, r.status());
+    held.clear();
+    unreported.clear();
+    id = 0;
+    work_available = waits = false;
+    last_ok = true;
+  };
+  // Registers at its share of the first interval, as the consumers do; then, while it is wanted
+  // (Shared::wanted_producers), registers, beats and leaves when it is no longer wanted, until the
+  // window's end. Its silences count while it is registered.
   std::this_thread::sleep_until(FromNs(sh->start_ns.load()) + interval * index / cfg.producers);
-  while (!beat(false, kProducerRegister, false)) {
-    if (sh->failed.load()) return;
-    std::this_thread::sleep_for(interval);  // refused: again at the next beat
-  }
-  sh->registered_producers.fetch_add(1);
+  bool live = false, counted = false;
   auto last = Clock::now();
   auto last_answered = last;
   double max_gap_s = 0;
+  auto note_gap = [&](Clock::time_point upto) {
+    const auto window_start = WindowStart(sh);
+    if (live && upto > window_start) {
+      max_gap_s = std::max(
+          max_gap_s,
+          std::chrono::duration<double>(upto - std::max(last_answered, window_start)).count());
+    }
+  };
   while (!sh->failed.load()) {
     const auto now = Clock::now();
     if (now >= WindowEnd(sh)) break;
+    const bool wanted = index < sh->wanted_producers.load();
+    if (!live) {
+      if (!wanted) {
+        // Looked at once a second: a thousand idle producers cost the client side little, and a
+        // producer wanted registers within a second, well inside the autoscaler's round.
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        continue;
+      }
+      if (!beat(false, kProducerRegister, false)) {
+        std::this_thread::sleep_for(interval);  // refused: again at the next beat
+        continue;
+      }
+      if (!counted) sh->registered_producers.fetch_add(1);
+      counted = live = true;
+      sh->live_producers.fetch_add(1);
+      last = last_answered = Clock::now();
+      continue;
+    }
+    if (!wanted) {
+      note_gap(now);
+      leave();
+      live = false;
+      sh->live_producers.fetch_sub(1);
+      continue;
+    }
     update(now);
     const bool free = free_slots() > 0;
     const bool due = now - last >= interval;
@@ -707,7 +827,8 @@ inline void RunProducer(const Config& cfg, Shared* sh, const Frontiers& frontier
     const bool wait = !work_available && free && waits && last_ok;
     if (!due && !eager && !wait) {
       // Sleep to the next event: the interval or a task made. Served tasks are looked for at the
-      // beat, as a real producer takes its finished tasks when it beats.
+      // beat, as a real producer takes its finished tasks when it beats. One no longer wanted
+      // leaves at its next beat.
       auto next = last + interval;
       for (auto& [tid, t] : held) {
         // A task already due to be made but held back by a full buffer waits for a serve.
@@ -716,36 +837,20 @@ inline void RunProducer(const Config& cfg, Shared* sh, const Frontiers& frontier
       std::this_thread::sleep_until(next);
       continue;
     }
-    const auto window_start = WindowStart(sh);
-    last_ok = beat(wait, kProducerHeartbeat, now >= window_start);
+    last_ok = beat(wait, kProducerHeartbeat, now >= WindowStart(sh));
     last = Clock::now();
     if (last_ok) {
-      if (last > window_start) {
-        max_gap_s = std::max(
-            max_gap_s,
-            std::chrono::duration<double>(last - std::max(last_answered, window_start)).count());
-      }
+      note_gap(last);
       last_answered = last;
     }
   }
   if (sh->failed.load()) return;
-  max_gap_s = std::max(max_gap_s, std::chrono::duration<double>(
-                                      WindowEnd(sh) - std::max(last_answered, WindowStart(sh)))
-                                      .count());
+  note_gap(WindowEnd(sh));
   st.max_producer_gap_s = std::max(st.max_producer_gap_s, max_gap_s);
   if (max_gap_s > cfg.producer_timeout_s) ++st.producers_missed;
-  // Leave, as ProducerNode::Leave: the finished tasks and `leaving`.
-  update(Clock::now());
-  v1::ProducerHeartbeatRequest req;
-  req.set_producer_id(id);
-  req.set_data_address(address);
-  for (uint64_t t : unreported) req.add_finished_tasks(t);
-  req.set_leaving(true);
-  const auto sent = Clock::now();
-  const CallDeadline bounded(absl::Now() + absl::Seconds(st.interval_s));
-  auto r = client->ProducerHeartbeat(req);
-  st.Add(kProducerLeave, Clock::now() - sent, false);
-  if (!r.ok()) st.Fail(kProducerLeave, r.status());
+  if (!live) return;
+  leave();
+  sh->live_producers.fetch_sub(1);
 }
 
 // A client process: consumers c with c % processes == k on `threads` threads, producers p with

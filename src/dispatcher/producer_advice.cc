@@ -147,6 +147,13 @@ const ProducerAdvisor::Advice& ProducerAdvisor::Update(absl::Time now,
     last_change_ = now;
     wait_reference_ = mean_bound;
   }
+  // A rise: the averages start again from the next measurement. What the consumers were
+  // measured to demand while they waited is low (only a bound while they waited nearly all the
+  // time), and a fall read from averages that still held it would take away producers the
+  // demand needs.
+  if (advice_.recommended > current && advice_.recommended > producers.size()) {
+    weight_ = demand_sum_ = capacity_sum_ = 0;
+  }
   advice_.reason = absl::StrFormat(
       "the consumers would take %.1f batches/s (%.1f now) and wait %.0f%% of the time; one "
       "producer could make %.1f (%.1f now), busy %.0f%%: %.2f producers (%.2f now)%s",

@@ -26,7 +26,10 @@
 //    at most twice the producers now while a consumer waits kMaxInputBound of its time or more
 //    (its demand is then only a bound). The condition must
 //    last `up_hold`. Consumers waiting on producers that are not saturated get no rise when the
-//    model does not ask for one (the limit is elsewhere).
+//    model does not ask for one (the limit is elsewhere). After a rise the moving averages start
+//    again: the demand measured while the consumers waited is low (only a bound while they waited
+//    nearly all the time), and a fall read from averages that still held it would take away
+//    producers the demand needs.
 //  - fall: while the consumers do not wait (below kStarved) and the smoothed target (exponential
 //    moving averages of demand and capacity, time constant `smoothing`) leaves a margin, to
 //    ceil(smoothed target - kUpTolerance + kDownMargin) when that is lower; the condition must

@@ -116,6 +116,23 @@ TEST(ProducerAdvisor, ARiseIsAtMostTwiceTheProducersAndTheCooldownSpacesThem) {
   EXPECT_EQ(rising.back(), 8u);
 }
 
+TEST(ProducerAdvisor, AQuickRiseIsNotUndoneByTheDemandMeasuredWhileTheConsumersWaited) {
+  ProducerAdvisor advisor;  // the defaults: smoothing 30 s, hold 15 s, cooldown 8 s
+  absl::Time now = kStart;
+  int producers = 1;
+  // Consumers that would take 2,000 batches/s, producers of 20: 100 are needed. From one, the
+  // figure doubles while the consumers wait nearly all the time, their demand then only a bound
+  // (at most 10 times what they get). Once it has reached 100 it must stay: a fall read from
+  // averages that still hold those bounds starves the consumers again (it fell to 89, then
+  // rose to 102, in bench_hollow --autoscale).
+  auto run = Simulate(advisor, 2000, producers, 300, /*follow=*/true, now);
+  const auto reached = std::find_if(run.begin(), run.end(), [](uint32_t r) { return r >= 100; });
+  ASSERT_NE(reached, run.end()) << advisor.advice().reason;
+  EXPECT_LE(reached - run.begin(), 90) << "seconds to reach the 100 producers needed";
+  EXPECT_EQ(*std::min_element(reached, run.end()), 100u) << advisor.advice().reason;
+  EXPECT_EQ(run.back(), 100u) << advisor.advice().reason;
+}
+
 TEST(ProducerAdvisor, ConsumersStillWaitingOnSaturatedProducersGetOneMore) {
   // The model says one producer is enough (target 0.95), but the consumers wait 20% of the time
   // while the producer is busy 90% of its time: one more.
