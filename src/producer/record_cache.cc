@@ -6,11 +6,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <limits>
 #include <system_error>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -103,7 +105,7 @@ absl::Status RecordCache::OpenFiles() {
     ASSIGN_OR_RETURN(shard.writer, env_->OpenForWrite(file));
     ASSIGN_OR_RETURN(shard.reader, env_->OpenForRead(file));
   }
-  changed_.clear();  // SourceChanged's answers hold only while the cache is made
+  changed_.clear();  // CheckSources's answers hold only while the cache is made
   if (reopened) {
     Log(LogLevel::kInfo, "record_cache",
         absl::StrCat("the kept record cache ", path_, " holds ", loaded_.load(), " records (",
@@ -112,25 +114,53 @@ absl::Status RecordCache::OpenFiles() {
   return absl::OkStatus();
 }
 
-bool RecordCache::SourceChanged(const std::string& identity) {
-  // path \n size \n mtime (FileId). Objects in a store are not asked (no request at start).
+bool RecordCache::CheckSource(const std::string& identity) {
+  // path \n size \n mtime (FileId).
   const size_t b = identity.rfind('\n');
   const size_t a = b == std::string::npos || b == 0 ? std::string::npos : identity.rfind('\n', b - 1);
   if (a == std::string::npos) return true;
   const std::string path = identity.substr(0, a);
-  if (path.find("://") != std::string::npos) return false;
-  auto [it, inserted] = changed_.emplace(identity, false);
-  if (!inserted) return it->second;
   absl::StatusOr<FileStat> stat = env_->Stat(path);
-  it->second = !stat.ok() || absl::StrCat(stat->size) != identity.substr(a + 1, b - a - 1) ||
-               absl::StrCat(stat->mtime_ns) != identity.substr(b + 1);
-  return it->second;
+  if (absl::IsNotFound(stat.status())) return true;
+  if (!stat.ok()) {
+    // Not known to have changed: its records stay. One that did change is never served all the
+    // same, since its identity is not the one a job's index of it gives.
+    Log(LogLevel::kWarning, "record_cache",
+        absl::StrCat("the kept record cache could not check its source ", path,
+                     " (its records stay): ", stat.status().ToString()));
+    return false;
+  }
+  return absl::StrCat(stat->size) != identity.substr(a + 1, b - a - 1) ||
+         absl::StrCat(stat->mtime_ns) != identity.substr(b + 1);
+}
+
+void RecordCache::CheckSources(const std::vector<std::string>& identities) {
+  std::vector<const std::string*> unknown;
+  for (const std::string& identity : identities) {
+    if (changed_.emplace(identity, false).second) unknown.push_back(&identity);
+  }
+  // A request each for objects in a store: several at once, so that a cache of thousands of
+  // objects is checked in seconds.
+  std::vector<char> answers(unknown.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < unknown.size();) answers[i] = CheckSource(*unknown[i]);
+  };
+  std::vector<std::thread> threads;
+  const size_t n = std::min<size_t>(kParallelChecks, unknown.size());
+  for (size_t t = 1; t < n; ++t) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < unknown.size(); ++i) changed_[*unknown[i]] = answers[i] != 0;
 }
 
 absl::Status RecordCache::Reopen(Shard& shard, const std::string& file, uint64_t size) {
   namespace rcf = record_cache_file;
   ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> reader, env_->OpenForRead(file));
   ASSIGN_OR_RETURN(rcf::Scanned scanned, rcf::Scan(*reader, size));
+  std::vector<std::string> identities;
+  for (const auto& f : scanned.files) identities.push_back(f.identity);
+  CheckSources(identities);
   // The records kept, in file order: up to the first bad frame or a record of no named file, as
   // many as the capacity holds, none of a local source file that changed since (its records
   // would never be served again).
@@ -149,7 +179,7 @@ absl::Status RecordCache::Reopen(Shard& shard, const std::string& file, uint64_t
            scanned.files[next_file].frame_offset < r.frame_offset;
          ++next_file) {
       const auto& f = scanned.files[next_file];
-      file_of_local[f.local_id] = {FileIdOf(f.identity), SourceChanged(f.identity)};
+      file_of_local[f.local_id] = {FileIdOf(f.identity), changed_.at(f.identity)};
     }
     auto it = file_of_local.find(r.local_id);
     if (it == file_of_local.end()) {

@@ -46,10 +46,10 @@ class WritableFile;
 // kept directory is locked (flock) while a cache uses it; a second cache that finds it locked
 // (two producers on one host) uses a fresh directory, as without `keep`, and says so in the log.
 // A source file that changed gets a new identity (FileId), so its old records are never
-// returned. When a kept directory is read back, the records of a local source file that changed
-// or is gone since are dropped, and the shard files that held them are written again without
-// them; those of an object in a store are not checked (no request at start), and stay counted
-// until the directory is removed.
+// returned. When a kept directory is read back, the records of a source file or object that
+// changed or is gone since are dropped, and the shard files that held them are written again
+// without them. Each source is asked once (a Stat; for an object in a store, a HEAD request,
+// 16 at a time); one that cannot be asked (the store unreachable) keeps its records.
 // Records read back are checked against their CRC-32C; a record that fails the check or cannot
 // be read is a miss (and a logged warning), so the caller reads the source file instead.
 //
@@ -154,9 +154,13 @@ class RecordCache {
   absl::Status Reopen(Shard& shard, const std::string& file, uint64_t size)
       ABSL_LOCKS_EXCLUDED(shard.write_mu);
   uint32_t FileIdOf(const std::string& identity);
-  // Whether the local source file an identity names has changed or gone (a kept directory's
-  // records of it are dropped); false for an object in a store. Only while the cache is made.
-  bool SourceChanged(const std::string& identity);
+  // Whether the source file or object an identity names has changed or is gone (a kept
+  // directory's records of it are dropped): a Stat, which for an object in a store is a request.
+  // False when it cannot be asked (the reason logged). CheckSources asks for each identity not
+  // asked yet, kParallelChecks at a time, into changed_; only while the cache is made.
+  bool CheckSource(const std::string& identity);
+  void CheckSources(const std::vector<std::string>& identities);
+  static constexpr size_t kParallelChecks = 16;
   std::string IdentityOf(uint32_t file);
   // Takes `bytes` from the budget if they fit.
   bool Charge(uint64_t bytes);
@@ -183,7 +187,7 @@ class RecordCache {
 
   absl::Mutex files_mu_;
   absl::flat_hash_map<std::string, uint32_t> file_ids_ ABSL_GUARDED_BY(files_mu_);
-  absl::flat_hash_map<std::string, bool> changed_;  // SourceChanged's answers, while made
+  absl::flat_hash_map<std::string, bool> changed_;  // CheckSources's answers, while made
   std::vector<std::string> identities_ ABSL_GUARDED_BY(files_mu_);  // by FileId
 };
 

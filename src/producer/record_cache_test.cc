@@ -1,14 +1,22 @@
 #include "src/producer/record_cache.h"
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/testing.h"
 #include "src/producer/producer_testing.h"
 #include "src/producer/tfrecord_maker.h"
+#include "src/testing/forwarding_env.h"
 
 namespace croupier {
 namespace {
@@ -332,6 +340,93 @@ TEST_F(ProducerRecordCacheTest, AKeptCacheDropsTheRecordsOfASourceFileThatChange
   EXPECT_EQ(third->stats().loaded, 96u);
   EXPECT_EQ(Hashes(*Maker(third.get()), 2), Hashes(**plain, 2));
   EXPECT_EQ(third->stats().hits, 96u);
+}
+
+// Objects in a store, as S3Env's Stat answers for them (a HEAD request, 50 ms here): a size and
+// a time each, gone, or a store that cannot be asked. Counts the requests and how many were in
+// flight at once.
+class ObjectStoreEnv final : public croupier::testing::ForwardingEnv {
+ public:
+  absl::StatusOr<FileStat> Stat(const std::string& path) override {
+    if (!absl::StartsWith(path, "s3://")) return ForwardingEnv::Stat(path);
+    const int now = in_flight.fetch_add(1) + 1;
+    for (int seen = most_in_flight.load(); seen < now;) {
+      if (most_in_flight.compare_exchange_weak(seen, now)) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    in_flight.fetch_sub(1);
+    requests.fetch_add(1);
+    absl::MutexLock lock(&mu);
+    if (unreachable.contains(path)) return absl::UnavailableError("connection refused");
+    auto it = objects.find(path);
+    if (it == objects.end()) return absl::NotFoundError(absl::StrCat(path, ": no such key"));
+    return it->second;
+  }
+
+  absl::Mutex mu;
+  std::map<std::string, FileStat> objects ABSL_GUARDED_BY(mu);
+  std::set<std::string> unreachable ABSL_GUARDED_BY(mu);
+  std::atomic<int> in_flight{0}, most_in_flight{0}, requests{0};
+};
+
+// A kept cache of objects in a store asks the store about each object once, several at a time,
+// when it is read back: the records of an object rewritten or deleted since are dropped, those
+// of one it cannot ask about stay.
+TEST_F(ProducerRecordCacheTest, AKeptCacheAsksTheStoreAboutItsObjectsAtOnce) {
+  ObjectStoreEnv env;
+  constexpr int kObjects = 32, kRecords = 4;
+  auto index_of = [&](int i) {
+    absl::MutexLock lock(&env.mu);
+    RecordIndex index;
+    index.path = absl::StrCat("s3://bucket/part-", i);
+    index.file_size = env.objects[index.path].size;
+    index.mtime_ns = env.objects[index.path].mtime_ns;
+    return index;
+  };
+  {
+    absl::MutexLock lock(&env.mu);
+    for (int i = 0; i < kObjects; ++i) {
+      env.objects[absl::StrCat("s3://bucket/part-", i)] = {.size = 1000u + i,
+                                                           .mtime_ns = int64_t{i} * 1000000000};
+    }
+  }
+  RecordCache::Options options;
+  options.capacity_bytes = 1 << 20;
+  options.dir = tmp_.Join("cache");
+  options.keep = true;
+  options.env = &env;
+  {
+    auto cache = RecordCache::Create(options);
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    for (int i = 0; i < kObjects; ++i) {
+      const uint32_t file = (*cache)->FileId(index_of(i));
+      for (int r = 0; r < kRecords; ++r) {
+        ASSERT_TRUE((*cache)->Insert(file, r, absl::StrCat("object ", i, " record ", r)));
+      }
+    }
+  }
+  {
+    absl::MutexLock lock(&env.mu);
+    env.objects["s3://bucket/part-3"].mtime_ns += 1000000000;  // rewritten
+    env.objects.erase("s3://bucket/part-5");                   // deleted
+    env.unreachable.insert("s3://bucket/part-7");              // cannot be asked
+  }
+  env.requests = 0;
+  auto again = RecordCache::Create(options);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(env.requests.load(), kObjects) << "each object asked about once";
+  EXPECT_GE(env.most_in_flight.load(), 2) << "the requests run side by side";
+  EXPECT_EQ((*again)->stats().loaded, uint64_t{(kObjects - 2) * kRecords});
+  std::string buffer;
+  auto found = [&](int i, int r) {
+    return (*again)->Lookup((*again)->FileId(index_of(i)), r, buffer).has_value();
+  };
+  EXPECT_TRUE(found(0, 0));
+  EXPECT_TRUE(found(7, 3)) << "an object the store could not be asked about keeps its records";
+  EXPECT_FALSE(found(3, 0)) << "a rewritten object's records are gone";
+  auto hit = (*again)->Lookup((*again)->FileId(index_of(31)), 2, buffer);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(*hit, "object 31 record 2");
 }
 
 // A smaller capacity the next time: the records that fit are read back, the rest dropped.
