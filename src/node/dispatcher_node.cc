@@ -136,6 +136,11 @@ absl::StatusOr<std::unique_ptr<DispatcherNode>> DispatcherNode::Start(
   // Dead peers are found by pings every minute, answered within 20 s.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
+  // No bandwidth-delay probes (a ping each, on every connection that receives data): they size
+  // flow-control windows for large transfers, and the control plane's messages are small. With a
+  // connection per consumer they cost the dispatcher a quarter of its CPU (benchmarks.md, "A
+  // connection per consumer").
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   grpc::ResourceQuota quota("croupier-dispatcher");
   quota.Resize(options.grpc_memory_bytes);
   builder.SetResourceQuota(quota);

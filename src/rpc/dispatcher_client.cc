@@ -30,6 +30,10 @@ grpc::ChannelArguments DispatcherClient::ChannelArgs(bool own_connection) {
   // its client has given up.
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
               static_cast<int>(absl::ToInt64Milliseconds(kConnectTimeout)));
+  // No bandwidth-delay probes: they size HTTP/2 flow-control windows for large transfers, and a
+  // control-plane message is small, so each probe is only a ping the dispatcher must answer
+  // (benchmarks.md, "A connection per consumer").
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   if (own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   return args;
 }

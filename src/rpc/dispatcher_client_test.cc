@@ -111,5 +111,21 @@ TEST(DispatcherClientTest, TheDispatcherHoldsAHandshakeNoLongerThanItsClientsWai
   }
 }
 
+// A control-plane connection sends no bandwidth-delay probes: each is a ping the other side must
+// answer, for flow-control windows that small messages never fill. With a connection per consumer
+// they cost the dispatcher a quarter of its CPU and the clients a third of theirs
+// (benchmarks.md, "A connection per consumer").
+TEST(DispatcherClientTest, AConnectionSendsNoBandwidthProbes) {
+  for (bool own : {false, true}) {
+    const grpc::ChannelArguments args = DispatcherClient::ChannelArgs(own);
+    const grpc_channel_args c = args.c_channel_args();
+    int probe = -1;
+    for (size_t i = 0; i < c.num_args; ++i) {
+      if (std::string(c.args[i].key) == GRPC_ARG_HTTP2_BDP_PROBE) probe = c.args[i].value.integer;
+    }
+    EXPECT_EQ(probe, 0) << (own ? "a connection of its own" : "a shared connection");
+  }
+}
+
 }  // namespace
 }  // namespace croupier::rpc
