@@ -97,17 +97,20 @@ TEST(DispatcherClientTest, AFailedConnectionIsProbedOnceAndNeverPastTheCallsDead
 // connections nobody waits for: after a restart, clients that gave up every second, while the
 // dispatcher held each connection up to 10 s, left it thousands of them, until it ran out of
 // descriptors.
+// The integer a client's channel arguments give `key`, or -1.
+int ChannelArg(bool own_connection, const char* key) {
+  const grpc::ChannelArguments args = DispatcherClient::ChannelArgs(own_connection);
+  const grpc_channel_args c = args.c_channel_args();
+  for (size_t i = 0; i < c.num_args; ++i) {
+    if (std::string(c.args[i].key) == key) return c.args[i].value.integer;
+  }
+  return -1;
+}
+
 TEST(DispatcherClientTest, TheDispatcherHoldsAHandshakeNoLongerThanItsClientsWaitForIt) {
   for (bool own : {false, true}) {
-    const grpc::ChannelArguments args = DispatcherClient::ChannelArgs(own);
-    const grpc_channel_args c = args.c_channel_args();
-    int connect_ms = -1;
-    for (size_t i = 0; i < c.num_args; ++i) {
-      if (std::string(c.args[i].key) == GRPC_ARG_MIN_RECONNECT_BACKOFF_MS) {
-        connect_ms = c.args[i].value.integer;
-      }
-    }
-    EXPECT_GE(absl::Milliseconds(connect_ms), DispatcherNodeOptions().handshake_timeout);
+    EXPECT_GE(absl::Milliseconds(ChannelArg(own, GRPC_ARG_MIN_RECONNECT_BACKOFF_MS)),
+              DispatcherNodeOptions().handshake_timeout);
   }
 }
 
@@ -117,13 +120,8 @@ TEST(DispatcherClientTest, TheDispatcherHoldsAHandshakeNoLongerThanItsClientsWai
 // (benchmarks.md, "A connection per consumer").
 TEST(DispatcherClientTest, AConnectionSendsNoBandwidthProbes) {
   for (bool own : {false, true}) {
-    const grpc::ChannelArguments args = DispatcherClient::ChannelArgs(own);
-    const grpc_channel_args c = args.c_channel_args();
-    int probe = -1;
-    for (size_t i = 0; i < c.num_args; ++i) {
-      if (std::string(c.args[i].key) == GRPC_ARG_HTTP2_BDP_PROBE) probe = c.args[i].value.integer;
-    }
-    EXPECT_EQ(probe, 0) << (own ? "a connection of its own" : "a shared connection");
+    EXPECT_EQ(ChannelArg(own, GRPC_ARG_HTTP2_BDP_PROBE), 0)
+        << (own ? "a connection of its own" : "a shared connection");
   }
 }
 
