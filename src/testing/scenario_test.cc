@@ -286,21 +286,30 @@ TEST_P(ScenarioTest, AResumedEpochDealsTheRestOfTheFaultFreeRun) {
 }
 
 TEST_P(ScenarioTest, AStoppedProducersBatchesAreDealtAgainIdentically) {
-  std::vector<std::vector<uint64_t>> reference;
+  std::vector<RankRead> reference;
   {
     SupplyCluster s(GetParam(), 2, 2);
-    reference = Hashes(ReadAllRanks(s.cluster(), 2, 0));
+    reference = ReadAllRanks(s.cluster(), 2, 0);
   }
   // Tasks of one round, so that the stopped producer holds work when it stops mid-epoch.
   TestClusterOptions options;
   options.rounds_per_task = 1;
   SupplyCluster s(GetParam(), 2, 2, options);
-  const auto got = Hashes(ReadAllRanks(s.cluster(), 2, 0, PrefetchOne(), 0,
-                                       absl::Milliseconds(30), [&] {
-                                         absl::SleepFor(absl::Milliseconds(150));
-                                         s.KillProducer(0);
-                                       }));
-  EXPECT_EQ(got, reference);
+  const auto got = ReadAllRanks(s.cluster(), 2, 0, PrefetchOne(), 0, absl::Milliseconds(30), [&] {
+    absl::SleepFor(absl::Milliseconds(150));
+    s.KillProducer(0);
+  });
+  EXPECT_EQ(Hashes(got), Hashes(reference));
+  // Where they differ, what each step held: its record ids and content hash.
+  for (uint32_t r = 0; r < 2; ++r) {
+    ASSERT_EQ(got[r].ids.size(), reference[r].ids.size()) << "rank " << r;
+    for (size_t step = 0; step < got[r].ids.size(); ++step) {
+      EXPECT_EQ(got[r].ids[step], reference[r].ids[step]) << "rank " << r << " step " << step;
+      EXPECT_EQ(got[r].hashes[step], reference[r].hashes[step])
+          << "rank " << r << " step " << step << ": ids "
+          << ::testing::PrintToString(got[r].ids[step]);
+    }
+  }
 }
 
 TEST_P(ScenarioTest, ResumingWithAnotherWorldSizeRepeatsAndSkipsNothing) {
