@@ -219,7 +219,12 @@ def test_a_consumer_fetching_another_ranks_batches_takes_nothing_from_it(tmp_pat
         cluster.add_producer()
         cluster.create_job("train", dataset, FEATURES, 16, 2, seed=3, epochs=1)
         outs = [tmp_path / f"rank{r}.jsonl" for r in range(2)]
-        rank0 = cluster.start_consumer("train", 0, 2, outs[0], 1)
+        # Rank 0 stops reading for 5 s at step 2, registered all the while. Without the pause it
+        # may read its whole epoch (37 steps, in well under a second) and leave before the
+        # requests below, and a job without a consumer has its tasks taken back from the
+        # producer. About 1 run in 100 failed with the producer holding none of rank 1's batches.
+        rank0 = cluster.start_consumer("train", 0, 2, outs[0], 1, "--pause-at-step", 2,
+                                       "--pause-seconds", 5)
         host, port = cluster.producer_address().rsplit(":", 1)
         wait_for_file(outs[0], 30, rank0)  # rank 0 runs: the producer holds tasks of the job
         # A client with the cluster's token asks the producer for rank 1's batches (odd global
