@@ -162,7 +162,7 @@ absl::Status RecordCache::Reopen(Shard& shard, const std::string& file, uint64_t
   for (const auto& f : scanned.files) identities.push_back(f.identity);
   CheckSources(identities);
   // The records kept, in file order: up to the first bad frame or a record of no named file, as
-  // many as the capacity holds, none of a local source file that changed since (its records
+  // many as the capacity holds, none of a source file or object that changed since (its records
   // would never be served again).
   struct Kept {
     const rcf::Scanned::Record* record;
