@@ -174,6 +174,10 @@ std::string FormatRecordCachePrometheus(const RecordCacheFigures& cache) {
   Family(&out, "croupier_producer_cache_loaded_records", "gauge",
          "Records a kept on-disk record cache (--cache-keep) held when this producer started.")
       .Add({}, cache.loaded);
+  Family(&out, "croupier_producer_cache_evicted_total", "counter",
+         "Records of a kept on-disk record cache, read back at start, of files no job of this "
+         "producer opened, dropped when it was full to make room for its jobs' records.")
+      .Add({}, cache.evicted);
   return out;
 }
 

@@ -42,6 +42,7 @@ struct RecordCacheFigures {
   uint64_t rejected = 0;
   uint64_t read_errors = 0;
   uint64_t loaded = 0;  // kept on disk (--cache-keep): the records read back at start
+  uint64_t evicted = 0;  // of those, dropped to make room for the records of this producer's jobs
 };
 std::string FormatRecordCachePrometheus(const RecordCacheFigures& cache);
 

@@ -147,7 +147,7 @@ TEST(MetricsPrometheusTest, ObjectStoreCountersAreMetrics) {
 TEST(MetricsPrometheusTest, RecordCacheFiguresAreMetrics) {
   const std::string text = FormatRecordCachePrometheus(
       {.hits = 90, .misses = 10, .records = 10, .bytes = 5000, .capacity_bytes = 8192,
-       .rejected = 3, .read_errors = 1, .loaded = 4});
+       .rejected = 3, .read_errors = 1, .loaded = 4, .evicted = 2});
   EXPECT_THAT(text, HasSubstr("# TYPE croupier_producer_cache_hits_total counter\n"
                               "croupier_producer_cache_hits_total 90\n"));
   EXPECT_THAT(text, HasSubstr("croupier_producer_cache_misses_total 10\n"));
@@ -158,6 +158,8 @@ TEST(MetricsPrometheusTest, RecordCacheFiguresAreMetrics) {
   EXPECT_THAT(text, HasSubstr("croupier_producer_cache_rejected_total 3\n"));
   EXPECT_THAT(text, HasSubstr("croupier_producer_cache_read_errors_total 1\n"));
   EXPECT_THAT(text, HasSubstr("croupier_producer_cache_loaded_records 4\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE croupier_producer_cache_evicted_total counter\n"
+                              "croupier_producer_cache_evicted_total 2\n"));
 }
 
 TEST(MetricsPrometheusTest, LabelValuesAreEscaped) {

@@ -221,7 +221,7 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOp
                              {.hits = c.hits, .misses = c.misses, .records = c.records,
                               .bytes = c.bytes, .capacity_bytes = c.capacity_bytes,
                               .rejected = c.rejected, .read_errors = c.read_errors,
-                              .loaded = c.loaded});
+                              .loaded = c.loaded, .evicted = c.evicted});
                        }
                        return text;
                      }));

@@ -14,6 +14,7 @@
 #include <system_error>
 #include <thread>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "src/common/crc32c.h"
@@ -179,7 +180,7 @@ absl::Status RecordCache::Reopen(Shard& shard, const std::string& file, uint64_t
            scanned.files[next_file].frame_offset < r.frame_offset;
          ++next_file) {
       const auto& f = scanned.files[next_file];
-      file_of_local[f.local_id] = {FileIdOf(f.identity), changed_.at(f.identity)};
+      file_of_local[f.local_id] = {FileIdOf(f.identity, /*opened=*/false), changed_.at(f.identity)};
     }
     auto it = file_of_local.find(r.local_id);
     if (it == file_of_local.end()) {
@@ -202,7 +203,7 @@ absl::Status RecordCache::Reopen(Shard& shard, const std::string& file, uint64_t
   if (dropped == 0) {
     for (const Kept& k : kept) offsets.push_back(k.record->data_offset);
     for (const auto& f : scanned.files) {
-      if (f.frame_offset < cut) local_ids[FileIdOf(f.identity)] = f.local_id;
+      if (f.frame_offset < cut) local_ids[FileIdOf(f.identity, /*opened=*/false)] = f.local_id;
     }
     if (cut < size) {
       Log(LogLevel::kWarning, "record_cache",
@@ -215,30 +216,13 @@ absl::Status RecordCache::Reopen(Shard& shard, const std::string& file, uint64_t
   } else {
     // The records of changed files take room no record will use: the file is written again
     // with the records kept only, then takes the old one's place.
-    const std::string compacted = file + ".compacting";
-    ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> out, env_->OpenForWrite(compacted));
-    std::string data;
-    end = 0;
+    std::vector<Moved> moved;
     for (const Kept& k : kept) {
       const rcf::Scanned::Record& r = *k.record;
-      std::string frames;
-      auto [local, added] = local_ids.emplace(k.file, static_cast<uint32_t>(local_ids.size()));
-      if (added) frames = rcf::FileFrame(local->second, IdentityOf(k.file));
-      frames += rcf::RecordHeader(local->second, r.record, r.size, r.crc);
-      data.resize(r.size);
-      ASSIGN_OR_RETURN(const size_t got, reader->Read(r.data_offset, r.size, data.data()));
-      if (got != r.size) {
-        return absl::DataLossError(absl::StrCat(file, ": a record cut short at byte ",
-                                                r.data_offset, " while the file was compacted"));
-      }
-      RETURN_IF_ERROR(out->Append(frames));
-      RETURN_IF_ERROR(out->Append(data));
-      offsets.push_back(end + frames.size());
-      end += frames.size() + r.size;
+      moved.push_back({Key{k.file, r.record}, r.data_offset, r.size, r.crc});
     }
-    RETURN_IF_ERROR(out->Sync());
-    RETURN_IF_ERROR(out->Close());
-    RETURN_IF_ERROR(env_->Rename(compacted, file));
+    ASSIGN_OR_RETURN(offsets, Rewrite(file, *reader, moved, local_ids));
+    end = offsets.empty() ? 0 : offsets.back() + moved.back().size;
     ASSIGN_OR_RETURN(reader, env_->OpenForRead(file));
     Log(LogLevel::kInfo, "record_cache",
         absl::StrCat(file, ": ", dropped, " records of source files that changed since dropped; ",
@@ -259,11 +243,124 @@ absl::Status RecordCache::Reopen(Shard& shard, const std::string& file, uint64_t
   }
   records_.fetch_add(loaded, std::memory_order_relaxed);
   loaded_.fetch_add(loaded, std::memory_order_relaxed);
+  if (loaded > 0) unopened_.store(true);  // no job has opened any file yet
   absl::MutexLock lock(&shard.write_mu);
   shard.local_ids = std::move(local_ids);
   shard.file_size = end;
   ASSIGN_OR_RETURN(shard.writer, env_->OpenForAppend(file));
   shard.reader = std::move(reader);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<uint64_t>> RecordCache::Rewrite(
+    const std::string& file, const RandomAccessFile& from, const std::vector<Moved>& records,
+    absl::flat_hash_map<uint32_t, uint32_t>& local_ids) {
+  namespace rcf = record_cache_file;
+  local_ids.clear();
+  const std::string compacted = file + ".compacting";
+  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> out, env_->OpenForWrite(compacted));
+  std::vector<uint64_t> offsets;
+  std::string data;
+  uint64_t end = 0;
+  for (const Moved& r : records) {
+    std::string frames;
+    auto [local, added] = local_ids.emplace(r.key.file, static_cast<uint32_t>(local_ids.size()));
+    if (added) frames = rcf::FileFrame(local->second, IdentityOf(r.key.file));
+    frames += rcf::RecordHeader(local->second, r.key.record, r.size, r.crc);
+    data.resize(r.size);
+    ASSIGN_OR_RETURN(const size_t got, from.Read(r.offset, r.size, data.data()));
+    if (got != r.size) {
+      return absl::DataLossError(absl::StrCat(file, ": a record cut short at byte ", r.offset,
+                                              " while the file was written again"));
+    }
+    RETURN_IF_ERROR(out->Append(frames));
+    RETURN_IF_ERROR(out->Append(data));
+    offsets.push_back(end + frames.size());
+    end += frames.size() + r.size;
+  }
+  RETURN_IF_ERROR(out->Sync());
+  RETURN_IF_ERROR(out->Close());
+  RETURN_IF_ERROR(env_->Rename(compacted, file));
+  return offsets;
+}
+
+uint64_t RecordCache::EvictUnopened() {
+  absl::WriterMutexLock exclusive(&rewrite_mu_);
+  if (!unopened_.load()) return 0;  // another thread evicted them meanwhile
+  unopened_.store(false);
+  std::vector<bool> opened;
+  {
+    absl::MutexLock lock(&files_mu_);
+    opened = opened_;
+  }
+  // Out of the index first, each shard file's loss counted.
+  std::array<uint64_t, kShards> dropped_from{};
+  uint64_t records = 0, bytes = 0;
+  absl::flat_hash_set<uint32_t> files;
+  for (Shard& shard : shards_) {
+    absl::MutexLock lock(&shard.mu);
+    absl::erase_if(shard.slots, [&](const auto& entry) {
+      const auto& [key, slot] = entry;
+      if (key.file < opened.size() && opened[key.file]) return false;
+      ++dropped_from[slot.home];
+      ++records;
+      bytes += slot.size;
+      files.insert(key.file);
+      return true;
+    });
+  }
+  // Then the shard files that held them, written again with the records that stay. One that
+  // cannot be written admits nothing more (the records it holds are still served).
+  for (uint32_t home = 0; home < kShards; ++home) {
+    if (dropped_from[home] == 0) continue;
+    const absl::Status rewritten = RewriteShard(shards_[home], home);
+    if (!rewritten.ok()) {
+      Log(LogLevel::kWarning, "record_cache",
+          absl::StrCat("writing the record cache's shard ", home, " again: ",
+                       rewritten.message(), "; this shard of the cache admits nothing more"));
+      absl::MutexLock lock(&shards_[home].write_mu);
+      shards_[home].writer.reset();
+    }
+  }
+  used_.fetch_sub(bytes, std::memory_order_relaxed);
+  records_.fetch_sub(records, std::memory_order_relaxed);
+  evicted_.fetch_add(records, std::memory_order_relaxed);
+  Log(LogLevel::kInfo, "record_cache",
+      absl::StrCat("the kept record cache ", path_, " is full: ", records, " records (", bytes,
+                   " bytes) of ", files.size(),
+                   " source files that no job of this producer opened are dropped to make room"));
+  return records;
+}
+
+absl::Status RecordCache::RewriteShard(Shard& shard, uint32_t home) {
+  // The records whose bytes this file holds, in file order.
+  std::vector<Moved> moved;
+  for (Shard& keyed : shards_) {
+    absl::ReaderMutexLock lock(&keyed.mu);
+    for (const auto& [key, slot] : keyed.slots) {
+      if (slot.home == home) moved.push_back({key, slot.offset, slot.size, slot.crc});
+    }
+  }
+  std::sort(moved.begin(), moved.end(),
+            [](const Moved& a, const Moved& b) { return a.offset < b.offset; });
+  const std::string file = absl::StrCat(path_, "/shard-", home, ".records");
+  absl::MutexLock write(&shard.write_mu);
+  if (shard.writer != nullptr) RETURN_IF_ERROR(shard.writer->Close());
+  shard.writer.reset();
+  absl::flat_hash_map<uint32_t, uint32_t> local_ids;
+  ASSIGN_OR_RETURN(std::vector<uint64_t> offsets,
+                   Rewrite(file, *shard.reader, moved, local_ids));
+  // Until the new file is open, the old one (renamed over, still open) serves the old offsets.
+  ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> reader, env_->OpenForRead(file));
+  shard.reader = std::move(reader);
+  for (size_t i = 0; i < moved.size(); ++i) {
+    Shard& keyed = ShardOf(moved[i].key);
+    absl::MutexLock lock(&keyed.mu);
+    keyed.slots.at(moved[i].key).offset = offsets[i];
+  }
+  shard.local_ids = std::move(local_ids);
+  shard.file_size = offsets.empty() ? 0 : offsets.back() + moved.back().size;
+  ASSIGN_OR_RETURN(shard.writer, env_->OpenForAppend(file));
   return absl::OkStatus();
 }
 
@@ -288,13 +385,18 @@ RecordCache::~RecordCache() {
 }
 
 uint32_t RecordCache::FileId(const RecordIndex& index) {
-  return FileIdOf(absl::StrCat(index.path, "\n", index.file_size, "\n", index.mtime_ns));
+  return FileIdOf(absl::StrCat(index.path, "\n", index.file_size, "\n", index.mtime_ns),
+                  /*opened=*/true);
 }
 
-uint32_t RecordCache::FileIdOf(const std::string& identity) {
+uint32_t RecordCache::FileIdOf(const std::string& identity, bool opened) {
   absl::MutexLock lock(&files_mu_);
   auto [it, inserted] = file_ids_.emplace(identity, static_cast<uint32_t>(identities_.size()));
-  if (inserted) identities_.push_back(identity);
+  if (inserted) {
+    identities_.push_back(identity);
+    opened_.push_back(false);
+  }
+  if (opened) opened_[it->second] = true;
   return it->second;
 }
 
@@ -315,6 +417,9 @@ std::optional<absl::string_view> RecordCache::Lookup(uint32_t file, uint64_t rec
                                                      std::string& buffer) {
   const Key key{file, record};
   Shard& shard = ShardOf(Key{file, record});
+  // In a directory: no eviction moves the record while it is found and read.
+  std::optional<absl::ReaderMutexLock> no_rewrite;
+  if (!path_.empty()) no_rewrite.emplace(&rewrite_mu_);
   Slot slot;
   {
     absl::ReaderMutexLock lock(&shard.mu);
@@ -373,8 +478,22 @@ bool RecordCache::Insert(uint32_t file, uint64_t record, absl::string_view data)
     absl::ReaderMutexLock lock(&shard.mu);
     if (shard.slots.contains(key)) return true;
   }
-  const bool admitted =
-      path_.empty() ? InsertInMemory(shard, key, data) : InsertInFile(shard, key, data);
+  bool admitted;
+  if (path_.empty()) {
+    admitted = InsertInMemory(shard, key, data);
+  } else {
+    Admission a;
+    {
+      absl::ReaderMutexLock lock(&rewrite_mu_);
+      a = InsertInFile(shard, key, data);
+    }
+    // Full, with records of another job's files read back: they make room, once.
+    if (a == Admission::kFull && unopened_.load() && EvictUnopened() > 0) {
+      absl::ReaderMutexLock lock(&rewrite_mu_);
+      a = InsertInFile(shard, key, data);
+    }
+    admitted = a == Admission::kAdmitted;
+  }
   if (!admitted) rejected_.fetch_add(1, std::memory_order_relaxed);
   return admitted;
 }
@@ -408,10 +527,13 @@ bool RecordCache::InsertInMemory(Shard& shard, const Key& key, absl::string_view
   return true;
 }
 
-bool RecordCache::InsertInFile(Shard& shard, const Key& key, absl::string_view data) {
+RecordCache::Admission RecordCache::InsertInFile(Shard& shard, const Key& key,
+                                                 absl::string_view data) {
   const std::string identity = IdentityOf(key.file);
-  if (identity.empty() || identity.size() + 4 > record_cache_file::kMaxMetaBytes) return false;
-  if (!Charge(data.size())) return false;
+  if (identity.empty() || identity.size() + 4 > record_cache_file::kMaxMetaBytes) {
+    return Admission::kRefused;
+  }
+  if (!Charge(data.size())) return Admission::kFull;
   auto refund = [&] { used_.fetch_sub(data.size(), std::memory_order_relaxed); };
   Slot slot;
   slot.size = static_cast<uint32_t>(data.size());
@@ -424,12 +546,12 @@ bool RecordCache::InsertInFile(Shard& shard, const Key& key, absl::string_view d
     absl::ReaderMutexLock held(&shard.mu);
     if (shard.slots.contains(key)) {
       refund();
-      return true;
+      return Admission::kAdmitted;
     }
   }
   if (shard.writer == nullptr) {  // the file failed earlier
     refund();
-    return false;
+    return Admission::kRefused;
   }
   // A frame naming the source file the first time this shard's file holds one of its records,
   // then the record's frame: its header, then its bytes.
@@ -447,7 +569,7 @@ bool RecordCache::InsertInFile(Shard& shard, const Key& key, absl::string_view d
                      "; this shard of the cache admits nothing more"));
     shard.writer.reset();
     refund();
-    return false;
+    return Admission::kRefused;
   }
   if (!named) shard.local_ids.emplace(key.file, local_id);
   slot.offset = shard.file_size + frames.size();
@@ -455,7 +577,7 @@ bool RecordCache::InsertInFile(Shard& shard, const Key& key, absl::string_view d
   absl::MutexLock slots(&shard.mu);
   shard.slots.emplace(key, slot);
   records_.fetch_add(1, std::memory_order_relaxed);
-  return true;
+  return Admission::kAdmitted;
 }
 
 RecordCache::Stats RecordCache::stats() const {
@@ -468,6 +590,7 @@ RecordCache::Stats RecordCache::stats() const {
   s.rejected = rejected_.load(std::memory_order_relaxed);
   s.read_errors = read_errors_.load(std::memory_order_relaxed);
   s.loaded = loaded_.load(std::memory_order_relaxed);
+  s.evicted = evicted_.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -30,8 +30,13 @@ class WritableFile;
 // costs less than a copy of decoded values would save), but never read from the files again.
 //
 // Admission, like tf.data's cache: records are admitted while they fit, and once the cache is
-// full it admits nothing more and evicts nothing, so a dataset larger than the cache is served
-// partly from the cache and partly from the files, with no churn. What counts against the bound:
+// full it admits nothing more, so a dataset larger than the cache is served partly from the cache
+// and partly from the files, with no churn. One exception, for a kept directory (below): records
+// read back from it whose source file no job of this process has opened (FileId) are another
+// job's, and give way. The first record that does not fit drops all of them at once (Stats::
+// evicted), and the shard files that held them are written again without them; after that,
+// nothing is evicted, since every record then held is of a file a job here opened. What counts
+// against the bound:
 //   - in memory: the storage allocated for records (in chunks, never more than the capacity), plus
 //     kEntryOverheadBytes per record for its index entry;
 //   - in a directory: the record bytes written to the cache files; the in-memory index is not
@@ -76,6 +81,7 @@ class RecordCache {
     uint64_t rejected = 0;     // Insert calls refused because the cache was full
     uint64_t read_errors = 0;  // directory mode: records that could not be read back
     uint64_t loaded = 0;       // kept directory: records read back when the cache was made
+    uint64_t evicted = 0;      // kept directory: records read back, dropped to make room
   };
 
   // INVALID_ARGUMENT for a zero capacity; errors of creating the directory.
@@ -86,7 +92,8 @@ class RecordCache {
 
   // A number for the file an index describes, to key its records by. The same path, size and
   // modification time always get the same number, so several jobs over one file share its
-  // records; a file that changed gets a new number, so stale records are never returned.
+  // records; a file that changed gets a new number, so stale records are never returned. The
+  // file counts as opened by a job of this process: its kept records are never evicted.
   uint32_t FileId(const RecordIndex& index);
 
   // The cached data of record `record` of file `file`, or nullopt (a miss). In memory, the view
@@ -99,7 +106,7 @@ class RecordCache {
   bool Contains(uint32_t file, uint64_t record);
 
   // Admits a copy of a record's data if it fits; returns whether it was admitted (or was held
-  // already). Never evicts.
+  // already). Evicts only kept records of files no job here opened, all at once (see above).
   bool Insert(uint32_t file, uint64_t record, absl::string_view data);
 
   Stats stats() const;
@@ -145,15 +152,36 @@ class RecordCache {
     uint64_t file_size ABSL_GUARDED_BY(write_mu) = 0;
     // The source files this shard's file names, by FileId: their number in this file.
     absl::flat_hash_map<uint32_t, uint32_t> local_ids ABSL_GUARDED_BY(write_mu);
-    std::unique_ptr<RandomAccessFile> reader;  // set at creation, then constant
+    // Set at creation; replaced only by an eviction, which holds rewrite_mu_ exclusively while
+    // every read of it holds rewrite_mu_ shared.
+    std::unique_ptr<RandomAccessFile> reader;
   };
+  // A record to write into a shard file written anew: its key and where its bytes are now.
+  struct Moved {
+    Key key;
+    uint64_t offset;
+    uint32_t size;
+    uint32_t crc;
+  };
+  // What InsertInFile did.
+  enum class Admission { kAdmitted, kFull, kRefused };
 
   RecordCache(Options options, std::string path, int lock_fd);
   absl::Status OpenFiles();
   // A kept shard's file: its records read back (as many as fit) and the file cut after them.
   absl::Status Reopen(Shard& shard, const std::string& file, uint64_t size)
       ABSL_LOCKS_EXCLUDED(shard.write_mu);
-  uint32_t FileIdOf(const std::string& identity);
+  uint32_t FileIdOf(const std::string& identity, bool opened);
+  // Writes shard file `file` anew from `from`, with `records` only, in their order, and puts it
+  // in the old one's place: the offset of each record's bytes in the new file, in order.
+  absl::StatusOr<std::vector<uint64_t>> Rewrite(const std::string& file,
+                                                const RandomAccessFile& from,
+                                                const std::vector<Moved>& records,
+                                                absl::flat_hash_map<uint32_t, uint32_t>& local_ids);
+  // Drops every record read back from the kept directory whose source file no job here opened,
+  // and writes the shard files that held them again: the records dropped.
+  uint64_t EvictUnopened() ABSL_LOCKS_EXCLUDED(rewrite_mu_);
+  absl::Status RewriteShard(Shard& shard, uint32_t home) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rewrite_mu_);
   // Whether the source file or object an identity names has changed or is gone (a kept
   // directory's records of it are dropped): a Stat, which for an object in a store is a request.
   // False when it cannot be asked (the reason logged). CheckSources asks for each identity not
@@ -165,7 +193,8 @@ class RecordCache {
   // Takes `bytes` from the budget if they fit.
   bool Charge(uint64_t bytes);
   bool InsertInMemory(Shard& shard, const Key& key, absl::string_view data);
-  bool InsertInFile(Shard& shard, const Key& key, absl::string_view data);
+  Admission InsertInFile(Shard& shard, const Key& key, absl::string_view data)
+      ABSL_SHARED_LOCKS_REQUIRED(rewrite_mu_);
   std::optional<absl::string_view> ReadBack(const Slot& slot, std::string& buffer);
   Shard& ShardOf(const Key& key) { return shards_[((key.record >> 6) ^ key.file) % kShards]; }
 
@@ -184,11 +213,18 @@ class RecordCache {
   std::atomic<uint64_t> rejected_{0};
   std::atomic<uint64_t> read_errors_{0};
   std::atomic<uint64_t> loaded_{0};
+  std::atomic<uint64_t> evicted_{0};
+  // Whether records read back of files no job here opened may be held (until the first eviction).
+  std::atomic<bool> unopened_{false};
+  // Directory mode: held shared by every read of a shard's file and every insertion, and
+  // exclusively by an eviction, which writes the files again.
+  absl::Mutex rewrite_mu_ ABSL_ACQUIRED_BEFORE(files_mu_);
 
   absl::Mutex files_mu_;
   absl::flat_hash_map<std::string, uint32_t> file_ids_ ABSL_GUARDED_BY(files_mu_);
   absl::flat_hash_map<std::string, bool> changed_;  // CheckSources's answers, while made
   std::vector<std::string> identities_ ABSL_GUARDED_BY(files_mu_);  // by FileId
+  std::vector<bool> opened_ ABSL_GUARDED_BY(files_mu_);  // by FileId: FileId() was asked for it
 };
 
 }  // namespace croupier

@@ -489,6 +489,142 @@ TEST_F(ProducerRecordCacheTest, ARecordInsertedByManyThreadsAtOnceIsWrittenOnce)
   EXPECT_EQ(again->stats().bytes, 200u * data.size());
 }
 
+// The records of a kept cache's eviction tests: 64 apart, so that a file's records fall in every
+// shard (ShardOf), each record's bytes its own.
+std::string EvictionRecord(char file, uint64_t r) { return std::string(96, file) + absl::StrCat(r); }
+constexpr uint64_t kEvictionStride = 64;
+
+// Bytes in a kept directory's shard files.
+uint64_t KeptDiskBytes(const std::string& dir) {
+  uint64_t total = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir + "/croupier-record-cache")) {
+    if (entry.path().extension() == ".records") total += entry.file_size();
+  }
+  return total;
+}
+
+// A producer started again on a kept cache that another job filled: the first record of its own
+// job that does not fit drops, once, every record read back of a file no job of this producer
+// opened, and the files are written again without them; the next producer reads back this job's.
+TEST_F(ProducerRecordCacheTest, AKeptCacheFullOfAnotherJobsRecordsMakesRoomOnce) {
+  const std::string dir = tmp_.Join("cache");
+  constexpr uint64_t kCapacity = 8000;
+  const RecordIndex a{"s3://data/a", 100, 5, {}}, b{"s3://data/b", 200, 5, {}};
+  uint64_t held_a = 0;
+  {
+    auto cache = MustCreate(kCapacity, dir, /*keep=*/true);
+    const uint32_t fa = cache->FileId(a);
+    while (cache->Insert(fa, held_a * kEvictionStride, EvictionRecord('a', held_a))) ++held_a;
+    EXPECT_GT(held_a, 60u);
+    EXPECT_EQ(cache->stats().evicted, 0u);  // nothing read back: nothing to evict
+  }
+  const uint64_t disk_a = KeptDiskBytes(dir);
+  uint64_t held_b = 0;
+  {
+    auto cache = MustCreate(kCapacity, dir, /*keep=*/true);
+    EXPECT_EQ(cache->stats().loaded, held_a);
+    const uint32_t fb = cache->FileId(b);  // another job: a is not one of its files
+    for (; held_b < 20; ++held_b) {
+      ASSERT_TRUE(cache->Insert(fb, held_b * kEvictionStride, EvictionRecord('b', held_b)))
+          << held_b;
+    }
+    RecordCache::Stats s = cache->stats();
+    EXPECT_EQ(s.evicted, held_a);
+    EXPECT_EQ(s.records, 20u);
+    EXPECT_EQ(s.rejected, 0u);
+    EXPECT_LT(KeptDiskBytes(dir), disk_a / 2);  // the files hold b's 20 records only
+    std::string buffer;
+    for (uint64_t r = 0; r < held_b; ++r) {
+      EXPECT_EQ(cache->Lookup(fb, r * kEvictionStride, buffer), EvictionRecord('b', r)) << r;
+    }
+    // Full again: every record held is of a file opened here, so nothing more is evicted.
+    while (cache->Insert(fb, held_b * kEvictionStride, EvictionRecord('b', held_b))) ++held_b;
+    s = cache->stats();
+    EXPECT_EQ(s.evicted, held_a);
+    EXPECT_EQ(s.rejected, 1u);
+    EXPECT_EQ(s.records, held_b);
+    EXPECT_LE(s.bytes, kCapacity);
+    // a's records are gone: a job over a now reads its file.
+    EXPECT_EQ(cache->Lookup(cache->FileId(a), 0, buffer), std::nullopt);
+  }
+  EXPECT_LE(KeptDiskBytes(dir), disk_a + 1000);
+  auto third = MustCreate(kCapacity, dir, /*keep=*/true);
+  EXPECT_EQ(third->stats().loaded, held_b);
+  const uint32_t fb = third->FileId(b);
+  std::string buffer;
+  for (uint64_t r = 0; r < held_b; ++r) {
+    EXPECT_EQ(third->Lookup(fb, r * kEvictionStride, buffer), EvictionRecord('b', r)) << r;
+  }
+  EXPECT_EQ(third->stats().read_errors, 0u);
+}
+
+// The records read back of a file that a job of this producer opened are its own: a full cache
+// keeps them, and refuses the new record as before.
+TEST_F(ProducerRecordCacheTest, AKeptCacheKeepsTheRecordsOfTheFilesItsJobsOpen) {
+  const std::string dir = tmp_.Join("cache");
+  constexpr uint64_t kCapacity = 8000;
+  const RecordIndex a{"s3://data/a", 100, 5, {}}, b{"s3://data/b", 200, 5, {}};
+  uint64_t held_a = 0;
+  {
+    auto cache = MustCreate(kCapacity, dir, /*keep=*/true);
+    const uint32_t fa = cache->FileId(a);
+    while (cache->Insert(fa, held_a * kEvictionStride, EvictionRecord('a', held_a))) ++held_a;
+  }
+  auto cache = MustCreate(kCapacity, dir, /*keep=*/true);
+  const uint32_t fa = cache->FileId(a), fb = cache->FileId(b);  // one job over a and b
+  EXPECT_FALSE(cache->Insert(fb, 0, EvictionRecord('b', 0)));
+  const RecordCache::Stats s = cache->stats();
+  EXPECT_EQ(s.evicted, 0u);
+  EXPECT_EQ(s.rejected, 1u);
+  std::string buffer;
+  for (uint64_t r = 0; r < held_a; ++r) {
+    EXPECT_EQ(cache->Lookup(fa, r * kEvictionStride, buffer), EvictionRecord('a', r)) << r;
+  }
+}
+
+// Readers of the records that stay, on other threads, are served their own bytes while an
+// eviction writes the shard files they live in again.
+TEST_F(ProducerRecordCacheTest, KeptRecordsThatStayAreReadWhileOthersAreEvicted) {
+  const std::string dir = tmp_.Join("cache");
+  constexpr uint64_t kCapacity = 16000;
+  const RecordIndex a{"s3://data/a", 100, 5, {}}, b{"s3://data/b", 200, 5, {}},
+      c{"s3://data/c", 300, 5, {}};
+  uint64_t held = 0;
+  {
+    auto cache = MustCreate(kCapacity, dir, /*keep=*/true);
+    const uint32_t fa = cache->FileId(a), fc = cache->FileId(c);
+    while (cache->Insert(fa, held * kEvictionStride, EvictionRecord('a', held)) &&
+           cache->Insert(fc, held * kEvictionStride, EvictionRecord('c', held))) {
+      ++held;
+    }
+  }
+  auto cache = MustCreate(kCapacity, dir, /*keep=*/true);
+  const uint32_t fa = cache->FileId(a), fb = cache->FileId(b);  // c is another job's
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> wrong{0}, reads{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 4; ++t) {
+    readers.emplace_back([&, t] {
+      std::string buffer;
+      for (uint64_t r = t; !done.load(); r = (r + 1) % held) {
+        if (cache->Lookup(fa, r * kEvictionStride, buffer) != EvictionRecord('a', r)) ++wrong;
+        ++reads;
+      }
+    });
+  }
+  while (reads.load() < 200) std::this_thread::yield();
+  for (uint64_t r = 0; r < held / 2; ++r) {
+    EXPECT_TRUE(cache->Insert(fb, r * kEvictionStride, EvictionRecord('b', r))) << r;
+  }
+  const uint64_t after = reads.load();
+  while (reads.load() < after + 200) std::this_thread::yield();
+  done = true;
+  for (std::thread& t : readers) t.join();
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_EQ(cache->stats().evicted, held);  // all of c's
+  EXPECT_EQ(cache->stats().read_errors, 0u);
+}
+
 TEST(ProducerRecordCacheOptionsTest, ZeroCapacityIsInvalid) {
   RecordCache::Options options;
   options.capacity_bytes = 0;
