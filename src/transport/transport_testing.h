@@ -513,20 +513,35 @@ inline int CountOpenFds() {
   return n;
 }
 
-inline int CountThreads() {
-  // A sanitizer runtime (ThreadSanitizer) starts a thread of its own at the process's first
-  // pthread_create; start and join one thread first so that it is counted from the beginning.
-  static const bool runtime_threads_started = [] {
-    std::thread([] {}).join();
-    return true;
-  }();
-  (void)runtime_threads_started;
+// The threads of this process now, as /proc says.
+inline int ProcThreads() {
   std::ifstream status("/proc/self/status");
   std::string line;
   while (std::getline(status, line)) {
     if (line.rfind("Threads:", 0) == 0) return std::atoi(line.c_str() + 8);
   }
   return -1;
+}
+
+inline int CountThreads() {
+  // A sanitizer runtime (ThreadSanitizer) starts a thread of its own at the process's first
+  // pthread_create; start and join one thread first so that it is counted from the beginning.
+  // The joined thread itself can linger in /proc for a moment, and a first count that saw it
+  // would find a thread missing at the end: wait until the count has held for 100 ms (1 s at
+  // most), once per process.
+  static const bool runtime_threads_started = [] {
+    std::thread([] {}).join();
+    int last = ProcThreads(), same = 0;
+    for (int i = 0; i < 100 && same < 10; ++i) {
+      absl::SleepFor(absl::Milliseconds(10));
+      const int now = ProcThreads();
+      same = now == last ? same + 1 : 0;
+      last = now;
+    }
+    return true;
+  }();
+  (void)runtime_threads_started;
+  return ProcThreads();
 }
 
 // Declare it as the first member of a fixture, so that it is built before and destroyed after
