@@ -1,6 +1,7 @@
-"""The Python package over a real local_cluster: Consumer, zero-copy views, checkpoints, rank
-detection, several ranks in one process, and clean-up of child processes. Each test bounds its
-time (pytest-timeout) and the cluster stops every process it started."""
+"""The Python package: Consumer, zero-copy views, checkpoints, rank detection, several ranks in
+one process, resumes, over the in-process cluster (croupier.testing); the dispatcher's metrics and
+the clean-up of child processes over a real local_cluster. Each test bounds its time (pytest-timeout) and the
+cluster stops everything it started."""
 import json
 import os
 import pathlib
@@ -17,6 +18,7 @@ import pytest
 import croupier
 from croupier import errors
 from croupier.launcher import detect_rank_world
+from croupier.testing import in_process_cluster
 from service_cluster import synth_glob
 from tf_records import DETECTION, MIXED, REGRESSION, TF_WRITTEN_COUNTS
 
@@ -30,10 +32,12 @@ def dataset(tmp_path_factory):
 
 
 @pytest.fixture
-def cluster(tmp_path):
+def cluster():
     # One cluster per test: a job whose consumers stop reading keeps the producers' task slots
-    # (see docs/python.md), so tests do not share producers.
-    with croupier.local_cluster(producers=2, work_dir=tmp_path / "cluster", threads=1) as c:
+    # (see docs/python.md), so tests do not share producers. In this process: what these tests
+    # check is the service's logic and the package's API, which no process boundary changes
+    # (croupier.testing).
+    with in_process_cluster(producers=2, threads=1) as c:
         yield c
 
 
@@ -69,6 +73,32 @@ def test_each_rank_gets_the_plans_batches_as_numpy_views(cluster, dataset):
     finally:
         for f in feeds:
             f.close()
+
+
+@pytest.mark.timeout(60)
+def test_the_in_process_cluster_deals_on_past_a_stopped_producer_and_refuses_calls_once_closed(
+        dataset):
+    with in_process_cluster(producers=2, threads=1) as cluster:
+        assert cluster.address.startswith("127.0.0.1:") and cluster.num_producers == 2
+        assert cluster.producer_address(0) != cluster.producer_address(1)
+        cluster.create_job("stop", dataset, FEATURES, 20, consumers=2, seed=5, epochs=1)
+        feeds = [cluster.consumer("stop", r, 2, timeout=30) for r in range(2)]
+        got = [[], []]
+        for step, batches in enumerate(zip(*(f.epoch(0) for f in feeds))):
+            for r, b in enumerate(batches):
+                got[r].append(b["id"].tolist())
+            if step == 3:
+                cluster.stop_producer(0)  # as killed: its tasks go to producer 1 after 1 s
+        for f in feeds:
+            f.close()
+        assert got == [plan_ids(0, 2, 20, 5, 0), plan_ids(1, 2, 20, 5, 0)]
+        with pytest.raises(errors.OutOfRangeError, match="producer 2 of an in-process cluster"):
+            cluster.stop_producer(2)
+    cluster.close()  # again: nothing
+    with pytest.raises(errors.FailedPreconditionError, match="closed"):
+        cluster.add_producer()
+    with pytest.raises(errors.InvalidArgumentError, match="producers=-1"):
+        in_process_cluster(producers=-1)
 
 
 @pytest.mark.timeout(60)
@@ -381,7 +411,7 @@ def test_resuming_with_another_world_size_repeats_and_skips_nothing(tmp_path, da
     that checkpoint. Within epoch 0 no record comes twice and none is skipped but the new job's
     dropped tail; epoch 1 is the new job's whole epoch."""
     records, batch = 1200, 10
-    with croupier.local_cluster(producers=2, work_dir=tmp_path / "c", threads=1) as cluster:
+    with in_process_cluster(producers=2, threads=1) as cluster:
         cluster.create_job("n4", dataset, FEATURES, batch, consumers=4, seed=3, epochs=2)
         before, state = [], None
         feeds = [cluster.consumer("n4", r, 4) for r in range(4)]
@@ -427,7 +457,7 @@ def test_a_resumed_job_resumed_again_goes_on_where_it_stopped(tmp_path, dataset)
     at the second job's next global batch (its steps count from where it began: state
     ["global_batch"]), so the three read the 5-rank plan's batches in order, none twice."""
     batch = 10
-    with croupier.local_cluster(producers=2, work_dir=tmp_path / "c", threads=1) as cluster:
+    with in_process_cluster(producers=2, threads=1) as cluster:
         got, state = [], None
         for name, world, steps in (("c4", 4, 10), ("c2", 2, 5), ("c5", 5, None)):
             cluster.create_job(name, dataset, FEATURES, batch, consumers=world, seed=3,

@@ -1,4 +1,5 @@
-"""croupier.serve: a Python iterable as the producer of a job, over a real local_cluster. The
+"""croupier.serve: a Python iterable as the producer of a job, over the in-process cluster
+(croupier.testing: a dispatcher in this process, behind its gRPC server). The
 serving side runs in a thread of the test process; consumers are croupier.Consumers. Checks are
 on content: each batch carries the index of the yield it came from."""
 import os
@@ -11,6 +12,7 @@ import pytest
 
 import croupier
 from croupier import errors
+from croupier.testing import in_process_cluster
 
 
 def numbered(batches, epoch_offset=1000, rows=4):
@@ -58,8 +60,8 @@ def connect(cluster, job, rank, world, **options):
 
 
 @pytest.fixture
-def cluster(tmp_path):
-    with croupier.local_cluster(producers=0, work_dir=tmp_path / "cluster") as c:
+def cluster():
+    with in_process_cluster(producers=0) as c:
         yield c
 
 
@@ -123,7 +125,7 @@ class Stateful:
 def test_a_resumed_source_starts_from_its_saved_state_not_from_the_epochs_start(tmp_path):
     states = tmp_path / "states"
     # A first run of the job saves the source's state at every task boundary.
-    with croupier.local_cluster(producers=0, work_dir=tmp_path / "c1") as first:
+    with in_process_cluster(producers=0) as first:
         server = Server(Stateful(24), first.address, "r", consumers=1, epochs=1,
                         batches_per_epoch=24, state_dir=states)
         feed = connect(first, "r", 0, 1)
@@ -136,7 +138,7 @@ def test_a_resumed_source_starts_from_its_saved_state_not_from_the_epochs_start(
     # The whole job restarted from a checkpoint at step 13: the new serving process loads the
     # last state at or before batch 13 and makes no batch before it. The consumer is at its
     # position before the source starts (else the source may be given batch 0 first).
-    with croupier.local_cluster(producers=0, work_dir=tmp_path / "c2") as second:
+    with in_process_cluster(producers=0) as second:
         croupier.create_job(second.address, "r", [], "g:int64", 4, consumers=1, epochs=1,
                             shuffle="none", source="python", batches_per_epoch=24)
         feed = connect(second, "r", 0, 1)

@@ -28,7 +28,7 @@ from croupier.runtime.processes import die_with_parent, stop_child, wait_for_fil
 if TYPE_CHECKING:
     from croupier.autoscale import Autoscaler
 
-__all__ = ["LocalCluster", "local_cluster", "croupier_binary",
+__all__ = ["ClusterCalls", "LocalCluster", "local_cluster", "croupier_binary",
            # croupier.client's, re-exported
            "Status", "auth_token_or_env", "create_job", "delete_job", "get_job", "status",
            "submit_job"]
@@ -57,7 +57,41 @@ def croupier_binary() -> str:
                                + "); set CROUPIER_BIN or install the package")
 
 
-class LocalCluster:
+class ClusterCalls:
+    """The dispatcher calls of a cluster at `self.address` with `self.auth_token`: those of
+    croupier.client, and a Consumer of its jobs. LocalCluster's and
+    croupier.testing.InProcessCluster's."""
+
+    address: str
+    auth_token: Optional[str]
+
+    def create_job(self, name: str, files: Any, features: str, batch_size: int, *,
+                   consumers: int, **options: Any) -> Job:
+        """create_job() on this cluster's dispatcher."""
+        options.setdefault("auth_token", self.auth_token)
+        return create_job(self.address, name, files, features, batch_size, consumers=consumers,
+                          **options)
+
+    def submit_job(self, spec: JobSpec, **options: Any) -> Job:
+        """submit_job() on this cluster's dispatcher."""
+        options.setdefault("auth_token", self.auth_token)
+        return submit_job(self.address, spec, **options)
+
+    def status(self, job_info: bool = False, clients: bool = True) -> Dict[str, Any]:
+        return status(self.address, auth_token=self.auth_token, job_info=job_info,
+                      clients=clients)
+
+    def get_job(self, name: str) -> Job:
+        return get_job(self.address, name, auth_token=self.auth_token)
+
+    def consumer(self, job: str, rank: Optional[int] = None, world: Optional[int] = None,
+                 **options: Any) -> Consumer:
+        """A croupier.Consumer of this cluster's job."""
+        options.setdefault("auth_token", self.auth_token)
+        return Consumer(self.address, job, rank, world, **options)
+
+
+class LocalCluster(ClusterCalls):
     """A dispatcher and producers on this machine, as child processes. Use local_cluster()."""
 
     def __init__(self, producers: Union[int, str] = 1, *, work_dir: Optional[_Arg] = None,
@@ -209,31 +243,6 @@ class LocalCluster:
                 raise errors.DeadlineExceededError(
                     f"{live} of {count} producers registered within {timeout} s")
             time.sleep(0.05)
-
-    def create_job(self, name: str, files: Any, features: str, batch_size: int, *,
-                   consumers: int, **options: Any) -> Job:
-        """create_job() on this cluster's dispatcher."""
-        options.setdefault("auth_token", self.auth_token)
-        return create_job(self.address, name, files, features, batch_size, consumers=consumers,
-                          **options)
-
-    def submit_job(self, spec: JobSpec, **options: Any) -> Job:
-        """submit_job() on this cluster's dispatcher."""
-        options.setdefault("auth_token", self.auth_token)
-        return submit_job(self.address, spec, **options)
-
-    def status(self, job_info: bool = False, clients: bool = True) -> Dict[str, Any]:
-        return status(self.address, auth_token=self.auth_token, job_info=job_info,
-                      clients=clients)
-
-    def get_job(self, name: str) -> Job:
-        return get_job(self.address, name, auth_token=self.auth_token)
-
-    def consumer(self, job: str, rank: Optional[int] = None, world: Optional[int] = None,
-                 **options: Any) -> Consumer:
-        """A croupier.Consumer of this cluster's job."""
-        options.setdefault("auth_token", self.auth_token)
-        return Consumer(self.address, job, rank, world, **options)
 
     def close(self, grace: float = 5.0) -> None:
         """Stops every process (SIGTERM, then SIGKILL after `grace` seconds) and waits for it.

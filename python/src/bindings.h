@@ -23,6 +23,7 @@ void BindService(pybind11::module_& m);  // py_service.cc: the consumer and disp
 void BindProduce(pybind11::module_& m);  // py_produce.cc: the producer of a map job
 void BindJob(pybind11::module_& m);      // py_job.cc: croupier.Job
 void BindJobSpec(pybind11::module_& m);  // py_job_spec.cc: croupier.JobSpec
+void BindTestCluster(pybind11::module_& m);  // py_test_cluster.cc: the in-process cluster
 
 // croupier.Job: a JobInfo and its typed settings (parsed once), with the state and the ranks'
 // positions when the dispatcher's GetJob gave them. A copyable value.

@@ -15,4 +15,5 @@ PYBIND11_MODULE(_croupier, m) {
   croupier::py::BindJobSpec(m);
   croupier::py::BindService(m);
   croupier::py::BindProduce(m);
+  croupier::py::BindTestCluster(m);
 }

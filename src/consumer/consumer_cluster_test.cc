@@ -6,7 +6,7 @@
 #include "croupier/consumer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "src/testing/test_cluster.h"
+#include "src/testing/cluster_testing.h"
 
 namespace croupier::testing {
 namespace {

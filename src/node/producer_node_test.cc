@@ -11,7 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/producer/producer_testing.h"
-#include "src/testing/test_cluster.h"
+#include "src/testing/cluster_testing.h"
 
 namespace croupier {
 namespace {

@@ -23,7 +23,7 @@
 #include "gtest/gtest.h"
 #include "src/job/job_settings.h"
 #include "src/producer/producer_testing.h"
-#include "src/testing/test_cluster.h"
+#include "src/testing/cluster_testing.h"
 
 namespace croupier::testing {
 namespace {

@@ -16,7 +16,7 @@
 #include "gtest/gtest.h"
 #include "src/producer/function_maker.h"
 #include "src/producer/producer_testing.h"
-#include "src/testing/test_cluster.h"
+#include "src/testing/cluster_testing.h"
 
 namespace croupier::testing {
 namespace {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "src/testing/test_cluster.h"
+#include "src/testing/cluster_testing.h"
 #include "src/testing/token_data.h"
 
 namespace croupier::testing {
