@@ -1,7 +1,8 @@
 """A job's life seen from Python and the command line: its state in the status, GetJob for one
 job, a trainer told that its job is done, `croupier job list|describe|delete`, and the expiry of
 done jobs (--job-retention). (A launch script run again in the same folder: test_deploy.py.)
-Each test bounds its time; the clusters stop every process they started."""
+Over the in-process cluster (croupier.testing), but for the expiry, which needs the dispatcher's
+--job-retention. Each test bounds its time; the clusters stop everything they started."""
 import json
 import time
 
@@ -9,6 +10,7 @@ import pytest
 
 import croupier
 from croupier import errors
+from croupier.testing import in_process_cluster
 from service_cluster import run, synth_glob
 
 FEATURES = "id:int64,label:int64,image:bytes"
@@ -26,7 +28,7 @@ def summary(cluster, job):
 
 @pytest.mark.timeout(90)
 def test_a_read_job_is_done_and_its_next_trainer_is_warned(tmp_path, dataset):
-    with croupier.local_cluster(producers=1, work_dir=tmp_path / "cluster", threads=1) as cluster:
+    with in_process_cluster(producers=1, threads=1) as cluster:
         cluster.create_job("j", dataset, FEATURES, 10, consumers=1, epochs=1, seed=1)
         status = cluster.status()
         assert "jobs" not in status, "no file lists by default"
@@ -65,7 +67,7 @@ def test_a_read_job_is_done_and_its_next_trainer_is_warned(tmp_path, dataset):
 
 @pytest.mark.timeout(90)
 def test_the_job_commands_list_describe_and_delete(tmp_path, dataset):
-    with croupier.local_cluster(producers=1, work_dir=tmp_path / "cluster", threads=1) as cluster:
+    with in_process_cluster(producers=1, threads=1) as cluster:
         cluster.create_job("a", dataset, FEATURES, 10, consumers=2, epochs=1)
         cluster.create_job("b", dataset, FEATURES, 10, consumers=1, epochs=0)
         listed = run("job", "list", "--dispatcher", cluster.address).stdout.splitlines()

@@ -1,6 +1,6 @@
 """croupier.Batch in Python: bytes columns as one values buffer plus offsets (BytesColumn, no Python
 object per string), against the list-of-bytes form, in a batch made here and in batches received
-from a real local_cluster. Each test bounds its time (pytest-timeout)."""
+from the in-process cluster (croupier.testing). Each test bounds its time (pytest-timeout)."""
 
 import numpy as np
 import pytest
@@ -8,6 +8,7 @@ import pytest
 import croupier
 from croupier import errors
 from croupier.columns import make_batch
+from croupier.testing import in_process_cluster
 from service_cluster import run
 
 STRINGS = [b"ab", b"", b"cde", bytes(range(256)), b"\x00"]
@@ -118,7 +119,7 @@ def test_a_bytes_column_serves_again_unchanged_and_bad_modes_are_refused():
 def test_consumer_epochs_give_bytes_as_buffers_equal_to_the_lists(tmp_path):
     data = tmp_path / "data"
     run("synth", "--out", data, "--files", 2, "--records", 600, "--image-bytes", 96, "--quiet")
-    with croupier.local_cluster(producers=1, work_dir=tmp_path / "cluster", threads=1) as cl:
+    with in_process_cluster(producers=1, threads=1) as cl:
         # Two jobs of the same spec deal the same batches (G3): one read with buffers, then one
         # with lists (created once the first is read: an unread job would hold task slots).
         def job(name):
@@ -196,7 +197,7 @@ def test_close_from_another_thread_wakes_a_blocked_iteration(tmp_path):
     import time
     data = tmp_path / "data"
     run("synth", "--out", data, "--files", 1, "--records", 100, "--quiet")
-    with croupier.local_cluster(producers=0, work_dir=tmp_path / "cluster") as cl:
+    with in_process_cluster(producers=0) as cl:
         cl.create_job("j", str(data / "*.tfrecord"), "id:int64", 10, consumers=1, epochs=1)
         feed = cl.consumer("j", 0, 1, timeout=50)
         it = feed.epoch(0)

@@ -16,6 +16,7 @@ import pytest
 import croupier
 from croupier import errors, tokens
 from croupier.lm import corpus
+from croupier.testing import in_process_cluster
 from test_tokens import read_steps, segments, sequence_digests, train_tokenizer  # noqa: F401
 
 pytest.importorskip("tokenizers")
@@ -78,7 +79,7 @@ def test_a_text_job_deals_the_bytes_of_the_job_over_its_tokenized_corpus(tmp_pat
     other = [[1000 + d * 10 + p for p in range(1 + d % 9)] for d in range(80)]
     tokens.write_indexed_dataset(str(tmp_path / "other"), other)
     text = tokens.TextSource(files, tokenizer, eod_token="</s>")
-    with croupier.local_cluster(producers=1, work_dir=tmp_path / "c", threads=1) as cluster:
+    with in_process_cluster(producers=1, threads=1) as cluster:
         tokens.create_token_job(cluster.address, "indexed",
                                 [str(tmp_path / "text"), str(tmp_path / "other")],
                                 consumers=3, **spec())
@@ -159,7 +160,7 @@ def test_text_changed_since_the_job_was_created_is_named(tmp_path):
         to_spec(tokens.TextSource([str(tmp_path / "c.jsonl.gz")], tokenizer), 0)
     text = tokens.TextSource(files, tokenizer, eod_token="</s>")
     original = open(files[0]).read()
-    with croupier.local_cluster(producers=0, work_dir=tmp_path / "c", threads=1) as cluster:
+    with in_process_cluster(producers=0, threads=1) as cluster:
         tokens.create_token_job(cluster.address, "lm", [text], consumers=2, **spec(weights=None))
         # A file rewritten (another size) is refused before the producer serves.
         with open(files[0], "a") as f:

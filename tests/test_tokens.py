@@ -1,6 +1,7 @@
 """Tokens jobs from Python and the command line (croupier.tokens; docs/python.md, "Language-model
-data"): real dispatcher and producer processes dealing packed sequences of Megatron-LM indexed
-datasets written here."""
+data"): packed sequences of Megatron-LM indexed datasets written here, dealt by the in-process
+cluster (croupier.testing), and by real dispatcher and producer processes where a producer is
+killed or the command line is the subject."""
 import hashlib
 import json
 import os
@@ -14,6 +15,7 @@ import pytest
 
 import croupier
 from croupier import errors, tokens
+from croupier.testing import in_process_cluster
 
 L, B = 16, 12
 COLUMNS = ("input_ids", "labels", "position_ids", "segment_ids", "loss_mask")
@@ -80,7 +82,7 @@ def test_a_tokens_job_resumed_at_other_world_sizes_deals_the_same_sequences(tmp_
     checkpoint (resume_from): the same sequences, bit for bit, in the same order."""
     settings = dict(sequence_length=L, global_batch=B, steps_per_epoch=10, epochs=1, seed=5,
                     packing="best_fit", weights=[(0, [3, 1]), (6, [1, 1])], pad_id=-1)
-    with croupier.local_cluster(producers=1, work_dir=tmp_path / "c", threads=1) as cluster:
+    with in_process_cluster(producers=1, threads=1) as cluster:
         job = tokens.create_token_job(cluster.address, "whole", sources, consumers=1, **settings)
         assert job.source == "tokens" and job.batch_size == B and job.steps_per_epoch == 10
         assert job.tokens["packing"] == "best_fit" and job.tokens["global_batch"] == B
@@ -100,7 +102,7 @@ def test_a_tokens_job_resumed_at_other_world_sizes_deals_the_same_sequences(tmp_
 
 @pytest.mark.timeout(120)
 def test_bad_token_settings_and_sources_are_named(tmp_path, sources):
-    with croupier.local_cluster(producers=1, work_dir=tmp_path / "c", threads=1) as cluster:
+    with in_process_cluster(producers=1, threads=1) as cluster:
         def create(**changes):
             settings = dict(sequence_length=L, global_batch=B, steps_per_epoch=4, consumers=5)
             settings.update(changes)
@@ -124,7 +126,7 @@ def test_bad_token_settings_and_sources_are_named(tmp_path, sources):
 
 @pytest.mark.timeout(120)
 def test_the_command_line_creates_and_shows_a_tokens_job(tmp_path, sources):
-    with croupier.local_cluster(producers=1, work_dir=tmp_path / "c", threads=1) as cluster:
+    with in_process_cluster(producers=1, threads=1) as cluster:
         binary = croupier.croupier_binary()
         out = subprocess.run(
             [binary, "job", "create", "--dispatcher", cluster.address, "--name", "cli",
@@ -207,7 +209,7 @@ def test_croupier_tokenize_writes_what_the_tokenizer_gives_and_a_tokens_job_deal
     for d, text in enumerate(texts):
         assert data.read(d).tolist() == tokenizer.encode(text).ids + [eod]
 
-    with croupier.local_cluster(producers=1, work_dir=tmp_path / "c", threads=1) as cluster:
+    with in_process_cluster(producers=1, threads=1) as cluster:
         tokens.create_token_job(cluster.address, "text", [str(tmp_path / "one")], consumers=2,
                                 sequence_length=8, global_batch=4, steps_per_epoch=3, epochs=1)
         pieces, _ = read_steps(cluster, "text", 2, each=segments)
@@ -304,7 +306,7 @@ def test_a_job_spec_is_checked_and_completed_by_the_dispatchers_own_code():
 def test_the_framework_adapters_give_a_tokens_jobs_columns_as_their_tensors(tmp_path, sources):
     """PyTorch (CroupierIterableDataset), JAX (croupier.jax.Feed, one process) and TensorFlow (the
     native op) each give the five int32 [B/N, L] columns, with the bytes Consumer gives."""
-    with croupier.local_cluster(producers=1, work_dir=tmp_path / "c", threads=1) as cluster:
+    with in_process_cluster(producers=1, threads=1) as cluster:
         tokens.create_token_job(cluster.address, "lm", sources, consumers=1, sequence_length=L,
                                 global_batch=B, steps_per_epoch=3, epochs=1, seed=2)
         with cluster.consumer("lm", 0, 1) as feed:
