@@ -1,7 +1,8 @@
 """croupier.produce: map jobs (records read by index from a Python source, transformed by the
 producers) with every guarantee of a TFRecord job, checked on content over real processes: a
 dispatcher and `croupier consume` processes from tests/service_cluster.py, and producers started
-as `python -m croupier produce map_sources:pipeline` (tests/map_sources.py)."""
+as `python -m croupier produce map_sources:pipeline` (tests/map_sources.py); produce() called on
+a thread of the test runs over the in-process cluster (croupier.testing)."""
 import collections
 import errno
 import json
@@ -22,6 +23,7 @@ import pytest
 
 import croupier
 from croupier import errors
+from croupier.testing import in_process_cluster
 from croupier.map.pipeline import Pipeline, record_rng
 from croupier.map.pool import WorkerPool
 from croupier.map.record_cache import RecordCache, _pid_namespace, default_root, summary
@@ -635,12 +637,12 @@ def test_a_source_without_getitem_fails_at_once(tmp_path):
 
 
 @pytest.mark.timeout(60)
-def test_a_transform_failing_on_the_first_batch_fails_at_start(tmp_path):
-    with Cluster(tmp_path / "c") as cluster:
+def test_a_transform_failing_on_the_first_batch_fails_at_start():
+    with in_process_cluster(producers=0) as cluster:
         with pytest.raises(errors.InvalidArgumentError, match="ValueError"):
             croupier.produce(map_sources.Records(8, fail_at=0), cluster.address, "j",
                              batch_size=2, consumers=1, shuffle="none", workers=0)
-        assert not cluster.status().get("jobSummaries"), "no job is created for a source that fails"
+        assert not cluster.status()["job_summaries"], "no job is created for a source that fails"
 
 
 @pytest.mark.timeout(120)
@@ -1059,7 +1061,7 @@ def test_a_record_cache_with_workers_0_decodes_each_record_once(tmp_path):
     records, world, epochs = 48, 2, 2
     decode = CountingDecode()
     plain = uncached(records)
-    with Cluster(tmp_path / "c") as cluster:
+    with in_process_cluster(producers=0) as cluster:
         done = {}
 
         def producer():

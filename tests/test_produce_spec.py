@@ -9,10 +9,10 @@ import pytest
 
 import croupier
 from croupier import errors
+from croupier.testing import in_process_cluster
 
 sys.path.insert(0, os.path.dirname(__file__))
 import map_sources  # noqa: E402
-from service_cluster import Cluster  # noqa: E402
 
 RECORDS, WORLD = 40, 2
 
@@ -44,8 +44,8 @@ def produce_and_read(cluster, job, **keywords):
 
 
 @pytest.mark.timeout(120)
-def test_a_job_spec_deals_the_bytes_the_same_settings_as_keywords_deal(tmp_path):
-    with Cluster(tmp_path / "c") as cluster:
+def test_a_job_spec_deals_the_bytes_the_same_settings_as_keywords_deal():
+    with in_process_cluster(producers=0) as cluster:
         by_keywords = produce_and_read(cluster, "k", batch_size=4, consumers=WORLD, epochs=1,
                                        seed=5, shuffle="blocks", block_size=8)
         spec = croupier.JobSpec(name="s", batch_size=4, num_consumers=WORLD, num_epochs=1,
