@@ -116,9 +116,12 @@ def scale(work, consumers):
           flush=True)
 
 
-def hollow_run(build, consumers, seconds, kill_after=None, autoscale=False, interval_ms=None):
+def hollow_run(build, consumers, seconds, kill_after=None, autoscale=False, interval_ms=None,
+               connection_per_consumer=False):
     """One bench_hollow run; its summary line and its per-RPC lines. With `autoscale`, the
-    consumers' demand needs consumers / 10 producers and 1.2 times that are there to start."""
+    consumers' demand needs consumers / 10 producers and 1.2 times that are there to start. With
+    `connection_per_consumer`, each hollow consumer has a connection of its own, as a real
+    trainer does (else about 25 share one)."""
     processes = 2 if consumers <= 1000 else 4
     cmd = [str(build / "bench" / "bench_hollow"), "--consumers", str(consumers), "--processes",
            str(processes), "--seconds", str(seconds), "--warmup", "5", "--pin"]
@@ -129,6 +132,8 @@ def hollow_run(build, consumers, seconds, kill_after=None, autoscale=False, inte
         cmd += ["--autoscale", str(needed), "--producers", str(needed * 6 // 5)]
     if interval_ms is not None:
         cmd += ["--heartbeat-interval-ms", str(interval_ms)]
+    if connection_per_consumer:
+        cmd += ["--connection-per-consumer"]
     env = dict(os.environ)
     env.setdefault("CROUPIER_BIN", str(build / "bin" / "croupier"))
     load = os.getloadavg()[0]
@@ -312,13 +317,14 @@ def hollow_main(args):
     runs = []
     for n in sizes:
         summary, rpcs = hollow_run(build, n, seconds, args.kill_after, args.autoscale,
-                                   args.heartbeat_interval_ms)
+                                   args.heartbeat_interval_ms, args.connection_per_consumer)
         for line in rpcs + [summary]:
             print(json.dumps(line), flush=True)
         runs.append((summary, rpcs))
     flags = (f"{' --kill-after ' + str(args.kill_after) if recovery else ''}"
              f"{' --autoscale' if args.autoscale else ''}"
-             f"{' --heartbeat-interval-ms ' + str(args.heartbeat_interval_ms) if args.heartbeat_interval_ms else ''}")
+             f"{' --heartbeat-interval-ms ' + str(args.heartbeat_interval_ms) if args.heartbeat_interval_ms else ''}"
+             f"{' --connection-per-consumer' if args.connection_per_consumer else ''}")
     print(f"\nbench/bench_scale.py --hollow{flags}"
           f", {started:%Y-%m-%d %H:%M} UTC, {seconds} s windows\n", flush=True)
     if recovery:
@@ -344,10 +350,14 @@ def main():
                         help="with --hollow: the autoscaler's policy on the hollow producers")
     parser.add_argument("--heartbeat-interval-ms", type=int, default=None,
                         help="with --hollow: the dispatcher's heartbeat interval (default 1000)")
+    parser.add_argument("--connection-per-consumer", action="store_true",
+                        help="with --hollow: each hollow consumer has a connection of its own")
     parser.add_argument("--build", default=str(ROOT / "build"))
     args = parser.parse_args()
-    if (args.autoscale or args.heartbeat_interval_ms) and not args.hollow:
-        parser.error("--autoscale and --heartbeat-interval-ms go with --hollow")
+    if (args.autoscale or args.heartbeat_interval_ms or args.connection_per_consumer) and \
+            not args.hollow:
+        parser.error("--autoscale, --heartbeat-interval-ms and --connection-per-consumer go with "
+                     "--hollow")
     if args.autoscale and args.kill_after is not None:
         parser.error("--autoscale and --kill-after are separate runs")
     if args.hollow:
