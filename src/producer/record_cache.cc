@@ -325,10 +325,11 @@ uint64_t RecordCache::EvictUnopened() {
   used_.fetch_sub(bytes, std::memory_order_relaxed);
   records_.fetch_sub(records, std::memory_order_relaxed);
   evicted_.fetch_add(records, std::memory_order_relaxed);
+  if (records == 0) return 0;  // every record read back is of a file a job here opened
   Log(LogLevel::kInfo, "record_cache",
       absl::StrCat("the kept record cache ", path_, " is full: ", records, " records (", bytes,
-                   " bytes) of ", files.size(),
-                   " source files that no job of this producer opened are dropped to make room"));
+                   " bytes) of ", files.size(), files.size() == 1 ? " source file" : " source files",
+                   " that no job of this producer opened are dropped to make room"));
   return records;
 }
 
