@@ -14,6 +14,7 @@
 #include <system_error>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -259,6 +260,11 @@ absl::StatusOr<std::vector<uint64_t>> RecordCache::Rewrite(
   local_ids.clear();
   const std::string compacted = file + ".compacting";
   ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> out, env_->OpenForWrite(compacted));
+  // A copy that does not take the file's place is not left on the disk.
+  bool renamed = false;
+  const absl::Cleanup remove_copy = [&] {
+    if (!renamed) env_->RemoveFile(compacted).IgnoreError();
+  };
   std::vector<uint64_t> offsets;
   std::string data;
   uint64_t end = 0;
@@ -281,6 +287,7 @@ absl::StatusOr<std::vector<uint64_t>> RecordCache::Rewrite(
   RETURN_IF_ERROR(out->Sync());
   RETURN_IF_ERROR(out->Close());
   RETURN_IF_ERROR(env_->Rename(compacted, file));
+  renamed = true;
   return offsets;
 }
 
@@ -294,7 +301,7 @@ uint64_t RecordCache::EvictUnopened() {
     opened = opened_;
   }
   // Out of the index first, each shard file's loss counted.
-  std::array<uint64_t, kShards> dropped_from{};
+  std::array<uint64_t, kShards> dropped_from{}, bytes_from{};
   uint64_t records = 0, bytes = 0;
   absl::flat_hash_set<uint32_t> files;
   for (Shard& shard : shards_) {
@@ -303,18 +310,23 @@ uint64_t RecordCache::EvictUnopened() {
       const auto& [key, slot] = entry;
       if (key.file < opened.size() && opened[key.file]) return false;
       ++dropped_from[slot.home];
+      bytes_from[slot.home] += slot.size;
       ++records;
       bytes += slot.size;
       files.insert(key.file);
       return true;
     });
   }
-  // Then the shard files that held them, written again with the records that stay. One that
-  // cannot be written admits nothing more (the records it holds are still served).
+  // Then the shard files that held them, written again with the records that stay: their bytes
+  // go back to the budget. One that cannot be written admits nothing more (the records it holds
+  // are still served), and the dropped records' bytes stay on the disk and in the budget.
+  uint64_t freed = 0;
   for (uint32_t home = 0; home < kShards; ++home) {
     if (dropped_from[home] == 0) continue;
     const absl::Status rewritten = RewriteShard(shards_[home], home);
-    if (!rewritten.ok()) {
+    if (rewritten.ok()) {
+      freed += bytes_from[home];
+    } else {
       Log(LogLevel::kWarning, "record_cache",
           absl::StrCat("writing the record cache's shard ", home, " again: ",
                        rewritten.message(), "; this shard of the cache admits nothing more"));
@@ -322,7 +334,7 @@ uint64_t RecordCache::EvictUnopened() {
       shards_[home].writer.reset();
     }
   }
-  used_.fetch_sub(bytes, std::memory_order_relaxed);
+  used_.fetch_sub(freed, std::memory_order_relaxed);
   records_.fetch_sub(records, std::memory_order_relaxed);
   evicted_.fetch_add(records, std::memory_order_relaxed);
   if (records == 0) return 0;  // every record read back is of a file a job here opened

@@ -625,6 +625,55 @@ TEST_F(ProducerRecordCacheTest, KeptRecordsThatStayAreReadWhileOthersAreEvicted)
   EXPECT_EQ(cache->stats().read_errors, 0u);
 }
 
+// An Env whose renames fail: a shard file cannot be written again.
+class NoRenameEnv final : public croupier::testing::ForwardingEnv {
+ public:
+  absl::Status Rename(const std::string& from, const std::string&) override {
+    return absl::PermissionDeniedError(absl::StrCat("cannot rename ", from));
+  }
+};
+
+// An eviction whose shard files cannot be written again: the records are out of the index all
+// the same, those that stay are still served from the old files, those files admit nothing more,
+// and the dropped bytes, still on the disk, stay counted against the capacity.
+TEST_F(ProducerRecordCacheTest, AnEvictionThatCannotRewriteItsFilesKeepsTheirBytesCounted) {
+  const std::string dir = tmp_.Join("cache");
+  constexpr uint64_t kCapacity = 8000;
+  const RecordIndex a{"s3://data/a", 100, 5, {}}, b{"s3://data/b", 200, 5, {}};
+  uint64_t held = 0;
+  {
+    auto cache = MustCreate(kCapacity, dir, /*keep=*/true);
+    const uint32_t fa = cache->FileId(a), fb = cache->FileId(b);
+    while (cache->Insert(fa, held * kEvictionStride, EvictionRecord('a', held)) &&
+           cache->Insert(fb, held * kEvictionStride, EvictionRecord('b', held))) {
+      ++held;
+    }
+  }
+  NoRenameEnv env;
+  RecordCache::Options options;
+  options.capacity_bytes = kCapacity;
+  options.dir = dir;
+  options.keep = true;
+  options.env = &env;
+  auto cache = *RecordCache::Create(options);
+  const uint64_t bytes_before = cache->stats().bytes;
+  const uint32_t fa = cache->FileId(a);  // b is another job's
+  // More than the room left: the records of b are dropped, and their bytes cannot be given back.
+  EXPECT_FALSE(cache->Insert(fa, 1, std::string(kCapacity - bytes_before + 1, 'n')));
+  const RecordCache::Stats s = cache->stats();
+  EXPECT_GE(s.evicted, held);  // b's, out of the index
+  EXPECT_EQ(s.bytes, bytes_before);
+  std::string buffer;
+  for (uint64_t r = 0; r < held; ++r) {
+    EXPECT_EQ(cache->Lookup(fa, r * kEvictionStride, buffer), EvictionRecord('a', r)) << r;
+  }
+  EXPECT_EQ(cache->stats().read_errors, 0u);
+  // The copies that could not take the files' places are not left behind.
+  for (const auto& entry : std::filesystem::directory_iterator(dir + "/croupier-record-cache")) {
+    EXPECT_NE(entry.path().extension(), ".compacting") << entry.path();
+  }
+}
+
 TEST(ProducerRecordCacheOptionsTest, ZeroCapacityIsInvalid) {
   RecordCache::Options options;
   options.capacity_bytes = 0;
