@@ -65,7 +65,13 @@ inline std::string WriteTrace(const std::string& file, const std::string& text) 
 
 inline bool CreateSyncCounter(pid_t pid) {
   const std::string root = "/sys/kernel/tracing/instances";
-  if (access(root.c_str(), W_OK) != 0) return false;
+  if (access(root.c_str(), W_OK) != 0) {
+    std::fprintf(stderr,
+                 "bench_hollow: the dispatcher's syncs are not counted: %s is not writable (as "
+                 "root: mount -t tracefs nodev /sys/kernel/tracing)\n",
+                 root.c_str());
+    return false;
+  }
   g_trace = absl::StrCat(root, "/croupier-hollow-", getpid());
   if (mkdir(g_trace.c_str(), 0755) != 0) {
     g_trace.clear();
