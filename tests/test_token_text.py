@@ -128,17 +128,21 @@ def test_a_killed_text_producer_changes_no_sequence(tmp_path):
                 # make again (the automatic window takes the whole epoch at once).
                 outs, procs = cluster.start_ranks("lm", 2, tmp_path / name, 1, "--slow-ms", "100",
                                                   "--prefetch", "2")
+                # Rank 0 reads 10 steps (1 of 40 without a kill) while both producers serve.
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline and (
+                        not outs[0].exists() or
+                        len(outs[0].read_text().splitlines()) < (10 if kill_one else 1)):
+                    time.sleep(0.05)
+                if os.path.exists(JEMALLOC):  # the tokens producer runs itself on jemalloc
+                    # Looked at while it serves: it leaves once every rank has read the job.
+                    assert producers[0].poll() is None, "the producer left before the job ended"
+                    maps = pathlib.Path(f"/proc/{producers[0].pid}/maps").read_text()
+                    assert "libjemalloc" in maps
                 if kill_one:
-                    deadline = time.monotonic() + 60
-                    while time.monotonic() < deadline and (
-                            not outs[0].exists() or len(outs[0].read_text().splitlines()) < 10):
-                        time.sleep(0.05)
                     kill(producers[1])
                 for proc in procs:
                     assert proc.wait(timeout=150) == 0
-                if os.path.exists(JEMALLOC):  # the tokens producer runs itself on jemalloc
-                    maps = pathlib.Path(f"/proc/{producers[0].pid}/maps").read_text()
-                    assert "libjemalloc" in maps
                 if kill_one:
                     assert "expired" in cluster.dispatcher.log_path.read_text()
                 return [batch_hashes(read_batches(out)) for out in outs]
