@@ -503,6 +503,23 @@ uint64_t KeptDiskBytes(const std::string& dir) {
   return total;
 }
 
+// A producer whose jobs opened `files` (each a letter for its records' bytes, and its index)
+// fills a kept cache of `capacity` bytes in `dir`, a record of each file in turn, until one does
+// not fit: records 0 to the returned count - 1 of every file are held, kEvictionStride apart.
+uint64_t FillKeptCache(const std::string& dir, uint64_t capacity,
+                       const std::vector<std::pair<char, RecordIndex>>& files) {
+  auto cache = MustCreate(capacity, dir, /*keep=*/true);
+  std::vector<uint32_t> ids;
+  for (const auto& [letter, index] : files) ids.push_back(cache->FileId(index));
+  for (uint64_t held = 0;; ++held) {
+    for (size_t i = 0; i < files.size(); ++i) {
+      if (!cache->Insert(ids[i], held * kEvictionStride, EvictionRecord(files[i].first, held))) {
+        return held;
+      }
+    }
+  }
+}
+
 // A producer started again on a kept cache that another job filled: the first record of its own
 // job that does not fit drops, once, every record read back of a file no job of this producer
 // opened, and the files are written again without them; the next producer reads back this job's.
@@ -510,14 +527,8 @@ TEST_F(ProducerRecordCacheTest, AKeptCacheFullOfAnotherJobsRecordsMakesRoomOnce)
   const std::string dir = tmp_.Join("cache");
   constexpr uint64_t kCapacity = 8000;
   const RecordIndex a{"s3://data/a", 100, 5, {}}, b{"s3://data/b", 200, 5, {}};
-  uint64_t held_a = 0;
-  {
-    auto cache = MustCreate(kCapacity, dir, /*keep=*/true);
-    const uint32_t fa = cache->FileId(a);
-    while (cache->Insert(fa, held_a * kEvictionStride, EvictionRecord('a', held_a))) ++held_a;
-    EXPECT_GT(held_a, 60u);
-    EXPECT_EQ(cache->stats().evicted, 0u);  // nothing read back: nothing to evict
-  }
+  const uint64_t held_a = FillKeptCache(dir, kCapacity, {{'a', a}});
+  EXPECT_GT(held_a, 60u);
   const uint64_t disk_a = KeptDiskBytes(dir);
   uint64_t held_b = 0;
   {
@@ -564,12 +575,7 @@ TEST_F(ProducerRecordCacheTest, AKeptCacheKeepsTheRecordsOfTheFilesItsJobsOpen) 
   const std::string dir = tmp_.Join("cache");
   constexpr uint64_t kCapacity = 8000;
   const RecordIndex a{"s3://data/a", 100, 5, {}}, b{"s3://data/b", 200, 5, {}};
-  uint64_t held_a = 0;
-  {
-    auto cache = MustCreate(kCapacity, dir, /*keep=*/true);
-    const uint32_t fa = cache->FileId(a);
-    while (cache->Insert(fa, held_a * kEvictionStride, EvictionRecord('a', held_a))) ++held_a;
-  }
+  const uint64_t held_a = FillKeptCache(dir, kCapacity, {{'a', a}});
   auto cache = MustCreate(kCapacity, dir, /*keep=*/true);
   const uint32_t fa = cache->FileId(a), fb = cache->FileId(b);  // one job over a and b
   EXPECT_FALSE(cache->Insert(fb, 0, EvictionRecord('b', 0)));
@@ -589,15 +595,7 @@ TEST_F(ProducerRecordCacheTest, KeptRecordsThatStayAreReadWhileOthersAreEvicted)
   constexpr uint64_t kCapacity = 16000;
   const RecordIndex a{"s3://data/a", 100, 5, {}}, b{"s3://data/b", 200, 5, {}},
       c{"s3://data/c", 300, 5, {}};
-  uint64_t held = 0;
-  {
-    auto cache = MustCreate(kCapacity, dir, /*keep=*/true);
-    const uint32_t fa = cache->FileId(a), fc = cache->FileId(c);
-    while (cache->Insert(fa, held * kEvictionStride, EvictionRecord('a', held)) &&
-           cache->Insert(fc, held * kEvictionStride, EvictionRecord('c', held))) {
-      ++held;
-    }
-  }
+  const uint64_t held = FillKeptCache(dir, kCapacity, {{'a', a}, {'c', c}});
   auto cache = MustCreate(kCapacity, dir, /*keep=*/true);
   const uint32_t fa = cache->FileId(a), fb = cache->FileId(b);  // c is another job's
   std::atomic<bool> done{false};
@@ -640,15 +638,7 @@ TEST_F(ProducerRecordCacheTest, AnEvictionThatCannotRewriteItsFilesKeepsTheirByt
   const std::string dir = tmp_.Join("cache");
   constexpr uint64_t kCapacity = 8000;
   const RecordIndex a{"s3://data/a", 100, 5, {}}, b{"s3://data/b", 200, 5, {}};
-  uint64_t held = 0;
-  {
-    auto cache = MustCreate(kCapacity, dir, /*keep=*/true);
-    const uint32_t fa = cache->FileId(a), fb = cache->FileId(b);
-    while (cache->Insert(fa, held * kEvictionStride, EvictionRecord('a', held)) &&
-           cache->Insert(fb, held * kEvictionStride, EvictionRecord('b', held))) {
-      ++held;
-    }
-  }
+  const uint64_t held = FillKeptCache(dir, kCapacity, {{'a', a}, {'b', b}});
   NoRenameEnv env;
   RecordCache::Options options;
   options.capacity_bytes = kCapacity;
