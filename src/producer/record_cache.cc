@@ -294,7 +294,6 @@ absl::StatusOr<std::vector<uint64_t>> RecordCache::Rewrite(
 uint64_t RecordCache::EvictUnopened() {
   absl::WriterMutexLock exclusive(&rewrite_mu_);
   if (!unopened_.load()) return 0;  // another thread evicted them meanwhile
-  unopened_.store(false);
   std::vector<bool> opened;
   {
     absl::MutexLock lock(&files_mu_);
@@ -334,6 +333,8 @@ uint64_t RecordCache::EvictUnopened() {
       shards_[home].writer.reset();
     }
   }
+  // Only now, with every file written again: a reader that sees false reads without the lock.
+  unopened_.store(false);
   used_.fetch_sub(freed, std::memory_order_relaxed);
   records_.fetch_sub(records, std::memory_order_relaxed);
   evicted_.fetch_add(records, std::memory_order_relaxed);
@@ -430,9 +431,10 @@ std::optional<absl::string_view> RecordCache::Lookup(uint32_t file, uint64_t rec
                                                      std::string& buffer) {
   const Key key{file, record};
   Shard& shard = ShardOf(Key{file, record});
-  // In a directory: no eviction moves the record while it is found and read.
+  // No eviction moves the record while it is found and read. Once none can come (no records
+  // of unopened files, or the one eviction done), reads take no lock.
   std::optional<absl::ReaderMutexLock> no_rewrite;
-  if (!path_.empty()) no_rewrite.emplace(&rewrite_mu_);
+  if (!path_.empty() && unopened_.load()) no_rewrite.emplace(&rewrite_mu_);
   Slot slot;
   {
     absl::ReaderMutexLock lock(&shard.mu);
@@ -497,7 +499,8 @@ bool RecordCache::Insert(uint32_t file, uint64_t record, absl::string_view data)
   } else {
     Admission a;
     {
-      absl::ReaderMutexLock lock(&rewrite_mu_);
+      std::optional<absl::ReaderMutexLock> no_rewrite;  // as in Lookup
+      if (unopened_.load()) no_rewrite.emplace(&rewrite_mu_);
       a = InsertInFile(shard, key, data);
     }
     // Full, with records of another job's files read back: they make room, once.

@@ -153,7 +153,7 @@ class RecordCache {
     // The source files this shard's file names, by FileId: their number in this file.
     absl::flat_hash_map<uint32_t, uint32_t> local_ids ABSL_GUARDED_BY(write_mu);
     // Set at creation; replaced only by an eviction, which holds rewrite_mu_ exclusively while
-    // every read of it holds rewrite_mu_ shared.
+    // every read of it holds rewrite_mu_ shared, until unopened_ is false (then none comes).
     std::unique_ptr<RandomAccessFile> reader;
   };
   // A record to write into a shard file written anew: its key and where its bytes are now.
@@ -193,8 +193,8 @@ class RecordCache {
   // Takes `bytes` from the budget if they fit.
   bool Charge(uint64_t bytes);
   bool InsertInMemory(Shard& shard, const Key& key, absl::string_view data);
-  Admission InsertInFile(Shard& shard, const Key& key, absl::string_view data)
-      ABSL_SHARED_LOCKS_REQUIRED(rewrite_mu_);
+  // Called with rewrite_mu_ held shared while an eviction may still come (unopened_).
+  Admission InsertInFile(Shard& shard, const Key& key, absl::string_view data);
   std::optional<absl::string_view> ReadBack(const Slot& slot, std::string& buffer);
   Shard& ShardOf(const Key& key) { return shards_[((key.record >> 6) ^ key.file) % kShards]; }
 
@@ -216,8 +216,8 @@ class RecordCache {
   std::atomic<uint64_t> evicted_{0};
   // Whether records read back of files no job here opened may be held (until the first eviction).
   std::atomic<bool> unopened_{false};
-  // Directory mode: held shared by every read of a shard's file and every insertion, and
-  // exclusively by an eviction, which writes the files again.
+  // Directory mode: held exclusively by an eviction, which writes the files again, and shared
+  // by every read of a shard's file and every insertion while one may still come (unopened_).
   absl::Mutex rewrite_mu_ ABSL_ACQUIRED_BEFORE(files_mu_);
 
   absl::Mutex files_mu_;
