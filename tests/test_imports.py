@@ -29,8 +29,7 @@ SHARED = {"errors", "job", "launcher", "client", "columns", "runtime"}
 ROOMS = {
     "map": SHARED,
     "stream": SHARED,
-    # A tokens producer serves with the map producer's loop (serve_until_the_end).
-    "lm": SHARED | {"map.producer"},
+    "lm": SHARED,
     "runtime": {"errors"},
 }
 # The framework adapters: public modules that only users (and each other) import.

@@ -59,6 +59,11 @@ def connect(cluster, job, rank, world, **options):
             time.sleep(0.05)
 
 
+def served(cluster):
+    """The batches the cluster's producers have served, as the dispatcher last heard."""
+    return sum(p["stats"]["batches_served"] for p in cluster.status()["producers"])
+
+
 @pytest.fixture
 def cluster():
     with in_process_cluster(producers=0) as c:
@@ -184,6 +189,50 @@ def test_a_source_that_ends_early_is_a_clear_error_at_the_consumer(cluster):
 
 
 @pytest.mark.timeout(60)
+def test_a_source_that_raises_fails_its_batch_and_serve_raises_its_exception(cluster):
+    class Broken(Exception):
+        pass
+
+    def source(epoch):
+        yield from numbered(2)(epoch)
+        raise Broken("the loader broke at its third batch")
+
+    server = Server(source, cluster.address, "broken", consumers=1, epochs=1,
+                    batches_per_epoch=4, timeout=3)  # the ranks have 3 s to see the error
+    feed = connect(cluster, "broken", 0, 1)
+    got = []
+    with pytest.raises(errors.InternalError, match="the source raised Broken"):
+        for batch in feed.epoch(0):
+            got.append(batch["g"][0])
+    assert got == [0, 1]
+    feed.close()
+    with pytest.raises(Broken, match="the loader broke at its third batch"):
+        server.join(timeout=20)
+
+
+@pytest.mark.timeout(60)
+def test_serve_returns_once_every_rank_has_read_the_last_epoch_not_when_all_is_served(cluster):
+    # Every batch of the job is served (the consumer's window prefetches them all) while the rank
+    # has still to read its last step: serve() goes on until the rank has acknowledged the end,
+    # as a restarted rank may still ask for a batch of it.
+    server = Server(numbered(4), cluster.address, "end", consumers=1, epochs=1,
+                    batches_per_epoch=4)
+    feed = connect(cluster, "end", 0, 1)
+    batches = iter(feed.epoch(0))
+    got = [next(batches)["g"][0] for _ in range(3)]
+    deadline = time.monotonic() + 10
+    while served(cluster) < 4:  # the last batch is served meanwhile; the rank has read 3 of 4
+        assert time.monotonic() < deadline, "the consumer did not prefetch the last batch"
+        time.sleep(0.05)
+    time.sleep(1.0)  # several of the producer's heartbeats and job-end checks
+    assert server.thread.is_alive(), "serve() returned before the rank read its last step"
+    got += [b["g"][0] for b in batches]
+    feed.close()
+    assert got == [0, 1, 2, 3]
+    assert server.join(timeout=20) == 4
+
+
+@pytest.mark.timeout(60)
 def test_stop_ends_an_unbounded_serve(cluster):
     import threading
     stop = threading.Event()
@@ -256,7 +305,7 @@ def test_serve_stops_with_an_error_once_the_dispatcher_is_gone(tmp_path):
         feed.close()
         kill(c.dispatcher)
         started = time.monotonic()
-        with pytest.raises(errors.UnavailableError, match="has not answered the source of job"):
+        with pytest.raises(errors.UnavailableError, match="has not answered the producer of job"):
             server.join(timeout=30)
         assert time.monotonic() - started < 20
 

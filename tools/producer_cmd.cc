@@ -120,7 +120,8 @@ absl::Status Run(const ProducerFlags& f) {
     Log(LogLevel::kInfo, "producer", absl::StrCat("signal ", sig, ": leaving now"));
     leave_now.Notify();
   }).detach();
-  node->Drain(absl::Milliseconds(f.drain_timeout_ms), &leave_now);
+  node->Drain(absl::Milliseconds(f.drain_timeout_ms),
+              [] { return leave_now.HasBeenNotified(); });
   return absl::OkStatus();
 }
 

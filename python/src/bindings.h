@@ -20,7 +20,8 @@ void BindIo(pybind11::module_& m);     // py_io.cc: TFRecord files, indexes, Exa
 void BindPlan(pybind11::module_& m);   // py_plan.cc: epoch plans
 void BindBatch(pybind11::module_& m);  // py_batch.cc: batches as numpy views
 void BindService(pybind11::module_& m);  // py_service.cc: the consumer and dispatcher calls
-void BindProduce(pybind11::module_& m);  // py_produce.cc: the producer of a map job
+void BindProducer(pybind11::module_& m);    // py_producer.cc: the producer of one job
+void BindBatchSlots(pybind11::module_& m);  // py_batch_slots.cc: a map worker's batch slots
 void BindJob(pybind11::module_& m);      // py_job.cc: croupier.Job
 void BindJobSpec(pybind11::module_& m);  // py_job_spec.cc: croupier.JobSpec
 void BindTestCluster(pybind11::module_& m);  // py_test_cluster.cc: the in-process cluster

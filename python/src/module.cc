@@ -14,6 +14,7 @@ PYBIND11_MODULE(_croupier, m) {
   croupier::py::BindJob(m);
   croupier::py::BindJobSpec(m);
   croupier::py::BindService(m);
-  croupier::py::BindProduce(m);
+  croupier::py::BindProducer(m);
+  croupier::py::BindBatchSlots(m);
   croupier::py::BindTestCluster(m);
 }

@@ -17,12 +17,10 @@
 #include "google/protobuf/util/json_util.h"
 #include "proto/croupier.pb.h"
 #include "python/src/bindings.h"
-#include "python/src/producer_options.h"
 #include "python/src/status.h"
 #include "src/common/logging.h"
 #include "src/job/job.h"
 #include "src/job/job_json.h"
-#include "src/node/producer_node.h"
 #include "src/rpc/dispatcher_client.h"
 #include "src/rpc/grpc_util.h"
 
@@ -75,76 +73,6 @@ class PyConsumer {
 
  private:
   std::unique_ptr<Consumer> consumer_;
-};
-
-// The producer of a Python job (croupier.serve feeds it). Thread-compatible.
-class PySourceProducer {
- public:
-  PySourceProducer(std::unique_ptr<ProducerNode> node, std::string job)
-      : job_(std::move(job)), node_(std::move(node)) {}
-
-  // (epoch, batch) to supply next, or None if none came within `timeout` seconds.
-  pyb::object NextSlot(double timeout) {
-    absl::StatusOr<BatchKey> key;
-    {
-      pyb::gil_scoped_release nogil;
-      key = node_->sequential()->NextSlot(absl::Now() + absl::Seconds(timeout));
-    }
-    if (absl::IsDeadlineExceeded(key.status())) return pyb::none();
-    BatchKey k = Unwrap(std::move(key));
-    return pyb::make_tuple(k.epoch, k.batch);
-  }
-
-  void Put(uint64_t epoch, uint64_t batch, uint64_t num_records, const pyb::list& columns) {
-    Batch made = BatchFromColumns(num_records, columns);
-    PutStatusOr(epoch, batch, std::move(made));
-  }
-
-  void PutError(uint64_t epoch, uint64_t batch, const std::string& code,
-                const std::string& message) {
-    absl::StatusCode c = absl::StatusCode::kInvalidArgument;
-    if (code == "OUT_OF_RANGE") c = absl::StatusCode::kOutOfRange;
-    if (code == "DATA_LOSS") c = absl::StatusCode::kDataLoss;
-    if (code == "INTERNAL") c = absl::StatusCode::kInternal;
-    PutStatusOr(epoch, batch, absl::Status(c, message));
-  }
-
-  // Every task dealt so far has been served, and the last one ends at (epoch, batch).
-  bool DoneUpTo(uint64_t epoch, uint64_t batch) const {
-    const auto end = node_->sequential()->LastTaskEnd();
-    return end.has_value() && *end == std::make_pair(epoch, batch) &&
-           node_->sequential()->HeldTasks().empty();
-  }
-
-  uint64_t BatchesServed() const { return node_->sequential()->stats().batches_served; }
-  double SinceDispatcherContact() const {
-    return absl::ToDoubleSeconds(node_->SinceDispatcherContact());
-  }
-  std::string DataAddress() const { return node_->data_address(); }
-  // ProducerNode::WaitForJobEnd, without the GIL.
-  bool WaitForJobEnd(double timeout) {
-    pyb::gil_scoped_release nogil;
-    return node_->WaitForJobEnd(absl::Seconds(std::max(0.0, timeout)));
-  }
-  bool JobEnded() const { return node_->job_ended(); }
-
-  void Close() {
-    pyb::gil_scoped_release nogil;
-    node_->Leave();  // its unfinished tasks go to the other producers at once
-  }
-
- private:
-  void PutStatusOr(uint64_t epoch, uint64_t batch, absl::StatusOr<Batch> made) {
-    const BatchKey key{job_, epoch, batch};
-    absl::Status put;
-    {
-      pyb::gil_scoped_release nogil;
-      put = node_->sequential()->Put(key, std::move(made));
-    }
-    ThrowIfError(put);
-  }
-  const std::string job_;
-  std::unique_ptr<ProducerNode> node_;
 };
 
 // The JSON the Python API reads and writes has the job settings by their text names ("global",
@@ -216,44 +144,6 @@ void BindService(pyb::module_& m) {
       .def_property_readonly("registered_position", &PyConsumer::RegisteredPosition)
       .def_property_readonly("done_at_registration", &PyConsumer::DoneAtRegistration)
       .def("close", &PyConsumer::Close);
-
-  pyb::class_<PySourceProducer>(m, "_SourceProducer",
-                                "The producer of a Python job. Use croupier.serve.")
-      .def(pyb::init([](const std::string& dispatcher, const std::string& job,
-                        const std::string& auth_token, uint64_t buffer_bytes,
-                        const std::string& bind, const std::string& advertise_host, double timeout,
-                        uint32_t source_index) {
-             const TaskRunner::Options defaults;
-             ProducerNodeOptions o = OwnProducerOptions(
-                 dispatcher, auth_token, defaults.threads, buffer_bytes, defaults.max_tasks, bind,
-                 advertise_host, timeout, StreamSupply{.job = job, .source_index = source_index});
-             absl::StatusOr<std::unique_ptr<ProducerNode>> node;
-             {
-               pyb::gil_scoped_release nogil;
-               node = ProducerNode::Start(std::move(o));
-             }
-             return std::make_unique<PySourceProducer>(Unwrap(std::move(node)), job);
-           }),
-           pyb::arg("dispatcher"), pyb::arg("job"), pyb::arg("auth_token"),
-           pyb::arg("buffer_bytes"), pyb::arg("bind"), pyb::arg("advertise_host"),
-           pyb::arg("timeout"), pyb::arg("source_index"))
-      .def("next_slot", &PySourceProducer::NextSlot, pyb::arg("timeout"))
-      .def("put", &PySourceProducer::Put, pyb::arg("epoch"), pyb::arg("batch"),
-           pyb::arg("num_records"), pyb::arg("columns"))
-      .def("put_error", &PySourceProducer::PutError, pyb::arg("epoch"), pyb::arg("batch"),
-           pyb::arg("code"), pyb::arg("message"))
-      .def("done_up_to", &PySourceProducer::DoneUpTo, pyb::arg("epoch"), pyb::arg("batch"))
-      .def("batches_served", &PySourceProducer::BatchesServed)
-      .def("wait_for_job_end", &PySourceProducer::WaitForJobEnd, pyb::arg("timeout"),
-           "Waits up to `timeout` seconds for the job this producer serves to end (every rank has "
-           "read its last epoch, or the job was deleted); returns whether it has. The producer "
-           "learns it from the dispatcher on its own: nothing to poll.")
-      .def("job_ended", &PySourceProducer::JobEnded,
-           "Whether the job this producer serves has ended (see wait_for_job_end).")
-      .def("since_dispatcher_contact", &PySourceProducer::SinceDispatcherContact,
-           "Seconds since the dispatcher last answered this producer.")
-      .def_property_readonly("data_address", &PySourceProducer::DataAddress)
-      .def("close", &PySourceProducer::Close);
 
   // Which batches are a source's (croupier.serve): the job's own arithmetic (src/job/job.h), so
   // that Python does not compute it a second time.

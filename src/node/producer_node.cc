@@ -421,7 +421,7 @@ void ProducerNode::CheckJobEnded() {
 }
 
 ProducerNode::Drained ProducerNode::Drain(absl::Duration bound,
-                                          const absl::Notification* leave_now) {
+                                          const std::function<bool()>& leave_now) {
   Drained drained;
   if (bound > absl::ZeroDuration() && sequential_ == nullptr && producer_id() != 0 &&
       !stop_.HasBeenNotified()) {
@@ -429,7 +429,7 @@ ProducerNode::Drained ProducerNode::Drain(absl::Duration bound,
     draining_.store(true);
     beat_now_.store(true);
     auto interrupted = [&] {
-      return (leave_now != nullptr && leave_now->HasBeenNotified()) || drain_failed_.load();
+      return (leave_now && leave_now()) || drain_failed_.load();
     };
     // The dispatcher hears it at the next beat (the heartbeat thread's call in flight first).
     while (!drain_told_.WaitForNotificationWithTimeout(absl::Milliseconds(10))) {

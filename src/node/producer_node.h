@@ -9,8 +9,9 @@
 //                   (TokenBatchMaker) for tokens jobs (`croupier producer`);
 //   RecordsSupply   one map job, whose batches a records function makes (a Python source's
 //                   workers, croupier.produce): a TaskRunner with a FunctionBatchMaker;
-//   StreamSupply    one source of one python job (croupier.serve): a SequentialSource that the
-//                   owner feeds (sequential()) batch by batch in the order the tasks ask for;
+//   StreamSupply    one source of one python job (croupier.serve): a SequentialSource fed batch
+//                   by batch, in the order the tasks ask for, by the supply's feed function
+//                   (Serve() calls it) or by the owner itself (sequential());
 //   TokensSupply    one tokens job with text sources, whose documents a tokenizer function
 //                   makes (croupier.tokens.produce): a TaskRunner with a TokenBatchMaker given it.
 #ifndef CROUPIER_SRC_NODE_PRODUCER_NODE_H_
@@ -47,9 +48,15 @@ struct RecordsSupply {
   std::string job;       // the map job this producer serves, and no other
   RecordsFunction make;  // makes each batch from the plan's record ids; called on many threads
 };
+// A stream's next batch: batch `batch` (the job's numbering) of `epoch`, or the error every rank
+// that asks for it gets. OUT_OF_RANGE says the source ran out before it (Serve()).
+using BatchFeed = std::function<absl::StatusOr<Batch>(uint64_t epoch, uint64_t batch)>;
 struct StreamSupply {
   std::string job;            // the python job this producer serves, and no other
   uint32_t source_index = 0;  // which of the job's sources (JobSpec.source_count)
+  // Called by Serve() on its own thread, one batch at a time; unset: the owner feeds
+  // sequential() itself.
+  BatchFeed feed;
 };
 struct TokensSupply {
   std::string job;             // the tokens job this producer serves, and no other
@@ -110,6 +117,40 @@ struct ProducerNodeOptions {
 // batch made again. Other errors: not ended (the dispatcher may be restarting).
 bool JobHasEnded(const absl::StatusOr<v1::GetJobResponse>& answer);
 
+// What the owner of a producer that serves one job says while it serves (ServeOptions::owner).
+enum class OwnerSays {
+  kServe,  // go on
+  kDrain,  // stop and leave gracefully (Drain): a first signal, a stop event
+  kLeave,  // leave at once (the owner's process is exiting)
+};
+
+// How Serve() runs. Every function is called on Serve's thread.
+struct ServeOptions {
+  // Asked every `poll`; unset: serve until the job ends. An owner whose supply can make no batch
+  // any more (a worker pool that can no longer replace its workers) says kLeave, and says why
+  // itself.
+  std::function<OwnerSays()> owner;
+  // Serving ends with UNAVAILABLE, naming the dispatcher, once it has not answered this long.
+  absl::Duration dispatcher_timeout = absl::Seconds(120);
+  // The bound of the drain that kDrain starts (Drain).
+  absl::Duration drain_timeout = absl::Seconds(5);
+  // Asked every 10 ms while it drains: true ends the drain at once (a second signal).
+  std::function<bool()> leave_now;
+  // A stream whose feed said OUT_OF_RANGE (its source ran out early) serves that error to the
+  // ranks that ask for the missing batches for this long, then Serve() returns it.
+  absl::Duration early_end_grace = absl::Seconds(10);
+  absl::Duration poll = absl::Milliseconds(100);
+};
+
+// What Serve() ended with.
+struct Served {
+  bool job_ended = false;  // every rank read the job's last epoch, or it was deleted
+  bool drained = false;    // the owner said kDrain: `kept` and `served` are the drain's
+  size_t kept = 0;
+  size_t served = 0;
+  uint64_t batches_served = 0;  // by this producer, over its life
+};
+
 // Thread-safe.
 class ProducerNode {
  public:
@@ -165,7 +206,22 @@ class ProducerNode {
     size_t kept = 0;
     size_t served = 0;
   };
-  Drained Drain(absl::Duration bound, const absl::Notification* leave_now = nullptr);
+  Drained Drain(absl::Duration bound, const std::function<bool()>& leave_now = nullptr);
+
+  // The life of a producer of one job (a records, tokens or stream supply's) once it has
+  // started, what croupier.produce(), croupier.serve() and croupier.tokens.produce() run in
+  // (producer_serve.cc). It feeds a stream supply's slots from its feed function, and serves
+  // until:
+  //   - the job ends (job_ended()): OK, job_ended;
+  //   - the owner says kDrain (Drain, then it has left: OK, drained) or kLeave (OK);
+  //   - the dispatcher is silent for dispatcher_timeout: UNAVAILABLE naming it;
+  //   - another thread leaves or shuts the node down: OK, neither ended nor drained.
+  // It has left the job when it returns, whatever it returns: gracefully (Leave), or without a
+  // word when the dispatcher is silent (Shutdown). A stream's feed errors go to the ranks that
+  // ask for those batches; one whose source ran out early (OUT_OF_RANGE) is also returned,
+  // early_end_grace later or at the job's end. FAILED_PRECONDITION for a producer of every job
+  // (TfrecordSupply), which has no job of its own to end. Call it once, from one thread.
+  absl::StatusOr<Served> Serve(const ServeOptions& options);
 
  private:
   class DelayingSource;

@@ -17,6 +17,8 @@ namespace croupier {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::IdsBatch;
+using testing::IdsOf;
 using testing::TestCluster;
 
 std::unique_ptr<TestCluster> Cluster(int producers, bool journal = true) {
@@ -170,6 +172,135 @@ TEST(ProducerNodeTest, AMalformedPrefetchBoundIsRefusedNamingItsVariable) {
   EXPECT_EQ(node.status().code(), absl::StatusCode::kInvalidArgument) << node.status();
   EXPECT_THAT(node.status().message(),
               HasSubstr("CROUPIER_S3_PREFETCH_BYTES='64MiB' is not a whole number of bytes"));
+}
+
+
+// Job "m" of `records` records in batches of 4, `epochs` epochs, one rank, from a records or a
+// stream supply (its source_batches_per_epoch then records / 4).
+v1::JobSpec OneJob(v1::SourceKind source, uint64_t records, uint64_t epochs) {
+  v1::JobSpec spec;
+  spec.set_name("m");
+  spec.set_source(source);
+  spec.set_features("id:int64");
+  spec.set_batch_size(4);
+  spec.set_num_consumers(1);
+  spec.set_num_epochs(epochs);
+  if (source == v1::SOURCE_KIND_MAP) spec.set_num_records(records);
+  if (source == v1::SOURCE_KIND_PYTHON) spec.set_source_batches_per_epoch(records / 4);
+  return spec;
+}
+
+RecordsSupply IdsSupply() {
+  return RecordsSupply{.job = "m", .make = [](uint64_t, uint64_t, absl::Span<const uint64_t> ids) {
+                         return IdsBatch(std::vector<int64_t>(ids.begin(), ids.end()));
+                       }};
+}
+
+// Runs producer i's Serve on a thread; the result once it returns.
+class Serving {
+ public:
+  Serving(ProducerNode* node, ServeOptions options)
+      : thread_([this, node, options] { result_ = node->Serve(options); }) {}
+  ~Serving() {
+    if (thread_.joinable()) thread_.join();
+  }
+  absl::StatusOr<Served> Result() {
+    thread_.join();
+    return result_;
+  }
+
+ private:
+  absl::StatusOr<Served> result_ = absl::UnknownError("not run");
+  std::thread thread_;
+};
+
+TEST(ProducerServeTest, ServesUntilEveryRankHasReadTheLastEpochThenLeaves) {
+  auto cluster = Cluster(0);
+  ASSERT_TRUE(cluster->CreateJob(OneJob(v1::SOURCE_KIND_MAP, 16, 2)).ok());
+  const size_t i = testing::Must(cluster->AddProducer({.supply = IdsSupply()}));
+  Serving serving(cluster->producer(i), {});
+  auto consumer = cluster->Connect("m", 0, 1);
+  ASSERT_TRUE(consumer.ok()) << consumer.status();
+  for (uint64_t epoch = 0; epoch < 2; ++epoch) {
+    auto hashes = testing::ReadEpoch(**consumer, epoch);
+    ASSERT_TRUE(hashes.ok()) << hashes.status();
+    EXPECT_EQ(hashes->size(), 4u);
+  }
+  (*consumer)->Close();  // acknowledges the last step
+  auto served = serving.Result();
+  ASSERT_TRUE(served.ok()) << served.status();
+  EXPECT_TRUE(served->job_ended);
+  EXPECT_FALSE(served->drained);
+  EXPECT_EQ(served->batches_served, 8u);
+  EXPECT_THAT(KnownAddresses(*cluster), ::testing::IsEmpty()) << "it left the job";
+}
+
+TEST(ProducerServeTest, TheOwnerStopsItByDrainingOrLeaving) {
+  for (OwnerSays says : {OwnerSays::kDrain, OwnerSays::kLeave}) {
+    auto cluster = Cluster(0);
+    ASSERT_TRUE(cluster->CreateJob(OneJob(v1::SOURCE_KIND_MAP, 16, 0)).ok());
+    const size_t i = testing::Must(cluster->AddProducer({.supply = IdsSupply()}));
+    std::atomic<bool> stop{false};
+    Serving serving(cluster->producer(i),
+                    {.owner = [&] { return stop.load() ? says : OwnerSays::kServe; },
+                     .drain_timeout = absl::Seconds(2)});
+    auto consumer = cluster->Connect("m", 0, 1);
+    ASSERT_TRUE(consumer.ok()) << consumer.status();
+    ASSERT_TRUE(testing::ReadEpoch(**consumer, 0).ok());
+    stop.store(true);
+    auto served = serving.Result();
+    ASSERT_TRUE(served.ok()) << served.status();
+    EXPECT_FALSE(served->job_ended) << "an unbounded job never ends";
+    EXPECT_EQ(served->drained, says == OwnerSays::kDrain);
+    EXPECT_EQ(served->batches_served, 4u);
+    EXPECT_THAT(KnownAddresses(*cluster), ::testing::IsEmpty()) << "it left the job";
+  }
+}
+
+TEST(ProducerServeTest, ASilentDispatcherEndsItNamingTheDispatcher) {
+  auto cluster = Cluster(0);
+  ASSERT_TRUE(cluster->CreateJob(OneJob(v1::SOURCE_KIND_MAP, 16, 0)).ok());
+  const size_t i = testing::Must(cluster->AddProducer({.supply = IdsSupply()}));
+  cluster->dispatcher().Crash();
+  const absl::Time start = absl::Now();
+  auto silent = cluster->producer(i)->Serve({.dispatcher_timeout = absl::Milliseconds(500)});
+  EXPECT_EQ(silent.status().code(), absl::StatusCode::kUnavailable) << silent.status();
+  EXPECT_THAT(silent.status().message(),
+              HasSubstr("has not answered the producer of job 'm'"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST(ProducerServeTest, FeedsAStreamAndReturnsTheErrorOfASourceThatRanOutEarly) {
+  auto cluster = Cluster(0);
+  // 5 batches an epoch are planned; the source has 3.
+  ASSERT_TRUE(cluster->CreateJob(OneJob(v1::SOURCE_KIND_PYTHON, 20, 1)).ok());
+  const size_t i = testing::Must(cluster->AddProducer(
+      {.supply = StreamSupply{
+           .job = "m", .feed = [](uint64_t epoch, uint64_t batch) -> absl::StatusOr<Batch> {
+             if (batch >= 3) return absl::OutOfRangeError("the source ended after 3 batches");
+             return IdsBatch({static_cast<int64_t>(epoch * 100 + batch)});
+           }}}));
+  Serving serving(cluster->producer(i), {.early_end_grace = absl::Seconds(1)});
+  auto consumer = cluster->Connect("m", 0, 1);
+  ASSERT_TRUE(consumer.ok()) << consumer.status();
+  ASSERT_TRUE((*consumer)->StartEpoch(0).ok());
+  for (int step = 0; step < 3; ++step) {
+    auto batch = (*consumer)->Next();
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    ASSERT_TRUE(batch->has_value());
+    EXPECT_EQ(IdsOf(**batch), std::vector<uint64_t>{static_cast<uint64_t>(step)});
+  }
+  auto missing = (*consumer)->Next();
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kOutOfRange) << missing.status();
+  auto served = serving.Result();
+  EXPECT_EQ(served.status().code(), absl::StatusCode::kOutOfRange) << served.status();
+  EXPECT_THAT(served.status().message(), HasSubstr("the source ended after 3 batches"));
+}
+
+TEST(ProducerServeTest, AProducerOfEveryJobHasNoJobToServeUntil) {
+  auto cluster = Cluster(1);
+  auto served = cluster->producer(0)->Serve({});
+  EXPECT_EQ(served.status().code(), absl::StatusCode::kFailedPrecondition) << served.status();
 }
 
 }  // namespace

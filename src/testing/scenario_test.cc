@@ -1,7 +1,8 @@
 // One scenario suite for the three supplies a producer takes: TFRecord files, a records function
 // (an addressable Python source; here a fake function stands in for the Python workers) and a
-// stream (croupier.serve(); here a fake feeder thread per producer supplies the batches in the
-// order its SequentialSource asks for). Every scenario runs for each supply, crossed with both
+// stream (croupier.serve(); here a fake feed function supplies the batches in the order its
+// SequentialSource asks for). The producers of a records function or a stream live as
+// croupier.produce() and croupier.serve() run them: in ProducerNode::Serve, on a thread each. Every scenario runs for each supply, crossed with both
 // control planes (the dispatcher called in process, or through its gRPC server and the gRPC
 // clients) and both transports (TCP, shared memory), on the test cluster (test_cluster.h), and
 // compares what each rank receives, record ids and content hashes, against a reference: the
@@ -118,7 +119,16 @@ class SupplyCluster {
   ~SupplyCluster() {
     if (!cluster_) return;
     for (size_t i = 0; i < cluster_->num_producers(); ++i) cluster_->StopProducer(i);
-    for (auto& t : feeders_) t.join();  // each ends once its source is shut down
+    for (auto& life : lives_) {
+      if (life->thread.joinable()) life->thread.join();  // Serve returns once its node stops
+    }
+  }
+
+  // What producer i's Serve returned (a records function's or a stream's), once it returns.
+  absl::StatusOr<Served> WaitServed(size_t i) {
+    Life& life = *lives_.at(i);
+    if (life.thread.joinable()) life.thread.join();
+    return life.served;
   }
 
   TestCluster& cluster() { return *cluster_; }
@@ -164,29 +174,32 @@ class SupplyCluster {
           }};
     }
     if (supply_ == Supply::kStream) {
-      options.supply = StreamSupply{.job = job, .source_index = static_cast<uint32_t>(k)};
+      options.supply = StreamSupply{.job = job,
+                                    .source_index = static_cast<uint32_t>(k),
+                                    .feed = [](uint64_t epoch, uint64_t batch) {
+                                      return IdsBatch(StreamIds(epoch, batch));
+                                    }};
     }
     const size_t index = Must(cluster_->AddProducer(std::move(options)));
-    if (supply_ != Supply::kStream) return;
-    SequentialSource* source = cluster_->producer(index)->sequential();
-    ASSERT_NE(source, nullptr);
-    feeders_.emplace_back([source] {
-      while (true) {
-        absl::StatusOr<BatchKey> key = source->NextSlot(absl::Now() + absl::Milliseconds(100));
-        if (absl::IsDeadlineExceeded(key.status())) continue;
-        if (!key.ok()) return;  // shut down
-        const absl::Status put = source->Put(*key, IdsBatch(StreamIds(key->epoch, key->batch)));
-        if (!put.ok() && !absl::IsFailedPrecondition(put)) return;
-      }
-    });
+    if (supply_ == Supply::kTfrecord) return;
+    ProducerNode* node = cluster_->producer(index);
+    ASSERT_EQ(lives_.size(), index);
+    auto life = std::make_unique<Life>();
+    life->thread = std::thread([node, served = &life->served] { *served = node->Serve({}); });
+    lives_.push_back(std::move(life));
   }
+
+  struct Life {
+    absl::StatusOr<Served> served = absl::UnknownError("serving");
+    std::thread thread;
+  };
 
   const Supply supply_;
   const bool shm_;
   const int producers_;
   std::unique_ptr<TestCluster> cluster_;
   v1::JobInfo job_;
-  std::vector<std::thread> feeders_;
+  std::vector<std::unique_ptr<Life>> lives_;  // one per producer of a records function or stream
 };
 
 struct RankRead {
@@ -374,7 +387,14 @@ TEST_P(ScenarioTest, AJobsProducersLearnItHasEndedOnceEveryRankReadItsLastEpoch)
   ReadAllRanks(s.cluster(), 2, 1);
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_TRUE(s.cluster().producer(i)->WaitForJobEnd(absl::Seconds(10))) << "producer " << i;
+    // Its Serve returns: the job has ended, and it has left it.
+    absl::StatusOr<Served> served = s.WaitServed(i);
+    ASSERT_TRUE(served.ok()) << served.status();
+    EXPECT_TRUE(served->job_ended) << "producer " << i;
   }
+  absl::StatusOr<v1::StatusResponse> status = s.cluster().Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->producers_size(), 0) << "the producers left the job";
 }
 
 TEST_P(ScenarioTest, AJobsProducersLearnItHasEndedOnceItIsDeleted) {

@@ -11,9 +11,8 @@ Token datasets themselves are read and written in C++ (the extension's IndexedDa
 IndexedDatasetWriter), and so are the plan's packed sequences.
 
 What it may import (tests/test_imports.py holds it to this): its own modules, the extension
-module, the package's shared modules (croupier.errors, croupier.job, croupier.launcher,
-croupier.client, croupier.columns and croupier.runtime), and croupier.map.producer for the
-serving loop (serve_until_the_end) that a tokens producer shares with a map producer. Not
-croupier.stream, not the adapters, not the local cluster or the consumer, and not the package's
+module and the package's shared modules (croupier.errors, croupier.job, croupier.launcher,
+croupier.client, croupier.columns and croupier.runtime, whose serving.py runs a tokens producer
+as it runs every producer of one job). Not croupier.map, not croupier.stream, not the adapters, not the local cluster or the consumer, and not the package's
 API in croupier/__init__.py. This file imports nothing.
 """

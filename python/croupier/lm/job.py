@@ -11,6 +11,7 @@ import numpy as np
 
 from croupier import _croupier, errors
 from croupier.runtime import at_exit
+from croupier.runtime.serving import serve_until_the_end
 from croupier.client import auth_token_or_env, get_job, submit_job
 from croupier.job import Job, JobSpec
 from croupier.lm.text import TextSource, Tokenizer, to_spec
@@ -122,7 +123,6 @@ def produce(dispatcher: str, job: str, *, threads: int = 2, stop: Optional[threa
     needs it with DataLossError naming the document and file. UnavailableError once the
     dispatcher has not answered for dispatcher_timeout seconds. Returns {"drained": {"kept",
     "served"}} (None unless it was stopped and drained)."""
-    from croupier.map.producer import serve_until_the_end
     # The producer's threads tokenize batches side by side; a tokenizer that also spread each
     # call over every core would only contend with them (set the variable to override).
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -133,11 +133,13 @@ def produce(dispatcher: str, job: str, *, threads: int = 2, stop: Optional[threa
     with at_exit.running():
         node = None
         try:
-            node = at_exit.track(_croupier._MapProducer.for_tokens(
+            node = at_exit.track(_croupier._Producer.tokens(
                 dispatcher, job, auth_token_or_env(auth_token), int(threads), int(buffer_bytes),
                 int(max_tasks), bind, advertise_host, float(timeout), tokenize))
-            drained = serve_until_the_end(node, None, dispatcher, job, stop, dispatcher_timeout,
-                                          drain_timeout, leave_now, on_serving)
+            drained = serve_until_the_end(
+                node, job, stop=stop, dispatcher_timeout=dispatcher_timeout,
+                drain_timeout=drain_timeout, leave_now=leave_now,
+                on_serving=on_serving)["drained"]
         except errors.Error:
             if not at_exit.exiting.is_set():
                 raise

@@ -16,7 +16,7 @@ from croupier.errors import BatchError
 from croupier.job import JobSpec
 from croupier.map.pipeline import Pipeline, log
 from croupier.map.pool import WorkerPool, default_workers, in_process
-from croupier.runtime.thread_signals import block_async_signals
+from croupier.runtime.serving import serve_until_the_end
 from croupier.map.record_cache import summary
 from croupier.columns import features_of
 from croupier.map.spec import spec_of
@@ -304,13 +304,14 @@ def produce(source: Any, dispatcher: str, job: Union[str, JobSpec],
                                skip_failing_records=o.skip_failing_records, exist_ok=True,
                                auth_token=o.auth_token, timeout=o.timeout)
                 threads = int(threads) if threads is not None else max(workers, 1)
-                node = at_exit.track(_croupier._MapProducer(
+                node = at_exit.track(_croupier._Producer.records(
                     dispatcher, job, auth_token_or_env(o.auth_token), threads,
                     int(o.buffer_bytes), int(o.max_tasks), o.bind, o.advertise_host,
                     float(o.timeout), make))
-                drained = serve_until_the_end(node, pool, dispatcher, job, o.stop,
-                                              o.dispatcher_timeout, o.drain_timeout, leave_now,
-                                              on_serving)
+                drained = serve_until_the_end(
+                    node, job, stop=o.stop, dispatcher_timeout=o.dispatcher_timeout,
+                    drain_timeout=o.drain_timeout, leave_now=leave_now,
+                    check=_check_of(pool, job), on_serving=on_serving)["drained"]
             except errors.Error:
                 if not at_exit.exiting.is_set():
                     raise
@@ -327,65 +328,20 @@ def produce(source: Any, dispatcher: str, job: Union[str, JobSpec],
     return {"record_cache": cache, "drained": drained}
 
 
-def serve_until_the_end(node: _croupier._MapProducer, pool: Optional[WorkerPool],
-                        dispatcher: str, job: str, stop: Optional[threading.Event],
-                        dispatcher_timeout: float, drain_timeout: float,
-                        leave_now: Optional[threading.Event],
-                        on_serving: Optional[Callable[[], None]]) -> Optional[Dict[str, int]]:
-    """The life of a producer node of one job once it serves, for croupier.produce() and
-    croupier.tokens.produce(): tells on_serving() (the command line's graceful stop), waits for
-    the job's end (_wait_for_the_end), and once `stop` is set drains for up to drain_timeout
-    seconds (_drain). Returns what the drain kept and served, or None if it did not drain."""
-    if on_serving is not None:
-        on_serving()
-    stopped = _wait_for_the_end(node, pool, dispatcher, job, stop, dispatcher_timeout)
-    if stopped and not at_exit.exiting.is_set():
-        return _drain(node, job, float(drain_timeout), leave_now)
-    return None
+def _check_of(pool: Optional[WorkerPool], job: str) -> Optional[Callable[[], None]]:
+    """The check serve_until_the_end() runs on a worker pool: UnavailableError (logged) once the
+    pool can make no batch any more (its producer then leaves the job: its tasks go to the
+    other producers at once)."""
+    if pool is None:
+        return None
 
-
-def _drain(node: _croupier._MapProducer, job: str, bound: float,
-           leave_now: Optional[threading.Event]) -> Dict[str, int]:
-    """node.drain(bound) on a thread, so that this one sees `leave_now` (set by a signal
-    handler, which runs only here); logs and returns what it kept and served."""
-    result: List[Tuple[int, int]] = []
-    def drain() -> None:
-        block_async_signals()  # the second signal goes to this thread's caller, the main one
-        result.append(node.drain(bound))
-
-    drainer = threading.Thread(target=drain, name="croupier-drain", daemon=True)
-    drainer.start()
-    while drainer.is_alive():
-        drainer.join(0.1)
-        if leave_now is not None and leave_now.is_set():
-            node.leave_now()
-    kept, served = result[0] if result else (0, 0)
-    log.info("croupier produce: job '%s': drained: served %d of the %d tasks it had made, and "
-             "left the job", job, served, kept)
-    return {"kept": int(kept), "served": int(served)}
-
-
-def _wait_for_the_end(node: _croupier._MapProducer, pool: Optional[WorkerPool], dispatcher: str, job: str,
-                      stop: Optional[threading.Event], dispatcher_timeout: float) -> bool:
-    """Returns False once the job has ended, True once `stop` is set or the interpreter exits. The job's end is the producer node's
-    (C++: every rank has acknowledged the end of its last epoch, or the job was deleted; not the
-    job's state "done" alone, which is also every task served while a restarted rank may still
-    need a batch made again). Raises UnavailableError once the worker pool can make no batch (the
-    caller's node.close() then leaves the job: its tasks go to the other producers at once)."""
-    while True:
-        broken = pool.broken if pool is not None else None
-        if broken is not None:
-            log.error("croupier produce: job '%s': this producer leaves the job, its worker pool "
-                       "can make no batch any more: %s", job, broken)
-            raise errors.UnavailableError(
-                f"the producer of job '{job}' left it: its worker pool can make no batch any "
-                f"more: {broken}")
-        if node.wait_for_job_end(0.25):  # without the GIL
-            return False
-        if (stop is not None and stop.is_set()) or at_exit.exiting.is_set():
-            return True  # asked to stop, or the interpreter is exiting
-        silent = node.since_dispatcher_contact()
-        if silent > dispatcher_timeout:
-            raise errors.UnavailableError(
-                f"the dispatcher at {dispatcher} has not answered the producer of job "
-                f"'{job}' for {silent:.0f} s (dispatcher_timeout {dispatcher_timeout:g} s)")
+    def check() -> None:
+        broken = pool.broken
+        if broken is None:
+            return
+        log.error("croupier produce: job '%s': this producer leaves the job, its worker pool "
+                  "can make no batch any more: %s", job, broken)
+        raise errors.UnavailableError(
+            f"the producer of job '{job}' left it: its worker pool can make no batch any "
+            f"more: {broken}")
+    return check

@@ -6,7 +6,9 @@
 - thread_signals.py: block_async_signals(), which every thread croupier starts runs first, so
   that a Ctrl-C reaches the main thread;
 - at_exit.py: closing the live producers of serve() and produce() before the interpreter
-  finalizes, and waiting for the threads that run them.
+  finalizes, and waiting for the threads that run them;
+- serving.py: serve_until_the_end(), the life of every producer of one job (produce(),
+  tokens.produce(), serve()) once it has started, which C++ runs (ProducerNode::Serve).
 
 What it may import (tests/test_imports.py holds it to this): its own modules and croupier.errors;
 nothing else of croupier's (it sits under every room, the map and stream rooms, the local cluster

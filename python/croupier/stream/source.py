@@ -37,6 +37,7 @@ from croupier import _croupier, errors
 from croupier.client import auth_token_or_env, create_job
 from croupier.columns import columns_of, features_of
 from croupier.runtime import at_exit
+from croupier.runtime.serving import serve_until_the_end
 
 __all__ = ["serve"]
 
@@ -174,9 +175,9 @@ def serve(source: Any, dispatcher: str, job: str, *, consumers: Optional[int] = 
           timeout: float = 60.0, stop: Any = None, source_index: int = 0,
           source_count: int = 1, dispatcher_timeout: float = 120.0,
           state_dir: Optional[str] = None) -> int:
-    """Serves `source` as the producer of Python job `job` until every batch of every epoch has
-    been served (or forever, with epochs=0), or until `stop` (a threading.Event) is set, then
-    returns the number of batches served. A source that runs out before batches_per_epoch is an
+    """Serves `source` as the producer of Python job `job` until every rank has read the job's
+    last epoch (or forever, with epochs=0), or until `stop` (a threading.Event) is set, then
+    returns the number of batches it served. A source that runs out before batches_per_epoch is an
     error: the consumers asking for the missing batches get it (OutOfRangeError), and serve()
     raises it too, `timeout` seconds later at most.
 
@@ -234,67 +235,62 @@ def serve(source: Any, dispatcher: str, job: str, *, consumers: Optional[int] = 
     last = sources.last_task_end(int(source_index))
     if epochs > 0 and last is None:
         return 0  # more sources than tasks: this one has nothing to serve
-    node = at_exit.track(_croupier._SourceProducer(
+    grace = min(timeout, 10.0)  # how long the ranks have to see a source's error
+    feeder = _Feeder(sources, epochs_source, job, batches_per_epoch, grace)
+    node = at_exit.track(_croupier._Producer.stream(
         dispatcher, job, auth_token_or_env(auth_token), int(buffer_bytes), bind, advertise_host,
-        float(timeout), int(source_index)))
+        float(timeout), int(source_index), feeder.feed))
     # The node is closed inside running(): a thread in close() when the interpreter exits is
     # waited for (croupier/runtime/at_exit.py).
     with at_exit.running():
         try:
-            return _serve_loop(node, sources, epochs_source, job, last, batches_per_epoch,
-                               dispatcher, dispatcher_timeout, timeout, stop)
+            ended = serve_until_the_end(node, job, stop=stop,
+                                        dispatcher_timeout=dispatcher_timeout,
+                                        check=feeder.check, early_end_grace=grace)
+            return int(ended["batches_served"])
         except errors.Error:
             if at_exit.exiting.is_set():
-                return node.batches_served()  # closed by the exit: nothing went wrong
+                return 0  # closed by the exit: nothing went wrong
             raise
         finally:
             node.close()
 
 
-def _serve_loop(node: _croupier._SourceProducer, sources: _croupier.JobSources, epochs_source: _Epochs, job: str,
-                last: Optional[Tuple[int, int]], batches_per_epoch: int, dispatcher: str,
-                dispatcher_timeout: float, timeout: float, stop: Any) -> int:
-    """serve()'s loop: supplies the slots the node asks for until the job is done."""
-    ended = None  # (when, error) once the source ran out early
-    while True:
-        if stop is not None and stop.is_set():
-            return node.batches_served()
-        if at_exit.exiting.is_set():
-            return node.batches_served()  # the interpreter is exiting
-        if ended is not None and time.monotonic() - ended[0] > min(timeout, 10.0):
-            raise ended[1]
-        silent = node.since_dispatcher_contact()
-        if silent > dispatcher_timeout:
-            raise errors.UnavailableError(
-                f"the dispatcher at {dispatcher} has not answered the source of job '{job}' "
-                f"for {silent:.0f} s (dispatcher_timeout {dispatcher_timeout:g} s): serving "
-                f"stops after {node.batches_served()} batches")
-        slot = node.next_slot(0.2)
-        if slot is None:
-            if last is not None and node.done_up_to(*last):
-                if ended is not None:
-                    raise ended[1]
-                return node.batches_served()
-            continue
-        epoch, g = slot
+class _Feeder:
+    """serve()'s supply: the batch the producer asks for, from the source (feed, called by the
+    C++ producer, ProducerNode::Serve). An exception the source raises fails that batch at the
+    ranks that ask for it (INTERNAL, naming it), and `grace` seconds later ends serve() with
+    the exception itself (check), as a source that runs out early does with OutOfRangeError."""
+
+    def __init__(self, sources: _croupier.JobSources, epochs_source: _Epochs, job: str,
+                 batches_per_epoch: int, grace: float) -> None:
+        self._sources, self._epochs, self._job = sources, epochs_source, job
+        self._batches_per_epoch, self._grace = batches_per_epoch, grace
+        self._raised: Optional[Tuple[float, BaseException]] = None
+
+    def feed(self, epoch: int, g: int) -> Tuple[int, Any]:
         # This source's own numbering: it yields only the batches of its tasks.
-        index = sources.ordinal(epoch, g)
+        index = self._sources.ordinal(epoch, g)
         try:
-            batch = epochs_source.get(epoch, index)
+            batch = self._epochs.get(epoch, index)
         except _CannotGoBack as e:
-            node.put_error(epoch, g, "DATA_LOSS", f"job '{job}': {e}")
-            continue
+            return errors.DATA_LOSS, f"job '{self._job}': {e}"
         except StopIteration:
-            message = (f"the Python source of job '{job}' ended after "
-                       f"{epochs_source._next} batches of epoch {epoch}; the job deals "
-                       f"{batches_per_epoch} an epoch")
-            node.put_error(epoch, g, "OUT_OF_RANGE", message)
-            if ended is None:
-                ended = (time.monotonic(), errors.OutOfRangeError(message))
-            continue
+            return errors.OUT_OF_RANGE, (
+                f"the Python source of job '{self._job}' ended after {self._epochs._next} "
+                f"batches of epoch {epoch}; the job deals {self._batches_per_epoch} an epoch")
+        except (KeyboardInterrupt, SystemExit) as e:
+            self._raised = (-float("inf"), e)  # at once: not the source's failure
+            return errors.CANCELLED, f"batch {index} of epoch {epoch}: the producer stops"
+        except BaseException as e:
+            if self._raised is None:
+                self._raised = (time.monotonic(), e)
+            return errors.INTERNAL, f"batch {index} of epoch {epoch}: the source raised {e!r}"
         try:
-            num_records, columns = columns_of(batch)
+            return columns_of(batch)
         except errors.Error as e:
-            node.put_error(epoch, g, e.code, f"batch {index} of epoch {epoch}: {e}")
-            continue
-        node.put(epoch, g, num_records, columns)
+            return errors.code_of(e), f"batch {index} of epoch {epoch}: {e}"
+
+    def check(self) -> None:
+        if self._raised is not None and time.monotonic() - self._raised[0] > self._grace:
+            raise self._raised[1]
