@@ -240,11 +240,14 @@ def test_a_pool_forked_after_record_threads_ran_makes_batches_on_its_own_threads
 
 
 @pytest.mark.timeout(180)
-def test_a_map_producer_stopped_mid_epoch_serves_what_it_made_then_leaves(tmp_path):
+@pytest.mark.parametrize("second_signal", [False, True], ids=["drained", "second_signal"])
+def test_a_map_producer_stopped_mid_epoch_serves_what_it_made_then_leaves(tmp_path,
+                                                                          second_signal):
     """SIGTERM to one of two map producers (`croupier produce`) while the ranks read slowly: it
     drains. It says so, keeps the tasks it has made whole and serves them, its other tasks go
     to the other producer at once, and it exits 0 well within its bound. Every rank gets the
-    bytes of a run without a stop."""
+    bytes of a run without a stop. A second SIGTERM while it drains (the ranks paused) makes it
+    leave at once: what it kept and did not serve goes to the other producer."""
     opts = dict(records=960, batch_size=4, drain_timeout=30)
     reference = run_job(tmp_path / "ref", world=2, epochs=1, **opts)
     opts.update(consumers=2, epochs=1)
@@ -279,6 +282,9 @@ def test_a_map_producer_stopped_mid_epoch_serves_what_it_made_then_leaves(tmp_pa
             while "drains: it serves the" not in procs[0].log_path.read_text():
                 assert time.monotonic() < deadline, "the producer did not drain"
                 time.sleep(0.05)
+            if second_signal:  # while the ranks are paused: nothing it kept can be served
+                procs[0].terminate()
+                assert procs[0].wait(timeout=10) == 0
         finally:
             for c in consumers:
                 c.send_signal(signal.SIGCONT)
@@ -288,9 +294,15 @@ def test_a_map_producer_stopped_mid_epoch_serves_what_it_made_then_leaves(tmp_pa
         log = procs[0].log_path.read_text()
     assert "signal 15: leaving (serving what it has made, handing the rest back)" in log, log
     drained = re.search(r"drained: served (\d+) of the (\d+) tasks it had made", log)
-    assert drained and int(drained[2]) > 0 and drained[1] == drained[2], log[-3000:]
+    assert drained and int(drained[2]) > 0, log[-3000:]
+    if second_signal:
+        assert "signal 15: leaving now" in log, log[-3000:]
+        assert int(drained[1]) < int(drained[2]), log[-3000:]
+    else:
+        assert drained[1] == drained[2], log[-3000:]
     assert took < 25, f"it took {took:.1f} s to leave"
-    print(f"map producer drained: kept {drained[2]} tasks, served them, left in {took:.2f} s")
+    print(f"map producer drained: kept {drained[2]} tasks, served {drained[1]}, left in "
+          f"{took:.2f} s")
     got = [read_batches(o) for o in outs]
     assert [batch_hashes(r) for r in got] == [batch_hashes(r) for r in reference]
 
