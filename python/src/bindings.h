@@ -21,7 +21,7 @@ void BindPlan(pybind11::module_& m);   // py_plan.cc: epoch plans
 void BindBatch(pybind11::module_& m);  // py_batch.cc: batches as numpy views
 void BindService(pybind11::module_& m);  // py_service.cc: the consumer and dispatcher calls
 void BindProducer(pybind11::module_& m);    // py_producer.cc: the producer of one job
-void BindBatchSlots(pybind11::module_& m);  // py_batch_slots.cc: a map worker's batch slots
+void BindWorkerChannel(pybind11::module_& m);  // py_worker_channel.cc: a map worker's channel
 void BindJob(pybind11::module_& m);      // py_job.cc: croupier.Job
 void BindJobSpec(pybind11::module_& m);  // py_job_spec.cc: croupier.JobSpec
 void BindTestCluster(pybind11::module_& m);  // py_test_cluster.cc: the in-process cluster

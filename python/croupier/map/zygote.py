@@ -12,6 +12,9 @@ from its columns, and answers with its size, and the producer holds and serves t
 they are: the one copy of a batch between the worker's columns and the data plane. The zygote is
 the workers' parent: it reaps them and says how they died.
 
+The producer's side of a worker's channel is C++ (src/producer/worker_channel.h, which gives the
+messages' layout; _croupier._WorkerChannel): the batch touches Python only here, in the worker.
+
 croupier.map.pool (WorkerPool) decides when a worker is replaced and when a batch fails.
 """
 import mmap
@@ -38,9 +41,13 @@ Result = Union[_croupier.Batch, Tuple[int, str]]
 
 
 # A request on a worker's channel: epoch, batch, the slot's id and capacity, and the number of
-# slots to forget; then those slots' ids and the record indexes, as uint64.
-REQUEST = struct.Struct("<QQQQQ")
-LENGTH = struct.Struct("<Q")  # before each message on a worker's channel: its length
+# slots to forget; then those slots' ids and the record indexes, as uint64. Every number is in
+# the machine's own byte order (src/producer/worker_channel.h).
+REQUEST = struct.Struct("=QQQQQ")
+# The answer: a code (0: the batch is the slot's first `size` bytes; else the absl::StatusCode of
+# the error) and the size, then the error's message (UTF-8).
+ANSWER = struct.Struct("=QQ")
+LENGTH = struct.Struct("=Q")  # before each message on a worker's channel: its length
 MAX_IDLE_SLOTS = 4  # idle shared-memory slots kept per worker
 CONTROL_BYTES = 1 << 16  # the largest message on the zygote's socket
 REAP_GRACE = 2.0  # seconds a worker whose channel closed has to exit before it is SIGKILLed
@@ -107,8 +114,8 @@ class _WorkerSlot:
 def _worker_main(pipeline: Any, channel: int) -> None:
     """A worker: makes the batches it is asked for, each laid out straight into the shared-memory
     slot the request names (its descriptor comes with the first request that names it), until
-    its channel (a socket's file descriptor) closes. The answer ("ok", size) says the batch's bytes
-    are the slot's first `size` bytes; ("error", code, message) why there is no batch."""
+    its channel (a socket's file descriptor) closes. The answer (0, size) says the batch's bytes
+    are the slot's first `size` bytes; (code, 0) and a message why there is no batch."""
     sock = socket.socket(fileno=channel)
     slots: Dict[int, Any] = {}
     try:  # a batch's records are held at once, then freed: keep that memory for the next batch
@@ -133,15 +140,16 @@ def _worker_main(pipeline: Any, channel: int) -> None:
                 os.close(extra)
         try:
             batch = pipeline.make(epoch, g, ids, allocate=slots[slot_id].allocate)
-            reply: Tuple[Any, ...] = ("ok", batch.nbytes)
+            reply = ANSWER.pack(0, batch.nbytes)
             del batch  # it views the slot, which may be remapped for the next batch
         except BatchError as e:
-            reply = ("error", e.code, str(e))
+            reply = ANSWER.pack(e.code, 0) + str(e).encode("utf-8", "replace")
         except Exception as e:  # a bug of croupier's or an unexpected failure: say where
-            reply = ("error", errors.INTERNAL,
-                     f"{describe(e)}\n{''.join(traceback.format_exc(limit=4))}")
+            reply = ANSWER.pack(errors.INTERNAL, 0) + (
+                f"{describe(e)}\n{''.join(traceback.format_exc(limit=4))}").encode(
+                    "utf-8", "replace")
         try:
-            send_message(sock, pickle.dumps(reply))
+            send_message(sock, reply)
         except OSError:
             return
 
@@ -279,62 +287,34 @@ class WorkerDied(Exception):
 
 
 class Worker:
-    """A worker process as the producer holds it: its pid, its channel, and its shared-memory
-    slots (src/producer/batch_slots.h), in which it lays out the batches that the producer then
-    serves without a copy."""
+    """A worker process as the producer holds it: its pid and its channel
+    (_croupier._WorkerChannel, src/producer/worker_channel.h), with the shared-memory slots in
+    which it lays out the batches that the producer then serves without a copy."""
 
     def __init__(self, zygote: Zygote, index: int) -> None:
         self.index = index
-        self.slots = _croupier._BatchSlots(MAX_IDLE_SLOTS)
-        self.sock: Optional[socket.socket] = None  # None once closed (close_channel())
-        self._last_size = 0  # the size of its last batch: the slot asked for next
         ours, theirs = socket.socketpair()
         try:
             self.pid = zygote.spawn(theirs.fileno())
         except BaseException:
             ours.close()
-            self.slots.close()
             raise
         finally:
             theirs.close()
-        self.sock = ours
+        self.channel = _croupier._WorkerChannel(ours.detach(), self.pid, MAX_IDLE_SLOTS)
 
     def make(self, epoch: int, g: int, ids: Any) -> Result:
         """Batch g of `epoch`, of records `ids`: a Batch (the worker's bytes, in one of its slots),
         or (code, message). Raises WorkerDied if the worker's channel closes."""
-        slot, fd, capacity, fresh = self.slots.acquire(self._last_size)
-        forget = np.asarray(self.slots.take_freed(), dtype=np.uint64)
-        request = (REQUEST.pack(int(epoch), int(g), slot, capacity, len(forget)) +
-                   forget.tobytes() + np.ascontiguousarray(ids, dtype=np.uint64).tobytes())
-        sock = self.sock
-        try:
-            if sock is None:  # the channel was closed meanwhile
-                raise OSError("closed")
-            send_message(sock, request, [fd] if fresh else [])
-        except OSError:
-            self.slots.release(slot)
-            raise WorkerDied(before=True) from None
-        try:
-            reply = pickle.loads(receive_message(sock)[0])
-        except (EOFError, OSError):
-            self.slots.release(slot)
-            raise WorkerDied(before=False) from None
-        if reply[0] != "ok":
-            self.slots.release(slot)
-            return (reply[1], reply[2])
-        self._last_size = int(reply[1])
-        try:
-            return self.slots.adopt(slot, self._last_size)
-        except errors.Error as e:  # not a batch: a bug, or a transform that wrote into the slot
-            return (errors.code_of(e), f"worker pid {self.pid}: {e}")
+        made = self.channel.make(epoch, g, ids)  # without the GIL
+        if isinstance(made, bool):
+            raise WorkerDied(before=made)
+        return made
 
     def close_channel(self) -> None:
         """Closes the channel: a live worker exits when it reads its end."""
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
+        self.channel.close_channel()
 
     def close(self) -> None:
         """Closes the channel and the slots (those batches still hold are freed with them)."""
-        self.close_channel()
-        self.slots.close()
+        self.channel.close()
