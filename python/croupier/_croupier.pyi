@@ -3,7 +3,7 @@
 #
 # Integer arguments are SupportsIndex, as pybind11 takes them: an int or a numpy integer, never a
 # float. The dicts the module builds from the protobuf messages' JSON (Job.tokens, JobSpec
-# fields, _WorkerChannel.slot_stats) are TypedDicts of their keys; those and the aliases are the stub's
+# fields) are TypedDicts of their keys; those and the aliases are the stub's
 # own (their names begin with _: the module has no such name at runtime). Nothing here is Any: a value the
 # binding takes whatever its type (a JobSpec's tokens, parsed and checked in C++) is object.
 from typing import (Callable, Iterable, Iterator, Literal, Protocol, Sequence, SupportsIndex,
@@ -462,7 +462,8 @@ class _Producer:
     @staticmethod
     def records(dispatcher: str, job: str, auth_token: str, threads: SupportsIndex,
                 buffer_bytes: SupportsIndex, max_tasks: SupportsIndex, bind: str,
-                advertise_host: str, timeout: float, make: _MakeBatch) -> _Producer: ...
+                advertise_host: str, timeout: float,
+                make: _MakeBatch | _WorkerPool) -> _Producer: ...
     @staticmethod
     def tokens(dispatcher: str, job: str, auth_token: str, threads: SupportsIndex,
                buffer_bytes: SupportsIndex, max_tasks: SupportsIndex, bind: str,
@@ -481,25 +482,21 @@ class _Producer:
             early_end_grace: float = 10.0) -> _Served: ...
     def close(self) -> None: ...
 
-# ---- py_worker_channel.cc: a map worker's channel
+# ---- py_worker_pool.cc: a map job's worker processes
 
-class _BatchSlotStats(TypedDict):
-    slots: int
-    idle: int
-    bytes: int
-    created: int
-
-class _WorkerChannel:
-    def __init__(self, fd: SupportsIndex, pid: SupportsIndex,
-                 max_idle_slots: SupportsIndex) -> None: ...
-    # The Batch, (code, message) for the worker's error, or a bool if the worker died (True:
-    # before it was asked).
+class _WorkerPool:
+    # spawn(index): (pid, fd) of a new worker, or why none can be made; bury(pid): how it ended;
+    # on_death(line); gone(): why the workers are gone, or None.
+    def __init__(self, workers: SupportsIndex, max_deaths: SupportsIndex, window: float,
+                 spawn: Callable[[int], tuple[int, int] | str], bury: Callable[[int], str],
+                 on_death: Callable[[str], None], gone: Callable[[], str | None]) -> None: ...
     def make(self, epoch: SupportsIndex, batch: SupportsIndex,
-             ids: npt.ArrayLike) -> Batch | tuple[int, str] | bool: ...
-    def close_channel(self) -> None: ...
-    def close(self) -> None: ...
+             ids: npt.ArrayLike) -> Batch | tuple[int, str]: ...
     @property
-    def slot_stats(self) -> _BatchSlotStats: ...
+    def broken(self) -> str | None: ...
+    @property
+    def pids(self) -> list[int]: ...
+    def close(self) -> None: ...
 
 def keep_freed_memory_for_reuse() -> None: ...
 

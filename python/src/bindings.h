@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -21,7 +22,7 @@ void BindPlan(pybind11::module_& m);   // py_plan.cc: epoch plans
 void BindBatch(pybind11::module_& m);  // py_batch.cc: batches as numpy views
 void BindService(pybind11::module_& m);  // py_service.cc: the consumer and dispatcher calls
 void BindProducer(pybind11::module_& m);    // py_producer.cc: the producer of one job
-void BindWorkerChannel(pybind11::module_& m);  // py_worker_channel.cc: a map worker's channel
+void BindWorkerPool(pybind11::module_& m);  // py_worker_pool.cc: a map job's worker processes
 void BindJob(pybind11::module_& m);      // py_job.cc: croupier.Job
 void BindJobSpec(pybind11::module_& m);  // py_job_spec.cc: croupier.JobSpec
 void BindTestCluster(pybind11::module_& m);  // py_test_cluster.cc: the in-process cluster
@@ -50,6 +51,9 @@ PyJob MakeJob(v1::GetJobResponse response);
 // Batch then views and keeps alive. Called with the GIL.
 croupier::Batch BatchFromColumns(uint64_t num_records, const pybind11::list& columns,
                                  const pybind11::object& allocate = pybind11::none());
+
+// A Python object that C++ threads may hold and drop without the GIL (py_producer.cc).
+std::shared_ptr<pybind11::object> HoldPython(pybind11::object object);
 
 }  // namespace croupier::py
 

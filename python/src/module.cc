@@ -15,6 +15,6 @@ PYBIND11_MODULE(_croupier, m) {
   croupier::py::BindJobSpec(m);
   croupier::py::BindService(m);
   croupier::py::BindProducer(m);
-  croupier::py::BindWorkerChannel(m);
+  croupier::py::BindWorkerPool(m);
   croupier::py::BindTestCluster(m);
 }

@@ -17,21 +17,21 @@
 #include "python/src/bindings.h"
 #include "python/src/status.h"
 #include "src/node/producer_node.h"
+#include "src/producer/worker_pool.h"
 #include "src/rpc/grpc_util.h"
 
 namespace croupier::py {
 
 namespace pyb = pybind11;
 
-namespace {
-
-// A Python callable that C++ threads may hold and drop without the GIL.
-std::shared_ptr<pyb::object> Hold(pyb::object fn) {
-  return std::shared_ptr<pyb::object>(new pyb::object(std::move(fn)), [](pyb::object* o) {
+std::shared_ptr<pyb::object> HoldPython(pyb::object object) {
+  return std::shared_ptr<pyb::object>(new pyb::object(std::move(object)), [](pyb::object* o) {
     pyb::gil_scoped_acquire gil;
     delete o;
   });
 }
+
+namespace {
 
 // A (code, message) tuple of a Python supply function, code the numeric absl::StatusCode, as a
 // Status (INTERNAL for a code out of range).
@@ -217,27 +217,35 @@ void BindProducer(pyb::module_& m) {
           [](const std::string& dispatcher, const std::string& job, const std::string& auth_token,
              int threads, uint64_t buffer_bytes, uint32_t max_tasks, const std::string& bind,
              const std::string& advertise_host, double timeout, pyb::object make) {
-            std::shared_ptr<pyb::object> held = Hold(std::move(make));
+            RecordsFunction function;
+            if (pyb::isinstance<WorkerPool>(make)) {
+              // The worker processes' pool in C++: a batch touches Python only in a worker.
+              function = [pool = make.cast<std::shared_ptr<WorkerPool>>()](
+                             uint64_t epoch, uint64_t batch, absl::Span<const uint64_t> ids) {
+                return pool->Make(epoch, batch, ids);
+              };
+            } else {
+              function = [held = HoldPython(std::move(make))](uint64_t epoch, uint64_t batch,
+                                                              absl::Span<const uint64_t> ids) {
+                return CallMake(*held, epoch, batch, ids);
+              };
+            }
             return PyProducer::Start(OwnProducerOptions(
                 dispatcher, auth_token, threads, buffer_bytes, max_tasks, bind, advertise_host,
-                timeout,
-                RecordsSupply{.job = job,
-                              .make = [held](uint64_t epoch, uint64_t batch,
-                                             absl::Span<const uint64_t> ids) {
-                                return CallMake(*held, epoch, batch, ids);
-                              }}));
+                timeout, RecordsSupply{.job = job, .make = std::move(function)}));
           },
           pyb::arg("dispatcher"), pyb::arg("job"), pyb::arg("auth_token"), pyb::arg("threads"),
           pyb::arg("buffer_bytes"), pyb::arg("max_tasks"), pyb::arg("bind"),
           pyb::arg("advertise_host"), pyb::arg("timeout"), pyb::arg("make"),
           "Starts a producer serving only map job `job`; its worker threads call "
-          "make(epoch, batch, ids) for each batch, which returns a Batch or (code, message).")
+          "make(epoch, batch, ids) for each batch, which returns a Batch or (code, message), or "
+          "ask `make`, a _WorkerPool, without Python.")
       .def_static(
           "tokens",
           [](const std::string& dispatcher, const std::string& job, const std::string& auth_token,
              int threads, uint64_t buffer_bytes, uint32_t max_tasks, const std::string& bind,
              const std::string& advertise_host, double timeout, pyb::object tokenize) {
-            std::shared_ptr<pyb::object> held = Hold(std::move(tokenize));
+            std::shared_ptr<pyb::object> held = HoldPython(std::move(tokenize));
             return PyProducer::Start(OwnProducerOptions(
                 dispatcher, auth_token, threads, buffer_bytes, max_tasks, bind, advertise_host,
                 timeout,
@@ -258,7 +266,7 @@ void BindProducer(pyb::module_& m) {
           [](const std::string& dispatcher, const std::string& job, const std::string& auth_token,
              uint64_t buffer_bytes, const std::string& bind, const std::string& advertise_host,
              double timeout, uint32_t source_index, pyb::object feed) {
-            std::shared_ptr<pyb::object> held = Hold(std::move(feed));
+            std::shared_ptr<pyb::object> held = HoldPython(std::move(feed));
             const TaskRunner::Options defaults;
             return PyProducer::Start(OwnProducerOptions(
                 dispatcher, auth_token, defaults.threads, buffer_bytes, defaults.max_tasks, bind,

@@ -287,7 +287,7 @@ def produce(source: Any, dispatcher: str, job: Union[str, JobSpec],
         # close is inside running(): a thread in one when the interpreter exits is waited for.
         with at_exit.running():
             pool = WorkerPool(pipeline, workers) if workers > 0 else None
-            make = pool.make if pool is not None else in_process(pipeline)
+            make = pool.native if pool is not None else in_process(pipeline)
             node = None
             try:
                 if spec is not None:

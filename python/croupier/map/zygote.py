@@ -13,9 +13,11 @@ they are: the one copy of a batch between the worker's columns and the data plan
 the workers' parent: it reaps them and says how they died.
 
 The producer's side of a worker's channel is C++ (src/producer/worker_channel.h, which gives the
-messages' layout; _croupier._WorkerChannel): the batch touches Python only here, in the worker.
+messages' layout), and so is the supervisor of the workers (src/producer/worker_pool.h, started by
+croupier.map.pool): in the producer's process a batch touches no Python, only here in the worker.
 
-croupier.map.pool (WorkerPool) decides when a worker is replaced and when a batch fails.
+croupier.map.pool (WorkerPool) starts the workers' supervisor, which decides when a worker is
+replaced and when a batch fails.
 """
 import mmap
 import os
@@ -34,7 +36,7 @@ from croupier import _croupier, errors
 from croupier.errors import BatchError
 from croupier.runtime.processes import describe, fork, how_it_ended, reap
 
-__all__ = ["Zygote", "ZygoteError", "Worker", "WorkerDied"]
+__all__ = ["Zygote", "ZygoteError"]
 
 # What a worker answers: a Batch, or (numeric error code, message).
 Result = Union[_croupier.Batch, Tuple[int, str]]
@@ -48,7 +50,6 @@ REQUEST = struct.Struct("=QQQQQ")
 # the error) and the size, then the error's message (UTF-8).
 ANSWER = struct.Struct("=QQ")
 LENGTH = struct.Struct("=Q")  # before each message on a worker's channel: its length
-MAX_IDLE_SLOTS = 4  # idle shared-memory slots kept per worker
 CONTROL_BYTES = 1 << 16  # the largest message on the zygote's socket
 REAP_GRACE = 2.0  # seconds a worker whose channel closed has to exit before it is SIGKILLed
 CLOSE_GRACE = 5.0  # seconds the workers have to exit once the pool closes
@@ -275,46 +276,3 @@ class Zygote:
             if self._gone is None:
                 self._gone = "the pool is closed"
                 reap(self.pid, CLOSE_GRACE + 2.0)
-
-
-class WorkerDied(Exception):
-    """A worker's channel closed: it died, before it got the request (`before`) or while it
-    made the batch."""
-
-    def __init__(self, before: bool) -> None:
-        super().__init__()
-        self.before = before
-
-
-class Worker:
-    """A worker process as the producer holds it: its pid and its channel
-    (_croupier._WorkerChannel, src/producer/worker_channel.h), with the shared-memory slots in
-    which it lays out the batches that the producer then serves without a copy."""
-
-    def __init__(self, zygote: Zygote, index: int) -> None:
-        self.index = index
-        ours, theirs = socket.socketpair()
-        try:
-            self.pid = zygote.spawn(theirs.fileno())
-        except BaseException:
-            ours.close()
-            raise
-        finally:
-            theirs.close()
-        self.channel = _croupier._WorkerChannel(ours.detach(), self.pid, MAX_IDLE_SLOTS)
-
-    def make(self, epoch: int, g: int, ids: Any) -> Result:
-        """Batch g of `epoch`, of records `ids`: a Batch (the worker's bytes, in one of its slots),
-        or (code, message). Raises WorkerDied if the worker's channel closes."""
-        made = self.channel.make(epoch, g, ids)  # without the GIL
-        if isinstance(made, bool):
-            raise WorkerDied(before=made)
-        return made
-
-    def close_channel(self) -> None:
-        """Closes the channel: a live worker exits when it reads its end."""
-        self.channel.close_channel()
-
-    def close(self) -> None:
-        """Closes the channel and the slots (those batches still hold are freed with them)."""
-        self.channel.close()
