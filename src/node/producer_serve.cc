@@ -30,28 +30,33 @@ absl::StatusOr<Served> ProducerNode::Serve(const ServeOptions& options) {
   };
   // The first error of a stream whose source ran out early, and when it came.
   std::optional<std::pair<absl::Time, absl::Status>> ended_early;
+  // The owner and the dispatcher's silence are looked at once a poll, not once a batch fed.
+  absl::Time next_check = absl::InfinitePast();
   while (true) {
     // Left or shut down from another thread (the owner's close, a test's kill): nothing to serve.
     if (stop_.HasBeenNotified()) return leave(absl::OkStatus());
-    const OwnerSays says = options.owner ? options.owner() : OwnerSays::kServe;
-    if (says == OwnerSays::kLeave) return leave(absl::OkStatus());
-    if (says == OwnerSays::kDrain) {
-      const Drained drained = Drain(options.drain_timeout, options.leave_now);
-      served.drained = true;
-      served.kept = drained.kept;
-      served.served = drained.served;
-      served.batches_served = batches_served();
-      return served;  // Drain has left the job
-    }
-    if (const absl::Duration silent = SinceDispatcherContact();
-        silent > options.dispatcher_timeout) {
-      served.batches_served = batches_served();
-      Shutdown();  // a dispatcher that does not answer would only make a last word wait
-      return absl::UnavailableError(absl::StrCat(
-          "the dispatcher at ", options_.dispatcher, " has not answered the producer of job '",
-          source_job_, "' for ", absl::FormatDuration(absl::Trunc(silent, absl::Seconds(1))),
-          " (its timeout is ", absl::FormatDuration(options.dispatcher_timeout), "), after ",
-          served.batches_served, " batches served"));
+    if (const absl::Time now = absl::Now(); now >= next_check) {
+      next_check = now + options.poll;
+      const OwnerSays says = options.owner ? options.owner() : OwnerSays::kServe;
+      if (says == OwnerSays::kLeave) return leave(absl::OkStatus());
+      if (says == OwnerSays::kDrain) {
+        const Drained drained = Drain(options.drain_timeout, options.leave_now);
+        served.drained = true;
+        served.kept = drained.kept;
+        served.served = drained.served;
+        served.batches_served = batches_served();
+        return served;  // Drain has left the job
+      }
+      if (const absl::Duration silent = SinceDispatcherContact();
+          silent > options.dispatcher_timeout) {
+        served.batches_served = batches_served();
+        Shutdown();  // a dispatcher that does not answer would only make a last word wait
+        return absl::UnavailableError(absl::StrCat(
+            "the dispatcher at ", options_.dispatcher, " has not answered the producer of job '",
+            source_job_, "' for ", absl::FormatDuration(absl::Trunc(silent, absl::Seconds(1))),
+            " (its timeout is ", absl::FormatDuration(options.dispatcher_timeout), "), after ",
+            served.batches_served, " batches served"));
+      }
     }
     if (ended_early && absl::Now() - ended_early->first > options.early_end_grace) {
       return leave(ended_early->second);

@@ -79,7 +79,7 @@ TEST(ProducerWorkerChannelTest, AWorkerThatDiesIsADeathBeforeOrWhileMakingTheBat
   made = channel.Make(0, 1, ids);
   ASSERT_TRUE(std::holds_alternative<WorkerChannel::Died>(made));
   EXPECT_TRUE(std::get<WorkerChannel::Died>(made).before);
-  EXPECT_EQ(channel.slot_stats().slots, 1u) << "the slot went back idle";
+  EXPECT_EQ(channel.slot_stats().idle, 1u) << "the slot went back idle";
 }
 
 TEST(ProducerWorkerChannelTest, ClosingTheChannelEndsAMakeThatWaits) {

@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,14 +34,16 @@ class FakeProcesses {
     o.spawn = [this](size_t) -> absl::StatusOr<WorkerPool::Started> {
       absl::MutexLock lock(&mu_);
       if (spawn_fails_) return absl::UnavailableError("the zygote is gone");
-      auto worker = std::make_unique<FakeWorker>([this](const Request& r, int fd) {
+      const int pid = 1001 + static_cast<int>(workers_.size());
+      auto worker = std::make_unique<FakeWorker>([this, pid](const Request& r, int fd) {
         if (dies_ && dies_(r)) {
           ::shutdown(fd, SHUT_RDWR);
           return false;
         }
+        absl::MutexLock lock(&mu_);
+        made_[pid].push_back(r.batch);
         return true;
       });
-      const int pid = 1001 + static_cast<int>(workers_.size());
       const int fd = worker->parent_fd;
       workers_.push_back(std::move(worker));
       return WorkerPool::Started{.pid = pid, .fd = fd};
@@ -60,6 +63,11 @@ class FakeProcesses {
     absl::MutexLock lock(&mu_);
     return workers_.size();
   }
+  // The batches worker `pid` answered, in order.
+  std::vector<uint64_t> made(int pid) {
+    absl::MutexLock lock(&mu_);
+    return made_[pid];
+  }
 
   std::vector<std::string> deaths;  // the on_death lines
 
@@ -67,6 +75,7 @@ class FakeProcesses {
   std::function<bool(const Request&)> dies_;
   absl::Mutex mu_;
   bool spawn_fails_ = false;
+  std::map<int, std::vector<uint64_t>> made_;
   // Destroyed after the pool (declared before it in each test): each thread ends once the pool
   // has closed its channel.
   std::vector<std::unique_ptr<FakeWorker>> workers_;
@@ -84,6 +93,9 @@ TEST(ProducerWorkerPoolTest, MakesBatchesOnItsWorkersInTurn) {
     ASSERT_TRUE(batch.ok()) << batch.status();
     EXPECT_EQ(batch->num_records(), 2u);
   }
+  // First in, first out: each idle worker takes its turn.
+  EXPECT_EQ(processes.made(1001), (std::vector<uint64_t>{0, 2}));
+  EXPECT_EQ(processes.made(1002), (std::vector<uint64_t>{1, 3}));
   EXPECT_EQ((*pool)->Broken(), std::nullopt);
   (*pool)->Close();
   EXPECT_EQ((*pool)->Make(0, 5, kIds).status().code(), absl::StatusCode::kUnavailable);

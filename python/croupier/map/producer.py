@@ -7,7 +7,7 @@ waits for the end of the job. `python -m croupier produce` (croupier.cli) runs i
 import dataclasses
 import json
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from croupier import _croupier, errors
 from croupier.runtime import at_exit
@@ -19,7 +19,6 @@ from croupier.map.pool import WorkerPool, default_workers, in_process
 from croupier.runtime.serving import serve_until_the_end
 from croupier.map.record_cache import summary
 from croupier.columns import features_of
-from croupier.map.spec import spec_of
 
 __all__ = ["produce", "ProduceOptions"]
 
