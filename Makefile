@@ -9,7 +9,7 @@ PY := $(ROOT)/.venv/bin/python
 CMAKE_ARGS ?=
 
 .PHONY: all bootstrap bootstrap-build bootstrap-engines configure build build-demo test test-engines test-cpp \
-  test-python demo demo-mpi bench bench-quick clean format typecheck
+  test-python demo demo-mpi bench bench-peers bench-quick clean format typecheck
 
 all: build
 
@@ -82,6 +82,12 @@ demo-mpi: bootstrap
 bench: bootstrap
 	$(MAKE) --no-print-directory build
 	$(PY) bench/run.py
+
+# The venv of bench_s3.py's peers (MosaicML Streaming, litdata): scripts/requirements-peers.txt.
+bench-peers:
+	test -x .venv-peers/bin/python || python3 -m venv .venv-peers
+	.venv-peers/bin/python -m pip install -q --disable-pip-version-check \
+	  -r scripts/requirements-peers.txt
 
 # The data plane and the end-to-end comparison on less data, in under 2 minutes (bench/out/ only).
 bench-quick: bootstrap

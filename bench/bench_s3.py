@@ -18,6 +18,9 @@ producer pays what a new producer pays. Systems, for each shuffle (none; blocks 
   s3_gap4k   (blocks, global) the objects with CROUPIER_S3_MERGE_GAP_BYTES=4096: ranges up to
              4 KiB apart merged into one request, the bytes between them fetched and dropped
 and once, shuffle none:
+  s3_indexed the objects again, right after s3: a new dispatcher and producer, and the index
+             object the s3 row's dispatcher stored in the store, so create_job scans nothing
+             (every job after the first on the same objects)
   s3_noshare the objects with CROUPIER_S3_INDEX_PREFIX=off: each producer scans every object
              whole to index it (what stage 1 of issue 35 did), against the shared index object
              the dispatcher writes as it creates the job
@@ -26,6 +29,14 @@ and once, shuffle none:
              of the same objects for one epoch and is SIGKILLed, a second starts with the same
              flags, and the job measured is read through the second (a pod restarted on its
              node). Its figures are the second producer's.
+
+and, shuffle none, the peers (bench/s3_peers.py, run with --peers-python, default
+.venv-peers/bin/python from `make bench-peers`; skipped, saying why, when it is not there):
+
+  mosaicml_streaming, litdata   the same records (decoded from the TFRecord files), written in
+             each peer's format with its default shard size, uploaded to the same store, read in
+             order by a torch DataLoader with --peer-workers workers (litdata: 0, as it hung
+             here with workers; s3_peers.py says more) and an empty cache
 
 And first, the store's ceiling: boto3 GETs every object whole, 4 at once (records/s as if each
 byte were a record's): no reader of this store on this machine does better.
@@ -60,10 +71,13 @@ import json
 import os
 import pathlib
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+
+import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 if not os.environ.get("PYTHONPATH"):
@@ -158,6 +172,42 @@ def run_job(args, work, name, files, shuffle, env, kept_cache=False):
             "make_s": counters.get("make_seconds", 0.0)}
 
 
+def export_records(files, out):
+    """The records of the TFRecord files, in file order, as an .npz (id, label, image): what the
+    peers write in their own formats."""
+    import tensorflow as tf
+    spec = {"id": tf.io.FixedLenFeature([], tf.int64), "label": tf.io.FixedLenFeature([], tf.int64),
+            "image": tf.io.FixedLenFeature([], tf.string)}
+    ids, labels, images = [], [], []
+    for raw in tf.data.TFRecordDataset([str(f) for f in files]):
+        r = tf.io.parse_single_example(raw, spec)
+        ids.append(int(r["id"]))
+        labels.append(int(r["label"]))
+        images.append(np.frombuffer(r["image"].numpy(), np.uint8))
+    np.savez(out, id=np.array(ids), label=np.array(labels), image=np.stack(images))
+
+
+def run_peers(args, tmp, store, local_files):
+    """The peers' rows (s3_peers.py in their own venv), or a reason they did not run."""
+    python = pathlib.Path(args.peers_python)
+    if not python.exists():
+        return [], f"{python} does not exist (make bench-peers makes it)"
+    export_records(local_files, tmp / "records.npz")
+    env = {**os.environ, **store.env()}
+    env.pop("PYTHONPATH", None)
+    out = subprocess.run(
+        [str(python), str(ROOT / "bench" / "s3_peers.py"), "--records", str(tmp / "records.npz"),
+         "--endpoint", store.endpoint, "--bucket", BUCKET, "--work", str(tmp / "peers"),
+         "--batch", str(args.batch), "--workers", str(args.peer_workers)],
+        env=env, capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        return [], f"s3_peers.py failed ({out.returncode}): {out.stderr[-2000:]}"
+    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    for r in rows:
+        r["shuffle"] = "none"
+    return rows, ""
+
+
 def store_ceiling(s3, keys, threads=4):
     """Seconds for boto3 to GET every object whole, `threads` at once: what the store serves at
     best, the bound of any reader of it on this machine."""
@@ -167,6 +217,27 @@ def store_ceiling(s3, keys, threads=4):
         sizes = list(pool.map(
             lambda k: len(s3.get_object(Bucket=BUCKET, Key=k)["Body"].read()), keys))
     return time.monotonic() - start, sum(sizes)
+
+
+def print_peers(peers, by, bytes_per_record):
+    """The peers' table: each against croupier's s3 row (a first job on the objects: create_job
+    indexes them) and s3_indexed (a job whose index the store holds)."""
+    ours = [by[(name, "none")] for name in ("s3", "s3_indexed") if (name, "none") in by]
+    print("\npeers, shuffle none; croupier: " + "; ".join(
+        f"{r['system']} {r['records_per_s']:,.0f} records/s, first batch "
+        f"{r['first_batch_s']:.2f} s" for r in ours) + "\n")
+    print("| system | DataLoader workers | shards | records/s | "
+          + " | ".join(f"croupier {r['system']} / it" for r in ours)
+          + " | first batch (s) | " + " | ".join(f"it / croupier {r['system']}" for r in ours)
+          + " | bytes fetched / delivered |")
+    print("|---" * (6 + 2 * len(ours)) + "|")
+    for r in peers:
+        r["fetched_per_delivered"] = r["fetched_bytes"] / (bytes_per_record * r["records"])
+        print(f"| {r['system']} | {r['workers']} | {r['shards']} | {r['records_per_s']:,.0f} | "
+              + " | ".join(f"{o['records_per_s'] / r['records_per_s']:.2f}x" for o in ours)
+              + f" | {r['first_batch_s']:.2f} | "
+              + " | ".join(f"{r['first_batch_s'] / o['first_batch_s']:.2f}x" for o in ours)
+              + f" | {r['fetched_per_delivered']:.3f} |")
 
 
 def main():
@@ -184,6 +255,10 @@ def main():
                    help="comma-separated shuffles to run")
     p.add_argument("--store-latency-ms", type=float, default=0.0,
                    help="moto starts every answer this late, as a store across a network")
+    p.add_argument("--peers-python", default=str(ROOT / ".venv-peers" / "bin" / "python"),
+                   help="the Python of the peers' venv (make bench-peers)")
+    p.add_argument("--peer-workers", type=int, default=2,
+                   help="the peers' DataLoader workers")
     p.add_argument("--json", type=pathlib.Path)
     args = p.parse_args()
 
@@ -213,6 +288,7 @@ def main():
                     systems.append(("s3_gap4k", shuffle, remote,
                                     store.env(CROUPIER_S3_MERGE_GAP_BYTES="4096")))
             if "none" in shuffles:
+                systems.insert(2, ("s3_indexed", "none", remote, store.env()))
                 systems.append(("s3_noshare", "none", remote,
                                 store.env(CROUPIER_S3_INDEX_PREFIX="off")))
                 systems.append(("s3_kept", "none", remote, store.env()))
@@ -224,6 +300,10 @@ def main():
                          fetched_per_delivered=r["bytes"] / delivered if r["bytes"] else 0.0,
                          requests_per_batch=r["requests"] / r["batches"] if r["batches"] else 0.0)
                 results.append(r)
+                print(json.dumps(r), flush=True)
+            peers, why_not = run_peers(args, tmp, store, local_files) if "none" in shuffles \
+                else ([], "they read in order only (shuffle none not run)")
+            for r in peers:
                 print(json.dumps(r), flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -260,8 +340,12 @@ def main():
         print(f"| {r['shuffle']} | {r['system']} | {r['records_per_s']:,.0f} | {ratio} | "
               f"{r['first_batch_s']:.2f} | {fb} | {r['create_s']:.2f} | {after} | {fetched} | "
               f"{rpb} | {per_req} | {reads} | {share} |")
+    if peers:
+        print_peers(peers, by, total_bytes / args.records)
+    else:
+        print(f"\npeers not run: {why_not}")
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
+        args.json.write_text(json.dumps(results + peers, indent=1))
 
 
 if __name__ == "__main__":
