@@ -11,14 +11,14 @@ Input: --records, an .npz of the records bench_s3.py decoded from its TFRecord f
 image: the same records the croupier jobs read). The store: --endpoint and --bucket, the
 credentials in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY. Each system writes its shards to a
 local folder with its default shard size, uploads them under its own prefix, then reads one
-epoch in order (no shuffle) through a torch DataLoader with --workers workers and a fresh, empty
-local cache (litdata: --litdata-workers, default 0; see main), timed from the dataset's
-construction: time to the first batch, and records/s to the
-last. fetched_bytes: the bytes its cache holds at the end (what it downloaded: both fetch whole
+epoch in order (no shuffle) through a torch DataLoader with a fresh, empty local cache and
+--workers workers (litdata: --litdata-workers, default 0, as it hung here with workers; see
+main), timed from the dataset's construction: time to the first batch, and records/s to the last.
+fetched_bytes: the bytes its cache holds at the end (what it downloaded: both fetch whole
 shards). One JSON object per system on stdout.
 
 Usage: s3_peers.py --records r.npz --endpoint URL --bucket B --work DIR [--batch 32]
-       [--workers 2] [--systems mosaicml_streaming,litdata]
+       [--workers 2] [--litdata-workers 0] [--systems mosaicml_streaming,litdata]
 """
 import argparse
 import json
