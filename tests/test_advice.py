@@ -20,8 +20,7 @@ import urllib.request
 
 import pytest
 
-import croupier
-
+from croupier.testing import in_process_cluster
 from service_cluster import Cluster, run
 
 FEATURES = "id:int64,label:int64,image:bytes"
@@ -48,10 +47,9 @@ def advice_when(cluster, done, timeout):
         time.sleep(0.5)
 
 
-def scale_json(port_file, query=""):
-    """The dispatcher's /api/scale (with `query`, e.g. "?job=train": one job's), what an engine's
-    autoscaler (KEDA's metrics-api) reads."""
-    port = int(port_file.read_text())
+def scale_json(port, query=""):
+    """The dispatcher's /api/scale on `port` (with `query`, e.g. "?job=train": one job's), what an
+    engine's autoscaler (KEDA's metrics-api) reads."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/scale{query}",
                                 timeout=10) as answer:
         return json.loads(answer.read())
@@ -66,18 +64,19 @@ def test_a_slowed_producer_makes_the_dispatcher_ask_for_more(tmp_path, dataset):
         cluster.start_consumer("slow", 0, 1, tmp_path / "r0.jsonl", 1000, "--slow-ms", "10",
                                "--quiet")
         status = advice_when(cluster, lambda s: s["producerAdvice"]["recommended"] >= 2, 40)
-        scale = scale_json(port_file)["producers"]
+        port = int(port_file.read_text())
+        scale = scale_json(port)["producers"]
         assert scale["measured"] is True and scale["recommended"] >= 2, scale
         assert scale["registered"] == 1 and scale["reason"], scale
         # The job's own figure: its consumer, and the generic producer that serves it.
         (job,) = status["jobSummaries"]
         assert job["producerAdvice"]["recommended"] >= 2, job
-        mine = scale_json(port_file, "?job=slow")["producers"]
+        mine = scale_json(port, "?job=slow")["producers"]
         assert mine["job"] == "slow" and mine["registered"] == 1, mine
         assert mine["measured"] is True and mine["recommended"] >= 2, mine
         # An unknown job: a 404 whose JSON names it.
         with pytest.raises(urllib.error.HTTPError) as missing:
-            scale_json(port_file, "?job=nope")
+            scale_json(port, "?job=nope")
         assert missing.value.code == 404
         error = json.loads(missing.value.read())
         assert error["error"] == "NOT_FOUND" and "'nope'" in error["message"], error
@@ -132,24 +131,23 @@ def test_a_fast_producer_for_a_slow_consumer_is_enough(tmp_path, dataset):
     assert seen == {1}, seen
 
 
-def test_a_stream_job_has_no_target_for_an_engine_to_follow(tmp_path):
+def test_a_stream_job_has_no_target_for_an_engine_to_follow():
     """A croupier.serve() stream job's producers are its streams: /api/scale?job= answers 409
     with the reason, and deploy/slurm/autoscale.py --job NAME says so and exits 2 (before it
-    runs any Slurm command)."""
+    runs any Slurm command). The dispatcher is the in-process cluster's, with its HTTP server."""
     root = pathlib.Path(__file__).resolve().parent.parent
-    port_file = tmp_path / "metrics.port"
-    with Cluster(tmp_path / "c", dispatcher_args=[
-            "--metrics-port", "0", "--metrics-port-file", str(port_file)]) as cluster:
-        croupier.create_job(cluster.address, "py", [], "x:int64", 1, consumers=1,
-                            source="python", batches_per_epoch=10, shuffle="none")
+    with in_process_cluster(producers=0, metrics_port=0) as cluster:
+        assert cluster.metrics_port
+        cluster.create_job("py", [], "x:int64", 1, consumers=1, source="python",
+                           batches_per_epoch=10, shuffle="none")
         with pytest.raises(urllib.error.HTTPError) as fixed:
-            scale_json(port_file, "?job=py")
+            scale_json(cluster.metrics_port, "?job=py")
         assert fixed.value.code == 409
         error = json.loads(fixed.value.read())
         assert error["error"] == "FAILED_PRECONDITION", error
         assert "has no producer target" in error["message"], error
-        (job,) = cluster.status()["jobSummaries"]
-        assert job["producerAdvice"]["fixed"] is True, job
+        (job,) = cluster.status()["job_summaries"]
+        assert job["producer_advice"]["fixed"] is True, job
         proc = subprocess.run(
             [sys.executable, str(root / "deploy" / "slurm" / "autoscale.py"), "--dispatcher",
              cluster.address, "--job", "py"], capture_output=True, text=True, timeout=60,

@@ -1,9 +1,10 @@
 """A job's life seen from Python and the command line: its state in the status, GetJob for one
 job, a trainer told that its job is done, `croupier job list|describe|delete`, and the expiry of
 done jobs (--job-retention). (A launch script run again in the same folder: test_deploy.py.)
-Over the in-process cluster (croupier.testing), but for the expiry, which needs the dispatcher's
---job-retention. Each test bounds its time; the clusters stop everything they started."""
+Over the in-process cluster (croupier.testing); only the command line's check of --job-retention
+starts a process. Each test bounds its time; the clusters stop everything they started."""
 import json
+import logging
 import time
 
 import pytest
@@ -96,21 +97,32 @@ def test_the_job_commands_list_describe_and_delete(tmp_path, dataset):
 
 
 @pytest.mark.timeout(60)
-def test_a_done_job_expires_after_the_retention(tmp_path, dataset):
+def test_a_done_job_expires_after_the_retention(tmp_path, dataset, caplog):
     bad = run("dispatcher", "--work-dir", tmp_path / "bad", "--job-retention", "3 days",
               check=False, timeout=20)
     assert bad.returncode == 2 and "--job-retention takes a positive duration" in bad.stderr
-    with croupier.local_cluster(producers=1, work_dir=tmp_path / "cluster", threads=1,
-                                dispatcher_args=("--job-retention", "2s")) as cluster:
+    with pytest.raises(ValueError, match="job_retention takes a positive number of seconds"):
+        in_process_cluster(job_retention=0)
+    caplog.set_level(logging.INFO, logger="croupier.native.dispatcher")
+    with in_process_cluster(producers=1, job_retention=2) as cluster:
         cluster.create_job("short", dataset, FEATURES, 10, consumers=1, epochs=1)
         with cluster.consumer("short", 0, 1) as feed:
             assert sum(1 for _ in feed.batches(0)) == 12
         status = cluster.status()
         assert status["job_retention_seconds"] == 2
         assert summary(cluster, "short")["state"] == "done"
-        deadline = time.monotonic() + 20
+        done_at = time.monotonic()
+        deadline = done_at + 20
         while cluster.status()["job_summaries"] and time.monotonic() < deadline:
-            time.sleep(0.2)
+            time.sleep(0.1)
         assert cluster.status()["job_summaries"] == []
-        log = (tmp_path / "cluster").glob("*.log")
-        assert any("deleted job 'short' (done for" in p.read_text() for p in log)
+        # Kept for its retention (less the 0.1 s the status polls may lag), not deleted at once.
+        assert time.monotonic() - done_at >= 1.5
+        with pytest.raises(errors.NotFoundError):
+            cluster.get_job("short")
+        # The dispatcher's log line reaches Python's logging through croupier.logs' pipe.
+        deadline = time.monotonic() + 5
+        while (not any("deleted job 'short' (done for" in r.getMessage() for r in caplog.records)
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
+        assert any("deleted job 'short' (done for" in r.getMessage() for r in caplog.records)

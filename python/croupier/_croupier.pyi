@@ -506,9 +506,12 @@ class InProcessCluster:
     def __init__(self, *, producers: SupportsIndex = 1, heartbeat_interval_ms: SupportsIndex = 100,
                  producer_timeout_ms: SupportsIndex = 1000,
                  consumer_timeout_ms: SupportsIndex = 5000, rounds_per_task: SupportsIndex = 0,
-                 shm: bool = True, threads: SupportsIndex = 2) -> None: ...
+                 shm: bool = True, threads: SupportsIndex = 2,
+                 job_retention_ms: SupportsIndex = 0, metrics_port: SupportsIndex = -1) -> None: ...
     @property
     def address(self) -> str: ...  # the dispatcher's gRPC server, 127.0.0.1:port
+    @property
+    def metrics_port(self) -> int: ...  # its HTTP server's port, 0 without one
     @property
     def dir(self) -> str: ...
     @property

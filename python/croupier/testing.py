@@ -30,13 +30,20 @@ class InProcessCluster(ClusterCalls):
 
     def __init__(self, producers: int = 1, *, heartbeat_interval: float = 0.1,
                  producer_timeout: float = 1.0, consumer_timeout: float = 5.0,
-                 rounds_per_task: int = 0, shm: bool = True, threads: int = 2) -> None:
+                 rounds_per_task: int = 0, shm: bool = True, threads: int = 2,
+                 job_retention: Optional[float] = None, metrics_port: Optional[int] = None) -> None:
+        if job_retention is not None and not job_retention > 0:
+            raise ValueError(f"job_retention takes a positive number of seconds, or None to keep "
+                             f"done jobs: {job_retention!r}")
         self._native: Optional[_croupier.InProcessCluster] = _croupier.InProcessCluster(
             producers=producers, heartbeat_interval_ms=round(heartbeat_interval * 1000),
             producer_timeout_ms=round(producer_timeout * 1000),
             consumer_timeout_ms=round(consumer_timeout * 1000), rounds_per_task=rounds_per_task,
-            shm=shm, threads=threads)
+            shm=shm, threads=threads,
+            job_retention_ms=0 if job_retention is None else max(1, round(job_retention * 1000)),
+            metrics_port=-1 if metrics_port is None else metrics_port)
         self.address: str = self._native.address
+        self.metrics_port: Optional[int] = self._native.metrics_port or None
         self.auth_token: Optional[str] = None
         self.work_dir: str = self._native.dir
 
@@ -83,5 +90,8 @@ class InProcessCluster(ClusterCalls):
 def in_process_cluster(producers: int = 1, **options: Any) -> InProcessCluster:
     """A dispatcher and `producers` TFRecord producers in this process (InProcessCluster's
     arguments: heartbeat_interval, producer_timeout and consumer_timeout in seconds,
-    rounds_per_task, shm, threads per producer)."""
+    rounds_per_task, shm, threads per producer; job_retention, the seconds a done job is kept
+    before the dispatcher deletes it, None to keep it; metrics_port, the port of the dispatcher's
+    HTTP server for metrics, the web page and /api/..., 0 for any free one, None for none: the
+    port taken is the cluster's metrics_port)."""
     return InProcessCluster(producers, **options)

@@ -36,6 +36,7 @@ class PyInProcessCluster {
 
   std::string address() { return Open().address(); }
   std::string dir() { return Open().dir(); }
+  int metrics_port() { return Open().metrics_port(); }
   size_t num_producers() { return Open().num_producers(); }
 
   size_t AddProducer() {
@@ -88,14 +89,17 @@ void BindTestCluster(pyb::module_& m) {
   pyb::class_<PyInProcessCluster>(m, "InProcessCluster")
       .def(pyb::init([](int producers, int64_t heartbeat_interval_ms, int64_t producer_timeout_ms,
                         int64_t consumer_timeout_ms, uint32_t rounds_per_task, bool shm,
-                        int threads) {
+                        int threads, int64_t job_retention_ms, int metrics_port) {
              if (producers < 0 || heartbeat_interval_ms <= 0 || producer_timeout_ms <= 0 ||
-                 consumer_timeout_ms <= 0 || threads <= 0) {
+                 consumer_timeout_ms <= 0 || threads <= 0 || job_retention_ms < 0 ||
+                 metrics_port < -1 || metrics_port > 65535) {
                ThrowIfError(absl::InvalidArgumentError(absl::StrCat(
-                   "an in-process cluster needs producers >= 0 and positive times and threads: "
-                   "producers=", producers, ", heartbeat_interval_ms=", heartbeat_interval_ms,
-                   ", producer_timeout_ms=", producer_timeout_ms, ", consumer_timeout_ms=",
-                   consumer_timeout_ms, ", threads=", threads)));
+                   "an in-process cluster needs producers >= 0, positive times and threads, a "
+                   "job retention >= 0 (0: forever) and a metrics port of -1 (none), 0 (any) or "
+                   "a port: producers=", producers, ", heartbeat_interval_ms=",
+                   heartbeat_interval_ms, ", producer_timeout_ms=", producer_timeout_ms,
+                   ", consumer_timeout_ms=", consumer_timeout_ms, ", threads=", threads,
+                   ", job_retention_ms=", job_retention_ms, ", metrics_port=", metrics_port)));
              }
              testing::TestClusterOptions o;
              o.producers = producers;
@@ -103,6 +107,8 @@ void BindTestCluster(pyb::module_& m) {
              o.producer_timeout = absl::Milliseconds(producer_timeout_ms);
              o.consumer_timeout = absl::Milliseconds(consumer_timeout_ms);
              o.rounds_per_task = rounds_per_task;
+             if (job_retention_ms > 0) o.job_retention = absl::Milliseconds(job_retention_ms);
+             o.metrics_port = metrics_port;
              o.control_plane = testing::ControlPlaneKind::kGrpc;
              o.producer.shm = shm;
              o.producer.runner.threads = threads;
@@ -110,8 +116,10 @@ void BindTestCluster(pyb::module_& m) {
            }),
            pyb::kw_only(), pyb::arg("producers") = 1, pyb::arg("heartbeat_interval_ms") = 100,
            pyb::arg("producer_timeout_ms") = 1000, pyb::arg("consumer_timeout_ms") = 5000,
-           pyb::arg("rounds_per_task") = 0, pyb::arg("shm") = true, pyb::arg("threads") = 2)
+           pyb::arg("rounds_per_task") = 0, pyb::arg("shm") = true, pyb::arg("threads") = 2,
+           pyb::arg("job_retention_ms") = 0, pyb::arg("metrics_port") = -1)
       .def_property_readonly("address", &PyInProcessCluster::address)
+      .def_property_readonly("metrics_port", &PyInProcessCluster::metrics_port)
       .def_property_readonly("dir", &PyInProcessCluster::dir)
       .def_property_readonly("num_producers", &PyInProcessCluster::num_producers)
       .def("add_producer", &PyInProcessCluster::AddProducer)

@@ -68,6 +68,31 @@ std::vector<std::vector<std::vector<int64_t>>> ReadThroughAFault(
   });
 }
 
+TEST(ClusterTest, OnlyTheGrpcControlPlaneServesMetrics) {
+  TestClusterOptions in_process_options;
+  in_process_options.producers = 0;
+  in_process_options.metrics_port = 0;
+  auto in_process = TestCluster::Start(in_process_options);
+  ASSERT_FALSE(in_process.ok());
+  EXPECT_EQ(in_process.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(in_process.status().message(), ::testing::HasSubstr("ControlPlaneKind::kGrpc"));
+
+  TestClusterOptions grpc;
+  grpc.producers = 0;
+  grpc.control_plane = ControlPlaneKind::kGrpc;
+  auto plain = TestCluster::Start(grpc);
+  CROUPIER_ASSERT_OK(plain.status());
+  EXPECT_EQ((*plain)->metrics_port(), 0);
+  grpc.job_retention = absl::Seconds(30);
+  grpc.metrics_port = 0;
+  auto served = TestCluster::Start(grpc);
+  CROUPIER_ASSERT_OK(served.status());
+  EXPECT_GT((*served)->metrics_port(), 0);
+  auto status = (*served)->Status();
+  CROUPIER_ASSERT_OK(status.status());
+  EXPECT_EQ(status->job_retention_seconds(), 30);
+}
+
 TEST(ClusterTest, FirstComeDealsEveryBatchOnceToConsumersOfDifferentSpeeds) {
   auto cluster = ClusterWithDataset({.producers = 2});
   CROUPIER_ASSERT_OK(cluster->CreateJob(DatasetSpec(cluster->dir(), 2, "first_come")).status());

@@ -28,6 +28,7 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(TestClusterOptio
   dispatcher.producer_timeout = o.producer_timeout;
   dispatcher.consumer_timeout = o.consumer_timeout;
   dispatcher.rounds_per_task = o.rounds_per_task;
+  dispatcher.job_retention = o.job_retention;
   dispatcher.index_cache_dir = cluster->dir_ + "/index";
   if (o.journal) dispatcher.journal_path = cluster->dir_ + "/journal";
   dispatcher.journal_sync = false;
@@ -36,11 +37,17 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(TestClusterOptio
     DispatcherNodeOptions node;
     node.port = 0;
     node.work_dir = cluster->dir_ + "/dispatcher";
+    node.metrics_port = o.metrics_port;
     node.dispatcher = std::move(dispatcher);
     node.dispatcher.journal_path.clear();
     node.dispatcher.index_cache_dir.clear();
     ASSIGN_OR_RETURN(cluster->node_, DispatcherNode::Start(std::move(node)));
   } else {
+    if (o.metrics_port >= 0) {
+      return absl::InvalidArgumentError(
+          "a test cluster serves metrics only with ControlPlaneKind::kGrpc (its dispatcher node's "
+          "HTTP server)");
+    }
     InProcessDispatcherOptions d;
     d.dispatcher = std::move(dispatcher);
     d.tick_interval = std::min(o.heartbeat_interval, absl::Milliseconds(100));
@@ -64,6 +71,8 @@ TestCluster::~TestCluster() {
 std::string TestCluster::address() const {
   return node_ ? node_->address() : std::string("in-process");
 }
+
+int TestCluster::metrics_port() const { return node_ ? node_->metrics_port() : 0; }
 
 std::unique_ptr<ControlPlane> TestCluster::NewClient(absl::Duration timeout) {
   if (node_) {

@@ -42,6 +42,11 @@ struct TestClusterOptions {
   absl::Duration producer_timeout = absl::Seconds(1);
   absl::Duration consumer_timeout = absl::Seconds(5);
   uint32_t rounds_per_task = 0;  // DispatcherOptions::rounds_per_task
+  // How long a done job is kept before the dispatcher deletes it (DispatcherOptions::job_retention).
+  absl::Duration job_retention = absl::InfiniteDuration();
+  // ControlPlaneKind::kGrpc: the dispatcher's HTTP server (Prometheus metrics, the web page and
+  // /api/...) on 127.0.0.1:metrics_port (0: any free port, see metrics_port(); -1: none).
+  int metrics_port = -1;
   // Journal the dispatcher's state (in dir()), so that RestartDispatcher() replays it.
   bool journal = true;
   ControlPlaneKind control_plane = ControlPlaneKind::kInProcess;
@@ -64,6 +69,8 @@ class TestCluster {
   // The dispatcher's gRPC address (127.0.0.1:port) with ControlPlaneKind::kGrpc; "in-process"
   // otherwise.
   std::string address() const;
+  // The dispatcher's HTTP server's port, or 0 without one (see TestClusterOptions::metrics_port).
+  int metrics_port() const;
 
   // CreateJob as a client would call it (exist_ok false).
   absl::StatusOr<v1::JobInfo> CreateJob(const v1::JobSpec& spec);
