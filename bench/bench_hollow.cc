@@ -53,8 +53,11 @@
 //            [--threads T] [--seconds S] [--warmup W] [--steps-per-beat B] [--pin] [--quick]
 //            [--commit-interval D] [--heartbeat-interval-ms I] [--kill-after A] [--logs DIR]
 //            [--autoscale N [--autoscale-interval S]] [--connection-per-consumer]
+//            [--no-client-keepalive]
 //   --connection-per-consumer gives each consumer a connection of its own, as separate trainer
 //   processes have; by default the consumers of a client thread (about 25) share one.
+//   --no-client-keepalive turns the clients' keepalive pings off (rpc::kKeepaliveTime), for a
+//   baseline of what they cost.
 //   --heartbeat-interval-ms I also sets the dispatcher's --producer-timeout-ms to max(10 s, 3 I), the
 //   bound a producer's longest silence is checked against (a consumer's: the takeover it is told).
 //   the croupier binary: $CROUPIER_BIN, else ../bin/croupier beside this program.
@@ -123,6 +126,7 @@ struct Options {
   std::string logs;        // where the work directory's logs are copied at the end
   bool pin = false, quick = false;
   bool connection_per_consumer = false;  // hollow_clients.h, Config
+  bool keepalive = true;                  // hollow_clients.h, Config
   std::string commit_interval;  // the dispatcher's --journal-commit-interval; empty: its default
   std::string heartbeat_interval_ms;  // the dispatcher's --heartbeat-interval-ms; empty: its default
   uint32_t autoscale = 0;  // the producers the demand needs (hollow_autoscale.h); 0: all run
@@ -169,6 +173,8 @@ Options Parse(int argc, char** argv) {
       o.logs = next();
     } else if (a == "--connection-per-consumer") {
       o.connection_per_consumer = true;
+    } else if (a == "--no-client-keepalive") {
+      o.keepalive = false;
     } else if (a == "--pin") {
       o.pin = true;
     } else if (a == "--quick") {
@@ -178,7 +184,7 @@ Options Parse(int argc, char** argv) {
           "usage: bench_hollow [--consumers N] [--producers P] [--jobs J] [--processes K] "
           "[--threads T] [--seconds S] [--warmup W] [--steps-per-beat B] [--commit-interval D] "
           "[--heartbeat-interval-ms I] [--kill-after A] [--autoscale N [--autoscale-interval S]] "
-          "[--connection-per-consumer] [--logs DIR] [--pin] [--quick]");
+          "[--connection-per-consumer] [--no-client-keepalive] [--logs DIR] [--pin] [--quick]");
     }
   }
   if (o.quick) o.seconds = std::min(o.seconds, 10.0);
@@ -288,6 +294,7 @@ int main(int argc, char** argv) {
   cfg.threads = o.threads;
   cfg.steps_per_beat = o.steps_per_beat;
   cfg.connection_per_consumer = o.connection_per_consumer;
+  cfg.keepalive = o.keepalive;
   cfg.producer_timeout_s = producer_timeout_ms / 1000.0;
   // The supply model: N producers meet the consumers' demand exactly; one runs at first.
   std::optional<hollow::AutoscaleRun> autoscale;
@@ -506,7 +513,7 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"bench\": \"scale\", \"case\": \"hollow\", \"consumers\": %u, \"producers\": %u, "
       "\"jobs\": %u, \"processes\": %u, \"threads\": %u, \"steps_per_beat\": %u, \"pin\": %s, "
-      "\"connection_per_consumer\": %s, "
+      "\"connection_per_consumer\": %s, \"client_keepalive\": %s, "
       "\"seconds\": %.1f, \"register_s\": %.2f, \"heartbeat_interval_s\": %.3g, "
       "\"takeover_s\": %.3g, \"consumer_heartbeats_per_s\": %.1f, "
       "\"producer_heartbeats_per_s\": %.1f, \"locates_per_s\": %.1f, \"heartbeat_p50_ms\": %.3f, "
@@ -523,7 +530,7 @@ int main(int argc, char** argv) {
       "\"load_before\": %.2f, \"load_after\": %.2f, \"met_period\": %s, \"met\": %s, "
       "\"advice\": %s%s}\n",
       o.consumers, o.producers, o.jobs, o.processes, o.threads, o.steps_per_beat,
-      o.pin ? "true" : "false", o.connection_per_consumer ? "true" : "false", s, register_s, all.interval_s, all.takeover_s, hb.size() / s,
+      o.pin ? "true" : "false", o.connection_per_consumer ? "true" : "false", o.keepalive ? "true" : "false", s, register_s, all.interval_s, all.takeover_s, hb.size() / s,
       (all.latency_ms[hollow::kProducerHeartbeat].size() +
        all.latency_ms[hollow::kProducerWait].size()) /
           s,

@@ -161,6 +161,8 @@ struct Config {
   // Each consumer on a connection of its own, as separate trainer processes are; otherwise the
   // consumers of a thread share one.
   bool connection_per_consumer = false;
+  // The clients' keepalive pings (rpc::kKeepaliveTime); off, for a baseline without them.
+  bool keepalive = true;
   uint32_t steps_per_beat = 1;
   uint32_t max_tasks = 2, made_cap = 2;
   double make_us = 5;  // per batch, over 4 worker threads
@@ -382,6 +384,7 @@ inline std::unique_ptr<rpc::DispatcherClient> NewClient(const Config& c) {
   options.call_timeout = absl::Seconds(10);
   options.timeout = absl::Seconds(10);
   options.own_connection = true;  // as separate processes have
+  if (!c.keepalive) options.keepalive_time = absl::Milliseconds(INT32_MAX);  // gRPC's "never"
   return rpc::DispatcherClient::Create(c.address, options);
 }
 

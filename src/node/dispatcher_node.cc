@@ -133,9 +133,15 @@ absl::StatusOr<std::unique_ptr<DispatcherNode>> DispatcherNode::Start(
   builder.AddChannelArgument(
       GRPC_ARG_MAX_CONNECTION_IDLE_MS,
       static_cast<int>(absl::ToInt64Milliseconds(options.max_connection_idle)));
-  // Dead peers are found by pings every minute, answered within 20 s.
+  // Dead peers are found by pings every minute, answered within 20 s. The clients' own pings
+  // (rpc::kKeepaliveTime) are welcome, with or without a call outstanding, as often as
+  // rpc::kMinPingInterval.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+      static_cast<int>(absl::ToInt64Milliseconds(rpc::kMinPingInterval)));
   // No bandwidth-delay probes (a ping each, on every connection that receives data): they size
   // flow-control windows for large transfers, and the control plane's messages are small. With a
   // connection per consumer they cost the dispatcher a quarter of its CPU (benchmarks.md, "A

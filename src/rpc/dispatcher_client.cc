@@ -17,7 +17,7 @@ std::unique_ptr<DispatcherClient> DispatcherClient::Create(const std::string& ad
   return std::unique_ptr<DispatcherClient>(new DispatcherClient(address, std::move(options)));
 }
 
-grpc::ChannelArguments DispatcherClient::ChannelArgs(bool own_connection) {
+grpc::ChannelArguments DispatcherClient::ChannelArgs(const DispatcherClientOptions& options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxControlMessageBytes);
   args.SetMaxSendMessageSize(kMaxControlMessageBytes);
@@ -34,7 +34,15 @@ grpc::ChannelArguments DispatcherClient::ChannelArgs(bool own_connection) {
   // control-plane message is small, so each probe is only a ping the dispatcher must answer
   // (benchmarks.md, "A connection per consumer").
   args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-  if (own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // A connection that stays open but answers nothing is given up and made again (grpc_util.h,
+  // kKeepaliveTime), also between calls, and as often as it takes.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_time)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_timeout)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  if (options.own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   return args;
 }
 
@@ -43,7 +51,7 @@ DispatcherClient::DispatcherClient(std::string address, DispatcherClientOptions 
         options.tls = ResolveTlsConfig(options.tls);
         return std::move(options);
       }()) {
-  grpc::ChannelArguments args = ChannelArgs(options_.own_connection);
+  grpc::ChannelArguments args = ChannelArgs(options_);
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       MakeChannelCredentials(options_.tls);
   if (!credentials.ok()) {

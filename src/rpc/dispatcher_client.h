@@ -19,6 +19,7 @@
 #include "proto/croupier.grpc.pb.h"
 #include "src/control/control_plane.h"
 #include "src/net/tls_config.h"
+#include "src/rpc/grpc_util.h"
 
 namespace croupier::rpc {
 
@@ -33,6 +34,10 @@ struct DispatcherClientOptions {
   // address share one (gRPC's subchannel pool); a benchmark that stands in for many processes
   // (bench/bench_dispatcher.cc) gives each of its threads its own, as separate processes have.
   bool own_connection = false;
+  // Keepalive pings on the connection (kKeepaliveTime and kKeepaliveTimeout, grpc_util.h); tests
+  // shorten them.
+  absl::Duration keepalive_time = kKeepaliveTime;
+  absl::Duration keepalive_timeout = kKeepaliveTimeout;
 };
 
 // Thread-safe.
@@ -60,7 +65,7 @@ class DispatcherClient final : public ControlPlane {
 
   // The arguments of its gRPC channel: message bounds, reconnection backoff, the bound of one
   // connection attempt (kConnectTimeout), and a connection of its own if `own_connection`.
-  static grpc::ChannelArguments ChannelArgs(bool own_connection);
+  static grpc::ChannelArguments ChannelArgs(const DispatcherClientOptions& options);
 
   // The connections of its own this client made to learn why it could not connect
   // (net::ProbeTls): at most one every kProbeEvery, none once the dispatcher has answered it.

@@ -17,6 +17,7 @@
 #include "src/net/socket.h"
 #include "src/node/dispatcher_node.h"
 #include "src/rpc/grpc_util.h"
+#include "src/testing/tcp_proxy.h"
 
 namespace croupier::rpc {
 namespace {
@@ -99,7 +100,8 @@ TEST(DispatcherClientTest, AFailedConnectionIsProbedOnceAndNeverPastTheCallsDead
 // descriptors.
 // The integer a client's channel arguments give `key`, or -1.
 int ChannelArg(bool own_connection, const char* key) {
-  const grpc::ChannelArguments args = DispatcherClient::ChannelArgs(own_connection);
+  const grpc::ChannelArguments args =
+      DispatcherClient::ChannelArgs({.own_connection = own_connection});
   const grpc_channel_args c = args.c_channel_args();
   for (size_t i = 0; i < c.num_args; ++i) {
     if (std::string(c.args[i].key) == key) return c.args[i].value.integer;
@@ -122,6 +124,48 @@ TEST(DispatcherClientTest, AConnectionSendsNoBandwidthProbes) {
   for (bool own : {false, true}) {
     EXPECT_EQ(ChannelArg(own, GRPC_ARG_HTTP2_BDP_PROBE), 0)
         << (own ? "a connection of its own" : "a shared connection");
+  }
+}
+
+// A connection that stays open and carries nothing (a NAT or load balancer that dropped it, an
+// address moved to another host) is given up by the keepalive pings and made again: without them
+// every call after the stall timed out, for as long as the connection stayed open.
+TEST(DispatcherClientTest, AConnectionThatGoesSilentIsGivenUpAndMadeAgain) {
+  absl::StatusOr<std::unique_ptr<DispatcherNode>> node =
+      DispatcherNode::Start({.port = 0, .work_dir = ::testing::TempDir() + "/keepalive"});
+  ASSERT_TRUE(node.ok()) << node.status();
+  absl::StatusOr<std::unique_ptr<testing::TcpProxy>> proxy = testing::TcpProxy::Start((*node)->port());
+  ASSERT_TRUE(proxy.ok()) << proxy.status();
+  auto client = DispatcherClient::Create(
+      absl::StrCat("127.0.0.1:", (*proxy)->port()),
+      {.call_timeout = absl::Milliseconds(500), .timeout = absl::Milliseconds(500),
+       .own_connection = true, .keepalive_time = absl::Seconds(1),
+       .keepalive_timeout = absl::Seconds(1)});
+  ASSERT_TRUE(client->GetStatus({}).ok());
+  EXPECT_EQ((*proxy)->connections(), 1);
+
+  (*proxy)->Stall();
+  const absl::Time stalled = absl::Now();
+  absl::Status status = client->GetStatus({}).status();
+  EXPECT_FALSE(status.ok()) << "answered through a stalled connection";
+  while (!status.ok() && absl::Now() - stalled < absl::Seconds(20)) {
+    absl::SleepFor(absl::Milliseconds(200));
+    status = client->GetStatus({}).status();
+  }
+  EXPECT_TRUE(status.ok()) << "no answer " << absl::Now() - stalled << " after the stall: "
+                           << status;
+  // Within the keepalive's time and timeout, and one reconnection's backoff.
+  EXPECT_LT(absl::Now() - stalled, absl::Seconds(6));
+  EXPECT_EQ((*proxy)->connections(), 2);
+}
+
+// A client pings no more often than the dispatcher accepts, or it would close the connections of
+// well-behaved clients (gRPC's "too_many_pings").
+TEST(DispatcherClientTest, ClientsPingNoMoreOftenThanTheDispatcherAccepts) {
+  EXPECT_GT(kKeepaliveTime, kMinPingInterval);
+  for (bool own : {false, true}) {
+    EXPECT_EQ(absl::Milliseconds(ChannelArg(own, GRPC_ARG_KEEPALIVE_TIME_MS)), kKeepaliveTime);
+    EXPECT_EQ(ChannelArg(own, GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS), 1);
   }
 }
 

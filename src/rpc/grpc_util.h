@@ -44,6 +44,18 @@ inline constexpr int kMaxControlMessageBytes = 16 << 20;
 // waits for it (a dispatcher restarted under 10,000 clients that gave up after 1 s, while it held
 // each connection up to 10 s, ran out of descriptors in their reconnection: bench/notes.md).
 inline constexpr absl::Duration kConnectTimeout = absl::Seconds(1);
+// A client pings its connection to the dispatcher after kKeepaliveTime without a ping, and gives
+// the connection up (and connects again) when no answer comes within kKeepaliveTimeout: a
+// connection that stays open but carries nothing (a NAT or load balancer that dropped it, the
+// dispatcher's address moved to another host) would otherwise take every call until its deadline,
+// for as long as the kernel keeps it (a proxy that acknowledges: forever), and the client would
+// never reconnect. The dispatcher accepts pings as often as kMinPingInterval from clients with no
+// call outstanding; it must be below kKeepaliveTime, or the dispatcher would close the
+// connections of well-behaved clients for pinging too often (gRPC's "too_many_pings"). At 10,000
+// clients: 500 pings a second.
+inline constexpr absl::Duration kKeepaliveTime = absl::Seconds(20);
+inline constexpr absl::Duration kKeepaliveTimeout = absl::Seconds(10);
+inline constexpr absl::Duration kMinPingInterval = absl::Seconds(10);
 // How often one client may make a connection of its own to learn why gRPC cannot connect
 // (net::ProbeTls). A client that the dispatcher has answered once needs no such probe.
 inline constexpr absl::Duration kProbeEvery = absl::Seconds(30);
