@@ -279,12 +279,12 @@ Env* Env::Default() {
   return env;
 }
 
-absl::StatusOr<std::string> ReadFileToString(Env& env, const std::string& path) {
-  ASSIGN_OR_RETURN(auto file, env.OpenForRead(path));
-  // The open file's size when it can tell (an object's HEAD at open), saving a second Stat.
+absl::StatusOr<std::string> Env::ReadWholeFile(const std::string& path) {
+  ASSIGN_OR_RETURN(auto file, OpenForRead(path));
+  // The open file's size when it can tell, saving a Stat.
   absl::StatusOr<uint64_t> size = file->Size();
   if (!size.ok()) {
-    ASSIGN_OR_RETURN(FileStat st, env.Stat(path));
+    ASSIGN_OR_RETURN(FileStat st, Stat(path));
     size = st.size;
   }
   std::string out(*size, '\0');

@@ -121,6 +121,9 @@ class Env {
   virtual absl::Status CreateDirs(const std::string& path) = 0;
   // Paths matching a shell glob, sorted. No match is an empty list, not an error.
   virtual absl::StatusOr<std::vector<std::string>> Glob(const std::string& pattern) = 0;
+  // The whole file. The default opens it and reads it, its size from the open file (or Stat);
+  // an object store (S3Env) reads a whole object in one GET. ReadFileToString calls it.
+  virtual absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
   // Where a file derived from `path` (its record index, say), named with `suffix`, is kept for
   // every reader of `path` on any machine, through this Env; empty when there is no such place
   // (the default: local files are indexed into each machine's own cache). An object store keeps
@@ -130,8 +133,10 @@ class Env {
   }
 };
 
-// Reads a whole file through env.
-absl::StatusOr<std::string> ReadFileToString(Env& env, const std::string& path);
+// Reads a whole file through env (Env::ReadWholeFile).
+inline absl::StatusOr<std::string> ReadFileToString(Env& env, const std::string& path) {
+  return env.ReadWholeFile(path);
+}
 
 // Turns errno from a call on `path` into a status whose code says what the caller can do.
 absl::Status ErrnoToStatus(int err, absl::string_view what, absl::string_view path);

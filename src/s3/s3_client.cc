@@ -67,6 +67,7 @@ struct S3Client::Request {
   bool listing = false;
   std::vector<std::pair<std::string, std::string>> query;
   std::optional<ByteRange> range;
+  bool whole = false;          // a GET of the whole object into `body`
   char* dst = nullptr;         // where a ranged GET's bytes go
   std::string what;            // "s3://b/k bytes [0, 10)", for messages
   absl::string_view put_body;  // what a PUT sends
@@ -170,6 +171,11 @@ absl::Status S3Client::Attempt(Request& req) {
   const std::string where = absl::StrCat(endpoint.scheme, "://", endpoint.HostHeader(host_name));
   if (!result) {
     const httplib::Error err = result.error();
+    if (req.overflow && req.whole) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          req.what, ": the object is larger than the ", kMaxBodyBytes >> 20,
+          " MiB a whole read takes"));
+    }
     if (req.overflow) {
       return absl::DataLossError(
           absl::StrCat(req.what, ": the store answered more bytes than asked"));
@@ -192,6 +198,15 @@ absl::Status S3Client::Attempt(Request& req) {
   if (res.status < 200 || res.status >= 300) {
     req.throttled = IsThrottle(res.status, req.body);
     return AnswerToStatus(res.status, req.body, req.what);
+  }
+  if (req.whole) {
+    uint64_t length = 0;
+    if (!absl::SimpleAtoi(req.content_length, &length) || length != req.received) {
+      return absl::UnavailableError(absl::StrCat(
+          req.what, ": the answer was cut short after ", req.received, " bytes of ",
+          req.content_length.empty() ? "an unknown length" : req.content_length, " (endpoint ",
+          where, ")"));
+    }
   }
   if (req.range) {
     if (res.status == 206) {
@@ -272,6 +287,17 @@ absl::StatusOr<size_t> S3Client::GetRange(const S3Path& path, const ByteRange& r
   RETURN_IF_ERROR(Send(req));
   counters_.AddBytes(req.received);
   return static_cast<size_t>(req.received);
+}
+
+absl::StatusOr<std::string> S3Client::Get(const S3Path& path) {
+  Request req;
+  req.method = "GET";
+  req.path = path;
+  req.whole = true;
+  req.what = absl::StrCat(path.ToString(), " (whole)");
+  RETURN_IF_ERROR(Send(req));
+  counters_.AddBytes(req.received);
+  return std::move(req.body);
 }
 
 absl::Status S3Client::Put(const S3Path& path, absl::string_view body) {

@@ -61,6 +61,10 @@ class S3Client {
   absl::Status GetRanges(const S3Path& path, uint64_t size,
                          absl::Span<RandomAccessFile::Range> ranges);
 
+  // The whole object, in one GET (no HEAD first). NOT_FOUND for a missing object;
+  // RESOURCE_EXHAUSTED for one larger than 64 MiB (a whole read is for small objects: indexes).
+  absl::StatusOr<std::string> Get(const S3Path& path);
+
   // Writes `body` as the object at `path`, whole (a reader sees the old object or the new one).
   absl::Status Put(const S3Path& path, absl::string_view body);
 

@@ -75,6 +75,10 @@ class RoutingEnv final : public Env {
     ASSIGN_OR_RETURN(Env * env, For(p));
     return env->Stat(p);
   }
+  absl::StatusOr<std::string> ReadWholeFile(const std::string& p) override {
+    ASSIGN_OR_RETURN(Env * env, For(p));
+    return env->ReadWholeFile(p);
+  }
   absl::Status WriteFileAtomically(const std::string& p, absl::string_view c) override {
     ASSIGN_OR_RETURN(Env * env, For(p));
     return env->WriteFileAtomically(p, c);
@@ -172,6 +176,11 @@ absl::StatusOr<FileStat> S3Env::Stat(const std::string& path) {
   ASSIGN_OR_RETURN(S3Path at, ParseS3Path(path));
   ASSIGN_OR_RETURN(ObjectInfo info, client_->Head(at));
   return FileStat{info.size, info.mtime_ns};
+}
+
+absl::StatusOr<std::string> S3Env::ReadWholeFile(const std::string& path) {
+  ASSIGN_OR_RETURN(S3Path at, ParseS3Path(path));
+  return client_->Get(at);
 }
 
 absl::StatusOr<std::vector<std::string>> S3Env::Glob(const std::string& pattern) {

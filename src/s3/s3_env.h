@@ -6,6 +6,7 @@
 //                                    ReadRanges merges neighbouring ranges into few GETs, run
 //                                    in parallel (S3Client::GetRanges); remote() is true
 //   Stat                             HEAD: size and Last-Modified (whole seconds)
+//   ReadWholeFile                    one GET of the whole object (at most 64 MiB), no HEAD
 //   Glob                             ListObjectsV2 over the pattern's prefix, keys matched as a
 //                                    shell glob ('*' stops at '/'); no wildcard: HEAD
 //   WriteFileAtomically              PUT of the whole object (how the record indexes that every
@@ -41,6 +42,7 @@ class S3Env final : public Env {
   absl::Status Truncate(const std::string& path, uint64_t size) override;
   absl::Status SyncDir(const std::string& path) override;
   absl::StatusOr<FileStat> Stat(const std::string& path) override;
+  absl::StatusOr<std::string> ReadWholeFile(const std::string& path) override;
   absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) override;
   absl::Status CreateDirs(const std::string& path) override;
   absl::StatusOr<std::vector<std::string>> Glob(const std::string& pattern) override;

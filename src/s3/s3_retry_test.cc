@@ -145,6 +145,67 @@ TEST(S3RetryTest, AShortAnswerIsRetried) {
   EXPECT_EQ(client->stats().throttles, 0u);
 }
 
+// A small object (an index) is read whole in one GET: no HEAD first, no Range.
+TEST(S3RetryTest, AWholeObjectIsOneGet) {
+  FakeStore store;
+  std::atomic<bool> ranged{false};
+  store.handler_ = [&](const httplib::Request& req, httplib::Response& res, int) {
+    if (req.has_header("Range")) ranged = true;
+    if (req.path == "/b/missing") {
+      res.status = 404;
+      res.set_content("<Error><Code>NoSuchKey</Code><Message>gone</Message></Error>",
+                      "application/xml");
+      return;
+    }
+    res.set_content(kObject, "application/octet-stream");
+  };
+  auto client = *S3Client::Create(store.Options());
+  absl::StatusOr<std::string> got = client->Get({"b", "k"});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, kObject);
+  EXPECT_EQ(store.requests_, 1);
+  EXPECT_FALSE(ranged);
+  EXPECT_EQ(client->stats().bytes, sizeof(kObject) - 1);
+  absl::StatusOr<std::string> missing = client->Get({"b", "missing"});
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound) << missing.status();
+  EXPECT_TRUE(absl::StrContains(missing.status().message(), "s3://b/missing"))
+      << missing.status();
+}
+
+// A whole read whose answer breaks off mid-body is tried again; one larger than a whole read
+// takes fails, naming the object, rather than growing without bound.
+TEST(S3RetryTest, AWholeReadCutShortIsRetriedAndAHugeOneRefused) {
+  FakeStore store;
+  store.handler_ = [](const httplib::Request& req, httplib::Response& res, int n) {
+    if (req.path == "/b/huge") {
+      res.set_content_provider(size_t{65} << 20, "application/octet-stream",
+                               [](size_t, size_t, httplib::DataSink& sink) {
+                                 static const std::string chunk(1 << 20, 'x');
+                                 return sink.write(chunk.data(), chunk.size());
+                               });
+      return;
+    }
+    if (n == 1) {  // 5 bytes of the 20 promised, then the connection closes
+      res.set_content_provider(sizeof(kObject) - 1, "application/octet-stream",
+                               [](size_t, size_t, httplib::DataSink& sink) {
+                                 sink.write(kObject, 5);
+                                 return false;
+                               });
+      return;
+    }
+    res.set_content(kObject, "application/octet-stream");
+  };
+  auto client = *S3Client::Create(store.Options());
+  absl::StatusOr<std::string> got = client->Get({"b", "k"});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, kObject);
+  EXPECT_EQ(client->stats().retries, 1u);
+  absl::StatusOr<std::string> huge = client->Get({"b", "huge"});
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted) << huge.status();
+  EXPECT_TRUE(absl::StrContains(huge.status().message(), "s3://b/huge"));
+  EXPECT_TRUE(absl::StrContains(huge.status().message(), "larger than the 64 MiB"));
+}
+
 TEST(S3RetryTest, ListingFollowsContinuationTokens) {
   FakeStore store;
   store.handler_ = [](const httplib::Request& req, httplib::Response& res, int) {
