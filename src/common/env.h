@@ -97,6 +97,14 @@ class Env {
       const std::string& path) {
     return OpenForRead(path);
   }
+  // OpenForRandomRead of a file whose size the caller knows already (a record index checked
+  // against a Stat of the file gives it): an object store (S3Env) then asks the store nothing
+  // before the first read. Nothing checks `size` here: a file that changed since fails its reads
+  // (past its end) or its records' checks, naming it. Defaults to OpenForRandomRead.
+  virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRandomReadOfSize(
+      const std::string& path, uint64_t /*size*/) {
+    return OpenForRandomRead(path);
+  }
   // Creates or truncates.
   virtual absl::StatusOr<std::unique_ptr<WritableFile>> OpenForWrite(const std::string& path) = 0;
   // Opens for appending at the end, creating the file if it is missing (it keeps its contents).

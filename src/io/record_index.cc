@@ -202,8 +202,8 @@ void IndexCache::Store(const std::string& cache_path, absl::string_view bytes,
 absl::StatusOr<std::unique_ptr<IndexedRecordFile>> IndexedRecordFile::Open(
     std::shared_ptr<const RecordIndex> index, Env* env) {
   if (env == nullptr) env = Env::Default();
-  // Records are read one at a time, at random.
-  ASSIGN_OR_RETURN(auto file, env->OpenForRandomRead(index->path));
+  // Records are read one at a time, at random; the index was checked against the file's size.
+  ASSIGN_OR_RETURN(auto file, env->OpenForRandomReadOfSize(index->path, index->file_size));
   return std::unique_ptr<IndexedRecordFile>(
       new IndexedRecordFile(std::move(index), std::move(file)));
 }

@@ -55,6 +55,11 @@ class RoutingEnv final : public Env {
     ASSIGN_OR_RETURN(Env * env, For(p));
     return env->OpenForRandomRead(p);
   }
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRandomReadOfSize(
+      const std::string& p, uint64_t size) override {
+    ASSIGN_OR_RETURN(Env * env, For(p));
+    return env->OpenForRandomReadOfSize(p, size);
+  }
   absl::StatusOr<std::unique_ptr<WritableFile>> OpenForWrite(const std::string& p) override {
     ASSIGN_OR_RETURN(Env * env, For(p));
     return env->OpenForWrite(p);
@@ -139,6 +144,12 @@ absl::StatusOr<std::unique_ptr<RandomAccessFile>> S3Env::OpenForRead(const std::
   ASSIGN_OR_RETURN(S3Path at, ParseS3Path(path));
   ASSIGN_OR_RETURN(ObjectInfo info, client_->Head(at));
   return std::make_unique<S3File>(client_, std::move(at), path, info.size);
+}
+
+absl::StatusOr<std::unique_ptr<RandomAccessFile>> S3Env::OpenForRandomReadOfSize(
+    const std::string& path, uint64_t size) {
+  ASSIGN_OR_RETURN(S3Path at, ParseS3Path(path));
+  return std::make_unique<S3File>(client_, std::move(at), path, size);
 }
 
 absl::StatusOr<std::unique_ptr<WritableFile>> S3Env::OpenForWrite(const std::string& path) {

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "src/s3/s3_client.h"
+#include "src/s3/s3_env.h"
 
 namespace croupier::s3 {
 namespace {
@@ -204,6 +205,24 @@ TEST(S3RetryTest, AWholeReadCutShortIsRetriedAndAHugeOneRefused) {
   EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted) << huge.status();
   EXPECT_TRUE(absl::StrContains(huge.status().message(), "s3://b/huge"));
   EXPECT_TRUE(absl::StrContains(huge.status().message(), "larger than the 64 MiB"));
+}
+
+// A record file opened with the size its index gave asks the store nothing until it is read.
+TEST(S3RetryTest, AFileOfAKnownSizeIsOpenedWithoutAHead) {
+  FakeStore store;  // a HEAD would reach its handler too, and count
+  store.handler_ = [](const httplib::Request& req, httplib::Response& res, int) {
+    ServeRange(req, res, 1000);
+  };
+  S3Env env(std::shared_ptr<S3Client>(*S3Client::Create(store.Options())));
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
+      env.OpenForRandomReadOfSize("s3://b/k", sizeof(kObject) - 1);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(store.requests_, 0);
+  char buf[10];
+  absl::StatusOr<size_t> got = (*file)->Read(5, sizeof(buf), buf);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(std::string(buf, *got), "56789abcde");
+  EXPECT_EQ(store.requests_, 1);
 }
 
 TEST(S3RetryTest, ListingFollowsContinuationTokens) {
