@@ -199,14 +199,14 @@ absl::Status S3Client::Attempt(Request& req) {
     req.throttled = IsThrottle(res.status, req.body);
     return AnswerToStatus(res.status, req.body, req.what);
   }
-  if (req.whole) {
-    uint64_t length = 0;
-    if (!absl::SimpleAtoi(req.content_length, &length) || length != req.received) {
-      return absl::UnavailableError(absl::StrCat(
-          req.what, ": the answer was cut short after ", req.received, " bytes of ",
-          req.content_length.empty() ? "an unknown length" : req.content_length, " (endpoint ",
-          where, ")"));
-    }
+  // A whole read must hold every byte the answer announced. An answer without a length (chunked)
+  // ended with its last chunk, or the read above failed.
+  uint64_t announced = 0;
+  if (req.whole && absl::SimpleAtoi(req.content_length, &announced) &&
+      announced != req.received) {
+    return absl::UnavailableError(absl::StrCat(req.what, ": the answer was cut short after ",
+                                               req.received, " bytes of ", announced,
+                                               " (endpoint ", where, ")"));
   }
   if (req.range) {
     if (res.status == 206) {

@@ -146,7 +146,8 @@ TEST(S3RetryTest, AShortAnswerIsRetried) {
   EXPECT_EQ(client->stats().throttles, 0u);
 }
 
-// A small object (an index) is read whole in one GET: no HEAD first, no Range.
+// A small object (an index) is read whole in one GET: no HEAD first, no Range; an answer sent in
+// chunks, without a Content-Length, is whole once its last chunk came.
 TEST(S3RetryTest, AWholeObjectIsOneGet) {
   FakeStore store;
   std::atomic<bool> ranged{false};
@@ -158,6 +159,15 @@ TEST(S3RetryTest, AWholeObjectIsOneGet) {
                       "application/xml");
       return;
     }
+    if (req.path == "/b/chunked") {  // no Content-Length: the body ends with its last chunk
+      res.set_chunked_content_provider("application/octet-stream",
+                                       [](size_t, httplib::DataSink& sink) {
+                                         sink.write(kObject, sizeof(kObject) - 1);
+                                         sink.done();
+                                         return true;
+                                       });
+      return;
+    }
     res.set_content(kObject, "application/octet-stream");
   };
   auto client = *S3Client::Create(store.Options());
@@ -165,8 +175,11 @@ TEST(S3RetryTest, AWholeObjectIsOneGet) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, kObject);
   EXPECT_EQ(store.requests_, 1);
+  absl::StatusOr<std::string> chunked = client->Get({"b", "chunked"});
+  ASSERT_TRUE(chunked.ok()) << chunked.status();
+  EXPECT_EQ(*chunked, kObject);
   EXPECT_FALSE(ranged);
-  EXPECT_EQ(client->stats().bytes, sizeof(kObject) - 1);
+  EXPECT_EQ(client->stats().bytes, 2 * (sizeof(kObject) - 1));
   absl::StatusOr<std::string> missing = client->Get({"b", "missing"});
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound) << missing.status();
   EXPECT_TRUE(absl::StrContains(missing.status().message(), "s3://b/missing"))
