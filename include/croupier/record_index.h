@@ -18,6 +18,7 @@ namespace croupier {
 
 class Env;
 class RandomAccessFile;
+struct FileStat;
 
 // Immutable after construction, so thread-safe.
 struct RecordIndex {
@@ -38,6 +39,11 @@ using IndexProgress = std::function<void(uint64_t done_bytes, uint64_t total_byt
 // left to the reads. DATA_LOSS names the file and byte offset of a corrupt or truncated record;
 // ABORTED means the file changed during the scan (retry).
 absl::StatusOr<RecordIndex> BuildRecordIndex(Env& env, const std::string& path,
+                                             const IndexProgress& progress = nullptr);
+// The same, for a caller that has just made a Stat of `path` (IndexCache::Get): the scan starts
+// from it, so that an object store is asked for the object's size once, not three times.
+absl::StatusOr<RecordIndex> BuildRecordIndex(Env& env, const std::string& path,
+                                             const FileStat& before,
                                              const IndexProgress& progress = nullptr);
 
 // Serialization of an index to the cache file layout and back. Parsing checks every field and the

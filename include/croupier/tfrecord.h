@@ -43,6 +43,9 @@ class RecordReader {
  public:
   static absl::StatusOr<std::unique_ptr<RecordReader>> Open(const std::string& path,
                                                             RecordReaderOptions options = {});
+  // Reads a file opened already (options.env is not used).
+  static std::unique_ptr<RecordReader> Open(std::unique_ptr<RandomAccessFile> file,
+                                            RecordReaderOptions options = {});
   ~RecordReader();
 
   // Returns the next record's data, or nullopt at the clean end of the file. The view stays valid

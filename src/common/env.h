@@ -97,13 +97,15 @@ class Env {
       const std::string& path) {
     return OpenForRead(path);
   }
-  // OpenForRandomRead of a file whose size the caller knows already (a record index checked
-  // against a Stat of the file gives it): an object store (S3Env) then asks the store nothing
-  // before the first read. Nothing checks `size` here: a file that changed since fails its reads
-  // (past its end) or its records' checks, naming it. Defaults to OpenForRandomRead.
-  virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRandomReadOfSize(
-      const std::string& path, uint64_t /*size*/) {
-    return OpenForRandomRead(path);
+  // OpenForRead (kSequential) or OpenForRandomRead (kRandom) of a file whose size the caller
+  // knows already (a Stat just made, or a record index checked against one, gives it): an object
+  // store (S3Env) then asks the store nothing before the first read. Nothing checks `size` here:
+  // a file that changed since fails its reads (past its end) or its records' checks, naming it.
+  // Defaults to OpenForRead or OpenForRandomRead.
+  enum class ReadPattern { kSequential, kRandom };
+  virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForReadOfSize(
+      const std::string& path, uint64_t /*size*/, ReadPattern pattern) {
+    return pattern == ReadPattern::kRandom ? OpenForRandomRead(path) : OpenForRead(path);
   }
   // Creates or truncates.
   virtual absl::StatusOr<std::unique_ptr<WritableFile>> OpenForWrite(const std::string& path) = 0;

@@ -35,10 +35,17 @@ uint64_t RecordIndex::data_length(uint64_t i) const {
 absl::StatusOr<RecordIndex> BuildRecordIndex(Env& env, const std::string& path,
                                              const IndexProgress& progress) {
   ASSIGN_OR_RETURN(FileStat before, env.Stat(path));
+  return BuildRecordIndex(env, path, before, progress);
+}
+
+absl::StatusOr<RecordIndex> BuildRecordIndex(Env& env, const std::string& path,
+                                             const FileStat& before,
+                                             const IndexProgress& progress) {
   RecordReaderOptions options;
   options.verify_data_crc = false;
-  options.env = &env;
-  ASSIGN_OR_RETURN(auto reader, RecordReader::Open(path, options));
+  ASSIGN_OR_RETURN(auto file,
+                   env.OpenForReadOfSize(path, before.size, Env::ReadPattern::kSequential));
+  auto reader = RecordReader::Open(std::move(file), options);
   RecordIndex index;
   index.path = path;
   uint64_t next_report = kProgressEveryBytes;
@@ -175,7 +182,7 @@ absl::StatusOr<std::shared_ptr<const RecordIndex>> IndexCache::Get(const std::st
                        "; indexing it here"));
     }
   }
-  ASSIGN_OR_RETURN(RecordIndex index, BuildRecordIndex(*env_, path, progress));
+  ASSIGN_OR_RETURN(RecordIndex index, BuildRecordIndex(*env_, path, st, progress));
   if (rebuilt) *rebuilt = true;
   const std::string bytes = SerializeRecordIndex(index);
   Store(cache_path, bytes, path);
@@ -203,7 +210,8 @@ absl::StatusOr<std::unique_ptr<IndexedRecordFile>> IndexedRecordFile::Open(
     std::shared_ptr<const RecordIndex> index, Env* env) {
   if (env == nullptr) env = Env::Default();
   // Records are read one at a time, at random; the index was checked against the file's size.
-  ASSIGN_OR_RETURN(auto file, env->OpenForRandomReadOfSize(index->path, index->file_size));
+  ASSIGN_OR_RETURN(auto file, env->OpenForReadOfSize(index->path, index->file_size,
+                                                     Env::ReadPattern::kRandom));
   return std::unique_ptr<IndexedRecordFile>(
       new IndexedRecordFile(std::move(index), std::move(file)));
 }

@@ -13,6 +13,11 @@ absl::StatusOr<std::unique_ptr<RecordReader>> RecordReader::Open(const std::stri
                                                                  RecordReaderOptions options) {
   Env* env = options.env ? options.env : Env::Default();
   ASSIGN_OR_RETURN(auto file, env->OpenForRead(path));
+  return Open(std::move(file), options);
+}
+
+std::unique_ptr<RecordReader> RecordReader::Open(std::unique_ptr<RandomAccessFile> file,
+                                                 RecordReaderOptions options) {
   options.buffer_bytes = std::max<size_t>(options.buffer_bytes, 4096);
   return std::unique_ptr<RecordReader>(new RecordReader(std::move(file), options));
 }

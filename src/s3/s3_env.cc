@@ -55,10 +55,10 @@ class RoutingEnv final : public Env {
     ASSIGN_OR_RETURN(Env * env, For(p));
     return env->OpenForRandomRead(p);
   }
-  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRandomReadOfSize(
-      const std::string& p, uint64_t size) override {
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForReadOfSize(
+      const std::string& p, uint64_t size, ReadPattern pattern) override {
     ASSIGN_OR_RETURN(Env * env, For(p));
-    return env->OpenForRandomReadOfSize(p, size);
+    return env->OpenForReadOfSize(p, size, pattern);
   }
   absl::StatusOr<std::unique_ptr<WritableFile>> OpenForWrite(const std::string& p) override {
     ASSIGN_OR_RETURN(Env * env, For(p));
@@ -146,8 +146,8 @@ absl::StatusOr<std::unique_ptr<RandomAccessFile>> S3Env::OpenForRead(const std::
   return std::make_unique<S3File>(client_, std::move(at), path, info.size);
 }
 
-absl::StatusOr<std::unique_ptr<RandomAccessFile>> S3Env::OpenForRandomReadOfSize(
-    const std::string& path, uint64_t size) {
+absl::StatusOr<std::unique_ptr<RandomAccessFile>> S3Env::OpenForReadOfSize(
+    const std::string& path, uint64_t size, ReadPattern) {
   ASSIGN_OR_RETURN(S3Path at, ParseS3Path(path));
   return std::make_unique<S3File>(client_, std::move(at), path, size);
 }

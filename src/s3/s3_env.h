@@ -2,7 +2,7 @@
 // that reads files through an Env (the record index and its cache, Dataset, the producers'
 // TfrecordBatchMaker, the dispatcher's BuildJobInfo) reads objects unchanged.
 //
-//   OpenForRead, OpenForRandomRead   HEAD once for the size (none with OpenForRandomReadOfSize,
+//   OpenForRead, OpenForRandomRead   HEAD once for the size (none with OpenForReadOfSize,
 //                                    whose caller knows it); every Read is one ranged GET;
 //                                    ReadRanges merges neighbouring ranges into few GETs, run
 //                                    in parallel (S3Client::GetRanges); remote() is true
@@ -38,8 +38,8 @@ class S3Env final : public Env {
   explicit S3Env(std::shared_ptr<S3Client> client) : client_(std::move(client)) {}
 
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRead(const std::string& path) override;
-  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRandomReadOfSize(
-      const std::string& path, uint64_t size) override;
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForReadOfSize(
+      const std::string& path, uint64_t size, ReadPattern pattern) override;
   absl::StatusOr<std::unique_ptr<WritableFile>> OpenForWrite(const std::string& path) override;
   absl::StatusOr<std::unique_ptr<WritableFile>> OpenForAppend(const std::string& path) override;
   absl::Status Truncate(const std::string& path, uint64_t size) override;

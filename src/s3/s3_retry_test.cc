@@ -8,7 +8,10 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "croupier/record_index.h"
+#include "croupier/tfrecord.h"
 #include "src/s3/s3_client.h"
 #include "src/s3/s3_env.h"
 
@@ -228,7 +231,7 @@ TEST(S3RetryTest, AFileOfAKnownSizeIsOpenedWithoutAHead) {
   };
   S3Env env(std::shared_ptr<S3Client>(*S3Client::Create(store.Options())));
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
-      env.OpenForRandomReadOfSize("s3://b/k", sizeof(kObject) - 1);
+      env.OpenForReadOfSize("s3://b/k", sizeof(kObject) - 1, Env::ReadPattern::kRandom);
   ASSERT_TRUE(file.ok()) << file.status();
   EXPECT_EQ(store.requests_, 0);
   char buf[10];
@@ -236,6 +239,44 @@ TEST(S3RetryTest, AFileOfAKnownSizeIsOpenedWithoutAHead) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(std::string(buf, *got), "56789abcde");
   EXPECT_EQ(store.requests_, 1);
+}
+
+// Indexing an object asks the store for its size twice: before the scan, which reads from the
+// size that gave, and after it, to see that the object did not change meanwhile.
+TEST(S3RetryTest, IndexingAnObjectAsksForItsSizeBeforeAndAfterTheScanOnly) {
+  const std::string local = ::testing::TempDir() + "/s3_indexed.tfrecord";
+  {
+    auto writer = *RecordWriter::Create(local);
+    for (absl::string_view record : {"one", "two", "three"}) ASSERT_TRUE(writer->Write(record).ok());
+    ASSERT_TRUE(writer->Close().ok());
+  }
+  const std::string object = *ReadFileToString(*Env::Default(), local);
+  FakeStore store;
+  std::atomic<int> heads{0};
+  store.handler_ = [&](const httplib::Request& req, httplib::Response& res, int) {
+    res.set_header("Last-Modified", "Mon, 30 Nov 2026 16:00:00 GMT");
+    if (req.method == "HEAD") {
+      heads++;
+      res.set_content(object, "application/octet-stream");
+      return;
+    }
+    const std::string range = req.get_header_value("Range");  // "bytes=A-B"
+    const size_t dash = range.find('-');
+    const size_t first = std::stoul(range.substr(6, dash - 6));
+    const size_t last = std::stoul(range.substr(dash + 1));
+    res.status = 206;
+    res.set_header("Content-Range", absl::StrCat("bytes ", first, "-", last, "/", object.size()));
+    res.set_content(object.substr(first, last - first + 1), "application/octet-stream");
+  };
+  S3Options options = store.Options();
+  options.index_prefix = "off";  // no shared index: the scan is the only way
+  S3Env env(std::shared_ptr<S3Client>(*S3Client::Create(options)));
+  IndexCache cache(::testing::TempDir() + "/s3_index_cache", &env);
+  absl::StatusOr<std::shared_ptr<const RecordIndex>> index = cache.Get("s3://b/train.tfrecord");
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_EQ((*index)->num_records(), 3u);
+  EXPECT_EQ((*index)->file_size, object.size());
+  EXPECT_EQ(heads, 2);
 }
 
 TEST(S3RetryTest, ListingFollowsContinuationTokens) {
