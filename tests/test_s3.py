@@ -205,6 +205,59 @@ def test_faults_under_merged_reads_and_read_ahead_change_no_byte(tmp_path, store
     print(f"\ninjected {injected}; producers' counters {counts}")
 
 
+@pytest.mark.timeout(120)
+def test_an_object_deleted_under_a_job_fails_the_batches_that_need_it_naming_it(
+        tmp_path, store, local_files, monkeypatch):
+    # In a bucket of its own: the other tests list theirs. Records are in file order (shuffle
+    # none), 200 to a file, so batches 0-39 need only the first two objects and batch 40 is the
+    # first one of the third. Each batch takes 50 ms more to make, so that the producer is still
+    # far from the third object when it is deleted, after the first batch came.
+    bucket = "croupier-gone"
+    s3 = store.s3()
+    s3.create_bucket(Bucket=bucket)
+    for f in local_files:
+        s3.upload_file(str(f), bucket, f"gone/{f.name}")
+    gone = f"s3://{bucket}/gone/{local_files[2].name}"
+    for k, v in store.env().items():
+        monkeypatch.setenv(k, v)
+    with croupier.local_cluster(producers=0, work_dir=tmp_path / "mid") as c:
+        c.add_producer("--threads", "1", "--test-make-delay-ms", "50")
+        c.create_job("mid", f"s3://{bucket}/gone/*.tfrecord", FEATURES, BATCH, consumers=1,
+                     epochs=1, shuffle="none")
+        ids = []
+        with c.consumer("mid", 0, 1) as feed:
+            batches = iter(feed.batches(0))
+            ids += next(batches).to_dict()["id"].tolist()
+            s3.delete_object(Bucket=bucket, Key=f"gone/{local_files[2].name}")
+            deleted = time.monotonic()
+            with pytest.raises(errors.DataLossError) as e:
+                for b in batches:
+                    ids += b.to_dict()["id"].tolist()
+            waited = time.monotonic() - deleted
+    # Every batch before the third object's came whole and in order; the first that needs it
+    # fails, naming the batch, the record, the object, the byte range and the store's answer.
+    assert ids == list(range(400))
+    message = str(e.value)
+    assert f"job 'mid' epoch 0 batch 40: record 0 of {gone} (byte 0): {gone} bytes [0, " in message
+    assert "404 NoSuchKey: The specified key does not exist." in message
+    assert waited < 30
+
+    # Deleted after the job was created but before a producer opened it: the producer cannot
+    # check its index against the object, and every batch fails at once, naming the object.
+    s3.upload_file(str(local_files[2]), bucket, f"gone/{local_files[2].name}")
+    with croupier.local_cluster(producers=0, work_dir=tmp_path / "before") as c:
+        c.create_job("before", f"s3://{bucket}/gone/*.tfrecord", FEATURES, BATCH, consumers=1,
+                     epochs=1, shuffle="none")
+        s3.delete_object(Bucket=bucket, Key=f"gone/{local_files[2].name}")
+        c.add_producer()
+        start = time.monotonic()
+        with c.consumer("before", 0, 1) as feed:
+            with pytest.raises(errors.DataLossError) as e:
+                next(iter(feed.batches(0)))
+        assert time.monotonic() - start < 30
+    assert f"job 'before' epoch 0 batch 0: job 'before': {gone}: 404 NotFound" in str(e.value)
+
+
 def create_fails(tmp_path, env, files, monkeypatch, name):
     for k, v in env.items():
         monkeypatch.setenv(k, v)
