@@ -205,57 +205,78 @@ def test_faults_under_merged_reads_and_read_ahead_change_no_byte(tmp_path, store
     print(f"\ninjected {injected}; producers' counters {counts}")
 
 
+def read_until_it_fails(cluster, job, change):
+    """Reads job's one rank until a batch fails; `change()` runs after the first batch. Returns
+    the ids delivered, the error, and the seconds from change() to the error."""
+    ids = []
+    with cluster.consumer(job, 0, 1) as feed:
+        batches = iter(feed.batches(0))
+        ids += next(batches).to_dict()["id"].tolist()
+        change()
+        changed = time.monotonic()
+        with pytest.raises(errors.DataLossError) as e:
+            for b in batches:
+                ids += b.to_dict()["id"].tolist()
+    return ids, str(e.value), time.monotonic() - changed
+
+
 @pytest.mark.timeout(120)
-def test_an_object_deleted_under_a_job_fails_the_batches_that_need_it_naming_it(
+def test_an_object_deleted_or_replaced_under_a_job_fails_the_batches_that_need_it(
         tmp_path, store, local_files, monkeypatch):
     # In a bucket of its own: the other tests list theirs. Records are in file order (shuffle
     # none), 200 to a file, so batches 0-39 need only the first two objects and batch 40 is the
     # first one of the third. Each batch takes 50 ms more to make, so that the producer is still
-    # far from the third object when it is deleted, after the first batch came.
+    # far from the third object when it is changed, after the first batch came.
     bucket = "croupier-gone"
     s3 = store.s3()
     s3.create_bucket(Bucket=bucket)
-    for f in local_files:
-        s3.upload_file(str(f), bucket, f"gone/{f.name}")
-    gone = f"s3://{bucket}/gone/{local_files[2].name}"
+    third = f"gone/{local_files[2].name}"
+    gone = f"s3://{bucket}/{third}"
+
+    def upload():
+        for f in local_files:
+            s3.upload_file(str(f), bucket, f"gone/{f.name}")
+
     for k, v in store.env().items():
         monkeypatch.setenv(k, v)
-    with croupier.local_cluster(producers=0, work_dir=tmp_path / "mid") as c:
-        c.add_producer("--threads", "1", "--test-make-delay-ms", "50")
-        c.create_job("mid", f"s3://{bucket}/gone/*.tfrecord", FEATURES, BATCH, consumers=1,
-                     epochs=1, shuffle="none")
-        ids = []
-        with c.consumer("mid", 0, 1) as feed:
-            batches = iter(feed.batches(0))
-            ids += next(batches).to_dict()["id"].tolist()
-            s3.delete_object(Bucket=bucket, Key=f"gone/{local_files[2].name}")
-            deleted = time.monotonic()
-            with pytest.raises(errors.DataLossError) as e:
-                for b in batches:
-                    ids += b.to_dict()["id"].tolist()
-            waited = time.monotonic() - deleted
-    # Every batch before the third object's came whole and in order; the first that needs it
-    # fails, naming the batch, the record, the object, the byte range and the store's answer.
+
+    def job(name, change, before_producer=lambda: None):
+        upload()
+        with croupier.local_cluster(producers=0, work_dir=tmp_path / name) as c:
+            c.create_job(name, f"s3://{bucket}/gone/*.tfrecord", FEATURES, BATCH, consumers=1,
+                         epochs=1, shuffle="none")
+            before_producer()
+            c.add_producer("--threads", "1", "--test-make-delay-ms", "50")
+            return read_until_it_fails(c, name, change)
+
+    # Deleted while the job reads it: every batch before the third object's comes whole and in
+    # order; the first that needs it fails, naming the batch, the record, the object, the byte
+    # range and the store's answer.
+    ids, message, waited = job("mid", lambda: s3.delete_object(Bucket=bucket, Key=third))
     assert ids == list(range(400))
-    message = str(e.value)
     assert f"job 'mid' epoch 0 batch 40: record 0 of {gone} (byte 0): {gone} bytes [0, " in message
     assert "404 NoSuchKey: The specified key does not exist." in message
     assert waited < 30
 
-    # Deleted after the job was created but before a producer opened it: the producer cannot
-    # check its index against the object, and every batch fails at once, naming the object.
-    s3.upload_file(str(local_files[2]), bucket, f"gone/{local_files[2].name}")
-    with croupier.local_cluster(producers=0, work_dir=tmp_path / "before") as c:
-        c.create_job("before", f"s3://{bucket}/gone/*.tfrecord", FEATURES, BATCH, consumers=1,
-                     epochs=1, shuffle="none")
-        s3.delete_object(Bucket=bucket, Key=f"gone/{local_files[2].name}")
-        c.add_producer()
-        start = time.monotonic()
-        with c.consumer("before", 0, 1) as feed:
-            with pytest.raises(errors.DataLossError) as e:
-                next(iter(feed.batches(0)))
-        assert time.monotonic() - start < 30
-    assert f"job 'before' epoch 0 batch 0: job 'before': {gone}: 404 NotFound" in str(e.value)
+    # Deleted after the job was created, before a producer opened it: the same. The producer
+    # takes each object as the job's creation found it, without asking the store about it.
+    ids, message, _ = job("before", lambda: None,
+                          before_producer=lambda: s3.delete_object(Bucket=bucket, Key=third))
+    assert ids == list(range(400))
+    assert f"job 'before' epoch 0 batch 40: record 0 of {gone} (byte 0)" in message
+    assert "404 NoSuchKey" in message
+
+    # Replaced by an object of the very same size and record layout (the second file's records):
+    # read as the job's index says, it would deal records 200-399 twice. Every read asks for the
+    # object the job was created on (If-Match its ETag), and the store refuses.
+    assert local_files[1].stat().st_size == local_files[2].stat().st_size
+    ids, message, waited = job("replaced", lambda: s3.upload_file(str(local_files[1]), bucket,
+                                                                 third))
+    assert ids == list(range(400))
+    assert (f"job 'replaced' epoch 0 batch 40: record 0 of {gone} (byte 0): {gone} changed "
+            f"since it was indexed (it is no longer the object of ETag ") in message
+    assert "412 PreconditionFailed" in message
+    assert waited < 30
 
 
 def create_fails(tmp_path, env, files, monkeypatch, name):

@@ -31,6 +31,14 @@ class Dataset {
   static absl::StatusOr<std::unique_ptr<Dataset>> Open(const std::vector<std::string>& files,
                                                        IndexCache& cache,
                                                        const IndexProgress& progress = nullptr);
+  // The same for files the caller knows already, known[i] for files[i] (a producer, from its
+  // job's FileInfo): a file whose known ETag is set (an object in a store) is taken as it was
+  // then, without asking the store (IndexCache::Get's `known`); the others are asked (a Stat).
+  // `known` is empty or as long as `files`.
+  static absl::StatusOr<std::unique_ptr<Dataset>> Open(const std::vector<std::string>& files,
+                                                       const std::vector<FileStat>& known,
+                                                       IndexCache& cache,
+                                                       const IndexProgress& progress = nullptr);
 
   uint64_t num_records() const { return first_ids_.back(); }
   size_t num_files() const { return indexes_.size(); }

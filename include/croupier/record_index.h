@@ -26,6 +26,9 @@ struct RecordIndex {
   uint64_t file_size = 0;
   int64_t mtime_ns = 0;
   std::vector<uint64_t> offsets;  // byte offset of each record's header, ascending
+  // An object's ETag, from the Stat the index was built or checked against; not kept in the
+  // index file. Reads through the index ask for the object of this ETag (Env::OpenKnown).
+  std::string etag;
 
   uint64_t num_records() const { return offsets.size(); }
   // Data bytes of record i (its framing excluded).
@@ -67,9 +70,16 @@ class IndexCache {
   // cache; otherwise built by a scan and stored in the cache and the shared place. A cache or
   // shared place that cannot be read or written is not an error: the index is built or returned
   // and a warning logged. `rebuilt` (optional) tells whether a scan happened.
+  //
+  // `known` (optional): what the caller knows of the file already, in place of a Stat of it (a
+  // job's FileInfo gives a producer each object's size, modification time and ETag as the
+  // dispatcher saw them when it created the job): an object store is then asked nothing before
+  // the index's GET, and reads through the index ask for the object of known.etag, failing if
+  // it was written again since.
   absl::StatusOr<std::shared_ptr<const RecordIndex>> Get(const std::string& path,
                                                          const IndexProgress& progress = nullptr,
-                                                         bool* rebuilt = nullptr);
+                                                         bool* rebuilt = nullptr,
+                                                         const FileStat* known = nullptr);
   // Where the index of `path` is stored.
   std::string CachePath(const std::string& path) const;
   const std::string& dir() const { return dir_; }

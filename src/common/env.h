@@ -77,6 +77,9 @@ class WritableFile {
 struct FileStat {
   uint64_t size = 0;
   int64_t mtime_ns = 0;
+  // An object's entity tag, as its store gives it (quotes included): it changes whenever the
+  // object is written. Empty for a local file.
+  std::string etag;
 };
 
 // Thread-safe.
@@ -97,14 +100,15 @@ class Env {
       const std::string& path) {
     return OpenForRead(path);
   }
-  // OpenForRead (kSequential) or OpenForRandomRead (kRandom) of a file whose size the caller
-  // knows already (a Stat just made, or a record index checked against one, gives it): an object
-  // store (S3Env) then asks the store nothing before the first read. Nothing checks `size` here:
-  // a file that changed since fails its reads (past its end) or its records' checks, naming it.
-  // Defaults to OpenForRead or OpenForRandomRead.
+  // OpenForRead (kSequential) or OpenForRandomRead (kRandom) of a file the caller has a Stat of
+  // already (one just made, or the one a record index was checked against): an object store
+  // (S3Env) then asks the store nothing before the first read, and every read asks for the
+  // object of `known.etag` (when it is set), so that reads of an object replaced since fail with
+  // DATA_LOSS naming it. Nothing checks a local file here: one that changed since fails its
+  // reads (past its end) or its records' checks. Defaults to OpenForRead or OpenForRandomRead.
   enum class ReadPattern { kSequential, kRandom };
-  virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForReadOfSize(
-      const std::string& path, uint64_t /*size*/, ReadPattern pattern) {
+  virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenKnown(
+      const std::string& path, const FileStat& /*known*/, ReadPattern pattern) {
     return pattern == ReadPattern::kRandom ? OpenForRandomRead(path) : OpenForRead(path);
   }
   // Creates or truncates.

@@ -220,8 +220,12 @@ absl::StatusOr<v1::JobInfo> Build(const v1::JobSpec& spec, IndexCache& cache, En
   *info.mutable_spec() = spec;
   for (size_t f = 0; f < dataset->num_files(); ++f) {
     v1::FileInfo* file = info.add_files();
-    file->set_path(dataset->index(f).path);
-    file->set_num_records(dataset->index(f).num_records());
+    const RecordIndex& index = dataset->index(f);
+    file->set_path(index.path);
+    file->set_num_records(index.num_records());
+    file->set_size_bytes(index.file_size);
+    file->set_mtime_ns(index.mtime_ns);
+    file->set_etag(index.etag);
   }
   info.set_num_records(dataset->num_records());
   info.set_batches_per_epoch(plan.num_batches());

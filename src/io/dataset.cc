@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "src/common/env.h"
 #include "src/common/status_macros.h"
@@ -14,6 +15,20 @@ namespace croupier {
 absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::vector<std::string>& files,
                                                        IndexCache& cache,
                                                        const IndexProgress& progress) {
+  return Open(files, {}, cache, progress);
+}
+
+absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::vector<std::string>& files,
+                                                       const std::vector<FileStat>& known,
+                                                       IndexCache& cache,
+                                                       const IndexProgress& progress) {
+  if (!known.empty() && known.size() != files.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("Dataset::Open: ", known.size(),
+                                                   " known files for ", files.size(), " paths"));
+  }
+  auto known_of = [&](size_t i) -> const FileStat* {
+    return !known.empty() && !known[i].etag.empty() ? &known[i] : nullptr;
+  };
   // Each distinct path is indexed once, by one thread: two writers of one cache file would race.
   absl::flat_hash_map<std::string, size_t> first_of;
   std::vector<size_t> distinct;
@@ -47,7 +62,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::vector<std::st
         done[i] = d;
         progress(done_sum, total);
       };
-      got[i] = cache.Get(files[i], progress ? IndexProgress(report) : nullptr);
+      got[i] = cache.Get(files[i], progress ? IndexProgress(report) : nullptr, nullptr, known_of(i));
       if (!got[i].ok()) failed.store(true);
       if (got[i].ok() && progress) report(sizes[i], sizes[i]);  // a cached index scans nothing
     }

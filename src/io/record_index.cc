@@ -43,8 +43,7 @@ absl::StatusOr<RecordIndex> BuildRecordIndex(Env& env, const std::string& path,
                                              const IndexProgress& progress) {
   RecordReaderOptions options;
   options.verify_data_crc = false;
-  ASSIGN_OR_RETURN(auto file,
-                   env.OpenForReadOfSize(path, before.size, Env::ReadPattern::kSequential));
+  ASSIGN_OR_RETURN(auto file, env.OpenKnown(path, before, Env::ReadPattern::kSequential));
   auto reader = RecordReader::Open(std::move(file), options);
   RecordIndex index;
   index.path = path;
@@ -60,13 +59,14 @@ absl::StatusOr<RecordIndex> BuildRecordIndex(Env& env, const std::string& path,
   }
   ASSIGN_OR_RETURN(FileStat after, env.Stat(path));
   if (after.size != before.size || after.mtime_ns != before.mtime_ns ||
-      reader->offset() != after.size) {
+      after.etag != before.etag || reader->offset() != after.size) {
     return absl::AbortedError(absl::StrCat(path, " changed while it was being indexed (",
                                            before.size, " bytes before, ", after.size,
                                            " after); index it again once it is complete"));
   }
   index.file_size = after.size;
   index.mtime_ns = after.mtime_ns;
+  index.etag = after.etag;
   if (progress) progress(after.size, after.size);
   return index;
 }
@@ -150,14 +150,21 @@ std::string IndexCache::CachePath(const std::string& path) const {
 
 absl::StatusOr<std::shared_ptr<const RecordIndex>> IndexCache::Get(const std::string& path,
                                                                    const IndexProgress& progress,
-                                                                   bool* rebuilt) {
-  ASSIGN_OR_RETURN(FileStat st, env_->Stat(path));
+                                                                   bool* rebuilt,
+                                                                   const FileStat* known) {
+  FileStat st;
+  if (known != nullptr) {
+    st = *known;
+  } else {
+    ASSIGN_OR_RETURN(st, env_->Stat(path));
+  }
   const std::string cache_path = CachePath(path);
   if (auto cached = ReadFileToString(*env_, cache_path); cached.ok()) {
     auto index = ParseRecordIndex(*cached, cache_path);
     if (index.ok() && index->path == path && index->file_size == st.size &&
         index->mtime_ns == st.mtime_ns) {
       if (rebuilt) *rebuilt = false;
+      index->etag = st.etag;
       return std::make_shared<const RecordIndex>(*std::move(index));
     }
     if (!index.ok()) Log(LogLevel::kWarning, "index", index.status().message());
@@ -173,6 +180,7 @@ absl::StatusOr<std::shared_ptr<const RecordIndex>> IndexCache::Get(const std::st
           index->mtime_ns == st.mtime_ns) {
         if (rebuilt) *rebuilt = false;
         Store(cache_path, *shared, path);
+        index->etag = st.etag;
         return std::make_shared<const RecordIndex>(*std::move(index));
       }
       if (!index.ok()) Log(LogLevel::kWarning, "index", index.status().message());
@@ -210,8 +218,9 @@ absl::StatusOr<std::unique_ptr<IndexedRecordFile>> IndexedRecordFile::Open(
     std::shared_ptr<const RecordIndex> index, Env* env) {
   if (env == nullptr) env = Env::Default();
   // Records are read one at a time, at random; the index was checked against the file's size.
-  ASSIGN_OR_RETURN(auto file, env->OpenForReadOfSize(index->path, index->file_size,
-                                                     Env::ReadPattern::kRandom));
+  ASSIGN_OR_RETURN(auto file, env->OpenKnown(index->path,
+                                             FileStat{index->file_size, index->mtime_ns, index->etag},
+                                             Env::ReadPattern::kRandom));
   return std::unique_ptr<IndexedRecordFile>(
       new IndexedRecordFile(std::move(index), std::move(file)));
 }

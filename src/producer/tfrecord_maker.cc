@@ -39,8 +39,12 @@ absl::StatusOr<std::unique_ptr<TfrecordBatchMaker>> TfrecordBatchMaker::Create(
   ASSIGN_OR_RETURN(JobConfig config, CheckedConfig(job));
 
   std::vector<std::string> paths;
-  for (const v1::FileInfo& f : job.files()) paths.push_back(f.path());
-  auto dataset = Dataset::Open(paths, cache);
+  std::vector<FileStat> known;
+  for (const v1::FileInfo& f : job.files()) {
+    paths.push_back(f.path());
+    known.push_back(FileStat{f.size_bytes(), f.mtime_ns(), f.etag()});
+  }
+  auto dataset = Dataset::Open(paths, known, cache);
   if (!dataset.ok()) return Prefixed(dataset.status(), prefix);
   for (int i = 0; i < job.files_size(); ++i) {
     const uint64_t now = (*dataset)->index(i).num_records();

@@ -71,6 +71,7 @@ struct S3Client::Request {
   char* dst = nullptr;         // where a ranged GET's bytes go
   std::string what;            // "s3://b/k bytes [0, 10)", for messages
   absl::string_view put_body;  // what a PUT sends
+  std::string if_match;        // an ETag the object must still have (If-Match), or empty
 
   // The answer.
   int status = 0;
@@ -135,6 +136,7 @@ absl::Status S3Client::Attempt(Request& req) {
   if (req.range) {
     ASSIGN_OR_RETURN(in.headers["range"], RangeHeader(*req.range));
   }
+  if (!req.if_match.empty()) in.headers["if-match"] = req.if_match;
   httplib::Headers headers(in.headers.begin(), in.headers.end());
   headers.emplace("Authorization", AuthorizationHeader(in));
   headers.emplace("Accept-Encoding", "identity");
@@ -276,12 +278,14 @@ absl::StatusOr<ObjectInfo> S3Client::Head(const S3Path& path) {
   return info;
 }
 
-absl::StatusOr<size_t> S3Client::GetRange(const S3Path& path, const ByteRange& range, char* dst) {
+absl::StatusOr<size_t> S3Client::GetRange(const S3Path& path, const ByteRange& range, char* dst,
+                                          absl::string_view if_match) {
   if (range.length == 0) return 0;
   Request req;
   req.method = "GET";
   req.path = path;
   req.range = range;
+  req.if_match = std::string(if_match);
   req.dst = dst;
   req.what = absl::StrCat(path.ToString(), " ", range.ToString());
   RETURN_IF_ERROR(Send(req));

@@ -52,14 +52,18 @@ class S3Client {
   // returns range.length. An answer shorter than asked is retried like a reset connection, as
   // the range is expected to lie inside the object (the caller knows its size from Head);
   // OUT_OF_RANGE when it does not.
-  absl::StatusOr<size_t> GetRange(const S3Path& path, const ByteRange& range, char* dst);
+  // `if_match` (an ETag, optional): the store refuses the read (ABORTED, 412 PreconditionFailed)
+  // when the object is no longer the one of that ETag.
+  absl::StatusOr<size_t> GetRange(const S3Path& path, const ByteRange& range, char* dst,
+                                  absl::string_view if_match = "");
 
   // Reads `ranges` of the object of `size` bytes (as HEAD told it): merged into few GETs
   // (range_plan.h, by the options' merge gap and request size) run at once on the client's
   // FetchPool, at most options.max_in_flight of them in flight. Each range's `got` is its bytes
   // inside the object. The first error, naming the object and the merged request's range.
   absl::Status GetRanges(const S3Path& path, uint64_t size,
-                         absl::Span<RandomAccessFile::Range> ranges);
+                         absl::Span<RandomAccessFile::Range> ranges,
+                         absl::string_view if_match = "");
 
   // The whole object, in one GET (no HEAD first). NOT_FOUND for a missing object;
   // RESOURCE_EXHAUSTED for one larger than 64 MiB (a whole read is for small objects: indexes).

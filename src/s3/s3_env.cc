@@ -13,27 +13,43 @@ namespace {
 // Thread-safe: immutable after Open.
 class S3File final : public RandomAccessFile {
  public:
-  S3File(std::shared_ptr<S3Client> client, S3Path path, std::string name, uint64_t size)
-      : client_(std::move(client)), path_(std::move(path)), name_(std::move(name)), size_(size) {}
+  S3File(std::shared_ptr<S3Client> client, S3Path path, std::string name, uint64_t size,
+         std::string etag)
+      : client_(std::move(client)),
+        path_(std::move(path)),
+        name_(std::move(name)),
+        size_(size),
+        etag_(std::move(etag)) {}
 
   absl::StatusOr<size_t> Read(uint64_t offset, size_t n, char* dst) const override {
     if (offset >= size_) return 0;
     const uint64_t length = std::min<uint64_t>(n, size_ - offset);
-    return client_->GetRange(path_, {offset, length}, dst);
+    absl::StatusOr<size_t> got = client_->GetRange(path_, {offset, length}, dst, etag_);
+    if (!got.ok()) return Replaced(got.status());
+    return got;
   }
   const std::string& name() const override { return name_; }
   absl::StatusOr<uint64_t> Size() const override { return size_; }
   absl::Status ReadRanges(absl::Span<Range> ranges) const override {
-    return client_->GetRanges(path_, size_, ranges);
+    return Replaced(client_->GetRanges(path_, size_, ranges, etag_));
   }
   bool remote() const override { return true; }
 
  private:
+  // The store refuses a read that asks for an object of another ETag (412, ABORTED): the object
+  // was written again since it was opened (or indexed).
+  absl::Status Replaced(absl::Status status) const {
+    if (!absl::IsAborted(status) || etag_.empty()) return status;
+    return absl::DataLossError(absl::StrCat(name_, " changed since it was indexed (it is no longer the object of ETag ", etag_, "): ", status.message()));
+  }
+
   const std::shared_ptr<S3Client> client_;
   const S3Path path_;
   const std::string name_;
-  // As HEAD said at open: an object is replaced whole, never grown in place.
+  // As HEAD said at open (or the Stat a record index was checked against): an object is
+  // replaced whole, never grown in place, and every read asks for the object of this ETag.
   const uint64_t size_;
+  const std::string etag_;
 };
 
 absl::Status ReadOnly(absl::string_view what, absl::string_view path) {
@@ -55,10 +71,11 @@ class RoutingEnv final : public Env {
     ASSIGN_OR_RETURN(Env * env, For(p));
     return env->OpenForRandomRead(p);
   }
-  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForReadOfSize(
-      const std::string& p, uint64_t size, ReadPattern pattern) override {
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenKnown(const std::string& p,
+                                                              const FileStat& known,
+                                                              ReadPattern pattern) override {
     ASSIGN_OR_RETURN(Env * env, For(p));
-    return env->OpenForReadOfSize(p, size, pattern);
+    return env->OpenKnown(p, known, pattern);
   }
   absl::StatusOr<std::unique_ptr<WritableFile>> OpenForWrite(const std::string& p) override {
     ASSIGN_OR_RETURN(Env * env, For(p));
@@ -143,13 +160,14 @@ RoutingEnv* default_routing = nullptr;
 absl::StatusOr<std::unique_ptr<RandomAccessFile>> S3Env::OpenForRead(const std::string& path) {
   ASSIGN_OR_RETURN(S3Path at, ParseS3Path(path));
   ASSIGN_OR_RETURN(ObjectInfo info, client_->Head(at));
-  return std::make_unique<S3File>(client_, std::move(at), path, info.size);
+  return std::make_unique<S3File>(client_, std::move(at), path, info.size, info.etag);
 }
 
-absl::StatusOr<std::unique_ptr<RandomAccessFile>> S3Env::OpenForReadOfSize(
-    const std::string& path, uint64_t size, ReadPattern) {
+absl::StatusOr<std::unique_ptr<RandomAccessFile>> S3Env::OpenKnown(const std::string& path,
+                                                                   const FileStat& known,
+                                                                   ReadPattern) {
   ASSIGN_OR_RETURN(S3Path at, ParseS3Path(path));
-  return std::make_unique<S3File>(client_, std::move(at), path, size);
+  return std::make_unique<S3File>(client_, std::move(at), path, known.size, known.etag);
 }
 
 absl::StatusOr<std::unique_ptr<WritableFile>> S3Env::OpenForWrite(const std::string& path) {
@@ -186,7 +204,7 @@ absl::Status S3Env::CreateDirs(const std::string& path) { return CreateDirsOrNot
 absl::StatusOr<FileStat> S3Env::Stat(const std::string& path) {
   ASSIGN_OR_RETURN(S3Path at, ParseS3Path(path));
   ASSIGN_OR_RETURN(ObjectInfo info, client_->Head(at));
-  return FileStat{info.size, info.mtime_ns};
+  return FileStat{info.size, info.mtime_ns, info.etag};
 }
 
 absl::StatusOr<std::string> S3Env::ReadWholeFile(const std::string& path) {

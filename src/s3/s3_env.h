@@ -2,11 +2,13 @@
 // that reads files through an Env (the record index and its cache, Dataset, the producers'
 // TfrecordBatchMaker, the dispatcher's BuildJobInfo) reads objects unchanged.
 //
-//   OpenForRead, OpenForRandomRead   HEAD once for the size (none with OpenForReadOfSize,
-//                                    whose caller knows it); every Read is one ranged GET;
+//   OpenForRead, OpenForRandomRead   HEAD once for the size and ETag (none with OpenKnown,
+//                                    whose caller knows them); every Read is one ranged GET,
+//                                    If-Match that ETag (an object written again since fails
+//                                    its reads with DATA_LOSS, "changed since it was indexed");
 //                                    ReadRanges merges neighbouring ranges into few GETs, run
 //                                    in parallel (S3Client::GetRanges); remote() is true
-//   Stat                             HEAD: size and Last-Modified (whole seconds)
+//   Stat                             HEAD: size, Last-Modified (whole seconds) and ETag
 //   ReadWholeFile                    one GET of the whole object (at most 64 MiB), no HEAD
 //   Glob                             ListObjectsV2 over the pattern's prefix, keys matched as a
 //                                    shell glob ('*' stops at '/'); no wildcard: HEAD
@@ -38,8 +40,9 @@ class S3Env final : public Env {
   explicit S3Env(std::shared_ptr<S3Client> client) : client_(std::move(client)) {}
 
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRead(const std::string& path) override;
-  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForReadOfSize(
-      const std::string& path, uint64_t size, ReadPattern pattern) override;
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenKnown(const std::string& path,
+                                                              const FileStat& known,
+                                                              ReadPattern pattern) override;
   absl::StatusOr<std::unique_ptr<WritableFile>> OpenForWrite(const std::string& path) override;
   absl::StatusOr<std::unique_ptr<WritableFile>> OpenForAppend(const std::string& path) override;
   absl::Status Truncate(const std::string& path, uint64_t size) override;

@@ -33,7 +33,8 @@ struct Pending {
 }  // namespace
 
 absl::Status S3Client::GetRanges(const S3Path& path, uint64_t size,
-                                 absl::Span<RandomAccessFile::Range> ranges) {
+                                 absl::Span<RandomAccessFile::Range> ranges,
+                                 absl::string_view if_match) {
   counters_.AddRanges(ranges.size());
   std::vector<RangeRequest> requests =
       PlanRangeRequests(ranges, size, options_.merge_gap_bytes, options_.max_request_bytes);
@@ -59,7 +60,7 @@ absl::Status S3Client::GetRanges(const S3Path& path, uint64_t size,
     pending->running = n;
   }
   // Part i, by whichever thread takes it first; once a part has failed the rest are skipped.
-  auto run = [this, path](Pending& p, size_t i) {
+  auto run = [this, path, etag = std::string(if_match)](Pending& p, size_t i) {
     if (p.taken[i].exchange(true)) return;
     bool failed;
     {
@@ -67,7 +68,8 @@ absl::Status S3Client::GetRanges(const S3Path& path, uint64_t size,
       failed = !p.status.ok();
     }
     absl::StatusOr<size_t> got =
-        failed ? absl::StatusOr<size_t>(0) : GetRange(path, p.parts[i].range, p.parts[i].dst);
+        failed ? absl::StatusOr<size_t>(0)
+               : GetRange(path, p.parts[i].range, p.parts[i].dst, etag);
     absl::MutexLock lock(&p.mu);
     if (!got.ok() && p.status.ok()) p.status = got.status();
     --p.running;

@@ -231,7 +231,7 @@ TEST(S3RetryTest, AFileOfAKnownSizeIsOpenedWithoutAHead) {
   };
   S3Env env(std::shared_ptr<S3Client>(*S3Client::Create(store.Options())));
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
-      env.OpenForReadOfSize("s3://b/k", sizeof(kObject) - 1, Env::ReadPattern::kRandom);
+      env.OpenKnown("s3://b/k", FileStat{sizeof(kObject) - 1, 0, ""}, Env::ReadPattern::kRandom);
   ASSERT_TRUE(file.ok()) << file.status();
   EXPECT_EQ(store.requests_, 0);
   char buf[10];
@@ -239,6 +239,43 @@ TEST(S3RetryTest, AFileOfAKnownSizeIsOpenedWithoutAHead) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(std::string(buf, *got), "56789abcde");
   EXPECT_EQ(store.requests_, 1);
+}
+
+// A file opened with a known ETag reads only that object: each GET says If-Match, and a store
+// that refuses it (the object was written again) fails the read with DATA_LOSS naming it.
+TEST(S3RetryTest, AFileOfAKnownEtagReadsOnlyThatObject) {
+  FakeStore store;
+  std::atomic<bool> replaced{false};
+  store.handler_ = [&](const httplib::Request& req, httplib::Response& res, int) {
+    EXPECT_EQ(req.get_header_value("If-Match"), "\"e1\"");
+    if (replaced) {
+      res.status = 412;
+      res.set_content("<Error><Code>PreconditionFailed</Code><Message>At least one of the "
+                      "pre-conditions you specified did not hold</Message></Error>",
+                      "application/xml");
+      return;
+    }
+    ServeRange(req, res, 1000);
+  };
+  S3Env env(std::shared_ptr<S3Client>(*S3Client::Create(store.Options())));
+  auto file = *env.OpenKnown("s3://b/k", FileStat{sizeof(kObject) - 1, 0, "\"e1\""},
+                             Env::ReadPattern::kRandom);
+  char buf[4];
+  ASSERT_TRUE(file->Read(0, sizeof(buf), buf).ok());
+  replaced = true;
+  const int before = store.requests_;
+  absl::StatusOr<size_t> got = file->Read(0, sizeof(buf), buf);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
+  EXPECT_TRUE(absl::StrContains(got.status().message(),
+                                "s3://b/k changed since it was indexed (it is no longer the "
+                                "object of ETag \"e1\"): s3://b/k bytes [0, 4): 412 "
+                                "PreconditionFailed"))
+      << got.status();
+  EXPECT_EQ(store.requests_ - before, 1);  // not retried
+  RandomAccessFile::Range range{0, 4, buf, 0};
+  absl::Status ranges = file->ReadRanges(absl::MakeSpan(&range, 1));
+  EXPECT_EQ(ranges.code(), absl::StatusCode::kDataLoss) << ranges;
+  EXPECT_TRUE(absl::StrContains(ranges.message(), "changed since it was indexed")) << ranges;
 }
 
 // Indexing an object asks the store for its size twice: before the scan, which reads from the
