@@ -2,7 +2,7 @@
 """What a TFRecord job on objects asks of the store, phase by phase (issue 35): the requests in
 moto's request log while `create_job` runs, while the producer opens the job and makes the
 first batch, and for the rest of the epoch, by kind (HEAD or GET of a data object, GET or PUT of
-an index object, listings), with each phase's time.
+an index object, listings), with each phase's time; then each phase again as a JSON object.
 
 Two jobs run on the same objects, each with a new dispatcher, producer and empty local index
 cache ($CROUPIER_INDEX_DIR): `first` finds no index anywhere (the dispatcher scans every object
@@ -13,6 +13,7 @@ the first on the same objects). One consumer (world 1), shuffle none, one epoch.
 """
 import argparse
 import collections
+import json
 import os
 import pathlib
 import re
@@ -75,6 +76,7 @@ def main():
             size = sum(f.stat().st_size for f in files)
             print(f"{args.files} objects, {args.records} records, {size / 1e6:.1f} MB; "
                   f"requests by kind: " + ", ".join(f"{m} {k}" for m, k in KINDS))
+            rows = []
             for job in ("first", "second"):
                 os.environ["CROUPIER_INDEX_DIR"] = str(tmp / f"{job}-index")
                 with croupier.local_cluster(producers=0, work_dir=tmp / job, threads=2) as c:
@@ -97,8 +99,13 @@ def main():
                             ("producer, to the first batch", (n1, n2), t2 - t1),
                             ("the rest of the epoch", (n2, n3), t3 - t2)):
                         got = count(log_lines[a:b])
-                        print(f"{job:6} {phase:30} {seconds:5.2f} s  {sum(got.values()):4} requests: "
-                              + ", ".join(f"{got[k]}" for k in KINDS))
+                        counts = ", ".join(f"{got[k]}" for k in KINDS)
+                        print(f"{job:6} {phase:30} {seconds:5.2f} s  "
+                              f"{sum(got.values()):4} requests: {counts}")
+                        rows.append({"job": job, "phase": phase, "seconds": round(seconds, 3),
+                                     "requests": {f"{m} {k}": got[(m, k)] for m, k in KINDS}})
+            for row in rows:  # the same, one JSON object a line, for scripts and tests
+                print(json.dumps(row))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,10 @@ injected between croupier and the store (tests/fault_proxy.py) survived with the
 producers' reads merged into fewer requests than records, and no more bytes fetched than
 delivered but the shared record indexes (a few percent).
 Every test bounds its time and stops every process it started."""
+import json
 import pathlib
+import subprocess
+import sys
 import time
 import urllib.request
 
@@ -203,6 +206,27 @@ def test_faults_under_merged_reads_and_read_ahead_change_no_byte(tmp_path, store
     assert counts["retries_total"] > 0 and counts["failures_total"] == 0
     assert counts["requests_total"] - counts["retries_total"] < RECORDS
     print(f"\ninjected {injected}; producers' counters {counts}")
+
+
+@pytest.mark.timeout(180)
+def test_the_request_benchmark_runs_as_documented_and_a_producer_asks_no_head():
+    # bench/bench_s3_requests.py, as docs/benchmarks.md runs it, on fewer objects: a producer
+    # that opens a job asks the store no HEAD of its objects, only one GET of each index.
+    root = pathlib.Path(__file__).resolve().parent.parent
+    out = subprocess.run(
+        [sys.executable, str(root / "bench" / "bench_s3_requests.py"), "--files", "3",
+         "--records", "300"], capture_output=True, text=True, timeout=150, check=True).stdout
+    rows = {(r["job"], r["phase"]): r["requests"]
+            for r in map(json.loads, (line for line in out.splitlines() if line.startswith("{")))}
+    for job in ("first", "second"):
+        producer = rows[(job, "producer, to the first batch")]
+        assert producer["HEAD data"] == 0 and producer["GET index"] == 3, out
+        assert producer["PUT index"] == 0 and producer["GET list"] == 0, out
+    # The first job's creation lists the objects, looks for their indexes (3 GETs, none there),
+    # scans each object in one GET, asking its size before and after (6 HEADs), stores its index
+    # (3 PUTs), and reads one record to check the features (a 4th GET).
+    assert rows[("first", "create_job")] == {"HEAD data": 6, "GET data": 4, "GET index": 3,
+                                              "PUT index": 3, "GET list": 1}, out
 
 
 def read_until_it_fails(cluster, job, change):

@@ -62,7 +62,8 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::vector<std::st
         done[i] = d;
         progress(done_sum, total);
       };
-      got[i] = cache.Get(files[i], progress ? IndexProgress(report) : nullptr, nullptr, known_of(i));
+      got[i] =
+          cache.Get(files[i], progress ? IndexProgress(report) : nullptr, nullptr, known_of(i));
       if (!got[i].ok()) failed.store(true);
       if (got[i].ok() && progress) report(sizes[i], sizes[i]);  // a cached index scans nothing
     }

@@ -218,9 +218,10 @@ absl::StatusOr<std::unique_ptr<IndexedRecordFile>> IndexedRecordFile::Open(
     std::shared_ptr<const RecordIndex> index, Env* env) {
   if (env == nullptr) env = Env::Default();
   // Records are read one at a time, at random; the index was checked against the file's size.
-  ASSIGN_OR_RETURN(auto file, env->OpenKnown(index->path,
-                                             FileStat{index->file_size, index->mtime_ns, index->etag},
-                                             Env::ReadPattern::kRandom));
+  ASSIGN_OR_RETURN(
+      auto file,
+      env->OpenKnown(index->path, FileStat{index->file_size, index->mtime_ns, index->etag},
+                     Env::ReadPattern::kRandom));
   return std::unique_ptr<IndexedRecordFile>(
       new IndexedRecordFile(std::move(index), std::move(file)));
 }

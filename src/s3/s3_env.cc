@@ -40,7 +40,9 @@ class S3File final : public RandomAccessFile {
   // was written again since it was opened (or indexed).
   absl::Status Replaced(absl::Status status) const {
     if (!absl::IsAborted(status) || etag_.empty()) return status;
-    return absl::DataLossError(absl::StrCat(name_, " changed since it was indexed (it is no longer the object of ETag ", etag_, "): ", status.message()));
+    return absl::DataLossError(
+        absl::StrCat(name_, " changed since it was indexed (it is no longer the object of ETag ",
+                     etag_, "): ", status.message()));
   }
 
   const std::shared_ptr<S3Client> client_;
