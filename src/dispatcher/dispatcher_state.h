@@ -177,7 +177,10 @@ class DispatcherState {
   // that position's first batch up to the cursor, those no longer outstanding (TasksReopened).
   // Tasks producers still hold are not among them: a batch of theirs that its consumer cannot
   // have any more (served before the consumer went back) is asked for again with
-  // LocateRequest.remake_if_finished once the task is finished (TaskRemade).
+  // LocateRequest.remake_if_finished once the task is finished (TaskRemade). Costs no pass over
+  // the tasks when none is to be made again and the position is at or before the first
+  // outstanding task (consumers registering as a job starts); otherwise one pass from the
+  // position to the cursor.
   static std::vector<TaskKey> TasksToReopen(const Job& job, uint64_t epoch, uint64_t step);
   // The start of the task holding `batch` of `epoch`, if that task is cut and finished (cut and
   // not outstanding): the one TaskRemade makes again. nullopt otherwise (outstanding, an orphan,

@@ -1,5 +1,6 @@
 // DispatcherState: everything but Apply, i.e. the read-only queries and the dump.
 #include <algorithm>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -26,11 +27,34 @@ bool DispatcherState::Job::IsCut(uint64_t epoch, uint64_t batch) const {
 std::vector<DispatcherState::TaskKey> DispatcherState::TasksToReopen(const Job& job,
                                                                      uint64_t epoch,
                                                                      uint64_t step) {
+  const JobConfig& config = job.config;
   std::vector<TaskKey> out;
   const TaskKey cursor(job.next_epoch, job.next_batch);
-  for (TaskKey key = FirstUndeliveredTask(job, epoch, step); key < cursor;) {
-    if (!job.outstanding.contains(key)) out.push_back(key);
-    key = NextTaskKey(job.config, key);
+  TaskKey key = FirstUndeliveredTask(job, epoch, step);
+  // A position in an epoch that deals nothing (before a resumed job's start_epoch, or that epoch
+  // when its last round was dealt already): from the next task, since that epoch has none.
+  if (key.second >= config.EndBatch(key.first)) key = NextTaskKey(config, key);
+  if (!(key < cursor)) return out;
+  auto it = job.outstanding.lower_bound(key);
+  // Every task from the position to the cursor still outstanding (as when consumers register
+  // while the job's first tasks are made): counted, not visited, so that a registration costs
+  // the same whatever the number of tasks cut. Every outstanding task is before the cursor. The
+  // count needs every epoch after the first to deal, as any job the dispatcher accepts does;
+  // otherwise the walk below decides alone.
+  if (config.StepsInEpoch(config.start_epoch + 1) > 0) {
+    const uint64_t tasks =
+        config.TaskOrdinal(cursor.first, cursor.second) - config.TaskOrdinal(key.first, key.second);
+    const uint64_t outstanding =
+        it == job.outstanding.begin()
+            ? job.outstanding.size()
+            : static_cast<uint64_t>(std::distance(it, job.outstanding.end()));
+    if (tasks == outstanding) return out;
+  }
+  // Otherwise each task to the cursor, beside the outstanding ones in the same order.
+  for (; key < cursor; key = NextTaskKey(config, key)) {
+    while (it != job.outstanding.end() && it->first < key) ++it;
+    if (it != job.outstanding.end() && it->first == key) continue;
+    out.push_back(key);
   }
   return out;
 }

@@ -1,5 +1,6 @@
 #include "src/dispatcher/dispatcher_state.h"
 
+#include <memory>
 #include <random>
 #include <set>
 #include <vector>
@@ -378,6 +379,59 @@ TEST(DispatcherStateTest, TasksDeliveredMovesTheCursorPastUnneededTasks) {
   // A frontier behind the cursor leaves it alone.
   MustApply(state, TasksDelivered("a", 0, 0));
   EXPECT_EQ(state.FindJob("a")->next_epoch, 2u);
+}
+
+// TasksToReopen against its definition, on jobs resumed or not, with cursors and outstanding
+// tasks drawn at random: the tasks cut (before the cursor), from the one holding the position's
+// first batch on, that are not outstanding; in order, and never a position that is no task.
+TEST(DispatcherStateTest, TasksToReopenAreTheFinishedTasksFromThePositionToTheCursor) {
+  std::mt19937_64 random(7);
+  int fast = 0;  // draws where every task in range was outstanding
+  for (int trial = 0; trial < 3000; ++trial) {
+    const uint32_t consumers = 1 + random() % 4;
+    const uint64_t batches = consumers * (1 + random() % 6) + random() % consumers;
+    const uint64_t per_task = 1 + random() % 5;
+    v1::JobInfo info = FakeJob("a", batches, consumers, per_task);
+    const uint64_t start_epoch = random() % 3;
+    info.mutable_spec()->set_start_epoch(start_epoch);
+    info.mutable_spec()->set_start_batch(random() % (batches + 1));
+    DispatcherState::Job job;
+    job.info = std::make_shared<const v1::JobInfo>(info);
+    job.config = *ParseJobConfig(info);
+    const JobConfig& config = job.config;
+    // Every task of the first epochs, in order.
+    std::vector<DispatcherState::TaskKey> tasks;
+    for (uint64_t e = 0; e < start_epoch + 3; ++e) {
+      for (uint64_t b = config.FirstBatch(e); b < config.EndBatch(e); b += per_task) {
+        tasks.emplace_back(e, b);
+      }
+    }
+    // The cursor after some of them; each cut one outstanding or not.
+    const size_t cut = random() % (tasks.size() + 1);
+    DispatcherState::TaskKey cursor = cut < tasks.size()
+                                          ? tasks[cut]
+                                          : DispatcherState::TaskKey(start_epoch + 3, 0);
+    job.next_epoch = cursor.first;
+    job.next_batch = cursor.second;
+    const bool all_outstanding = random() % 2 == 0;
+    for (size_t i = 0; i < cut; ++i) {
+      if (all_outstanding || random() % 3 != 0) job.outstanding[tasks[i]].num_batches = 1;
+    }
+    const uint64_t epoch = random() % (start_epoch + 3);
+    const uint64_t step = random() % (config.StepsInEpoch(epoch) + 1);
+    const DispatcherState::TaskKey from = DispatcherState::FirstUndeliveredTask(job, epoch, step);
+    std::vector<DispatcherState::TaskKey> expected;
+    for (size_t i = 0; i < cut; ++i) {
+      if (tasks[i] >= from && !job.outstanding.contains(tasks[i])) expected.push_back(tasks[i]);
+    }
+    if (expected.empty()) ++fast;
+    EXPECT_EQ(DispatcherState::TasksToReopen(job, epoch, step), expected)
+        << "trial " << trial << ": " << consumers << " consumers, " << batches
+        << " batches, tasks of " << per_task << ", from epoch " << start_epoch << " batch "
+        << info.spec().start_batch() << ", cursor (" << cursor.first << ", " << cursor.second
+        << "), position epoch " << epoch << " step " << step;
+  }
+  EXPECT_GT(fast, 500);
 }
 
 TEST(DispatcherStateTest, FirstComeJobsHaveNoDeliveredFrontier) {

@@ -58,6 +58,20 @@ uint64_t JobConfig::TaskEnd(uint64_t epoch, uint64_t start) const {
   return start >= end ? end : start + std::min(batches_per_task, end - start);
 }
 
+uint64_t JobConfig::TaskOrdinal(uint64_t epoch, uint64_t batch) const {
+  if (epoch < start_epoch || batches_per_task == 0) return 0;
+  const auto tasks_to = [this](uint64_t e, uint64_t b) {  // of epoch e, before batch b
+    const uint64_t first = FirstBatch(e);
+    const uint64_t at = std::clamp(b, first, std::max(first, EndBatch(e)));
+    return (at - first + batches_per_task - 1) / batches_per_task;
+  };
+  if (epoch == start_epoch) return tasks_to(epoch, batch);
+  // The first epoch, then epochs that each deal [0, EndBatch) alike.
+  const uint64_t first_epoch = tasks_to(start_epoch, EndBatch(start_epoch));
+  const uint64_t per_epoch = tasks_to(start_epoch + 1, EndBatch(start_epoch + 1));
+  return first_epoch + (epoch - start_epoch - 1) * per_epoch + tasks_to(epoch, batch);
+}
+
 uint32_t JobConfig::SourceOf(uint64_t epoch, uint64_t batch) const {
   if (!python()) return 0;
   const uint64_t task = (batch - FirstBatch(epoch)) / batches_per_task;

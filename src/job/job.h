@@ -89,6 +89,10 @@ struct JobConfig {
   uint64_t TaskStart(uint64_t epoch, uint64_t batch) const;
   // The end of the task starting at `start` (EndBatch(epoch) for a start at or past it).
   uint64_t TaskEnd(uint64_t epoch, uint64_t start) const;
+  // How many tasks the job has before position (epoch, batch), over every epoch from its first
+  // (start_epoch): `batch` is a task's start or EndBatch(epoch). Counts the tasks between two
+  // positions without visiting them; 0 without tasks (batches_per_task 0).
+  uint64_t TaskOrdinal(uint64_t epoch, uint64_t batch) const;
   // Which source makes `batch` of `epoch` (python; 0 for other jobs).
   uint32_t SourceOf(uint64_t epoch, uint64_t batch) const;
   // Where `batch` comes in the order its source yields its batches of `epoch`, from 0.

@@ -1,11 +1,13 @@
 #include "src/job/job.h"
 
 #include <set>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "absl/strings/str_cat.h"
 
 namespace croupier {
 namespace {
@@ -104,6 +106,29 @@ TEST(JobConfigTest, DealsWholeRoundsFromTheResumedBatch) {
   EXPECT_EQ(job.TaskEnd(1, 5), 11u);
   EXPECT_EQ(job.TaskStart(2, 7), 6u);
   EXPECT_EQ(job.TaskEnd(2, 6), 12u);
+}
+
+// TaskOrdinal numbers the tasks in order, as the definition above cuts them: epoch by epoch from
+// start_epoch, from each epoch's first dealt batch, every batches_per_task batches.
+TEST(JobConfigTest, TaskOrdinalNumbersEveryTaskInOrder) {
+  for (const auto& [consumers, batches, per_task, start_epoch, start_batch] :
+       std::vector<std::tuple<uint32_t, uint64_t, uint64_t, uint64_t, uint64_t>>{
+           {3, 12, 6, 1, 5}, {2, 10, 4, 0, 0}, {1, 7, 3, 2, 7}, {4, 9, 1, 1, 2}, {3, 30, 7, 3, 29}}) {
+    v1::JobInfo info = Info(consumers, batches, per_task, 0);
+    info.mutable_spec()->set_start_epoch(start_epoch);
+    info.mutable_spec()->set_start_batch(start_batch);
+    const JobConfig job = *ParseJobConfig(info);
+    SCOPED_TRACE(absl::StrCat(consumers, " consumers, ", batches, " batches, tasks of ", per_task,
+                              ", from epoch ", start_epoch, " batch ", start_batch));
+    uint64_t ordinal = 0;
+    for (uint64_t epoch = 0; epoch < start_epoch + 4; ++epoch) {
+      for (uint64_t b = job.FirstBatch(epoch); b < job.EndBatch(epoch); b += per_task) {
+        EXPECT_EQ(job.TaskOrdinal(epoch, b), ordinal) << "epoch " << epoch << " batch " << b;
+        ++ordinal;
+      }
+      EXPECT_EQ(job.TaskOrdinal(epoch, job.EndBatch(epoch)), ordinal) << "end of epoch " << epoch;
+    }
+  }
 }
 
 // Every dealt batch of a Python job comes from exactly one source, and each source yields its
