@@ -125,9 +125,14 @@ TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:ignore_noninstr
 .PHONY: asan tsan fuzz-build fuzz-smoke fuzz
 
 # ASan + UBSan: every C++ test in build-asan. A sanitizer report aborts its test and fails the run.
+# The same build directory holds the libFuzzer targets: everything in it is also compiled with
+# libFuzzer's coverage instrumentation (fuzzer-no-link, which only counts edges and comparisons for
+# a fuzzer to read), so that the fuzz targets link the very objects the tests ran, and the
+# library is compiled once under the sanitizers instead of twice.
+SAN_ASAN_CMAKE := $(SAN_CMAKE) -DCROUPIER_SANITIZE=fuzzer-no-link,address,undefined \
+  -DCROUPIER_BUILD_FUZZ=ON
 asan: bootstrap
-	CC=clang CXX=clang++ cmake -S . -B build-asan $(SAN_CMAKE) \
-	  -DCROUPIER_SANITIZE=address,undefined
+	CC=clang CXX=clang++ cmake -S . -B build-asan $(SAN_ASAN_CMAKE)
 	nice cmake --build build-asan -j $(SAN_JOBS)
 	$(ASAN_ENV) nice ctest --test-dir build-asan --output-on-failure -j $(SAN_JOBS) \
 	  --timeout $(SAN_TEST_TIMEOUT)
@@ -158,18 +163,18 @@ tsan: bootstrap
 	  echo "make tsan: ThreadSanitizer reports from croupier processes (build-tsan/reports)"; \
 	  exit 1; fi; exit $$status
 
-# libFuzzer targets (fuzz/) in build-fuzz: one per parser of outside bytes.
+# libFuzzer targets (fuzz/), one per parser of outside bytes, in build-asan (see asan above); after
+# `make asan` only the targets themselves are left to build.
 fuzz-build: bootstrap
-	CC=clang CXX=clang++ cmake -S . -B build-fuzz $(SAN_CMAKE) -DCROUPIER_BUILD_TESTS=OFF \
-	  -DCROUPIER_SANITIZE=fuzzer-no-link,address,undefined -DCROUPIER_BUILD_FUZZ=ON
-	nice cmake --build build-fuzz -j $(SAN_JOBS) --target croupier_fuzzers
+	CC=clang CXX=clang++ cmake -S . -B build-asan $(SAN_ASAN_CMAKE)
+	nice cmake --build build-asan -j $(SAN_JOBS) --target croupier_fuzzers
 
-# Each fuzzer for FUZZ_SECONDS (20 s) from its seed corpus; fails on the first crash, leak or
-# timeout. New inputs go to build-fuzz/corpus/<target>, never into the repository's seeds.
+# Each fuzzer for FUZZ_SECONDS (20) from its seed corpus; fails on the first crash, leak or
+# timeout. New inputs go to build-asan/corpus/<target>, never into the repository's seeds.
 fuzz-smoke: fuzz-build
-	$(ASAN_ENV) FUZZ_SECONDS=$(FUZZ_SECONDS) bash fuzz/run.sh build-fuzz
+	$(ASAN_ENV) FUZZ_SECONDS=$(FUZZ_SECONDS) bash fuzz/run.sh build-asan
 
 # The same, longer: FUZZ_SECONDS defaults to 300 here unless given.
 fuzz: fuzz-build
 	$(ASAN_ENV) FUZZ_SECONDS=$(if $(filter command line environment,$(origin FUZZ_SECONDS)),$(FUZZ_SECONDS),300) \
-	  bash fuzz/run.sh build-fuzz
+	  bash fuzz/run.sh build-asan

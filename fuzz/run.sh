@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every fuzz target built in BUILD_DIR (default build-fuzz) for FUZZ_SECONDS each (default
+# Runs every fuzz target built in BUILD_DIR (default build-asan) for FUZZ_SECONDS each (default
 # 20), from its seed corpus fuzz/corpus/<target>, FUZZ_JOBS targets at a time (default: the
 # machine's cores; each libFuzzer run is one process on one core). New inputs go to
 # BUILD_DIR/corpus/<target>; crash, leak and timeout inputs to BUILD_DIR/artifacts/<target>/, the
@@ -7,7 +7,7 @@
 # showing the end of each failed target's log. FUZZ_TARGETS="a b" runs only those.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="$(cd "${1:-$root/build-fuzz}" && pwd)"
+build="$(cd "${1:-$root/build-asan}" && pwd)"
 seconds="${FUZZ_SECONDS:-20}"
 jobs="${FUZZ_JOBS:-$(nproc)}"
 targets="${FUZZ_TARGETS:-tfrecord_reader example record_index batch_view frame journal token_index record_cache}"
