@@ -1,7 +1,7 @@
 // Writes the seed corpora of the fuzz targets to fuzz/corpus/<target>/: small valid inputs (and a
 // few broken ones) made with croupier's own writers, so that the seeds follow the formats as the
 // code writes them. Run by hand after a format change:
-//   build-fuzz/bin/croupier_fuzz_seeds fuzz/corpus
+//   build-asan/bin/croupier_fuzz_seeds fuzz/corpus   (built by make fuzz-build)
 // The output is deterministic; the files are committed.
 #include <cstdio>
 #include <filesystem>
