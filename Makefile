@@ -1,6 +1,7 @@
 # croupier's entry points. Each one runs scripts/bootstrap.sh first with the tier it needs, so a
 # fresh machine needs nothing but `make demo` or `make test`: `make demo` installs and builds only
-# what the demo needs; `make test` adds TensorFlow, JAX, Ray, Horovod and the test tools.
+# what the demo needs (its Python packages install while croupier compiles); `make test` adds
+# TensorFlow, JAX, Ray, Horovod and the test tools.
 SHELL := /bin/bash
 ROOT := $(abspath .)
 BUILD ?= build
@@ -26,9 +27,11 @@ bootstrap-build:
 
 # Configures $(BUILD) when it has no build files yet, or when the environment changed since (the
 # tier stamps in .venv): the TensorFlow op builds only when .venv has TensorFlow, so a build
-# configured for the demo is configured again once the test tier installed TensorFlow.
+# configured for the demo is configured again once the test tier installed TensorFlow. The demo
+# tier adds nothing that configuring looks at.
 configure: bootstrap-build
-	@env="$$(cd .venv && ls -a | grep '^\.croupier-' | grep -v horovod | sort | tr '\n' ' ')"; \
+	@env="$$(cd .venv && ls -a | grep '^\.croupier-' | grep -v 'horovod\|demo' | sort | \
+	  tr '\n' ' ')"; \
 	if [[ ! -f $(BUILD)/build.ninja || "$$(cat $(BUILD)/.croupier-env 2>/dev/null)" != "$$env" ]]; then \
 	  cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE=$(PY) \
 	    $(CMAKE_ARGS) && echo "$$env" > $(BUILD)/.croupier-env; fi
@@ -71,7 +74,18 @@ ENGINE_WORKERS ?= 2
 test-python:
 	$(PY) -m pytest -q -m "not engines" -n $(PYTEST_WORKERS) --durations=25
 
-demo: build-demo
+# The demo tier's Python packages (PyTorch, scikit-learn, matplotlib: about a minute of pip) install
+# in the background while croupier compiles, which needs only the build tier; the demo starts once
+# both are done. A failure of either stops it; the install's output is in $(DEMO_LOG).
+DEMO_LOG = $(BUILD)/bootstrap-demo.log
+demo: configure
+	@bash scripts/bootstrap.sh demo > $(DEMO_LOG) 2>&1 & pid=$$!; \
+	  cmake --build $(BUILD) -j $(JOBS) --target croupier _croupier; built=$$?; \
+	  wait $$pid || { cat $(DEMO_LOG); echo "make demo: the demo's Python packages failed" >&2; \
+	                  exit 1; }; \
+	  [[ $$built == 0 ]] || exit $$built
+	@cat $(DEMO_LOG) >&2
+	@$(PY) scripts/dev_install.py
 	bash scripts/demo.sh
 
 # The same training under OpenMPI's mpirun with an mpi4py all-reduce: the Horovod pattern.

@@ -9,6 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "src/common/logging.h"
 #include "tools/commands.h"
+#include "tools/flags.h"
 
 namespace croupier::cli {
 namespace {
@@ -221,6 +222,8 @@ CommandLine::CommandLine() : root_(std::make_unique<CLI::App>(kRootDescription, 
     runners_[s.app] = std::move(s.run);
   }
 }
+
+CommandLine::~CommandLine() = default;
 
 CommandLine::Parsed CommandLine::Parse(const std::vector<std::string>& args) {
   Parsed parsed;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tools/flags.h"
 
 namespace croupier::cli {
 namespace {

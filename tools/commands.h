@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "tools/command_line.h"
+#include "tools/flags.h"
 
 namespace croupier::cli {
 

@@ -10,7 +10,7 @@
 #include "proto/croupier.pb.h"
 #include "src/net/tls_config.h"
 #include "src/rpc/dispatcher_client.h"
-#include "tools/command_line.h"
+#include "tools/flags.h"
 
 namespace croupier::cli {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "tools/command_line.h"
+#include "tools/flags.h"
 
 namespace croupier::cli {
 
