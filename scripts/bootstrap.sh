@@ -81,9 +81,11 @@ install_python() {
 }
 
 # The two installs share nothing when this Python can make a virtual environment before the
-# Debian packages are in (python3-venv is one of them): then they run side by side, which on a bare
-# machine saves the shorter of the two (docs/build.md). Both run to their end before a failure of
-# either stops the bootstrap, so that apt is never left half done.
+# Debian packages are in (python3-venv is one of them), and while every pinned Python package comes
+# as a wheel, compiled against no Debian header (so on 30 November: `pip install --dry-run
+# --ignore-installed --only-binary=:all:` on each list). Then they run side by side, which can save
+# up to the shorter of the two (docs/build.md measures it). Both run to their end before a failure
+# of either stops the bootstrap, so that apt is never left half done.
 need_python=0
 [[ -f "$stamp" ]] || need_python=1
 side_by_side=0
