@@ -126,7 +126,8 @@ void IndexSeeds() {
 }
 
 // A kept record cache's shard files (src/producer/record_cache_file.h): empty, one file and its
-// records, two files interleaved, and one cut short in its last record.
+// records, two files interleaved, one cut short in its last record, and one ending in a frame the
+// writer does not write.
 void RecordCacheSeeds() {
   namespace rcf = croupier::record_cache_file;
   auto record = [](uint32_t local, uint64_t index, const std::string& data) {
@@ -143,6 +144,12 @@ void RecordCacheSeeds() {
             rcf::FileFrame(1, "s3://bucket/b.tfrecord\n99\n2") + record(1, 3, "b3") +
             record(0, 4, "a4"));
   Write("record_cache", "cut_short", one.substr(0, one.size() - 3));
+  // A file frame that passes its header check but carries a data checksum, which the writer never
+  // writes: the scan ends there (a fuzzer found the scan keeping it).
+  std::string odd = rcf::FileFrame(1, "data/b.tfrecord\n5\n1");
+  tfrecord::EncodeU32(odd.data() + 13, 0xff);
+  tfrecord::EncodeU32(odd.data(), crc32c::Value(odd.data() + 4, odd.size() - 4));
+  Write("record_cache", "file_frame_with_data_crc", one + odd);
 }
 
 void TokenIndexSeeds() {

@@ -84,13 +84,16 @@ absl::StatusOr<Scanned> Scan(const RandomAccessFile& file, uint64_t size) {
       break;
     }
     const char* meta = buffer.data() + kHeaderBytes - 4;
-    if (kind == kFile && meta_len >= 4 && data_len == 0) {
+    // Only the frames FileFrame and RecordHeader write are kept: a file frame has no data, so
+    // its data_len and data_crc are 0.
+    if (kind == kFile && meta_len >= 4 && data_len == 0 && data_crc == 0) {
       out.files.push_back({DecodeU32(meta), std::string(meta + 4, meta_len - 4), at});
     } else if (kind == kRecord && meta_len == 12) {
       out.records.push_back({DecodeU32(meta), DecodeU64(meta + 4), at,
                              at + kHeaderBytes + meta_len, data_len, data_crc});
     } else {
-      stop(absl::StrCat("a frame of unknown kind ", kind));
+      stop(absl::StrCat("a frame the writer does not write (kind ", kind, ", meta_len ", meta_len,
+                        ", data_len ", data_len, ", data_crc ", data_crc, ")"));
       break;
     }
     at += kHeaderBytes + meta_len + data_len;
