@@ -1,7 +1,17 @@
 """`pip install .` into a fresh virtual environment, then a small job run with the installed copy
-only: its extension module, its `croupier` command, no source tree on the path."""
+only: its extension module, its `croupier` command, no source tree on the path.
+
+pip builds in `build-pip/` beside `build/` in the source tree (emptied first), not in a temporary
+directory, and with the compiler `build/` was configured with (scikit-build-core would take
+Python's own, `g++`, where CMake chose `c++`): with ccache, which hashes the paths inside the
+source tree relative to the build directory (CMakeLists.txt), the files `build/` compiled with the
+same flags are then taken from the cache instead of compiled again (215 s to 77 s on 2 cores, 133
+of 145 files). Nothing else differs from a user's `pip install .`: every file is compiled or
+taken from the cache for this build directory, and the wheel is made and installed."""
 import os
 import pathlib
+import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -9,6 +19,16 @@ import textwrap
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _compiler_of_build() -> dict[str, str]:
+    """CXX set to the C++ compiler of `build/`, when it is configured."""
+    cache = ROOT / "build" / "CMakeCache.txt"
+    if cache.exists():
+        found = re.search(r"^CMAKE_CXX_COMPILER:FILEPATH=(.+)$", cache.read_text(), re.M)
+        if found:
+            return {"CXX": found.group(1)}
+    return {}
 
 _SCRIPT = textwrap.dedent("""
     import pathlib, subprocess, sys
@@ -41,9 +61,13 @@ def test_pip_install_into_a_fresh_venv_runs_a_job(tmp_path):
     # The build tools first, so that the build needs no isolated environment of its own.
     subprocess.run([py, "-m", "pip", "install", "-q", "scikit-build-core==1.1.2",
                     "pybind11==3.1.0", "numpy==2.4.6"], check=True, timeout=600, env=env)
-    proc = subprocess.run([py, "-m", "pip", "install", "-q", "--no-build-isolation", str(ROOT)],
+    build_dir = ROOT / "build-pip"
+    shutil.rmtree(build_dir, ignore_errors=True)
+    proc = subprocess.run([py, "-m", "pip", "install", "-q", "--no-build-isolation",
+                           f"--config-settings=build-dir={build_dir}", str(ROOT)],
                           capture_output=True, text=True, timeout=1000,
-                          env=dict(env, CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 2)))
+                          env=dict(env, **_compiler_of_build(),
+                                   CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 2)))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run = subprocess.run([py, "-c", _SCRIPT, str(tmp_path / "data")], capture_output=True,
                          text=True, timeout=120, env=env, cwd=tmp_path)
