@@ -23,6 +23,7 @@ class ProducerRecordCacheFileTest : public ::testing::Test {
     std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
     auto file = Env::Default()->OpenForRead(path);
     EXPECT_TRUE(file.ok()) << file.status();
+    if (!file.ok()) return Scanned{};
     auto scanned = Scan(**file, bytes.size());
     EXPECT_TRUE(scanned.ok()) << scanned.status();
     return scanned.ok() ? *std::move(scanned) : Scanned{};
