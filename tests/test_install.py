@@ -22,9 +22,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def _compiler_of_build() -> dict[str, str]:
-    """CXX set to the C++ compiler of `build/`, when it is configured."""
+    """CXX set to the C++ compiler of `build/`, when it is configured and CXX is not set already."""
     cache = ROOT / "build" / "CMakeCache.txt"
-    if cache.exists():
+    if "CXX" not in os.environ and cache.exists():
         found = re.search(r"^CMAKE_CXX_COMPILER:FILEPATH=(.+)$", cache.read_text(), re.M)
         if found:
             return {"CXX": found.group(1)}
