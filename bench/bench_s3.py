@@ -167,6 +167,7 @@ def run_job(args, work, name, files, shuffle, env, kept_cache=False):
             "bytes": counters.get("bytes_total", 0.0),
             "read_ahead": counters.get("batches_read_ahead_total", 0.0),
             "ready": counters.get("batches_ready_total", 0.0),
+            "by_maker": counters.get("batches_fetched_by_maker_total", 0.0),
             "fetched_now": counters.get("batches_fetched_now_total", 0.0),
             "wait_s": counters.get("wait_seconds_total", 0.0),
             "make_s": counters.get("make_seconds", 0.0)}
@@ -320,7 +321,8 @@ def main():
     print("| shuffle | system | records/s | s3 / local | first batch (s) | s3 / local | "
           "create_job (s) | after create_job: s3 / local | "
           "bytes fetched / delivered | requests / batch | ranges / request | "
-          "batches ready / read ahead / fetched when made | store's share of making |")
+          "batches ready / read ahead (of them fetched by the maker) / fetched when made | "
+          "store's share of making |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         base = by[("local", r["shuffle"])]
@@ -334,7 +336,8 @@ def main():
         after = ("" if r["system"] == "local" else
                  f"{(base['epoch_s'] - base['create_s']) / (r['epoch_s'] - r['create_s']):.2f}x")
         reads = ("" if r["system"] == "local" else
-                 f"{r['ready']:.0f} / {r['read_ahead']:.0f} / {r['fetched_now']:.0f}")
+                 f"{r['ready']:.0f} / {r['read_ahead']:.0f} ({r['by_maker']:.0f}) / "
+                 f"{r['fetched_now']:.0f}")
         share = (f"{r['wait_s'] / r['make_s']:.2f}"
                  if r["system"] != "local" and r["make_s"] else "")
         print(f"| {r['shuffle']} | {r['system']} | {r['records_per_s']:,.0f} | {ratio} | "

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
+#include <optional>
 
 #include "absl/time/clock.h"
 #include "src/common/env.h"
@@ -19,8 +21,8 @@ constexpr uint64_t kStaleBatches = 64;
 
 // The counters of every fetcher of the process (RecordFetcher::ProcessStats).
 struct Totals {
-  std::atomic<uint64_t> ahead_started{0}, ahead_used{0}, ahead_ready{0}, fetched_now{0},
-      ahead_fetches{0}, forgotten{0}, wait_ns{0};
+  std::atomic<uint64_t> ahead_started{0}, ahead_used{0}, ahead_ready{0}, ahead_by_maker{0},
+      fetched_now{0}, ahead_fetches{0}, forgotten{0}, wait_ns{0};
 };
 Totals& ProcessTotals() {
   static Totals* totals = new Totals;
@@ -38,6 +40,7 @@ RecordFetcher::Stats RecordFetcher::ProcessStats() {
   s.ahead_started = t.ahead_started.load(std::memory_order_relaxed);
   s.ahead_used = t.ahead_used.load(std::memory_order_relaxed);
   s.ahead_ready = t.ahead_ready.load(std::memory_order_relaxed);
+  s.ahead_by_maker = t.ahead_by_maker.load(std::memory_order_relaxed);
   s.fetched_now = t.fetched_now.load(std::memory_order_relaxed);
   s.ahead_fetches = t.ahead_fetches.load(std::memory_order_relaxed);
   s.forgotten = t.forgotten.load(std::memory_order_relaxed);
@@ -130,6 +133,9 @@ absl::StatusOr<std::shared_ptr<const FetchedRecords>> RecordFetcher::Fetch(
 absl::StatusOr<std::shared_ptr<const FetchedRecords>> RecordFetcher::Take(
     const Key& key, absl::Span<const Dataset::Location> records) {
   std::shared_ptr<Entry> entry;
+  // The fetch of `entry`'s call when no fetch thread has started it: run on this thread.
+  std::vector<std::shared_ptr<Entry>> here;
+  bool ready = false;
   {
     absl::MutexLock lock(&mu_);
     if (taken_.insert(key).second) {
@@ -140,10 +146,12 @@ absl::StatusOr<std::shared_ptr<const FetchedRecords>> RecordFetcher::Take(
       }
     }
     if (auto it = ahead_.find(key); it != ahead_.end()) {
-      // Fetched, being fetched, or waiting for the read-ahead thread, which fetches it with the
-      // batches asked for with it (their neighbouring records merged): waited for in each case.
+      // Fetched, being fetched, or still queued; fetched with the batches asked for with it (their
+      // neighbouring records merged) in each case.
       entry = it->second;
       ahead_.erase(it);
+      ready = entry->done;
+      if (!entry->started) here = UnqueueLocked(entry->call);
     }
     // Drop what was fetched ahead for batches long passed.
     for (auto it = ahead_.begin(); it != ahead_.end();) {
@@ -157,9 +165,12 @@ absl::StatusOr<std::shared_ptr<const FetchedRecords>> RecordFetcher::Take(
         ++it;
       }
     }
+  }
+  const absl::Time start = absl::Now();
+  if (!here.empty()) FetchTogether(here);
+  {
+    absl::MutexLock lock(&mu_);
     if (entry != nullptr) {
-      const bool ready = entry->done;
-      const absl::Time start = absl::Now();
       mu_.Await(absl::Condition(&entry->done));
       WaitedLocked(absl::Now() - start);
       ReleaseLocked(*entry);
@@ -177,16 +188,20 @@ absl::StatusOr<std::shared_ptr<const FetchedRecords>> RecordFetcher::Take(
           ++stats_.ahead_ready;
           Count(ProcessTotals().ahead_ready);
         }
+        if (!here.empty()) {
+          ++stats_.ahead_by_maker;
+          Count(ProcessTotals().ahead_by_maker);
+        }
         return entry->fetched;
       }
     }
     ++stats_.fetched_now;
     Count(ProcessTotals().fetched_now);
   }
-  const absl::Time start = absl::Now();
+  const absl::Time now = absl::Now();
   absl::StatusOr<std::shared_ptr<const FetchedRecords>> fetched = Fetch(records);
   absl::MutexLock lock(&mu_);
-  WaitedLocked(absl::Now() - start);
+  WaitedLocked(absl::Now() - now);
   return fetched;
 }
 
@@ -195,23 +210,26 @@ void RecordFetcher::WaitedLocked(absl::Duration waited) {
   Count(ProcessTotals().wait_ns, static_cast<uint64_t>(absl::ToInt64Nanoseconds(waited)));
 }
 
-void RecordFetcher::Ahead(const Key& key, std::vector<Dataset::Location> records) {
+void RecordFetcher::Ahead(const Key& key, std::vector<Dataset::Location> records,
+                          Priority priority) {
   std::vector<std::pair<Key, std::vector<Dataset::Location>>> batches;
   batches.emplace_back(key, std::move(records));
-  Ahead(std::move(batches));
+  Ahead(std::move(batches), priority);
 }
 
-void RecordFetcher::Ahead(Batches batches) {
+void RecordFetcher::Ahead(Batches batches, Priority priority) {
   std::vector<uint64_t> bytes(batches.size());
   for (size_t i = 0; i < batches.size(); ++i) {
     for (const Dataset::Location& loc : batches[i].second) bytes[i] += FramedBytes(loc);
   }
   absl::MutexLock lock(&mu_);
-  AheadLocked(std::move(batches), bytes);
+  AheadLocked(std::move(batches), bytes, priority);
 }
 
-void RecordFetcher::AheadLocked(Batches batches, const std::vector<uint64_t>& bytes) {
+void RecordFetcher::AheadLocked(Batches batches, const std::vector<uint64_t>& bytes,
+                                Priority priority) {
   if (stopping_) return;
+  std::deque<std::shared_ptr<Entry>>& queue = priority == Priority::kNext ? next_ : queue_;
   const uint64_t call = ++calls_;
   for (size_t i = 0; i < batches.size(); ++i) {
     const Key& key = batches[i].first;
@@ -223,12 +241,33 @@ void RecordFetcher::AheadLocked(Batches batches, const std::vector<uint64_t>& by
     entry->call = call;
     ahead_bytes_ += bytes[i];
     stats_.peak_ahead_bytes = std::max(stats_.peak_ahead_bytes, ahead_bytes_);
-    queue_.push_back(entry);
+    queue.push_back(entry);
     ahead_.emplace(key, std::move(entry));
     ++stats_.ahead_started;
     Count(ProcessTotals().ahead_started);
   }
-  if (!queue_.empty()) MaybeStartThreadLocked();
+  if (!queue.empty()) MaybeStartThreadLocked();
+}
+
+std::vector<std::shared_ptr<RecordFetcher::Entry>> RecordFetcher::UnqueueLocked(
+    std::optional<uint64_t> call) {
+  std::vector<std::shared_ptr<Entry>> entries;
+  for (std::deque<std::shared_ptr<Entry>>* queue : {&next_, &queue_}) {
+    if (queue->empty()) continue;
+    const uint64_t wanted = call.value_or(queue->front()->call);
+    // A call's entries are one run of one queue.
+    auto first = std::find_if(queue->begin(), queue->end(),
+                              [&](const std::shared_ptr<Entry>& e) { return e->call == wanted; });
+    auto last = std::find_if(first, queue->end(),
+                             [&](const std::shared_ptr<Entry>& e) { return e->call != wanted; });
+    for (auto it = first; it != last; ++it) {
+      (*it)->started = true;
+      entries.push_back(std::move(*it));
+    }
+    queue->erase(first, last);
+    if (!entries.empty()) break;
+  }
+  return entries;
 }
 
 void RecordFetcher::AheadLater(BatchRange range, std::function<Batches()> list) {
@@ -269,9 +308,11 @@ void RecordFetcher::Forget(BatchRange range) {
     ahead_.erase(it++);
   }
   if (!dropped.empty()) {
-    std::erase_if(queue_, [&](const std::shared_ptr<Entry>& e) {
-      return std::find(dropped.begin(), dropped.end(), e.get()) != dropped.end();
-    });
+    for (std::deque<std::shared_ptr<Entry>>* queue : {&next_, &queue_}) {
+      std::erase_if(*queue, [&](const std::shared_ptr<Entry>& e) {
+        return std::find(dropped.begin(), dropped.end(), e.get()) != dropped.end();
+      });
+    }
   }
   for (auto it = taken_.begin(); it != taken_.end();) {
     if (range.Contains(*it)) {
@@ -295,7 +336,7 @@ void RecordFetcher::Loop() {
     mu_.Await(absl::Condition(this, &RecordFetcher::HasWorkLocked));
     --idle_threads_;
     if (stopping_) break;  // no Take waits: the destructor runs alone
-    if (queue_.empty()) {
+    if (next_.empty() && queue_.empty()) {
       // A list to make: outside the lock, since making it may open files (a request each).
       std::shared_ptr<Later> later = std::move(later_.front());
       later_.pop_front();
@@ -308,20 +349,15 @@ void RecordFetcher::Loop() {
       }
       mu_.Lock();
       std::erase(running_later_, later);
-      if (!later->cancelled) AheadLocked(std::move(batches), bytes);
+      if (!later->cancelled) AheadLocked(std::move(batches), bytes, Priority::kLater);
       continue;
     }
-    // The batches of the first call waiting, fetched together (their bytes are within the budget
-    // already); those of later calls are other fetches, which other threads run meanwhile.
-    std::vector<std::shared_ptr<Entry>> entries;
-    const uint64_t call = queue_.front()->call;
-    while (!queue_.empty() && queue_.front()->call == call) {
-      entries.push_back(std::move(queue_.front()));
-      entries.back()->started = true;
-      queue_.pop_front();
-    }
+    // The batches of the first call waiting, the next of the task being made first, fetched
+    // together (their bytes are within the budget already); those of later calls are other
+    // fetches, which other threads run meanwhile.
+    std::vector<std::shared_ptr<Entry>> entries = UnqueueLocked();
     // Another thread takes what else is waiting, or named meanwhile.
-    if (!later_.empty() || !queue_.empty()) MaybeStartThreadLocked();
+    if (!next_.empty() || !queue_.empty() || !later_.empty()) MaybeStartThreadLocked();
     mu_.Unlock();
     FetchTogether(entries);
     mu_.Lock();

@@ -14,6 +14,11 @@
 // (Forget): their queued fetches cancelled, their bytes released. So nothing is fetched that its
 // producer will not use, but what a task taken away had fetched already.
 //
+// What is made first is fetched first. Batches asked for ahead as the next of the task being made
+// (Priority::kNext) are fetched before those of tasks not started (kLater), whatever was asked
+// first. And a batch being made whose fetch ahead has not started yet does not wait behind the
+// others: the maker's thread (in Take) runs that fetch itself, with the batches asked for with it.
+//
 // Bounds: the bytes fetched ahead and not yet taken, at most the budget's capacity (FetchBudget,
 // which the fetchers of a producer's jobs share); at most Options::fetch_threads fetches ahead
 // running at once, each one ReadRanges call per file, whose requests the store's client runs
@@ -26,6 +31,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -96,6 +102,9 @@ class RecordFetcher {
     // named meanwhile start without waiting for it); at least 1.
     int fetch_threads = 4;
   };
+  // How soon batches asked for ahead are made: kNext, the next of the task being made, are fetched
+  // before every kLater batch (the tasks held and not started), in the order asked in each.
+  enum class Priority { kLater, kNext };
   // A batch: (epoch, global batch).
   using Key = std::pair<uint64_t, uint64_t>;
   // Batches [first, end) of epoch `epoch`: a task's.
@@ -128,20 +137,21 @@ class RecordFetcher {
   absl::StatusOr<std::shared_ptr<const FetchedRecords>> Fetch(
       absl::Span<const Dataset::Location> records) const;
 
-  // The records of batch `key`: those fetched ahead for it (waiting for a fetch under way or
-  // queued), or,
-  // when it was not fetched ahead, that fetch failed or Ahead was given other records for `key`,
-  // `records` read now.
+  // The records of batch `key`: those fetched ahead for it (waiting for a fetch under way; a fetch
+  // still queued is run now on this thread, with the batches asked for with it), or, when it was
+  // not fetched ahead, that fetch failed or Ahead was given other records for `key`, `records`
+  // read now.
   absl::StatusOr<std::shared_ptr<const FetchedRecords>> Take(
       const Key& key, absl::Span<const Dataset::Location> records) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Starts fetching `records` for batch `key` ahead, unless the batch was fetched ahead or taken
   // already, or its bytes do not fit in max_ahead_bytes.
-  void Ahead(const Key& key, std::vector<Dataset::Location> records) ABSL_LOCKS_EXCLUDED(mu_);
+  void Ahead(const Key& key, std::vector<Dataset::Location> records,
+             Priority priority = Priority::kLater) ABSL_LOCKS_EXCLUDED(mu_);
   // The same for several batches at once, which are then fetched together (in one ReadRanges
   // per file), so that their neighbouring records share requests; those past the budget are left
   // out (and the batches after them).
-  void Ahead(Batches batches) ABSL_LOCKS_EXCLUDED(mu_);
+  void Ahead(Batches batches, Priority priority = Priority::kLater) ABSL_LOCKS_EXCLUDED(mu_);
   // Runs `list` later on a fetch thread and asks for the batches it names as Ahead does; returns
   // at once (no read, no file opened here: a caller that must not wait on the store can name
   // work). `range` holds every batch `list` names: Forget(range) before `list` has run cancels
@@ -158,14 +168,15 @@ class RecordFetcher {
   bool Known(const Key& key) const ABSL_LOCKS_EXCLUDED(mu_);
 
   struct Stats {
-    uint64_t ahead_started = 0;  // batches fetched ahead
-    uint64_t ahead_used = 0;     // of them, taken by the maker
-    uint64_t ahead_ready = 0;    // of those, fetched already when taken: no wait on the store
-    uint64_t fetched_now = 0;    // batches fetched when made
-    double wait_seconds = 0;     // time Take waited for the store (a fetch under way or now)
-    uint64_t ahead_fetches = 0;  // fetches of batches ahead, each of every batch then waiting
-    uint64_t forgotten = 0;      // batches asked for ahead, then forgotten before they were taken
-    uint64_t ahead_bytes = 0;    // bytes fetched ahead (or being fetched) and not taken, now
+    uint64_t ahead_started = 0;   // batches fetched ahead
+    uint64_t ahead_used = 0;      // of them, taken by the maker
+    uint64_t ahead_ready = 0;     // of those, fetched already when taken: no wait on the store
+    uint64_t ahead_by_maker = 0;  // of those, not started when taken: the maker's thread ran it
+    uint64_t fetched_now = 0;     // batches fetched when made
+    double wait_seconds = 0;      // time Take waited for the store (a fetch under way or now)
+    uint64_t ahead_fetches = 0;   // fetches of batches ahead, each of every batch then waiting
+    uint64_t forgotten = 0;       // batches asked for ahead, then forgotten before they were taken
+    uint64_t ahead_bytes = 0;     // bytes fetched ahead (or being fetched) and not taken, now
     uint64_t peak_ahead_bytes = 0;  // the most of them at once
   };
   Stats stats() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -193,9 +204,13 @@ class RecordFetcher {
   // Starts a fetch thread if every one is busy and fewer than fetch_threads run.
   void MaybeStartThreadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool HasWorkLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return stopping_ || !queue_.empty() || !later_.empty();
+    return stopping_ || !next_.empty() || !queue_.empty() || !later_.empty();
   }
-  void AheadLocked(Batches batches, const std::vector<uint64_t>& bytes)
+  void AheadLocked(Batches batches, const std::vector<uint64_t>& bytes, Priority priority)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the entries of the first call waiting (next_'s, then queue_'s) out of their queue, and
+  // marks them started; those of call `call` instead when it is given.
+  std::vector<std::shared_ptr<Entry>> UnqueueLocked(std::optional<uint64_t> call = std::nullopt)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts `waited` in the wait of this fetcher and of the process.
   void WaitedLocked(absl::Duration waited) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -213,7 +228,9 @@ class RecordFetcher {
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<Key, std::shared_ptr<Entry>> ahead_ ABSL_GUARDED_BY(mu_);
-  // Entries not started, in order (some may be taken from ahead_ already, and waited for).
+  // Entries not started, in order (some may be taken from ahead_ already, and waited for): the
+  // next batches of the task being made (Priority::kNext), fetched first, then the others.
+  std::deque<std::shared_ptr<Entry>> next_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<Entry>> queue_ ABSL_GUARDED_BY(mu_);
   // Lists of AheadLater not run yet, in order; and those running.
   std::deque<std::shared_ptr<Later>> later_ ABSL_GUARDED_BY(mu_);

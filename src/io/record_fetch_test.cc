@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <random>
+#include <thread>
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -23,6 +24,10 @@ class RemoteLike final : public RandomAccessFile {
   explicit RemoteLike(std::unique_ptr<RandomAccessFile> inner) : inner_(std::move(inner)) {}
   absl::StatusOr<size_t> Read(uint64_t offset, size_t n, char* dst) const override {
     ++requests;
+    if (clock != nullptr) {
+      int unset = 0;
+      first_read.compare_exchange_strong(unset, ++*clock);
+    }
     if (const int ms = delay_ms.load(); ms > 0) absl::SleepFor(absl::Milliseconds(ms));
     return inner_->Read(offset, n, dst);
   }
@@ -49,6 +54,10 @@ class RemoteLike final : public RandomAccessFile {
   }
   mutable std::atomic<int> requests{0};
   std::atomic<int> delay_ms{0};  // each read answers this late, as a store would
+  // When set, the first read of this file takes the next tick of `clock`, kept in first_read: the
+  // order in which files were first read.
+  std::atomic<int>* clock = nullptr;
+  mutable std::atomic<int> first_read{0};
 
  private:
   std::unique_ptr<RandomAccessFile> inner_;
@@ -253,6 +262,104 @@ TEST_F(RecordFetchTest, EachCallIsAFetchOfItsOwnAndAForgottenListNeverRuns) {
   }
   EXPECT_EQ(fetcher.stats().ahead_used, 2u);
   EXPECT_EQ(fetcher.stats().ahead_bytes, 0u);
+}
+
+// The records of batch `b` in these tests: two of file `file`.
+std::vector<Dataset::Location> TwoOf(size_t file, uint64_t b) {
+  return {Dataset::Location{file, b}, Dataset::Location{file, b + 1}};
+}
+
+// Holds the fetcher's one thread in a list until `release` (at most 20 s); returns once it is.
+void HoldTheFetchThread(RecordFetcher& fetcher, absl::Notification& release) {
+  auto held = std::make_shared<absl::Notification>();
+  fetcher.AheadLater({0, 0, 1}, [held, &release] {
+    held->Notify();
+    release.WaitForNotificationWithTimeout(absl::Seconds(20));
+    return RecordFetcher::Batches{};
+  });
+  ASSERT_TRUE(held->WaitForNotificationWithTimeout(absl::Seconds(10)));
+}
+
+TEST_F(RecordFetchTest, ABatchBeingMadeDoesNotWaitBehindReadsAheadNotStarted) {
+  RecordFetcher fetcher(*dataset_, Opener(), {.fetch_threads = 1});
+  absl::Notification release;
+  // The one fetch thread is held in a list; batch 3's fetch ahead waits behind it.
+  HoldTheFetchThread(fetcher, release);
+  fetcher.Ahead({0, 3}, TwoOf(1, 3));
+  EXPECT_EQ(fetcher.stats().ahead_started, 1u);
+  // The maker takes batch 3: it fetches it on its own thread rather than wait for the held one.
+  absl::Notification took;
+  absl::StatusOr<std::shared_ptr<const FetchedRecords>> got;
+  std::thread maker([&] {
+    got = fetcher.Take({0, 3}, TwoOf(1, 3));
+    took.Notify();
+  });
+  const bool in_time = took.WaitForNotificationWithTimeout(absl::Seconds(5));
+  release.Notify();
+  maker.join();
+  ASSERT_TRUE(in_time) << "Take waited for the read-ahead thread held elsewhere";
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectRecords(**got, TwoOf(1, 3));
+  const RecordFetcher::Stats s = fetcher.stats();
+  EXPECT_EQ(s.ahead_used, 1u);
+  EXPECT_EQ(s.ahead_by_maker, 1u);
+  EXPECT_EQ(s.ahead_ready, 0u);
+  EXPECT_EQ(s.fetched_now, 0u);
+  EXPECT_EQ(s.ahead_bytes, 0u);
+}
+
+TEST_F(RecordFetchTest, AMakersBatchesTakenTogetherAreOneFetchOnItsThread) {
+  RecordFetcher fetcher(*dataset_, Opener(), {.fetch_threads = 1});
+  absl::Notification release;
+  HoldTheFetchThread(fetcher, release);
+  // Batches 4 and 6 asked for together: the maker taking 4 fetches 6 too, in the same requests.
+  RecordFetcher::Batches both;
+  both.emplace_back(RecordFetcher::Key{0, 4}, TwoOf(0, 4));
+  both.emplace_back(RecordFetcher::Key{0, 6}, TwoOf(0, 6));
+  fetcher.Ahead(std::move(both));
+  auto first = fetcher.Take({0, 4}, TwoOf(0, 4));
+  ASSERT_TRUE(first.ok()) << first.status();
+  const int requests = Requests();
+  EXPECT_EQ(requests, 1) << "records 4 to 7 of one file merge into one request";
+  auto second = fetcher.Take({0, 6}, TwoOf(0, 6));
+  release.Notify();
+  ASSERT_TRUE(second.ok()) << second.status();
+  ExpectRecords(**first, TwoOf(0, 4));
+  ExpectRecords(**second, TwoOf(0, 6));
+  EXPECT_EQ(Requests(), requests);
+  const RecordFetcher::Stats s = fetcher.stats();
+  EXPECT_EQ(s.ahead_used, 2u);
+  EXPECT_EQ(s.ahead_by_maker, 1u);
+  EXPECT_EQ(s.ahead_ready, 1u);
+  EXPECT_EQ(s.ahead_fetches, 1u);
+}
+
+TEST_F(RecordFetchTest, TheNextBatchesOfTheTaskBeingMadeAreFetchedBeforeLaterTasks) {
+  std::atomic<int> clock{0};
+  for (auto& f : files_) f->clock = &clock;
+  RecordFetcher fetcher(*dataset_, Opener(), {.fetch_threads = 1});
+  absl::Notification release;
+  HoldTheFetchThread(fetcher, release);
+  // Asked for while the thread is held: a later task's batch (file 0), then the next batch of
+  // the task being made (file 1), which goes first.
+  fetcher.Ahead({0, 20}, TwoOf(0, 20), RecordFetcher::Priority::kLater);
+  fetcher.Ahead({0, 2}, TwoOf(1, 2), RecordFetcher::Priority::kNext);
+  release.Notify();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (fetcher.stats().ahead_fetches < 2 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  ASSERT_EQ(fetcher.stats().ahead_fetches, 2u);
+  EXPECT_LT(files_[1]->first_read.load(), files_[0]->first_read.load());
+  EXPECT_GT(files_[0]->first_read.load(), 0);
+  for (auto [key, locs] : {std::pair{RecordFetcher::Key{0, 2}, TwoOf(1, 2)},
+                           std::pair{RecordFetcher::Key{0, 20}, TwoOf(0, 20)}}) {
+    auto got = fetcher.Take(key, locs);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ExpectRecords(**got, locs);
+  }
+  EXPECT_EQ(fetcher.stats().ahead_ready, 2u);
+  EXPECT_EQ(fetcher.stats().ahead_by_maker, 0u);
 }
 
 }  // namespace

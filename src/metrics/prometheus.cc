@@ -134,6 +134,10 @@ std::string FormatS3Prometheus(const s3::S3Stats& stats, const RecordFetcher::St
   Family(&out, "croupier_s3_batches_ready_total", "counter",
          "Of the batches read ahead, those whose records were all there when their making began.")
       .Add({}, reads.ahead_ready);
+  Family(&out, "croupier_s3_batches_fetched_by_maker_total", "counter",
+         "Of the batches read ahead, those whose fetch had not started when their making began: "
+         "the maker ran it at once instead of waiting behind the other reads ahead.")
+      .Add({}, reads.ahead_by_maker);
   Family(&out, "croupier_s3_batches_fetched_now_total", "counter",
          "Batches whose records were fetched when they were made (not read ahead, or past the "
          "budget).")

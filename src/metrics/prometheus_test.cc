@@ -126,6 +126,7 @@ TEST(MetricsPrometheusTest, ObjectStoreCountersAreMetrics) {
   reads.ahead_used = 30;
   reads.ahead_ready = 25;
   reads.fetched_now = 2;
+  reads.ahead_by_maker = 3;
   reads.forgotten = 7;
   reads.wait_seconds = 1.5;
   const std::string text = FormatS3Prometheus(stats, reads);
@@ -139,6 +140,7 @@ TEST(MetricsPrometheusTest, ObjectStoreCountersAreMetrics) {
   EXPECT_THAT(text, HasSubstr("croupier_s3_batches_read_ahead_total 30\n"));
   EXPECT_THAT(text, HasSubstr("croupier_s3_batches_ready_total 25\n"));
   EXPECT_THAT(text, HasSubstr("croupier_s3_batches_fetched_now_total 2\n"));
+  EXPECT_THAT(text, HasSubstr("croupier_s3_batches_fetched_by_maker_total 3\n"));
   EXPECT_THAT(text, HasSubstr("croupier_s3_batches_forgotten_total 7\n"));
   EXPECT_THAT(text, HasSubstr("# TYPE croupier_s3_wait_seconds_total counter\n"
                               "croupier_s3_wait_seconds_total 1.5\n"));

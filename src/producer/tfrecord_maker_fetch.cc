@@ -63,7 +63,8 @@ void TfrecordBatchMaker::FetchAhead(uint64_t epoch, uint64_t batch) const {
   // batches after it, rather than alone, when its records have neighbours among theirs (shuffle
   // none or blocks): alone, they would cut holes in those batches' ranges. Under a global
   // shuffle records have no neighbours to merge with, and it is fetched alone, at once: the
-  // first batch does not wait for a whole group.
+  // first batch does not wait for a whole group. These are the next batches made, so they are
+  // fetched before the groups of the tasks held and not started (Priority::kNext).
   const JobConfig& c = config();
   const uint64_t start = c.TaskStart(epoch, batch);
   const uint64_t group_end = start + ((batch - start) / fetch_group_ + 1) * fetch_group_;
@@ -76,7 +77,7 @@ void TfrecordBatchMaker::FetchAhead(uint64_t epoch, uint64_t batch) const {
   }
   const uint64_t first = known ? batch + 1 : batch;
   if (first >= end) return;
-  fetcher_->Ahead(RemoteBatches(epoch, first, end));
+  fetcher_->Ahead(RemoteBatches(epoch, first, end), RecordFetcher::Priority::kNext);
 }
 
 RecordFetcher::Batches TfrecordBatchMaker::RemoteBatches(uint64_t epoch, uint64_t first,
