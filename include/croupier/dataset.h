@@ -32,9 +32,10 @@ class Dataset {
                                                        IndexCache& cache,
                                                        const IndexProgress& progress = nullptr);
   // The same for files the caller knows already, known[i] for files[i] (a producer, from its
-  // job's FileInfo): a file whose known ETag is set (an object in a store) is taken as it was
-  // then, without asking the store (IndexCache::Get's `known`); the others are asked (a Stat).
-  // `known` is empty or as long as `files`.
+  // job's FileInfo; the dispatcher, from the store's listing of a glob): a file whose known ETag
+  // is set (an object in a store) is taken as it was then, without asking the store
+  // (IndexCache::Get's `known`); the others are asked (a Stat). `known` is empty or as long as
+  // `files`.
   static absl::StatusOr<std::unique_ptr<Dataset>> Open(const std::vector<std::string>& files,
                                                        const std::vector<FileStat>& known,
                                                        IndexCache& cache,

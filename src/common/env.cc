@@ -273,6 +273,14 @@ absl::Status Env::RemoveFile(const std::string& path) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<Env::Listed>> Env::GlobWithStats(const std::string& pattern) {
+  ASSIGN_OR_RETURN(std::vector<std::string> paths, Glob(pattern));
+  std::vector<Listed> out;
+  out.reserve(paths.size());
+  for (std::string& path : paths) out.push_back({std::move(path), std::nullopt});
+  return out;
+}
+
 Env* Env::Default() {
   // s3:// paths go to the S3 client (src/s3/s3_env.h), every other path to POSIX.
   static Env* env = s3::WithObjectStores(new PosixEnv());

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -135,6 +136,15 @@ class Env {
   virtual absl::Status CreateDirs(const std::string& path) = 0;
   // Paths matching a shell glob, sorted. No match is an empty list, not an error.
   virtual absl::StatusOr<std::vector<std::string>> Glob(const std::string& pattern) = 0;
+  // A path Glob matched, and its Stat when finding it told that at no further cost.
+  struct Listed {
+    std::string path;
+    std::optional<FileStat> stat;
+  };
+  // Glob's matches, each with its Stat where the match came with it: an object store's listing
+  // gives every object's size, Last-Modified and ETag (S3Env), so a caller about to Stat each
+  // match asks nothing more. The default is Glob's paths, without stats.
+  virtual absl::StatusOr<std::vector<Listed>> GlobWithStats(const std::string& pattern);
   // The whole file. The default opens it and reads it, its size from the open file (or Stat);
   // an object store (S3Env) reads a whole object in one GET. ReadFileToString calls it.
   virtual absl::StatusOr<std::string> ReadWholeFile(const std::string& path);

@@ -1,4 +1,5 @@
 // CreateJob and GetJob against real TFRecord files.
+#include <atomic>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -7,7 +8,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/dispatcher/job_builder.h"
+#include "src/dispatcher/job_spec.h"
 #include "src/dispatcher/test_util.h"
+#include "src/testing/forwarding_env.h"
 
 namespace croupier {
 namespace {
@@ -108,6 +111,54 @@ TEST_F(DispatcherCreateJobTest, TheAutomaticTaskSizeComesFromTheDataAndAGivenOne
   info = Create(Spec("given", 2, 2));
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->batches_per_task(), 2u * 3);
+}
+
+// An Env whose glob lists files as an object store's listing does, each with its size,
+// modification time and an ETag, and which counts the Stats asked of it.
+class ListingEnv final : public testing::ForwardingEnv {
+ public:
+  absl::StatusOr<FileStat> Stat(const std::string& p) override {
+    ++stats;
+    return StatOf(p);
+  }
+  absl::StatusOr<std::vector<Listed>> GlobWithStats(const std::string& p) override {
+    absl::StatusOr<std::vector<Listed>> out = ForwardingEnv::GlobWithStats(p);
+    if (!out.ok()) return out;
+    for (Listed& listed : *out) {
+      absl::StatusOr<FileStat> st = StatOf(listed.path);
+      if (!st.ok()) return st.status();
+      listed.stat = *st;
+    }
+    return out;
+  }
+  // What the store says of a file, in a listing or asked alone: an ETag too.
+  absl::StatusOr<FileStat> StatOf(const std::string& p) {
+    absl::StatusOr<FileStat> st = ForwardingEnv::Stat(p);
+    if (st.ok()) st->etag = "\"etag of " + p + "\"";
+    return st;
+  }
+  std::atomic<int> stats{0};
+};
+
+TEST_F(DispatcherCreateJobTest, AJobOnListedFilesTakesTheirStatsFromTheListing) {
+  WriteData({10, 13});
+  ListingEnv env;
+  IndexCache cache(dir_.Join("listed-index"), &env);
+  absl::StatusOr<v1::JobSpec> spec = NormalizeJobSpec(Spec("train", 2, 3));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  // The first job indexes the files: each scan asks for the file's stat after it, to see that it
+  // did not change meanwhile, and nothing else.
+  absl::StatusOr<v1::JobInfo> first = BuildJobInfo(*spec, cache, env, 0);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(env.stats.load(), 2);
+  // The next finds the indexes kept: the listing's stats are all it needs.
+  env.stats = 0;
+  absl::StatusOr<v1::JobInfo> second = BuildJobInfo(*spec, cache, env, 0);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(env.stats.load(), 0);
+  ASSERT_EQ(second->files_size(), 2);
+  EXPECT_EQ(second->files(1).etag(), "\"etag of " + dir_.Join("data/part-1.tfrecord") + "\"");
+  EXPECT_EQ(second->num_records(), 23u);
 }
 
 TEST_F(DispatcherCreateJobTest, GetUnknownJob) {

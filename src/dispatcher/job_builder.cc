@@ -52,30 +52,39 @@ std::string GlobFailure(Env& env, const std::string& pattern, const absl::Status
   return std::string(status.message());
 }
 
-absl::StatusOr<std::vector<std::string>> ExpandPatterns(const v1::JobSpec& spec, Env& env) {
+// The files a job's patterns name, in order, and what their listing told of each (an object's
+// size, Last-Modified and ETag; a local file's stat is left unknown: etag empty), which
+// Dataset::Open then takes instead of asking the store again.
+struct Expanded {
   std::vector<std::string> files;
+  std::vector<FileStat> known;
+};
+
+absl::StatusOr<Expanded> ExpandPatterns(const v1::JobSpec& spec, Env& env) {
+  Expanded out;
   absl::flat_hash_map<std::string, std::string> matched_by;
   for (const std::string& pattern : spec.files()) {
-    absl::StatusOr<std::vector<std::string>> globbed = env.Glob(pattern);
+    absl::StatusOr<std::vector<Env::Listed>> globbed = env.GlobWithStats(pattern);
     if (!globbed.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "no file matches '", pattern, "' (", GlobFailure(env, pattern, globbed.status()), ")"));
     }
-    std::vector<std::string> matches = *std::move(globbed);
+    std::vector<Env::Listed> matches = *std::move(globbed);
     if (matches.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("no file matches '", pattern, "'"));
     }
-    for (std::string& file : matches) {
-      auto [it, inserted] = matched_by.emplace(file, pattern);
+    for (Env::Listed& match : matches) {
+      auto [it, inserted] = matched_by.emplace(match.path, pattern);
       if (!inserted) {
-        return absl::InvalidArgumentError(absl::StrCat("file ", file, " is given twice (by '",
+        return absl::InvalidArgumentError(absl::StrCat("file ", match.path, " is given twice (by '",
                                                        it->second, "' and '", pattern,
                                                        "'); its records would be dealt twice"));
       }
-      files.push_back(std::move(file));
+      out.files.push_back(std::move(match.path));
+      out.known.push_back(match.stat.value_or(FileStat{}));
     }
   }
-  return files;
+  return out;
 }
 
 // Checks the spec's features against the first record of the first file that has one.
@@ -204,8 +213,9 @@ absl::StatusOr<v1::JobInfo> Build(const v1::JobSpec& spec, IndexCache& cache, En
   if (spec.source() == v1::SOURCE_KIND_PYTHON) return BuildPython(spec, rounds_per_task);
   if (spec.source() == v1::SOURCE_KIND_MAP) return BuildMap(spec, rounds_per_task);
   if (spec.source() == v1::SOURCE_KIND_TOKENS) return BuildTokens(spec, env, rounds_per_task);
-  ASSIGN_OR_RETURN(std::vector<std::string> files, ExpandPatterns(spec, env));
-  ASSIGN_OR_RETURN(std::unique_ptr<Dataset> dataset, Dataset::Open(files, cache));
+  ASSIGN_OR_RETURN(Expanded expanded, ExpandPatterns(spec, env));
+  const std::vector<std::string>& files = expanded.files;
+  ASSIGN_OR_RETURN(std::unique_ptr<Dataset> dataset, Dataset::Open(files, expanded.known, cache));
   ASSIGN_OR_RETURN(std::vector<FeatureSpec> features, ParseFeatureSpecs(spec.features()));
   RETURN_IF_ERROR(CheckExampleFeatureSpecs(features));
   if (dataset->num_records() == 0) {

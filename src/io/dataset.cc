@@ -39,9 +39,13 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::vector<std::st
   uint64_t total = 0;
   if (progress) {
     for (size_t i : distinct) {
-      ASSIGN_OR_RETURN(FileStat st, Env::Default()->Stat(files[i]));
-      sizes[i] = st.size;
-      total += st.size;
+      if (const FileStat* k = known_of(i); k != nullptr) {
+        sizes[i] = k->size;
+      } else {
+        ASSIGN_OR_RETURN(FileStat st, Env::Default()->Stat(files[i]));
+        sizes[i] = st.size;
+      }
+      total += sizes[i];
     }
   }
   std::vector<absl::StatusOr<std::shared_ptr<const RecordIndex>>> got(

@@ -35,7 +35,9 @@ int64_t ParseIsoDate(absl::string_view text) {
   absl::Time t;
   std::string err;
   if (!absl::ParseTime(absl::RFC3339_full, text, &t, &err)) return 0;
-  return absl::ToUnixNanos(t);
+  // Whole seconds, as HEAD's Last-Modified (an HTTP date) gives it: a listing may add
+  // milliseconds, and the two must compare equal for the same object.
+  return absl::ToUnixSeconds(t) * 1'000'000'000;
 }
 
 // What a failed exchange means, in words (cpp-httplib's names are one word each).

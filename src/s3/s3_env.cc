@@ -115,6 +115,10 @@ class RoutingEnv final : public Env {
     ASSIGN_OR_RETURN(Env * env, For(p));
     return env->Glob(p);
   }
+  absl::StatusOr<std::vector<Listed>> GlobWithStats(const std::string& p) override {
+    ASSIGN_OR_RETURN(Env * env, For(p));
+    return env->GlobWithStats(p);
+  }
   std::string SharedDerivedPath(const std::string& p, absl::string_view suffix) override {
     absl::StatusOr<Env*> env = For(p);
     return env.ok() ? (*env)->SharedDerivedPath(p, suffix) : "";
@@ -215,20 +219,33 @@ absl::StatusOr<std::string> S3Env::ReadWholeFile(const std::string& path) {
 }
 
 absl::StatusOr<std::vector<std::string>> S3Env::Glob(const std::string& pattern) {
+  ASSIGN_OR_RETURN(std::vector<Listed> matches, GlobWithStats(pattern));
+  std::vector<std::string> out;
+  out.reserve(matches.size());
+  for (Listed& match : matches) out.push_back(std::move(match.path));
+  return out;
+}
+
+absl::StatusOr<std::vector<Env::Listed>> S3Env::GlobWithStats(const std::string& pattern) {
   ASSIGN_OR_RETURN(S3Path at, ParseS3Path(pattern));
   const std::string prefix = GlobPrefix(at.key);
-  std::vector<std::string> out;
+  std::vector<Listed> out;
+  auto stat_of = [](const ObjectInfo& info) {
+    return FileStat{info.size, info.mtime_ns, info.etag};
+  };
   if (prefix == at.key) {  // no wildcard: the object itself, if it exists
     absl::StatusOr<ObjectInfo> info = client_->Head(at);
-    if (info.ok()) out.push_back(pattern);
+    if (info.ok()) out.push_back({pattern, stat_of(*info)});
     if (!info.ok() && !absl::IsNotFound(info.status())) return info.status();
     return out;
   }
   ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, client_->List(at.bucket, prefix));
   for (const ObjectInfo& object : objects) {
-    if (GlobMatch(at.key, object.key)) out.push_back(S3Path{at.bucket, object.key}.ToString());
+    if (!s3::GlobMatch(at.key, object.key)) continue;
+    out.push_back({S3Path{at.bucket, object.key}.ToString(), stat_of(object)});
   }
-  std::sort(out.begin(), out.end());
+  std::sort(out.begin(), out.end(),
+            [](const Listed& a, const Listed& b) { return a.path < b.path; });
   return out;
 }
 

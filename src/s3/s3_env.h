@@ -10,8 +10,9 @@
 //                                    in parallel (S3Client::GetRanges); remote() is true
 //   Stat                             HEAD: size, Last-Modified (whole seconds) and ETag
 //   ReadWholeFile                    one GET of the whole object (at most 64 MiB), no HEAD
-//   Glob                             ListObjectsV2 over the pattern's prefix, keys matched as a
-//                                    shell glob ('*' stops at '/'); no wildcard: HEAD
+//   Glob, GlobWithStats              ListObjectsV2 over the pattern's prefix, keys matched as a
+//                                    shell glob ('*' stops at '/'); no wildcard: HEAD. Each
+//                                    match's size, Last-Modified and ETag come with it
 //   WriteFileAtomically              PUT of the whole object (how the record indexes that every
 //                                    producer shares are stored: SharedDerivedPath)
 //   SharedDerivedPath                s3://BUCKET/.croupier-index/BUCKET/KEY+suffix, or under
@@ -52,6 +53,7 @@ class S3Env final : public Env {
   absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) override;
   absl::Status CreateDirs(const std::string& path) override;
   absl::StatusOr<std::vector<std::string>> Glob(const std::string& pattern) override;
+  absl::StatusOr<std::vector<Listed>> GlobWithStats(const std::string& pattern) override;
   std::string SharedDerivedPath(const std::string& path, absl::string_view suffix) override;
 
   S3Client& client() { return *client_; }

@@ -43,6 +43,9 @@ class ForwardingEnv : public Env {
   absl::StatusOr<std::vector<std::string>> Glob(const std::string& p) override {
     return base_->Glob(p);
   }
+  absl::StatusOr<std::vector<Listed>> GlobWithStats(const std::string& p) override {
+    return base_->GlobWithStats(p);
+  }
   std::string SharedDerivedPath(const std::string& p, absl::string_view suffix) override {
     return base_->SharedDerivedPath(p, suffix);
   }
