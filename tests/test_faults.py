@@ -320,8 +320,12 @@ def test_a_producer_killed_while_it_waits_for_work_is_given_no_task(tmp_path, da
     """An idle producer's heartbeat is held by the dispatcher until there is work. Killed then,
     its call is cancelled (the connection closes), and the next job's tasks go to the producer
     that is alive: the first batches come within seconds, where they waited for the dead one's
-    timeout (10 s, measured 10.4-10.7 s before the dispatcher looked at the call)."""
-    with Cluster(tmp_path / "cluster") as cluster:
+    timeout (10 s, measured 10.4-10.7 s before the dispatcher looked at the call). A held
+    heartbeat is answered at the end of its interval, so the interval is 5 s here: the job is
+    created while the dead producer's call is still held, however slowly the second producer
+    starts (with 1 s, a loaded machine let the call end first, and nothing was cancelled)."""
+    with Cluster(tmp_path / "cluster", producer_timeout_ms=20000,
+                 dispatcher_args=["--heartbeat-interval-ms", 5000]) as cluster:
         dead = cluster.add_producer()
         deadline = time.monotonic() + 20
         while len(cluster.producer_ids()) < 1 and time.monotonic() < deadline:
