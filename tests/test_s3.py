@@ -171,12 +171,25 @@ def test_records_are_fetched_in_merged_ranges_and_once(tmp_path, store, local_fi
 @pytest.mark.timeout(60)
 def test_the_dispatcher_keeps_each_objects_index_in_the_store(tmp_path, store, monkeypatch):
     # The job's creation indexes the objects and stores their indexes beside them, where the
-    # producers find them; a glob's wildcards do not reach them (a leading dot).
+    # producers find them; a glob's wildcards do not reach them (a leading dot). The dispatcher's
+    # /metrics counts what it asked of the store.
     for k, v in store.env().items():
         monkeypatch.setenv(k, v)
-    with croupier.local_cluster(producers=0, work_dir=tmp_path / "c") as c:
+    port_file = tmp_path / "metrics.port"
+    with croupier.local_cluster(producers=0, work_dir=tmp_path / "c", dispatcher_args=[
+            "--metrics-port", "0", "--metrics-port-file", str(port_file)]) as c:
         c.create_job("indexed", f"s3://{BUCKET}/train/*.tfrecord", FEATURES, BATCH,
                      consumers=WORLD, epochs=1)
+        port = int(wait_for_file(port_file, 10))
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+    counters = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+                if line.startswith("croupier_s3_")}
+    # At least the listing and each object's index asked for (stored by an earlier test, or not
+    # there yet: an answer, not a failure, and the object is scanned and its index stored).
+    assert counters["croupier_s3_requests_total"] >= 1 + 3, counters
+    assert counters["croupier_s3_failures_total"] == 0, counters
+    assert not any(name.startswith("croupier_s3_batches") for name in counters), counters
     keys = [o["Key"] for o in store.s3().list_objects_v2(
         Bucket=BUCKET, Prefix=".croupier-index/")["Contents"]]
     assert sorted(keys) == sorted(

@@ -107,7 +107,8 @@ std::string FormatProducerPrometheus(const v1::ProducerStatus& producer) {
   return out;
 }
 
-std::string FormatS3Prometheus(const s3::S3Stats& stats, const RecordFetcher::Stats& reads) {
+std::string FormatS3Prometheus(const s3::S3Stats& stats,
+                               const std::optional<RecordFetcher::Stats>& batch_reads) {
   std::string out;
   Family(&out, "croupier_s3_requests_total", "counter",
          "Requests sent to the object store, retries included.")
@@ -128,6 +129,8 @@ std::string FormatS3Prometheus(const s3::S3Stats& stats, const RecordFetcher::St
          "Byte ranges (records, mostly) asked for in batched reads; fewer requests than ranges "
          "is the merging of neighbours.")
       .Add({}, stats.ranges);
+  if (!batch_reads.has_value()) return out;
+  const RecordFetcher::Stats& reads = *batch_reads;
   Family(&out, "croupier_s3_batches_read_ahead_total", "counter",
          "Batches whose records were fetched ahead of their making and used.")
       .Add({}, reads.ahead_used);

@@ -5,6 +5,7 @@
 #define CROUPIER_SRC_METRICS_PROMETHEUS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "proto/croupier.pb.h"
@@ -24,11 +25,13 @@ std::string FormatPrometheus(const v1::StatusResponse& status);
 std::string FormatProducerPrometheus(const v1::ProducerStatus& producer);
 
 // What this process asked of an object store (croupier_s3_* counters: requests, bytes, retries,
-// throttles, failures), from its S3 client's counters (src/s3/s3_stats.h), and how its batch
-// makers' reads ahead went (`reads`, RecordFetcher::ProcessStats: batches read ahead, ready when
-// made, fetched when made, forgotten, and the time makers waited for the store); all 0 in a
-// process that read no s3:// path.
-std::string FormatS3Prometheus(const s3::S3Stats& stats, const RecordFetcher::Stats& reads = {});
+// throttles, failures), from its S3 client's counters (src/s3/s3_stats.h), and, in a process that
+// makes batches (a producer), how its batch makers' reads ahead went (`batch_reads`,
+// RecordFetcher::ProcessStats: batches read ahead, ready when made, fetched by the maker or when
+// made, forgotten, and the time makers waited for the store; without it, none of those families);
+// all 0 in a process that read no s3:// path.
+std::string FormatS3Prometheus(const s3::S3Stats& stats,
+                               const std::optional<RecordFetcher::Stats>& batch_reads = {});
 
 // A producer's record cache (`--cache-bytes`, src/producer/record_cache.h): hits, misses, what it
 // holds against its capacity, the records refused once it was full and, on disk, those that could

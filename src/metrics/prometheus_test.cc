@@ -7,6 +7,7 @@ namespace croupier::metrics {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(MetricsPrometheusTest, EveryFigureOfTheStatusIsAMetricWithItsLabels) {
   v1::StatusResponse status;
@@ -144,6 +145,15 @@ TEST(MetricsPrometheusTest, ObjectStoreCountersAreMetrics) {
   EXPECT_THAT(text, HasSubstr("croupier_s3_batches_forgotten_total 7\n"));
   EXPECT_THAT(text, HasSubstr("# TYPE croupier_s3_wait_seconds_total counter\n"
                               "croupier_s3_wait_seconds_total 1.5\n"));
+}
+
+TEST(MetricsPrometheusTest, AProcessThatMakesNoBatchShowsItsRequestsOnly) {
+  s3::S3Stats stats;
+  stats.requests = 5;
+  const std::string text = FormatS3Prometheus(stats);
+  EXPECT_THAT(text, HasSubstr("croupier_s3_requests_total 5\n"));
+  EXPECT_THAT(text, Not(HasSubstr("croupier_s3_batches")));
+  EXPECT_THAT(text, Not(HasSubstr("croupier_s3_wait_seconds_total")));
 }
 
 TEST(MetricsPrometheusTest, RecordCacheFiguresAreMetrics) {

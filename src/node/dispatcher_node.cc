@@ -10,6 +10,7 @@
 #include "src/metrics/prometheus.h"
 #include "src/node/open_files.h"
 #include "src/rpc/grpc_util.h"
+#include "src/s3/s3_env.h"
 
 namespace croupier {
 namespace {
@@ -161,7 +162,11 @@ absl::StatusOr<std::unique_ptr<DispatcherNode>> DispatcherNode::Start(
         {"/metrics", kPrometheusContentType,
          [raw] {
            auto status = raw->impl_->GetStatus(v1::StatusRequest());
-           return status.ok() ? metrics::FormatPrometheus(*status) : std::string();
+           // What it asked of object stores: the listings, the objects it indexed and the
+           // indexes it read and stored as it created jobs.
+           return status.ok() ? metrics::FormatPrometheus(*status) +
+                                    metrics::FormatS3Prometheus(s3::DefaultEnvS3Stats())
+                              : std::string();
          }},
         {"/", "text/html; charset=utf-8", [] { return std::string(web::kIndexHtml); }},
         {"/api/status", "application/json",

@@ -255,7 +255,9 @@ absl::Status S3Client::Send(Request& req) {
       },
       retry);
   if (!status.ok()) {
-    counters_.AddFailure();
+    // A NOT_FOUND is the store's answer, not its failure: an index looked for before anyone
+    // stored it is one, as a matter of course.
+    if (!absl::IsNotFound(status)) counters_.AddFailure();
     if (absl::IsUnavailable(status) && attempts > 1) {
       return absl::UnavailableError(
           absl::StrCat(status.message(), " (gave up after ", attempts, " attempts)"));

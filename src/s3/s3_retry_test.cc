@@ -134,6 +134,22 @@ TEST(S3RetryTest, PermanentErrorsAreNotRetried) {
   EXPECT_EQ(got.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(got.status().message(), "s3://b/k bytes [0, 4): 403 SignatureDoesNotMatch: no.");
   EXPECT_EQ(store.requests_, 1);
+  EXPECT_EQ(client->stats().failures, 1u);
+}
+
+TEST(S3RetryTest, AMissingObjectIsAnAnswerNotAFailure) {
+  FakeStore store;
+  store.handler_ = [](const httplib::Request&, httplib::Response& res, int) {
+    res.status = 404;
+    res.set_content("<Error><Code>NoSuchKey</Code><Message>none.</Message></Error>",
+                    "application/xml");
+  };
+  auto client = *S3Client::Create(store.Options());
+  absl::StatusOr<std::string> got = client->Get({"b", "k.crindex"});
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound) << got.status();
+  EXPECT_EQ(store.requests_, 1);
+  EXPECT_EQ(client->stats().requests, 1u);
+  EXPECT_EQ(client->stats().failures, 0u);
 }
 
 TEST(S3RetryTest, AShortAnswerIsRetried) {

@@ -14,7 +14,7 @@ struct S3Stats {
   uint64_t bytes = 0;      // object bytes received by ranged GETs that succeeded
   uint64_t retries = 0;    // attempts that failed and were tried again
   uint64_t throttles = 0;  // of those, the store's requests to slow down (503 SlowDown, 429)
-  uint64_t failures = 0;   // requests that failed for good
+  uint64_t failures = 0;   // requests that failed for good (a NOT_FOUND answer is not one)
   uint64_t ranges = 0;     // ranges asked of ReadRanges (GetRanges), each served by some GET
 
   std::string ToString()
