@@ -161,6 +161,9 @@ class RoutingEnv final : public Env {
 
 RoutingEnv* default_routing = nullptr;
 
+// What a HEAD or a listing tells of an object, as a Stat.
+FileStat StatOf(const ObjectInfo& info) { return FileStat{info.size, info.mtime_ns, info.etag}; }
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RandomAccessFile>> S3Env::OpenForRead(const std::string& path) {
@@ -210,7 +213,7 @@ absl::Status S3Env::CreateDirs(const std::string& path) { return CreateDirsOrNot
 absl::StatusOr<FileStat> S3Env::Stat(const std::string& path) {
   ASSIGN_OR_RETURN(S3Path at, ParseS3Path(path));
   ASSIGN_OR_RETURN(ObjectInfo info, client_->Head(at));
-  return FileStat{info.size, info.mtime_ns, info.etag};
+  return StatOf(info);
 }
 
 absl::StatusOr<std::string> S3Env::ReadWholeFile(const std::string& path) {
@@ -230,19 +233,16 @@ absl::StatusOr<std::vector<Env::Listed>> S3Env::GlobWithStats(const std::string&
   ASSIGN_OR_RETURN(S3Path at, ParseS3Path(pattern));
   const std::string prefix = GlobPrefix(at.key);
   std::vector<Listed> out;
-  auto stat_of = [](const ObjectInfo& info) {
-    return FileStat{info.size, info.mtime_ns, info.etag};
-  };
   if (prefix == at.key) {  // no wildcard: the object itself, if it exists
     absl::StatusOr<ObjectInfo> info = client_->Head(at);
-    if (info.ok()) out.push_back({pattern, stat_of(*info)});
+    if (info.ok()) out.push_back({pattern, StatOf(*info)});
     if (!info.ok() && !absl::IsNotFound(info.status())) return info.status();
     return out;
   }
   ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, client_->List(at.bucket, prefix));
   for (const ObjectInfo& object : objects) {
     if (!s3::GlobMatch(at.key, object.key)) continue;
-    out.push_back({S3Path{at.bucket, object.key}.ToString(), stat_of(object)});
+    out.push_back({S3Path{at.bucket, object.key}.ToString(), StatOf(object)});
   }
   std::sort(out.begin(), out.end(),
             [](const Listed& a, const Listed& b) { return a.path < b.path; });
