@@ -19,17 +19,23 @@ done
 fuzz_one() {
   local t=$1 start=$SECONDS
   mkdir -p "$build/corpus/$t" "$build/artifacts/$t"
+  # The target's scratch file (fuzz_util.h) goes in a directory of its own, removed after the run:
+  # libFuzzer ends some runs (a timeout, -max_total_time) without the exit handler that removes it.
+  local scratch="$build/scratch/$t"
+  rm -rf "$scratch" && mkdir -p "$scratch"
   echo "fuzz: $t for ${seconds}s" >&2
   # -rss_limit_mb and -malloc_limit_mb: an input that makes the code allocate more than this is a
   # bug (a length field trusted before it is checked). -timeout: one input taking seconds is one.
-  if ! nice "$build/fuzz/${t}_fuzzer" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+  if ! TMPDIR="$scratch" nice "$build/fuzz/${t}_fuzzer" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
       -malloc_limit_mb=1024 -max_len=65536 -print_final_stats=1 \
       -artifact_prefix="$build/artifacts/$t/" "$build/corpus/$t" "$root/fuzz/corpus/$t" \
       >"$build/artifacts/$t.log" 2>&1; then
+    rm -rf "$scratch"
     tail -60 "$build/artifacts/$t.log" >&2
     echo "fuzz: $t FAILED; the input is in $build/artifacts/$t/" >&2
     return 1
   fi
+  rm -rf "$scratch"
   echo "fuzz: $t passed in $((SECONDS - start))s ($(grep -E '^stat::number_of_executed_units' \
     "$build/artifacts/$t.log" | tail -1 | tr -s ' '))" >&2
 }
