@@ -231,9 +231,11 @@ def test_the_request_benchmark_runs_as_documented_and_a_producer_asks_no_head():
          "--records", "300"], capture_output=True, text=True, timeout=150, check=True).stdout
     rows = {(r["job"], r["phase"]): r["requests"]
             for r in map(json.loads, (line for line in out.splitlines() if line.startswith("{")))}
+    # A producer asks for the index of the object its first batch needs (and, meanwhile, of
+    # those of the other tasks it holds): at least one, at most each object's once.
     for job in ("first", "second"):
         producer = rows[(job, "producer, to the first batch")]
-        assert producer["HEAD data"] == 0 and producer["GET index"] == 3, out
+        assert producer["HEAD data"] == 0 and 1 <= producer["GET index"] <= 3, out
         assert producer["PUT index"] == 0 and producer["GET list"] == 0, out
     # The first job's creation lists the objects (each one's size, Last-Modified and ETag come
     # with the listing), looks for their indexes (3 GETs, none there), scans each object in one

@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <cstdio>
+#include <thread>
+#include <vector>
 
 #include "croupier/tfrecord.h"
 #include "absl/time/clock.h"
@@ -47,6 +49,97 @@ TEST(DatasetTest, MissingFileIsNotFound) {
   IndexCache cache(tmp.Join("cache"));
   auto ds = Dataset::Open({tmp.Join("absent.tfrecord")}, cache);
   EXPECT_TRUE(absl::IsNotFound(ds.status())) << ds.status();
+}
+
+// An object's ETag, as OpenCountingEnv's Stat gives it.
+constexpr char kEtag[] = "\"e\"";
+
+// Files of `counts` records each, in `dir`; `known` gets each one's Stat, with kEtag for all but
+// the first (objects of a store, as a job's FileInfo names them).
+std::vector<std::string> WriteFiles(const ScopedTempDir& dir, const std::vector<int>& counts,
+                                    std::vector<FileStat>* known) {
+  std::vector<std::string> files;
+  for (size_t f = 0; f < counts.size(); ++f) {
+    files.push_back(dir.Join("f" + std::to_string(f)));
+    auto w = *RecordWriter::Create(files.back());
+    for (int r = 0; r < counts[f]; ++r) EXPECT_TRUE(w->Write(std::to_string(f * 100 + r)).ok());
+    EXPECT_TRUE(w->Close().ok());
+    FileStat st = *Env::Default()->Stat(files.back());
+    if (f > 0) st.etag = kEtag;
+    known->push_back(st);
+  }
+  return files;
+}
+
+// A producer's dataset: the objects' indexes are read when a batch first needs them, each once
+// however many threads ask for it at once; a file that is not an object is indexed at once.
+TEST(DatasetTest, OpenKnownIndexesAnObjectWhenFirstAskedAndOnce) {
+  ScopedTempDir tmp;
+  std::vector<FileStat> known;
+  const std::vector<std::string> files = WriteFiles(tmp, {3, 2, 4, 1}, &known);
+  croupier::testing::OpenCountingEnv env(kEtag);
+  IndexCache cache(tmp.Join("cache"), &env);
+  auto ds = Dataset::OpenKnown(files, known, {3, 2, 4, 1}, cache);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  EXPECT_TRUE((*ds)->loaded(0));
+  EXPECT_EQ(env.opened(files[0]), 1);
+  for (size_t f = 1; f < 4; ++f) {
+    EXPECT_FALSE((*ds)->loaded(f)) << f;
+    EXPECT_EQ(env.opened(files[f]), 0) << f;
+    EXPECT_EQ((*ds)->path(f), files[f]);
+  }
+  EXPECT_EQ((*ds)->num_records(), 10u);
+  EXPECT_EQ((*ds)->Locate(5).file, 2u);
+  EXPECT_EQ((*ds)->Locate(5).record, 0u);
+
+  std::vector<std::thread> threads;
+  std::atomic<int> failed{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      const std::vector<size_t> wanted = {3, 2, 3};
+      if (!(*ds)->Load(wanted).ok()) ++failed;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(env.opened(files[2]), 1);
+  EXPECT_EQ(env.opened(files[3]), 1);
+  EXPECT_EQ(env.opened(files[1]), 0);
+  EXPECT_FALSE((*ds)->loaded(1));
+  EXPECT_EQ((*ds)->index(2).num_records(), 4u);
+  EXPECT_EQ((*ds)->index(3).path, files[3]);
+}
+
+// An object that no longer holds the records the job counted, or is gone, fails the Load that
+// needs it, naming it, and every Load of it after; the first in the order asked is the one named.
+TEST(DatasetTest, OpenKnownNamesAnObjectThatChangedOrIsGoneWhenItIsLoaded) {
+  ScopedTempDir tmp;
+  std::vector<FileStat> known;
+  std::vector<std::string> files = WriteFiles(tmp, {3, 2}, &known);
+  files.push_back(tmp.Join("gone"));
+  known.push_back(FileStat{100, 1, kEtag});
+  croupier::testing::OpenCountingEnv env(kEtag);
+  IndexCache cache(tmp.Join("cache"), &env);
+  auto ds = Dataset::OpenKnown(files, known, {3, 5, 7}, cache);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  EXPECT_EQ((*ds)->num_records(), 15u);
+  const std::vector<size_t> first = {0};
+  EXPECT_TRUE((*ds)->Load(first).ok());
+  const std::vector<size_t> changed = {1};
+  for (int i = 0; i < 2; ++i) {
+    absl::Status s = (*ds)->Load(changed);
+    EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+    EXPECT_THAT(s.message(), ::testing::HasSubstr(files[1] + " holds 2 records but held 5 when the "
+                                                  "job was created: the file changed since"));
+  }
+  const std::vector<size_t> gone_first = {2, 1};
+  absl::Status s = (*ds)->Load(gone_first);
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  EXPECT_THAT(s.message(), ::testing::HasSubstr(files[2]));
+  const std::vector<size_t> changed_first = {0, 1, 2};
+  EXPECT_TRUE(absl::IsFailedPrecondition((*ds)->Load(changed_first)));
+  EXPECT_FALSE((*ds)->loaded(1));
+  EXPECT_FALSE((*ds)->loaded(2));
 }
 
 // The default Env, whose Stat answers as slowly as an object store's HEAD, counting the calls

@@ -399,8 +399,11 @@ RecordCache::~RecordCache() {
 }
 
 uint32_t RecordCache::FileId(const RecordIndex& index) {
-  return FileIdOf(absl::StrCat(index.path, "\n", index.file_size, "\n", index.mtime_ns),
-                  /*opened=*/true);
+  return FileId(index.path, index.file_size, index.mtime_ns);
+}
+
+uint32_t RecordCache::FileId(const std::string& path, uint64_t size, int64_t mtime_ns) {
+  return FileIdOf(absl::StrCat(path, "\n", size, "\n", mtime_ns), /*opened=*/true);
 }
 
 uint32_t RecordCache::FileIdOf(const std::string& identity, bool opened) {

@@ -95,6 +95,9 @@ class RecordCache {
   // records; a file that changed gets a new number, so stale records are never returned. The
   // file counts as opened by a job of this process: its kept records are never evicted.
   uint32_t FileId(const RecordIndex& index);
+  // The same for the file `path` of that size and modification time, before its index is
+  // loaded: the number FileId(index) gives once it is.
+  uint32_t FileId(const std::string& path, uint64_t size, int64_t mtime_ns);
 
   // The cached data of record `record` of file `file`, or nullopt (a miss). In memory, the view
   // points into the cache and stays valid as long as the cache; in a directory, it points into

@@ -40,25 +40,21 @@ absl::StatusOr<std::unique_ptr<TfrecordBatchMaker>> TfrecordBatchMaker::Create(
 
   std::vector<std::string> paths;
   std::vector<FileStat> known;
+  std::vector<uint64_t> counts;
+  uint64_t records = 0;
   for (const v1::FileInfo& f : job.files()) {
     paths.push_back(f.path());
     known.push_back(FileStat{f.size_bytes(), f.mtime_ns(), f.etag()});
+    counts.push_back(f.num_records());
+    records += f.num_records();
   }
-  auto dataset = Dataset::Open(paths, known, cache);
-  if (!dataset.ok()) return Prefixed(dataset.status(), prefix);
-  for (int i = 0; i < job.files_size(); ++i) {
-    const uint64_t now = (*dataset)->index(i).num_records();
-    if (now != job.files(i).num_records()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          prefix, job.files(i).path(), " holds ", now, " records but held ",
-          job.files(i).num_records(), " when the job was created: the file changed since"));
-    }
-  }
-  if (job.num_records() != (*dataset)->num_records()) {
+  if (job.num_records() != records) {
     return absl::FailedPreconditionError(absl::StrCat(prefix, "the job counts ", job.num_records(),
-                                                      " records but its files hold ",
-                                                      (*dataset)->num_records()));
+                                                      " records but its files hold ", records));
   }
+  // The objects' indexes are loaded as batches need them (MakeRecords, RemoteBatches).
+  auto dataset = Dataset::OpenKnown(paths, known, counts, cache);
+  if (!dataset.ok()) return Prefixed(dataset.status(), prefix);
 
   if (budget == nullptr) budget = std::make_shared<FetchBudget>(kFetchAheadBytes);
   return std::unique_ptr<TfrecordBatchMaker>(
@@ -77,7 +73,8 @@ TfrecordBatchMaker::TfrecordBatchMaker(v1::JobInfo job, JobConfig config,
       env_(env != nullptr ? env : Env::Default()),
       files_(new File[dataset_->num_files()]),
       fetch_group_(
-          FetchGroupBatches(*dataset_, this->config().plan.batch_size, budget->capacity())),
+          FetchGroupBatches(*dataset_, this->job(), this->config().plan.batch_size,
+                            budget->capacity())),
       fetcher_(std::make_unique<RecordFetcher>(
           *dataset_,
           [this](size_t file) -> absl::StatusOr<const RandomAccessFile*> {
@@ -86,8 +83,14 @@ TfrecordBatchMaker::TfrecordBatchMaker(v1::JobInfo job, JobConfig config,
           },
           RecordFetcher::Options{.budget = budget, .fetch_threads = kFetchThreads})) {
   if (record_cache_ != nullptr) {
+    // An object not loaded yet is named as its index will name it (the job's size and
+    // modification time of it), so that its records kept from before count as this job's now.
     for (size_t i = 0; i < dataset_->num_files(); ++i) {
-      files_[i].cache_id = record_cache_->FileId(dataset_->index(i));
+      const v1::FileInfo& f = this->job().files(static_cast<int>(i));
+      files_[i].cache_id =
+          dataset_->loaded(i)
+              ? record_cache_->FileId(dataset_->index(i))
+              : record_cache_->FileId(dataset_->path(i), f.size_bytes(), f.mtime_ns());
     }
   }
 }
@@ -102,6 +105,16 @@ absl::StatusOr<const IndexedRecordFile*> TfrecordBatchMaker::OpenFile(size_t fil
   });
   if (!f.reader.ok()) return f.reader.status();
   return f.reader->get();
+}
+
+absl::Status TfrecordBatchMaker::LoadFiles(absl::Span<const Dataset::Location> locs) const {
+  std::vector<size_t> files;
+  for (const Dataset::Location& loc : locs) {
+    if (files.empty() || files.back() != loc.file) files.push_back(loc.file);
+  }
+  absl::Status loaded = dataset_->Load(files);
+  if (!loaded.ok()) return Prefixed(loaded, absl::StrCat("job '", job().spec().name(), "': "));
+  return absl::OkStatus();
 }
 
 std::unique_ptr<TfrecordBatchMaker::Scratch> TfrecordBatchMaker::GetScratch() const {
@@ -255,6 +268,7 @@ absl::StatusOr<Batch> TfrecordBatchMaker::MakeRecords(uint64_t epoch, uint64_t b
   std::unique_ptr<Scratch> scratch = GetScratch();
   scratch->locs.resize(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) scratch->locs[i] = dataset_->Locate(ids[i]);
+  RETURN_IF_ERROR(LoadFiles(scratch->locs));
   // On an error the builder holds part of a batch: the scratch is dropped rather than pooled.
   RETURN_IF_ERROR(AnyRemote(scratch->locs) ? AddFetchedRecords(epoch, batch, ids, *scratch)
                                            : AddRecords(ids, *scratch));

@@ -66,11 +66,16 @@ class TfrecordBatchMaker final : public BatchMaker {
   static constexpr int kFetchThreads = 4;
 
   // Opens the job's files (JobInfo.files: expanded paths, in global record order) as a Dataset
-  // through `cache`, and checks that they still hold the record counts the job was created with.
-  // Errors: FAILED_PRECONDITION naming the file whose record count changed (or a plan that
-  // disagrees with JobInfo.batches_per_epoch); INVALID_ARGUMENT for a bad feature or plan spec;
-  // errors of IndexCache::Get (NOT_FOUND for a missing file, DATA_LOSS for a corrupt one).
-  // `record_cache` may be null; otherwise it must outlive the maker. The records are read
+  // through `cache` (Dataset::OpenKnown), and checks that they still hold the record counts the
+  // job was created with. An object's index (a file whose FileInfo has an ETag) is loaded when
+  // a batch first needs it, so that a producer's first batch waits for its own objects' indexes
+  // only: its errors are that batch's. Errors: FAILED_PRECONDITION naming the file whose record
+  // count changed (or a plan that disagrees with JobInfo.batches_per_epoch); INVALID_ARGUMENT
+  // for a bad feature or plan spec; errors of IndexCache::Get (NOT_FOUND for a missing file,
+  // DATA_LOSS for a corrupt one). `cache` must outlive the maker. A task's objects' indexes are
+  // loaded together (16 at a time) as its producer is given it (WillMake), with its reads ahead;
+  // an object no batch or task of the producer's needs is never asked for its index. `record_cache` may be null;
+  // otherwise it must outlive the maker. The records are read
   // through `env` (nullptr: Env::Default()), which must outlive the maker. The bytes fetched
   // ahead are taken from `budget` (nullptr: one of the maker's own, of kFetchAheadBytes).
   static absl::StatusOr<std::unique_ptr<TfrecordBatchMaker>> Create(
@@ -117,6 +122,10 @@ class TfrecordBatchMaker final : public BatchMaker {
   // a record that does not match the feature specs, and I/O errors of reading the files.
   absl::StatusOr<Batch> MakeRecords(uint64_t epoch, uint64_t batch,
                                     absl::Span<const uint64_t> ids) const override;
+  // Loads the indexes of the files of `locs` not loaded yet (objects'): Dataset::Load's error,
+  // prefixed with the job's name.
+  absl::Status LoadFiles(absl::Span<const Dataset::Location> locs) const;
+  // Precondition: the file's index is loaded.
   absl::StatusOr<const IndexedRecordFile*> OpenFile(size_t file) const;
   // `status` prefixed with the record's place: "record 7 of /data/a.tfrecord (byte 1234): ".
   absl::Status RecordError(size_t file, uint64_t record, const absl::Status& status) const;
@@ -143,9 +152,10 @@ class TfrecordBatchMaker final : public BatchMaker {
   // Reads records [loc.record, loc.record + count) of a file with one read and adds them.
   absl::Status AddRun(const Dataset::Location& loc, size_t count, Scratch& scratch) const;
   // The remote path (tfrecord_maker_fetch.cc).
-  // fetch_group_ for a dataset, batch size and bytes that may be fetched ahead.
-  static uint64_t FetchGroupBatches(const Dataset& dataset, uint64_t batch_size,
-                                    uint64_t ahead_bytes);
+  // fetch_group_ for a job's dataset, batch size and bytes that may be fetched ahead (the sizes
+  // of objects not loaded yet from the job's FileInfo).
+  static uint64_t FetchGroupBatches(const Dataset& dataset, const v1::JobInfo& job,
+                                    uint64_t batch_size, uint64_t ahead_bytes);
   // Whether any of the records at `locs` is in a remote file (opening the files not yet open).
   bool AnyRemote(absl::Span<const Dataset::Location> locs) const;
   // Of the records at `locs`, those to fetch from remote files: not in the record cache. Their

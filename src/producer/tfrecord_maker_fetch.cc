@@ -15,10 +15,13 @@
 
 namespace croupier {
 
-uint64_t TfrecordBatchMaker::FetchGroupBatches(const Dataset& dataset, uint64_t batch_size,
-                                               uint64_t ahead_bytes) {
+uint64_t TfrecordBatchMaker::FetchGroupBatches(const Dataset& dataset, const v1::JobInfo& job,
+                                               uint64_t batch_size, uint64_t ahead_bytes) {
   uint64_t bytes = 0;
-  for (size_t f = 0; f < dataset.num_files(); ++f) bytes += dataset.index(f).file_size;
+  for (size_t f = 0; f < dataset.num_files(); ++f) {
+    bytes += dataset.loaded(f) ? dataset.index(f).file_size
+                               : job.files(static_cast<int>(f)).size_bytes();
+  }
   const uint64_t records = std::max<uint64_t>(dataset.num_records(), 1);
   const uint64_t batch_bytes = std::max<uint64_t>(bytes / records * batch_size, 1);
   return std::clamp(kFetchGroupBytes / batch_bytes, kFetchAheadBatches,
@@ -85,13 +88,22 @@ RecordFetcher::Batches TfrecordBatchMaker::RemoteBatches(uint64_t epoch, uint64_
   RecordFetcher::Batches batches;
   absl::StatusOr<EpochPlan> plan = EpochPlan::Create(config().plan, epoch);
   if (!plan.ok()) return batches;  // Make reports it
-  std::vector<uint64_t> ids(config().plan.batch_size);
-  std::vector<Dataset::Location> locs(ids.size());
+  const size_t size = config().plan.batch_size;
+  std::vector<uint64_t> ids(size);
+  std::vector<Dataset::Location> locs((end - first) * size);
   for (uint64_t g = first; g < end; ++g) {
     plan->BatchRecords(g, absl::MakeSpan(ids));
-    for (size_t i = 0; i < ids.size(); ++i) locs[i] = dataset_->Locate(ids[i]);
-    if (!AnyRemote(locs)) continue;
-    batches.emplace_back(RecordFetcher::Key{epoch, g}, ToFetch(locs, nullptr));
+    for (size_t i = 0; i < size; ++i) locs[(g - first) * size + i] = dataset_->Locate(ids[i]);
+  }
+  // The objects' indexes of all the batches at once (at most 16 requests at a time), rather
+  // than one batch's after another's.
+  const bool loaded = LoadFiles(locs).ok();
+  for (uint64_t g = first; g < end; ++g) {
+    const absl::Span<const Dataset::Location> batch =
+        absl::MakeConstSpan(locs).subspan((g - first) * size, size);
+    // A file that cannot be loaded: Make reports it.
+    if ((!loaded && !LoadFiles(batch).ok()) || !AnyRemote(batch)) continue;
+    batches.emplace_back(RecordFetcher::Key{epoch, g}, ToFetch(batch, nullptr));
   }
   return batches;
 }

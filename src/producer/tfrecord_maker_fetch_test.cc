@@ -10,12 +10,15 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "src/common/env.h"
 #include "src/common/testing.h"
 #include "src/io/tfrecord_format.h"
 #include "src/producer/producer_testing.h"
 #include "src/producer/task_runner.h"
 #include "src/producer/tfrecord_maker.h"
+#include "src/testing/forwarding_env.h"
 
 namespace croupier {
 namespace {
@@ -114,6 +117,51 @@ TEST_F(ProducerPrefetchTest, AGivenTaskIsFetchedBeforeItsFirstBatchIsAskedFor) {
   EXPECT_EQ(maker->fetch_stats().ahead_used, 8u);
   EXPECT_EQ(maker->fetch_stats().fetched_now, 0u);
   EXPECT_EQ(maker->fetch_stats().ahead_bytes, 0u);
+}
+
+// A job's objects (files whose FileInfo has an ETag) are not asked for their indexes when the
+// maker is created: a batch loads those of its own objects, and a task given to the producer
+// those of its batches, with its reads ahead. An object whose index no longer holds the count the
+// job was created with fails the batches that need it, naming it.
+TEST_F(ProducerPrefetchTest, AnObjectsIndexIsLoadedByTheFirstBatchOrTaskThatNeedsIt) {
+  JobOptions options;
+  options.shuffle = "none";
+  v1::JobInfo job = MakeJob(paths_, counts_, options);
+  for (v1::FileInfo& f : *job.mutable_files()) {
+    const FileStat st = *Env::Default()->Stat(f.path());
+    f.set_size_bytes(st.size);
+    f.set_mtime_ns(st.mtime_ns);
+    f.set_etag("\"e\"");
+  }
+  GatedEnv env(/*remote=*/true);
+  croupier::testing::OpenCountingEnv counting("\"e\"");
+  IndexCache fresh(tmp_.Join("fresh-index"), &counting);
+  auto maker = TfrecordBatchMaker::Create(job, fresh, nullptr, &env);
+  ASSERT_TRUE(maker.ok()) << maker.status();
+  EXPECT_EQ(counting.opened(paths_[0]), 0);
+  EXPECT_EQ(counting.opened(paths_[1]), 0);
+  ExpectSameBatch(**maker, 3);  // records 12-15, in the first file
+  EXPECT_EQ(counting.opened(paths_[0]), 1);
+  EXPECT_EQ(counting.opened(paths_[1]), 0);
+  EXPECT_FALSE((*maker)->dataset().loaded(1));
+  // Batches 24-31 hold records 96-127, in both files.
+  (*maker)->WillMake(MakeTask(1, "train", 0, 24, 8));
+  EXPECT_TRUE(WaitFor([&] { return (*maker)->dataset().loaded(1); }));
+  for (uint64_t g = 24; g < 32; ++g) ExpectSameBatch(**maker, g);
+  EXPECT_EQ(counting.opened(paths_[0]), 1);
+  EXPECT_EQ(counting.opened(paths_[1]), 1);
+
+  // The job counted 64 records in the second file, which holds 60.
+  v1::JobInfo changed = MakeJob(paths_, {100, 64}, options);
+  for (int i = 0; i < 2; ++i) *changed.mutable_files(i) = job.files(i);
+  changed.mutable_files(1)->set_num_records(64);
+  auto stale = TfrecordBatchMaker::Create(changed, fresh, nullptr, &env);
+  ASSERT_TRUE(stale.ok()) << stale.status();
+  EXPECT_TRUE((*stale)->Make(0, 3).ok());
+  auto failed = (*stale)->Make(0, 30);
+  EXPECT_TRUE(absl::IsFailedPrecondition(failed.status())) << failed.status();
+  EXPECT_THAT(std::string(failed.status().message()),
+              ::testing::HasSubstr(paths_[1] + " holds 60 records but held 64"));
 }
 
 TEST_F(ProducerPrefetchTest, ATaskTakenAwayFreesWhatWasFetchedForIt) {

@@ -6,8 +6,11 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "src/common/env.h"
 
 namespace croupier::testing {
@@ -55,6 +58,37 @@ class ForwardingEnv : public Env {
 
  private:
   Env* const base_;
+};
+
+// Env::Default(), counting the opens for reading of each path: a scan of a data file to index
+// it opens it once, a read of its index from a cache opens the cache's file. Its Stat gives
+// every file the ETag `etag` (when set), as an object store's would, so that a local file can
+// stand for an object a job names with that ETag.
+class OpenCountingEnv final : public ForwardingEnv {
+ public:
+  explicit OpenCountingEnv(std::string etag = "") : etag_(std::move(etag)) {}
+  absl::StatusOr<FileStat> Stat(const std::string& p) override {
+    absl::StatusOr<FileStat> st = base()->Stat(p);
+    if (st.ok() && !etag_.empty()) st->etag = etag_;
+    return st;
+  }
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRead(const std::string& p) override {
+    {
+      absl::MutexLock lock(&mu_);
+      ++opened_[p];
+    }
+    return base()->OpenForRead(p);
+  }
+  int opened(const std::string& p) {
+    absl::MutexLock lock(&mu_);
+    auto it = opened_.find(p);
+    return it == opened_.end() ? 0 : it->second;
+  }
+
+ private:
+  const std::string etag_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, int> opened_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace croupier::testing
