@@ -2,12 +2,13 @@
 """What a TFRecord job on objects asks of the store, phase by phase (issue 35): the requests in
 moto's request log while `create_job` runs, while the producer opens the job and makes the
 first batch, and for the rest of the epoch, by kind (HEAD or GET of a data object, GET or PUT of
-an index object, listings), with each phase's time; then each phase again as a JSON object.
+an index object or of the pattern's kept record counts, listings), with each phase's time; then
+each phase again as a JSON object.
 
 Two jobs run on the same objects, each with a new dispatcher, producer and empty local index
 cache ($CROUPIER_INDEX_DIR): `first` finds no index anywhere (the dispatcher scans every object
-and stores its index in the store), `second` finds the indexes the first stored (every job after
-the first on the same objects). One consumer (world 1), shuffle none, one epoch.
+and stores its index and the pattern's record counts in the store), `second` finds what the first
+stored (every job after the first on the same objects). One consumer (world 1), shuffle none, one epoch.
 
     .venv/bin/python bench/bench_s3_requests.py --files 64 --records 20000
 """
@@ -31,7 +32,8 @@ from service_cluster import synth_dataset  # noqa: E402
 
 FEATURES = "id:int64,label:int64,image:bytes"
 BUCKET = "croupier-requests"
-KINDS = [("HEAD", "data"), ("GET", "data"), ("GET", "index"), ("PUT", "index"), ("GET", "list")]
+KINDS = [("HEAD", "data"), ("GET", "data"), ("GET", "index"), ("PUT", "index"), ("GET", "counts"),
+         ("PUT", "counts"), ("GET", "list")]
 REQUEST = re.compile(r'"(GET|HEAD|PUT|POST) (\S+)')
 COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -44,7 +46,8 @@ def count(lines):
         if not m:
             continue
         path = m.group(2)
-        kind = ("index" if ".croupier-index" in path
+        kind = ("counts" if path.endswith(".crcounts")
+                else "index" if ".croupier-index" in path
                 else "list" if "list-type" in path else "data")
         out[(m.group(1), kind)] += 1
     return out

@@ -7,6 +7,7 @@ delivered but the shared record indexes (a few percent).
 Every test bounds its time and stops every process it started."""
 import json
 import pathlib
+import re
 import subprocess
 import sys
 import time
@@ -192,10 +193,14 @@ def test_the_dispatcher_keeps_each_objects_index_in_the_store(tmp_path, store, m
     assert not any(name.startswith("croupier_s3_batches") for name in counters), counters
     keys = [o["Key"] for o in store.s3().list_objects_v2(
         Bucket=BUCKET, Prefix=".croupier-index/")["Contents"]]
-    assert sorted(keys) == sorted(
+    assert sorted(k for k in keys if k.endswith(".crindex")) == sorted(
         f".croupier-index/{BUCKET}/train/{name}.crindex"
         for name in ("part-00000-of-00003.tfrecord", "part-00001-of-00003.tfrecord",
                      "part-00002-of-00003.tfrecord"))
+    # And the pattern's record counts, beside them (docs/formats.md).
+    counts = [k for k in keys if not k.endswith(".crindex")]
+    assert len(counts) == 1 and re.fullmatch(
+        rf"\.croupier-index/{BUCKET}/train/pattern-[0-9a-f]{{8}}\.crcounts", counts[0]), keys
 
 
 @pytest.mark.timeout(180)
@@ -237,15 +242,20 @@ def test_the_request_benchmark_runs_as_documented_and_a_producer_asks_no_head():
         producer = rows[(job, "producer, to the first batch")]
         assert producer["HEAD data"] == 0 and 1 <= producer["GET index"] <= 3, out
         assert producer["PUT index"] == 0 and producer["GET list"] == 0, out
+        assert producer["GET counts"] == 0 and producer["PUT counts"] == 0, out
     # The first job's creation lists the objects (each one's size, Last-Modified and ETag come
-    # with the listing), looks for their indexes (3 GETs, none there), scans each object in one
-    # GET and asks its size after (3 HEADs: did it change meanwhile?), stores its index (3 PUTs),
-    # and reads one record to check the features (a 4th GET).
-    assert rows[("first", "create_job")] == {"HEAD data": 3, "GET data": 4, "GET index": 3,
-                                              "PUT index": 3, "GET list": 1}, out
-    # The second finds the indexes: the listing, their 3 GETs and the record checked, no HEAD.
-    assert rows[("second", "create_job")] == {"HEAD data": 0, "GET data": 1, "GET index": 3,
-                                               "PUT index": 0, "GET list": 1}, out
+    # with the listing), looks for the pattern's kept counts (a GET, none there) and for the
+    # objects' indexes (3 GETs, none there), scans each object in one GET and asks its size
+    # after (3 HEADs: did it change meanwhile?), stores its index (3 PUTs), reads one record to
+    # check the features (a 4th GET), and keeps the pattern's counts (a PUT).
+    assert rows[("first", "create_job")] == {
+        "HEAD data": 3, "GET data": 4, "GET index": 3, "PUT index": 3, "GET counts": 1,
+        "PUT counts": 1, "GET list": 1}, out
+    # The second finds the counts kept: the listing, their GET, the index of the object whose
+    # record it checks and that record. No HEAD, no other index.
+    assert rows[("second", "create_job")] == {
+        "HEAD data": 0, "GET data": 1, "GET index": 1, "PUT index": 0, "GET counts": 1,
+        "PUT counts": 0, "GET list": 1}, out
 
 
 def read_until_it_fails(cluster, job, change):

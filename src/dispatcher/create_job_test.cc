@@ -1,15 +1,20 @@
 // CreateJob and GetJob against real TFRecord files.
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/dispatcher/job_builder.h"
 #include "src/dispatcher/job_spec.h"
+#include "src/dispatcher/kept_counts.h"
 #include "src/dispatcher/test_util.h"
+#include "src/common/status_macros.h"
 #include "src/testing/forwarding_env.h"
 
 namespace croupier {
@@ -114,12 +119,27 @@ TEST_F(DispatcherCreateJobTest, TheAutomaticTaskSizeComesFromTheDataAndAGivenOne
 }
 
 // An Env whose glob lists files as an object store's listing does, each with its size,
-// modification time and an ETag, and which counts the Stats asked of it.
+// modification time and an ETag, and which counts the Stats asked of it. Given `shared`, it keeps
+// the files derived from others there, as a store keeps them beside its objects, and counts the
+// record indexes read (from a cache or from there).
 class ListingEnv final : public testing::ForwardingEnv {
  public:
+  explicit ListingEnv(std::string shared = "") : shared_(std::move(shared)) {}
   absl::StatusOr<FileStat> Stat(const std::string& p) override {
     ++stats;
     return StatOf(p);
+  }
+  std::string SharedDerivedPath(const std::string& p, absl::string_view suffix) override {
+    return shared_.empty() ? "" : absl::StrCat(shared_, p, suffix);
+  }
+  absl::Status WriteFileAtomically(const std::string& p, absl::string_view bytes) override {
+    RETURN_IF_ERROR(CreateDirs(std::filesystem::path(p).parent_path().string()));
+    return ForwardingEnv::WriteFileAtomically(p, bytes);
+  }
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRead(const std::string& p) override {
+    auto file = ForwardingEnv::OpenForRead(p);
+    if (file.ok() && absl::EndsWith(p, ".crindex")) ++index_reads;
+    return file;
   }
   absl::StatusOr<std::vector<Listed>> GlobWithStats(const std::string& p) override {
     absl::StatusOr<std::vector<Listed>> out = ForwardingEnv::GlobWithStats(p);
@@ -131,13 +151,18 @@ class ListingEnv final : public testing::ForwardingEnv {
     }
     return out;
   }
-  // What the store says of a file, in a listing or asked alone: an ETag too.
+  // What the store says of a file, in a listing or asked alone: an ETag too, which changes with
+  // the file's size.
   absl::StatusOr<FileStat> StatOf(const std::string& p) {
     absl::StatusOr<FileStat> st = ForwardingEnv::Stat(p);
-    if (st.ok()) st->etag = "\"etag of " + p + "\"";
+    if (st.ok()) st->etag = absl::StrCat("\"etag of ", p, " of ", st->size, " bytes\"");
     return st;
   }
   std::atomic<int> stats{0};
+  std::atomic<int> index_reads{0};
+
+ private:
+  const std::string shared_;
 };
 
 TEST_F(DispatcherCreateJobTest, AJobOnListedFilesTakesTheirStatsFromTheListing) {
@@ -157,8 +182,70 @@ TEST_F(DispatcherCreateJobTest, AJobOnListedFilesTakesTheirStatsFromTheListing) 
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ(env.stats.load(), 0);
   ASSERT_EQ(second->files_size(), 2);
-  EXPECT_EQ(second->files(1).etag(), "\"etag of " + dir_.Join("data/part-1.tfrecord") + "\"");
+  EXPECT_EQ(second->files(1).etag(), (*env.StatOf(dir_.Join("data/part-1.tfrecord"))).etag);
   EXPECT_EQ(second->num_records(), 23u);
+}
+
+// The first job on a pattern of objects keeps their record counts in the store; the next job
+// on it, on another dispatcher (an empty index cache), reads them instead of every object's
+// index: only the index of the file whose first record it checks. An object written again since
+// is not taken from them: that job indexes the files and keeps the new counts.
+TEST_F(DispatcherCreateJobTest, ASecondJobOnAPatternTakesTheCountsTheFirstKept) {
+  WriteData({10, 0, 13});
+  ListingEnv env(dir_.Join("store/"));
+  absl::StatusOr<v1::JobSpec> spec = NormalizeJobSpec(Spec("train", 2, 3));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const std::string kept = KeptCountsPath(env, spec->files(0));
+  ASSERT_FALSE(kept.empty());
+  IndexCache first_cache(dir_.Join("index-1"), &env);
+  absl::StatusOr<v1::JobInfo> first = BuildJobInfo(*spec, first_cache, env, 0);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(std::filesystem::exists(kept)) << kept;
+
+  env.index_reads = 0;
+  IndexCache second_cache(dir_.Join("index-2"), &env);
+  absl::StatusOr<v1::JobInfo> second = BuildJobInfo(*spec, second_cache, env, 0);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->ShortDebugString(), first->ShortDebugString());
+  EXPECT_EQ(env.index_reads.load(), 1);  // part-0's, whose record 0 is checked
+
+  testing::WriteTestFile(dir_.Join("data/part-2.tfrecord"), 10, 15);
+  env.index_reads = 0;
+  IndexCache third_cache(dir_.Join("index-3"), &env);
+  absl::StatusOr<v1::JobInfo> third = BuildJobInfo(*spec, third_cache, env, 0);
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_EQ(third->files(2).num_records(), 15u);
+  EXPECT_EQ(third->num_records(), 25u);
+  // Each file's kept index: part-2's no longer matches it, so it is scanned.
+  EXPECT_EQ(env.index_reads.load(), 3);
+  absl::StatusOr<std::string> bytes = ReadFileToString(*Env::Default(), kept);
+  ASSERT_TRUE(bytes.ok());
+  absl::StatusOr<v1::KeptCounts> counts = ParseKeptCounts(*bytes, kept);
+  ASSERT_TRUE(counts.ok()) << counts.status();
+  ASSERT_EQ(counts->files_size(), 3);
+  EXPECT_EQ(counts->files(2).num_records(), 15u);
+  EXPECT_EQ(counts->pattern(), spec->files(0));
+}
+
+// Kept bytes that are not a pattern's counts are refused, naming where they were read.
+TEST(KeptCountsTest, BadBytesAreDataLossNamingTheirSource) {
+  v1::KeptCounts counts;
+  counts.set_pattern("s3://b/d/*.tfrecord");
+  v1::FileInfo* f = counts.add_files();
+  f->set_path("s3://b/d/a.tfrecord");
+  f->set_num_records(7);
+  f->set_etag("\"e\"");
+  const std::string bytes = SerializeKeptCounts(counts);
+  absl::StatusOr<v1::KeptCounts> back = ParseKeptCounts(bytes, "s3://x");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->ShortDebugString(), counts.ShortDebugString());
+  for (const std::string& bad :
+       {bytes.substr(0, 10), "XRCOUNT1" + bytes.substr(8), bytes.substr(0, bytes.size() - 1) + "?",
+        std::string("CRCOUNT1") + "\xff\xff\xff"}) {
+    absl::StatusOr<v1::KeptCounts> got = ParseKeptCounts(bad, "s3://x");
+    EXPECT_TRUE(absl::IsDataLoss(got.status())) << got.status();
+    EXPECT_THAT(std::string(got.status().message()), HasSubstr("kept counts s3://x are invalid"));
+  }
 }
 
 TEST_F(DispatcherCreateJobTest, GetUnknownJob) {

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -13,6 +15,7 @@
 #include "croupier/plan.h"
 #include "src/common/status_macros.h"
 #include "src/dispatcher/job_spec.h"
+#include "src/dispatcher/kept_counts.h"
 #include "src/io/indexed_dataset.h"
 #include "src/job/job.h"
 #include "src/job/token_job.h"
@@ -58,6 +61,9 @@ std::string GlobFailure(Env& env, const std::string& pattern, const absl::Status
 struct Expanded {
   std::vector<std::string> files;
   std::vector<FileStat> known;
+  // Each pattern, with the end of its matches in `files` (they start where the previous
+  // pattern's end).
+  std::vector<std::pair<std::string, size_t>> patterns;
 };
 
 absl::StatusOr<Expanded> ExpandPatterns(const v1::JobSpec& spec, Env& env) {
@@ -83,15 +89,36 @@ absl::StatusOr<Expanded> ExpandPatterns(const v1::JobSpec& spec, Env& env) {
       out.files.push_back(std::move(match.path));
       out.known.push_back(match.stat.value_or(FileStat{}));
     }
+    out.patterns.emplace_back(pattern, out.files.size());
   }
   return out;
+}
+
+// The record count of every file, as kept for each pattern (kept_counts.h), or nullopt unless
+// every pattern's are.
+std::optional<std::vector<uint64_t>> KeptCountsOf(const Expanded& expanded, Env& env) {
+  std::vector<uint64_t> counts;
+  size_t begin = 0;
+  for (const auto& [pattern, end] : expanded.patterns) {
+    const absl::Span<const std::string> files =
+        absl::MakeConstSpan(expanded.files).subspan(begin, end - begin);
+    const absl::Span<const FileStat> known =
+        absl::MakeConstSpan(expanded.known).subspan(begin, end - begin);
+    std::optional<std::vector<uint64_t>> kept = ReadKeptCounts(env, pattern, files, known);
+    if (!kept.has_value()) return std::nullopt;
+    counts.insert(counts.end(), kept->begin(), kept->end());
+    begin = end;
+  }
+  return counts;
 }
 
 // Checks the spec's features against the first record of the first file that has one.
 absl::Status CheckFeatures(const std::vector<FeatureSpec>& features, const Dataset& dataset) {
   size_t f = 0;
-  while (f < dataset.num_files() && dataset.index(f).num_records() == 0) ++f;
+  while (f < dataset.num_files() && dataset.first_id(f + 1) == dataset.first_id(f)) ++f;
   if (f == dataset.num_files()) return absl::OkStatus();  // no records: the plan check refuses
+  const size_t first[] = {f};
+  RETURN_IF_ERROR(dataset.Load(first));
   ASSIGN_OR_RETURN(auto file, IndexedRecordFile::Open(dataset.shared_index(f)));
   std::string buffer;
   ASSIGN_OR_RETURN(absl::string_view record, file->Read(0, buffer));
@@ -215,7 +242,15 @@ absl::StatusOr<v1::JobInfo> Build(const v1::JobSpec& spec, IndexCache& cache, En
   if (spec.source() == v1::SOURCE_KIND_TOKENS) return BuildTokens(spec, env, rounds_per_task);
   ASSIGN_OR_RETURN(Expanded expanded, ExpandPatterns(spec, env));
   const std::vector<std::string>& files = expanded.files;
-  ASSIGN_OR_RETURN(std::unique_ptr<Dataset> dataset, Dataset::Open(files, expanded.known, cache));
+  // With every count kept, only the index of the file whose first record is checked is read;
+  // otherwise every file is indexed, and the counts are kept for the next job.
+  const std::optional<std::vector<uint64_t>> kept = KeptCountsOf(expanded, env);
+  std::unique_ptr<Dataset> dataset;
+  if (kept.has_value()) {
+    ASSIGN_OR_RETURN(dataset, Dataset::OpenKnown(files, expanded.known, *kept, cache));
+  } else {
+    ASSIGN_OR_RETURN(dataset, Dataset::Open(files, expanded.known, cache));
+  }
   ASSIGN_OR_RETURN(std::vector<FeatureSpec> features, ParseFeatureSpecs(spec.features()));
   RETURN_IF_ERROR(CheckExampleFeatureSpecs(features));
   if (dataset->num_records() == 0) {
@@ -228,21 +263,34 @@ absl::StatusOr<v1::JobInfo> Build(const v1::JobSpec& spec, IndexCache& cache, En
   RETURN_IF_ERROR(CheckStartBatch(spec, plan));
   v1::JobInfo info;
   *info.mutable_spec() = spec;
+  uint64_t file_bytes = 0;
   for (size_t f = 0; f < dataset->num_files(); ++f) {
     v1::FileInfo* file = info.add_files();
-    const RecordIndex& index = dataset->index(f);
-    file->set_path(index.path);
-    file->set_num_records(index.num_records());
-    file->set_size_bytes(index.file_size);
-    file->set_mtime_ns(index.mtime_ns);
-    file->set_etag(index.etag);
+    // An index not loaded is an object's, whose listing gave its stat (as its index would).
+    const FileStat st =
+        dataset->loaded(f) ? FileStat{dataset->index(f).file_size, dataset->index(f).mtime_ns,
+                                      dataset->index(f).etag}
+                           : expanded.known[f];
+    file->set_path(dataset->path(f));
+    file->set_num_records(dataset->first_id(f + 1) - dataset->first_id(f));
+    file->set_size_bytes(st.size);
+    file->set_mtime_ns(st.mtime_ns);
+    file->set_etag(st.etag);
+    file_bytes += st.size;
+  }
+  if (!kept.has_value()) {
+    size_t begin = 0;
+    for (const auto& [pattern, end] : expanded.patterns) {
+      WriteKeptCounts(env, pattern,
+                      std::vector<v1::FileInfo>(info.files().begin() + begin,
+                                                info.files().begin() + end));
+      begin = end;
+    }
   }
   info.set_num_records(dataset->num_records());
   info.set_batches_per_epoch(plan.num_batches());
   info.set_steps_per_epoch(plan.steps_per_consumer());
   if (rounds_per_task == 0) {
-    uint64_t file_bytes = 0;
-    for (size_t f = 0; f < dataset->num_files(); ++f) file_bytes += dataset->index(f).file_size;
     const uint64_t batch_bytes = file_bytes / dataset->num_records() * spec.batch_size();
     rounds_per_task =
         AutoRoundsPerTask(plan.steps_per_consumer(), spec.num_consumers(), batch_bytes);
