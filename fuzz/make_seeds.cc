@@ -18,6 +18,7 @@
 #include "src/common/crc32c.h"
 #include "src/common/env.h"
 #include "src/dispatcher/journal.h"
+#include "src/dispatcher/kept_counts.h"
 #include "src/io/tfrecord_format.h"
 #include "src/producer/record_cache_file.h"
 #include "src/transport/compression.h"
@@ -165,6 +166,21 @@ void TokenIndexSeeds() {
   Write("token_index", "empty", EncodeTokenIndex(index));
 }
 
+void KeptCountsSeeds() {
+  v1::KeptCounts counts;
+  counts.set_pattern("s3://bucket/train/*.tfrecord");
+  Write("kept_counts", "empty", SerializeKeptCounts(counts));
+  for (int i = 0; i < 3; ++i) {
+    v1::FileInfo* f = counts.add_files();
+    f->set_path("s3://bucket/train/part-" + std::to_string(i) + ".tfrecord");
+    f->set_num_records(100 * i);
+    f->set_size_bytes(4096 * i);
+    f->set_mtime_ns(int64_t{1764547200} * 1000000000);
+    f->set_etag("\"0123456789abcdef" + std::to_string(i) + "\"");
+  }
+  Write("kept_counts", "three", SerializeKeptCounts(counts));
+}
+
 void BatchSeeds() {
   const auto sets = ExampleSets();
   const char* specs[] = {"a:bytes,b:float32,c:int64", "a:bytes[*],b:float32[*],c:int64[*]",
@@ -292,5 +308,6 @@ int main(int argc, char** argv) {
   croupier::fuzz::JournalSeeds();
   croupier::fuzz::TokenIndexSeeds();
   croupier::fuzz::RecordCacheSeeds();
+  croupier::fuzz::KeptCountsSeeds();
   return 0;
 }

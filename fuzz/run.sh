@@ -10,7 +10,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$(cd "${1:-$root/build-asan}" && pwd)"
 seconds="${FUZZ_SECONDS:-20}"
 jobs="${FUZZ_JOBS:-$(nproc)}"
-targets="${FUZZ_TARGETS:-tfrecord_reader example record_index batch_view frame journal token_index record_cache}"
+targets="${FUZZ_TARGETS:-tfrecord_reader example record_index batch_view frame journal token_index record_cache kept_counts}"
 for t in $targets; do
   [[ -x "$build/fuzz/${t}_fuzzer" ]] || { echo "fuzz: $build/fuzz/${t}_fuzzer is not built" >&2; exit 1; }
 done
