@@ -219,8 +219,9 @@ TEST_F(RecordFetchTest, ReadAheadStaysWithinItsBytes) {
 }
 
 TEST_F(RecordFetchTest, EachCallIsAFetchOfItsOwnAndAForgottenListNeverRuns) {
-  RecordFetcher fetcher(*dataset_, Opener(), {.fetch_threads = 1});
+  // Declared before the fetcher, so that it outlives the fetch thread that waits on it.
   absl::Notification release;
+  RecordFetcher fetcher(*dataset_, Opener(), {.fetch_threads = 1});
   std::atomic<bool> forgotten_ran{false};
   std::atomic<bool> last_ran{false};
   auto batch = [&](uint64_t b) {
@@ -281,8 +282,9 @@ void HoldTheFetchThread(RecordFetcher& fetcher, absl::Notification& release) {
 }
 
 TEST_F(RecordFetchTest, ABatchBeingMadeDoesNotWaitBehindReadsAheadNotStarted) {
-  RecordFetcher fetcher(*dataset_, Opener(), {.fetch_threads = 1});
+  // Declared before the fetcher, so that it outlives the fetch thread that waits on it.
   absl::Notification release;
+  RecordFetcher fetcher(*dataset_, Opener(), {.fetch_threads = 1});
   // The one fetch thread is held in a list; batch 3's fetch ahead waits behind it.
   HoldTheFetchThread(fetcher, release);
   fetcher.Ahead({0, 3}, TwoOf(1, 3));
@@ -309,8 +311,9 @@ TEST_F(RecordFetchTest, ABatchBeingMadeDoesNotWaitBehindReadsAheadNotStarted) {
 }
 
 TEST_F(RecordFetchTest, AMakersBatchesTakenTogetherAreOneFetchOnItsThread) {
-  RecordFetcher fetcher(*dataset_, Opener(), {.fetch_threads = 1});
+  // Declared before the fetcher, so that it outlives the fetch thread that waits on it.
   absl::Notification release;
+  RecordFetcher fetcher(*dataset_, Opener(), {.fetch_threads = 1});
   HoldTheFetchThread(fetcher, release);
   // Batches 4 and 6 asked for together: the maker taking 4 fetches 6 too, in the same requests.
   RecordFetcher::Batches both;
@@ -337,8 +340,9 @@ TEST_F(RecordFetchTest, AMakersBatchesTakenTogetherAreOneFetchOnItsThread) {
 TEST_F(RecordFetchTest, TheNextBatchesOfTheTaskBeingMadeAreFetchedBeforeLaterTasks) {
   std::atomic<int> clock{0};
   for (auto& f : files_) f->clock = &clock;
-  RecordFetcher fetcher(*dataset_, Opener(), {.fetch_threads = 1});
+  // Declared before the fetcher, so that it outlives the fetch thread that waits on it.
   absl::Notification release;
+  RecordFetcher fetcher(*dataset_, Opener(), {.fetch_threads = 1});
   HoldTheFetchThread(fetcher, release);
   // Asked for while the thread is held: a later task's batch (file 0), then the next batch of
   // the task being made (file 1), which goes first.
