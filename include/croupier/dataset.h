@@ -58,8 +58,9 @@ class Dataset {
   // Loads the indexes of `files` (positions in files(); repeats allowed) that are not loaded
   // yet, up to kMaxFilesIndexedAtOnce at once on this thread and helpers, and waits for those
   // that another call is loading. OK once all are loaded; otherwise the error of the first file
-  // in the given order that failed, which every later Load of that file returns too. Once every
-  // file is loaded a call costs an atomic load per file.
+  // in the given order that failed (the call stops loading at its first failure), which every
+  // later Load of that file returns too. Once every file is loaded a call costs an atomic load
+  // per file.
   absl::Status Load(absl::Span<const size_t> files) const;
   // Whether Load of `file` succeeded already.
   bool loaded(size_t file) const;

@@ -165,9 +165,9 @@ void Dataset::LoadOne(size_t file, const IndexProgress& progress) const {
 
 absl::Status Dataset::LoadFiles(absl::Span<const size_t> files,
                                 const std::function<IndexProgress(size_t)>& progress_of) const {
-  // Files are claimed in order, so every file before one that fails here has been claimed (here
-  // or by another call) when this call stops claiming: waiting for those in order then returns
-  // the first error in order.
+  // Files are claimed in order, and this call stops claiming at its first failure: the error
+  // returned is the first in order of the files loaded (a file skipped by a thread that saw the
+  // failure before claiming it is left for a later call).
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
   auto load = [&] {
@@ -197,11 +197,12 @@ absl::Status Dataset::LoadFiles(absl::Span<const size_t> files,
   absl::MutexLock lock(&mu_);
   for (size_t f : files) {
     const Slot& slot = slots_[slot_of_[f]];
-    // Not started: this call stopped at an earlier file's error, met before in this loop.
-    if (slot.state.load(std::memory_order_relaxed) == Slot::kNotStarted) break;
+    // Not started: skipped after a failure, which this loop meets further on.
+    if (slot.state.load(std::memory_order_relaxed) == Slot::kNotStarted) continue;
     while (slot.state.load(std::memory_order_relaxed) != Slot::kDone) loaded_.Wait(&mu_);
     if (!slot.status.ok()) return slot.status;
   }
+  // Only a failure leaves a file not started, and the loop returned its error.
   return absl::OkStatus();
 }
 

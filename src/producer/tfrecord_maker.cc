@@ -108,6 +108,11 @@ absl::StatusOr<const IndexedRecordFile*> TfrecordBatchMaker::OpenFile(size_t fil
 }
 
 absl::Status TfrecordBatchMaker::LoadFiles(absl::Span<const Dataset::Location> locs) const {
+  // Mostly every file is loaded already: nothing to gather.
+  if (std::all_of(locs.begin(), locs.end(),
+                  [this](const Dataset::Location& loc) { return dataset_->loaded(loc.file); })) {
+    return absl::OkStatus();
+  }
   std::vector<size_t> files;
   for (const Dataset::Location& loc : locs) {
     if (files.empty() || files.back() != loc.file) files.push_back(loc.file);
