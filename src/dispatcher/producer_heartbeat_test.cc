@@ -12,10 +12,10 @@ namespace croupier {
 namespace {
 
 using ::testing::HasSubstr;
-using Cut = std::tuple<uint64_t, std::string, uint64_t, uint64_t, uint64_t>;  // id, job, e, f, n
+using ProducerCut = std::tuple<uint64_t, std::string, uint64_t, uint64_t, uint64_t>;  // id, job, e, f, n
 
-std::vector<Cut> Cuts(const v1::ProducerHeartbeatResponse& r) {
-  std::vector<Cut> out;
+std::vector<ProducerCut> Cuts(const v1::ProducerHeartbeatResponse& r) {
+  std::vector<ProducerCut> out;
   for (const v1::Task& t : r.new_tasks()) {
     out.emplace_back(t.task_id(), t.job(), t.epoch(), t.first_batch(), t.num_batches());
   }
@@ -42,7 +42,7 @@ TEST_F(DispatcherProducerHeartbeatTest, RegistersAndPullsTasksInOrder) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->producer_id(), 1u);
   EXPECT_EQ(r->heartbeat_interval_ms(), 1000u);
-  EXPECT_EQ(Cuts(*r), (std::vector<Cut>{{1, "train", 0, 0, 8}, {2, "train", 0, 8, 8}}));
+  EXPECT_EQ(Cuts(*r), (std::vector<ProducerCut>{{1, "train", 0, 0, 8}, {2, "train", 0, 8, 8}}));
   ASSERT_EQ(r->jobs_size(), 1);  // the job comes with its first task
   EXPECT_EQ(r->jobs(0).spec().name(), "train");
   EXPECT_EQ(r->jobs(0).batches_per_epoch(), 20u);
@@ -53,11 +53,11 @@ TEST_F(DispatcherProducerHeartbeatTest, RegistersAndPullsTasksInOrder) {
   r = Producer(1, "", 3);  // the address may be left out after registration
   ASSERT_TRUE(r.ok()) << r.status();
   // The last task of an epoch is short; then the next epoch; then the job is done.
-  EXPECT_EQ(Cuts(*r), (std::vector<Cut>{
+  EXPECT_EQ(Cuts(*r), (std::vector<ProducerCut>{
                           {3, "train", 0, 16, 4}, {4, "train", 1, 0, 8}, {5, "train", 1, 8, 8}}));
   EXPECT_TRUE(r->jobs().empty());  // sent already
   r = Producer(1, "h:1", 5);
-  EXPECT_EQ(Cuts(*r), (std::vector<Cut>{{6, "train", 1, 16, 4}}));
+  EXPECT_EQ(Cuts(*r), (std::vector<ProducerCut>{{6, "train", 1, 16, 4}}));
   r = Producer(1, "h:1", 5);
   EXPECT_TRUE(r->new_tasks().empty());
 }
@@ -72,12 +72,12 @@ TEST_F(DispatcherProducerHeartbeatTest, AJobNobodyReadsGetsNoTasksUntilAConsumer
   ASSERT_TRUE(Create(Spec("unread", 2, 2)).ok());
   auto r = Producer(0, "h:1", 8);
   ASSERT_TRUE(r.ok()) << r.status();
-  for (const Cut& cut : Cuts(*r)) EXPECT_EQ(std::get<1>(cut), "train");
+  for (const ProducerCut& cut : Cuts(*r)) EXPECT_EQ(std::get<1>(cut), "train");
   ASSERT_TRUE(Consumer(0, "unread", 1, 2).ok());
   r = Producer(1, "h:1", 8);
   ASSERT_TRUE(r.ok()) << r.status();
   bool unread_cut = false;
-  for (const Cut& cut : Cuts(*r)) unread_cut |= std::get<1>(cut) == "unread";
+  for (const ProducerCut& cut : Cuts(*r)) unread_cut |= std::get<1>(cut) == "unread";
   EXPECT_TRUE(unread_cut);
 }
 
@@ -94,7 +94,7 @@ TEST_F(DispatcherProducerHeartbeatTest, SeveralJobsAlternate) {
   Read("eval", 1);
   auto r = Producer(0, "h:1", 5);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(Cuts(*r), (std::vector<Cut>{{1, "train", 0, 0, 8},
+  EXPECT_EQ(Cuts(*r), (std::vector<ProducerCut>{{1, "train", 0, 0, 8},
                                         {2, "eval", 0, 0, 4},
                                         {3, "train", 0, 8, 8},
                                         {4, "eval", 0, 4, 4},
@@ -106,7 +106,7 @@ TEST_F(DispatcherProducerHeartbeatTest, FinishedTasksAreForgotten) {
   ASSERT_TRUE(Producer(0, "h:1", 2).ok());
   auto r = Producer(1, "h:1", 1, {1, 77});  // 77 is not its task: ignored
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(Cuts(*r), (std::vector<Cut>{{3, "train", 0, 16, 4}}));
+  EXPECT_EQ(Cuts(*r), (std::vector<ProducerCut>{{3, "train", 0, 16, 4}}));
   auto status = impl_->GetStatus({});
   ASSERT_TRUE(status.ok());
   ASSERT_EQ(status->producers_size(), 1);
@@ -138,13 +138,13 @@ TEST_F(DispatcherProducerHeartbeatTest, ExpiredProducerIsRefusedAndItsTasksGoFir
   // Producer 2 (still alive) gets the orphans first, under new ids, then new work.
   auto r = Producer(2, "h:2", 3);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(Cuts(*r), (std::vector<Cut>{
+  EXPECT_EQ(Cuts(*r), (std::vector<ProducerCut>{
                           {4, "train", 0, 0, 8}, {5, "train", 0, 8, 8}, {6, "train", 1, 0, 8}}));
   // Producer 1 rejoins fresh.
   r = Producer(0, "h:1", 1);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->producer_id(), 3u);
-  EXPECT_EQ(Cuts(*r), (std::vector<Cut>{{7, "train", 1, 8, 8}}));
+  EXPECT_EQ(Cuts(*r), (std::vector<ProducerCut>{{7, "train", 1, 8, 8}}));
 }
 
 TEST_F(DispatcherProducerHeartbeatTest, AnOrphanGoesEvenToAProducerWithoutFreeSlots) {
@@ -157,9 +157,9 @@ TEST_F(DispatcherProducerHeartbeatTest, AnOrphanGoesEvenToAProducerWithoutFreeSl
   // orphans: it gets them anyway, one per heartbeat.
   auto r = Producer(2, "h:2", 0);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(Cuts(*r), (std::vector<Cut>{{5, "train", 0, 0, 8}}));
+  EXPECT_EQ(Cuts(*r), (std::vector<ProducerCut>{{5, "train", 0, 0, 8}}));
   r = Producer(2, "h:2", 0);
-  EXPECT_EQ(Cuts(*r), (std::vector<Cut>{{6, "train", 0, 8, 8}}));
+  EXPECT_EQ(Cuts(*r), (std::vector<ProducerCut>{{6, "train", 0, 8, 8}}));
   r = Producer(2, "h:2", 0);
   EXPECT_TRUE(r->new_tasks().empty());  // no orphans left: new work waits for a free slot
 }
@@ -186,12 +186,12 @@ TEST_F(DispatcherProducerHeartbeatTest, TasksEveryRankAcknowledgedPastAreRevoked
 TEST_F(DispatcherProducerHeartbeatTest, ResumedConsumersSkipTheTasksBeforeThem) {
   ASSERT_TRUE(Consumer(0, "train", 0, 2, 1, 5).ok());  // both ranks resume in epoch 1
   auto r = Producer(0, "h:1", 1);
-  EXPECT_EQ(Cuts(*r), (std::vector<Cut>{{1, "train", 0, 0, 8}}));  // rank 1 still at epoch 0
+  EXPECT_EQ(Cuts(*r), (std::vector<ProducerCut>{{1, "train", 0, 0, 8}}));  // rank 1 still at epoch 0
   ASSERT_TRUE(Consumer(1, "train", 1, 2, 1, 4).ok());
   // The frontier is epoch 1 step 4 = batch 8: task 1 is revoked and the cursor skips to [8, 16).
   r = Producer(1, "h:1", 2);
   EXPECT_THAT(r->revoked_tasks(), ::testing::ElementsAre(1));
-  EXPECT_EQ(Cuts(*r), (std::vector<Cut>{{2, "train", 1, 8, 8}, {3, "train", 1, 16, 4}}));
+  EXPECT_EQ(Cuts(*r), (std::vector<ProducerCut>{{2, "train", 1, 8, 8}, {3, "train", 1, 16, 4}}));
   EXPECT_TRUE(Locate("train", 0, 0, 20)->epoch_finished());
   auto where = Locate("train", 1, 0, 20);
   EXPECT_TRUE(where->tasks(0).finished());
@@ -215,7 +215,7 @@ TEST_F(DispatcherProducerHeartbeatTest, RestartAtTheSameAddressReplacesTheOldPro
   auto r = Producer(0, "h:1", 1);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->producer_id(), 2u);
-  EXPECT_EQ(Cuts(*r), (std::vector<Cut>{{3, "train", 0, 0, 8}}));  // its own old task, again
+  EXPECT_EQ(Cuts(*r), (std::vector<ProducerCut>{{3, "train", 0, 0, 8}}));  // its own old task, again
   ASSERT_EQ(r->jobs_size(), 1);
   auto old = Producer(1, "h:1", 1);
   EXPECT_EQ(old.status().code(), absl::StatusCode::kNotFound);

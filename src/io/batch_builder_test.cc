@@ -5,6 +5,7 @@
 #include "croupier/example.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "src/io/io_testing.h"
 #include "src/io/proto_wire.h"
 
 namespace croupier {
@@ -24,12 +25,7 @@ std::unique_ptr<BatchBuilder> Builder(const std::string& specs = kSpecs) {
   return *std::move(builder);
 }
 
-std::string Len(uint32_t field, const std::string& payload) {
-  std::string out;
-  wire::AppendTag(&out, field, wire::kLengthDelimited);
-  wire::AppendVarint(&out, payload.size());
-  return out + payload;
-}
+using ::croupier::testing::Len;
 
 Example Record(int i) {
   std::vector<int64_t> tokens(i % 3, i);

@@ -9,6 +9,7 @@
 #include "croupier/example.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "src/io/io_testing.h"
 #include "src/io/proto_wire.h"
 
 namespace croupier {
@@ -16,12 +17,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string Len(uint32_t field, const std::string& payload) {
-  std::string out;
-  wire::AppendTag(&out, field, wire::kLengthDelimited);
-  wire::AppendVarint(&out, payload.size());
-  return out + payload;
-}
+using ::croupier::testing::Len;
 std::string Tag(uint32_t field, wire::WireType type) {
   std::string out;
   wire::AppendTag(&out, field, type);

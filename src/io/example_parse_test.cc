@@ -10,18 +10,14 @@
 #include "croupier/example.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "src/io/io_testing.h"
 #include "src/io/proto_wire.h"
 
 namespace croupier {
 namespace {
 
 // Hand-built wire bytes, for shapes EncodeExample never writes.
-std::string Len(uint32_t field, const std::string& payload) {
-  std::string out;
-  wire::AppendTag(&out, field, wire::kLengthDelimited);
-  wire::AppendVarint(&out, payload.size());
-  return out + payload;
-}
+using ::croupier::testing::Len;
 std::string Varint(uint32_t field, uint64_t v) {
   std::string out;
   wire::AppendTag(&out, field, wire::kVarint);

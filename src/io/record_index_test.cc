@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "src/common/env.h"
 #include "src/common/testing.h"
+#include "src/io/io_testing.h"
 #include "src/io/testdata_dirs.h"
 #include "src/testing/forwarding_env.h"
 
@@ -22,6 +23,7 @@ namespace {
 
 using ::croupier::testing::ScopedTempDir;
 using ::croupier::testing::SharedTfrecordDir;
+using ::croupier::testing::WriteRecords;
 using ::testing::HasSubstr;
 
 std::vector<std::string> MakeRecords(int n, uint64_t seed) {
@@ -35,11 +37,6 @@ std::vector<std::string> MakeRecords(int n, uint64_t seed) {
   return out;
 }
 
-void WriteRecords(const std::string& path, const std::vector<std::string>& records) {
-  auto writer = *RecordWriter::Create(path);
-  for (const auto& r : records) ASSERT_TRUE(writer->Write(r).ok());
-  ASSERT_TRUE(writer->Close().ok());
-}
 
 // Gives the file a different modification time even within one clock tick.
 void BumpMtime(const std::string& path, int seconds) {

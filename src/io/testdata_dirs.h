@@ -101,7 +101,7 @@ class TestdataTest : public ::testing::Test {
 };
 
 // The names of the example's features, in its order.
-inline std::vector<std::string> FeatureNames(const Example& example) {
+inline std::vector<std::string> FeatureNames(const ::croupier::Example& example) {
   std::vector<std::string> names;
   for (const auto& [name, feature] : example) names.push_back(name);
   return names;

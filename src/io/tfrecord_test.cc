@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "src/common/env.h"
 #include "src/common/testing.h"
+#include "src/io/io_testing.h"
 #include "src/io/testdata_dirs.h"
 #include "src/io/tfrecord_format.h"
 
@@ -17,16 +18,11 @@ namespace croupier {
 namespace {
 
 using ::croupier::testing::ReadAll;
+using ::croupier::testing::WriteRecords;
 using ::croupier::testing::ScopedTempDir;
 using ::croupier::testing::SharedTfrecordDir;
 using ::testing::HasSubstr;
 
-void WriteRecords(const std::string& path, const std::vector<std::string>& records) {
-  auto writer = RecordWriter::Create(path);
-  ASSERT_TRUE(writer.ok()) << writer.status();
-  for (const auto& r : records) ASSERT_TRUE((*writer)->Write(r).ok());
-  ASSERT_TRUE((*writer)->Close().ok());
-}
 
 
 std::string ReadBytes(const std::string& path) {

@@ -22,6 +22,9 @@
 
 namespace croupier::testing {
 
+// Socket calls' wait: until `d` from now.
+inline net::IoWait Within(absl::Duration d) { return net::IoWait{.deadline = absl::Now() + d}; }
+
 // A dialled socket (first) and the listener's accepted end of it (second), both non-blocking, on
 // 127.0.0.1. Invalid sockets and a test failure when the loopback refuses.
 inline std::pair<net::Socket, net::Socket> LoopbackPair() {

@@ -19,7 +19,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-IoWait Within(absl::Duration d) { return IoWait{.deadline = absl::Now() + d}; }
+using ::croupier::testing::Within;
 
 TEST(SocketTest, HostPortSplitsAndJoinsBracketingIpv6) {
   auto v4 = SplitHostPort("10.0.0.1:5051");

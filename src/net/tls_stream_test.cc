@@ -21,7 +21,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-IoWait Within(absl::Duration d) { return IoWait{.deadline = absl::Now() + d}; }
+using ::croupier::testing::Within;
 
 class TlsStreamTest : public testing::TlsFilesTest {
  protected:

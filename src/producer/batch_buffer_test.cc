@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "src/producer/producer_testing.h"
 
 namespace croupier {
 namespace {
@@ -28,9 +29,7 @@ Batch MakeBatch(size_t payload, char fill = 'x') {
   return *std::move(batch);
 }
 
-BatchKey Key(uint64_t batch, uint64_t epoch = 0, const std::string& job = "train") {
-  return BatchKey{job, epoch, batch};
-}
+using ::croupier::testing::Key;
 
 absl::Time Soon() { return absl::Now() + absl::Seconds(10); }
 

@@ -18,9 +18,15 @@
 #include "gtest/gtest.h"
 #include "proto/croupier.pb.h"
 #include "src/common/env.h"
+#include "src/job/batch_key.h"
 #include "src/job/job_settings.h"
 
 namespace croupier::testing {
+
+// The key of batch `batch` of epoch `epoch` of job `job`.
+inline BatchKey Key(uint64_t batch, uint64_t epoch = 0, const std::string& job = "train") {
+  return BatchKey{job, epoch, batch};
+}
 
 // A batch of one int64 column "id" holding `ids`: what a fake records function or stream makes.
 inline absl::StatusOr<Batch> IdsBatch(const std::vector<int64_t>& ids) {

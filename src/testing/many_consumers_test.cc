@@ -42,7 +42,7 @@ constexpr uint32_t kConsumers = 500;
 #else
 constexpr uint32_t kConsumers = 2000;
 #endif
-constexpr uint64_t kSteps = 2;  // per epoch, for every consumer
+constexpr uint64_t kStepsPerEpoch = 2;  // per epoch, for every consumer
 constexpr int kDrivers = 8;
 // The bound this test states for registering every consumer and reading the epoch: about 2 s on
 // the 2-core development VM; 30 times that for a loaded machine and the sanitizers.
@@ -61,8 +61,8 @@ TEST(ManyConsumersTest, TwoThousandConsumersReadAnEpochExactlyOnceInEqualStepsIn
   options.producer.shm = false;
   auto cluster = Must(TestCluster::Start(options));
   ASSERT_NE(cluster, nullptr);
-  // One record a batch: kConsumers * kSteps batches of distinct records.
-  WriteDataset(cluster->dir(), {kConsumers, kConsumers * (kSteps - 1)});
+  // One record a batch: kConsumers * kStepsPerEpoch batches of distinct records.
+  WriteDataset(cluster->dir(), {kConsumers, kConsumers * (kStepsPerEpoch - 1)});
   v1::JobSpec spec;
   spec.set_name("train");
   spec.add_files(cluster->dir() + "/part-*.tfrecord");
@@ -73,7 +73,7 @@ TEST(ManyConsumersTest, TwoThousandConsumersReadAnEpochExactlyOnceInEqualStepsIn
   spec.set_num_epochs(1);
   ASSERT_TRUE(SetSettingsFromText({.shuffle = "global"}, spec).ok());
   const v1::JobInfo job = Must(cluster->CreateJob(spec));
-  ASSERT_EQ(job.steps_per_epoch(), kSteps);
+  ASSERT_EQ(job.steps_per_epoch(), kStepsPerEpoch);
   const std::vector<std::vector<std::vector<int64_t>>> planned = PlannedIds(job, 0);
 
   const absl::Time start = absl::Now();
@@ -138,12 +138,12 @@ TEST(ManyConsumersTest, TwoThousandConsumersReadAnEpochExactlyOnceInEqualStepsIn
   // Equal steps, and each rank's batches those the deal gives it, in order.
   std::map<uint64_t, int> seen;
   for (uint32_t r = 0; r < kConsumers; ++r) {
-    EXPECT_EQ(ids[r].size(), kSteps) << "rank " << r;
+    EXPECT_EQ(ids[r].size(), kStepsPerEpoch) << "rank " << r;
     EXPECT_EQ(ids[r], planned[r]) << "rank " << r;
     for (uint64_t h : hashes[r]) ++seen[h];
   }
-  // Exactly once, by content: kConsumers * kSteps batches of distinct records, each seen once.
-  EXPECT_EQ(seen.size(), uint64_t{kConsumers} * kSteps);
+  // Exactly once, by content: kConsumers * kStepsPerEpoch batches of distinct records, each seen once.
+  EXPECT_EQ(seen.size(), uint64_t{kConsumers} * kStepsPerEpoch);
   for (const auto& [hash, count] : seen) EXPECT_EQ(count, 1) << "content hash " << hash;
 
   // Every consumer leaves; the dispatcher then holds none.

@@ -34,9 +34,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr char kToken[] = "tcp-token";
+constexpr char kTcpToken[] = "tcp-token";
 
-absl::Time In(absl::Duration d) { return absl::Now() + d; }
+using ::croupier::testing::In;
 
 net::Socket RawConnect(const std::string& address) {
   auto socket = net::Dial(address, net::IoWait{.deadline = In(absl::Seconds(5))});
@@ -86,13 +86,13 @@ bool ClosedByPeer(const net::Socket& socket, absl::Duration within = absl::Secon
 net::Socket RawHandshake(const std::string& address) {
   net::Socket socket = RawConnect(address);
   const absl::Status done =
-      testing::RawClientHandshake(socket.fd(), frame::kDataProtocolVersion, kToken);
+      testing::RawClientHandshake(socket.fd(), frame::kDataProtocolVersion, kTcpToken);
   EXPECT_TRUE(done.ok()) << done;
   return socket;
 }
 
 // A one-connection server that plays `script` after the client's HELLO and AUTH (its CHALLENGE
-// proves kToken); the script answers AUTH. Thread-compatible.
+// proves kTcpToken); the script answers AUTH. Thread-compatible.
 class FakeServer {
  public:
   explicit FakeServer(std::function<void(net::Socket&)> script) {
@@ -104,7 +104,7 @@ class FakeServer {
       pollfd p{listener_.fd(), POLLIN, 0};
       if (::poll(&p, 1, 10000) != 1) return;
       net::Socket socket(::accept4(listener_.fd(), nullptr, nullptr, SOCK_NONBLOCK));
-      if (testing::RawServerHandshake(socket.fd(), frame::kDataProtocolVersion, kToken)
+      if (testing::RawServerHandshake(socket.fd(), frame::kDataProtocolVersion, kTcpToken)
               .auth.empty()) {
         return;
       }
@@ -133,7 +133,7 @@ std::function<void(net::Socket&)> Respond(std::string response) {
 
 DataClientOptions ClientOptions() {
   DataClientOptions options;
-  options.auth_token = kToken;
+  options.auth_token = kTcpToken;
   return options;
 }
 
@@ -157,7 +157,7 @@ class TcpTransportTest : public ::testing::Test {
   }
 
   void StartServer(DataServerOptions options = {}) {
-    options.auth_token = kToken;
+    options.auth_token = kTcpToken;
     auto server = Transport::Tcp()->StartServer(options, &source_);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
@@ -214,7 +214,7 @@ TEST_F(TcpTransportTest, VersionMismatchIsRefusedNamingBothVersions) {
   StartServer();
   ::testing::internal::CaptureStderr();
   net::Socket socket = RawConnect(server_->address());
-  SendRaw(socket, frame::EncodeHello(frame::kDataProtocolVersion + 1, kToken));
+  SendRaw(socket, frame::EncodeHello(frame::kDataProtocolVersion + 1, kTcpToken));
   auto answer = ReadFrame(socket);
   EXPECT_TRUE(ClosedByPeer(socket));
   const std::string log = ::testing::internal::GetCapturedStderr();
@@ -276,7 +276,7 @@ TEST_F(TcpTransportTest, AnOlderServerSaysWhyItCannotTalkAndGetsNoToken) {
                                      ": protocol version mismatch: the data server speaks "
                                      "version 2 (and down to 1), the client version 3")));
   EXPECT_EQ(payload.size(), kNonceBytes);
-  EXPECT_EQ(payload.find(kToken), std::string::npos);
+  EXPECT_EQ(payload.find(kTcpToken), std::string::npos);
 }
 
 struct Garbage {
@@ -428,7 +428,7 @@ TEST_F(TcpTransportTest, OlderClientsAreRefusedAndPipelinedRequestsAreServed) {
   for (uint32_t version : {1u, 2u}) {
     SCOPED_TRACE(absl::StrCat("version ", version));
     net::Socket socket = RawConnect(server_->address());
-    SendRaw(socket, frame::EncodeHello(version, kToken));
+    SendRaw(socket, frame::EncodeHello(version, kTcpToken));
     auto answer = ReadFrame(socket);
     ASSERT_TRUE(answer.ok()) << answer.status();
     ASSERT_EQ(answer->header.type, static_cast<uint32_t>(frame::FrameType::kError));

@@ -23,7 +23,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-absl::Time In(absl::Duration d) { return absl::Now() + d; }
+using ::croupier::testing::In;
 
 class TlsTest : public testing::TlsFilesTest {
  protected:

@@ -33,7 +33,7 @@ using ::testing::HasSubstr;
 
 constexpr char kToken[] = "s3cret-token";
 
-absl::Time In(absl::Duration d) { return absl::Now() + d; }
+using ::croupier::testing::In;
 
 // How a server's log names this process as a client: by address over TCP, by pid over a Unix
 // socket.

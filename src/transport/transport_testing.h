@@ -46,6 +46,9 @@
 
 namespace croupier::testing {
 
+// A deadline `d` from now.
+inline absl::Time In(absl::Duration d) { return absl::Now() + d; }
+
 // A fixed-length column of `dtype` over `values`, `dims` of them per record. It views `values` and
 // `dims`, which must outlive it.
 template <typename T>
