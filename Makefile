@@ -51,7 +51,18 @@ build-demo: configure
 # and the type check of the package. The tests that run croupier under engines, launchers and installers (Ray, Slurm,
 # horovodrun, the deploy recipes, pip install; tests/conftest.py names them) are
 # `make test-engines`; CI runs both.
-test: bootstrap
+# The test tier's packages (TensorFlow, JAX, Ray, clang, Slurm: one to two minutes of apt and pip)
+# install in the background while croupier and its tests compile, which need only the build tier;
+# `make build` then configures again with TensorFlow in and builds the TensorFlow op. A failure of
+# either stops it; the install's output is in $(TEST_TIER_LOG).
+TEST_TIER_LOG = $(BUILD)/bootstrap-test.log
+test: configure
+	@bash scripts/bootstrap.sh test > $(TEST_TIER_LOG) 2>&1 & pid=$$!; \
+	  cmake --build $(BUILD) -j $(JOBS); built=$$?; \
+	  wait $$pid || { cat $(TEST_TIER_LOG); echo "make test: the test tier's packages failed" >&2; \
+	                  exit 1; }; \
+	  [[ $$built == 0 ]] || exit $$built
+	@cat $(TEST_TIER_LOG) >&2
 	$(MAKE) --no-print-directory build
 	$(MAKE) --no-print-directory test-cpp test-python typecheck
 
