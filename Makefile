@@ -47,7 +47,7 @@ build-demo: configure
 	cmake --build $(BUILD) -j $(JOBS) --target croupier _croupier
 	@$(PY) scripts/dev_install.py
 
-# The C++ tests, the Python tests of croupier's guarantees and adapters in three pytest processes,
+# The C++ tests, the Python tests of croupier's guarantees and adapters in four pytest processes,
 # and the type check of the package. The tests that run croupier under engines, launchers and installers (Ray, Slurm,
 # horovodrun, the deploy recipes, pip install; tests/conftest.py names them) are
 # `make test-engines`; CI runs both.
@@ -74,11 +74,12 @@ test-cpp:
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) --timeout 600
 
 # PYTEST_WORKERS: the number of pytest processes (pytest-xdist; 0 runs the tests in this process).
-# Three on two cores: many tests spend their time waiting (heartbeats, timeouts, the autoscaler's
-# hold), and a third process fills those waits (a loaded run: 326 s in three, 395 s in two).
-# Every Python test can run beside any other (docs/architecture.md, Conventions). Both runs print
-# their slowest tests (--durations), so that a run's log says where its minutes went.
-PYTEST_WORKERS ?= 3
+# Four on two cores: many tests spend their time waiting (heartbeats, timeouts, the autoscaler's
+# hold), and the two cores were half idle under three processes; four took 395 s where three took
+# 427-453 s (docs/build.md, "Four pytest processes"). Every Python test can run beside any other
+# (docs/architecture.md, Conventions). Both runs print their slowest tests (--durations), so that
+# a run's log says where its minutes went.
+PYTEST_WORKERS ?= 4
 # ENGINE_WORKERS: the same for make test-engines, whose files run whole in one process each
 # (tests/conftest.py, ENGINE_GROUPS).
 ENGINE_WORKERS ?= 2
