@@ -12,7 +12,8 @@ namespace croupier {
 namespace {
 
 using ::testing::HasSubstr;
-using ProducerCut = std::tuple<uint64_t, std::string, uint64_t, uint64_t, uint64_t>;  // id, job, e, f, n
+using ProducerCut =
+    std::tuple<uint64_t, std::string, uint64_t, uint64_t, uint64_t>;  // id, job, e, f, n
 
 std::vector<ProducerCut> Cuts(const v1::ProducerHeartbeatResponse& r) {
   std::vector<ProducerCut> out;
@@ -95,10 +96,10 @@ TEST_F(DispatcherProducerHeartbeatTest, SeveralJobsAlternate) {
   auto r = Producer(0, "h:1", 5);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(Cuts(*r), (std::vector<ProducerCut>{{1, "train", 0, 0, 8},
-                                        {2, "eval", 0, 0, 4},
-                                        {3, "train", 0, 8, 8},
-                                        {4, "eval", 0, 4, 4},
-                                        {5, "train", 0, 16, 4}}));
+                                                {2, "eval", 0, 0, 4},
+                                                {3, "train", 0, 8, 8},
+                                                {4, "eval", 0, 4, 4},
+                                                {5, "train", 0, 16, 4}}));
   EXPECT_EQ(r->jobs_size(), 2);
 }
 
@@ -186,7 +187,8 @@ TEST_F(DispatcherProducerHeartbeatTest, TasksEveryRankAcknowledgedPastAreRevoked
 TEST_F(DispatcherProducerHeartbeatTest, ResumedConsumersSkipTheTasksBeforeThem) {
   ASSERT_TRUE(Consumer(0, "train", 0, 2, 1, 5).ok());  // both ranks resume in epoch 1
   auto r = Producer(0, "h:1", 1);
-  EXPECT_EQ(Cuts(*r), (std::vector<ProducerCut>{{1, "train", 0, 0, 8}}));  // rank 1 still at epoch 0
+  EXPECT_EQ(Cuts(*r),
+            (std::vector<ProducerCut>{{1, "train", 0, 0, 8}}));  // rank 1 still at epoch 0
   ASSERT_TRUE(Consumer(1, "train", 1, 2, 1, 4).ok());
   // The frontier is epoch 1 step 4 = batch 8: task 1 is revoked and the cursor skips to [8, 16).
   r = Producer(1, "h:1", 2);
@@ -215,7 +217,8 @@ TEST_F(DispatcherProducerHeartbeatTest, RestartAtTheSameAddressReplacesTheOldPro
   auto r = Producer(0, "h:1", 1);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->producer_id(), 2u);
-  EXPECT_EQ(Cuts(*r), (std::vector<ProducerCut>{{3, "train", 0, 0, 8}}));  // its own old task, again
+  EXPECT_EQ(Cuts(*r),
+            (std::vector<ProducerCut>{{3, "train", 0, 0, 8}}));  // its own old task, again
   ASSERT_EQ(r->jobs_size(), 1);
   auto old = Producer(1, "h:1", 1);
   EXPECT_EQ(old.status().code(), absl::StatusCode::kNotFound);

@@ -37,7 +37,6 @@ std::vector<std::string> MakeRecords(int n, uint64_t seed) {
   return out;
 }
 
-
 // Gives the file a different modification time even within one clock tick.
 void BumpMtime(const std::string& path, int seconds) {
   struct timespec times[2] = {{0, UTIME_OMIT}, {1700000000 + seconds, 0}};

@@ -1,3 +1,5 @@
+#include "croupier/tfrecord.h"
+
 #include <filesystem>
 #include <random>
 #include <string>
@@ -5,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "croupier/record_index.h"
-#include "croupier/tfrecord.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/env.h"
@@ -18,12 +19,10 @@ namespace croupier {
 namespace {
 
 using ::croupier::testing::ReadAll;
-using ::croupier::testing::WriteRecords;
 using ::croupier::testing::ScopedTempDir;
 using ::croupier::testing::SharedTfrecordDir;
+using ::croupier::testing::WriteRecords;
 using ::testing::HasSubstr;
-
-
 
 std::string ReadBytes(const std::string& path) {
   return *ReadFileToString(*Env::Default(), path);

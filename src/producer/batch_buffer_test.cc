@@ -30,8 +30,7 @@ Batch MakeBatch(size_t payload, char fill = 'x') {
 }
 
 using ::croupier::testing::Key;
-
-absl::Time Soon() { return absl::Now() + absl::Seconds(10); }
+using ::croupier::testing::Soon;
 
 TEST(ProducerBatchBufferTest, PutThenTakeByKey) {
   BatchBuffer buffer(1 << 20);

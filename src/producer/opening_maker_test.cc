@@ -16,6 +16,7 @@
 namespace croupier {
 namespace {
 
+using ::croupier::testing::Soon;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -58,9 +59,7 @@ class RecordingMaker final : public BatchMaker {
   std::vector<std::string>* const told_;
 };
 
-BatchKey Key(uint64_t batch) { return BatchKey{"opened", 0, batch}; }
-absl::Time Soon() { return absl::Now() + absl::Seconds(20); }
-
+BatchKey OpenedKey(uint64_t batch) { return BatchKey{"opened", 0, batch}; }
 // What a producer's heartbeat thread does with a files job's first tasks: it holds them at once,
 // while the job's maker is opened on another thread (here held back until the test lets it go,
 // as a store that answers slowly would). What it said of the tasks meanwhile reaches the opened
@@ -89,13 +88,13 @@ TEST(ProducerOpeningMakerTest, AJobsFirstTasksAreHeldAtOnceWhileItsMakerOpens) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "AddTask waited for the opening";
   EXPECT_THAT(runner.HeldTasks(), ElementsAre(1, 3));
   EXPECT_EQ(opened.load(), 0);
-  EXPECT_FALSE(runner.Ready(Key(0)));
+  EXPECT_FALSE(runner.Ready(OpenedKey(0)));
 
   open.Notify();
   const EpochPlan plan = *EpochPlan::Create(
       PlanSpec{.num_records = 40, .seed = 7, .batch_size = 4, .num_consumers = 2}, 0);
   for (uint64_t g : {0, 1, 2, 3, 8, 9}) {
-    auto batch = runner.GetBatch(Key(g), Soon());
+    auto batch = runner.GetBatch(OpenedKey(g), Soon());
     ASSERT_TRUE(batch.ok()) << batch.status();
     EXPECT_EQ(testing::IdsOf(*batch), plan.BatchRecords(g)) << g;
   }
@@ -121,13 +120,13 @@ TEST(ProducerOpeningMakerTest, AFailedOpeningFailsItsBatchesAndTheNextTaskOpensA
   };
   TaskRunner runner(options);
   ASSERT_TRUE(runner.AddTask(testing::MakeTask(1, "opened", 0, 0, 4), Job()).ok());
-  auto failed = runner.GetBatch(Key(2), Soon());
+  auto failed = runner.GetBatch(OpenedKey(2), Soon());
   EXPECT_TRUE(absl::IsDataLoss(failed.status())) << failed.status();
   EXPECT_THAT(failed.status().message(), HasSubstr("s3://bucket/part-1.tfrecord: no such key"));
   EXPECT_THAT(failed.status().message(), HasSubstr("job 'opened' epoch 0 batch 2"));
 
   ASSERT_TRUE(runner.AddTask(testing::MakeTask(2, "opened", 0, 4, 4), Job()).ok());
-  auto made = runner.GetBatch(Key(5), Soon());
+  auto made = runner.GetBatch(OpenedKey(5), Soon());
   ASSERT_TRUE(made.ok()) << made.status();
   EXPECT_EQ(opened.load(), 2);
   EXPECT_THAT(told, ElementsAre("will 2"));

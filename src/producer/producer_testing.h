@@ -11,6 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "croupier/batch.h"
 #include "croupier/example.h"
 #include "croupier/plan.h"
@@ -22,6 +24,19 @@
 #include "src/job/job_settings.h"
 
 namespace croupier::testing {
+
+// A deadline that only a failing test reaches: 20 seconds from now.
+inline absl::Time Soon() { return absl::Now() + absl::Seconds(20); }
+
+// Polls `done` every 2 ms until it holds, for at most 10 seconds; whether it held.
+inline bool WaitFor(const std::function<bool()>& done) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!done()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return true;
+}
 
 // The key of batch `batch` of epoch `epoch` of job `job`.
 inline BatchKey Key(uint64_t batch, uint64_t epoch = 0, const std::string& job = "train") {

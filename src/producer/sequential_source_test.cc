@@ -5,11 +5,13 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "src/producer/producer_testing.h"
 #include "src/transport/transport_testing.h"
 
 namespace croupier {
 namespace {
 
+using ::croupier::testing::Soon;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -23,7 +25,6 @@ v1::Task MakeTask(uint64_t id, uint64_t epoch, uint64_t first, uint64_t n) {
   return t;
 }
 
-absl::Time InFiveSeconds() { return absl::Now() + absl::Seconds(5); }
 absl::Time Past() { return absl::Now() - absl::Seconds(1); }
 
 BatchKey PyKey(uint64_t epoch, uint64_t batch) { return BatchKey{"py", epoch, batch}; }
@@ -32,7 +33,7 @@ BatchKey PyKey(uint64_t epoch, uint64_t batch) { return BatchKey{"py", epoch, ba
 std::vector<BatchKey> Feed(SequentialSource& source, int n) {
   std::vector<BatchKey> keys;
   for (int i = 0; i < n; ++i) {
-    auto key = source.NextSlot(InFiveSeconds());
+    auto key = source.NextSlot(Soon());
     EXPECT_TRUE(key.ok()) << key.status();
     if (!key.ok()) break;
     keys.push_back(*key);
@@ -75,13 +76,13 @@ TEST(ProducerSequentialSourceTest, ServedBatchesFinishTheTaskAndCannotBeServedAg
   const Batch b0 = testing::MakeBatch(4096, 1), b1 = testing::MakeBatch(4096, 2);
   ASSERT_TRUE(source.Put(PyKey(0, 0), b0).ok());
   ASSERT_TRUE(source.Put(PyKey(0, 1), b1).ok());
-  auto got = source.GetBatch(PyKey(0, 1), InFiveSeconds());
+  auto got = source.GetBatch(PyKey(0, 1), Soon());
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->ContentHash(), b1.ContentHash());
   source.OnServed(PyKey(0, 1), got->bytes().size());
-  EXPECT_EQ(source.GetBatch(PyKey(0, 1), InFiveSeconds()).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(source.GetBatch(PyKey(0, 1), Soon()).status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(source.TakeFinishedTasks().empty());
-  ASSERT_TRUE(source.GetBatch(PyKey(0, 0), InFiveSeconds()).ok());
+  ASSERT_TRUE(source.GetBatch(PyKey(0, 0), Soon()).ok());
   source.OnServed(PyKey(0, 0), 4096);
   EXPECT_THAT(source.TakeFinishedTasks(), ElementsAre(7u));
   EXPECT_TRUE(source.HeldTasks().empty());
@@ -92,7 +93,7 @@ TEST(ProducerSequentialSourceTest, AFullBufferHoldsTheFeederBack) {
   SequentialSource source({.buffer_bytes = 10000, .max_tasks = 2});
   ASSERT_TRUE(source.AddTask(MakeTask(1, 0, 0, 8)).ok());
   for (uint64_t g = 0; g < 3; ++g) {
-    auto key = source.NextSlot(InFiveSeconds());
+    auto key = source.NextSlot(Soon());
     ASSERT_TRUE(key.ok());
     ASSERT_TRUE(source.Put(*key, testing::MakeBatch(4096, g)).ok());
   }
@@ -101,11 +102,11 @@ TEST(ProducerSequentialSourceTest, AFullBufferHoldsTheFeederBack) {
             absl::StatusCode::kDeadlineExceeded);
   std::thread consumer([&] {
     absl::SleepFor(absl::Milliseconds(50));
-    auto b = source.GetBatch(PyKey(0, 0), InFiveSeconds());
+    auto b = source.GetBatch(PyKey(0, 0), Soon());
     ASSERT_TRUE(b.ok());
     source.OnServed(PyKey(0, 0), b->bytes().size());
   });
-  auto key = source.NextSlot(InFiveSeconds());
+  auto key = source.NextSlot(Soon());
   consumer.join();
   ASSERT_TRUE(key.ok()) << key.status();
   EXPECT_EQ(*key, PyKey(0, 3));
@@ -120,23 +121,23 @@ TEST(ProducerSequentialSourceTest, ARequestWaitsForItsBatchAndAnErrorReachesIt) 
     ASSERT_TRUE(source.Put(PyKey(0, 0), testing::MakeBatch(4096, 3)).ok());
     ASSERT_TRUE(source.Put(PyKey(0, 1), absl::InvalidArgumentError("feature 'x' is float64")).ok());
   });
-  EXPECT_TRUE(source.GetBatch(PyKey(0, 0), InFiveSeconds()).ok());
-  auto bad = source.GetBatch(PyKey(0, 1), InFiveSeconds());
+  EXPECT_TRUE(source.GetBatch(PyKey(0, 0), Soon()).ok());
+  auto bad = source.GetBatch(PyKey(0, 1), Soon());
   feeder.join();
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(bad.status().message(), HasSubstr("float64"));
-  EXPECT_EQ(source.GetBatch(PyKey(0, 5), InFiveSeconds()).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(source.GetBatch(PyKey(0, 5), Soon()).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(ProducerSequentialSourceTest, ARevokedTaskIsSkippedByTheFeeder) {
   SequentialSource source({.buffer_bytes = 1 << 20, .max_tasks = 3});
   ASSERT_TRUE(source.AddTask(MakeTask(1, 0, 0, 2)).ok());
   ASSERT_TRUE(source.AddTask(MakeTask(2, 0, 2, 2)).ok());
-  auto key = source.NextSlot(InFiveSeconds());
+  auto key = source.NextSlot(Soon());
   ASSERT_TRUE(key.ok());
   EXPECT_TRUE(source.RevokeTask(1));
   EXPECT_TRUE(source.Put(*key, testing::MakeBatch(4096, 0)).ok());  // dropped
-  auto next = source.NextSlot(InFiveSeconds());
+  auto next = source.NextSlot(Soon());
   ASSERT_TRUE(next.ok());
   EXPECT_EQ(*next, PyKey(0, 2));
   EXPECT_EQ(source.stats().buffered_bytes, 0u);
@@ -149,26 +150,25 @@ TEST(ProducerSequentialSourceTest, FirstComeHandsEachBatchOnceThenOutOfRange) {
   ASSERT_TRUE(source.AddTask(MakeTask(1, 0, 0, 2)).ok());
   ASSERT_TRUE(source.Put(PyKey(0, 0), testing::MakeBatch(4096, 0)).ok());
   ASSERT_TRUE(source.Put(PyKey(0, 1), testing::MakeBatch(4096, 1)).ok());
-  auto a = source.GetAnyBatch("py", 0, InFiveSeconds());
-  auto b = source.GetAnyBatch("py", 0, InFiveSeconds());
+  auto a = source.GetAnyBatch("py", 0, Soon());
+  auto b = source.GetAnyBatch("py", 0, Soon());
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_NE(a->first, b->first);
-  EXPECT_EQ(source.GetAnyBatch("py", 0, InFiveSeconds()).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(source.GetAnyBatch("py", 0, Soon()).status().code(), absl::StatusCode::kOutOfRange);
 }
 
 TEST(ProducerSequentialSourceTest, ShutdownWakesEveryWaiter) {
   SequentialSource source({});
   ASSERT_TRUE(source.AddTask(MakeTask(1, 0, 0, 2)).ok());
   std::thread waiter([&] {
-    EXPECT_EQ(source.GetBatch(PyKey(0, 1), InFiveSeconds()).status().code(),
-              absl::StatusCode::kUnavailable);
+    EXPECT_EQ(source.GetBatch(PyKey(0, 1), Soon()).status().code(), absl::StatusCode::kUnavailable);
   });
   absl::SleepFor(absl::Milliseconds(30));
   const absl::Time start = absl::Now();
   source.Shutdown();
   waiter.join();
   EXPECT_LT(absl::Now() - start, absl::Seconds(1));
-  EXPECT_EQ(source.NextSlot(InFiveSeconds()).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(source.NextSlot(Soon()).status().code(), absl::StatusCode::kUnavailable);
 }
 
 }  // namespace

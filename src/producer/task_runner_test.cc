@@ -27,24 +27,13 @@ using ::croupier::testing::Key;
 using ::croupier::testing::MakeJob;
 using ::croupier::testing::MakeTask;
 using ::croupier::testing::ScopedTempDir;
+using ::croupier::testing::Soon;
+using ::croupier::testing::WaitFor;
 using ::croupier::testing::WriteDataset;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::UnorderedElementsAre;
-
-absl::Time InTwentySeconds() { return absl::Now() + absl::Seconds(20); }
-
-// Polls `done` until it holds, for at most 10 seconds.
-bool WaitFor(const std::function<bool()>& done) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (!done()) {
-    if (absl::Now() > deadline) return false;
-    absl::SleepFor(absl::Milliseconds(2));
-  }
-  return true;
-}
-
 
 // 160 records, batch size 4, 2 consumers: 40 batches an epoch.
 class ProducerTaskRunnerTest : public ::testing::Test {
@@ -85,7 +74,7 @@ TEST_F(ProducerTaskRunnerTest, ServesEveryBatchOfTwoTasksExactlyOnce) {
   for (uint64_t rank = 0; rank < 2; ++rank) {
     consumers.emplace_back([&, rank] {
       for (uint64_t g = rank; g < 40; g += 2) {
-        auto batch = runner.GetBatch(Key(g), InTwentySeconds());
+        auto batch = runner.GetBatch(Key(g), Soon());
         ASSERT_TRUE(batch.ok()) << batch.status();
         EXPECT_EQ(batch->ContentHash(), expected[g]) << g;
         runner.OnServed(Key(g), batch->bytes().size());
@@ -126,14 +115,14 @@ TEST_F(ProducerTaskRunnerTest, AnInputFileThatIsGoneIsNamedToTheRankThatNeedsIt)
   TaskRunner runner(options);
   ASSERT_TRUE(runner.AddTask(MakeTask(1, "train", 0, 0, 20), job).ok());
   EXPECT_THAT(runner.HeldTasks(), ElementsAre(1));
-  auto got = runner.GetBatch(Key(3), InTwentySeconds());
+  auto got = runner.GetBatch(Key(3), Soon());
   EXPECT_TRUE(absl::IsDataLoss(got.status())) << got.status();
   EXPECT_THAT(got.status().message(), HasSubstr(paths_[1]));
   EXPECT_THAT(got.status().message(), HasSubstr("job 'train' epoch 0 batch 3"));
 
   ASSERT_EQ(std::rename(saved.c_str(), paths_[1].c_str()), 0);
   ASSERT_TRUE(runner.AddTask(MakeTask(2, "train", 0, 20, 20), job).ok());
-  auto back = runner.GetBatch(Key(25), InTwentySeconds());
+  auto back = runner.GetBatch(Key(25), Soon());
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->ContentHash(), Expected(0)[25]);
 
@@ -178,7 +167,7 @@ TEST_F(ProducerTaskRunnerTest, BufferStaysBoundedWhileNobodyTakes) {
 
   // Taking makes room, and the workers carry on.
   for (uint64_t g = 0; g < 40; ++g) {
-    auto got = runner.GetBatch(Key(g), InTwentySeconds());
+    auto got = runner.GetBatch(Key(g), Soon());
     ASSERT_TRUE(got.ok()) << got.status();
     runner.OnServed(Key(g), got->bytes().size());
   }
@@ -196,7 +185,7 @@ TEST_F(ProducerTaskRunnerTest, CountsTheTimeSpentMakingAndItsThreads) {
   EXPECT_EQ(runner.stats().threads, 2);
   ASSERT_TRUE(runner.AddTask(MakeTask(1, "train", 0, 0, 10), maker_).ok());
   for (uint64_t g = 0; g < 10; ++g) {
-    auto got = runner.GetBatch(Key(g), InTwentySeconds());
+    auto got = runner.GetBatch(Key(g), Soon());
     ASSERT_TRUE(got.ok()) << got.status();
     runner.OnServed(Key(g), got->bytes().size());
   }
@@ -228,36 +217,36 @@ TEST_F(ProducerTaskRunnerTest, RequestsInAnyOrderNeverWaitBehindAFullBuffer) {
 TEST_F(ProducerTaskRunnerTest, ForeignBatchesAreNotFound) {
   TaskRunner runner({.threads = 1});
   ASSERT_TRUE(runner.AddTask(MakeTask(1, "train", 0, 0, 20), maker_).ok());
-  auto got = runner.GetBatch(Key(57, 1), InTwentySeconds());
+  auto got = runner.GetBatch(Key(57, 1), Soon());
   EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(got.status().message(), "producer does not hold batch 57 of job 'train' epoch 1");
-  EXPECT_EQ(runner.GetBatch(Key(20), InTwentySeconds()).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(runner.GetBatch(BatchKey{"eval", 0, 3}, InTwentySeconds()).status().code(),
+  EXPECT_EQ(runner.GetBatch(Key(20), Soon()).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(runner.GetBatch(BatchKey{"eval", 0, 3}, Soon()).status().code(),
             absl::StatusCode::kNotFound);
-  EXPECT_TRUE(runner.GetBatch(Key(19), InTwentySeconds()).ok());
+  EXPECT_TRUE(runner.GetBatch(Key(19), Soon()).ok());
 }
 
 TEST_F(ProducerTaskRunnerTest, ServedBatchIsRemadeIdenticallyOnRetry) {
   const std::vector<uint64_t> expected = Expected(0);
   TaskRunner runner({.threads = 2});
   ASSERT_TRUE(runner.AddTask(MakeTask(1, "train", 0, 0, 4), maker_).ok());
-  auto first = runner.GetBatch(Key(3), InTwentySeconds());
+  auto first = runner.GetBatch(Key(3), Soon());
   ASSERT_TRUE(first.ok()) << first.status();
   runner.OnServed(Key(3), first->bytes().size());
-  auto again = runner.GetBatch(Key(3), InTwentySeconds());  // the consumer lost the connection
+  auto again = runner.GetBatch(Key(3), Soon());  // the consumer lost the connection
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->ContentHash(), expected[3]);
   runner.OnServed(Key(3), again->bytes().size());  // served twice counts once
 
   for (uint64_t g = 0; g < 3; ++g) {
-    auto got = runner.GetBatch(Key(g), InTwentySeconds());
+    auto got = runner.GetBatch(Key(g), Soon());
     ASSERT_TRUE(got.ok()) << got.status();
     runner.OnServed(Key(g), got->bytes().size());
   }
   EXPECT_THAT(runner.TakeFinishedTasks(), ElementsAre(1));
   EXPECT_THAT(runner.TakeFinishedTasks(), IsEmpty());
   // A finished task is kept for late retries.
-  auto late = runner.GetBatch(Key(3), InTwentySeconds());
+  auto late = runner.GetBatch(Key(3), Soon());
   ASSERT_TRUE(late.ok()) << late.status();
   EXPECT_EQ(late->ContentHash(), expected[3]);
   EXPECT_EQ(runner.stats().batches_served, 5u);
@@ -272,11 +261,11 @@ TEST_F(ProducerTaskRunnerTest, RevokedTaskIsDroppedAndItsWaitersFail) {
     EXPECT_TRUE(runner.RevokeTask(1));
     EXPECT_FALSE(runner.RevokeTask(1));
     EXPECT_THAT(runner.HeldTasks(), ElementsAre(2));
-    auto got = runner.GetBatch(Key(0), InTwentySeconds());
+    auto got = runner.GetBatch(Key(0), Soon());
     EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound) << got.status();
     // Its buffered batches are freed: what the buffer holds now is task 2's.
     for (uint64_t g = 20; g < 40; ++g) {
-      auto b = runner.GetBatch(Key(g), InTwentySeconds());
+      auto b = runner.GetBatch(Key(g), Soon());
       ASSERT_TRUE(b.ok()) << b.status();
     }
     EXPECT_TRUE(WaitFor([&] { return runner.stats().buffered_bytes == 0; }));
@@ -292,7 +281,7 @@ TEST_F(ProducerTaskRunnerTest, RevokedTaskIsDroppedAndItsWaitersFail) {
   ASSERT_TRUE(runner.AddTask(MakeTask(3, "train", 1, 0, 10), maker_).ok());
   ASSERT_TRUE(env_.AwaitWaiting(1));  // the only worker is making batch 0 of epoch 1
   absl::Status waited;
-  std::thread waiter([&] { waited = runner.GetBatch(Key(0, 1), InTwentySeconds()).status(); });
+  std::thread waiter([&] { waited = runner.GetBatch(Key(0, 1), Soon()).status(); });
   // Revoked once the request waits (revoked before, it would be told the task is not held).
   EXPECT_TRUE(WaitFor([&] { return runner.stats().waiting_requests == 1; }));
   EXPECT_TRUE(runner.RevokeTask(3));
@@ -312,7 +301,7 @@ TEST_F(ProducerTaskRunnerTest, RevokedTaskFailsARequestMakingItsBatchOnDemand) {
   ASSERT_TRUE(runner.AddTask(MakeTask(1, "train", 0, 0, 20), maker_).ok());
   ASSERT_TRUE(env_.AwaitWaiting(1));  // the worker, making batch 0
   absl::Status made;
-  std::thread requester([&] { made = runner.GetBatch(Key(5), InTwentySeconds()).status(); });
+  std::thread requester([&] { made = runner.GetBatch(Key(5), Soon()).status(); });
   EXPECT_TRUE(env_.AwaitWaiting(2));  // the request, making batch 5 itself
   EXPECT_TRUE(runner.RevokeTask(1));
   env_.Open();
@@ -333,7 +322,7 @@ TEST_F(ProducerTaskRunnerTest, RevokedTaskFailsAnAnyRequestMakingItsBatchOnDeman
   ASSERT_TRUE(runner.AddTask(MakeTask(1, "train", 0, 0, 20), maker_).ok());
   ASSERT_TRUE(env_.AwaitWaiting(1));  // the worker, making batch 0
   absl::Status made;
-  std::thread requester([&] { made = runner.GetAnyBatch("train", 0, InTwentySeconds()).status(); });
+  std::thread requester([&] { made = runner.GetAnyBatch("train", 0, Soon()).status(); });
   EXPECT_TRUE(env_.AwaitWaiting(2));  // the request, making batch 1 itself
   EXPECT_TRUE(runner.RevokeTask(1));
   env_.Open();
@@ -357,7 +346,7 @@ TEST_F(ProducerTaskRunnerTest, GetAnyBatchHandsEachBatchOutOnceThenOutOfRange) {
   for (int t = 0; t < 4; ++t) {
     takers.emplace_back([&] {
       while (true) {
-        auto got = runner.GetAnyBatch("train", 2, InTwentySeconds());
+        auto got = runner.GetAnyBatch("train", 2, Soon());
         if (got.status().code() == absl::StatusCode::kOutOfRange) return;
         ASSERT_TRUE(got.ok()) << got.status();
         EXPECT_EQ(got->second.ContentHash(), expected[got->first]) << got->first;
@@ -370,7 +359,7 @@ TEST_F(ProducerTaskRunnerTest, GetAnyBatchHandsEachBatchOutOnceThenOutOfRange) {
   for (auto& t : takers) t.join();
   ASSERT_EQ(seen.size(), 40u);
   for (uint64_t g = 0; g < 40; ++g) EXPECT_EQ(seen.count(g), 1u) << g;
-  auto after = runner.GetAnyBatch("train", 2, InTwentySeconds());
+  auto after = runner.GetAnyBatch("train", 2, Soon());
   EXPECT_EQ(after.status().code(), absl::StatusCode::kOutOfRange);
   EXPECT_THAT(after.status().message(), HasSubstr("no more batches of job 'train' epoch 2"));
   EXPECT_THAT(runner.TakeFinishedTasks(), UnorderedElementsAre(1, 2));
@@ -394,7 +383,7 @@ TEST_F(ProducerTaskRunnerTest, FailedBatchIsReportedAndNotRetriedByTheWorkers) {
   absl::SleepFor(absl::Milliseconds(50));
   EXPECT_EQ(runner.stats().make_failures, 1u);
   for (int attempt = 0; attempt < 2; ++attempt) {  // from the buffer, then remade
-    auto got = runner.GetBatch(Key(2), InTwentySeconds());
+    auto got = runner.GetBatch(Key(2), Soon());
     EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
     EXPECT_THAT(got.status().message(),
                 HasSubstr(absl::StrCat("job 'train' epoch 0 batch 2: record 9 of ", paths_[0])));
@@ -405,7 +394,7 @@ TEST_F(ProducerTaskRunnerTest, FailedBatchIsReportedAndNotRetriedByTheWorkers) {
   EXPECT_THAT(runner.TakeFinishedTasks(), IsEmpty());
   for (uint64_t g = 0; g < 40; ++g) {
     if (g == 2) continue;
-    auto got = runner.GetBatch(Key(g), InTwentySeconds());
+    auto got = runner.GetBatch(Key(g), Soon());
     ASSERT_TRUE(got.ok()) << g << ": " << got.status();
     runner.OnServed(Key(g), got->bytes().size());
   }
@@ -439,7 +428,7 @@ TEST_F(ProducerTaskRunnerTest, ARankThatDoesNotReadHoldsNoSlotAndItsBatchesAreMa
       return next_task > g / 8;
     })) << "no slot for the task of batch "
         << g << ": " << runner.stats().tasks_held << " held";
-    auto got = runner.GetBatch(Key(g), InTwentySeconds());
+    auto got = runner.GetBatch(Key(g), Soon());
     ASSERT_TRUE(got.ok()) << g << ": " << got.status();
     EXPECT_EQ(got->ContentHash(), expected[g]) << g;
     runner.OnServed(Key(g), got->bytes().size());
@@ -449,7 +438,7 @@ TEST_F(ProducerTaskRunnerTest, ARankThatDoesNotReadHoldsNoSlotAndItsBatchesAreMa
   EXPECT_GT(s.batches_evicted, 0u);
   // Rank 1 comes: every batch is there, made again where it was evicted.
   for (uint64_t g = 1; g < 40; g += 2) {
-    auto got = runner.GetBatch(Key(g), InTwentySeconds());
+    auto got = runner.GetBatch(Key(g), Soon());
     ASSERT_TRUE(got.ok()) << g << ": " << got.status();
     EXPECT_EQ(got->ContentHash(), expected[g]) << g;
     runner.OnServed(Key(g), got->bytes().size());
@@ -467,7 +456,7 @@ TEST_F(ProducerTaskRunnerTest, RanksReadingInStepAreNeverEvictedFrom) {
   ASSERT_TRUE(runner.AddTask(MakeTask(2, "train", 0, 20, 20), maker_).ok());
   for (uint64_t g = 0; g < 40; ++g) {
     if (g % 8 == 0) absl::SleepFor(absl::Milliseconds(20));  // the buffer fills meanwhile
-    auto got = runner.GetBatch(Key(g), InTwentySeconds());
+    auto got = runner.GetBatch(Key(g), Soon());
     ASSERT_TRUE(got.ok()) << g << ": " << got.status();
     runner.OnServed(Key(g), got->bytes().size());
   }
@@ -489,7 +478,7 @@ TEST_F(ProducerTaskRunnerTest, ShutdownFailsBlockedWaitersPromptly) {
   std::vector<absl::Status> results(3);
   std::vector<std::thread> waiters;
   for (auto& result : results) {
-    waiters.emplace_back([&] { result = runner.GetBatch(Key(0), InTwentySeconds()).status(); });
+    waiters.emplace_back([&] { result = runner.GetBatch(Key(0), Soon()).status(); });
   }
   absl::SleepFor(absl::Milliseconds(50));
   const absl::Time start = absl::Now();
@@ -507,8 +496,8 @@ TEST_F(ProducerTaskRunnerTest, ShutdownFailsBlockedWaitersPromptly) {
   env_.Open();
   EXPECT_TRUE(shut.WaitForNotificationWithTimeout(absl::Seconds(10)));
   shutdown.join();
-  EXPECT_EQ(runner.GetBatch(Key(1), InTwentySeconds()).status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(runner.GetAnyBatch("train", 0, InTwentySeconds()).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(runner.GetBatch(Key(1), Soon()).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(runner.GetAnyBatch("train", 0, Soon()).status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(runner.AddTask(MakeTask(2, "train", 0, 20, 20), maker_).code(),
             absl::StatusCode::kUnavailable);
 }

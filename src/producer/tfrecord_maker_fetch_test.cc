@@ -28,17 +28,8 @@ using ::croupier::testing::JobOptions;
 using ::croupier::testing::MakeJob;
 using ::croupier::testing::MakeTask;
 using ::croupier::testing::ScopedTempDir;
+using ::croupier::testing::WaitFor;
 using ::croupier::testing::WriteDataset;
-
-// Polls `done` until it holds, for at most 10 seconds.
-bool WaitFor(const std::function<bool()>& done) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (!done()) {
-    if (absl::Now() > deadline) return false;
-    absl::SleepFor(absl::Milliseconds(2));
-  }
-  return true;
-}
 
 // 160 records in 2 files, batches of 4, 2 consumers, no shuffle: 40 batches an epoch, batch g
 // holding records 4g to 4g + 3.

@@ -142,7 +142,7 @@ TEST(ManyConsumersTest, TwoThousandConsumersReadAnEpochExactlyOnceInEqualStepsIn
     EXPECT_EQ(ids[r], planned[r]) << "rank " << r;
     for (uint64_t h : hashes[r]) ++seen[h];
   }
-  // Exactly once, by content: kConsumers * kStepsPerEpoch batches of distinct records, each seen once.
+  // Exactly once, by content: kConsumers * kStepsPerEpoch distinct batches, each seen once.
   EXPECT_EQ(seen.size(), uint64_t{kConsumers} * kStepsPerEpoch);
   for (const auto& [hash, count] : seen) EXPECT_EQ(count, 1) << "content hash " << hash;
 
