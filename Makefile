@@ -57,12 +57,8 @@ build-demo: configure
 # either stops it; the install's output is in $(TEST_TIER_LOG).
 TEST_TIER_LOG = $(BUILD)/bootstrap-test.log
 test: configure
-	@bash scripts/bootstrap.sh test > $(TEST_TIER_LOG) 2>&1 & pid=$$!; \
-	  cmake --build $(BUILD) -j $(JOBS); built=$$?; \
-	  wait $$pid || { cat $(TEST_TIER_LOG); echo "make test: the test tier's packages failed" >&2; \
-	                  exit 1; }; \
-	  [[ $$built == 0 ]] || exit $$built
-	@cat $(TEST_TIER_LOG) >&2
+	@bash scripts/install_while_building.sh test $(TEST_TIER_LOG) "make test: the test tier" -- \
+	  cmake --build $(BUILD) -j $(JOBS)
 	$(MAKE) --no-print-directory build
 	$(MAKE) --no-print-directory test-cpp test-python typecheck
 
@@ -91,12 +87,8 @@ test-python:
 # both are done. A failure of either stops it; the install's output is in $(DEMO_LOG).
 DEMO_LOG = $(BUILD)/bootstrap-demo.log
 demo: configure
-	@bash scripts/bootstrap.sh demo > $(DEMO_LOG) 2>&1 & pid=$$!; \
-	  cmake --build $(BUILD) -j $(JOBS) --target croupier _croupier; built=$$?; \
-	  wait $$pid || { cat $(DEMO_LOG); echo "make demo: the demo's Python packages failed" >&2; \
-	                  exit 1; }; \
-	  [[ $$built == 0 ]] || exit $$built
-	@cat $(DEMO_LOG) >&2
+	@bash scripts/install_while_building.sh demo $(DEMO_LOG) "make demo: the demo's Python packages" -- \
+	  cmake --build $(BUILD) -j $(JOBS) --target croupier _croupier
 	@$(PY) scripts/dev_install.py
 	bash scripts/demo.sh
 

@@ -30,7 +30,7 @@ case "$tier" in
          python_lists=(scripts/requirements-build.txt scripts/requirements-demo.txt
                        scripts/requirements-dev.txt
                        scripts/requirements-nodeps.txt) ;;
-  *) say "unknown tier '$tier' (build, test or engines)"; exit 2 ;;
+  *) say "unknown tier '$tier' (build, demo, test or engines)"; exit 2 ;;
 esac
 # The engines tier installs the test tier's packages under the test tier's stamp.
 packages_tier="${tier/engines/test}"
