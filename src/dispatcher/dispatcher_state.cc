@@ -5,9 +5,9 @@
 
 #include <tuple>
 
-
 #include "absl/strings/str_cat.h"
 #include "croupier/plan.h"
+#include "src/job/batch_key.h"
 
 namespace croupier {
 namespace {
@@ -19,10 +19,6 @@ absl::Status Malformed(absl::string_view what) {
 absl::Status DoesNotFit(absl::string_view what) {
   return absl::FailedPreconditionError(
       absl::StrCat("journal update does not fit the state: ", what));
-}
-
-std::string Range(uint64_t epoch, uint64_t first, uint64_t num) {
-  return absl::StrCat("epoch ", epoch, " batches [", first, ", ", first + num, ")");
 }
 
 }  // namespace
@@ -231,7 +227,7 @@ absl::Status DispatcherState::ApplyTaskAssigned(const journal::TaskAssigned& u) 
   if (!is_orphan && !is_next) {
     return DoesNotFit(absl::StrCat(
         "task ", task.task_id(), " of job '", task.job(), "' covers ",
-        Range(task.epoch(), task.first_batch(), task.num_batches()),
+        DescribeBatches(task.epoch(), task.first_batch(), task.num_batches()),
         ", which is neither an orphan nor the job's next task",
         job->exhausted()
             ? " (every epoch is cut already)"

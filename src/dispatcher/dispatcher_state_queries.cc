@@ -5,16 +5,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "src/dispatcher/dispatcher_state.h"
+#include "src/job/batch_key.h"
 
 namespace croupier {
-namespace {
-
-std::string Range(uint64_t epoch, uint64_t first, uint64_t num) {
-  return absl::StrCat("epoch ", epoch, " batches [", first, ", ", first + num, ")");
-}
-
-}  // namespace
-
 
 bool DispatcherState::Job::exhausted() const {
   return info->spec().num_epochs() > 0 && next_epoch >= info->spec().num_epochs();
@@ -186,8 +179,8 @@ std::string DispatcherState::DebugString() const {
                     j.next_epoch, "/", j.next_batch, " finished ", j.tasks_finished, "/",
                     j.batches_finished, j.idle ? " idle" : "", "\n");
     for (const auto& [key, o] : j.outstanding) {
-      absl::StrAppend(&out, "  outstanding ", Range(key.first, key.second, o.num_batches), " task ",
-                      o.task_id, " producer ", o.producer_id, "\n");
+      absl::StrAppend(&out, "  outstanding ", DescribeBatches(key.first, key.second, o.num_batches),
+                      " task ", o.task_id, " producer ", o.producer_id, "\n");
     }
     for (const auto& [rank, p] : j.rank_positions) {
       absl::StrAppend(&out, "  rank ", rank, " at ", p.first, "/", p.second, "\n");

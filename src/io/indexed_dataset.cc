@@ -12,9 +12,9 @@
 namespace croupier {
 namespace {
 
-constexpr char kMagic[] = "MMIDIDX\0\0";
-constexpr size_t kMagicSize = 9;
-constexpr size_t kHeaderSize = kMagicSize + 8 + 1 + 8 + 8;
+constexpr char kMegatronMagic[] = "MMIDIDX\0\0";
+constexpr size_t kMegatronMagicSize = 9;
+constexpr size_t kHeaderSize = kMegatronMagicSize + 8 + 1 + 8 + 8;
 
 template <typename T>
 T Load(absl::string_view bytes, size_t at) {
@@ -68,12 +68,14 @@ absl::StatusOr<TokenIndex> ParseTokenIndex(absl::string_view bytes, uint64_t bin
     return loss(bytes.size(), absl::StrCat("the index ends within its ", kHeaderSize,
                                            "-byte header (", bytes.size(), " bytes)"));
   }
-  if (bytes.substr(0, kMagicSize) != absl::string_view(kMagic, kMagicSize)) {
+  if (bytes.substr(0, kMegatronMagicSize) !=
+      absl::string_view(kMegatronMagic, kMegatronMagicSize)) {
     return loss(0, "not a Megatron indexed dataset's index (no MMIDIDX magic)");
   }
-  const uint64_t version = Load<uint64_t>(bytes, kMagicSize);
-  if (version != 1) return loss(kMagicSize, absl::StrCat("index version ", version, ", not 1"));
-  const uint8_t code = Load<uint8_t>(bytes, kMagicSize + 8);
+  const uint64_t version = Load<uint64_t>(bytes, kMegatronMagicSize);
+  if (version != 1)
+    return loss(kMegatronMagicSize, absl::StrCat("index version ", version, ", not 1"));
+  const uint8_t code = Load<uint8_t>(bytes, kMegatronMagicSize + 8);
   TokenIndex index;
   if (code == static_cast<uint8_t>(TokenDType::kUInt16)) {
     index.dtype = TokenDType::kUInt16;
@@ -84,13 +86,13 @@ absl::StatusOr<TokenIndex> ParseTokenIndex(absl::string_view bytes, uint64_t bin
                                                    DTypeCodeName(code),
                                                    "); token ids are uint16 (8) or int32 (4)"));
   }
-  const uint64_t sequences = Load<uint64_t>(bytes, kMagicSize + 9);
-  const uint64_t documents = Load<uint64_t>(bytes, kMagicSize + 17);
+  const uint64_t sequences = Load<uint64_t>(bytes, kMegatronMagicSize + 9);
+  const uint64_t documents = Load<uint64_t>(bytes, kMegatronMagicSize + 17);
   // The arrays' size, checked before it is computed in full (a count near 2^64 must not wrap).
   const uint64_t most = std::numeric_limits<uint64_t>::max() / 32;
   if (sequences > most || documents > most) {
-    return loss(kMagicSize + 9, absl::StrCat("counts of ", sequences, " sequences and ", documents,
-                                             " documents cannot fit any file"));
+    return loss(kMegatronMagicSize + 9, absl::StrCat("counts of ", sequences, " sequences and ",
+                                                     documents, " documents cannot fit any file"));
   }
   const uint64_t lengths_at = kHeaderSize;
   const uint64_t pointers_at = lengths_at + 4 * sequences;
@@ -134,7 +136,7 @@ absl::StatusOr<TokenIndex> ParseTokenIndex(absl::string_view bytes, uint64_t bin
 }
 
 std::string EncodeTokenIndex(const TokenIndex& index) {
-  std::string out(kMagic, kMagicSize);
+  std::string out(kMegatronMagic, kMegatronMagicSize);
   Put<uint64_t>(out, 1);
   Put<uint8_t>(out, static_cast<uint8_t>(index.dtype));
   Put<uint64_t>(out, index.lengths.size());

@@ -7,6 +7,8 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 namespace croupier {
 
 // Names one global batch of one epoch of one job.
@@ -21,6 +23,16 @@ struct BatchKey {
   }
   bool operator==(const BatchKey&) const = default;
 };
+
+// "batch G of job 'J' epoch E", for errors and logs.
+inline std::string Describe(const BatchKey& key) {
+  return absl::StrCat("batch ", key.batch, " of job '", key.job, "' epoch ", key.epoch);
+}
+
+// "epoch E batches [first, first + num)", for errors and logs.
+inline std::string DescribeBatches(uint64_t epoch, uint64_t first, uint64_t num) {
+  return absl::StrCat("epoch ", epoch, " batches [", first, ", ", first + num, ")");
+}
 
 }  // namespace croupier
 

@@ -25,10 +25,6 @@ uint64_t SizeOf(const absl::StatusOr<Batch>& batch) {
   return batch.ok() ? batch->bytes().size() : 0;
 }
 
-std::string Describe(const BatchKey& key) {
-  return absl::StrCat("batch ", key.batch, " of job '", key.job, "' epoch ", key.epoch);
-}
-
 }  // namespace
 
 BatchBuffer::BatchBuffer(uint64_t capacity_bytes, Clock* clock)

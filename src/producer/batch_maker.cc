@@ -10,10 +10,6 @@
 namespace croupier {
 namespace {
 
-absl::Status Prefixed(const absl::Status& status, absl::string_view prefix) {
-  return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
-}
-
 class FailingBatchMaker final : public BatchMaker {
  public:
   FailingBatchMaker(v1::JobInfo job, JobConfig config, absl::Status error)
@@ -36,6 +32,10 @@ class FailingBatchMaker final : public BatchMaker {
 };
 
 }  // namespace
+
+absl::Status Prefixed(const absl::Status& status, absl::string_view prefix) {
+  return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
+}
 
 absl::StatusOr<std::shared_ptr<const BatchMaker>> FailingMaker(const v1::JobInfo& job,
                                                                absl::Status error) {

@@ -13,7 +13,9 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "croupier/batch.h"
 #include "croupier/plan.h"
@@ -102,6 +104,10 @@ using MakerFactory =
 // deadline. Errors as ParseJobConfig's for a job that cannot even be planned.
 absl::StatusOr<std::shared_ptr<const BatchMaker>> FailingMaker(const v1::JobInfo& job,
                                                                absl::Status error);
+
+// `status` with `prefix` before its message: how a maker names the batch or record an error is
+// about.
+absl::Status Prefixed(const absl::Status& status, absl::string_view prefix);
 
 }  // namespace croupier
 

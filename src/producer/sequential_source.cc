@@ -9,10 +9,6 @@ namespace {
 
 absl::Status ShutDown() { return absl::UnavailableError("the producer is shutting down"); }
 
-std::string Describe(const BatchKey& k) {
-  return absl::StrCat("batch ", k.batch, " of job '", k.job, "' epoch ", k.epoch);
-}
-
 bool Before(const v1::Task& a, const v1::Task& b) {
   return std::make_pair(a.epoch(), a.first_batch() + a.num_batches()) <=
          std::make_pair(b.epoch(), b.first_batch());

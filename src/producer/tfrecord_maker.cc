@@ -21,10 +21,6 @@ constexpr size_t kMaxPooledScratch = 64;
 constexpr size_t kMinRun = 2;
 constexpr uint64_t kMaxRunBytes = uint64_t{4} << 20;
 
-absl::Status Prefixed(const absl::Status& status, absl::string_view prefix) {
-  return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TfrecordBatchMaker>> TfrecordBatchMaker::Create(

@@ -14,11 +14,6 @@
 #include "src/transport/frame.h"
 
 namespace croupier {
-namespace {
-
-constexpr char kComponent[] = "transport";
-
-}  // namespace
 
 void RefusalLog::Note(absl::string_view host, absl::string_view peer, absl::string_view reason) {
   absl::MutexLock lock(&mu_);
@@ -29,7 +24,7 @@ void RefusalLog::Note(absl::string_view host, absl::string_view peer, absl::stri
   if (inserted) kind.start = now;
   if (kind.logged < kRefusalsLoggedPerInterval) {
     ++kind.logged;
-    Log(LogLevel::kWarning, kComponent,
+    Log(LogLevel::kWarning, kTransportLog,
         absl::StrCat(name_, " refuses ", peer, ": ", reason,
                      kind.logged == kRefusalsLoggedPerInterval
                          ? absl::StrCat(" (more such refusals are only counted, until ",
@@ -54,7 +49,7 @@ void RefusalLog::FlushLocked(bool all) {
       continue;
     }
     if (kind.suppressed > 0) {
-      Log(LogLevel::kWarning, kComponent,
+      Log(LogLevel::kWarning, kTransportLog,
           absl::StrCat(name_, " refused ", kind.suppressed, " more connections from ",
                        it->first.first, " in the last ", absl::FormatDuration(interval_), ": ",
                        it->first.second));
@@ -132,7 +127,7 @@ void ServeLoop::Shutdown() {
     // Every connection thread polls its wake event, or returns from its source within
     // kSourceSlice.
     for (std::thread& thread : threads) thread.join();
-    Log(LogLevel::kInfo, kComponent, absl::StrCat(options_.name, " stopped"));
+    Log(LogLevel::kInfo, kTransportLog, absl::StrCat(options_.name, " stopped"));
   });
 }
 
@@ -156,7 +151,7 @@ void ServeLoop::AcceptLoop() {
       if (errno != EAGAIN && errno != EWOULDBLOCK) {
         // Out of descriptors or memory: the pending connection stays queued, so back off rather
         // than spin on a listener that stays readable.
-        Log(LogLevel::kWarning, kComponent,
+        Log(LogLevel::kWarning, kTransportLog,
             absl::StrCat(options_.name, " cannot accept: ", std::strerror(errno)));
         pollfd wake{stop_->fd(), POLLIN, 0};
         ::poll(&wake, 1, /*timeout_ms=*/100);

@@ -43,6 +43,9 @@
 
 namespace croupier {
 
+// The log component of the transports' server side.
+inline constexpr char kTransportLog[] = "transport";
+
 // Connections in their handshake at once, by default: enough for every consumer of a producer to
 // reconnect together, few enough that threads and descriptors stay bounded under a flood.
 inline constexpr size_t kDefaultMaxHandshakes = 64;

@@ -8,11 +8,11 @@
 #include "src/common/logging.h"
 #include "src/common/status_macros.h"
 #include "src/net/token.h"
+#include "src/transport/serve_loop.h"
 
 namespace croupier {
 namespace {
 
-constexpr char kComponent[] = "transport";
 // How long a connection being refused lingers so that the client reads why before the close.
 constexpr absl::Duration kRefusalLinger = absl::Milliseconds(200);
 constexpr absl::Duration kSliceSlack = absl::Milliseconds(10);
@@ -76,12 +76,12 @@ void ServerConnection::LogClose(absl::string_view stage, const absl::Status& sta
     case absl::StatusCode::kFailedPrecondition:
       return;  // logged by Handshake, where the reason is known
     case absl::StatusCode::kDataLoss:
-      Log(LogLevel::kWarning, kComponent,
+      Log(LogLevel::kWarning, kTransportLog,
           absl::StrCat("closing the ", kind_, " from ", peer_, ": malformed ", stage, ": ",
                        status.message()));
       return;
     default:
-      Log(LogLevel::kInfo, kComponent,
+      Log(LogLevel::kInfo, kTransportLog,
           absl::StrCat("closing the ", kind_, " from ", peer_, " during ", stage, ": ",
                        status.message()));
   }
@@ -268,7 +268,7 @@ absl::Status ServerConnection::Flush(const net::IoWait& wait) {
       if (s.any) {
         // The source handed this batch out once and for all; say so, since the consumer never
         // receives it.
-        Log(LogLevel::kWarning, kComponent,
+        Log(LogLevel::kWarning, kTransportLog,
             absl::StrCat("batch ", s.key.batch, " of job '", s.key.job, "' epoch ", s.key.epoch,
                          " was taken for ", peer_, " but not delivered: ", sent.message()));
       }

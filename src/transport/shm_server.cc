@@ -24,7 +24,6 @@
 namespace croupier {
 namespace {
 
-constexpr char kComponent[] = "transport";
 // Free segments kept for reuse, per server: part of a producer's memory beyond its batch buffer.
 constexpr size_t kPoolFreeBytes = size_t{64} << 20;
 
@@ -104,7 +103,7 @@ class ShmServerConnection final : public ServerConnection {
     }
     absl::StatusOr<std::unique_ptr<ShmSegment>> segment = pool_->Get(bytes.size());
     if (!segment.ok()) {
-      Log(LogLevel::kWarning, kComponent,
+      Log(LogLevel::kWarning, kTransportLog,
           absl::StrCat("batch ", index, " of job '", request.job, "' epoch ", request.epoch,
                        " for ", peer_, ": ", segment.status().message()));
       out_ += frame::EncodeError(segment.status());
@@ -212,7 +211,8 @@ absl::StatusOr<std::unique_ptr<DataServer>> StartShmDataServer(const DataServerO
   ASSIGN_OR_RETURN(net::Socket listener, net::ListenUnix(name));
   auto server = std::make_unique<ShmDataServer>(options, source, name);
   RETURN_IF_ERROR(server->Start(std::move(listener)));
-  Log(LogLevel::kInfo, kComponent, absl::StrCat("shared-memory data server listening on ", name));
+  Log(LogLevel::kInfo, kTransportLog,
+      absl::StrCat("shared-memory data server listening on ", name));
   return server;
 }
 

@@ -10,12 +10,11 @@
 #include "absl/strings/str_cat.h"
 #include "src/common/logging.h"
 #include "src/common/status_macros.h"
+#include "src/transport/serve_loop.h"
 #include "src/transport/tcp_server_connection.h"
 
 namespace croupier {
 namespace {
-
-constexpr char kComponent[] = "transport";
 
 absl::Status ValidateOptions(const DataServerOptions& options) {
   if (options.port < 0 || options.port > 65535) {
@@ -80,7 +79,7 @@ absl::StatusOr<std::unique_ptr<DataServer>> TcpDataServer::Start(const DataServe
                                                      slot, s->tls_.get())
                                      .Run();
                                }}));
-  Log(LogLevel::kInfo, kComponent,
+  Log(LogLevel::kInfo, kTransportLog,
       absl::StrCat("data server listening on ", server->address(),
                    server->tls_ == nullptr                ? ""
                    : server->tls_->requires_client_cert() ? " (mutual TLS)"

@@ -10,11 +10,11 @@
 #include "src/common/logging.h"
 #include "src/common/status_macros.h"
 #include "src/transport/compression.h"
+#include "src/transport/serve_loop.h"
 
 namespace croupier {
 namespace {
 
-constexpr char kComponent[] = "transport";
 // Bounds the bytes of the answers held back to be written together (kMaxHeldAnswers).
 constexpr size_t kMaxHeldBytes = size_t{256} << 10;
 
@@ -113,7 +113,7 @@ void TcpServerConnection::HoldAnswer(const frame::Request& request,
   if (codec != Codec::kNone && bytes.size() <= MaxCompressibleBytes(codec)) {
     compressed = Compress(codec, bytes);
     if (!compressed.ok()) {
-      Log(LogLevel::kWarning, kComponent,
+      Log(LogLevel::kWarning, kTransportLog,
           absl::StrCat("sending batch ", index, " of job '", request.job,
                        "' uncompressed: ", compressed.status().message()));
     } else if (compressed->size() >= bytes.size()) {
