@@ -9,7 +9,7 @@ JOBS ?= $(shell nproc)
 PY := $(ROOT)/.venv/bin/python
 CMAKE_ARGS ?=
 
-.PHONY: all bootstrap bootstrap-build bootstrap-engines configure build build-demo test test-engines test-cpp \
+.PHONY: all bootstrap bootstrap-build bootstrap-engines configure build build-demo test test-build test-engines test-cpp \
   test-python demo demo-mpi bench bench-peers bench-quick clean format typecheck
 
 all: build
@@ -55,12 +55,16 @@ build-demo: configure
 # install in the background while croupier and its tests compile, which need only the build tier;
 # `make build` then configures again with TensorFlow in and builds the TensorFlow op. A failure of
 # either stops it; the install's output is in $(TEST_TIER_LOG).
+# `make test-build` is that build alone (CI runs it first, then starts the ASan build beside the
+# tests: .ci/run).
 TEST_TIER_LOG = $(BUILD)/bootstrap-test.log
-test: configure
+test: test-build
+	$(MAKE) --no-print-directory test-cpp test-python typecheck
+
+test-build: configure
 	@bash scripts/install_while_building.sh test $(TEST_TIER_LOG) "make test: the test tier" -- \
 	  cmake --build $(BUILD) -j $(JOBS)
 	$(MAKE) --no-print-directory build
-	$(MAKE) --no-print-directory test-cpp test-python typecheck
 
 test-engines: bootstrap-engines
 	$(MAKE) --no-print-directory build
@@ -140,7 +144,7 @@ ASAN_ENV := ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1:strict_
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1:suppressions=$(ROOT)/fuzz/tsan.supp
 
-.PHONY: asan tsan fuzz-build fuzz-smoke fuzz
+.PHONY: asan asan-build tsan fuzz-build fuzz-smoke fuzz
 
 # ASan + UBSan: every C++ test in build-asan. A sanitizer report aborts its test and fails the run.
 # The same build directory holds the libFuzzer targets: everything in it is also compiled with
@@ -152,11 +156,14 @@ TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:ignore_noninstr
 # CPU (docs/robustness.md).
 SAN_ASAN_CMAKE := $(SAN_CMAKE) -DCROUPIER_SANITIZE=fuzzer-no-link,address,undefined \
   -DCROUPIER_BUILD_FUZZ=ON '-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG'
-asan: bootstrap
-	CC=clang CXX=clang++ cmake -S . -B build-asan $(SAN_ASAN_CMAKE)
-	nice cmake --build build-asan -j $(SAN_JOBS)
+# `make asan-build` only builds (CI builds it beside the tests: .ci/run).
+asan: asan-build
 	$(ASAN_ENV) nice ctest --test-dir build-asan --output-on-failure -j $(SAN_JOBS) \
 	  --timeout $(SAN_TEST_TIMEOUT)
+
+asan-build: bootstrap
+	CC=clang CXX=clang++ cmake -S . -B build-asan $(SAN_ASAN_CMAKE)
+	nice cmake --build build-asan -j $(SAN_JOBS)
 
 # TSan: every C++ test in build-tsan, then the multi-process service tests on its binary. abseil
 # is built with TSan first (scripts/tsan_abseil.sh, into build-tsan/abseil) and every binary of
