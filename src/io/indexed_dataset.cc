@@ -73,8 +73,9 @@ absl::StatusOr<TokenIndex> ParseTokenIndex(absl::string_view bytes, uint64_t bin
     return loss(0, "not a Megatron indexed dataset's index (no MMIDIDX magic)");
   }
   const uint64_t version = Load<uint64_t>(bytes, kMegatronMagicSize);
-  if (version != 1)
+  if (version != 1) {
     return loss(kMegatronMagicSize, absl::StrCat("index version ", version, ", not 1"));
+  }
   const uint8_t code = Load<uint8_t>(bytes, kMegatronMagicSize + 8);
   TokenIndex index;
   if (code == static_cast<uint8_t>(TokenDType::kUInt16)) {

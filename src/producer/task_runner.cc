@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/common/logging.h"
+#include "src/job/batch_key.h"
 
 namespace croupier {
 namespace {
@@ -206,9 +207,7 @@ uint64_t TaskRunner::EvictStaleLocked() {
     for (uint64_t i = 0; i < t->size(); ++i) {
       if (!StaleLocked(*t, i, now)) continue;
       const BatchKey key = t->Key(i);
-      buffer_.Discard(key,
-                      absl::NotFoundError(absl::StrCat("batch ", key.batch, " of job '", key.job,
-                                                       "' epoch ", key.epoch, " was evicted")));
+      buffer_.Discard(key, absl::NotFoundError(absl::StrCat(Describe(key), " was evicted")));
       ++evicted;
       if (t->Evict(i)) done.push_back(t);
     }

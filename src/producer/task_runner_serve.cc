@@ -3,16 +3,13 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "src/job/batch_key.h"
 #include "src/producer/task_runner.h"
 
 namespace croupier {
 namespace {
 
 using State = HeldTask::State;
-
-std::string KeyText(const BatchKey& key) {
-  return absl::StrCat("batch ", key.batch, " of job '", key.job, "' epoch ", key.epoch);
-}
 
 absl::Status RevokedError(const HeldTask& task) {
   return absl::NotFoundError(absl::StrCat(task.Describe(), " was revoked from this producer"));
@@ -62,7 +59,7 @@ absl::StatusOr<Batch> TaskRunner::GetBatch(const BatchKey& key, absl::Time deadl
     if (shutdown_) return absl::UnavailableError("the producer is shutting down");
     task = FindLocked(key);
     if (task == nullptr) {
-      return absl::NotFoundError(absl::StrCat("producer does not hold ", KeyText(key)));
+      return absl::NotFoundError(absl::StrCat("producer does not hold ", Describe(key)));
     }
     const uint64_t index = key.batch - task->first();
     switch (task->state(index)) {
@@ -184,7 +181,7 @@ void TaskRunner::OnServed(const BatchKey& key, uint64_t bytes) {
   const uint64_t index = key.batch - task.first();
   if (task.state(index) == State::kReady) {
     // Served by a remake: the buffered copy is not needed.
-    buffer_.Discard(key, absl::NotFoundError(KeyText(key) + " was served already"));
+    buffer_.Discard(key, absl::NotFoundError(Describe(key) + " was served already"));
   }
   MarkHandedLocked(task, index);
   if (task.Serve(index)) FinishLocked(found);  // done

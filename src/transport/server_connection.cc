@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/common/logging.h"
 #include "src/common/status_macros.h"
+#include "src/job/batch_key.h"
 #include "src/net/token.h"
 #include "src/transport/serve_loop.h"
 
@@ -269,8 +270,8 @@ absl::Status ServerConnection::Flush(const net::IoWait& wait) {
         // The source handed this batch out once and for all; say so, since the consumer never
         // receives it.
         Log(LogLevel::kWarning, kTransportLog,
-            absl::StrCat("batch ", s.key.batch, " of job '", s.key.job, "' epoch ", s.key.epoch,
-                         " was taken for ", peer_, " but not delivered: ", sent.message()));
+            absl::StrCat(Describe(s.key), " was taken for ", peer_,
+                         " but not delivered: ", sent.message()));
       }
       continue;
     }
