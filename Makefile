@@ -39,8 +39,10 @@ configure: bootstrap-build
 # Builds the library, the command (build/bin/croupier), the tests, the benchmarks and the Python
 # module, and puts python/ on the .venv's path (development mode).
 build: configure
-	cmake --build $(BUILD) -j $(JOBS)
+	cmake --build $(BUILD) -j $(JOBS) --target all $(BENCH_TARGET)
 	@$(PY) scripts/dev_install.py
+# The benchmarks' target, when the build has them (-DCROUPIER_BUILD_BENCH=OFF leaves them out).
+BENCH_TARGET = $(shell grep -qs '^CROUPIER_BUILD_BENCH:BOOL=OFF' $(BUILD)/CMakeCache.txt || echo benchmarks)
 
 # What the demo runs: the command and the Python module (no tests, no benchmarks).
 build-demo: configure
@@ -48,23 +50,31 @@ build-demo: configure
 	@$(PY) scripts/dev_install.py
 
 # The C++ tests, the Python tests of croupier's guarantees and adapters in four pytest processes,
-# and the type check of the package. The tests that run croupier under engines, launchers and installers (Ray, Slurm,
-# horovodrun, the deploy recipes, pip install; tests/conftest.py names them) are
-# `make test-engines`; CI runs both.
-# The test tier's packages (TensorFlow, JAX, Ray, clang, Slurm: one to two minutes of apt and pip)
-# install in the background while croupier and its tests compile, which need only the build tier;
-# `make build` then configures again with TensorFlow in and builds the TensorFlow op. A failure of
-# either stops it; the install's output is in $(TEST_TIER_LOG).
-# `make test-build` is that build alone (CI runs it first, then starts the ASan build beside the
-# tests: .ci/run).
+# and the type check of the package. The tests that run croupier under engines, launchers and
+# installers (Ray, Slurm, horovodrun, the deploy recipes, pip install; tests/conftest.py names
+# them) are `make test-engines`; CI runs both.
+# `make test-build` builds what they need: the test tier's packages (TensorFlow, JAX, Ray, clang,
+# Slurm: one to two minutes of apt and pip) install in the background while croupier and its tests
+# compile, which need only the build tier; then it configures again with TensorFlow in and builds
+# the TensorFlow op. No benchmarks (`make build` adds them). A failure of either stops it; the
+# install's output is in $(TEST_TIER_LOG). CI runs it first, then starts the ASan build beside the
+# tests (.ci/run).
+# The C++ tests and the type check run beside pytest (scripts/beside.sh), their output in
+# $(TEST_CPP_LOG), printed after pytest's: the tests wait much of their time, and the three
+# together took 331 s where one after the other they took 402 (docs/build.md).
 TEST_TIER_LOG = $(BUILD)/bootstrap-test.log
+TEST_CPP_LOG = $(BUILD)/test-cpp.log
 test: test-build
-	$(MAKE) --no-print-directory test-cpp test-python typecheck
+	@bash scripts/beside.sh $(TEST_CPP_LOG) "make test: the C++ tests or the type check" -- \
+	  $(MAKE) --no-print-directory -k test-cpp typecheck -- \
+	  $(MAKE) --no-print-directory test-python
 
 test-build: configure
-	@bash scripts/install_while_building.sh test $(TEST_TIER_LOG) "make test: the test tier" -- \
-	  cmake --build $(BUILD) -j $(JOBS)
-	$(MAKE) --no-print-directory build
+	@bash scripts/beside.sh $(TEST_TIER_LOG) "make test: the test tier's install" -- \
+	  bash scripts/bootstrap.sh test -- cmake --build $(BUILD) -j $(JOBS)
+	$(MAKE) --no-print-directory configure
+	cmake --build $(BUILD) -j $(JOBS)
+	@$(PY) scripts/dev_install.py
 
 test-engines: bootstrap-engines
 	$(MAKE) --no-print-directory build
@@ -91,8 +101,8 @@ test-python:
 # both are done. A failure of either stops it; the install's output is in $(DEMO_LOG).
 DEMO_LOG = $(BUILD)/bootstrap-demo.log
 demo: configure
-	@bash scripts/install_while_building.sh demo $(DEMO_LOG) "make demo: the demo's Python packages" -- \
-	  cmake --build $(BUILD) -j $(JOBS) --target croupier _croupier
+	@bash scripts/beside.sh $(DEMO_LOG) "make demo: the demo's Python packages" -- \
+	  bash scripts/bootstrap.sh demo -- cmake --build $(BUILD) -j $(JOBS) --target croupier _croupier
 	@$(PY) scripts/dev_install.py
 	bash scripts/demo.sh
 

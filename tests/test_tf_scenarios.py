@@ -309,33 +309,6 @@ def start_workers(tmp_path, script, args, workers):
     return procs
 
 
-@pytest.mark.timeout(300)
-def test_keras_fit_under_multi_worker_mirrored_strategy_4_processes_without_steps_per_epoch(
-        tmp_path):
-    workers, records, batch, epochs = 4, 640, 16, 2
-    path = write_regression_file(tf, tmp_path, records)
-    script = write_script(tmp_path, "fit.py", _FIT_WORKER)
-    with croupier.local_cluster(producers=2, work_dir=tmp_path / "cluster") as cluster:
-        cluster.create_job("train", path, FEATURES, batch, consumers=workers, seed=3,
-                           epochs=epochs)
-        procs = start_workers(tmp_path, script, lambda i: [
-            cluster.address, "train", str(tmp_path / f"out{i}.json"), str(epochs)], workers)
-        run_all(procs, 240)
-    outs = read_outputs((tmp_path / f"out{i}.json" for i in range(workers)), key="index")
-    steps = records // batch // workers
-    for epoch in range(epochs):
-        plan = croupier.EpochPlan(records, batch, workers, seed=3, epoch=epoch)
-        for rank, o in enumerate(outs):
-            got = o["seen"][str(epoch)]
-            assert len(got) == steps, f"epoch {epoch} rank {rank}: {len(got)} steps, want {steps}"
-            want = [plan.batch(plan.global_batch(rank, s)).tolist() for s in range(steps)]
-            assert got == want, f"epoch {epoch} rank {rank}: not the plan's batches, in order"
-        ids = sorted(i for o in outs for b in o["seen"][str(epoch)] for i in b)
-        assert ids == list(range(records)), f"epoch {epoch}: not every record exactly once"
-    assert all(o["weights"] == outs[0]["weights"] for o in outs)  # the gradients were averaged
-    assert outs[0]["loss"][1] < outs[0]["loss"][0]
-
-
 def wait_for_exit(procs, code, timeout):
     """Waits for every process to exit with `code`; kills them all at the deadline."""
     deadline = time.monotonic() + timeout
@@ -352,11 +325,15 @@ def wait_for_exit(procs, code, timeout):
 
 
 @pytest.mark.timeout(300)
-def test_keras_fit_resumes_mid_epoch_exactly_from_backup_and_restore(tmp_path):
-    """4 workers train 2 epochs with BackupAndRestore(save_freq=3) and all die after 17 steps
-    (epoch 1, step 6); the backup holds 15 (epoch 1 after step 4). Restarted, they resume at
-    epoch 1 step 5 with exactly the plan's batches from there, and end with the weights of an
-    uninterrupted run: every batch of the trajectory trained once, in order."""
+def test_keras_fit_under_multi_worker_mirrored_strategy_and_its_resume_from_backup_and_restore(
+        tmp_path):
+    """Keras fit under MultiWorkerMirroredStrategy, 4 processes, no steps_per_epoch: each worker
+    trains on exactly its rank's batches of the plan, in order, every record once an epoch, with
+    the gradients averaged. The same run is the reference of a resume: 4 workers train 2 epochs
+    with BackupAndRestore(save_freq=3) and all die after 17 steps (epoch 1, step 6); the backup
+    holds 15 (epoch 1 after step 4). Restarted, they resume at epoch 1 step 5 with exactly the
+    plan's batches from there, and end with the weights of the uninterrupted run: every batch of
+    the trajectory trained once, in order."""
     workers, records, batch, epochs, steps = 4, 640, 16, 2, 10
     path = write_regression_file(tf, tmp_path, records)
     script = write_script(tmp_path, "fit.py", _FIT_WORKER)
@@ -376,9 +353,24 @@ def test_keras_fit_resumes_mid_epoch_exactly_from_backup_and_restore(tmp_path):
             240)
     ref, died, resumed = (read_outputs((out(run, i) for i in range(workers)), key="index")
                           for run in ("ref", "died", "resumed"))
-    plan = croupier.EpochPlan(records, batch, workers, seed=3, epoch=1)
+    assert steps == records // batch // workers
+    plans = [croupier.EpochPlan(records, batch, workers, seed=3, epoch=e) for e in range(epochs)]
+    wants = [[[plan.batch(plan.global_batch(rank, s)).tolist() for s in range(steps)]
+              for rank in range(workers)] for plan in plans]
+    # The uninterrupted run: the plan's batches, in order, each record once an epoch.
+    for epoch in range(epochs):
+        for rank, o in enumerate(ref):
+            got = o["seen"][str(epoch)]
+            assert len(got) == steps, f"epoch {epoch} rank {rank}: {len(got)} steps, want {steps}"
+            assert got == wants[epoch][rank], (
+                f"epoch {epoch} rank {rank}: not the plan's batches, in order")
+        ids = sorted(i for o in ref for b in o["seen"][str(epoch)] for i in b)
+        assert ids == list(range(records)), f"epoch {epoch}: not every record exactly once"
+    assert all(o["weights"] == ref[0]["weights"] for o in ref)  # the gradients were averaged
+    assert ref[0]["loss"][1] < ref[0]["loss"][0]
+    # The run that died and its resume.
     for rank in range(workers):
-        want = [plan.batch(plan.global_batch(rank, s)).tolist() for s in range(steps)]
+        want = wants[1][rank]
         assert len(died[rank]["seen"]["0"]) == steps
         assert died[rank]["seen"]["1"] == want[:7], f"rank {rank}: before the failure"
         assert "0" not in resumed[rank]["seen"], f"rank {rank}: epoch 0 trained again"
