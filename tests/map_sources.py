@@ -116,9 +116,10 @@ def ragged(rec, rng):
     return out
 
 
-def pipeline():
-    """produce()'s arguments, from $MAP_TEST."""
-    opts = json.loads(os.environ.get("MAP_TEST", "{}"))
+def pipeline(opts=None):
+    """produce()'s arguments, from `opts` or else $MAP_TEST."""
+    if opts is None:
+        opts = json.loads(os.environ.get("MAP_TEST", "{}"))
     kind = opts.get("kind", "records")
     if kind == "parquet":
         from croupier.parquet import ParquetSource

@@ -68,9 +68,10 @@ def drop_some(ds):
     return augment(ds.filter(lambda r: r["id"] % 3 != 1))
 
 
-def pipeline():
-    """produce()'s arguments, from $MAP_TEST."""
-    opts = json.loads(os.environ.get("MAP_TEST", "{}"))
+def pipeline(opts=None):
+    """produce()'s arguments, from `opts` or else $MAP_TEST."""
+    if opts is None:
+        opts = json.loads(os.environ.get("MAP_TEST", "{}"))
     source = JpegRecords(opts.get("records", 96), corrupt_at=opts.get("corrupt_at", -1))
     out = {"source": source,
            "tf_transform": {"augment": augment, "drop_some": drop_some}[
