@@ -65,7 +65,8 @@ build-demo: configure
 TEST_TIER_LOG = $(BUILD)/bootstrap-test.log
 TEST_CPP_LOG = $(BUILD)/test-cpp.log
 test: test-build
-	@bash scripts/beside.sh $(TEST_CPP_LOG) "make test: the C++ tests or the type check" -- \
+	@bash scripts/beside.sh --stop-if-interrupted $(TEST_CPP_LOG) \
+	  "make test: the C++ tests or the type check" -- \
 	  $(MAKE) --no-print-directory -k test-cpp typecheck -- \
 	  $(MAKE) --no-print-directory test-python
 
