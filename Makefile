@@ -61,7 +61,8 @@ build-demo: configure
 # tests (.ci/run).
 # The C++ tests and the type check run beside pytest (scripts/beside.sh), their output in
 # $(TEST_CPP_LOG), printed after pytest's: the tests wait much of their time, and the three
-# together took 331 s where one after the other they took 402 (docs/build.md).
+# together took 331 s where one after the other they took 402 (docs/build.md). Ctrl-C stops them
+# with pytest (--stop-if-interrupted: their own process group, stopped as a whole).
 TEST_TIER_LOG = $(BUILD)/bootstrap-test.log
 TEST_CPP_LOG = $(BUILD)/test-cpp.log
 test: test-build
