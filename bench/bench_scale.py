@@ -309,6 +309,9 @@ def autoscale_table(runs):
 
 def hollow_main(args):
     build = pathlib.Path(args.build).resolve()
+    if not (build / "bench" / "bench_hollow").exists():
+        sys.exit(f"{build / 'bench' / 'bench_hollow'} is not built: make build (or cmake --build "
+                 f"{build} --target bench_hollow)")
     recovery = args.kill_after is not None
     sizes = [int(x) for x in (args.sizes or ("1000,10000" if recovery or args.autoscale else
                                              "100,1000,10000,30000")).split(",")]
