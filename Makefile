@@ -39,10 +39,8 @@ configure: bootstrap-build
 # Builds the library, the command (build/bin/croupier), the tests, the benchmarks and the Python
 # module, and puts python/ on the .venv's path (development mode).
 build: configure
-	cmake --build $(BUILD) -j $(JOBS) --target all $(BENCH_TARGET)
+	cmake --build $(BUILD) -j $(JOBS) --target all benchmarks
 	@$(PY) scripts/dev_install.py
-# The benchmarks' target, when the build has them (-DCROUPIER_BUILD_BENCH=OFF leaves them out).
-BENCH_TARGET = $(shell grep -qs '^CROUPIER_BUILD_BENCH:BOOL=OFF' $(BUILD)/CMakeCache.txt || echo benchmarks)
 
 # What the demo runs: the command and the Python module (no tests, no benchmarks).
 build-demo: configure

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Runs two commands side by side, for `make demo` and `make test`:
 #
-#   scripts/beside.sh [--stop-if-interrupted] LOG WHAT -- BACKGROUND-COMMAND... -- FOREGROUND-COMMAND...
+#   scripts/beside.sh [--stop-if-interrupted] LOG WHAT -- BACKGROUND-COMMAND... -- \
+#                     FOREGROUND-COMMAND...
 #
 # starts BACKGROUND-COMMAND with its output in LOG, runs FOREGROUND-COMMAND meanwhile with its
 # output where it goes, then waits for the background and prints LOG after the foreground's output.
@@ -9,9 +10,10 @@
 # the foreground's status. Uses: a tier's install while croupier compiles (the compile needs only
 # the build tier, installed first), and the C++ tests and the type check while pytest runs (the
 # tests wait much of their time; the cores are idle meanwhile).
-# An interrupt (Ctrl-C, which reaches both) stops the foreground. With --stop-if-interrupted it stops the
-# background command and every process it started too (the tests); without, the background runs
-# to its end (an install: apt or pip stopped halfway leaves more to repair than it saves).
+# An interrupt (Ctrl-C, which reaches both) stops the foreground. With --stop-if-interrupted it
+# stops the background command and every process it started too (the tests); without, the
+# background runs to its end (an install: apt or pip stopped halfway leaves more to repair than it
+# saves).
 set -u
 usage() {
   echo "usage: $0 [--stop-if-interrupted] LOG WHAT -- BACKGROUND-COMMAND... --" \

@@ -21,9 +21,9 @@ from croupier.map.tf_pipeline import record_seed, record_seeds  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import map_sources_tf  # noqa: E402
-from service_cluster import Cluster  # noqa: E402
+from service_cluster import Cluster, batch_hashes  # noqa: E402
 from test_produce import (check_against_plan, check_resume, error_of_rank_1,  # noqa: E402
-                          run_job, start_producer, wait_for_job)
+                          planned_hashes, run_job, start_producer, wait_for_job)
 
 PIPELINE = "map_sources_tf:pipeline"
 
@@ -33,26 +33,10 @@ def run_tf_job(work_dir, **opts):
     return run_job(work_dir, workers=0, pipeline=PIPELINE, **opts)
 
 
-def hashes(per_rank):
-    """Each rank's batch hashes, in its order, as numbers."""
-    return [[int(b["hash"], 16) for b in r] for r in per_rank]
-
-
-def expected_hashes(per_rank, records, batch_size, seed):
-    """What each batch the consumers got must hash to: the batch made here, in this process, by
-    the same pipeline from (seed, epoch, batch, the plan's record ids)."""
-    pipe = Pipeline(map_sources_tf.JpegRecords(records), tf_transform=map_sources_tf.augment,
-                    seed=seed)
-    world = len(per_rank)
-    out = []
-    for rank, batches in enumerate(per_rank):
-        mine = []
-        for b in batches:
-            plan = croupier.EpochPlan(records, batch_size, world, seed=seed, epoch=b["epoch"])
-            g = plan.global_batch(rank, b["step"])
-            mine.append(pipe.make(b["epoch"], g, plan.batch(g)).content_hash)
-        out.append(mine)
-    return out
+def planned(**opts):
+    """What each rank of run_tf_job(**opts) must read, made in this process by the same pipeline
+    from (seed, epoch, batch, the plan's record ids): [(epoch, step, hash)] per rank."""
+    return planned_hashes(pipeline=PIPELINE, **opts)
 
 
 def test_a_record_is_a_function_of_seed_epoch_and_index():
@@ -79,7 +63,7 @@ def test_a_record_is_a_function_of_seed_epoch_and_index():
 def test_each_rank_gets_the_plans_records_made_by_the_pipeline(tmp_path):
     per_rank = run_tf_job(tmp_path / "run", records=96, batch_size=4)
     check_against_plan(per_rank, 96, 4, seed=5, epochs=2)
-    assert hashes(per_rank) == expected_hashes(per_rank, 96, 4, seed=5)
+    assert [batch_hashes(r) for r in per_rank] == planned(records=96, batch_size=4)
 
 
 @pytest.mark.timeout(240)
@@ -88,7 +72,7 @@ def test_two_producers_make_the_bytes_the_pipeline_makes_here(tmp_path):
     pipeline makes of the plan's records (one producer: the test above)."""
     two = run_tf_job(tmp_path / "two", producers=2, records=96, batch_size=4)
     assert len(two[0]) == 2 * 12
-    assert hashes(two) == expected_hashes(two, 96, 4, seed=5)
+    assert [batch_hashes(r) for r in two] == planned(records=96, batch_size=4)
 
 
 @pytest.mark.timeout(240)
@@ -97,7 +81,7 @@ def test_a_producer_killed_mid_epoch_changes_no_byte(tmp_path):
     again, with the bytes this process's pipeline makes of the plan's records."""
     killed = run_tf_job(tmp_path / "killed", records=96, batch_size=4, kill_after=5)
     check_against_plan(killed, 96, 4, seed=5, epochs=2)
-    assert hashes(killed) == expected_hashes(killed, 96, 4, seed=5)
+    assert [batch_hashes(r) for r in killed] == planned(records=96, batch_size=4)
 
 
 @pytest.mark.timeout(240)
