@@ -84,17 +84,19 @@ test-cpp:
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) --timeout 600
 
 # PYTEST_WORKERS: the number of pytest processes (pytest-xdist; 0 runs the tests in this process).
-# Four on two cores: many tests spend their time waiting (heartbeats, timeouts, the autoscaler's
-# hold), and the two cores were half idle under three processes; four took 395 s where three took
-# 427-453 s (docs/build.md, "Four pytest processes"). Every Python test can run beside any other
-# (docs/architecture.md, Conventions). Both runs print their slowest tests (--durations), so that
-# a run's log says where its minutes went.
-PYTEST_WORKERS ?= 4
+# Five on two cores: many tests spend their time waiting (heartbeats, timeouts, the autoscaler's
+# hold), and the cores were a third idle under four processes. The tests go to the processes one
+# at a time (--maxschedchunk 1), the long ones first (tests/conftest.py), so that no process is
+# left alone at the end with a long test: five took 272 s where four took 289 s, and four in
+# pytest's default chunks 314 s (docs/build.md, "The long tests first, five pytest processes").
+# Every Python test can run beside any other (docs/architecture.md, Conventions). Both runs print
+# their slowest tests (--durations), so that a run's log says where its minutes went.
+PYTEST_WORKERS ?= 5
 # ENGINE_WORKERS: the same for make test-engines, whose files run whole in one process each
 # (tests/conftest.py, ENGINE_GROUPS).
 ENGINE_WORKERS ?= 2
 test-python:
-	$(PY) -m pytest -q -m "not engines" -n $(PYTEST_WORKERS) --durations=25
+	$(PY) -m pytest -q -m "not engines" -n $(PYTEST_WORKERS) --maxschedchunk 1 --durations=25
 
 # The demo tier's Python packages (PyTorch, scikit-learn, matplotlib: about a minute of pip) install
 # in the background while croupier compiles, which needs only the build tier; the demo starts once

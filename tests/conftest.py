@@ -57,7 +57,12 @@ ENGINE_TEST_FILES = frozenset({
 ENGINE_GROUPS = {"test_ray.py": "ray", "test_ray_autoscale.py": "ray"}
 
 
+# The tests marked `long` (15 s or more in `make test`'s --durations list) run first: `make test`
+# hands the tests to its pytest processes one at a time (--maxschedchunk 1), so the long ones are
+# spread over the processes at the start, and the short ones fill in around them. In collection
+# order a 50-s test could start in the last minute and keep the run going after the others ended.
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
     for item in items:
         if item.path.name in ENGINE_TEST_FILES:
             item.add_marker(pytest.mark.engines)

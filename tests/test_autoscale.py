@@ -40,6 +40,7 @@ def planned(epoch):
     return [plan.batch(s).tolist() for s in range(plan.steps_per_consumer)]
 
 
+@pytest.mark.long
 @pytest.mark.timeout(180)
 def test_local_cluster_auto_scales_out_when_input_bound_and_in_when_the_trainer_slows(tmp_path):
     files = synth_dataset(tmp_path / "data", RECORDS, files=2, image_bytes=32)
@@ -137,6 +138,7 @@ def run_map_job(work_dir, monkeypatch, producers, delay, **options):
     return digests, changes, status
 
 
+@pytest.mark.long
 @pytest.mark.timeout(60)
 def test_a_map_jobs_producers_follow_its_own_target(tmp_path, monkeypatch):
     fixed, _, _ = run_map_job(tmp_path / "fixed", monkeypatch, 1, 0.0)

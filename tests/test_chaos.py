@@ -44,6 +44,7 @@ def test_a_killed_consumers_checkpoint_is_the_batch_after_its_last_complete_line
     assert chaos.checkpoint_position(out, 5) == (1, 1, 6, 0)
 
 
+@pytest.mark.long
 @pytest.mark.timeout(120)
 def test_chaos_short_run_is_exactly_once_and_identical_to_a_fault_free_run(tmp_path):
     summary = chaos.chaos_run(tmp_path, SECONDS, SEED)

@@ -58,6 +58,7 @@ def test_horovod_tensorflow_writes_its_own_data(tmp_path):
     assert batch["y"][2] == pytest.approx(sum(batch["x"][2]) / 2 - 0.25, abs=1e-6)
 
 
+@pytest.mark.long
 @pytest.mark.timeout(600)
 def test_the_gpt_example_learns_and_a_resume_from_4_to_2_ranks_continues_its_curve(tmp_path):
     """examples/gpt_tokens.py demo: a tokens job over the standard library feeds a small GPT on 4

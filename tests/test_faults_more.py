@@ -28,6 +28,7 @@ def wait_until(predicate, timeout, what):
         time.sleep(0.1)
 
 
+@pytest.mark.long
 @pytest.mark.timeout(120)
 def test_frozen_producer_loses_its_work_and_rejoins_as_a_new_producer(tmp_path, dataset,
                                                                        reference):

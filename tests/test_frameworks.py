@@ -21,6 +21,7 @@ def write_digits(data):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.long
 @pytest.mark.timeout(240)
 def test_the_demo_4_ddp_ranks_learn_the_digits_exactly_once(tmp_path):
     """What `make demo` runs: examples/pytorch_ddp.py in 4 ranks with DDP all-reduce, 15 epochs of

@@ -77,6 +77,7 @@ def send_garbage(port):
         s.close()
 
 
+@pytest.mark.long
 def test_garbage_on_every_port_is_refused_and_harms_nothing(tmp_path, dataset):
     metrics_file = tmp_path / "metrics.port"
     with Cluster(tmp_path / "cluster", auth_token=TOKEN, env={"CROUPIER_SHM": "off"},
@@ -156,6 +157,7 @@ def fill(directory):
     return filler
 
 
+@pytest.mark.long
 def test_a_full_disk_refuses_changes_clearly_and_loses_nothing(tmp_path, dataset):
     with journal_on_small_disk(tmp_path, dataset) as (cluster, disk):
         outs_a = run_job(cluster, tmp_path, "a")

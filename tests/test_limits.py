@@ -177,6 +177,7 @@ def count_of(pid, what):
                     if line.startswith("Threads:")))
 
 
+@pytest.mark.long
 @pytest.mark.timeout(180)
 def test_a_consumer_started_during_a_flood_from_its_own_address_gets_its_first_batch_at_once(
         tmp_path):

@@ -212,6 +212,7 @@ def test_a_map_source_with_a_random_transform_is_dealt_as_planned(tmp_path):
     check_against_plan(per_rank, 96, 4, seed=5, epochs=2)
 
 
+@pytest.mark.long
 @pytest.mark.timeout(240)
 def test_same_bytes_with_one_or_three_producers_one_or_four_workers_and_threads(tmp_path):
     one = run_job(tmp_path / "one", producers=1, workers=1, records=96, batch_size=4)

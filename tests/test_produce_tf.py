@@ -75,6 +75,7 @@ def test_two_producers_make_the_bytes_the_pipeline_makes_here(tmp_path):
     assert [batch_hashes(r) for r in two] == planned(records=96, batch_size=4)
 
 
+@pytest.mark.long
 @pytest.mark.timeout(240)
 def test_a_producer_killed_mid_epoch_changes_no_byte(tmp_path):
     """The producer SIGKILLed mid-epoch, a new one started: the batches it had not served are made
@@ -84,6 +85,7 @@ def test_a_producer_killed_mid_epoch_changes_no_byte(tmp_path):
     assert [batch_hashes(r) for r in killed] == planned(records=96, batch_size=4)
 
 
+@pytest.mark.long
 @pytest.mark.timeout(240)
 def test_a_checkpoint_resumes_exactly_and_with_another_world_size(tmp_path):
     check_resume(tmp_path, pipeline=PIPELINE, workers=0)

@@ -459,6 +459,7 @@ def test_a_parquet_source_names_a_missing_object_a_wrong_key_and_an_unreachable_
     assert time.monotonic() - start < 10
 
 
+@pytest.mark.long
 @pytest.mark.timeout(180)
 def test_faults_between_a_parquet_source_and_the_store_change_no_byte(
         tmp_path, store, parquet_files, monkeypatch):

@@ -145,6 +145,7 @@ def data_hello_v3():
         os.urandom(32)
 
 
+@pytest.mark.long
 @pytest.mark.timeout(180)
 def test_a_client_without_the_token_in_a_loop_holds_no_slot_and_floods_no_log(tmp_path, dataset):
     """A client that reconnects in a loop with no proof, and others that stay silent in their

@@ -24,6 +24,7 @@ def dataset(tmp_path):
     return sorted(data.glob("*.tfrecord"))
 
 
+@pytest.mark.long
 def test_a_stalled_consumer_causes_backpressure_not_growth(tmp_path):
     data = tmp_path / "big"
     # 2,000 records of 32 KiB: 64 MB of batches per epoch, against a 4 MiB producer buffer.

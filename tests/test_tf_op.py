@@ -147,6 +147,7 @@ _RESTORE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.long
 @pytest.mark.timeout(180)
 def test_checkpointed_iterator_resumes_the_data_exactly_in_a_new_process(tmp_path):
     path = tmp_path / "mixed.tfrecord"
@@ -228,6 +229,7 @@ _ORDER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.long
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("order", ["tensorflow-first", "croupier-first"])
 def test_tensorflow_and_croupier_protobuf_and_grpc_in_one_process(tmp_path, order):

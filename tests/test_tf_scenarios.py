@@ -79,6 +79,7 @@ _MWMS_WORKER = textwrap.dedent("""
 
 
 
+@pytest.mark.long
 @pytest.mark.timeout(300)
 def test_multi_worker_mirrored_strategy_4_processes_each_read_their_rank_exactly_once(tmp_path):
     workers = 4
@@ -148,6 +149,7 @@ _MIRRORED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.long
 @pytest.mark.timeout(240)
 def test_mirrored_strategy_gives_each_replica_its_own_ranks_batch_each_step(tmp_path):
     replicas = 2
@@ -324,6 +326,7 @@ def wait_for_exit(procs, code, timeout):
             p.wait()
 
 
+@pytest.mark.long
 @pytest.mark.timeout(300)
 def test_keras_fit_under_multi_worker_mirrored_strategy_and_its_resume_from_backup_and_restore(
         tmp_path):

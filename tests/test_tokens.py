@@ -240,6 +240,7 @@ def test_croupier_tokenize_writes_what_the_tokenizer_gives_and_a_tokens_job_deal
     assert bad.returncode == 1 and "no file matches" in bad.stderr
 
 
+@pytest.mark.long
 @pytest.mark.timeout(180)
 def test_a_producer_killed_mid_epoch_changes_no_sequence(tmp_path, sources):
     """Two `croupier producer` processes, two `croupier consume` ranks reading slowly; one
@@ -368,6 +369,7 @@ def test_megatron_and_croupier_write_the_same_indexed_dataset_and_read_each_othe
         assert [theirs[d].tolist() for d in range(len(theirs))] == docs
 
 
+@pytest.mark.long
 @pytest.mark.timeout(240)
 def test_a_tokens_job_autoscaled_or_made_by_three_producers_deals_the_same_sequences(tmp_path,
                                                                                      sources):

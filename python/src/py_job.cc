@@ -225,7 +225,7 @@ void BindJob(pyb::module_& m) {
                   ToUserJson(source, options, /*int64_as_numbers=*/true)));
             }
             out["source_info"] = sources;
-            return std::move(out);
+            return out;
           },
           "A tokens job's settings (sources, sequence_length, packing, packing_window, "
           "global_batch, steps_per_epoch, weights, pad_id) and source_info (each source's "

@@ -29,8 +29,10 @@ size_t WholePages(size_t n) {
   return std::max(page, (n + page - 1) / page * page);
 }
 
+}  // namespace
+
 // One memfd and the producer's read-only mapping of it.
-struct Slot {
+struct BatchSlots::Slot {
   uint64_t id = 0;
   int fd = -1;
   const uint8_t* data = nullptr;
@@ -53,8 +55,6 @@ struct Slot {
     return absl::OkStatus();
   }
 };
-
-}  // namespace
 
 struct BatchSlots::State {
   explicit State(size_t max_idle) : max_idle(max_idle) {}

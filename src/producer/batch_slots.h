@@ -86,6 +86,7 @@ class BatchSlots {
   Stats stats() const;
 
  private:
+  struct Slot;  // one memfd and its mapping
   struct State;
   std::shared_ptr<State> state_;
 };

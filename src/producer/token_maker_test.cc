@@ -286,7 +286,9 @@ TEST(ProducerTokenMakerTest, AWeightChangeAddedAtAResumeKeepsTheStepsBeforeItAnd
   for (uint64_t b = 0; b < after->batches_per_epoch(); ++b) {
     auto made = b < 2 * kChange ? (*old_maker)->Make(0, b) : (*new_maker)->Make(0, b);
     ASSERT_TRUE(made.ok()) << made.status();
-    if (b >= 2 * kChange) EXPECT_EQ(made->ContentHash(), (*again)->Make(0, b)->ContentHash());
+    if (b >= 2 * kChange) {
+      EXPECT_EQ(made->ContentHash(), (*again)->Make(0, b)->ContentHash());
+    }
     testing::CheckTokenBatch(made->view(), /*best_fit=*/true, &places);
   }
   const TokenPlan& plan = (*new_maker)->plan();

@@ -31,7 +31,9 @@ TEST(ByteRangeTest, RejectsMalformedContentRange) {
                           "bytes 0-9", "bytes a-9/10"}) {
     absl::StatusOr<ContentRange> r = ParseContentRange(bad);
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
-    if (!r.ok()) EXPECT_NE(r.status().message().find(bad), std::string::npos);
+    if (!r.ok()) {
+      EXPECT_NE(r.status().message().find(bad), std::string::npos);
+    }
   }
 }
 
