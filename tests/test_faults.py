@@ -309,7 +309,10 @@ def test_a_producer_killed_and_started_again_serves_from_the_cache_it_kept(tmp_p
         after = producer_cache_metrics(tmp_path / "second.port", second)
         log = second.log_path.read_text()
     check_against_reference(outs, reference)
-    assert after["hits_total"] == dealt and after["misses_total"] == 0, after
+    # Every record a hit, none read from the files. A record may be a hit more than once: a job
+    # whose ranks have all left for an instant (one done before the next starts, on a busy
+    # machine) has its tasks taken back, and made again once a rank comes.
+    assert after["misses_total"] == 0 and after["hits_total"] >= dealt, after
     assert after["read_errors_total"] == 0, after
     assert f"holds {dealt} records" in log, log[-2000:]
 

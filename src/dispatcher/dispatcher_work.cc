@@ -184,12 +184,20 @@ void DispatcherImpl::WaitForWork(uint64_t id, uint32_t slots, absl::Time deadlin
         // A producer removed meanwhile learns it at its next heartbeat.
         if (state_.FindProducer(id) != nullptr && info != producer_info_.end()) {
           assigned = AssignTasksLocked(id, slots, info->second, *result);
+          // And what was revoked from it while it waited (its job's last consumer left): the
+          // tasks assigned now may be those tasks' batches again, under new ids, and the
+          // producer drops the revoked ones before it takes new ones (ProducerNode). Left for
+          // its next heartbeat, they would still be held when the new ones came, which it
+          // would refuse as overlapping.
+          for (uint64_t task_id : info->second.revoked) result->add_revoked_tasks(task_id);
+          info->second.revoked.clear();
         }
       }
       if (!assigned.ok()) {
         result = assigned;
-      } else if (result->new_tasks_size() == 0 && absl::Now() < deadline) {
-        // Nothing assigned, nothing answered: held again at once.
+      } else if (result->new_tasks_size() == 0 && result->revoked_tasks_size() == 0 &&
+                 absl::Now() < deadline) {
+        // Nothing assigned nor revoked, nothing answered: held again at once.
         WaitForWork(id, slots, deadline, call_deadline, std::move(gone), *std::move(result),
                     std::move(done));
         return;

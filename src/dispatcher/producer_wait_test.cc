@@ -2,6 +2,7 @@
 #include <atomic>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "absl/synchronization/notification.h"
@@ -94,6 +95,42 @@ TEST_F(DispatcherProducerWaitTest, AHeldHeartbeatWhoseCallerHasGoneIsGivenNoTask
   for (const v1::ProducerStatus& p : status.producers()) {
     EXPECT_EQ(p.tasks_size(), p.producer_id() == live ? 2 : 0) << p.ShortDebugString();
   }
+}
+
+// The job's only consumer leaves while the producer's heartbeat is held: its tasks are revoked
+// and wait as orphans. A consumer coming back wakes the heartbeat, whose answer assigns those
+// batches again under new ids: it must revoke the old ones too, which the producer drops first.
+// Left for its next heartbeat, the revocation came after the new tasks, which the producer
+// refused as overlapping the ones it still held (seen in test_faults.py on a slow machine).
+TEST_F(DispatcherProducerWaitTest, AHeldAnswerRevokesWhatWasRevokedWhileItWaited) {
+  const uint64_t id = Register("h:1");
+  auto consumer = Consumer(0, "train", 0, 2);
+  ASSERT_TRUE(consumer.ok()) << consumer.status();
+  auto first = Producer(id, "h:1", /*slots=*/3);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->new_tasks_size(), 3);
+  auto held = Beat(id, 2, absl::Seconds(60));  // every task is assigned: held
+  EXPECT_FALSE(held->done.WaitForNotificationWithTimeout(absl::Milliseconds(100)));
+  v1::ConsumerHeartbeatRequest leave;
+  leave.set_consumer_id(consumer->consumer_id());
+  leave.set_job("train");
+  leave.set_rank(0);
+  leave.set_world(2);
+  leave.set_lease(Lease(consumer->consumer_id()));
+  leave.set_leaving(true);
+  ASSERT_TRUE(impl_->ConsumerHeartbeat(leave).ok());
+  ASSERT_TRUE(Consumer(0, "train", 1, 2).ok());
+  ASSERT_TRUE(held->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(held->response.ok()) << held->response.status();
+  ASSERT_EQ(held->response->new_tasks_size(), 2);
+  std::set<uint64_t> old_ids;
+  for (const v1::Task& t : first->new_tasks()) old_ids.insert(t.task_id());
+  for (const v1::Task& t : held->response->new_tasks()) {
+    EXPECT_FALSE(old_ids.contains(t.task_id())) << t.ShortDebugString();
+  }
+  const std::set<uint64_t> revoked(held->response->revoked_tasks().begin(),
+                                   held->response->revoked_tasks().end());
+  EXPECT_EQ(revoked, old_ids);
 }
 
 TEST_F(DispatcherProducerWaitTest, WithoutWorkTheAnswerComesWhenTheWaitEnds) {
