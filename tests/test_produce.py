@@ -5,6 +5,7 @@ as `python -m croupier produce map_sources:pipeline` (tests/map_sources.py); pro
 a thread of the test runs over the in-process cluster (croupier.testing)."""
 import collections
 import errno
+import gc
 import importlib
 import json
 import mmap
@@ -55,7 +56,10 @@ def start_producer(cluster, job, name, pipeline="map_sources:pipeline", **opts):
     return proc
 
 
-def wait_for_job(cluster, job, timeout=30):
+def wait_for_job(cluster, job, timeout=90):
+    """Waits until the producers have created `job`. Generous: a producer of a tf.data pipeline
+    imports TensorFlow first (8 s alone on a slow VM, and over 30 s there beside the other tests);
+    a producer that exits fails the wait at once."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if any(j["name"] == job for j in cluster.status().get("jobSummaries", [])):
@@ -1063,6 +1067,54 @@ def test_a_cache_left_by_a_killed_producer_is_removed_by_the_next():
     finally:
         shutil.rmtree(stale, ignore_errors=True)
         shutil.rmtree(live, ignore_errors=True)
+
+
+def collecting(rec, rng):
+    """A transform that runs the garbage collector, as any allocating pipeline does now and then."""
+    gc.collect()
+    return map_sources.augment(rec, rng)
+
+
+@pytest.mark.timeout(60)
+def test_a_parents_gc_callback_waiting_on_a_lock_held_at_the_fork_does_not_hang_a_worker():
+    """A library of the producer's process hooks the garbage collector (JAX calls into XLA at
+    every collection), and a thread of that process holds the lock the hook takes when the zygote
+    is forked. The hook must not run in the zygote nor its workers, where nobody releases the
+    lock: a worker's collection would wait for ever, and with it the batch."""
+    lock = threading.Lock()
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        with lock:
+            held.set()
+            release.wait(30)
+
+    def hook(phase, info):
+        if os.getpid() != parent:
+            with lock:
+                pass
+
+    parent = os.getpid()
+    thread = threading.Thread(target=holder, daemon=True)
+    thread.start()
+    held.wait(10)
+    gc.callbacks.append(hook)
+    try:
+        pool = WorkerPool(Pipeline(map_sources.Records(8), transform=collecting, seed=5), 1)
+        try:
+            got = []
+            maker = threading.Thread(target=lambda: got.append(
+                pool.make(0, 0, np.arange(4, dtype=np.uint64))), daemon=True)
+            maker.start()
+            maker.join(20)
+            assert got, "the worker hung in the parent's gc callback"
+            pids = pool.pids
+        finally:
+            release.set()
+            pool.close()
+    finally:
+        gc.callbacks.remove(hook)
+    assert not left_behind(pids)
 
 
 @pytest.mark.timeout(60)

@@ -97,7 +97,7 @@ def test_a_corrupt_jpeg_reaches_the_trainer_that_needs_it(tmp_path):
         # Record 30 is no JPEG; batch 0 (records 0-3, shuffle none) is fine.
         start_producer(cluster, "m", "producer0", pipeline=PIPELINE, workers=0, records=48,
                        corrupt_at=30, shuffle="none", consumers=2, epochs=1, batch_size=4)
-        wait_for_job(cluster, "m", timeout=60)
+        wait_for_job(cluster, "m", timeout=90)
         # Global batch 7 holds records 28-31.
         message = error_of_rank_1(cluster, "m")
         assert "job 'm' epoch 0 batch 7: record 30: the tf_transform failed: " \

@@ -7,6 +7,7 @@ producer's worker supervisor (croupier.map.zygote, croupier.map.pool).
 """
 import contextlib
 import ctypes
+import gc
 import os
 import pathlib
 import signal
@@ -21,13 +22,30 @@ from croupier import errors
 _PR_SET_PDEATHSIG = 1
 
 
+def _find_prctl() -> Optional[Callable[..., int]]:
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+# Looked up here, in the parent: a child forked from a process with threads must not call the
+# dynamic loader (dlopen, dlsym), whose lock such a thread may have held at the fork.
+_prctl = _find_prctl()
+
+
 def die_with_parent() -> None:
     """Runs in a child (before exec, or after a fork): the kernel kills it when its parent dies."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except Exception:
-        pass
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _forget_parents_gc_callbacks() -> None:
+    """In a forked child: drops the garbage collector's callbacks, which the parent's libraries
+    installed for their own runtimes (JAX's calls into XLA at every collection). In a fork of a
+    process with threads, such a call may wait for a lock that a thread of the parent held at
+    the fork and that nobody will release here: the child would hang at its next collection."""
+    gc.callbacks.clear()
 
 
 def fork(main: Callable[..., Any], *args: Any, close: Iterable[Any] = ()) -> int:
@@ -45,6 +63,7 @@ def fork(main: Callable[..., Any], *args: Any, close: Iterable[Any] = ()) -> int
         return pid
     code = 1
     try:
+        _forget_parents_gc_callbacks()
         die_with_parent()
         if os.getppid() == parent:  # else the parent died before the kernel was told
             signal.signal(signal.SIGINT, signal.SIG_IGN)
