@@ -83,7 +83,10 @@ def run_job(work_dir, producers=1, workers=1, world=2, epochs=2, kill_after=None
                  for k in range(producers)]
         wait_for_job(cluster, "m")
         outs = [work_dir / f"rank{r}.jsonl" for r in range(world)]
-        extra = ["--prefetch", "1", "--slow-ms", "40"] if kill_after else []
+        # With a kill, the ranks wait for the new producer, which may take long to start (a
+        # tf.data pipeline's imports TensorFlow: over 30 s beside the other tests on a slow VM).
+        extra = (["--prefetch", "1", "--slow-ms", "40", "--timeout-ms", "120000"] if kill_after
+                 else [])
         consumers = [cluster.start_consumer("m", r, world, outs[r], epochs, *extra)
                      for r in range(world)]
         if kill_after:
@@ -93,7 +96,7 @@ def run_job(work_dir, producers=1, workers=1, world=2, epochs=2, kill_after=None
                 time.sleep(0.05)
             kill(procs[0], signal.SIGKILL)
             start_producer(cluster, "m", "producer-restarted", workers=workers, **opts)
-        cluster.wait(consumers, timeout=120)
+        cluster.wait(consumers, timeout=180 if kill_after else 120)
     return [read_batches(o) for o in outs]
 
 
