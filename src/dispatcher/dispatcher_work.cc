@@ -189,8 +189,11 @@ void DispatcherImpl::WaitForWork(uint64_t id, uint32_t slots, absl::Time deadlin
           // producer drops the revoked ones before it takes new ones (ProducerNode). Left for
           // its next heartbeat, they would still be held when the new ones came, which it
           // would refuse as overlapping.
-          for (uint64_t task_id : info->second.revoked) result->add_revoked_tasks(task_id);
-          info->second.revoked.clear();
+          // Only with an answer that goes out: an error replaces it, and they wait in `info`.
+          if (assigned.ok()) {
+            for (uint64_t task_id : info->second.revoked) result->add_revoked_tasks(task_id);
+            info->second.revoked.clear();
+          }
         }
       }
       if (!assigned.ok()) {
