@@ -5,8 +5,10 @@ as `python -m croupier produce map_sources:pipeline` (tests/map_sources.py); pro
 a thread of the test runs over the in-process cluster (croupier.testing)."""
 import collections
 import errno
+import _imp
 import gc
 import importlib
+import inspect
 import json
 import mmap
 import os
@@ -27,7 +29,10 @@ import croupier
 from croupier import errors
 from croupier.testing import in_process_cluster
 from croupier.map.pipeline import Pipeline, record_rng
+from croupier.map import zygote
 from croupier.map.pool import WorkerPool
+from croupier.map.record_threads import RecordThreads
+from croupier.runtime import processes
 from croupier.map.record_cache import RecordCache, _pid_namespace, default_root, summary
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -276,6 +281,25 @@ def test_a_pool_forked_after_record_threads_ran_makes_batches_on_its_own_threads
         assert [pool.make(0, 0, ids).content_hash for _ in range(4)] == [want] * 4
     finally:
         pool.close()
+
+
+class ShutDownAsItIsHandedOut(RecordThreads):
+    """Record threads whose pool a fork shuts down (the before-fork hook, from the forking
+    thread) just after map() took it and before it gave the pool its records."""
+
+    def _pool(self, count):
+        pool = super()._pool(count)
+        if not getattr(self, "raced", False):
+            self.raced = True
+            self.shutdown()
+        return pool
+
+
+@pytest.mark.timeout(60)
+def test_a_map_whose_pool_a_fork_shuts_down_goes_on_in_a_new_pool():
+    threads = ShutDownAsItIsHandedOut(2)
+    assert threads.map(lambda k: k * k, range(6)) == [k * k for k in range(6)]
+    assert threads.raced
 
 
 @pytest.mark.timeout(180)
@@ -1118,6 +1142,87 @@ def test_a_parents_gc_callback_waiting_on_a_lock_held_at_the_fork_does_not_hang_
     finally:
         gc.callbacks.remove(hook)
     assert not left_behind(pids)
+
+
+def _in_os_fork_past_its_hooks(thread_id):
+    """Whether thread `thread_id` is inside os.fork() in croupier.runtime.processes.fork, past
+    the at-fork hooks (Python frames): waiting for the import lock, which os.fork takes next."""
+    frame = sys._current_frames().get(thread_id)
+    if frame is None or frame.f_code is not processes.fork.__code__:
+        return False
+    line = next(n for n, text in enumerate(inspect.getsourcelines(processes.fork)[0],
+                                           processes.fork.__code__.co_firstlineno)
+                if "os.fork()" in text)
+    return frame.f_lineno == line
+
+
+@pytest.mark.timeout(90)
+def test_a_record_pool_lock_taken_between_the_fork_hooks_and_the_fork_does_not_hang_the_zygote():
+    """Before a fork, every record-thread pool of the process is shut down, each under its lock;
+    a thread of the producer's process may take a pool's lock again after that and hold it at the
+    fork. The zygote, which forks the workers (running the same hooks), must not wait for it.
+    Made to happen: a thread holds the import lock, which os.fork takes after its hooks, until
+    another thread has taken the pool's lock."""
+    pool_threads = RecordThreads(2)
+    pool_threads.map(lambda k: k, range(4))
+    held, release, forking = threading.Event(), threading.Event(), []
+
+    def hold_the_pools_lock():
+        with pool_threads._lock:
+            held.set()
+            release.wait(60)
+
+    def hold_the_import_lock_until_the_pools_lock_is_taken():
+        _imp.acquire_lock()
+        try:
+            deadline = time.monotonic() + 30
+            while not (forking and _in_os_fork_past_its_hooks(forking[0])):
+                assert time.monotonic() < deadline, "the pool was not forked"
+                time.sleep(0.01)
+            threading.Thread(target=hold_the_pools_lock, daemon=True).start()
+            held.wait(10)
+        finally:
+            _imp.release_lock()
+
+    forking.append(threading.get_ident())  # this thread: the zygote dies with the thread that
+    racer = threading.Thread(target=hold_the_import_lock_until_the_pools_lock_is_taken,
+                             daemon=True)  # forked it (PR_SET_PDEATHSIG)
+    racer.start()
+    try:
+        pool = WorkerPool(Pipeline(map_sources.Records(8), seed=5), 1)
+        try:
+            assert held.is_set(), "the pool's lock was not taken between the hooks and the fork"
+            assert pool.make(0, 0, np.arange(4, dtype=np.uint64)).content_hash == \
+                Pipeline(map_sources.Records(8), seed=5).make(0, 0, np.arange(4)).content_hash
+            pids = pool.pids
+        finally:
+            pool.close()
+    finally:
+        release.set()
+        racer.join(10)
+    assert not left_behind(pids)
+
+
+def stuck_forking_a_worker(*args):
+    time.sleep(120)
+
+
+@pytest.mark.timeout(60)
+def test_a_zygote_that_does_not_answer_is_killed_and_the_error_says_where_it_was(monkeypatch):
+    """A zygote that does not answer a request in time (here: its fork of a worker never
+    returns) is SIGKILLed, and the pool's error names the request, the time waited and the
+    Python stack the zygote was stuck in: nothing waits for it for ever."""
+    monkeypatch.setattr(zygote, "ANSWER_TIMEOUT", 2.0)
+    monkeypatch.setattr(zygote, "_spawn_worker", stuck_forking_a_worker)  # in the zygote's copy
+    start = time.monotonic()
+    with pytest.raises(errors.InternalError) as failed:
+        WorkerPool(Pipeline(map_sources.Records(8), seed=5), 1)
+    message = str(failed.value)
+    assert time.monotonic() - start < 15, message
+    assert "did not answer a spawn request within 2 s and was killed" in message, message
+    assert "stuck_forking_a_worker" in message and "_zygote_main" in message, message
+    pid = int(re.search(r"zygote process \(pid (\d+)\)", message).group(1))
+    assert not left_behind([pid])
 
 
 @pytest.mark.timeout(60)

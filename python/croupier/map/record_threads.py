@@ -11,7 +11,11 @@ AUTO_THREADS threads, and once each has made TRIALS batches the faster (the lowe
 per record) is kept for the rest of the process's life, and logged once.
 
 A pool's threads never cross a fork: every pool shuts its threads down before this process
-forks (os.register_at_fork), and a pool used in a forked child starts its own.
+forks (os.register_at_fork), and a pool used in a forked child starts its own. A map that another
+thread runs while a fork shuts its pool down goes on in a new pool, and the child starts with
+every pool's lock free: a thread of the parent may have taken one after the pools were shut down
+and before the fork, and the child (the map producer's zygote, which forks its workers) must not
+wait for a thread it does not have.
 """
 import logging
 import os
@@ -19,7 +23,7 @@ import statistics
 import threading
 import time
 import weakref
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
 from croupier import errors
@@ -40,7 +44,12 @@ def _before_fork() -> None:
         pool.shutdown()
 
 
-os.register_at_fork(before=_before_fork)
+def _after_fork_in_child() -> None:
+    for pool in list(_pools):
+        pool._forget_the_parents_threads()
+
+
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 def parse_threads(value: Union[int, str, None]) -> Union[int, str]:
@@ -87,7 +96,7 @@ class RecordThreads:
         if count <= 1 or len(items) <= 1:
             out = [fn(item) for item in items]
         else:
-            out = list(self._pool(count).map(fn, items))
+            out = self._map_on_threads(count, fn, items)
         if self._chosen is None and items:
             self._record_trial(count, (time.perf_counter() - start) / len(items))
         return out
@@ -111,6 +120,21 @@ class RecordThreads:
                  "" if self._chosen == 1 else "s", os.getpid(), medians[1] * 1e3,
                  medians[AUTO_THREADS] * 1e3, AUTO_THREADS)
 
+    def _map_on_threads(self, count: int, fn: Callable[[Any], Any], items: List[Any]) -> List[Any]:
+        futures: List["Future[Any]"] = []
+        while len(futures) < len(items):
+            pool = self._pool(count)
+            try:
+                for item in items[len(futures):]:
+                    futures.append(pool.submit(fn, item))
+            except RuntimeError:
+                with self._lock:
+                    if self._executor is pool:  # not a fork's shutdown: the interpreter's
+                        raise
+                # A fork shut the pool down (_before_fork) after the futures so far were given,
+                # which it waited for: the rest go to a new pool.
+        return [f.result() for f in futures]
+
     def _pool(self, count: int) -> ThreadPoolExecutor:
         with self._lock:
             if self._executor is None or self._pid != os.getpid():
@@ -126,3 +150,8 @@ class RecordThreads:
             executor, self._executor = self._executor, None
         if executor is not None and self._pid == os.getpid():
             executor.shutdown(wait=True)
+
+    def _forget_the_parents_threads(self) -> None:
+        """In a forked child: the parent's threads and whatever lock they held are not here."""
+        self._lock = threading.Lock()
+        self._executor, self._pid = None, 0

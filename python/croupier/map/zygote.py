@@ -18,13 +18,19 @@ croupier.map.pool): in the producer's process a batch touches no Python, only he
 
 croupier.map.pool (WorkerPool) starts the workers' supervisor, which decides when a worker is
 replaced and when a batch fails.
+
+Nothing waits for the zygote for ever: a request it has not answered within ANSWER_TIMEOUT seconds
+(a fork of a process with threads can inherit a lock that nobody will release) has it SIGKILLed,
+its workers with it, and the pool's error says where its Python code was stuck (faulthandler).
 """
+import faulthandler
 import mmap
 import os
 import pickle
 import signal
 import socket
 import struct
+import tempfile
 import threading
 import time
 import traceback
@@ -53,6 +59,8 @@ LENGTH = struct.Struct("=Q")  # before each message on a worker's channel: its l
 CONTROL_BYTES = 1 << 16  # the largest message on the zygote's socket
 REAP_GRACE = 2.0  # seconds a worker whose channel closed has to exit before it is SIGKILLed
 CLOSE_GRACE = 5.0  # seconds the workers have to exit once the pool closes
+ANSWER_TIMEOUT = 30.0  # seconds the zygote has to answer a request (a fork; a reap: REAP_GRACE)
+STACK_WAIT = 2.0  # seconds a stuck zygote has to write its stack before it is SIGKILLed
 
 
 def send_message(sock: socket.socket, payload: bytes, fds: Sequence[int] = ()) -> None:
@@ -155,8 +163,8 @@ def _worker_main(pipeline: Any, channel: int) -> None:
             return
 
 
-def _zygote_main(pipeline: Any, control: socket.socket) -> None:
-    """The zygote: answers the requests on `control` until the producer closes its end, then
+def _zygote_main(pipeline: Any, control: socket.socket, stacks: Any) -> None:
+    """The zygote: writes its threads' stacks to the file `stacks` on SIGUSR1; answers the requests on `control` until the producer closes its end, then
     waits for its workers (they exit once the producer has closed their channels), SIGKILLing
     those still running after CLOSE_GRACE seconds. Requests and answers:
       ("spawn",) with the worker's channel's file descriptor: ("spawned", pid) of a new worker,
@@ -164,6 +172,7 @@ def _zygote_main(pipeline: Any, control: socket.socket) -> None:
       ("reap", pid): ("reaped", wait status or None) once worker `pid` has exited (it is
         SIGKILLed if it has not within REAP_GRACE seconds)."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # reaping is its job, whatever the producer's
+    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     workers: Set[int] = set()
     while True:
         try:
@@ -213,13 +222,16 @@ class Zygote:
 
     def __init__(self, pipeline: Any) -> None:
         self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._stacks = tempfile.TemporaryFile()  # where it writes its stack when it is stuck
         try:
-            self.pid = fork(_zygote_main, pipeline, theirs, close=(self._control,))
+            self.pid = fork(_zygote_main, pipeline, theirs, self._stacks, close=(self._control,))
         except BaseException:
             self._control.close()
+            self._stacks.close()
             raise
         finally:
             theirs.close()
+        self._control.settimeout(ANSWER_TIMEOUT)
         self._lock = threading.Lock()
         self._gone: Optional[str] = None  # why it answers no more
 
@@ -245,6 +257,12 @@ class Zygote:
                     else:
                         self._control.send(pickle.dumps(request))
                     data = self._control.recv(CONTROL_BYTES)
+                except TimeoutError:
+                    self._gone = (f"the pool's zygote process (pid {self.pid}) did not answer a "
+                                  f"{request[0]} request within {ANSWER_TIMEOUT:g} s and was "
+                                  "killed, and with it every worker: none can be replaced. "
+                                  f"Where it was stuck:\n{self._stack_then_kill()}")
+                    raise ZygoteError(self._gone) from None
                 except OSError:
                     data = b""
                 if data:
@@ -253,6 +271,26 @@ class Zygote:
                 self._gone = (f"the pool's zygote process (pid {self.pid}) is gone ({ended}), "
                               "and with it every worker: none can be replaced")
             raise ZygoteError(self._gone)
+
+    def _stack_then_kill(self) -> str:
+        """The stack the stuck zygote writes on SIGUSR1 (waited for up to STACK_WAIT seconds);
+        SIGKILLs and reaps it then."""
+        deadline = time.monotonic() + STACK_WAIT
+        try:
+            os.kill(self.pid, signal.SIGUSR1)
+        except ProcessLookupError:
+            deadline = 0.0
+        written = -1
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            size = os.fstat(self._stacks.fileno()).st_size
+            if size and size == written:
+                break  # it has stopped writing
+            written = size
+        reap(self.pid, 0.0)
+        self._stacks.seek(0)
+        stack = self._stacks.read().decode("utf-8", "replace").strip()
+        return stack or "(it wrote no stack)"
 
     def gone(self) -> Optional[str]:
         """Why the zygote answers no more (it exited, and its workers with it), or None while it
@@ -273,6 +311,7 @@ class Zygote:
         """Ends the zygote, which waits for its workers first; SIGKILLs it if it takes longer."""
         with self._lock:
             self._control.close()
+            self._stacks.close()
             if self._gone is None:
                 self._gone = "the pool is closed"
                 reap(self.pid, CLOSE_GRACE + 2.0)
