@@ -164,9 +164,10 @@ def _worker_main(pipeline: Any, channel: int) -> None:
 
 
 def _zygote_main(pipeline: Any, control: socket.socket, stacks: Any) -> None:
-    """The zygote: writes its threads' stacks to the file `stacks` on SIGUSR1; answers the requests on `control` until the producer closes its end, then
-    waits for its workers (they exit once the producer has closed their channels), SIGKILLing
-    those still running after CLOSE_GRACE seconds. Requests and answers:
+    """The zygote: writes its stack to the file `stacks` on SIGUSR1; answers the requests on
+    `control` until the producer closes its end, then waits for its workers (they exit once the
+    producer has closed their channels), SIGKILLing those still running after CLOSE_GRACE
+    seconds. Requests and answers:
       ("spawn",) with the worker's channel's file descriptor: ("spawned", pid) of a new worker,
         or ("error", message) if none could be forked;
       ("reap", pid): ("reaped", wait status or None) once worker `pid` has exited (it is
