@@ -84,6 +84,17 @@ class Killing:
         return True
 
 
+class Hanging(Killing):
+    """augment, except that the process making a record in `records` is stuck (it sleeps for an
+    hour): the first time any process makes it with `marker_dir`, else every time (as Killing)."""
+
+    def __call__(self, rec, rng):
+        i = int(rec["id"])
+        if i in self.records and self._first_time(i):
+            time.sleep(3600)
+        return augment(rec, rng)
+
+
 class Decoding:
     """A deterministic decode: adds `level` (float32 [4, 4], the pixels over 255) to a record.
     With `marker_dir`, each call leaves a new file there, decoded-<record>-<unique>, in whatever

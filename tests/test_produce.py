@@ -612,6 +612,52 @@ def test_a_batch_whose_worker_dies_is_made_again_identically(tmp_path, caplog):
         "which makes the batch again" in lines[0], lines
 
 
+@pytest.mark.timeout(90)
+def test_a_stuck_worker_is_killed_and_its_batch_made_again_identically(tmp_path, caplog):
+    """A worker that gives no answer within the batch timeout (its transform sleeps) is SIGKILLed
+    and replaced, and the replacement makes the batch: the same bytes. A batch that is stuck
+    every time fails naming the timeout, tried twice, and the other batches go on."""
+    ids = np.array([7, 3, 30, 12], dtype=np.uint64)
+    plain = Pipeline(map_sources.Records(40), transform=map_sources.augment, seed=5)
+    pool = WorkerPool(Pipeline(map_sources.Records(40), seed=5,
+                                transform=map_sources.Hanging([30], str(tmp_path))), 1,
+                      batch_timeout=2)
+    started = pool.pids
+    try:
+        start = time.monotonic()
+        assert pool.make(1, 9, ids).content_hash == plain.make(1, 9, ids).content_hash
+        assert 2 <= time.monotonic() - start < 30
+        pids = pool.pids
+        assert len(pids) == 2 and pids[1] != started[1]
+    finally:
+        pool.close()
+    assert not left_behind(started + pids)
+    lines = [r.getMessage() for r in caplog.records if r.name == "croupier.pipeline"]
+    assert len(lines) == 1 and f"(pid {started[1]}) died (stuck: no answer within 2 s, so " \
+        "killed; killed by signal 9, SIGKILL) while making batch 9 of epoch 1" in lines[0] and \
+        "which makes the batch again" in lines[0], lines
+
+    good, bad = np.array([1, 2], dtype=np.uint64), np.array([12, 13], dtype=np.uint64)
+    pool = WorkerPool(Pipeline(map_sources.Records(40), seed=5,
+                                transform=map_sources.Hanging([12])), 1, batch_timeout=1)
+    try:
+        code, message = pool.make(0, 2, bad)
+        assert code == 13 and "batch 2 of epoch 0 was tried twice" in message, message
+        assert message.count("stuck: no answer within 1 s, so killed") == 2, message
+        assert pool.make(0, 1, good).content_hash == plain.make(0, 1, good).content_hash
+        pids = pool.pids
+    finally:
+        pool.close()
+    assert not left_behind(pids)
+
+
+def test_a_worker_timeout_that_is_no_time_is_refused():
+    for bad in (0, -1.0):
+        with pytest.raises(errors.InvalidArgumentError, match="worker_timeout must be"):
+            croupier.produce(map_sources.Records(8), "127.0.0.1:1", "m", batch_size=2,
+                             consumers=1, worker_timeout=bad)
+
+
 @pytest.mark.timeout(60)
 def test_a_batch_that_kills_every_worker_fails_and_replacing_stops_past_the_limit():
     good = np.array([1, 2], dtype=np.uint64)

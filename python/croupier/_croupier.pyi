@@ -486,10 +486,12 @@ class _Producer:
 
 class _WorkerPool:
     # spawn(index): (pid, fd) of a new worker, or why none can be made; bury(pid): how it ended;
-    # on_death(line); gone(): why the workers are gone, or None.
+    # on_death(line); gone(): why the workers are gone, or None; batch_timeout: seconds a worker
+    # has to answer a batch before it is killed and replaced (None: no limit).
     def __init__(self, workers: SupportsIndex, max_deaths: SupportsIndex, window: float,
                  spawn: Callable[[int], tuple[int, int] | str], bury: Callable[[int], str],
-                 on_death: Callable[[str], None], gone: Callable[[], str | None]) -> None: ...
+                 on_death: Callable[[str], None], gone: Callable[[], str | None],
+                 batch_timeout: float | None = None) -> None: ...
     def make(self, epoch: SupportsIndex, batch: SupportsIndex,
              ids: npt.ArrayLike) -> Batch | tuple[int, str]: ...
     @property

@@ -123,6 +123,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--drain-timeout", type=float, default=None, metavar="S",
                         help="on SIGTERM or SIGINT, seconds to serve the batches it has made "
                              "before leaving (a second signal leaves at once); none: 5")
+    parser.add_argument("--worker-timeout", type=float, default=None, metavar="S",
+                        help="seconds a worker process has to make a batch before it is killed "
+                             "and replaced (the batch made again); none: 600")
     args = parser.parse_args(argv)
     if args.pipeline is None:
         _with_jemalloc(sys.argv[1:] if argv is None else list(argv))
@@ -137,7 +140,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             options = dict(options)
             source = options.pop("source")
         for key in ("workers", "threads", "transform_threads", "cache_bytes", "auth_token",
-                    "timeout", "drain_timeout"):
+                    "timeout", "drain_timeout", "worker_timeout"):
             if getattr(args, key) is not None:
                 options[key] = getattr(args, key)
         stop = threading.Event()

@@ -7,6 +7,7 @@
 #include <pybind11/stl.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -28,11 +29,13 @@ void BindWorkerPool(pyb::module_& m) {
       "A map job's worker processes as the producer supervises them (src/producer/"
       "worker_pool.h); croupier.map.pool.WorkerPool starts one over its zygote.")
       .def(pyb::init([](size_t workers, size_t max_deaths, double window, pyb::object spawn,
-                        pyb::object bury, pyb::object on_death, pyb::object gone) {
+                        pyb::object bury, pyb::object on_death, pyb::object gone,
+                        std::optional<double> batch_timeout) {
              WorkerPool::Options o;
              o.workers = workers;
              o.max_deaths = max_deaths;
              o.window = absl::Seconds(window);
+             if (batch_timeout.has_value()) o.batch_timeout = absl::Seconds(*batch_timeout);
              o.spawn = [fn = HoldPython(std::move(spawn))](
                            size_t index) -> absl::StatusOr<WorkerPool::Started> {
                pyb::gil_scoped_acquire gil;
@@ -82,10 +85,12 @@ void BindWorkerPool(pyb::module_& m) {
            }),
            pyb::arg("workers"), pyb::arg("max_deaths"), pyb::arg("window"), pyb::arg("spawn"),
            pyb::arg("bury"), pyb::arg("on_death"), pyb::arg("gone"),
+           pyb::arg("batch_timeout") = pyb::none(),
            "Starts `workers` workers: spawn(index) returns (pid, fd), a new worker's pid and this "
            "side of its channel, or a str saying why none can be made; bury(pid) reaps a dead "
            "one and says how it ended; on_death(line) is told each death; gone() says why the "
-           "workers are gone (their zygote exited), or None.")
+           "workers are gone (their zygote exited), or None. A worker that has not answered a "
+           "batch within batch_timeout seconds (None: no limit) is SIGKILLed and replaced.")
       .def(
           "make",
           [](WorkerPool& pool, uint64_t epoch, uint64_t batch,

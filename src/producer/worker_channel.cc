@@ -1,8 +1,10 @@
 #include "src/producer/worker_channel.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace croupier {
 namespace {
@@ -74,6 +77,22 @@ bool ReadAll(int fd, char* out, size_t size) {
   return true;
 }
 
+// Whether `fd` has something to read (or has closed) before `deadline`.
+bool ReadableBy(int fd, absl::Time deadline) {
+  while (true) {
+    int wait_ms = -1;
+    if (deadline != absl::InfiniteFuture()) {
+      const absl::Duration left = deadline - absl::Now();
+      if (left <= absl::ZeroDuration()) return false;
+      wait_ms = static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 60000));
+    }
+    pollfd p{fd, POLLIN, 0};
+    const int n = ::poll(&p, 1, wait_ms);
+    if (n > 0) return true;
+    if (n < 0 && errno != EINTR) return true;  // the read that follows says what is wrong
+  }
+}
+
 }  // namespace
 
 WorkerChannel::WorkerChannel(int fd, int pid, size_t max_idle_slots)
@@ -85,7 +104,9 @@ WorkerChannel::~WorkerChannel() {
 }
 
 WorkerChannel::Made WorkerChannel::Make(uint64_t epoch, uint64_t batch,
-                                        absl::Span<const uint64_t> ids) {
+                                        absl::Span<const uint64_t> ids, absl::Duration timeout) {
+  const absl::Time deadline =
+      timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + timeout;
   absl::StatusOr<BatchSlots::Lease> lease = slots_.Acquire(last_size_);
   if (!lease.ok()) return lease.status();
   const std::vector<uint64_t> forget = slots_.TakeFreed();
@@ -101,6 +122,10 @@ WorkerChannel::Made WorkerChannel::Make(uint64_t epoch, uint64_t batch,
   if (!SendAll(fd_, request, lease->fresh ? lease->fd : -1)) {
     slots_.Release(lease->id);
     return Died{.before = true};
+  }
+  if (!ReadableBy(fd_, deadline)) {
+    slots_.Release(lease->id);  // freed with the channel, which is closed with the worker
+    return Died{.before = false, .stuck = true};
   }
   char head[kWord * (1 + kAnswerWords)];
   if (!ReadAll(fd_, head, sizeof(head))) {

@@ -21,6 +21,7 @@
 #include <variant>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "croupier/batch.h"
 #include "src/producer/batch_slots.h"
@@ -32,9 +33,12 @@ namespace croupier {
 class WorkerChannel {
  public:
   // The channel closed: the worker is gone. `before`: the request could not be sent (the worker
-  // had died before it was asked); else it died while making the batch.
+  // had died before it was asked); else it died while making the batch. `stuck`: it is alive but
+  // gave no answer within the time Make allowed (the channel is then out of step: the worker is
+  // to be killed and buried, as a dead one is).
   struct Died {
     bool before = false;
+    bool stuck = false;
   };
   // What Make gives: the batch, the worker's error, or its death.
   using Made = std::variant<absl::StatusOr<Batch>, Died>;
@@ -49,7 +53,9 @@ class WorkerChannel {
   // Batch `batch` of `epoch`, of records `ids`, made by the worker in one of this channel's
   // slots. A slot is asked for at least the size of the worker's last batch. Bytes that are no
   // batch are DATA_LOSS naming the worker; no slot (no memfd can be made) RESOURCE_EXHAUSTED.
-  Made Make(uint64_t epoch, uint64_t batch, absl::Span<const uint64_t> ids);
+  // An answer that has not begun within `timeout` is Died{.stuck = true}.
+  Made Make(uint64_t epoch, uint64_t batch, absl::Span<const uint64_t> ids,
+            absl::Duration timeout = absl::InfiniteDuration());
 
   // Shuts the channel down: a live worker exits when it reads its end, and a Make waiting for
   // an answer ends with Died. Idempotent.

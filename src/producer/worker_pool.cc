@@ -1,5 +1,6 @@
 #include "src/producer/worker_pool.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,10 @@ absl::StatusOr<std::unique_ptr<WorkerPool>> WorkerPool::Start(Options options) {
   if (!options.spawn || !options.bury) {
     return absl::InvalidArgumentError("a worker pool needs its spawn and bury functions");
   }
+  if (options.batch_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("a worker pool's batch timeout must be more than 0");
+  }
+  if (!options.kill) options.kill = [](int pid) { ::kill(pid, SIGKILL); };
   std::unique_ptr<WorkerPool> pool(new WorkerPool(std::move(options)));
   for (size_t k = 0; k < pool->options_.workers; ++k) {
     absl::StatusOr<std::shared_ptr<Worker>> worker = pool->Spawn(k);
@@ -52,15 +57,19 @@ absl::StatusOr<Batch> WorkerPool::Make(uint64_t epoch, uint64_t batch,
   std::vector<std::string> deaths;  // the workers that died making this batch, in words
   std::shared_ptr<Worker> worker = Take();
   while (worker != nullptr) {
-    WorkerChannel::Made made = worker->channel->Make(epoch, batch, ids);
+    WorkerChannel::Made made = worker->channel->Make(epoch, batch, ids, options_.batch_timeout);
     if (auto* result = std::get_if<absl::StatusOr<Batch>>(&made)) {
       GiveBack(worker);
       return *std::move(result);
     }
-    const bool before = std::get<WorkerChannel::Died>(made).before;
+    const auto [before, stuck] = std::get<WorkerChannel::Died>(made);
     const std::shared_ptr<Worker> dead = std::move(worker);
     const int dead_pid = dead->channel->pid();
-    const std::string how = Bury(dead);
+    if (stuck) options_.kill(dead_pid);
+    const std::string how = stuck ? absl::StrCat("stuck: no answer within ",
+                                                 absl::ToDoubleSeconds(options_.batch_timeout),
+                                                 " s, so killed; ", Bury(dead))
+                                  : Bury(dead);
     if (!before) deaths.push_back(absl::StrCat("worker pid ", dead_pid, " (", how, ")"));
     worker = Replace(dead->index);
     std::string then;
@@ -84,9 +93,9 @@ absl::StatusOr<Batch> WorkerPool::Make(uint64_t epoch, uint64_t batch,
     if (deaths.size() == 2) {
       if (worker != nullptr) GiveBack(worker);
       std::string message = absl::StrCat(
-          "batch ", batch, " of epoch ", epoch, " was tried twice and killed its worker both times: ",
-          deaths[0], ", then ", deaths[1],
-          "; a record of it may crash the source or the transform every time");
+          "batch ", batch, " of epoch ", epoch,
+          " was tried twice and killed its worker both times: ", deaths[0], ", then ", deaths[1],
+          "; a record of it may crash or hang the source or the transform every time");
       absl::MutexLock lock(&mu_);
       poisoned_[{epoch, batch}] = message;
       return absl::InternalError(message);

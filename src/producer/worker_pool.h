@@ -8,7 +8,9 @@
 // paths of a death only.
 //
 // A worker that dies (its channel closes: OOM-killed, a crash in a decoder, a signal) is replaced
-// by a new one, which makes the batch again. If the replacement dies making it too, the batch fails
+// by a new one, which makes the batch again. So is a worker stuck on a batch (no answer within
+// Options::batch_timeout: a loop, a deadlock, a read that never returns), which is killed first
+// and then counts as a death. If the replacement dies making it too, the batch fails
 // with an error naming both deaths and that it was tried twice, and the dead worker is replaced
 // again: the pool stays at its size. Such a batch is remembered: asked for again, it fails at once
 // with the same error, without killing more workers. Replacing stops for good once more than
@@ -54,11 +56,15 @@ class WorkerPool {
     size_t max_deaths = 10;
     absl::Duration window = absl::Seconds(60);
     size_t max_idle_slots = 4;  // per worker (BatchSlots)
+    // A worker that has not answered a batch within this time is killed (`kill`) and replaced.
+    absl::Duration batch_timeout = absl::InfiniteDuration();
     // Starts worker `index` (its place in the pool). An error says why none can be made (the
     // zygote is gone, a fork failed): replacing stops for good, its message the reason.
     std::function<absl::StatusOr<Started>(size_t index)> spawn;
     // Reaps dead worker `pid`: how it ended, in words ("killed by signal 9").
     std::function<std::string(int pid)> bury;
+    // Kills stuck worker `pid` (bury reaps it then). Default: SIGKILL.
+    std::function<void(int pid)> kill;
     // Told one line for each death, what the pool did about it (the producer logs it).
     std::function<void(const std::string& line)> on_death;
     // Why the workers are gone although the pool has not seen them die (their parent, the

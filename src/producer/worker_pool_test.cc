@@ -21,16 +21,20 @@ using testing::FakeWorker;
 using testing::Request;
 
 // Fake worker processes, started by the pool's spawn: pids 1001, 1002, ... Each dies (closes its
-// channel without an answer) when `dies` says so for the request it got.
+// channel without an answer) when `dies` says so for the request it got, and is stuck (gives no
+// answer, and ends once the pool closes its channel) when `hangs` says so.
 class FakeProcesses {
  public:
-  explicit FakeProcesses(std::function<bool(const Request&)> dies = nullptr)
-      : dies_(std::move(dies)) {}
+  explicit FakeProcesses(std::function<bool(const Request&)> dies = nullptr,
+                         std::function<bool(const Request&)> hangs = nullptr)
+      : dies_(std::move(dies)), hangs_(std::move(hangs)) {}
 
-  WorkerPool::Options Options(size_t workers, size_t max_deaths = 10) {
+  WorkerPool::Options Options(size_t workers, size_t max_deaths = 10,
+                              absl::Duration batch_timeout = absl::InfiniteDuration()) {
     WorkerPool::Options o;
     o.workers = workers;
     o.max_deaths = max_deaths;
+    o.batch_timeout = batch_timeout;
     o.spawn = [this](size_t) -> absl::StatusOr<WorkerPool::Started> {
       absl::MutexLock lock(&mu_);
       if (spawn_fails_) return absl::UnavailableError("the zygote is gone");
@@ -40,6 +44,7 @@ class FakeProcesses {
           ::shutdown(fd, SHUT_RDWR);
           return false;
         }
+        if (hangs_ && hangs_(r)) return false;
         absl::MutexLock lock(&mu_);
         made_[pid].push_back(r.batch);
         return true;
@@ -49,6 +54,10 @@ class FakeProcesses {
       return WorkerPool::Started{.pid = pid, .fd = fd};
     };
     o.bury = [](int) { return std::string("killed by signal 9"); };
+    o.kill = [this](int pid) {
+      absl::MutexLock lock(&mu_);
+      killed_.push_back(pid);
+    };
     o.on_death = [this](const std::string& line) {
       absl::MutexLock lock(&mu_);
       deaths.push_back(line);
@@ -69,10 +78,17 @@ class FakeProcesses {
     return made_[pid];
   }
 
+  // The pids of the stuck workers the pool killed, in order.
+  std::vector<int> killed() {
+    absl::MutexLock lock(&mu_);
+    return killed_;
+  }
+
   std::vector<std::string> deaths;  // the on_death lines
 
  private:
-  std::function<bool(const Request&)> dies_;
+  std::function<bool(const Request&)> dies_, hangs_;
+  std::vector<int> killed_;
   absl::Mutex mu_;
   bool spawn_fails_ = false;
   std::map<int, std::vector<uint64_t>> made_;
@@ -129,6 +145,46 @@ TEST(ProducerWorkerPoolTest, ABatchThatKillsTwoWorkersFailsAndIsNotTriedAgain) {
   EXPECT_THAT(again.status().message(), HasSubstr("(not tried again)"));
   EXPECT_EQ(processes.spawned(), 3u) << "no worker more was killed";
   EXPECT_TRUE((*pool)->Make(2, 8, kIds).ok()) << "the other batches go on";
+}
+
+TEST(ProducerWorkerPoolTest, AStuckWorkerIsKilledAndReplacedAndItsBatchMadeAgain) {
+  std::atomic<int> stuck{0};
+  FakeProcesses processes(nullptr, [&](const Request& r) { return r.batch == 5 && stuck++ == 0; });
+  auto pool = WorkerPool::Start(processes.Options(1, 10, absl::Milliseconds(200)));
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  const absl::Time start = absl::Now();
+  absl::StatusOr<Batch> batch = (*pool)->Make(0, 5, kIds);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(200));
+  EXPECT_EQ(processes.killed(), (std::vector<int>{1001}));
+  EXPECT_EQ((*pool)->pids(), (std::vector<int>{1002}));
+  ASSERT_EQ(processes.deaths.size(), 1u);
+  EXPECT_EQ(processes.deaths[0],
+            "croupier produce: worker 0 (pid 1001) died (stuck: no answer within 0.2 s, so "
+            "killed; killed by signal 9) while making batch 5 of epoch 0; replaced by pid 1002, "
+            "which makes the batch again");
+  EXPECT_TRUE((*pool)->Make(0, 6, kIds).ok()) << "the replacement goes on";
+}
+
+TEST(ProducerWorkerPoolTest, ABatchThatHangsTwoWorkersFailsNamingTheTimeout) {
+  FakeProcesses processes(nullptr, [](const Request& r) { return r.batch == 3; });
+  auto pool = WorkerPool::Start(processes.Options(1, 10, absl::Milliseconds(100)));
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  absl::StatusOr<Batch> failed = (*pool)->Make(1, 3, kIds);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kInternal) << failed.status();
+  EXPECT_THAT(failed.status().message(),
+              HasSubstr("batch 3 of epoch 1 was tried twice and killed its worker both times: "
+                        "worker pid 1001 (stuck: no answer within 0.1 s, so killed; killed by "
+                        "signal 9), then worker pid 1002 (stuck"));
+  EXPECT_THAT(failed.status().message(), HasSubstr("may crash or hang the source"));
+  EXPECT_EQ(processes.killed(), (std::vector<int>{1001, 1002}));
+  EXPECT_TRUE((*pool)->Make(1, 4, kIds).ok()) << "the other batches go on";
+}
+
+TEST(ProducerWorkerPoolTest, ABatchTimeoutOfZeroIsRefused) {
+  FakeProcesses processes;
+  auto pool = WorkerPool::Start(processes.Options(1, 10, absl::ZeroDuration()));
+  EXPECT_EQ(pool.status().code(), absl::StatusCode::kInvalidArgument) << pool.status();
 }
 
 TEST(ProducerWorkerPoolTest, ReplacingStopsPastTheDeathLimitAndThePoolSaysWhyItIsBroken) {

@@ -14,7 +14,8 @@ from croupier.map.pipeline import Pipeline, log
 from croupier.runtime.processes import describe, how_it_ended
 from croupier.map.zygote import Result, Zygote, ZygoteError
 
-__all__ = ["WorkerPool", "in_process", "default_workers", "max_worker_deaths", "DEATH_WINDOW"]
+__all__ = ["WorkerPool", "in_process", "default_workers", "max_worker_deaths", "DEATH_WINDOW",
+           "WORKER_TIMEOUT"]
 
 # Makes batch g of an epoch from record indexes: a Batch, or (numeric error code, message).
 MakeBatch = Callable[[int, int, Any], Result]
@@ -29,6 +30,7 @@ def default_workers() -> int:
 
 
 DEATH_WINDOW = 60.0  # seconds: the window of the replacement limit (see WorkerPool)
+WORKER_TIMEOUT = 600.0  # seconds a worker has to make a batch before it is killed and replaced
 
 
 def max_worker_deaths(workers: int) -> int:
@@ -48,7 +50,8 @@ class WorkerPool:
     deaths (pid, signal or exit status) and that it was tried twice, and the dead worker is
     replaced again: the pool stays at `count` workers. Such a batch is remembered: asked for
     again, it fails at once with the same error, without killing more workers. Each death is
-    logged as one line (logger croupier.pipeline, level WARNING).
+    logged as one line (logger croupier.pipeline, level WARNING). A worker stuck on a batch (no
+    answer within `batch_timeout` seconds; None: no limit) is SIGKILLed and counts as a death.
 
     Replacing stops for good once more than `max_deaths` workers (default
     max_worker_deaths(count)) have died within `window` seconds, or once a replacement cannot be
@@ -58,12 +61,14 @@ class WorkerPool:
     the job, and its tasks go to the other producers at once)."""
 
     def __init__(self, pipeline: Pipeline, count: int, max_deaths: Optional[int] = None,
-                 window: float = DEATH_WINDOW) -> None:
+                 window: float = DEATH_WINDOW,
+                 batch_timeout: Optional[float] = WORKER_TIMEOUT) -> None:
         self._zygote = Zygote(pipeline)
         try:
             self.native = _croupier._WorkerPool(
                 count, max_worker_deaths(count) if max_deaths is None else int(max_deaths),
-                float(window), self._spawn, self._bury, self._on_death, self._zygote.gone)
+                float(window), self._spawn, self._bury, self._on_death, self._zygote.gone,
+                None if batch_timeout is None else float(batch_timeout))
         except errors.Error as e:
             self._zygote.close()
             raise errors.InternalError(

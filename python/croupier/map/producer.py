@@ -15,7 +15,7 @@ from croupier.client import auth_token_or_env, create_job, submit_job
 from croupier.errors import BatchError
 from croupier.job import JobSpec
 from croupier.map.pipeline import Pipeline, log
-from croupier.map.pool import WorkerPool, default_workers, in_process
+from croupier.map.pool import WORKER_TIMEOUT, WorkerPool, default_workers, in_process
 from croupier.runtime.serving import serve_until_the_end
 from croupier.map.record_cache import summary
 from croupier.columns import features_of
@@ -64,6 +64,7 @@ class ProduceOptions:
     dispatcher_timeout: float = 120.0
     stop: Optional[threading.Event] = None
     drain_timeout: float = 5.0
+    worker_timeout: Optional[float] = WORKER_TIMEOUT
 
 
 # The ProduceOptions fields that are the job's settings: a JobSpec holds them instead.
@@ -182,7 +183,11 @@ def produce(source: Any, dispatcher: str, job: Union[str, JobSpec],
     croupier.pipeline, WARNING). Replacing stops for good once more than
     max_worker_deaths(workers) = max(10, 2 * workers) workers have died within DEATH_WINDOW (60)
     seconds, or once no worker can be forked: dead workers are then not replaced, their batches
-    fail naming why, and once none is left every batch fails so (restart the producer).
+    fail naming why, and once none is left every batch fails so (restart the producer). A worker
+    stuck on a batch (no answer within `worker_timeout` seconds, default 600; None: no limit: a
+    loop, a deadlock, a read that never returns) is SIGKILLed and counts as a death: its
+    replacement makes the batch again, and a batch that is stuck twice fails so, naming the
+    timeout.
 
     transform_threads (default 1): the threads on which each worker process (with workers=0,
     the producer) reads, decodes and transforms a batch's records, for work that releases the
@@ -243,6 +248,10 @@ def produce(source: Any, dispatcher: str, job: Union[str, JobSpec],
     workers = int(workers)
     if workers < 0:
         raise errors.InvalidArgumentError(f"workers must be 0 or more, not {workers}")
+    if o.worker_timeout is not None and not o.worker_timeout > 0:
+        raise errors.InvalidArgumentError(
+            f"worker_timeout must be a number of seconds more than 0, or None, not "
+            f"{o.worker_timeout!r}")
     if o.tf_transform is not None and workers > 0:
         # Forking a process once TensorFlow has started its thread pools is unsafe, and it is
         # started here (batch 0 is made before the workers would be forked).
@@ -285,7 +294,8 @@ def produce(source: Any, dispatcher: str, job: Union[str, JobSpec],
         # The workers are forked before croupier starts a thread of its own in this process. Every
         # close is inside running(): a thread in one when the interpreter exits is waited for.
         with at_exit.running():
-            pool = WorkerPool(pipeline, workers) if workers > 0 else None
+            pool = WorkerPool(pipeline, workers, batch_timeout=o.worker_timeout) if workers > 0 \
+                else None
             make = pool.native if pool is not None else in_process(pipeline)
             node = None
             try:
