@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -1187,6 +1188,59 @@ def test_a_parents_gc_callback_waiting_on_a_lock_held_at_the_fork_does_not_hang_
             pool.close()
     finally:
         gc.callbacks.remove(hook)
+    assert not left_behind(pids)
+
+
+class WaitsForTheParentsLock:
+    """Garbage (a cycle) whose finalizer, run in a fork's child, takes a lock that a thread of the
+    parent held at the fork: as a gRPC channel's destructor waits for gRPC's timer thread."""
+
+    def __init__(self, lock, parent):
+        self.lock, self.parent, self.cycle = lock, parent, self
+
+    def __del__(self):
+        if os.getpid() != self.parent:
+            with self.lock:
+                pass
+
+
+@pytest.mark.timeout(60)
+def test_the_parents_garbage_is_not_collected_in_a_worker():
+    """The producer's process has garbage whose finalizer would wait for a lock that one of its
+    threads holds at the fork. A worker's collection (the transform calls gc.collect()) must not
+    run it: the worker would wait for ever, and with it the batch."""
+    lock = threading.Lock()
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        with lock:
+            held.set()
+            release.wait(30)
+
+    threading.Thread(target=holder, daemon=True).start()
+    held.wait(10)
+    gc.disable()  # so that the garbage is still there at the fork
+    try:
+        garbage = WaitsForTheParentsLock(lock, os.getpid())
+        still_there = weakref.ref(garbage)
+        del garbage
+        pool = WorkerPool(Pipeline(map_sources.Records(8), transform=collecting, seed=5), 1)
+        assert still_there() is not None
+    finally:
+        gc.enable()
+    try:
+        got = []
+        maker = threading.Thread(target=lambda: got.append(
+            pool.make(0, 0, np.arange(4, dtype=np.uint64))), daemon=True)
+        maker.start()
+        maker.join(20)
+        assert got, "the worker hung in a finalizer of the parent's garbage"
+        pids = pool.pids
+    finally:
+        release.set()
+        pool.close()
+    gc.collect()
+    assert still_there() is None, "collected in the parent"
     assert not left_behind(pids)
 
 

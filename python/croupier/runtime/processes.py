@@ -51,15 +51,31 @@ def _forget_parents_gc_callbacks() -> None:
 def fork(main: Callable[..., Any], *args: Any, close: Iterable[Any] = ()) -> int:
     """Forks a child that closes the objects in `close`, runs main(*args) and exits (status 0, or
     1 if main raised), and returns its pid. The kernel kills the child when its parent dies; it
-    ignores SIGINT (its parent decides when it stops) and dies of SIGTERM."""
+    ignores SIGINT (its parent decides when it stops) and dies of SIGTERM.
+
+    The child's garbage collector never collects an object this process had at the fork
+    (gc.freeze): such an object's finalizer is the parent's business, and may wait for a thread
+    that the child does not have (a gRPC channel's destructor waits for gRPC's timer thread, and
+    a client of an earlier call left as garbage hung a worker so). This process unfreezes them
+    again at once, unless its own objects were frozen when it was forked itself (a zygote): those
+    stay frozen, so that the zygote's workers do not collect them either."""
     parent = os.getpid()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()  # else the child would write the parent's buffered output again
         except Exception:  # noqa: BLE001 (a closed or odd stream is no reason not to fork)
             pass
-    pid = os.fork()
+    inherited = gc.get_freeze_count()  # a fork's child: its parent's objects are frozen already
+    gc.freeze()  # the child collects none of this process's objects (see the docstring)
+    try:
+        pid = os.fork()
+    except BaseException:
+        if not inherited:
+            gc.unfreeze()
+        raise
     if pid:
+        if not inherited:
+            gc.unfreeze()
         return pid
     code = 1
     try:
