@@ -4,6 +4,7 @@ dispatcher and `croupier consume` processes from tests/service_cluster.py, and p
 as `python -m croupier produce map_sources:pipeline` (tests/map_sources.py); produce() called on
 a thread of the test runs over the in-process cluster (croupier.testing)."""
 import collections
+import contextlib
 import errno
 import _imp
 import gc
@@ -1149,13 +1150,10 @@ def collecting(rec, rng):
     return map_sources.augment(rec, rng)
 
 
-@pytest.mark.timeout(60)
-def test_a_parents_gc_callback_waiting_on_a_lock_held_at_the_fork_does_not_hang_a_worker():
-    """A library of the producer's process hooks the garbage collector (JAX calls into XLA at
-    every collection), and a thread of that process holds the lock the hook takes when the zygote
-    is forked. The hook must not run in the zygote nor its workers, where nobody releases the
-    lock: a worker's collection would wait for ever, and with it the batch."""
-    lock = threading.Lock()
+@contextlib.contextmanager
+def a_thread_holding(lock):
+    """A thread of this process holds `lock` (as a library's thread may at a fork) until the
+    block ends."""
     held, release = threading.Event(), threading.Event()
 
     def holder():
@@ -1163,31 +1161,50 @@ def test_a_parents_gc_callback_waiting_on_a_lock_held_at_the_fork_does_not_hang_
             held.set()
             release.wait(30)
 
+    threading.Thread(target=holder, daemon=True).start()
+    held.wait(10)
+    try:
+        yield
+    finally:
+        release.set()
+
+
+def made_within(pool, seconds):
+    """Batch 0 of epoch 0 (records 0-3) from `pool`, or None if it took longer than `seconds`."""
+    got = []
+    maker = threading.Thread(target=lambda: got.append(
+        pool.make(0, 0, np.arange(4, dtype=np.uint64))), daemon=True)
+    maker.start()
+    maker.join(seconds)
+    return got[0] if got else None
+
+
+@pytest.mark.timeout(60)
+def test_a_parents_gc_callback_waiting_on_a_lock_held_at_the_fork_does_not_hang_a_worker():
+    """A library of the producer's process hooks the garbage collector (JAX calls into XLA at
+    every collection), and a thread of that process holds the lock the hook takes when the zygote
+    is forked. The hook must not run in the zygote nor its workers, where nobody releases the
+    lock: a worker's collection would wait for ever, and with it the batch."""
+    lock = threading.Lock()
+
     def hook(phase, info):
         if os.getpid() != parent:
             with lock:
                 pass
 
     parent = os.getpid()
-    thread = threading.Thread(target=holder, daemon=True)
-    thread.start()
-    held.wait(10)
-    gc.callbacks.append(hook)
-    try:
-        pool = WorkerPool(Pipeline(map_sources.Records(8), transform=collecting, seed=5), 1)
+    with a_thread_holding(lock):
+        gc.callbacks.append(hook)
         try:
-            got = []
-            maker = threading.Thread(target=lambda: got.append(
-                pool.make(0, 0, np.arange(4, dtype=np.uint64))), daemon=True)
-            maker.start()
-            maker.join(20)
-            assert got, "the worker hung in the parent's gc callback"
-            pids = pool.pids
+            pool = WorkerPool(Pipeline(map_sources.Records(8), transform=collecting, seed=5), 1)
+            try:
+                assert made_within(pool, 20) is not None, \
+                    "the worker hung in the parent's gc callback"
+                pids = pool.pids
+            finally:
+                pool.close()
         finally:
-            release.set()
-            pool.close()
-    finally:
-        gc.callbacks.remove(hook)
+            gc.callbacks.remove(hook)
     assert not left_behind(pids)
 
 
@@ -1210,35 +1227,22 @@ def test_the_parents_garbage_is_not_collected_in_a_worker():
     threads holds at the fork. A worker's collection (the transform calls gc.collect()) must not
     run it: the worker would wait for ever, and with it the batch."""
     lock = threading.Lock()
-    held, release = threading.Event(), threading.Event()
-
-    def holder():
-        with lock:
-            held.set()
-            release.wait(30)
-
-    threading.Thread(target=holder, daemon=True).start()
-    held.wait(10)
-    gc.disable()  # so that the garbage is still there at the fork
-    try:
-        garbage = WaitsForTheParentsLock(lock, os.getpid())
-        still_there = weakref.ref(garbage)
-        del garbage
-        pool = WorkerPool(Pipeline(map_sources.Records(8), transform=collecting, seed=5), 1)
-        assert still_there() is not None
-    finally:
-        gc.enable()
-    try:
-        got = []
-        maker = threading.Thread(target=lambda: got.append(
-            pool.make(0, 0, np.arange(4, dtype=np.uint64))), daemon=True)
-        maker.start()
-        maker.join(20)
-        assert got, "the worker hung in a finalizer of the parent's garbage"
-        pids = pool.pids
-    finally:
-        release.set()
-        pool.close()
+    with a_thread_holding(lock):
+        gc.disable()  # so that the garbage is still there at the fork
+        try:
+            garbage = WaitsForTheParentsLock(lock, os.getpid())
+            still_there = weakref.ref(garbage)
+            del garbage
+            pool = WorkerPool(Pipeline(map_sources.Records(8), transform=collecting, seed=5), 1)
+            assert still_there() is not None
+        finally:
+            gc.enable()
+        try:
+            assert made_within(pool, 20) is not None, \
+                "the worker hung in a finalizer of the parent's garbage"
+            pids = pool.pids
+        finally:
+            pool.close()
     gc.collect()
     assert still_there() is None, "collected in the parent"
     assert not left_behind(pids)
