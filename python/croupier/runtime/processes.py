@@ -57,8 +57,9 @@ def fork(main: Callable[..., Any], *args: Any, close: Iterable[Any] = ()) -> int
     (gc.freeze): such an object's finalizer is the parent's business, and may wait for a thread
     that the child does not have (a gRPC channel's destructor waits for gRPC's timer thread, and
     a client of an earlier call left as garbage hung a worker so). This process unfreezes them
-    again at once, unless its own objects were frozen when it was forked itself (a zygote): those
-    stay frozen, so that the zygote's workers do not collect them either."""
+    again at once, unless some objects were frozen before: a zygote's, frozen when it was forked
+    itself, so that its workers do not collect them either (or a caller's own gc.freeze(), which
+    an unfreeze would undo: then what this process had at the fork stays frozen here too)."""
     parent = os.getpid()
     for stream in (sys.stdout, sys.stderr):
         try:
