@@ -381,8 +381,11 @@ void ProducerNode::HeartbeatLoop() {
       absl::MutexLock lock(&mu_);
       last_contact_ = last;
     }
-    if (s.ok() && !source_job_.empty() && !job_ended_.HasBeenNotified() &&
-        last - last_end_check_ >= interval_) {
+    // A source producer's registration refused for want of its job (NOT_FOUND: deleted) asks
+    // at once, whenever it last asked: else it would only fail its registration from then on.
+    const bool no_source_job = absl::IsNotFound(s);
+    if ((s.ok() || no_source_job) && !source_job_.empty() && !job_ended_.HasBeenNotified() &&
+        (no_source_job || last - last_end_check_ >= interval_)) {
       last_end_check_ = last;
       CheckJobEnded();
     }
