@@ -115,8 +115,10 @@ absl::Status DispatcherImpl::ApplyLocked(const journal::Update& update) {
   if (journal_) journal_->Publish();
   // The changes that can give a producer a task (task_assignment.h): a consumer registering (a
   // job is idle from its creation until then), and new orphans (of a removed producer, a
-  // reopened range, a task made again on request).
-  if (update.has_consumer_registered() || state_.orphans().size() > orphans_before) {
+  // reopened range, a task made again on request). And those that a held producer must hear of
+  // at once: its removal (a deleted job's source producers), a job deleted (its tasks revoked).
+  if (update.has_consumer_registered() || state_.orphans().size() > orphans_before ||
+      update.has_producer_removed() || update.has_job_deleted()) {
     waiters_.Notify();
   }
   return absl::OkStatus();

@@ -181,8 +181,11 @@ void DispatcherImpl::WaitForWork(uint64_t id, uint32_t slots, absl::Time deadlin
       {
         absl::MutexLock lock(&mu_);
         auto info = producer_info_.find(id);
-        // A producer removed meanwhile learns it at its next heartbeat.
-        if (state_.FindProducer(id) != nullptr && info != producer_info_.end()) {
+        if (state_.FindProducer(id) == nullptr || info == producer_info_.end()) {
+          // Removed meanwhile (its source job deleted, or another producer's call removed it):
+          // told now, so that it registers again or learns its job has ended at once.
+          assigned = UnknownProducer(id);
+        } else {
           assigned = AssignTasksLocked(id, slots, info->second, *result);
           // And what was revoked from it while it waited (its job's last consumer left): the
           // tasks assigned now may be those tasks' batches again, under new ids, and the

@@ -221,6 +221,38 @@ TEST_F(DispatcherProducerWaitTest, AProducerThatFindsTheWorkTakenWaitsOnUntilIts
   EXPECT_GE(empty.answered - start, absl::Milliseconds(390));
 }
 
+// A stream job's source producer waits at the dispatcher for work it is never given (a stream
+// job has no tasks). Its job deleted, it is removed with it: the held heartbeat is answered at
+// once, with the removal, so that it learns its job has ended now, not a heartbeat interval later
+// (the wait here is a minute).
+TEST_F(DispatcherProducerWaitTest, ASourceProducerHeldForWorkLearnsAtOnceThatItsJobWasDeleted) {
+  v1::JobSpec stream;
+  stream.set_name("py");
+  stream.set_source(v1::SOURCE_KIND_PYTHON);
+  stream.set_features("x:int64");
+  stream.set_batch_size(1);
+  stream.set_num_consumers(1);
+  stream.set_source_batches_per_epoch(10);
+  ASSERT_TRUE(Create(stream).ok());
+  v1::ProducerHeartbeatRequest registration;
+  registration.set_data_address("py:1");
+  registration.set_source_job("py");
+  auto registered = impl_->ProducerHeartbeat(registration);
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  auto held = Beat(registered->producer_id(), 2, absl::Seconds(60));
+  EXPECT_FALSE(held->done.WaitForNotificationWithTimeout(absl::Milliseconds(100)));
+  v1::DeleteJobRequest deletion;
+  deletion.set_name("py");
+  const absl::Time deleted = absl::Now();
+  ASSERT_TRUE(impl_->DeleteJob(deletion).ok());
+  ASSERT_TRUE(held->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_LT(held->answered - deleted, absl::Seconds(5));
+  EXPECT_TRUE(absl::IsNotFound(held->response.status())) << held->response.status();
+  EXPECT_EQ(held->response.status().message(),
+            absl::StrCat("producer ", registered->producer_id(),
+                         " is unknown (job 'py' deleted); register again"));
+}
+
 TEST_F(DispatcherProducerWaitTest, StopWaitingAnswersHeldHeartbeatsAndLaterOnesAtOnce) {
   const uint64_t id = Register("h:1");
   auto held = Beat(id, 2, absl::Seconds(60));

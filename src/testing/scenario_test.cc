@@ -401,7 +401,12 @@ TEST_P(ScenarioTest, AJobsProducersLearnItHasEndedOnceItIsDeleted) {
   if (GetParam().supply == Supply::kTfrecord) {
     GTEST_SKIP() << "a TFRecord producer serves every job: no job's end is its own";
   }
-  SupplyCluster s(GetParam(), 1, 2);
+  // Heartbeats a minute apart: the producer's heartbeat waits at the dispatcher for work for
+  // that long, and must be answered when the job is deleted, not when the wait ends.
+  TestClusterOptions options;
+  options.heartbeat_interval = absl::Seconds(60);
+  options.producer_timeout = absl::Seconds(180);
+  SupplyCluster s(GetParam(), 1, 2, options);
   absl::SleepFor(absl::Milliseconds(300));
   EXPECT_FALSE(s.cluster().producer(0)->job_ended());
   v1::DeleteJobRequest del;
