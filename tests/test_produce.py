@@ -658,6 +658,9 @@ def test_a_worker_timeout_that_is_no_time_is_refused():
         with pytest.raises(errors.InvalidArgumentError, match="worker_timeout must be"):
             croupier.produce(map_sources.Records(8), "127.0.0.1:1", "m", batch_size=2,
                              consumers=1, worker_timeout=bad)
+        # The pool itself, made directly, names its own argument (it was INTERNAL).
+        with pytest.raises(errors.InvalidArgumentError, match="batch_timeout must be"):
+            WorkerPool(Pipeline(map_sources.Records(8)), 1, batch_timeout=bad)
 
 
 @pytest.mark.timeout(60)

@@ -63,6 +63,10 @@ class WorkerPool:
     def __init__(self, pipeline: Pipeline, count: int, max_deaths: Optional[int] = None,
                  window: float = DEATH_WINDOW,
                  batch_timeout: Optional[float] = WORKER_TIMEOUT) -> None:
+        if batch_timeout is not None and not batch_timeout > 0:
+            raise errors.InvalidArgumentError(
+                f"batch_timeout must be a number of seconds more than 0, or None, not "
+                f"{batch_timeout!r}")
         self._zygote = Zygote(pipeline)
         try:
             self.native = _croupier._WorkerPool(
