@@ -150,7 +150,7 @@ def pipeline(opts=None):
         out["decode"] = Decoding(opts["decode"].get("marker_dir"))
     for key in ("resume_from", "workers", "features", "max_tasks", "buffer_bytes",
                 "skip_failing_records", "cache_bytes", "transform_threads",
-                "drain_timeout"):
+                "drain_timeout", "metrics_port", "metrics_port_file"):
         if key in opts:
             out[key] = opts[key]
     return out

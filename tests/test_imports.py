@@ -25,7 +25,7 @@ MODULES = sorted(FILES)
 # room's own modules and the modules and rooms named here, nothing else of croupier's (not
 # another room, not an adapter, not the API in croupier/__init__.py). Each room's __init__.py
 # says the same.
-SHARED = {"errors", "job", "launcher", "client", "columns", "runtime"}
+SHARED = {"errors", "job", "launcher", "client", "columns", "object_store", "runtime"}
 ROOMS = {
     "map": SHARED,
     "stream": SHARED,

@@ -6,8 +6,10 @@ producers' reads merged into fewer requests than records, and no more bytes fetc
 delivered but the shared record indexes (a few percent).
 Every test bounds its time and stops every process it started."""
 import json
+import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -448,15 +450,35 @@ def test_a_parquet_source_names_a_missing_object_a_wrong_key_and_an_unreachable_
     with pytest.raises(errors.NotFoundError, match="no object matches"):
         ParquetSource(f"s3://{BUCKET}/nothing/*.parquet")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    # croupier's S3 client's errors, as for a TFRecord job's objects: the object and the answer.
     with pytest.raises(errors.PermissionDeniedError,
-                       match=f"s3://{BUCKET}/parquet/part0.parquet: the store refused"):
+                       match=f"s3://{BUCKET}/parquet/part0.parquet: 403 Forbidden"):
         ParquetSource(f"s3://{BUCKET}/parquet/part0.parquet")
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(errors.PermissionDeniedError, match="403 SignatureDoesNotMatch"):
+        ParquetSource(f"s3://{BUCKET}/parquet/*.parquet")
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
     monkeypatch.setenv("CROUPIER_S3_MAX_ATTEMPTS", "2")
     start = time.monotonic()
-    with pytest.raises(errors.UnavailableError, match="cannot be reached"):
+    with pytest.raises(errors.UnavailableError, match=f"could not connect \\(endpoint {endpoint}"):
         ParquetSource(f"s3://{BUCKET}/parquet/part0.parquet")
     assert time.monotonic() - start < 10
+
+
+def run_to_the_end(work_dir, world=2, epochs=1, **opts):
+    """The map job of run_job (test_produce.py) on one producer, which is left to end by itself
+    once the ranks have read the job: each rank's batches, and the producer's output (its
+    summary lines last)."""
+    from service_cluster import Cluster, read_batches
+    from test_produce import start_producer, wait_for_job
+    with Cluster(work_dir, producer_timeout_ms=1500) as cluster:
+        producer = start_producer(cluster, "m", "producer0", consumers=world, epochs=epochs,
+                                  **opts)
+        wait_for_job(cluster, "m")
+        outs, ranks = cluster.start_ranks("m", world, work_dir, epochs)
+        cluster.wait(ranks, timeout=120)
+        assert producer.wait(timeout=60) == 0, producer.log_path.read_text()[-3000:]
+        return [read_batches(o) for o in outs], producer.log_path.read_text()
 
 
 @pytest.mark.long
@@ -475,13 +497,91 @@ def test_faults_between_a_parquet_source_and_the_store_change_no_byte(
                         CROUPIER_S3_MAX_ATTEMPTS="10")
         for k, v in env.items():
             monkeypatch.setenv(k, v)
-        remote = run_job(tmp_path / "s3", kind="parquet",
-                         files=f"s3://{BUCKET}/parquet/*.parquet", records=PARQUET_ROWS,
-                         batch_size=4, epochs=1)
+        remote, log = run_to_the_end(tmp_path / "s3", kind="parquet",
+                                     files=f"s3://{BUCKET}/parquet/*.parquet",
+                                     records=PARQUET_ROWS, batch_size=4, epochs=1, workers=2)
         injected = dict(proxy.injected)
     assert remote == local
     assert injected["slow_down"] > 0 and injected["reset"] > 0, injected
-    print(f"\ninjected {injected}")
+    # croupier's S3 client retried (in the producer and its two worker processes), and the
+    # producer's summary counts every process's requests: retries and throttles, none failed.
+    assert "[s3] retrying GET s3://" in log, log[-3000:]
+    assert "503 SlowDown" in log, log[-3000:]
+    counts = re.search(r"object store: (\d+) requests, (\d+) bytes, (\d+) retries \((\d+) "
+                       r"throttled\), (\d+) failed", log)
+    assert counts, log[-3000:]
+    requests, nbytes, retries, throttles, failed = map(int, counts.groups())
+    assert retries > 0 and 0 < throttles <= injected["slow_down"] and failed == 0, counts.group(0)
+    assert nbytes >= sum(pathlib.Path(f).stat().st_size for f in parquet_files)
+    print(f"\ninjected {injected}; producer: {counts.group(0)}")
+
+
+@pytest.mark.timeout(60)
+def test_a_parquet_source_forked_counts_its_reads_in_the_parents_counters(
+        store, parquet_files, monkeypatch):
+    """A ParquetSource made in one process and read in a child forked from it (as a map job's
+    workers are): the child makes a client of its own (the parent's threads and connections are
+    not its), reads the rows, and its requests show in the parent's process counters, which a
+    producer's croupier_s3_* metrics and its summary report."""
+    from croupier import object_store
+    from croupier.parquet import ParquetSource
+    for k, v in store.env().items():
+        monkeypatch.setenv(k, v)
+    source = ParquetSource(f"s3://{BUCKET}/parquet/*.parquet")
+    assert source.get_many([3])[0]["id"] == 3  # the parent's client has read and is pooled
+    before = object_store.process_stats()
+    pid = os.fork()
+    if pid == 0:  # the child: every row, then out without Python's teardown
+        try:
+            rows = source.get_many(list(range(PARQUET_ROWS)))
+            os._exit(0 if [int(r["id"]) for r in rows] == list(range(PARQUET_ROWS)) else 3)
+        except BaseException:
+            os._exit(4)
+    deadline = time.monotonic() + 30
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child did not read the rows within 30 s")
+        time.sleep(0.05)
+    assert os.waitstatus_to_exitcode(status) == 0
+    after = object_store.process_stats()
+    # Rows 16 to 79 lie in row groups the parent never read: at least those 5 GETs.
+    assert after["requests"] - before["requests"] >= 5, (before, after)
+    assert after["bytes"] > before["bytes"]
+
+
+@pytest.mark.timeout(120)
+def test_a_map_producer_serves_its_metrics_with_its_workers_object_reads(
+        tmp_path, store, parquet_files, monkeypatch):
+    """`croupier produce --metrics-port 0 --metrics-port-file F` of the Parquet job on two worker
+    processes: its /metrics has the croupier_producer_* families and the croupier_s3_* counters
+    (rank 0 of 2 reads its epoch; the job has not ended, so the producer still serves). That they
+    count the workers' reads is shown by the test above, on the same counters."""
+    from service_cluster import Cluster, read_batches
+    from test_produce import start_producer, wait_for_job
+    for k, v in store.env().items():
+        monkeypatch.setenv(k, v)
+    port_file = tmp_path / "metrics.port"
+    with Cluster(tmp_path / "c", producer_timeout_ms=1500) as cluster:
+        start_producer(cluster, "m", "producer0", kind="parquet",
+                       files=f"s3://{BUCKET}/parquet/*.parquet", records=PARQUET_ROWS,
+                       batch_size=4, epochs=1, consumers=2, workers=2, metrics_port=0,
+                       metrics_port_file=str(port_file))
+        wait_for_job(cluster, "m")
+        out = tmp_path / "rank0.jsonl"
+        cluster.wait([cluster.start_consumer("m", 0, 2, out, 1)], timeout=60)
+        assert len(read_batches(out)) == PARQUET_ROWS // 4 // 2
+        counters = s3_counters(port_file)
+        port = int(port_file.read_text())
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+    assert "croupier_producer_batches_served_total" in text
+    assert counters["requests_total"] >= 6 and counters["failures_total"] == 0, counters
+    assert counters["bytes_total"] > 0, counters
 
 
 # --- Tokens jobs from objects: Megatron indexed datasets in the store ------------------------

@@ -11,7 +11,7 @@ import threading
 from types import FrameType
 from typing import Any, Dict, List, Optional
 
-from croupier import errors, tokens
+from croupier import errors, object_store, tokens
 from croupier.map.pool import default_workers
 from croupier.runtime.processes import describe
 from croupier.map.producer import produce
@@ -126,6 +126,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--worker-timeout", type=float, default=None, metavar="S",
                         help="seconds a worker process has to make a batch before it is killed "
                              "and replaced (the batch made again); none: 600")
+    parser.add_argument("--metrics-port", type=int, default=None, metavar="P",
+                        help="serve Prometheus metrics on the bind address at this port (0: a "
+                             "free one); none: no metrics")
+    parser.add_argument("--metrics-port-file", default=None, metavar="FILE",
+                        help="write the metrics port to this file once serving")
     args = parser.parse_args(argv)
     if args.pipeline is None:
         _with_jemalloc(sys.argv[1:] if argv is None else list(argv))
@@ -140,7 +145,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             options = dict(options)
             source = options.pop("source")
         for key in ("workers", "threads", "transform_threads", "cache_bytes", "auth_token",
-                    "timeout", "drain_timeout", "worker_timeout"):
+                    "timeout", "drain_timeout", "worker_timeout", "metrics_port",
+                    "metrics_port_file"):
             if getattr(args, key) is not None:
                 options[key] = getattr(args, key)
         stop = threading.Event()
@@ -187,6 +193,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         if done["record_cache"] is not None:
             print(f"croupier produce: job '{args.job}': {summary(done['record_cache'])}",
                   flush=True)
+        if done.get("object_store") is not None:
+            print(f"croupier produce: job '{args.job}': "
+                  f"{object_store.summary(done['object_store'])}", flush=True)
     except errors.Error as e:
         print(f"croupier produce: {type(e).__name__}: {e}", flush=True)
         return 1

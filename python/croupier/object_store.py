@@ -1,151 +1,128 @@
-"""`s3://bucket/key` paths for the Python sources (ParquetSource), read through pyarrow's S3 file
-system, set up from the same environment as croupier's own S3 client (docs/operations.md, "Data in
-an object store"): AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL, AWS_REGION or AWS_DEFAULT_REGION
-(default us-east-1), CROUPIER_S3_ADDRESSING (path or virtual; path with an explicit endpoint),
-AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN (else the shared credentials file
-and AWS_PROFILE, as pyarrow's AWS SDK reads them), AWS_CA_BUNDLE, and CROUPIER_S3_MAX_ATTEMPTS,
-CROUPIER_S3_CONNECT_TIMEOUT_SECONDS and CROUPIER_S3_READ_TIMEOUT_SECONDS (6 attempts, 5 s and
-20 s, as croupier's client). pyarrow reads a Parquet file's column chunks with ranged GETs and
-retries throttling and broken connections itself.
+"""`s3://bucket/key` paths for the Python sources (ParquetSource), read through croupier's own S3
+client (src/s3), the one that reads the producers' and the dispatcher's s3:// paths: the same
+environment (docs/operations.md, "Data in an object store": AWS_ENDPOINT_URL, AWS_REGION,
+CROUPIER_S3_ADDRESSING, the credentials from the environment or the shared credentials file and
+AWS_PROFILE, CROUPIER_S3_MAX_ATTEMPTS and the timeouts), the same retries of throttling, 5xx and
+broken connections with jittered backoff, errors naming the object, the byte range and the
+store's answer, and the same counters: a producer's croupier_s3_* metrics count these reads too,
+those of its map job's worker processes included (s3::ProcessS3Counters). Every read is one
+ranged GET, If-Match the ETag the object was listed with: an object written again under a job
+fails its reads (DATA_LOSS, "changed since it was indexed").
 
 A glob matches keys as a file system glob does: `*`, `?` and `[...]` never cross a `/`."""
-import os
-import re
-from typing import Any, List, Tuple
+import io
+from typing import Dict, List, NamedTuple, Optional
 
-from croupier import errors
+from croupier import _croupier, errors
 
-__all__ = ["is_s3", "s3_filesystem", "expand_s3", "open_s3", "describe_s3_error"]
+__all__ = ["is_s3", "Object", "ObjectStore", "ObjectFile", "process_stats", "summary"]
 
 
 def is_s3(path: str) -> bool:
     return path.startswith("s3://")
 
 
-def _split(path: str) -> Tuple[str, str]:
-    """("bucket", "key") of s3://bucket/key."""
-    rest = path[len("s3://"):]
-    bucket, _, key = rest.partition("/")
-    if not bucket or not key:
-        raise errors.InvalidArgumentError(f"{path}: an object path is s3://BUCKET/KEY")
-    return bucket, key
+class Object(NamedTuple):
+    """One object, as a listing gave it."""
+    path: str
+    size: int
+    etag: str
 
 
-def _number(name: str, default: float, integer: bool = False) -> Any:
-    value = os.environ.get(name, "")
-    if not value:
-        return default
-    try:
-        got = int(value) if integer else float(value)
-    except ValueError:
-        got = -1
-    if got <= 0:
-        raise errors.InvalidArgumentError(f"{name}='{value}' is not a positive number")
-    return got
+class ObjectStore:
+    """The object store that the environment names, its client made on first use (so that an
+    instance that only crossed a pickle costs nothing until it reads). Thread-safe; usable in a
+    process forked from the one that made it (the client is made again there)."""
+
+    def __init__(self) -> None:
+        self._native: Optional[_croupier._ObjectStore] = None
+
+    def _client(self) -> _croupier._ObjectStore:
+        if self._native is None:
+            self._native = _croupier._ObjectStore()
+        return self._native
+
+    def expand(self, pattern: str) -> List[Object]:
+        """The objects `pattern` names, sorted by path: itself if it has no wildcard, else the
+        keys under its prefix that match. NotFoundError, naming the pattern, when none does."""
+        found = [Object(*o) for o in self._client().list(pattern)]
+        if not found:
+            wild = any(c in pattern for c in "*?[")
+            raise errors.NotFoundError(f"no object matches {pattern}" if wild else
+                                       f"{pattern}: no such object")
+        return found
+
+    def read(self, obj: Object, offset: int, length: int) -> bytes:
+        """`length` bytes of `obj` at `offset` (fewer only past its end): one ranged GET."""
+        return self._client().read(obj.path, obj.size, obj.etag, offset, length)
+
+    def stats(self) -> Dict[str, int]:
+        """What this store's client asked: requests, bytes, retries, throttles, failures."""
+        return self._client().stats()
+
+    def __getstate__(self) -> Dict[str, None]:
+        return {"_native": None}
 
 
-def s3_filesystem() -> Any:
-    """pyarrow.fs.S3FileSystem from the environment (see the module doc)."""
-    try:
-        import pyarrow.fs as pafs
-    except ImportError:
-        raise errors.FailedPreconditionError(
-            "s3:// paths of a Python source need pyarrow (pip install pyarrow)") from None
-    env = os.environ
-    endpoint = (env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or "").rstrip("/")
-    if endpoint and not endpoint.startswith(("http://", "https://")):
-        raise errors.InvalidArgumentError(
-            f"the S3 endpoint '{endpoint}' (AWS_ENDPOINT_URL) must start with http:// or https://")
-    addressing = env.get("CROUPIER_S3_ADDRESSING", "")
-    if addressing not in ("", "path", "virtual"):
-        raise errors.InvalidArgumentError(
-            f"CROUPIER_S3_ADDRESSING='{addressing}' is neither 'path' nor 'virtual'")
-    kwargs = dict(
-        region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
-        force_virtual_addressing=addressing == "virtual" or (not addressing and not endpoint),
-        connect_timeout=_number("CROUPIER_S3_CONNECT_TIMEOUT_SECONDS", 5.0),
-        request_timeout=_number("CROUPIER_S3_READ_TIMEOUT_SECONDS", 20.0),
-        retry_strategy=pafs.AwsStandardS3RetryStrategy(
-            max_attempts=_number("CROUPIER_S3_MAX_ATTEMPTS", 6, integer=True)))
-    if endpoint:
-        kwargs["endpoint_override"] = endpoint
-    if env.get("AWS_ACCESS_KEY_ID"):
-        kwargs.update(access_key=env["AWS_ACCESS_KEY_ID"],
-                      secret_key=env.get("AWS_SECRET_ACCESS_KEY", ""))
-        if env.get("AWS_SESSION_TOKEN"):
-            kwargs["session_token"] = env["AWS_SESSION_TOKEN"]
-    if env.get("AWS_CA_BUNDLE"):
-        kwargs["tls_ca_file_path"] = env["AWS_CA_BUNDLE"]
-    return pafs.S3FileSystem(**kwargs)
+def process_stats() -> Dict[str, int]:
+    """What every S3 client of this process and of the processes forked from it asked (the
+    counters of a producer's croupier_s3_* metrics)."""
+    return _croupier._s3_process_stats()
 
 
-def describe_s3_error(path: str, e: BaseException) -> Exception:
-    """The croupier error for pyarrow's error `e` about object `path`, naming it."""
-    text = str(e)
-    if isinstance(e, FileNotFoundError):
-        return errors.NotFoundError(f"{path}: no such object (or no such bucket)")
-    if "ACCESS_DENIED" in text or "AccessDenied" in text or "InvalidAccessKeyId" in text or \
-            "SignatureDoesNotMatch" in text:
-        return errors.PermissionDeniedError(f"{path}: the store refused the credentials: {text}")
-    if "NETWORK_CONNECTION" in text or "Could not connect" in text or "curlCode" in text:
-        return errors.UnavailableError(f"{path}: the store cannot be reached: {text}")
-    return errors.DataLossError(f"{path}: {text}")
+def summary(stats: Dict[str, int]) -> str:
+    """process_stats()'s counts in one line: "object store: R requests, B bytes, T retries (S
+    throttled), F failed"."""
+    return (f"object store: {stats['requests']} requests, {stats['bytes']} bytes, "
+            f"{stats['retries']} retries ({stats['throttles']} throttled), "
+            f"{stats['failures']} failed")
 
 
-def _glob_regex(pattern: str) -> "re.Pattern[str]":
-    out, i = [], 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "*":
-            out.append("[^/]*")
-        elif c == "?":
-            out.append("[^/]")
-        elif c == "[" and "]" in pattern[i + 1:]:
-            j = pattern.index("]", i + 1)
-            body = pattern[i + 1:j]
-            if body.startswith("!"):
-                body = "^" + body[1:]
-            out.append(f"[{body}]")
-            i = j
-        else:
-            out.append(re.escape(c))
-        i += 1
-    return re.compile("".join(out) + r"\Z")
+class ObjectFile(io.RawIOBase):
+    """One object as a read-only, seekable binary file (what pyarrow reads a Parquet file from):
+    each read is a ranged GET of what it asks, nothing more and nothing ahead."""
 
+    def __init__(self, store: ObjectStore, obj: Object) -> None:
+        super().__init__()
+        self._store = store
+        self._object = obj
+        self._pos = 0
 
-def expand_s3(pattern: str, filesystem: Any) -> List[str]:
-    """The objects `pattern` names, sorted: itself if it has no wildcard, else the keys under its
-    prefix that match. NotFoundError when nothing matches."""
-    import pyarrow.fs as pafs
-    bucket, key = _split(pattern)
-    wild = [k for k, c in enumerate(key) if c in "*?["]
-    try:
-        if not wild:
-            info = filesystem.get_file_info(f"{bucket}/{key}")
-            if info.type != pafs.FileType.File:
-                raise errors.NotFoundError(f"{pattern}: no such object")
-            return [pattern]
-        prefix = key[:wild[0]]
-        folder = prefix[:prefix.rfind("/")] if "/" in prefix else ""
-        selector = pafs.FileSelector(f"{bucket}/{folder}".rstrip("/"), recursive=True,
-                                     allow_not_found=True)
-        infos = filesystem.get_file_info(selector)
-    except errors.Error:
-        raise
-    except Exception as e:
-        raise describe_s3_error(pattern, e) from None
-    match = _glob_regex(key)
-    found = sorted(f"s3://{i.path}" for i in infos if i.type == pafs.FileType.File
-                   and match.match(i.path[len(bucket) + 1:]))
-    if not found:
-        raise errors.NotFoundError(f"no object matches {pattern}")
-    return found
+    @property
+    def name(self) -> str:
+        return self._object.path
 
+    def readable(self) -> bool:
+        return True
 
-def open_s3(path: str, filesystem: Any) -> Any:
-    """A random-access file of object `path` (pyarrow's, read by ranged GETs)."""
-    bucket, key = _split(path)
-    try:
-        return filesystem.open_input_file(f"{bucket}/{key}")
-    except Exception as e:
-        raise describe_s3_error(path, e) from None
+    def seekable(self) -> bool:
+        return True
+
+    def size(self) -> int:
+        return self._object.size
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._object.size}[whence]
+        if base + offset < 0:
+            raise errors.InvalidArgumentError(
+                f"{self._object.path}: seek to {base + offset}, before the start")
+        self._pos = base + offset
+        return self._pos
+
+    def read(self, size: Optional[int] = -1) -> bytes:
+        if size is None or size < 0:
+            size = self._object.size - self._pos
+        data = self._store.read(self._object, self._pos, size) if size > 0 else b""
+        self._pos += len(data)
+        return data
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def readinto(self, buffer: "bytearray | memoryview") -> int:  # type: ignore[override]
+        data = self.read(len(buffer))
+        memoryview(buffer)[:len(data)] = data
+        return len(data)

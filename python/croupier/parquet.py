@@ -3,9 +3,10 @@
     source = croupier.parquet.ParquetSource("data/*.parquet", columns=["image", "label"])
     croupier.produce(source, "HOST:5050", "train", batch_size=64, consumers=4, epochs=3)
 
-Files may be objects: `s3://bucket/key` paths and globs, read through pyarrow's S3 file system
-set up from the same environment as croupier's own S3 client (croupier.object_store): a row
-group's column chunks come by ranged GETs, never the whole object.
+Files may be objects: `s3://bucket/key` paths and globs, read through croupier's own S3 client
+(croupier.object_store: the producers' environment, retries, errors and croupier_s3_* counters): a
+file's footer and then each row group it reads come by ranged GETs (a row group's column chunks in
+one GET where they lie together), never the whole object.
 
 Record i is row i of the files taken in sorted path order. A row is found through the files'
 row groups (their row counts are read from the footers at start), and get_many reads each row
@@ -31,23 +32,23 @@ from croupier import errors, object_store
 __all__ = ["ParquetSource"]
 
 
-def _expand(files: Any, s3: Any) -> List[str]:
-    """The paths `files` names; `s3()` gives the S3 file system for s3:// patterns."""
+def _expand(files: Any, store: object_store.ObjectStore) -> List[Union[str, object_store.Object]]:
+    """The files `files` names: local paths, and the objects of s3:// patterns."""
     if isinstance(files, (str, os.PathLike)):
         files = [files]
-    paths = []
+    found: List[Union[str, object_store.Object]] = []
     for f in files:
         f = os.fspath(f)
         if object_store.is_s3(f):
-            paths.extend(object_store.expand_s3(f, s3()))
+            found.extend(store.expand(f))
             continue
         matches = sorted(glob.glob(f)) if any(c in f for c in "*?[") else [f]
         if not matches:
             raise errors.NotFoundError(f"no Parquet file matches {f}")
-        paths.extend(matches)
-    if not paths:
+        found.extend(matches)
+    if not found:
         raise errors.InvalidArgumentError("a ParquetSource needs at least one file")
-    return paths
+    return found
 
 
 class ParquetSource:
@@ -61,8 +62,10 @@ class ParquetSource:
             raise errors.FailedPreconditionError(
                 "ParquetSource needs pyarrow (pip install pyarrow)") from None
         self._pq = pq
-        self._s3: Any = None
-        self.paths = _expand(files, self._s3_filesystem)
+        self._store = object_store.ObjectStore()
+        found = _expand(files, self._store)
+        self.paths = [f.path if isinstance(f, object_store.Object) else f for f in found]
+        self._objects = {f.path: f for f in found if isinstance(f, object_store.Object)}
         self.columns = list(columns) if columns is not None else None
         self._groups = []  # (path, row group, first row)
         self._starts = []
@@ -94,15 +97,13 @@ class ParquetSource:
         self._files: Dict[Any, Any] = {}
         self._lock = threading.Lock()
 
-    def _s3_filesystem(self) -> Any:
-        if self._s3 is None:
-            self._s3 = object_store.s3_filesystem()
-        return self._s3
-
     def _open(self, path: str) -> Any:
-        """pyarrow's ParquetFile of `path`, a local file or an object."""
-        if object_store.is_s3(path):
-            return self._pq.ParquetFile(object_store.open_s3(path, self._s3_filesystem()))
+        """pyarrow's ParquetFile of `path`, a local file or an object. An object's reads are
+        pre-buffered: a row group's column chunks that lie together come in one GET."""
+        obj = self._objects.get(path)
+        if obj is not None:
+            return self._pq.ParquetFile(object_store.ObjectFile(self._store, obj),
+                                        pre_buffer=True)
         return self._pq.ParquetFile(path)
 
     def __len__(self) -> int:
@@ -114,7 +115,6 @@ class ParquetSource:
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
         state["_pq"] = None
-        state["_s3"] = None
         state["_cache"] = collections.OrderedDict()
         state["_files"] = {}
         state["_lock"] = None
@@ -146,9 +146,10 @@ class ParquetSource:
             f = self._files[path] = self._open(path)
         try:
             table = f.read_row_group(rg, columns=self.columns)
+        except errors.Error as e:
+            # The store's error (a read that failed for good), naming the object and the range.
+            raise type(e)(f"{path} row group {rg}: {e}") from None
         except Exception as e:
-            if object_store.is_s3(path):
-                raise object_store.describe_s3_error(f"{path} row group {rg}", e) from None
             raise errors.DataLossError(f"{path} row group {rg}: {e}") from None
         decoded = {name: _column_values(table.column(name)) for name in table.column_names}
         with self._lock:

@@ -26,6 +26,7 @@ void BindWorkerPool(pybind11::module_& m);  // py_worker_pool.cc: a map job's wo
 void BindJob(pybind11::module_& m);      // py_job.cc: croupier.Job
 void BindJobSpec(pybind11::module_& m);  // py_job_spec.cc: croupier.JobSpec
 void BindTestCluster(pybind11::module_& m);  // py_test_cluster.cc: the in-process cluster
+void BindObjectStore(pybind11::module_& m);  // py_object_store.cc: S3 reads for Python sources
 
 // croupier.Job: a JobInfo and its typed settings (parsed once), with the state and the ranks'
 // positions when the dispatcher's GetJob gave them. A copyable value.

@@ -17,4 +17,5 @@ PYBIND11_MODULE(_croupier, m) {
   croupier::py::BindProducer(m);
   croupier::py::BindWorkerPool(m);
   croupier::py::BindTestCluster(m);
+  croupier::py::BindObjectStore(m);
 }

@@ -113,14 +113,15 @@ absl::StatusOr<Batch> CallFeed(const pyb::object& feed, uint64_t epoch, uint64_t
 // Serves at `bind` (advertised as `advertise_host`, empty: the bind address), reaches the
 // dispatcher within `timeout` seconds with `auth_token` (empty: $CROUPIER_AUTH_TOKEN), makes
 // batches on `threads` threads into a buffer of `buffer_bytes` holding up to `max_tasks` tasks,
-// from `supply`.
+// from `supply`; its Prometheus metrics on `bind`:`metrics_port` (0: a free port; -1: none).
 ProducerNodeOptions OwnProducerOptions(const std::string& dispatcher, const std::string& auth_token,
                                        int threads, uint64_t buffer_bytes, uint32_t max_tasks,
                                        const std::string& bind, const std::string& advertise_host,
-                                       double timeout, ProducerSupply supply) {
+                                       double timeout, int metrics_port, ProducerSupply supply) {
   ProducerNodeOptions o;
   o.dispatcher = dispatcher;
   o.bind_address = bind;
+  o.metrics_port = metrics_port;
   o.advertise_host = advertise_host;
   o.auth_token = rpc::ResolveAuthToken(auth_token);
   o.connect_timeout = absl::Seconds(timeout);
@@ -144,6 +145,7 @@ class PyProducer {
   }
 
   std::string DataAddress() const { return node_->data_address(); }
+  int MetricsPort() const { return node_->metrics_port(); }
   uint64_t ProducerId() const { return node_->producer_id(); }
 
   // ProducerNode::Serve without the GIL. The callables are called with it, owner() every 100 ms,
@@ -216,7 +218,8 @@ void BindProducer(pyb::module_& m) {
           "records",
           [](const std::string& dispatcher, const std::string& job, const std::string& auth_token,
              int threads, uint64_t buffer_bytes, uint32_t max_tasks, const std::string& bind,
-             const std::string& advertise_host, double timeout, pyb::object make) {
+             const std::string& advertise_host, double timeout, pyb::object make,
+             int metrics_port) {
             RecordsFunction function;
             if (pyb::isinstance<WorkerPool>(make)) {
               // The worker processes' pool in C++: a batch touches Python only in a worker.
@@ -232,11 +235,12 @@ void BindProducer(pyb::module_& m) {
             }
             return PyProducer::Start(OwnProducerOptions(
                 dispatcher, auth_token, threads, buffer_bytes, max_tasks, bind, advertise_host,
-                timeout, RecordsSupply{.job = job, .make = std::move(function)}));
+                timeout, metrics_port, RecordsSupply{.job = job, .make = std::move(function)}));
           },
           pyb::arg("dispatcher"), pyb::arg("job"), pyb::arg("auth_token"), pyb::arg("threads"),
           pyb::arg("buffer_bytes"), pyb::arg("max_tasks"), pyb::arg("bind"),
           pyb::arg("advertise_host"), pyb::arg("timeout"), pyb::arg("make"),
+          pyb::arg("metrics_port") = -1,
           "Starts a producer serving only map job `job`; its worker threads call "
           "make(epoch, batch, ids) for each batch, which returns a Batch or (code, message), or "
           "ask `make`, a _WorkerPool, without Python.")
@@ -244,11 +248,12 @@ void BindProducer(pyb::module_& m) {
           "tokens",
           [](const std::string& dispatcher, const std::string& job, const std::string& auth_token,
              int threads, uint64_t buffer_bytes, uint32_t max_tasks, const std::string& bind,
-             const std::string& advertise_host, double timeout, pyb::object tokenize) {
+             const std::string& advertise_host, double timeout, pyb::object tokenize,
+             int metrics_port) {
             std::shared_ptr<pyb::object> held = HoldPython(std::move(tokenize));
             return PyProducer::Start(OwnProducerOptions(
                 dispatcher, auth_token, threads, buffer_bytes, max_tasks, bind, advertise_host,
-                timeout,
+                timeout, metrics_port,
                 TokensSupply{
                     .job = job,
                     .tokenize = [held](uint32_t source, absl::Span<const uint64_t> documents) {
@@ -258,6 +263,7 @@ void BindProducer(pyb::module_& m) {
           pyb::arg("dispatcher"), pyb::arg("job"), pyb::arg("auth_token"), pyb::arg("threads"),
           pyb::arg("buffer_bytes"), pyb::arg("max_tasks"), pyb::arg("bind"),
           pyb::arg("advertise_host"), pyb::arg("timeout"), pyb::arg("tokenize"),
+          pyb::arg("metrics_port") = -1,
           "Starts a producer serving only tokens job `job`, whose text sources' documents its "
           "worker threads tokenize with tokenize(source, documents): (tokens int32, lengths), "
           "the documents' tokens one after another and each one's count, or (code, message).")
@@ -270,24 +276,26 @@ void BindProducer(pyb::module_& m) {
             const TaskRunner::Options defaults;
             return PyProducer::Start(OwnProducerOptions(
                 dispatcher, auth_token, defaults.threads, buffer_bytes, defaults.max_tasks, bind,
-                advertise_host, timeout,
+                advertise_host, timeout, /*metrics_port=*/-1,
                 StreamSupply{.job = job,
                              .source_index = source_index,
                              .feed = [held](uint64_t epoch, uint64_t batch) {
                                return CallFeed(*held, epoch, batch);
                              }}));
           },
-          pyb::arg("dispatcher"), pyb::arg("job"), pyb::arg("auth_token"),
-          pyb::arg("buffer_bytes"), pyb::arg("bind"), pyb::arg("advertise_host"),
-          pyb::arg("timeout"), pyb::arg("source_index"), pyb::arg("feed"),
+          pyb::arg("dispatcher"), pyb::arg("job"), pyb::arg("auth_token"), pyb::arg("buffer_bytes"),
+          pyb::arg("bind"), pyb::arg("advertise_host"), pyb::arg("timeout"),
+          pyb::arg("source_index"), pyb::arg("feed"),
           "Starts the producer of source `source_index` of python job `job`; run() calls "
           "feed(epoch, batch) for each batch the job's tasks ask of it, in order: "
           "(num_records, columns) or (code, message). OUT_OF_RANGE says the source ran out.")
       .def_property_readonly("data_address", &PyProducer::DataAddress)
       .def_property_readonly("producer_id", &PyProducer::ProducerId)
+      .def_property_readonly("metrics_port", &PyProducer::MetricsPort,
+                             "The port of its metrics (GET /metrics), 0 without them.")
       .def("run", &PyProducer::Run, pyb::arg("owner"), pyb::arg("leave_now") = pyb::none(),
-           pyb::arg("dispatcher_timeout") = 120.0,
-           pyb::arg("drain_timeout") = 5.0, pyb::arg("early_end_grace") = 10.0,
+           pyb::arg("dispatcher_timeout") = 120.0, pyb::arg("drain_timeout") = 5.0,
+           pyb::arg("early_end_grace") = 10.0,
            "Serves until the job ends (every rank has read its last epoch, or the job was "
            "deleted), owner() says 1 (drain for up to drain_timeout seconds, or until "
            "leave_now() is true) or 2 (leave at once) or raises (raised again here), or the "

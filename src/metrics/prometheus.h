@@ -25,7 +25,8 @@ std::string FormatPrometheus(const v1::StatusResponse& status);
 std::string FormatProducerPrometheus(const v1::ProducerStatus& producer);
 
 // What this process asked of an object store (croupier_s3_* counters: requests, bytes, retries,
-// throttles, failures), from its S3 client's counters (src/s3/s3_stats.h), and, in a process that
+// throttles, failures), from its S3 clients' counters (s3::ProcessS3Counters, which count those
+// of its forked children too: a map job's workers), and, in a process that
 // makes batches (a producer), how its batch makers' reads ahead went (`batch_reads`,
 // RecordFetcher::ProcessStats: batches read ahead, ready when made, fetched by the maker or when
 // made, forgotten, and the time makers waited for the store; without it, none of those families);

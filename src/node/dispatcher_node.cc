@@ -165,7 +165,7 @@ absl::StatusOr<std::unique_ptr<DispatcherNode>> DispatcherNode::Start(
            // What it asked of object stores: the listings, the objects it indexed and the
            // indexes it read and stored as it created jobs.
            return status.ok() ? metrics::FormatPrometheus(*status) +
-                                    metrics::FormatS3Prometheus(s3::DefaultEnvS3Stats())
+                                    metrics::FormatS3Prometheus(s3::ProcessS3Counters().Snapshot())
                               : std::string();
          }},
         {"/", "text/html; charset=utf-8", [] { return std::string(web::kIndexHtml); }},

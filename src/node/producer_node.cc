@@ -213,7 +213,7 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(ProducerNodeOp
                        for (uint64_t t : raw->holder_->HeldTasks()) status.add_tasks(t);
                        std::string text =
                            metrics::FormatProducerPrometheus(status) +
-                           metrics::FormatS3Prometheus(s3::DefaultEnvS3Stats(),
+                           metrics::FormatS3Prometheus(s3::ProcessS3Counters().Snapshot(),
                                                        RecordFetcher::ProcessStats());
                        if (raw->record_cache_ != nullptr) {
                          const RecordCache::Stats c = raw->record_cache_->stats();

@@ -90,7 +90,7 @@ class S3Client {
 
   const S3Options options_;
   const std::unique_ptr<S3Connections> connections_;
-  S3Counters counters_;
+  S3Counters counters_{&ProcessS3Counters()};
   // Last: its threads run GETs on the members above, so it is destroyed (joined) first.
   const std::unique_ptr<FetchPool> pool_;
 };

@@ -1,7 +1,6 @@
 #include "src/s3/s3_env.h"
 
 #include <algorithm>
-#include <atomic>
 
 #include "absl/base/call_once.h"
 #include "absl/strings/str_cat.h"
@@ -124,11 +123,6 @@ class RoutingEnv final : public Env {
     return env.ok() ? (*env)->SharedDerivedPath(p, suffix) : "";
   }
 
-  S3Stats stats() {
-    if (!made_.load(std::memory_order_acquire) || s3_ == nullptr) return {};
-    return s3_->client().stats();
-  }
-
  private:
   absl::StatusOr<Env*> For(const std::string& path) {
     if (!IsS3Path(path)) return local_;
@@ -142,7 +136,6 @@ class RoutingEnv final : public Env {
       } else {
         failure_ = client.status();
       }
-      made_.store(true, std::memory_order_release);
     });
     if (s3_ == nullptr) {
       return absl::Status(failure_.code(),
@@ -156,10 +149,7 @@ class RoutingEnv final : public Env {
   // Written once under once_, read only after it.
   std::unique_ptr<S3Env> s3_;
   absl::Status failure_;
-  std::atomic<bool> made_{false};
 };
-
-RoutingEnv* default_routing = nullptr;
 
 // What a HEAD or a listing tells of an object, as a Stat.
 FileStat StatOf(const ObjectInfo& info) { return FileStat{info.size, info.mtime_ns, info.etag}; }
@@ -250,15 +240,8 @@ absl::StatusOr<std::vector<Env::Listed>> S3Env::GlobWithStats(const std::string&
 }
 
 Env* WithObjectStores(Env* local) {
-  static RoutingEnv* env = [&] {
-    default_routing = new RoutingEnv(local);
-    return default_routing;
-  }();
+  static RoutingEnv* env = new RoutingEnv(local);
   return env;
-}
-
-S3Stats DefaultEnvS3Stats() {
-  return default_routing == nullptr ? S3Stats{} : default_routing->stats();
 }
 
 }  // namespace croupier::s3

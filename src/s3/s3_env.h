@@ -73,9 +73,6 @@ class S3Env final : public Env {
 // Never deleted.
 Env* WithObjectStores(Env* local);
 
-// The counters of the default Env's S3 client, or all zero when no s3:// path was used.
-S3Stats DefaultEnvS3Stats();
-
 }  // namespace croupier::s3
 
 #endif  // CROUPIER_SRC_S3_S3_ENV_H_

@@ -21,23 +21,51 @@ struct S3Stats {
       const;  // "requests=.. bytes=.. retries=.. throttles=.. failures=.. ranges=.."
 };
 
-// Thread-safe: relaxed atomic counters.
+// Thread-safe: relaxed atomic counters. Each count is added to `also` too, when given (which
+// must outlive these counters).
 class S3Counters {
  public:
-  void AddRequest() { requests_.fetch_add(1, std::memory_order_relaxed); }
-  void AddBytes(uint64_t n) { bytes_.fetch_add(n, std::memory_order_relaxed); }
+  explicit S3Counters(S3Counters* also = nullptr) : also_(also) {}
+  S3Counters(const S3Counters&) = delete;
+  S3Counters& operator=(const S3Counters&) = delete;
+
+  void AddRequest() {
+    requests_.fetch_add(1, std::memory_order_relaxed);
+    if (also_ != nullptr) also_->AddRequest();
+  }
+  void AddBytes(uint64_t n) {
+    bytes_.fetch_add(n, std::memory_order_relaxed);
+    if (also_ != nullptr) also_->AddBytes(n);
+  }
   void AddRetry(bool throttle) {
     retries_.fetch_add(1, std::memory_order_relaxed);
     if (throttle) throttles_.fetch_add(1, std::memory_order_relaxed);
+    if (also_ != nullptr) also_->AddRetry(throttle);
   }
-  void AddFailure() { failures_.fetch_add(1, std::memory_order_relaxed); }
-  void AddRanges(uint64_t n) { ranges_.fetch_add(n, std::memory_order_relaxed); }
+  void AddFailure() {
+    failures_.fetch_add(1, std::memory_order_relaxed);
+    if (also_ != nullptr) also_->AddFailure();
+  }
+  void AddRanges(uint64_t n) {
+    ranges_.fetch_add(n, std::memory_order_relaxed);
+    if (also_ != nullptr) also_->AddRanges(n);
+  }
   S3Stats Snapshot() const;
 
  private:
+  // Lock-free, so that they count across processes in shared memory (ProcessS3Counters).
+  static_assert(std::atomic<uint64_t>::is_always_lock_free);
   std::atomic<uint64_t> requests_{0}, bytes_{0}, retries_{0}, throttles_{0}, failures_{0},
       ranges_{0};
+  S3Counters* const also_;
 };
+
+// The counters that every S3Client of this process adds to besides its own: what this process,
+// and every process forked from it without an exec, asked of object stores. They live in a page
+// shared with those children (MAP_SHARED, mapped when the library loads, before any fork), so
+// that a map job's worker processes, which read a ParquetSource's objects, count in their
+// producer's metrics (croupier_s3_*). Never deleted.
+S3Counters& ProcessS3Counters();
 
 }  // namespace croupier::s3
 

@@ -12,7 +12,7 @@ IndexedDatasetWriter), and so are the plan's packed sequences.
 
 What it may import (tests/test_imports.py holds it to this): its own modules, the extension
 module and the package's shared modules (croupier.errors, croupier.job, croupier.launcher,
-croupier.client, croupier.columns and croupier.runtime, whose serving.py runs a tokens producer
+croupier.client, croupier.columns, croupier.object_store and croupier.runtime, whose serving.py runs a tokens producer
 as it runs every producer of one job). Not croupier.map, not croupier.stream, not the adapters, not the local cluster or the consumer, and not the package's
 API in croupier/__init__.py. This file imports nothing.
 """

@@ -13,7 +13,8 @@ pool and the C++ producer node, and serves until the job ends. Inside:
 What it may import (tests/test_imports.py holds it to this): its own modules, the extension
 module, and the package's shared modules: croupier.errors, croupier.job, croupier.launcher,
 croupier.client (the control-plane calls), croupier.columns (a batch as columns, which serve()
-shares) and the process helpers (croupier.runtime). Not croupier.stream, not the adapters
+shares), croupier.object_store (S3 reads and their counters) and the process helpers
+(croupier.runtime). Not croupier.stream, not the adapters
 (croupier.torch, .tf, .jax, .ray), not the local cluster or the consumer, and not the package's
 API in croupier/__init__.py. This file imports nothing, so that importing one module of the room
 loads only what that module needs.

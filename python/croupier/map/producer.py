@@ -6,10 +6,11 @@ waits for the end of the job. `python -m croupier produce` (croupier.cli) runs i
 """
 import dataclasses
 import json
+import os
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
-from croupier import _croupier, errors
+from croupier import _croupier, errors, object_store
 from croupier.runtime import at_exit
 from croupier.client import auth_token_or_env, create_job, submit_job
 from croupier.errors import BatchError
@@ -65,6 +66,8 @@ class ProduceOptions:
     stop: Optional[threading.Event] = None
     drain_timeout: float = 5.0
     worker_timeout: Optional[float] = WORKER_TIMEOUT
+    metrics_port: Optional[int] = None
+    metrics_port_file: Optional[str] = None
 
 
 # The ProduceOptions fields that are the job's settings: a JobSpec holds them instead.
@@ -161,11 +164,14 @@ def produce(source: Any, dispatcher: str, job: Union[str, JobSpec],
     workers need it at once (they wait for the one making it). A cache file that is corrupt or
     unreadable is a miss: removed, made again. Each producer has its own cache.
 
-    Returns {"record_cache": counts, "drained": {"kept", "served"}} (drained: None unless it was
-    stopped and drained, see below; record_cache: None without a cache): hits, misses (records made),
-    bytes and records held, not_added (made while it was full), corrupt, full, capacity, path
-    (RecordCache.stats()); the same counts are logged as one line on the logger
-    croupier.pipeline (INFO): "record cache: H hits, M misses, B bytes in F records".
+    Returns {"record_cache": counts, "drained": {"kept", "served"}, "object_store": counts}
+    (drained: None unless it was stopped and drained, see below; record_cache: None without a
+    cache): hits, misses (records made), bytes and records held, not_added (made while it was
+    full), corrupt, full, capacity, path (RecordCache.stats()); the same counts are logged as one
+    line on the logger croupier.pipeline (INFO): "record cache: H hits, M misses, B bytes in F
+    records". object_store (None when it read no s3:// object): what this producer and its worker
+    processes asked of object stores meanwhile (requests, bytes, retries, throttles, failures,
+    ranges), logged too: "object store: R requests, B bytes, T retries (S throttled), F failed".
 
     skip_failing_records=True (a setting of the job, so every producer skips alike): a record
     whose read, decode or transform raises is left out of its batch, which then holds fewer records,
@@ -188,6 +194,12 @@ def produce(source: Any, dispatcher: str, job: Union[str, JobSpec],
     loop, a deadlock, a read that never returns) is SIGKILLed and counts as a death: its
     replacement makes the batch again, and a batch that is stuck twice fails so, naming the
     timeout.
+
+    metrics_port (default None: none; 0: a free port): the producer's Prometheus metrics on
+    `bind`:port (GET /metrics), as `croupier producer --metrics-port` serves them: its
+    croupier_producer_* families, and croupier_s3_* counting what it and its worker processes
+    asked of object stores (a ParquetSource's s3:// objects). metrics_port_file: a file the port
+    is written to once it serves.
 
     transform_threads (default 1): the threads on which each worker process (with workers=0,
     the producer) reads, decodes and transforms a batch's records, for work that releases the
@@ -252,6 +264,11 @@ def produce(source: Any, dispatcher: str, job: Union[str, JobSpec],
         raise errors.InvalidArgumentError(
             f"worker_timeout must be a number of seconds more than 0, or None, not "
             f"{o.worker_timeout!r}")
+    if o.metrics_port is not None and not 0 <= o.metrics_port <= 65535:
+        raise errors.InvalidArgumentError(
+            f"metrics_port must be a port (0 for a free one), or None, not {o.metrics_port!r}")
+    if o.metrics_port_file is not None and o.metrics_port is None:
+        raise errors.InvalidArgumentError("metrics_port_file needs a metrics_port (0: a free one)")
     if o.tf_transform is not None and workers > 0:
         # Forking a process once TensorFlow has started its thread pools is unsafe, and it is
         # started here (batch 0 is made before the workers would be forked).
@@ -262,6 +279,7 @@ def produce(source: Any, dispatcher: str, job: Union[str, JobSpec],
     if o.tf_transform is not None and threads is None:
         threads = max(8, 2 * default_workers())  # batches in flight: the pipeline's lookahead
     drained: Optional[Dict[str, int]] = None
+    store_before = object_store.process_stats()
     pipeline = Pipeline(source, transform=o.transform, batch_transform=o.batch_transform,
                         collate=o.collate, names=o.names, features=features, seed=o.seed,
                         tf_transform=o.tf_transform, skip_failing_records=o.skip_failing_records,
@@ -316,7 +334,10 @@ def produce(source: Any, dispatcher: str, job: Union[str, JobSpec],
                 node = at_exit.track(_croupier._Producer.records(
                     dispatcher, job, auth_token_or_env(o.auth_token), threads,
                     int(o.buffer_bytes), int(o.max_tasks), o.bind, o.advertise_host,
-                    float(o.timeout), make))
+                    float(o.timeout), make,
+                    -1 if o.metrics_port is None else int(o.metrics_port)))
+                if o.metrics_port_file is not None:
+                    _write_port_file(o.metrics_port_file, node.metrics_port)
                 drained = serve_until_the_end(
                     node, job, stop=o.stop, dispatcher_timeout=o.dispatcher_timeout,
                     drain_timeout=o.drain_timeout, leave_now=leave_now,
@@ -334,7 +355,22 @@ def produce(source: Any, dispatcher: str, job: Union[str, JobSpec],
         pipeline.close()  # after the workers have exited: removes the record cache
         if cache is not None:
             log.info("croupier produce: job '%s': %s", job, summary(cache))
-    return {"record_cache": cache, "drained": drained}
+        store: Optional[Dict[str, int]] = {
+            k: v - store_before.get(k, 0) for k, v in object_store.process_stats().items()}
+        if store is not None and not store["requests"]:
+            store = None
+        if store is not None:
+            log.info("croupier produce: job '%s': %s", job, object_store.summary(store))
+    return {"record_cache": cache, "drained": drained, "object_store": store}
+
+
+def _write_port_file(path: str, port: int) -> None:
+    """Writes `port` to `path` whole (a reader sees no file or the port), as `croupier producer
+    --metrics-port-file` does."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        f.write(f"{port}\n")
+    os.replace(tmp, path)
 
 
 def _check_of(pool: Optional[WorkerPool], job: str) -> Optional[Callable[[], None]]:

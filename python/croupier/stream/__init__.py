@@ -8,8 +8,8 @@ the map room shares.
 
 What it may import (tests/test_imports.py holds it to this): its own modules, the extension
 module, and the package's shared modules: croupier.errors, croupier.job, croupier.launcher,
-croupier.client (the control-plane calls), croupier.columns and the process helpers
-(croupier.runtime). Not croupier.map, not the adapters (croupier.torch, .tf, .jax, .ray), not the
+croupier.client (the control-plane calls), croupier.columns, croupier.object_store and the
+process helpers (croupier.runtime). Not croupier.map, not the adapters (croupier.torch, .tf, .jax, .ray), not the
 local cluster or the consumer, and not the package's API in croupier/__init__.py. This file
 imports nothing.
 """
