@@ -69,10 +69,13 @@ class ParquetSource:
         self.columns = list(columns) if columns is not None else None
         self._groups = []  # (path, row group, first row)
         self._starts = []
+        # Each file's footer, read once here: opened again to read rows (in a worker process,
+        # say), a file is given it rather than reading it again (a GET per object and process).
+        self._footers: Dict[str, Any] = {}
         total = 0
         for path in self.paths:
             try:
-                meta = self._open(path).metadata
+                meta = self._footers[path] = self._open(path).metadata
             except errors.Error:
                 raise
             except Exception as e:
@@ -98,13 +101,15 @@ class ParquetSource:
         self._lock = threading.Lock()
 
     def _open(self, path: str) -> Any:
-        """pyarrow's ParquetFile of `path`, a local file or an object. An object's reads are
-        pre-buffered: a row group's column chunks that lie together come in one GET."""
+        """pyarrow's ParquetFile of `path`, a local file or an object, with its footer if it was
+        read before. An object's reads are pre-buffered: a row group's column chunks that lie
+        together come in one GET."""
+        footer = self._footers.get(path)
         obj = self._objects.get(path)
         if obj is not None:
             return self._pq.ParquetFile(object_store.ObjectFile(self._store, obj),
-                                        pre_buffer=True)
-        return self._pq.ParquetFile(path)
+                                        metadata=footer, pre_buffer=True)
+        return self._pq.ParquetFile(path, metadata=footer)
 
     def __len__(self) -> int:
         return self._len
