@@ -653,11 +653,18 @@ def test_a_stuck_worker_is_killed_and_its_batch_made_again_identically(tmp_path,
     assert not left_behind(pids)
 
 
-def test_a_worker_timeout_that_is_no_time_is_refused():
+def test_a_worker_timeout_or_metrics_port_that_is_no_such_thing_is_refused():
     for bad in (0, -1.0):
         with pytest.raises(errors.InvalidArgumentError, match="worker_timeout must be"):
             croupier.produce(map_sources.Records(8), "127.0.0.1:1", "m", batch_size=2,
                              consumers=1, worker_timeout=bad)
+    with pytest.raises(errors.InvalidArgumentError, match="metrics_port must be a port"):
+        croupier.produce(map_sources.Records(8), "127.0.0.1:1", "m", batch_size=2, consumers=1,
+                         metrics_port=70000)
+    with pytest.raises(errors.InvalidArgumentError, match="metrics_port_file needs"):
+        croupier.produce(map_sources.Records(8), "127.0.0.1:1", "m", batch_size=2, consumers=1,
+                         metrics_port_file="port")
+    for bad in (0, -1.0):
         # The pool itself, made directly, names its own argument (it was INTERNAL).
         with pytest.raises(errors.InvalidArgumentError, match="batch_timeout must be"):
             WorkerPool(Pipeline(map_sources.Records(8)), 1, batch_timeout=bad)

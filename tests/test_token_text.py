@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -108,7 +109,7 @@ def test_a_text_job_deals_the_bytes_of_the_job_over_its_tokenized_corpus(tmp_pat
 def test_a_killed_text_producer_changes_no_sequence(tmp_path):
     """Two `croupier produce --job` processes tokenizing; one SIGKILLed a quarter into the epoch
     while two ranks read slowly: every rank's batches hash as with no kill."""
-    from service_cluster import Cluster, batch_hashes, kill, read_batches
+    from service_cluster import Cluster, batch_hashes, kill, read_batches, wait_for_file
     files, tokenizer = write_corpus(tmp_path)
     text = tokens.TextSource(files, tokenizer, eod_token="</s>")
     env = dict(os.environ, CROUPIER_PYTHON=sys.executable)
@@ -118,9 +119,11 @@ def test_a_killed_text_producer_changes_no_sequence(tmp_path):
                      dispatcher_args=["--rounds-per-task", "1"]) as cluster:
             tokens.create_token_job(cluster.address, "lm", [text], consumers=2,
                                     **spec(steps_per_epoch=40, weights=None))
+            port_file = tmp_path / f"{name}-metrics.port"
             producers = [subprocess.Popen(
                 [croupier.croupier_binary(), "produce", "--dispatcher", cluster.address,
-                 "--job", "lm"], env=env, stdout=subprocess.DEVNULL,
+                 "--job", "lm"] + (["--metrics-port", "0", "--metrics-port-file", str(port_file)]
+                                   if i == 0 else []), env=env, stdout=subprocess.DEVNULL,
                 stderr=open(tmp_path / f"{name}-producer{i}.log", "w"), start_new_session=True)
                 for i in range(2)]
             try:
@@ -139,6 +142,13 @@ def test_a_killed_text_producer_changes_no_sequence(tmp_path):
                     assert producers[0].poll() is None, "the producer left before the job ended"
                     maps = pathlib.Path(f"/proc/{producers[0].pid}/maps").read_text()
                     assert "libjemalloc" in maps
+                # Producer 0's own metrics, while it serves: its families, and the object-store
+                # counters (all 0: the text is on local disk).
+                port = int(wait_for_file(port_file, 30))
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+                    metrics = r.read().decode()
+                assert "croupier_producer_batches_made_total" in metrics, metrics
+                assert "croupier_s3_requests_total 0" in metrics, metrics
                 if kill_one:
                     kill(producers[1])
                 for proc in procs:

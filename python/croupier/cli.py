@@ -173,7 +173,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         if args.pipeline is None:
-            unused = sorted(set(options) - {"threads", "auth_token", "timeout", "drain_timeout"})
+            unused = sorted(set(options) - {"threads", "auth_token", "timeout", "drain_timeout",
+                                            "metrics_port", "metrics_port_file"})
             if unused:
                 raise errors.InvalidArgumentError(
                     "a tokens job's producer takes no " +

@@ -11,7 +11,7 @@ import numpy as np
 
 from croupier import _croupier, errors
 from croupier.runtime import at_exit
-from croupier.runtime.serving import serve_until_the_end
+from croupier.runtime.serving import metrics_port_of, serve_until_the_end, write_port_file
 from croupier.client import auth_token_or_env, get_job, submit_job
 from croupier.job import Job, JobSpec
 from croupier.lm.text import TextSource, Tokenizer, to_spec
@@ -110,7 +110,8 @@ def produce(dispatcher: str, job: str, *, threads: int = 2, stop: Optional[threa
             advertise_host: str = "", timeout: float = 60.0, dispatcher_timeout: float = 120.0,
             drain_timeout: float = 5.0, auth_token: Optional[str] = None,
             leave_now: Optional[threading.Event] = None,
-            on_serving: Optional[Callable[[], None]] = None) -> Dict[str, Any]:
+            on_serving: Optional[Callable[[], None]] = None, metrics_port: Optional[int] = None,
+            metrics_port_file: Optional[str] = None) -> Dict[str, Any]:
     """Runs a producer of tokens job `job`, whose sources include text (TextSource): it reads and
     tokenizes the documents each batch needs on `threads` threads (the tokenizer itself works on
     every core, outside the GIL), until every rank has read the job's last epoch or `stop` is set;
@@ -122,10 +123,12 @@ def produce(dispatcher: str, job: str, *, threads: int = 2, stop: Optional[threa
     document whose tokens no longer match its planned length fails its batch at the rank that
     needs it with DataLossError naming the document and file. UnavailableError once the
     dispatcher has not answered for dispatcher_timeout seconds. Returns {"drained": {"kept",
-    "served"}} (None unless it was stopped and drained)."""
+    "served"}} (None unless it was stopped and drained). metrics_port and metrics_port_file: its
+    Prometheus metrics, as croupier.produce()'s."""
     # The producer's threads tokenize batches side by side; a tokenizer that also spread each
     # call over every core would only contend with them (set the variable to override).
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    port = metrics_port_of(metrics_port, metrics_port_file)
     info = get_job(dispatcher, job, auth_token=auth_token, timeout=timeout)
     info.check_token_sources()
     tokenize = Tokenizer(info)
@@ -135,7 +138,9 @@ def produce(dispatcher: str, job: str, *, threads: int = 2, stop: Optional[threa
         try:
             node = at_exit.track(_croupier._Producer.tokens(
                 dispatcher, job, auth_token_or_env(auth_token), int(threads), int(buffer_bytes),
-                int(max_tasks), bind, advertise_host, float(timeout), tokenize))
+                int(max_tasks), bind, advertise_host, float(timeout), tokenize, port))
+            if metrics_port_file is not None:
+                write_port_file(metrics_port_file, node.metrics_port)
             drained = serve_until_the_end(
                 node, job, stop=stop, dispatcher_timeout=dispatcher_timeout,
                 drain_timeout=drain_timeout, leave_now=leave_now,

@@ -6,7 +6,6 @@ waits for the end of the job. `python -m croupier produce` (croupier.cli) runs i
 """
 import dataclasses
 import json
-import os
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
@@ -17,7 +16,7 @@ from croupier.errors import BatchError
 from croupier.job import JobSpec
 from croupier.map.pipeline import Pipeline, log
 from croupier.map.pool import WORKER_TIMEOUT, WorkerPool, default_workers, in_process
-from croupier.runtime.serving import serve_until_the_end
+from croupier.runtime.serving import metrics_port_of, serve_until_the_end, write_port_file
 from croupier.map.record_cache import summary
 from croupier.columns import features_of
 
@@ -264,11 +263,7 @@ def produce(source: Any, dispatcher: str, job: Union[str, JobSpec],
         raise errors.InvalidArgumentError(
             f"worker_timeout must be a number of seconds more than 0, or None, not "
             f"{o.worker_timeout!r}")
-    if o.metrics_port is not None and not 0 <= o.metrics_port <= 65535:
-        raise errors.InvalidArgumentError(
-            f"metrics_port must be a port (0 for a free one), or None, not {o.metrics_port!r}")
-    if o.metrics_port_file is not None and o.metrics_port is None:
-        raise errors.InvalidArgumentError("metrics_port_file needs a metrics_port (0: a free one)")
+    metrics_port = metrics_port_of(o.metrics_port, o.metrics_port_file)
     if o.tf_transform is not None and workers > 0:
         # Forking a process once TensorFlow has started its thread pools is unsafe, and it is
         # started here (batch 0 is made before the workers would be forked).
@@ -334,10 +329,9 @@ def produce(source: Any, dispatcher: str, job: Union[str, JobSpec],
                 node = at_exit.track(_croupier._Producer.records(
                     dispatcher, job, auth_token_or_env(o.auth_token), threads,
                     int(o.buffer_bytes), int(o.max_tasks), o.bind, o.advertise_host,
-                    float(o.timeout), make,
-                    -1 if o.metrics_port is None else int(o.metrics_port)))
+                    float(o.timeout), make, metrics_port))
                 if o.metrics_port_file is not None:
-                    _write_port_file(o.metrics_port_file, node.metrics_port)
+                    write_port_file(o.metrics_port_file, node.metrics_port)
                 drained = serve_until_the_end(
                     node, job, stop=o.stop, dispatcher_timeout=o.dispatcher_timeout,
                     drain_timeout=o.drain_timeout, leave_now=leave_now,
@@ -362,15 +356,6 @@ def produce(source: Any, dispatcher: str, job: Union[str, JobSpec],
         if store is not None:
             log.info("croupier produce: job '%s': %s", job, object_store.summary(store))
     return {"record_cache": cache, "drained": drained, "object_store": store}
-
-
-def _write_port_file(path: str, port: int) -> None:
-    """Writes `port` to `path` whole (a reader sees no file or the port), as `croupier producer
-    --metrics-port-file` does."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        f.write(f"{port}\n")
-    os.replace(tmp, path)
 
 
 def _check_of(pool: Optional[WorkerPool], job: str) -> Optional[Callable[[], None]]:

@@ -8,12 +8,14 @@ handler or the caller) or the interpreter is exiting, whether the supply still w
 and whether a second signal cut a drain short (`leave_now`).
 """
 import logging
+import os
 import threading
 from typing import Any, Callable, Dict, Optional
 
+from croupier import errors
 from croupier.runtime import at_exit
 
-__all__ = ["serve_until_the_end"]
+__all__ = ["serve_until_the_end", "metrics_port_of", "write_port_file"]
 
 log = logging.getLogger("croupier.pipeline")
 
@@ -55,3 +57,23 @@ def serve_until_the_end(node: Any, job: str, *, stop: Optional[threading.Event],
         log.info("croupier produce: job '%s': drained: served %d of the %d tasks it had made, "
                  "and left the job", job, served, kept)
     return dict(ended)
+
+
+def write_port_file(path: str, port: int) -> None:
+    """Writes `port` to `path` whole (a reader sees no file or the port): where a producer's
+    metrics are, as `croupier producer --metrics-port-file` writes it."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        f.write(f"{port}\n")
+    os.replace(tmp, path)
+
+
+def metrics_port_of(port: Optional[int], port_file: Optional[str]) -> int:
+    """The metrics_port a _croupier._Producer takes for a producer's `metrics_port` (None: -1,
+    none; 0: a free port) and `metrics_port_file`, checked."""
+    if port is not None and not 0 <= port <= 65535:
+        raise errors.InvalidArgumentError(
+            f"metrics_port must be a port (0 for a free one), or None, not {port!r}")
+    if port_file is not None and port is None:
+        raise errors.InvalidArgumentError("metrics_port_file needs a metrics_port (0: a free one)")
+    return -1 if port is None else int(port)
