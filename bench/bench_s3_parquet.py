@@ -15,8 +15,9 @@ systems, one after another in each round, the rounds alternating their order:
                the baseline of the same run
 
 Each system makes a new ParquetSource (its listing and footers are in its time), then reads
-`--batch` rows at a time in plan order (shuffle none) or in a global shuffle (`--shuffle
-global`), one thread: what one map worker does. The first batch's time is from the source's
+`--batch` rows at a time in plan order (shuffle none), in blocks of a row group shuffled in
+windows of `--window-blocks` (`--shuffle blocks`: what docs/python.md advises for Parquet) or in
+a global shuffle (`--shuffle global`), one thread: what one map worker does. The first batch's time is from the source's
 creation. Prints a table of the rounds' medians, then the figures as JSON.
 
     .venv/bin/python bench/bench_s3_parquet.py --rows 200000 --rounds 3
@@ -81,12 +82,13 @@ def pyarrow_fs(store):
                              scheme="http")
 
 
-def read_all(make_source, batch, shuffle, seed=5):
+def read_all(make_source, batch, shuffle, block_size=0, window_blocks=0, seed=5):
     """(seconds to the first batch, seconds in all, rows) of reading every row."""
     start = time.perf_counter()
     source = make_source()
     n = len(source)
-    plan = croupier.EpochPlan(n, batch, 1, seed=seed, epoch=0, shuffle=shuffle)
+    plan = croupier.EpochPlan(n, batch, 1, seed=seed, epoch=0, shuffle=shuffle,
+                              block_size=block_size, window_blocks=window_blocks)
     first, rows = None, 0
     for g in range(plan.num_batches):
         got = source.get_many(plan.batch(g).tolist())
@@ -103,7 +105,10 @@ def main():
     ap.add_argument("--row-group", type=int, default=5000)
     ap.add_argument("--image-bytes", type=int, default=512)
     ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--shuffle", default="none", choices=("none", "global"))
+    ap.add_argument("--shuffle", default="none", choices=("none", "blocks", "global"))
+    ap.add_argument("--window-blocks", type=int, default=4,
+                    help="with --shuffle blocks: blocks of a row group, shuffled in windows of "
+                         "this many")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--store-latency-ms", type=float, default=0.0,
                     help="moto starts every answer this late, as a store across a network")
@@ -128,7 +133,10 @@ def main():
                 order = SYSTEMS if r % 2 == 0 else SYSTEMS[::-1]
                 for system in order:
                     before = object_store.process_stats()
-                    first, seconds, rows = read_all(makers[system], args.batch, args.shuffle)
+                    first, seconds, rows = read_all(
+                        makers[system], args.batch, args.shuffle,
+                        block_size=args.row_group if args.shuffle == "blocks" else 0,
+                        window_blocks=args.window_blocks if args.shuffle == "blocks" else 0)
                     after = object_store.process_stats()
                     assert rows == args.rows // args.batch * args.batch, rows
                     runs[system].append({

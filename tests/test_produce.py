@@ -883,6 +883,28 @@ def test_a_parquet_source_is_dealt_as_planned(tmp_path):
     check_against_plan(per_rank, 80, 4, seed=5, epochs=1)
 
 
+def test_a_parquet_source_takes_the_cached_row_groups_of_a_batch_before_it_reads_others(
+        tmp_path, monkeypatch):
+    """A batch that touches more row groups than are cached: those cached are taken before any
+    read can evict them, so asking for the same batch again reads one row group, not every one
+    (a sequential pass over more groups than an LRU cache holds missed every time)."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from croupier.parquet import ParquetSource
+    path = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"id": np.arange(100, dtype=np.int64)}), path, row_group_size=10)
+    source = ParquetSource(str(path), cached_row_groups=3)
+    reads = []
+    read = source._read
+    monkeypatch.setattr(source, "_read", lambda k, alone=False: reads.append(k) or read(k, alone))
+    batch = [35, 5, 25, 15, 6]  # row groups 3, 0, 2, 1, 0
+    assert [int(r["id"]) for r in source.get_many(batch)] == batch
+    assert sorted(reads) == [0, 1, 2, 3]  # each once: groups 0-2, then 3 (3 are cached)
+    reads.clear()
+    assert [int(r["id"]) for r in source.get_many(batch)] == batch
+    assert reads == [0], reads  # 1, 2 and 3 were cached
+
+
 @pytest.mark.timeout(150)
 def test_a_checkpoint_resumes_a_map_job_exactly_and_with_another_world_size(tmp_path):
     check_resume(tmp_path)

@@ -12,7 +12,9 @@ Record i is row i of the files taken in sorted path order. A row is found throug
 row groups (their row counts are read from the footers at start), and get_many reads each row
 group a batch touches once, keeping the last few decoded row groups: a plan that reads in order
 (shuffle "none", or "blocks" with blocks of about a row group) decodes each row group about once
-an epoch; "global" may decode a row group per record when the files hold many row groups.
+an epoch; "global" may decode a row group per record when the files hold many row groups. The
+row groups of objects that one batch needs are fetched side by side (up to FETCHES_AT_ONCE), so
+that a batch touching several waits for about one round trip to the store, not one each.
 
 Per column: numbers come as numpy scalars of the column's own type (int8 ... uint64, float16,
 float32, float64, bool); binary and string as bytes; a list column as a Python list of numpy
@@ -20,6 +22,7 @@ scalars (a variable-length feature); a fixed-size list as a numpy array (a fixed
 """
 import bisect
 import collections
+import concurrent.futures
 import glob
 import os
 import threading
@@ -30,6 +33,10 @@ import numpy as np
 from croupier import errors, object_store
 
 __all__ = ["ParquetSource"]
+
+# The row groups of one batch read at once from an object store, each on a thread of its own: a
+# batch of a "blocks" or "global" shuffle touches several, each a round trip to the store.
+FETCHES_AT_ONCE = 8
 
 
 def _expand(files: Any, store: object_store.ObjectStore) -> List[Union[str, object_store.Object]]:
@@ -138,17 +145,18 @@ class ParquetSource:
         k = bisect.bisect_right(self._starts, i) - 1
         return k, i - self._starts[k]
 
-    def _row_group(self, k: int) -> Dict[str, Any]:
-        """Row group k (in the source's order) decoded as {column: numpy array of values}."""
-        with self._lock:
-            if k in self._cache:
-                self._cache.move_to_end(k)
-                cached: Dict[str, Any] = self._cache[k]
-                return cached
+    def _read(self, k: int, alone: bool = False) -> Dict[str, Any]:
+        """Row group k (in the source's order) read and decoded as {column: numpy array of
+        values}; `alone`: through a ParquetFile of its own (a thread reading beside others: one
+        is not shared between threads; the footer is the one kept, so opening costs no read),
+        else through the one kept for its file."""
         path, rg, _ = self._groups[k]
-        f = self._files.get(path)
-        if f is None:
-            f = self._files[path] = self._open(path)
+        if alone:
+            f = self._open(path)
+        else:
+            f = self._files.get(path)
+            if f is None:
+                f = self._files[path] = self._open(path)
         try:
             table = f.read_row_group(rg, columns=self.columns)
         except errors.Error as e:
@@ -156,22 +164,54 @@ class ParquetSource:
             raise type(e)(f"{path} row group {rg}: {e}") from None
         except Exception as e:
             raise errors.DataLossError(f"{path} row group {rg}: {e}") from None
-        decoded = {name: _column_values(table.column(name)) for name in table.column_names}
+        return {name: _column_values(table.column(name)) for name in table.column_names}
+
+    def _read_many(self, ks: Sequence[int]) -> Dict[int, Dict[str, Any]]:
+        """{k: row group k decoded} for the row groups ks, read now (those of objects at once, up
+        to FETCHES_AT_ONCE, each a round trip to the store) and cached."""
+        found: Dict[int, Dict[str, Any]] = {}
+        remote = [k for k in ks if self._groups[k][0] in self._objects]
+        if len(remote) > 1:
+            # Threads of this call alone, gone when it returns: none is left for a fork to lose.
+            with concurrent.futures.ThreadPoolExecutor(min(len(remote), FETCHES_AT_ONCE)) as pool:
+                for k, decoded in zip(remote, pool.map(lambda k: self._read(k, alone=True),
+                                                       remote)):
+                    found[k] = decoded
+        for k in ks:
+            if k not in found:
+                found[k] = self._read(k)
         with self._lock:
-            self._cache[k] = decoded
-            while len(self._cache) > self._cached:
-                self._cache.popitem(last=False)
-        return decoded
+            for k in ks:
+                self._cache[k] = found[k]
+                while len(self._cache) > self._cached:
+                    self._cache.popitem(last=False)
+        return found
 
     def get_many(self, ids: Sequence[int]) -> List[Dict[str, Any]]:
-        """The rows `ids`, in order, as dicts {column: value}."""
-        located = [self._locate(i) for i in ids]
-        out: List[Any] = [None] * len(located)
-        for k in sorted({k for k, _ in located}):
-            columns = self._row_group(k)
-            for n, (kk, row) in enumerate(located):
-                if kk == k:
+        """The rows `ids`, in order, as dicts {column: value}. The row groups they lie in that
+        are cached are taken first (before a read can evict them), then the others are read a
+        few at a time (as many as are cached), those of objects side by side."""
+        rows_of: Dict[int, List[Tuple[int, int]]] = collections.defaultdict(list)
+        for n, i in enumerate(ids):
+            k, row = self._locate(i)
+            rows_of[k].append((n, row))
+        out: List[Any] = [None] * len(ids)
+
+        def fill(groups: Dict[int, Dict[str, Any]]) -> None:
+            for k, columns in groups.items():
+                for n, row in rows_of[k]:
                     out[n] = {name: values[row] for name, values in columns.items()}
+
+        with self._lock:
+            cached = {k: self._cache[k] for k in sorted(rows_of) if k in self._cache}
+            for k in cached:
+                self._cache.move_to_end(k)
+        fill(cached)
+        missing = [k for k in sorted(rows_of) if k not in cached]
+        del cached
+        step = max(self._cached, 1)
+        for first in range(0, len(missing), step):
+            fill(self._read_many(missing[first:first + step]))
         return out
 
 
