@@ -472,7 +472,8 @@ def test_a_parquet_source_names_a_missing_object_a_wrong_key_and_an_unreachable_
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
     # croupier's S3 client's errors, as for a TFRecord job's objects: the object and the answer.
     with pytest.raises(errors.PermissionDeniedError,
-                       match=f"s3://{BUCKET}/parquet/part0.parquet: 403 Forbidden"):
+                       match=f"s3://{BUCKET}/parquet/part0.parquet: 403 Forbidden: refused "
+                             "without a reason .*check the access key and secret"):
         ParquetSource(f"s3://{BUCKET}/parquet/part0.parquet")
     with pytest.raises(errors.PermissionDeniedError, match="403 SignatureDoesNotMatch"):
         ParquetSource(f"s3://{BUCKET}/parquet/*.parquet")

@@ -69,6 +69,12 @@ absl::Status AnswerToStatus(int http_status, absl::string_view body, absl::strin
   std::string message = absl::StrCat(what, ": ", http_status);
   if (!err.code.empty()) absl::StrAppend(&message, " ", err.code);
   if (!err.message.empty()) absl::StrAppend(&message, ": ", err.message);
+  if (http_status == 403 && body.empty()) {
+    // A HEAD's answer has no body: the store gives no reason, so say where to look.
+    absl::StrAppend(&message,
+                    ": refused without a reason (the answer has no body); check the access key "
+                    "and secret, the region and the bucket's policy");
+  }
   return absl::Status(CodeFor(http_status, err.code), message);
 }
 

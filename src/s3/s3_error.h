@@ -20,7 +20,8 @@ struct S3ErrorBody {
 };
 S3ErrorBody ParseErrorBody(absl::string_view body);
 
-// The status for a non-2xx answer to the request described by `what` ("s3://b/k bytes [0, 10)"):
+// The status for a non-2xx answer to the request described by `what` ("s3://b/k bytes [0, 10)"),
+// its message "WHAT: STATUS CODE[: MESSAGE]" (a 403 without a body, a HEAD's, says where to look):
 //   404                     NOT_FOUND
 //   403                     PERMISSION_DENIED (wrong key, bad signature, denied by policy)
 //   401                     UNAUTHENTICATED

@@ -39,6 +39,9 @@ TEST(S3ErrorTest, PermanentAnswersAreNot) {
 
 TEST(S3ErrorTest, BodilessAnswersAreNamedByTheirReason) {
   EXPECT_EQ(AnswerToStatus(404, "", "s3://b/k").message(), "s3://b/k: 404 NotFound");
+  EXPECT_EQ(AnswerToStatus(403, "", "s3://b/k").message(),
+            "s3://b/k: 403 Forbidden: refused without a reason (the answer has no body); check "
+            "the access key and secret, the region and the bucket's policy");
 }
 
 TEST(S3ErrorTest, ThrottlesAreTold) {
