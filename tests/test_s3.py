@@ -577,7 +577,7 @@ def test_a_parquet_source_forked_counts_its_reads_in_the_parents_counters(
 
 
 @pytest.mark.timeout(120)
-def test_a_map_producer_serves_its_metrics_with_its_workers_object_reads(
+def test_a_map_producer_serves_its_metrics_with_the_object_store_counters(
         tmp_path, store, parquet_files, monkeypatch):
     """`croupier produce --metrics-port 0 --metrics-port-file F` of the Parquet job on two worker
     processes: its /metrics has the croupier_producer_* families and the croupier_s3_* counters

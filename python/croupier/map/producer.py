@@ -349,10 +349,8 @@ def produce(source: Any, dispatcher: str, job: Union[str, JobSpec],
         pipeline.close()  # after the workers have exited: removes the record cache
         if cache is not None:
             log.info("croupier produce: job '%s': %s", job, summary(cache))
-        store: Optional[Dict[str, int]] = {
-            k: v - store_before.get(k, 0) for k, v in object_store.process_stats().items()}
-        if store is not None and not store["requests"]:
-            store = None
+        asked = {k: v - store_before.get(k, 0) for k, v in object_store.process_stats().items()}
+        store = asked if asked["requests"] else None
         if store is not None:
             log.info("croupier produce: job '%s': %s", job, object_store.summary(store))
     return {"record_cache": cache, "drained": drained, "object_store": store}
