@@ -528,14 +528,91 @@ def test_faults_between_a_parquet_source_and_the_store_change_no_byte(
     # producer's summary counts every process's requests: retries and throttles, none failed.
     assert "[s3] retrying GET s3://" in log, log[-3000:]
     assert "503 SlowDown" in log, log[-3000:]
-    counts = re.search(r"object store: (\d+) requests, (\d+) bytes, (\d+) retries \((\d+) "
-                       r"throttled\), (\d+) failed", log)
-    assert counts, log[-3000:]
-    requests, nbytes, retries, throttles, failed = map(int, counts.groups())
-    assert retries > 0 and 0 < throttles <= injected["slow_down"] and failed == 0, counts.group(0)
+    requests, nbytes, retries, throttles, failed, _, _ = object_store_counts(log)
+    assert retries > 0 and 0 < throttles <= injected["slow_down"] and failed == 0, \
+        (requests, nbytes, retries, throttles, failed)
     # The row groups, at most the files' bytes (the footers were read before produce() began).
     assert 0 < nbytes <= sum(pathlib.Path(f).stat().st_size for f in parquet_files)
-    print(f"\ninjected {injected}; producer: {counts.group(0)}")
+    print(f"\ninjected {injected}; producer: {requests} requests, {nbytes} bytes, {retries} "
+          f"retries ({throttles} throttled)")
+
+
+def left_directories():
+    """The producers' directories on /dev/shm whose producer process is gone."""
+    left = []
+    for d in pathlib.Path("/dev/shm").glob("croupier-cache-*-*-*"):
+        try:
+            os.kill(int(d.name.split("-")[3]), 0)
+        except ProcessLookupError:
+            left.append(d)
+        except (ValueError, PermissionError):
+            pass
+    return left
+
+
+def object_store_counts(log):
+    """The counts of the producer's summary line: requests, bytes, retries, throttles, failures,
+    and the ranges and bytes read from its copies (0 when it shared none)."""
+    counts = re.search(r"object store: (\d+) requests, (\d+) bytes, (\d+) retries \((\d+) "
+                       r"throttled\), (\d+) failed(?:; (\d+) ranges \((\d+) bytes\) read from "
+                       r"the producer's copies)?", log)
+    assert counts, log[-3000:]
+    return [int(n or 0) for n in counts.groups()]
+
+
+@pytest.mark.long
+@pytest.mark.timeout(240)
+def test_a_parquet_map_jobs_workers_fetch_each_row_group_once_for_all(
+        tmp_path, store, parquet_files, monkeypatch):
+    """The Parquet job on 4 worker processes, in order (shuffle none: the 4 batches of a row
+    group go to different workers): each row group is fetched once for all of them (the bytes
+    fetched at most the files'; the other workers read the producer's copies on /dev/shm), where
+    with the copies turned off (CROUPIER_S3_SHARED_READ_BYTES=0) each worker fetches the row
+    groups it needs, as all did before the copies. The batches are the same three ways: from
+    local files, and from the store with and without the copies."""
+    opts = dict(kind="parquet", records=PARQUET_ROWS, batch_size=4, epochs=1, workers=4,
+                shuffle="none")
+    local, _ = run_to_the_end(tmp_path / "local", files=parquet_files, **opts)
+    for k, v in store.env().items():
+        monkeypatch.setenv(k, v)
+    files = sum(pathlib.Path(f).stat().st_size for f in parquet_files)
+    before = left_directories()
+    shared, log = run_to_the_end(tmp_path / "shared", files=f"s3://{BUCKET}/parquet/*.parquet",
+                                 **opts)
+    requests, nbytes, _, _, failed, copies, copy_bytes = object_store_counts(log)
+    assert shared == local
+    # The 6 row groups of the 2 files (16, 16 and 8 rows each), one GET each (the footers were
+    # read before produce() began).
+    assert requests == 6 and 0 < nbytes <= files and failed == 0, (requests, nbytes, files)
+    assert copies > 0 and copy_bytes > 0, log[-3000:]
+    # The producer removed its copies as it ended: no directory left by a process that is gone.
+    assert not [d for d in left_directories() if d not in before], left_directories()
+    monkeypatch.setenv("CROUPIER_S3_SHARED_READ_BYTES", "0")
+    alone, log = run_to_the_end(tmp_path / "alone", files=f"s3://{BUCKET}/parquet/*.parquet",
+                                **opts)
+    requests_alone, nbytes_alone, _, _, _, copies_alone, _ = object_store_counts(log)
+    assert alone == local
+    # (How many more depends on which workers made which batches: 14 to 17 GETs in three runs.)
+    assert copies_alone == 0 and requests_alone > requests, (requests_alone, nbytes_alone)
+    print(f"\nfile bytes {files}; shared: {requests} requests, {nbytes} bytes, {copies} ranges "
+          f"from copies; alone: {requests_alone} requests, {nbytes_alone} bytes")
+
+
+@pytest.mark.timeout(60)
+def test_a_malformed_shared_read_capacity_is_named(tmp_path, store, parquet_files, monkeypatch):
+    """CROUPIER_S3_SHARED_READ_BYTES that is not a count fails the producer at once, naming it."""
+    for k, v in store.env().items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("CROUPIER_S3_SHARED_READ_BYTES", "lots")
+    from service_cluster import Cluster
+    from test_produce import start_producer
+    with Cluster(tmp_path / "c", producer_timeout_ms=1500) as cluster:
+        producer = start_producer(cluster, "m", "producer0", kind="parquet",
+                                  files=f"s3://{BUCKET}/parquet/*.parquet", records=PARQUET_ROWS,
+                                  batch_size=4, epochs=1, consumers=2, workers=2)
+        assert producer.wait(timeout=45) != 0
+        log = producer.log_path.read_text()
+    assert "CROUPIER_S3_SHARED_READ_BYTES='lots' is not a whole number" in log, log[-2000:]
 
 
 @pytest.mark.timeout(60)
@@ -604,6 +681,7 @@ def test_a_map_producer_serves_its_metrics_with_the_object_store_counters(
     assert "croupier_producer_batches_served_total" in text
     assert counters["requests_total"] >= 6 and counters["failures_total"] == 0, counters
     assert counters["bytes_total"] > 0, counters
+    assert "shared_reads_total" in counters and "shared_read_bytes_total" in counters, counters
 
 
 # --- Tokens jobs from objects: Megatron indexed datasets in the store ------------------------

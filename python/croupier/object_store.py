@@ -15,7 +15,8 @@ from typing import Dict, List, NamedTuple, Optional
 
 from croupier import _croupier, errors
 
-__all__ = ["is_s3", "Object", "ObjectStore", "ObjectFile", "process_stats", "summary"]
+__all__ = ["is_s3", "Object", "ObjectStore", "ObjectFile", "process_stats", "share_reads",
+           "summary"]
 
 
 def is_s3(path: str) -> bool:
@@ -70,12 +71,27 @@ def process_stats() -> Dict[str, int]:
     return _croupier._s3_process_stats()
 
 
+def share_reads(directory: Optional[str]) -> int:
+    """From now on, the reads of every ObjectStore of this process and of the processes forked
+    from it afterwards (a map job's workers) go through the directory `directory`: a range one of
+    them fetched is read by the others from its copy there, not fetched again
+    (src/s3/shared_reads.h), within CROUPIER_S3_SHARED_READ_BYTES bytes of copies (default 256
+    MiB). None turns it off. Returns that capacity (0: off). The directory is the caller's, to
+    make before and remove after (croupier.map.cache_dirs.shared_reads)."""
+    return int(_croupier._s3_share_reads(directory or ""))
+
+
 def summary(stats: Dict[str, int]) -> str:
     """process_stats()'s counts in one line: "object store: R requests, B bytes, T retries (S
-    throttled), F failed"."""
-    return (f"object store: {stats['requests']} requests, {stats['bytes']} bytes, "
+    throttled), F failed", and "; N ranges (B bytes) read from the producer's copies" when
+    ranges were read from copies that a process of the producer fetched before (share_reads)."""
+    line = (f"object store: {stats['requests']} requests, {stats['bytes']} bytes, "
             f"{stats['retries']} retries ({stats['throttles']} throttled), "
             f"{stats['failures']} failed")
+    if stats.get("shared"):
+        line += (f"; {stats['shared']} ranges ({stats['shared_bytes']} bytes) read from the "
+                 "producer's copies")
+    return line
 
 
 class ObjectFile(io.RawIOBase):

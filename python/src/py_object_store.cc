@@ -22,6 +22,7 @@
 #include "src/s3/s3_env.h"
 #include "src/s3/s3_options.h"
 #include "src/s3/s3_stats.h"
+#include "src/s3/shared_reads.h"
 
 namespace croupier::py {
 
@@ -30,8 +31,10 @@ namespace pyb = pybind11;
 namespace {
 
 std::map<std::string, uint64_t> StatsDict(const s3::S3Stats& s) {
-  return {{"requests", s.requests},   {"bytes", s.bytes},       {"retries", s.retries},
-          {"throttles", s.throttles}, {"failures", s.failures}, {"ranges", s.ranges}};
+  return {{"requests", s.requests}, {"bytes", s.bytes},
+          {"retries", s.retries},   {"throttles", s.throttles},
+          {"failures", s.failures}, {"ranges", s.ranges},
+          {"shared", s.shared},     {"shared_bytes", s.shared_bytes}};
 }
 
 // A client made from the environment as it is when the object is made. Used from many Python
@@ -74,21 +77,33 @@ class PyObjectStore {
         PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(length)));
     if (!out) throw pyb::error_already_set();
     char* dst = PyBytes_AS_STRING(out.ptr());  // ours alone until returned
+    s3::SharedReads* shared = s3::ProcessSharedReads();  // read with the GIL held
+    auto fetch = [&](char* to) -> absl::Status {
+      absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
+          env->OpenKnown(path, FileStat{size, 0, etag}, ::croupier::Env::ReadPattern::kRandom);
+      if (!file.ok()) return file.status();
+      absl::StatusOr<size_t> got = (*file)->Read(offset, length, to);
+      if (!got.ok()) return got.status();
+      if (*got != length) {
+        return absl::DataLossError(absl::StrCat(path, ": ", *got, " bytes at offset ", offset,
+                                                " where ", length, " were expected (the ", size,
+                                                "-byte object is shorter)"));
+      }
+      return absl::OkStatus();
+    };
     absl::Status status;
     {
       pyb::gil_scoped_release nogil;
-      absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
-          env->OpenKnown(path, FileStat{size, 0, etag}, ::croupier::Env::ReadPattern::kRandom);
-      if (!file.ok()) {
-        status = file.status();
+      if (shared == nullptr) {
+        status = fetch(dst);
       } else {
-        absl::StatusOr<size_t> got = (*file)->Read(offset, length, dst);
-        if (!got.ok()) {
-          status = got.status();
-        } else if (*got != length) {
-          status = absl::DataLossError(absl::StrCat(path, ": ", *got, " bytes at offset ", offset,
-                                                    " where ", length, " were expected (the ", size,
-                                                    "-byte object is shorter)"));
+        absl::StatusOr<s3::SharedReads::Served> served =
+            shared->Read(absl::StrCat(path, "\n", size, "\n", etag, "\n", offset, "\n", length),
+                         length, dst, fetch);
+        if (!served.ok()) {
+          status = served.status();
+        } else if (*served == s3::SharedReads::Served::kShared) {
+          s3::ProcessS3Counters().AddShared(length);
         }
       }
     }
@@ -129,6 +144,20 @@ void BindObjectStore(pyb::module_& m) {
            pyb::arg("offset"), pyb::arg("length"))
       .def("stats", &PyObjectStore::Stats);
   m.def("_s3_process_stats", [] { return StatsDict(s3::ProcessS3Counters().Snapshot()); });
+  // The reads of every _ObjectStore of this process and of those forked from it after this call
+  // go through a SharedReads in `directory` (src/s3/shared_reads.h), of the capacity that
+  // CROUPIER_S3_SHARED_READ_BYTES gives; "" turns it off. Returns the capacity (0: off).
+  m.def(
+      "_s3_share_reads",
+      [](const std::string& directory) -> uint64_t {
+        uint64_t capacity = 0;
+        if (!directory.empty()) {
+          capacity = Unwrap(s3::SharedReadBytesFromEnvironment(s3::ProcessEnvironment()));
+        }
+        s3::SetProcessSharedReads(directory, capacity);
+        return directory.empty() ? 0 : capacity;
+      },
+      pyb::arg("directory"));
 }
 
 }  // namespace croupier::py

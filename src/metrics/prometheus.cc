@@ -129,6 +129,13 @@ std::string FormatS3Prometheus(const s3::S3Stats& stats,
          "Byte ranges (records, mostly) asked for in batched reads; fewer requests than ranges "
          "is the merging of neighbours.")
       .Add({}, stats.ranges);
+  Family(&out, "croupier_s3_shared_reads_total", "counter",
+         "Ranges read from the copy that a process of this producer fetched before (a map "
+         "job's worker processes share what they fetch): requests not sent to the store.")
+      .Add({}, stats.shared);
+  Family(&out, "croupier_s3_shared_read_bytes_total", "counter",
+         "The bytes of those ranges: object bytes not fetched again.")
+      .Add({}, stats.shared_bytes);
   if (!batch_reads.has_value()) return out;
   const RecordFetcher::Stats& reads = *batch_reads;
   Family(&out, "croupier_s3_batches_read_ahead_total", "counter",

@@ -123,6 +123,8 @@ TEST(MetricsPrometheusTest, ObjectStoreCountersAreMetrics) {
   stats.throttles = 2;
   stats.failures = 1;
   stats.ranges = 40;
+  stats.shared = 6;
+  stats.shared_bytes = 6000;
   RecordFetcher::Stats reads;
   reads.ahead_used = 30;
   reads.ahead_ready = 25;
@@ -138,6 +140,8 @@ TEST(MetricsPrometheusTest, ObjectStoreCountersAreMetrics) {
   EXPECT_THAT(text, HasSubstr("croupier_s3_throttles_total 2\n"));
   EXPECT_THAT(text, HasSubstr("croupier_s3_failures_total 1\n"));
   EXPECT_THAT(text, HasSubstr("croupier_s3_ranges_total 40\n"));
+  EXPECT_THAT(text, HasSubstr("croupier_s3_shared_reads_total 6\n"));
+  EXPECT_THAT(text, HasSubstr("croupier_s3_shared_read_bytes_total 6000\n"));
   EXPECT_THAT(text, HasSubstr("croupier_s3_batches_read_ahead_total 30\n"));
   EXPECT_THAT(text, HasSubstr("croupier_s3_batches_ready_total 25\n"));
   EXPECT_THAT(text, HasSubstr("croupier_s3_batches_fetched_now_total 2\n"));

@@ -84,4 +84,10 @@ absl::StatusOr<S3Options> S3OptionsFromEnvironment(const GetEnv& env) {
   return o;
 }
 
+absl::StatusOr<uint64_t> SharedReadBytesFromEnvironment(const GetEnv& env) {
+  uint64_t bytes = kDefaultSharedReadBytes;
+  RETURN_IF_ERROR(ReadCount<uint64_t>(env, "CROUPIER_S3_SHARED_READ_BYTES", 0, bytes));
+  return bytes;
+}
+
 }  // namespace croupier::s3

@@ -67,6 +67,13 @@ struct S3Options {
 // ahead.)
 absl::StatusOr<S3Options> S3OptionsFromEnvironment(const GetEnv& env);
 
+// CROUPIER_S3_SHARED_READ_BYTES: at most how many bytes of copies the processes of one producer
+// keep of the ranges they fetched, for each other (shared_reads.h); default 256 MiB, 0: none.
+// INVALID_ARGUMENT names a malformed value. Needs no credentials (asked where no object may be
+// read).
+inline constexpr uint64_t kDefaultSharedReadBytes = uint64_t{256} << 20;
+absl::StatusOr<uint64_t> SharedReadBytesFromEnvironment(const GetEnv& env);
+
 }  // namespace croupier::s3
 
 #endif  // CROUPIER_SRC_S3_S3_OPTIONS_H_

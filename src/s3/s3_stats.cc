@@ -10,7 +10,8 @@ namespace croupier::s3 {
 
 std::string S3Stats::ToString() const {
   return absl::StrCat("requests=", requests, " bytes=", bytes, " retries=", retries,
-                      " throttles=", throttles, " failures=", failures, " ranges=", ranges);
+                      " throttles=", throttles, " failures=", failures, " ranges=", ranges,
+                      " shared=", shared, " shared_bytes=", shared_bytes);
 }
 
 S3Stats S3Counters::Snapshot() const {
@@ -21,6 +22,8 @@ S3Stats S3Counters::Snapshot() const {
   s.throttles = throttles_.load(std::memory_order_relaxed);
   s.failures = failures_.load(std::memory_order_relaxed);
   s.ranges = ranges_.load(std::memory_order_relaxed);
+  s.shared = shared_.load(std::memory_order_relaxed);
+  s.shared_bytes = shared_bytes_.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -16,9 +16,13 @@ struct S3Stats {
   uint64_t throttles = 0;  // of those, the store's requests to slow down (503 SlowDown, 429)
   uint64_t failures = 0;   // requests that failed for good (a NOT_FOUND answer is not one)
   uint64_t ranges = 0;     // ranges asked of ReadRanges (GetRanges), each served by some GET
+  // Ranges read from the copy that a process of the producer fetched before (shared_reads.h),
+  // and their bytes: requests and bytes not asked of the store.
+  uint64_t shared = 0;
+  uint64_t shared_bytes = 0;
 
-  std::string ToString()
-      const;  // "requests=.. bytes=.. retries=.. throttles=.. failures=.. ranges=.."
+  // "requests=.. bytes=.. retries=.. throttles=.. failures=.. ranges=.. shared=.. shared_bytes=.."
+  std::string ToString() const;
 };
 
 // Thread-safe: relaxed atomic counters. Each count is added to `also` too, when given (which
@@ -50,13 +54,18 @@ class S3Counters {
     ranges_.fetch_add(n, std::memory_order_relaxed);
     if (also_ != nullptr) also_->AddRanges(n);
   }
+  void AddShared(uint64_t bytes) {
+    shared_.fetch_add(1, std::memory_order_relaxed);
+    shared_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    if (also_ != nullptr) also_->AddShared(bytes);
+  }
   S3Stats Snapshot() const;
 
  private:
   // Lock-free, so that they count across processes in shared memory (ProcessS3Counters).
   static_assert(std::atomic<uint64_t>::is_always_lock_free);
   std::atomic<uint64_t> requests_{0}, bytes_{0}, retries_{0}, throttles_{0}, failures_{0},
-      ranges_{0};
+      ranges_{0}, shared_{0}, shared_bytes_{0};
   S3Counters* const also_;
 };
 

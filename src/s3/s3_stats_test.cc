@@ -18,12 +18,16 @@ TEST(S3CountersTest, EachCountGoesToTheCountersItIsGivenToo) {
   two.AddRetry(/*throttle=*/false);
   two.AddFailure();
   two.AddRanges(3);
+  one.AddShared(7);
   EXPECT_EQ(one.Snapshot().ToString(),
-            "requests=1 bytes=10 retries=0 throttles=0 failures=0 ranges=0");
+            "requests=1 bytes=10 retries=0 throttles=0 failures=0 ranges=0 shared=1 "
+            "shared_bytes=7");
   EXPECT_EQ(two.Snapshot().ToString(),
-            "requests=0 bytes=0 retries=2 throttles=1 failures=1 ranges=3");
+            "requests=0 bytes=0 retries=2 throttles=1 failures=1 ranges=3 shared=0 "
+            "shared_bytes=0");
   EXPECT_EQ(total.Snapshot().ToString(),
-            "requests=1 bytes=10 retries=2 throttles=1 failures=1 ranges=3");
+            "requests=1 bytes=10 retries=2 throttles=1 failures=1 ranges=3 shared=1 "
+            "shared_bytes=7");
 }
 
 // A map job's worker processes are forks of its producer (through a zygote): what they ask of a

@@ -8,7 +8,8 @@ pool and the C++ producer node, and serves until the job ends. Inside:
   feature spec checked against the batches) and record_threads.py (per-record work on threads);
 - tf_pipeline.py and tf_feed.py: tf_transform, a tf.data pipeline as the per-record transform;
 - pool.py and zygote.py: the worker processes (forks of a zygote) and their supervisor;
-- record_cache.py, record_file.py and cache_dirs.py: the record cache on /dev/shm.
+- record_cache.py, record_file.py and cache_dirs.py: the record cache on /dev/shm, and there
+  the copies through which the workers fetch each range of an object once for all.
 
 What it may import (tests/test_imports.py holds it to this): its own modules, the extension
 module, and the package's shared modules: croupier.errors, croupier.job, croupier.launcher,

@@ -1,15 +1,21 @@
-"""Where record caches live (croupier.map.record_cache): one directory per producer, named
+"""Where a producer's shared directories live: its record cache (croupier.map.record_cache) and
+the reads its worker processes share (shared_reads). Each is a directory named
 croupier-cache-<pid namespace>-<pid>-<random> in a root (/dev/shm when there is one), made by the
 producer and removed by it; sweep() removes those of producers that died before they could.
 """
+import contextlib
 import logging
 import os
 import re
+import secrets
 import shutil
 import tempfile
+from typing import Iterator, Optional
 
-__all__ = ["PREFIX", "default_root", "make_dir", "remove_tree", "pid_namespace", "sweep",
-           "warn_if_small"]
+from croupier import object_store
+
+__all__ = ["PREFIX", "default_root", "make_dir", "remove_tree", "pid_namespace", "shared_reads",
+           "sweep", "warn_if_small"]
 
 _log = logging.getLogger("croupier.record_cache")
 
@@ -75,3 +81,26 @@ def warn_if_small(root: str, capacity: int) -> None:
     if free < capacity:
         _log.warning("record cache: %s has %d bytes free, less than the cache's %d: the cache "
                      "will be full when %s is", root, free, capacity, root)
+
+
+@contextlib.contextmanager
+def shared_reads(workers: int) -> Iterator[Optional[str]]:
+    """While it is open, the objects that this producer's `workers` worker processes read
+    (ParquetSource's row groups) are fetched once for all of them, not once by each worker whose
+    batches need them (croupier.object_store.share_reads): copies in a directory of default_root()
+    named here, made by the first process that keeps one (a producer that reads no object makes
+    none) and removed when this closes. Yields its path, or None: no workers, or the capacity 0
+    (CROUPIER_S3_SHARED_READ_BYTES=0)."""
+    if workers <= 0:
+        yield None
+        return
+    root = default_root()
+    sweep(root)
+    path = os.path.join(root, f"{PREFIX}{pid_namespace()}-{os.getpid()}-{secrets.token_hex(8)}")
+    owner = os.getpid()
+    try:
+        shared = object_store.share_reads(path) > 0
+        yield path if shared else None
+    finally:
+        object_store.share_reads(None)
+        remove_tree(path, owner)

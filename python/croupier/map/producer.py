@@ -4,6 +4,7 @@ produce() checks its arguments, builds the job's Pipeline (croupier.map.pipeline
 starts the worker pool (croupier.map.pool) and the C++ producer node that serves the batches, and
 waits for the end of the job. `python -m croupier produce` (croupier.cli) runs it from a shell.
 """
+import contextlib
 import dataclasses
 import json
 import threading
@@ -17,6 +18,7 @@ from croupier.job import JobSpec
 from croupier.map.pipeline import Pipeline, log
 from croupier.map.pool import WORKER_TIMEOUT, WorkerPool, default_workers, in_process
 from croupier.runtime.serving import metrics_port_of, serve_until_the_end, write_port_file
+from croupier.map.cache_dirs import shared_reads
 from croupier.map.record_cache import summary
 from croupier.columns import features_of
 
@@ -170,7 +172,10 @@ def produce(source: Any, dispatcher: str, job: Union[str, JobSpec],
     line on the logger croupier.pipeline (INFO): "record cache: H hits, M misses, B bytes in F
     records". object_store (None when it read no s3:// object): what this producer and its worker
     processes asked of object stores meanwhile (requests, bytes, retries, throttles, failures,
-    ranges), logged too: "object store: R requests, B bytes, T retries (S throttled), F failed".
+    ranges; shared and shared_bytes: the ranges read from the copies of what one of them fetched
+    before, croupier.map.cache_dirs.shared_reads), logged too: "object store: R requests, B
+    bytes, T retries (S throttled), F failed[; N ranges (B bytes) read from the producer's
+    copies]".
 
     skip_failing_records=True (a setting of the job, so every producer skips alike): a record
     whose read, decode or transform raises is left out of its batch, which then holds fewer records,
@@ -280,7 +285,11 @@ def produce(source: Any, dispatcher: str, job: Union[str, JobSpec],
                         tf_transform=o.tf_transform, skip_failing_records=o.skip_failing_records,
                         decode=o.decode, cache_bytes=o.cache_bytes,
                         transform_threads=o.transform_threads)
+    reads = contextlib.ExitStack()
     try:
+        # Every range of an object is fetched once for all the processes of this producer: batch
+        # 0's reads here, then the workers' (cache_dirs.shared_reads).
+        reads.enter_context(shared_reads(workers))
         num_records = len(pipeline)
         if num_records == 0:
             raise errors.InvalidArgumentError(f"the source of job '{job}' is empty")
@@ -345,6 +354,7 @@ def produce(source: Any, dispatcher: str, job: Union[str, JobSpec],
                 if pool is not None:
                     pool.close()
     finally:
+        reads.close()  # after the workers have exited
         cache = pipeline.cache_stats()
         pipeline.close()  # after the workers have exited: removes the record cache
         if cache is not None:
