@@ -598,6 +598,41 @@ def test_a_parquet_map_jobs_workers_fetch_each_row_group_once_for_all(
           f"from copies; alone: {requests_alone} requests, {nbytes_alone} bytes")
 
 
+def test_the_copies_take_the_settings_bytes_and_at_most_half_the_free_space(tmp_path,
+                                                                          monkeypatch):
+    """The capacity of a map producer's copies: CROUPIER_S3_SHARED_READ_BYTES (256 MiB unset, 0
+    none), never more than half of what /dev/shm has free when the producer starts."""
+    from croupier import object_store
+    from croupier.map import cache_dirs
+    monkeypatch.delenv("CROUPIER_S3_SHARED_READ_BYTES", raising=False)
+    try:
+        assert object_store.share_reads(str(tmp_path / "r")) == 256 << 20
+        assert object_store.share_reads(str(tmp_path / "r"), most=1000) == 1000
+        monkeypatch.setenv("CROUPIER_S3_SHARED_READ_BYTES", "4096")
+        assert object_store.share_reads(str(tmp_path / "r"), most=1 << 30) == 4096
+        monkeypatch.setenv("CROUPIER_S3_SHARED_READ_BYTES", "0")
+        assert object_store.share_reads(str(tmp_path / "r")) == 0
+    finally:
+        object_store.share_reads(None)
+    monkeypatch.delenv("CROUPIER_S3_SHARED_READ_BYTES")
+    asked = []
+    real = object_store.share_reads
+
+    def recording(directory, most=None):
+        asked.append((directory, most))
+        return real(directory, most)
+
+    class Free:  # 10 pages free
+        f_bavail, f_frsize = 10, 4096
+    monkeypatch.setattr(object_store, "share_reads", recording)
+    monkeypatch.setattr(cache_dirs.os, "statvfs", lambda root: Free())
+    with cache_dirs.shared_reads(2) as path:
+        assert path is not None and not os.path.exists(path)  # made by the first read
+    assert asked[0] == (path, 5 * 4096) and asked[-1] == (None, None)
+    with cache_dirs.shared_reads(0) as none:
+        assert none is None
+
+
 @pytest.mark.timeout(60)
 def test_a_malformed_shared_read_capacity_is_named(tmp_path, store, parquet_files, monkeypatch):
     """CROUPIER_S3_SHARED_READ_BYTES that is not a count fails the producer at once, naming it."""

@@ -71,14 +71,16 @@ def process_stats() -> Dict[str, int]:
     return _croupier._s3_process_stats()
 
 
-def share_reads(directory: Optional[str]) -> int:
+def share_reads(directory: Optional[str], most: Optional[int] = None) -> int:
     """From now on, the reads of every ObjectStore of this process and of the processes forked
     from it afterwards (a map job's workers) go through the directory `directory`: a range one of
     them fetched is read by the others from its copy there, not fetched again
     (src/s3/shared_reads.h), within CROUPIER_S3_SHARED_READ_BYTES bytes of copies (default 256
-    MiB). None turns it off. Returns that capacity (0: off). The directory is the caller's, to
-    make before and remove after (croupier.map.cache_dirs.shared_reads)."""
-    return int(_croupier._s3_share_reads(directory or ""))
+    MiB), and at most `most`. None turns it off. Returns that capacity (0: off). The directory
+    is made by the first read; it is the caller's to name and to remove after
+    (croupier.map.cache_dirs.shared_reads)."""
+    return int(_croupier._s3_share_reads(directory or "", (1 << 64) - 1 if most is None
+                                         else max(0, int(most))))
 
 
 def summary(stats: Dict[str, int]) -> str:

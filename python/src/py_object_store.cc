@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -146,18 +147,20 @@ void BindObjectStore(pyb::module_& m) {
   m.def("_s3_process_stats", [] { return StatsDict(s3::ProcessS3Counters().Snapshot()); });
   // The reads of every _ObjectStore of this process and of those forked from it after this call
   // go through a SharedReads in `directory` (src/s3/shared_reads.h), of the capacity that
-  // CROUPIER_S3_SHARED_READ_BYTES gives; "" turns it off. Returns the capacity (0: off).
+  // CROUPIER_S3_SHARED_READ_BYTES gives, at most `most`; "" turns it off. Returns the capacity
+  // (0: off).
   m.def(
       "_s3_share_reads",
-      [](const std::string& directory) -> uint64_t {
+      [](const std::string& directory, uint64_t most) -> uint64_t {
         uint64_t capacity = 0;
         if (!directory.empty()) {
-          capacity = Unwrap(s3::SharedReadBytesFromEnvironment(s3::ProcessEnvironment()));
+          capacity =
+              std::min(most, Unwrap(s3::SharedReadBytesFromEnvironment(s3::ProcessEnvironment())));
         }
         s3::SetProcessSharedReads(directory, capacity);
         return directory.empty() ? 0 : capacity;
       },
-      pyb::arg("directory"));
+      pyb::arg("directory"), pyb::arg("most"));
 }
 
 }  // namespace croupier::py

@@ -89,8 +89,10 @@ def shared_reads(workers: int) -> Iterator[Optional[str]]:
     (ParquetSource's row groups) are fetched once for all of them, not once by each worker whose
     batches need them (croupier.object_store.share_reads): copies in a directory of default_root()
     named here, made by the first process that keeps one (a producer that reads no object makes
-    none) and removed when this closes. Yields its path, or None: no workers, or the capacity 0
-    (CROUPIER_S3_SHARED_READ_BYTES=0)."""
+    none) and removed when this closes. The copies take at most CROUPIER_S3_SHARED_READ_BYTES
+    (256 MiB by default), and at most half of what the device has free as this opens. Yields
+    its path, or None: no workers, or the capacity 0 (CROUPIER_S3_SHARED_READ_BYTES=0, or
+    nothing free)."""
     if workers <= 0:
         yield None
         return
@@ -99,8 +101,17 @@ def shared_reads(workers: int) -> Iterator[Optional[str]]:
     path = os.path.join(root, f"{PREFIX}{pid_namespace()}-{os.getpid()}-{secrets.token_hex(8)}")
     owner = os.getpid()
     try:
-        shared = object_store.share_reads(path) > 0
-        yield path if shared else None
+        st = os.statvfs(root)
+        free: Optional[int] = st.f_bavail * st.f_frsize
+    except OSError:
+        free = None
+    try:
+        # Never more than half of what the device has free: the copies must not fill it.
+        capacity = object_store.share_reads(path, most=None if free is None else free // 2)
+        if free is not None and 0 < capacity == free // 2:
+            _log.info("shared reads: %s has %d bytes free; the workers' copies of what they "
+                      "fetch take at most half of them", root, free)
+        yield path if capacity > 0 else None
     finally:
         object_store.share_reads(None)
         remove_tree(path, owner)
