@@ -280,6 +280,26 @@ def test_the_parquet_benchmark_runs_as_documented_and_reads_a_row_group_a_reques
     assert "| s3 |" in out and "/ s3_pyarrow" in out, out
 
 
+@pytest.mark.long
+@pytest.mark.timeout(240)
+def test_the_parquet_job_benchmark_runs_as_documented_and_fetches_each_row_group_once():
+    # bench/bench_s3_parquet_job.py, as docs/benchmarks.md runs it, on fewer rows: the three
+    # jobs read every row; with the copies the producer asks one GET a row group and fetches the
+    # files' row groups once, where alone its 4 workers asked more.
+    root = pathlib.Path(__file__).resolve().parent.parent
+    out = subprocess.run(
+        [sys.executable, str(root / "bench" / "bench_s3_parquet_job.py"), "--files", "2",
+         "--rows", "8000", "--row-group", "1000", "--batch", "64", "--rounds", "1"],
+        capture_output=True, text=True, timeout=220, check=True).stdout
+    result = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
+    assert set(result["runs"]) == {"local", "s3", "s3_alone"}, out
+    shared, alone = result["runs"]["s3"][0], result["runs"]["s3_alone"][0]
+    assert shared["requests"] == 8 and shared["copies"] > 0, out  # 8 row groups
+    assert shared["bytes"] <= result["file_bytes"], out
+    assert alone["requests"] > shared["requests"] and alone["copies"] == 0, out
+    assert "| s3_alone |" in out and "ranges read from copies" in out, out
+
+
 def read_until_it_fails(cluster, job, change):
     """Reads job's one rank until a batch fails; `change()` runs after the first batch. Returns
     the ids delivered, the error, and the seconds from change() to the error."""
@@ -507,7 +527,7 @@ def run_to_the_end(work_dir, world=2, epochs=1, **opts):
 def test_faults_between_a_parquet_source_and_the_store_change_no_byte(
         tmp_path, store, parquet_files, monkeypatch):
     """The map job of the test above through the fault proxy (503 SlowDown, resets mid-body and
-    stalls on the ranged GETs): pyarrow's retries carry it, and every batch is the same."""
+    stalls on the ranged GETs): croupier's client retries, and every batch is the same."""
     from test_produce import run_job
     local = run_job(tmp_path / "local", kind="parquet", files=parquet_files,
                     records=PARQUET_ROWS, batch_size=4, epochs=1)

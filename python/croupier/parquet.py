@@ -14,7 +14,9 @@ group a batch touches once, keeping the last few decoded row groups: a plan that
 (shuffle "none", or "blocks" with blocks of about a row group) decodes each row group about once
 an epoch; "global" may decode a row group per record when the files hold many row groups. The
 row groups of objects that one batch needs are fetched side by side (up to FETCHES_AT_ONCE), so
-that a batch touching several waits for about one round trip to the store, not one each.
+that a batch touching several waits for about one round trip to the store, not one each. In a
+map producer with worker processes, a row group one worker fetched is read by the others from
+the producer's copy on /dev/shm, not fetched again (croupier.map.cache_dirs.shared_reads).
 
 Per column: numbers come as numpy scalars of the column's own type (int8 ... uint64, float16,
 float32, float64, bool); binary and string as bytes; a list column as a Python list of numpy
