@@ -30,19 +30,20 @@
 namespace croupier::s3 {
 namespace {
 
-constexpr char kMagic[4] = {'C', 'R', 'S', 'R'};
-constexpr size_t kHeaderBytes = 16;  // magic, CRC-32C of the bytes, their length (little-endian)
+constexpr char kCopyMagic[4] = {'C', 'R', 'S', 'R'};
+constexpr size_t kCopyHeaderBytes =
+    16;  // magic, CRC-32C of the bytes, their length (little-endian)
 constexpr size_t kNameChars = 32;
 constexpr absl::string_view kTmpPrefix = ".tmp-";
 constexpr uint64_t kPageBytes = 4096;  // what tmpfs takes of memory for a file, per page
 
 // A file descriptor closed when it goes (and with it the claim it may hold).
-class Fd {
+class OwnedFd {
  public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
+  explicit OwnedFd(int fd) : fd_(fd) {}
+  OwnedFd(const OwnedFd&) = delete;
+  OwnedFd& operator=(const OwnedFd&) = delete;
+  ~OwnedFd() {
     if (fd_ >= 0) ::close(fd_);
   }
   int get() const { return fd_; }
@@ -69,7 +70,7 @@ bool TakeClaim(int fd, absl::Duration wait) {
   return true;
 }
 
-bool ReadAll(int fd, char* dst, size_t n, off_t offset) {
+bool PreadWhole(int fd, char* dst, size_t n, off_t offset) {
   while (n > 0) {
     ssize_t got = ::pread(fd, dst, n, offset);
     if (got < 0 && errno == EINTR) continue;
@@ -81,7 +82,7 @@ bool ReadAll(int fd, char* dst, size_t n, off_t offset) {
   return true;
 }
 
-bool WriteAll(int fd, const char* src, size_t n) {
+bool WriteWhole(int fd, const char* src, size_t n) {
   while (n > 0) {
     ssize_t put = ::write(fd, src, n);
     if (put < 0 && errno == EINTR) continue;
@@ -150,7 +151,7 @@ SharedReads::~SharedReads() {
 absl::StatusOr<SharedReads::Served> SharedReads::Read(
     const std::string& key, size_t length, char* dst,
     absl::FunctionRef<absl::Status(char* dst)> fetch) {
-  if (length + kHeaderBytes > options_.capacity || !DirectoryIsOurs()) {  // fetched alone
+  if (length + kCopyHeaderBytes > options_.capacity || !DirectoryIsOurs()) {  // fetched alone
     absl::Status status = fetch(dst);
     if (!status.ok()) return status;
     return Served::kFetched;
@@ -160,7 +161,7 @@ absl::StatusOr<SharedReads::Served> SharedReads::Read(
   if (ReadCopy(path, length, dst)) return Served::kShared;
   // The claim: while this process fetches, the others that need the range wait for its copy.
   // One that cannot take it in time (a fetch stuck in its retries) fetches the range itself.
-  Fd claim(::open(absl::StrCat(path, ".claim").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  OwnedFd claim(::open(absl::StrCat(path, ".claim").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (claim.get() >= 0 && TakeClaim(claim.get(), options_.claim_wait) &&
       ReadCopy(path, length, dst)) {
     return Served::kShared;
@@ -181,16 +182,16 @@ bool SharedReads::DirectoryIsOurs() {
 }
 
 bool SharedReads::ReadCopy(const std::string& path, size_t length, char* dst) const {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  OwnedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return false;
-  char header[kHeaderBytes];
+  char header[kCopyHeaderBytes];
   struct stat st;
   bool ok = ::fstat(fd.get(), &st) == 0 &&
-            static_cast<uint64_t>(st.st_size) == kHeaderBytes + length &&
-            ReadAll(fd.get(), header, kHeaderBytes, 0) &&
-            std::memcmp(header, kMagic, sizeof(kMagic)) == 0 &&
+            static_cast<uint64_t>(st.st_size) == kCopyHeaderBytes + length &&
+            PreadWhole(fd.get(), header, kCopyHeaderBytes, 0) &&
+            std::memcmp(header, kCopyMagic, sizeof(kCopyMagic)) == 0 &&
             absl::little_endian::Load64(header + 8) == length &&
-            ReadAll(fd.get(), dst, length, kHeaderBytes) &&
+            PreadWhole(fd.get(), dst, length, kCopyHeaderBytes) &&
             crc32c::Value(dst, length) == absl::little_endian::Load32(header + 4);
   if (!ok) {
     ::unlink(path.c_str());  // torn or corrupt: fetched again, never served
@@ -205,16 +206,16 @@ void SharedReads::Keep(const std::string& path, size_t length, const char* dst) 
   const std::string tmp =
       absl::StrCat(options_.directory, "/", kTmpPrefix, ::getpid(), "-",
                    std::hash<std::thread::id>()(std::this_thread::get_id()), "-", serial++);
-  char header[kHeaderBytes];
-  std::memcpy(header, kMagic, sizeof(kMagic));
+  char header[kCopyHeaderBytes];
+  std::memcpy(header, kCopyMagic, sizeof(kCopyMagic));
   absl::little_endian::Store32(header + 4, crc32c::Value(dst, length));
   absl::little_endian::Store64(header + 8, length);
   bool ok = false;
   int err = 0;
   {
-    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-    ok = fd.get() >= 0 && WriteAll(fd.get(), header, kHeaderBytes) &&
-         WriteAll(fd.get(), dst, length);
+    OwnedFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    ok = fd.get() >= 0 && WriteWhole(fd.get(), header, kCopyHeaderBytes) &&
+         WriteWhole(fd.get(), dst, length);
     err = errno;
   }
   if (ok && ::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -227,7 +228,7 @@ void SharedReads::Keep(const std::string& path, size_t length, const char* dst) 
                 absl::StrCat("writing ", length, " bytes failed: ", std::strerror(err)));
     return;
   }
-  const uint64_t pages = (kHeaderBytes + length + kPageBytes - 1) / kPageBytes * kPageBytes;
+  const uint64_t pages = (kCopyHeaderBytes + length + kPageBytes - 1) / kPageBytes * kPageBytes;
   if (kept_->fetch_add(pages, std::memory_order_relaxed) + pages > options_.capacity) Evict();
 }
 
