@@ -280,13 +280,16 @@ SharedReads* process_shared_reads = nullptr;
 SharedReads* ProcessSharedReads() { return process_shared_reads; }
 
 void SetProcessSharedReads(const std::string& directory, uint64_t capacity) {
+  // A read may still hold the one replaced (on a thread that let go of the GIL): it is kept, not
+  // deleted, among those replaced before (one a producer, small).
+  static std::vector<std::unique_ptr<SharedReads>>* const replaced =
+      new std::vector<std::unique_ptr<SharedReads>>();
   SharedReads* old = std::exchange(
       process_shared_reads,
       directory.empty() || capacity == 0
           ? nullptr
           : new SharedReads(SharedReads::Options{directory, capacity, absl::Seconds(60)}));
-  // A reader may still hold the old one in another thread; left, as it is small.
-  (void)old;
+  if (old != nullptr) replaced->emplace_back(old);
 }
 
 }  // namespace croupier::s3
