@@ -17,12 +17,13 @@ systems, one after another in each round, the rounds alternating their order:
 Each system makes a new ParquetSource (its listing and footers are in its time), then reads
 `--batch` rows at a time in plan order (shuffle none), in blocks of a row group shuffled in
 windows of `--window-blocks` (`--shuffle blocks`: what docs/python.md advises for Parquet) or in
-a global shuffle (`--shuffle global`), one thread: what one map worker does. The first batch's time is from the source's
-creation. Prints a table of the rounds' medians, then the figures as JSON.
+a global shuffle (`--shuffle global`), one thread: what one map worker does. The first batch's
+time is from the source's creation. Prints a table of the rounds' medians, then the figures as JSON.
 
     .venv/bin/python bench/bench_s3_parquet.py --rows 200000 --rounds 3
 """
 import argparse
+import contextlib
 import json
 import os
 import pathlib
@@ -47,6 +48,33 @@ from moto_store import moto_store  # noqa: E402
 
 BUCKET = "croupier-parquet"
 SYSTEMS = ("local", "s3", "s3_pyarrow")
+
+
+def add_data_arguments(ap, rows):
+    """The data's and the store's arguments, shared with bench_s3_parquet_job.py."""
+    ap.add_argument("--files", type=int, default=4)
+    ap.add_argument("--rows", type=int, default=rows)
+    ap.add_argument("--row-group", type=int, default=5000)
+    ap.add_argument("--image-bytes", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--store-latency-ms", type=float, default=0.0,
+                    help="moto starts every answer this late, as a store across a network")
+
+
+@contextlib.contextmanager
+def staged(args, bucket):
+    """The files of add_data_arguments' arguments written in a temporary folder and uploaded to
+    `bucket` of a moto server (its settings in os.environ): (paths, their bytes, the store)."""
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = pathlib.Path(tmp_name)
+        paths = write_files(tmp, args.files, args.rows, args.row_group, args.image_bytes)
+        with moto_store(tmp / "moto.log", latency_ms=args.store_latency_ms) as store:
+            s3 = store.s3()
+            s3.create_bucket(Bucket=bucket)
+            for p in paths:
+                s3.upload_file(str(p), bucket, p.name)
+            os.environ.update(store.env())
+            yield paths, sum(p.stat().st_size for p in paths), store
 
 
 def write_files(folder, files, rows, row_group, image_bytes):
@@ -100,49 +128,34 @@ def read_all(make_source, batch, shuffle, block_size=0, window_blocks=0, seed=5)
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--files", type=int, default=4)
-    ap.add_argument("--rows", type=int, default=204800)
-    ap.add_argument("--row-group", type=int, default=5000)
-    ap.add_argument("--image-bytes", type=int, default=512)
-    ap.add_argument("--batch", type=int, default=256)
+    add_data_arguments(ap, rows=204800)
     ap.add_argument("--shuffle", default="none", choices=("none", "blocks", "global"))
     ap.add_argument("--window-blocks", type=int, default=4,
                     help="with --shuffle blocks: blocks of a row group, shuffled in windows of "
                          "this many")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--store-latency-ms", type=float, default=0.0,
-                    help="moto starts every answer this late, as a store across a network")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp_name:
-        tmp = pathlib.Path(tmp_name)
-        paths = write_files(tmp, args.files, args.rows, args.row_group, args.image_bytes)
-        nbytes = sum(p.stat().st_size for p in paths)
-        with moto_store(tmp / "moto.log", latency_ms=args.store_latency_ms) as store:
-            s3 = store.s3()
-            s3.create_bucket(Bucket=BUCKET)
-            for p in paths:
-                s3.upload_file(str(p), BUCKET, p.name)
-            os.environ.update(store.env())
-            fs = pyarrow_fs(store)
-            pattern = f"s3://{BUCKET}/*.parquet"
-            makers = {"local": lambda: ParquetSource([str(p) for p in paths]),
-                      "s3": lambda: ParquetSource(pattern),
-                      "s3_pyarrow": lambda: PyarrowS3Source(pattern, fs)}
-            runs = {s: [] for s in SYSTEMS}
-            for r in range(args.rounds):
-                order = SYSTEMS if r % 2 == 0 else SYSTEMS[::-1]
-                for system in order:
-                    before = object_store.process_stats()
-                    first, seconds, rows = read_all(
-                        makers[system], args.batch, args.shuffle,
-                        block_size=args.row_group if args.shuffle == "blocks" else 0,
-                        window_blocks=args.window_blocks if args.shuffle == "blocks" else 0)
-                    after = object_store.process_stats()
-                    assert rows == args.rows // args.batch * args.batch, rows
-                    runs[system].append({
-                        "first": first, "seconds": seconds, "rows_per_s": rows / seconds,
-                        "requests": after["requests"] - before["requests"],
-                        "bytes": after["bytes"] - before["bytes"]})
+    with staged(args, BUCKET) as (paths, nbytes, store):
+        fs = pyarrow_fs(store)
+        pattern = f"s3://{BUCKET}/*.parquet"
+        makers = {"local": lambda: ParquetSource([str(p) for p in paths]),
+                  "s3": lambda: ParquetSource(pattern),
+                  "s3_pyarrow": lambda: PyarrowS3Source(pattern, fs)}
+        runs = {s: [] for s in SYSTEMS}
+        for r in range(args.rounds):
+            order = SYSTEMS if r % 2 == 0 else SYSTEMS[::-1]
+            for system in order:
+                before = object_store.process_stats()
+                first, seconds, rows = read_all(
+                    makers[system], args.batch, args.shuffle,
+                    block_size=args.row_group if args.shuffle == "blocks" else 0,
+                    window_blocks=args.window_blocks if args.shuffle == "blocks" else 0)
+                after = object_store.process_stats()
+                assert rows == args.rows // args.batch * args.batch, rows
+                runs[system].append({
+                    "first": first, "seconds": seconds, "rows_per_s": rows / seconds,
+                    "requests": after["requests"] - before["requests"],
+                    "bytes": after["bytes"] - before["bytes"]})
     median = {s: {k: statistics.median(run[k] for run in runs[s]) for k in runs[s][0]}
               for s in SYSTEMS}
     local = median["local"]["rows_per_s"]

@@ -33,7 +33,6 @@ import pathlib
 import re
 import statistics
 import sys
-import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -41,8 +40,7 @@ if not os.environ.get("PYTHONPATH"):
     sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
-from bench_s3_parquet import write_files  # noqa: E402
-from moto_store import moto_store  # noqa: E402
+from bench_s3_parquet import add_data_arguments, staged  # noqa: E402
 from service_cluster import Cluster, read_batches  # noqa: E402
 from test_produce import start_producer, wait_for_job  # noqa: E402
 
@@ -76,40 +74,26 @@ def run_job(work, files, args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--files", type=int, default=4)
-    ap.add_argument("--rows", type=int, default=200000)
-    ap.add_argument("--row-group", type=int, default=5000)
-    ap.add_argument("--image-bytes", type=int, default=512)
-    ap.add_argument("--batch", type=int, default=256)
+    add_data_arguments(ap, rows=200000)
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--shuffle", default="none", choices=("none", "global"))
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--store-latency-ms", type=float, default=0.0,
-                    help="moto starts every answer this late, as a store across a network")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp_name:
-        tmp = pathlib.Path(tmp_name)
-        paths = write_files(tmp, args.files, args.rows, args.row_group, args.image_bytes)
-        nbytes = sum(p.stat().st_size for p in paths)
-        with moto_store(tmp / "moto.log", latency_ms=args.store_latency_ms) as store:
-            s3 = store.s3()
-            s3.create_bucket(Bucket=BUCKET)
-            for p in paths:
-                s3.upload_file(str(p), BUCKET, p.name)
-            os.environ.update(store.env())
-            runs = {s: [] for s in SYSTEMS}
-            for r in range(args.rounds):
-                for system in (SYSTEMS if r % 2 == 0 else SYSTEMS[::-1]):
-                    os.environ["CROUPIER_S3_SHARED_READ_BYTES"] = \
-                        "0" if system == "s3_alone" else str(256 << 20)
-                    files = [str(p) for p in paths] if system == "local" else \
-                        f"s3://{BUCKET}/*.parquet"
-                    seconds, rows, counts = run_job(tmp / f"{system}{r}", files, args)
-                    run = {"seconds": seconds, "rows_per_s": rows / seconds}
-                    if system != "local":
-                        run.update(requests=counts[0], bytes=counts[1], copies=counts[5])
-                    runs[system].append(run)
+    with staged(args, BUCKET) as (paths, nbytes, _):
+        tmp = paths[0].parent
+        runs = {s: [] for s in SYSTEMS}
+        for r in range(args.rounds):
+            for system in (SYSTEMS if r % 2 == 0 else SYSTEMS[::-1]):
+                os.environ["CROUPIER_S3_SHARED_READ_BYTES"] = \
+                    "0" if system == "s3_alone" else str(256 << 20)
+                files = [str(p) for p in paths] if system == "local" else \
+                    f"s3://{BUCKET}/*.parquet"
+                seconds, rows, counts = run_job(tmp / f"{system}{r}", files, args)
+                run = {"seconds": seconds, "rows_per_s": rows / seconds}
+                if system != "local":
+                    run.update(requests=counts[0], bytes=counts[1], copies=counts[5])
+                runs[system].append(run)
     median = {s: {k: statistics.median(run[k] for run in runs[s]) for k in runs[s][0]}
               for s in SYSTEMS}
     print(f"{args.rows} rows in {args.files} files ({nbytes / 1e6:.1f} MB), row groups of "

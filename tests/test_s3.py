@@ -557,6 +557,23 @@ def test_faults_between_a_parquet_source_and_the_store_change_no_byte(
           f"retries ({throttles} throttled)")
 
 
+@pytest.mark.long
+@pytest.mark.timeout(300)
+def test_a_parquet_job_from_objects_on_three_producers_one_sigkilled_deals_the_planned_bytes(
+        tmp_path, store, parquet_files, monkeypatch):
+    """The Parquet job from the store on 3 producers of 2 workers each (each with its copies),
+    producer 0 SIGKILLed mid-epoch and another started: every rank's batches, by content hash,
+    are the plan's made from the local files, each record once per epoch, in 2 epochs."""
+    from test_produce import batch_hashes, planned_hashes, run_job
+    for k, v in store.env().items():
+        monkeypatch.setenv(k, v)
+    killed = run_job(tmp_path / "killed", producers=3, workers=2, kill_after=3, kind="parquet",
+                     files=f"s3://{BUCKET}/parquet/*.parquet", records=PARQUET_ROWS,
+                     batch_size=4)
+    assert [batch_hashes(r) for r in killed] == planned_hashes(
+        kind="parquet", files=parquet_files, records=PARQUET_ROWS, batch_size=4)
+
+
 def left_directories():
     """The producers' directories on /dev/shm whose producer process is gone."""
     left = []

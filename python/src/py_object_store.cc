@@ -99,7 +99,8 @@ class PyObjectStore {
         status = fetch(dst);
       } else {
         absl::StatusOr<s3::SharedReads::Served> served =
-            shared->Read(absl::StrCat(path, "\n", size, "\n", etag, "\n", offset, "\n", length),
+            shared->Read(absl::StrCat(path, " bytes [", offset, ", ", offset + length, ") of ",
+                                      size, ", ETag ", etag),
                          length, dst, fetch);
         if (!served.ok()) {
           status = served.status();

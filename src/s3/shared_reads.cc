@@ -17,7 +17,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/base/internal/endian.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -25,14 +24,15 @@
 #include "absl/strings/strip.h"
 #include "src/common/crc32c.h"
 #include "src/common/logging.h"
+#include "src/io/tfrecord_format.h"
 #include "src/s3/sigv4.h"
 
 namespace croupier::s3 {
 namespace {
 
 constexpr char kCopyMagic[4] = {'C', 'R', 'S', 'R'};
-constexpr size_t kCopyHeaderBytes =
-    16;  // magic, CRC-32C of the bytes, their length (little-endian)
+// A copy's header: the magic, the CRC-32C of the bytes, their length (little-endian).
+constexpr size_t kCopyHeaderBytes = 16;
 constexpr size_t kNameChars = 32;
 constexpr absl::string_view kTmpPrefix = ".tmp-";
 constexpr uint64_t kPageBytes = 4096;  // what tmpfs takes of memory for a file, per page
@@ -162,9 +162,15 @@ absl::StatusOr<SharedReads::Served> SharedReads::Read(
   // The claim: while this process fetches, the others that need the range wait for its copy.
   // One that cannot take it in time (a fetch stuck in its retries) fetches the range itself.
   OwnedFd claim(::open(absl::StrCat(path, ".claim").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-  if (claim.get() >= 0 && TakeClaim(claim.get(), options_.claim_wait) &&
-      ReadCopy(path, length, dst)) {
-    return Served::kShared;
+  if (claim.get() >= 0) {
+    if (!TakeClaim(claim.get(), options_.claim_wait)) {
+      Log(LogLevel::kWarning, "s3",
+          absl::StrCat("another process of this producer has been fetching ", key, " for ",
+                       absl::FormatDuration(options_.claim_wait),
+                       " without an end; fetching it here"));
+    } else if (ReadCopy(path, length, dst)) {
+      return Served::kShared;
+    }
   }
   absl::Status status = fetch(dst);
   if (!status.ok()) return status;
@@ -190,9 +196,9 @@ bool SharedReads::ReadCopy(const std::string& path, size_t length, char* dst) co
             static_cast<uint64_t>(st.st_size) == kCopyHeaderBytes + length &&
             PreadWhole(fd.get(), header, kCopyHeaderBytes, 0) &&
             std::memcmp(header, kCopyMagic, sizeof(kCopyMagic)) == 0 &&
-            absl::little_endian::Load64(header + 8) == length &&
+            tfrecord::DecodeU64(header + 8) == length &&
             PreadWhole(fd.get(), dst, length, kCopyHeaderBytes) &&
-            crc32c::Value(dst, length) == absl::little_endian::Load32(header + 4);
+            crc32c::Value(dst, length) == tfrecord::DecodeU32(header + 4);
   if (!ok) {
     ::unlink(path.c_str());  // torn or corrupt: fetched again, never served
     return false;
@@ -208,8 +214,8 @@ void SharedReads::Keep(const std::string& path, size_t length, const char* dst) 
                    std::hash<std::thread::id>()(std::this_thread::get_id()), "-", serial++);
   char header[kCopyHeaderBytes];
   std::memcpy(header, kCopyMagic, sizeof(kCopyMagic));
-  absl::little_endian::Store32(header + 4, crc32c::Value(dst, length));
-  absl::little_endian::Store64(header + 8, length);
+  tfrecord::EncodeU32(header + 4, crc32c::Value(dst, length));
+  tfrecord::EncodeU64(header + 8, length);
   bool ok = false;
   int err = 0;
   {
@@ -285,10 +291,9 @@ void SetProcessSharedReads(const std::string& directory, uint64_t capacity) {
   static std::vector<std::unique_ptr<SharedReads>>* const replaced =
       new std::vector<std::unique_ptr<SharedReads>>();
   SharedReads* old = std::exchange(
-      process_shared_reads,
-      directory.empty() || capacity == 0
-          ? nullptr
-          : new SharedReads(SharedReads::Options{directory, capacity, absl::Seconds(60)}));
+      process_shared_reads, directory.empty() || capacity == 0
+                                ? nullptr
+                                : new SharedReads(SharedReads::Options{directory, capacity}));
   if (old != nullptr) replaced->emplace_back(old);
 }
 

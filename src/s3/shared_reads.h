@@ -13,10 +13,10 @@
 //   .tmp-...       a range being written, renamed to <name> once whole.
 //
 // A process that needs a range another is fetching waits for its claim (up to claim_wait, then
-// fetches it itself), and finds it there. A range that does not check (a torn or corrupt file)
-// is removed and fetched again: never data. The copies take at most `capacity` bytes: after each
-// one is added, the least recently used are removed until they fit (a range larger than the
-// capacity is fetched and not kept). A copy that cannot be written (the device full, the
+// logs that and fetches it itself), and finds it there. A range that does not check (a torn or
+// corrupt file) is removed and fetched again: never data. The copies take at most `capacity` bytes:
+// after each one is added, the least recently used are removed until they fit (a range larger than
+// the capacity is fetched and not kept). A copy that cannot be written (the device full, the
 // directory refused) is not kept, once logged: the read itself succeeds. The directory is made
 // (mode 0700) by the first read, so that a producer that reads no object leaves no trace; one
 // found there already is used only if it is this user's alone. Its owner chooses its name and
@@ -54,7 +54,8 @@ class SharedReads {
   SharedReads(const SharedReads&) = delete;
   SharedReads& operator=(const SharedReads&) = delete;
 
-  // The range named `key`, `length` bytes, into `dst`: another process's copy if there is one,
+  // The range named `key` (words that name it in a log line: the object, the byte range and
+  // the ETag), `length` bytes, into `dst`: another process's copy if there is one,
   // else fetch(dst)'s bytes, kept for the others. fetch's error is returned as it is (nothing is
   // kept then). Thread-safe, and safe across processes.
   absl::StatusOr<Served> Read(const std::string& key, size_t length, char* dst,

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -74,6 +75,30 @@ class SharedReadsTest : public ::testing::Test {
       want.copy(dst, want.size());
       return absl::OkStatus();
     });
+  }
+
+  // A child process that reads `key` with a fetch that never returns (it sleeps until it is
+  // killed, or its parent dies): its pid once the fetch has begun (the claim taken), or -1.
+  pid_t ForkAFetchThatHangs(const std::string& key) {
+    int ready[2];
+    if (::pipe(ready) != 0) return -1;
+    const pid_t child = ::fork();
+    if (child == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      SharedReads reads = Make();
+      std::string got(10, '\0');
+      (void)reads.Read(key, 10, got.data(), [&](char*) {
+        (void)!::write(ready[1], "x", 1);
+        absl::SleepFor(absl::Seconds(60));
+        return absl::OkStatus();
+      });
+      ::_exit(1);
+    }
+    char x;
+    const bool began = child > 0 && ::read(ready[0], &x, 1) == 1;
+    ::close(ready[0]);
+    ::close(ready[1]);
+    return began ? child : -1;
   }
 
   // The names of the copies in the directory.
@@ -261,22 +286,8 @@ TEST_F(SharedReadsTest, ADirectoryThatOthersMayWriteToIsNotUsed) {
 // A process that dies while it fetches (SIGKILLed: a worker killed for its memory or its
 // batch's time) releases its claim with it: the process waiting for the range fetches it.
 TEST_F(SharedReadsTest, AProcessKilledWhileFetchingLeavesTheRangeToTheOneWaiting) {
-  int ready[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    SharedReads reads = Make();
-    std::string got(10, '\0');
-    (void)reads.Read("k", 10, got.data(), [&](char*) {
-      (void)!::write(ready[1], "x", 1);
-      absl::SleepFor(absl::Seconds(60));  // killed meanwhile
-      return absl::OkStatus();
-    });
-    ::_exit(1);
-  }
-  char x;
-  ASSERT_EQ(::read(ready[0], &x, 1), 1);
+  const pid_t child = ForkAFetchThatHangs("k");
+  ASSERT_GT(child, 0);
   std::thread killer([child] {
     absl::SleepFor(absl::Milliseconds(300));
     ::kill(child, SIGKILL);
@@ -295,43 +306,29 @@ TEST_F(SharedReadsTest, AProcessKilledWhileFetchingLeavesTheRangeToTheOneWaiting
   EXPECT_EQ(got, Bytes('h', 10));
   EXPECT_GE(waited, absl::Milliseconds(250));  // it waited for the claim...
   EXPECT_LT(waited, absl::Seconds(10));        // ...until the holder died, not its 30 s
-  ::close(ready[0]);
-  ::close(ready[1]);
 }
 
 // A process whose fetch is stuck (in its retries) keeps the claim: the others wait at most
 // claim_wait, then fetch the range themselves.
 TEST_F(SharedReadsTest, AWaitForAStuckFetchEndsAtTheClaimWait) {
-  int ready[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    SharedReads reads = Make();
-    std::string got(10, '\0');
-    (void)reads.Read("k", 10, got.data(), [&](char*) {
-      (void)!::write(ready[1], "x", 1);
-      absl::SleepFor(absl::Seconds(60));
-      return absl::OkStatus();
-    });
-    ::_exit(1);
-  }
-  char x;
-  ASSERT_EQ(::read(ready[0], &x, 1), 1);
+  const pid_t child = ForkAFetchThatHangs("k");
+  ASSERT_GT(child, 0);
   SharedReads reads = Make(1 << 20, /*wait=*/absl::Milliseconds(300));
   std::string got;
   int fetches = 0;
   const absl::Time start = absl::Now();
+  ::testing::internal::CaptureStderr();
   EXPECT_EQ(*ReadKey(reads, "k", Bytes('i', 10), &got, &fetches), Served::kFetched);
+  const std::string said = ::testing::internal::GetCapturedStderr();
   const absl::Duration waited = absl::Now() - start;
+  EXPECT_THAT(said, ::testing::HasSubstr("another process of this producer has been fetching k "
+                                         "for 300ms without an end; fetching it here"));
   ::kill(child, SIGKILL);
   ASSERT_EQ(::waitpid(child, nullptr, 0), child);
   EXPECT_EQ(fetches, 1);
   EXPECT_EQ(got, Bytes('i', 10));
   EXPECT_GE(waited, absl::Milliseconds(250));
   EXPECT_LT(waited, absl::Seconds(10));
-  ::close(ready[0]);
-  ::close(ready[1]);
 }
 
 // Threads of one process are claimants of their own: two that need a range at once fetch it
